@@ -1,0 +1,38 @@
+from django.contrib import admin
+
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+
+
+class VersionInline(admin.TabularInline):
+    model = KnowledgeBaseVersion
+    extra = 0
+    fields = ["number", "status", "embedding_model", "embedding_dim", "created_at"]
+    readonly_fields = fields
+    can_delete = False
+
+
+@admin.register(KnowledgeBase)
+class KnowledgeBaseAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["name", "tenant__name"]
+    readonly_fields = ["embedding_model", "embedding_dim", "active_version", "created_at"]
+    inlines = [VersionInline]
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ["source_uri", "title", "knowledge_base", "doc_type", "status", "chunk_count", "updated_at"]
+    list_filter = ["status", "doc_type", "knowledge_base__tenant", "knowledge_base"]
+    search_fields = ["source_uri", "title"]
+    readonly_fields = ["content_md5", "chunk_count", "created_at", "updated_at", "error"]
+
+
+@admin.register(Chunk)
+class ChunkAdmin(admin.ModelAdmin):
+    list_display = ["id", "document", "ordinal", "token_count", "doc_type", "is_active"]
+    list_filter = ["doc_type", "is_active", "knowledge_base"]
+    search_fields = ["content"]
+    exclude = ["embedding"]
+    readonly_fields = ["document", "kb_version", "tenant", "knowledge_base", "content_hash", "token_count", "embedding_dim"]
+    list_select_related = ["document"]

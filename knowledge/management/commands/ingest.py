@@ -1,0 +1,44 @@
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from knowledge.services import Ingester, discover_files, get_or_create_knowledge_base
+from tenants.selectors import TenantNotFound, tenant_by_name
+
+
+class Command(BaseCommand):
+    help = "Ingest files and folders (recursively) into a knowledge base, skipping unchanged files."
+
+    def add_arguments(self, parser):
+        parser.add_argument("paths", nargs="+", type=Path)
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument("--kb", required=True, help="knowledge base name; created when missing")
+        parser.add_argument("--model", default=None, help="embedding model for a new knowledge base")
+        parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk for a new knowledge base")
+        parser.add_argument("--chunk-overlap", type=int, default=None)
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, no_progress, **options):
+        try:
+            owner = tenant_by_name(tenant)
+            files = discover_files(paths)
+        except (TenantNotFound, FileNotFoundError) as exc:
+            raise CommandError(str(exc)) from None
+        knowledge_base, created = get_or_create_knowledge_base(
+            tenant=owner, name=kb, embedding_model=model, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+        )
+        if created:
+            self.stdout.write(
+                f"created knowledge base {kb} (id {knowledge_base.pk}, model {knowledge_base.embedding_model}, "
+                f"{knowledge_base.chunk_size} tokens per chunk)"
+            )
+        with tqdm(total=len(files), unit="doc", disable=no_progress, file=self.stderr) as bar:
+            report = Ingester(knowledge_base, on_progress=bar.update).ingest(files)
+        for source_uri, reason in report.failures:
+            self.stderr.write(f"failed: {source_uri}: {reason}")
+        summary = report.as_dict()
+        self.stdout.write(
+            "documents: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
+            "{chunks} chunks in {seconds} s".format(**summary)
+        )

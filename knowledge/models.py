@@ -1,0 +1,124 @@
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from pgvector.django import VectorField
+
+from tenants.models import Tenant
+
+
+class KnowledgeBase(models.Model):
+    """A tenant's searchable collection; it records the embedding model and chunking that built it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="knowledge_bases")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    embedding_model = models.CharField(max_length=255)
+    embedding_dim = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField(help_text="Chunk length in tokens of the embedding model's tokenizer.")
+    chunk_overlap = models.PositiveIntegerField()
+    active_version = models.OneToOneField(
+        "KnowledgeBaseVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="unique_kb_name_per_tenant")]
+        ordering = ["tenant", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.name}"
+
+
+class KnowledgeBaseVersion(models.Model):
+    """A complete index set of a knowledge base; searches read the KB's active version only."""
+
+    class Status(models.TextChoices):
+        BUILDING = "building"
+        ACTIVE = "active"
+        RETIRED = "retired"
+
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.BUILDING)
+    embedding_model = models.CharField(max_length=255)
+    embedding_dim = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["knowledge_base", "number"], name="unique_version_number_per_kb")
+        ]
+        ordering = ["knowledge_base", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.knowledge_base} v{self.number}"
+
+
+class Document(models.Model):
+    """One source file in a knowledge base; its MD5 makes re-ingesting unchanged content a no-op."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        READY = "ready"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="documents")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
+    source_uri = models.CharField(max_length=1024)
+    title = models.CharField(max_length=500, blank=True)
+    doc_type = models.CharField(max_length=16)
+    content_md5 = models.CharField(max_length=32, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")
+        ]
+        ordering = ["knowledge_base", "source_uri"]
+
+    def __str__(self) -> str:
+        return self.title or self.source_uri
+
+
+class Chunk(models.Model):
+    """A searchable passage. Business fields are copied from its document so filters need no join.
+
+    ``embedding`` has no fixed dimension so KBs with different models share the table; each
+    dimension gets its own partial HNSW index on ``embedding::vector(dim)`` (see
+    ``knowledge.services.ensure_vector_index``).
+    """
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="chunks")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="+")
+    ordinal = models.PositiveIntegerField()
+    content = models.TextField()
+    content_hash = models.CharField(max_length=32)
+    token_count = models.PositiveIntegerField()
+    embedding_dim = models.PositiveSmallIntegerField()
+    embedding = VectorField()
+    doc_type = models.CharField(max_length=16)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField()
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["kb_version", "doc_type"], name="chunk_version_doctype"),
+            models.Index(fields=["kb_version", "created_at"], name="chunk_version_created"),
+            models.Index(fields=["document", "ordinal"], name="chunk_document_ordinal"),
+            GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"]),
+            GinIndex(fields=["tags"], name="chunk_tags_gin"),
+        ]
+        ordering = ["document", "ordinal"]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.ordinal}"

@@ -1,0 +1,367 @@
+"""Writes for knowledge bases: creation, ingestion of files, and the vector indexes they need."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from pgvector.psycopg import register_vector
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from knowledge.chunking import ChunkDraft, chunk_sections
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
+from retrieval.embedders import Embedder, EmbeddingError, get_embedder
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+SIDECAR_SUFFIX = ".meta.json"
+MAX_HNSW_DIMENSIONS = 2000  # pgvector's limit for an HNSW index on `vector`
+# Chunks from several small files are embedded together so the model always sees full batches.
+EMBED_FLUSH_CHUNKS = 256
+
+
+# --- knowledge bases ------------------------------------------------------------------------------
+
+
+def ensure_vector_index(dimension: int) -> None:
+    """One partial HNSW cosine index per embedding dimension, built the first time a KB needs it."""
+    if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
+        raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
+    statement = sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {name} ON knowledge_chunk USING hnsw "
+        "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
+    ).format(name=sql.Identifier(f"chunk_embedding_hnsw_{dimension}"), dim=sql.Literal(dimension))
+    with connection.cursor() as cursor:
+        cursor.execute(statement.as_string(cursor.cursor))
+
+
+@transaction.atomic
+def create_knowledge_base(
+    *,
+    tenant: Tenant,
+    name: str,
+    embedding_model: str | None = None,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    description: str = "",
+) -> KnowledgeBase:
+    """A KB with an empty active version 1, sized for its embedding model."""
+    embedder = get_embedder(embedding_model)
+    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    kb = KnowledgeBase.objects.create(
+        tenant=tenant,
+        name=name,
+        description=description,
+        embedding_model=embedder.model_name,
+        embedding_dim=embedder.dimension,
+        chunk_size=size,
+        chunk_overlap=min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+    )
+    version = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb,
+        number=1,
+        status=KnowledgeBaseVersion.Status.ACTIVE,
+        embedding_model=kb.embedding_model,
+        embedding_dim=kb.embedding_dim,
+    )
+    kb.active_version = version
+    kb.save(update_fields=["active_version"])
+    ensure_vector_index(kb.embedding_dim)
+    return kb
+
+
+def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tuple[KnowledgeBase, bool]:
+    kb = KnowledgeBase.objects.filter(tenant=tenant, name=name).select_related("active_version").first()
+    if kb is not None:
+        return kb, False
+    return create_knowledge_base(tenant=tenant, name=name, **options), True
+
+
+# --- ingestion ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    source_uri: str
+
+
+@dataclass
+class IngestReport:
+    added: int = 0
+    unchanged: int = 0
+    replaced: int = 0
+    failed: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "added": self.added,
+            "unchanged": self.unchanged,
+            "replaced": self.replaced,
+            "failed": self.failed,
+            "chunks": self.chunks,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def discover_files(paths: Iterable[Path]) -> list[SourceFile]:
+    """Supported files under the given paths. A file's URI is its path from the folder given
+    (``sample_kb/faq/x.csv``), or its name when given directly, so URIs do not depend on the cwd."""
+    found: dict[str, SourceFile] = {}
+    for root in paths:
+        root = Path(root)
+        if root.is_dir():
+            for path in sorted(p for p in root.rglob("*") if p.is_file()):
+                if path.suffix.lower() in SUPPORTED_SUFFIXES and not path.name.endswith(SIDECAR_SUFFIX):
+                    uri = f"{root.resolve().name}/{path.relative_to(root).as_posix()}"
+                    found.setdefault(uri, SourceFile(path, uri))
+        elif root.is_file():
+            found.setdefault(root.name, SourceFile(root, root.name))
+        else:
+            raise FileNotFoundError(f"no such file or directory: {root}")
+    return list(found.values())
+
+
+@dataclass
+class _Labels:
+    """What a document's sidecar (``<file>.meta.json``) may set: title, tags and metadata."""
+
+    title: str | None = None
+    tags: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+
+def _read_sidecar(path: Path) -> _Labels:
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    if not sidecar.exists():
+        return _Labels()
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ParseError(f"metadata file {sidecar.name} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParseError(f"metadata file {sidecar.name} must hold a JSON object")
+    tags, metadata, title = data.get("tags", []), data.get("metadata", {}), data.get("title")
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ParseError(f"metadata file {sidecar.name}: 'tags' must be a list of strings")
+    if not isinstance(metadata, dict):
+        raise ParseError(f"metadata file {sidecar.name}: 'metadata' must be an object")
+    if title is not None and not isinstance(title, str):
+        raise ParseError(f"metadata file {sidecar.name}: 'title' must be a string")
+    return _Labels(title=title, tags=tags, metadata=metadata)
+
+
+@dataclass
+class _PendingDocument:
+    source: SourceFile
+    existing: Document | None
+    md5: str
+    title: str
+    doc_type: str
+    labels: _Labels
+    drafts: list[ChunkDraft]
+
+
+class Ingester:
+    """Ingests files into one KB's active version; each document's chunks are swapped atomically."""
+
+    def __init__(self, kb: KnowledgeBase, *, on_progress: Callable[[int], None] | None = None):
+        self.kb = kb
+        self.version = kb.active_version
+        self.report = IngestReport()
+        self._on_progress = on_progress or (lambda done: None)
+        self._pending: list[_PendingDocument] = []
+        self._embedder: Embedder | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = get_embedder(self.kb.embedding_model)
+        return self._embedder
+
+    def ingest(self, files: list[SourceFile]) -> IngestReport:
+        started = time.perf_counter()
+        existing = {
+            doc.source_uri: doc
+            for doc in Document.objects.filter(knowledge_base=self.kb, source_uri__in=[f.source_uri for f in files])
+        }
+        for source in files:
+            self._prepare(source, existing.get(source.source_uri))
+            if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
+                self._flush()
+        self._flush()
+        self.report.seconds = time.perf_counter() - started
+        return self.report
+
+    def _prepare(self, source: SourceFile, existing: Document | None) -> None:
+        try:
+            data = source.path.read_bytes()
+            md5 = hashlib.md5(data).hexdigest()
+            labels = _read_sidecar(source.path)
+            if _unchanged(existing, md5, labels):
+                self.report.unchanged += 1
+                self._on_progress(1)
+                return
+            parsed = parse_file(source.path)
+            drafts = chunk_sections(
+                parsed.sections,
+                count_tokens=self.embedder.count_tokens,
+                chunk_size=self.kb.chunk_size,
+                chunk_overlap=self.kb.chunk_overlap,
+            )
+        except (OSError, ParseError) as exc:
+            self._fail(source, existing, str(exc))
+            return
+        if not drafts:
+            self._fail(source, existing, "no text found")
+            return
+        title = labels.title or parsed.title
+        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts))
+
+    def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
+        """Record the failure; a previously ingested version of the file stays searchable."""
+        if existing is not None and existing.chunk_count:
+            reason = f"{reason} (the previously ingested version stays searchable)"
+        Document.objects.update_or_create(
+            knowledge_base=self.kb,
+            source_uri=source.source_uri,
+            defaults={
+                "tenant_id": self.kb.tenant_id,
+                "doc_type": _doc_type_or_unknown(source.path),
+                "title": existing.title if existing else source.path.stem,
+                "status": Document.Status.FAILED,
+                "error": reason,
+            },
+        )
+        self.report.failed += 1
+        self.report.failures.append((source.source_uri, reason))
+        self._on_progress(1)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        texts = [draft.text for doc in pending for draft in doc.drafts]
+        try:
+            vectors = self.embedder.embed_documents(texts)
+        except EmbeddingError as exc:
+            for doc in pending:
+                self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
+            return
+        offset = 0
+        for doc in pending:
+            self._write(doc, vectors[offset : offset + len(doc.drafts)])
+            offset += len(doc.drafts)
+            self._on_progress(1)
+
+    @transaction.atomic
+    def _write(self, pending: _PendingDocument, vectors) -> None:
+        doc, created = Document.objects.update_or_create(
+            knowledge_base=self.kb,
+            source_uri=pending.source.source_uri,
+            defaults={
+                "tenant_id": self.kb.tenant_id,
+                "title": pending.title[:500],
+                "doc_type": pending.doc_type,
+                "content_md5": pending.md5,
+                "status": Document.Status.READY,
+                "error": "",
+                "tags": pending.labels.tags,
+                "metadata": pending.labels.metadata,
+                "chunk_count": len(pending.drafts),
+            },
+        )
+        Chunk.objects.filter(document=doc).delete()
+        _copy_chunks(self.kb, self.version, doc, pending.drafts, vectors, pending.labels)
+        if created:
+            self.report.added += 1
+        else:
+            self.report.replaced += 1
+        self.report.chunks += len(pending.drafts)
+
+
+def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:
+    """Same bytes and same sidecar labels as the ready document: nothing to do."""
+    return (
+        existing is not None
+        and existing.status == Document.Status.READY
+        and existing.content_md5 == md5
+        and existing.tags == labels.tags
+        and existing.metadata == labels.metadata
+        and (labels.title is None or existing.title == labels.title)
+    )
+
+
+def _doc_type_or_unknown(path: Path) -> str:
+    try:
+        return doc_type_for(path)
+    except ParseError:
+        return "unknown"
+
+
+_COPY_COLUMNS = [
+    ("document_id", "int8"),
+    ("kb_version_id", "int8"),
+    ("tenant_id", "int8"),
+    ("knowledge_base_id", "int8"),
+    ("ordinal", "int4"),
+    ("content", "text"),
+    ("content_hash", "varchar"),
+    ("token_count", "int4"),
+    ("embedding_dim", "int2"),
+    ("embedding", "vector"),
+    ("doc_type", "varchar"),
+    ("is_active", "bool"),
+    ("created_at", "timestamptz"),
+    ("tags", "varchar[]"),
+    ("metadata", "jsonb"),
+]
+
+
+def _copy_chunks(kb, version, doc: Document, drafts: list[ChunkDraft], vectors, labels: _Labels) -> None:
+    """Write a document's chunks with binary COPY (~20x faster than ORM inserts)."""
+    statement = sql.SQL("COPY {table} ({columns}) FROM STDIN WITH (FORMAT BINARY)").format(
+        table=sql.Identifier(Chunk._meta.db_table),
+        columns=sql.SQL(", ").join(sql.Identifier(name) for name, _ in _COPY_COLUMNS),
+    )
+    created_at = doc.created_at or timezone.now()
+    connection.ensure_connection()
+    # Cursors copy their connection's type registry when created, so register `vector` first.
+    register_vector(connection.connection)
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(statement) as copy:
+            copy.set_types([type_name for _, type_name in _COPY_COLUMNS])
+            for ordinal, (draft, vector) in enumerate(zip(drafts, vectors, strict=True)):
+                metadata = {**draft.metadata, **labels.metadata}
+                copy.write_row(
+                    (
+                        doc.pk,
+                        version.pk,
+                        kb.tenant_id,
+                        kb.pk,
+                        ordinal,
+                        draft.text,
+                        draft.content_hash,
+                        draft.token_count,
+                        len(vector),
+                        vector,
+                        doc.doc_type,
+                        True,
+                        created_at,
+                        labels.tags,
+                        Jsonb(metadata),
+                    )
+                )

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class Embedder(ABC):
+    """Turns text into unit-length float32 vectors, so cosine similarity is a dot product."""
+
+    model_name: str
+    dimension: int
+    max_tokens: int  # longest input the model reads; chunks are sized below it
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Tokens of the model's own tokenizer, without special tokens (chunk sizes are in these)."""
+
+    @abstractmethod
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """A (len(texts), dimension) float32 array."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+class EmbeddingError(Exception):
+    """The embedder could not produce vectors (remote endpoint down, bad answer, model missing)."""

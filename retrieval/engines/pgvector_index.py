@@ -1,0 +1,57 @@
+"""Dense search in PostgreSQL + pgvector.
+
+Filters are applied in SQL. HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every
+connection) keeps walking the graph until enough rows pass them; when few rows match, an exact scan
+over those rows is both faster and exact, so the planner is steered to it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models.functions import Cast
+from pgvector.django import CosineDistance, VectorField
+
+from knowledge.models import Chunk
+from retrieval.engines.base import SearchScope, VectorHit, VectorIndex
+from retrieval.filters import CompiledFilter
+
+
+class PgVectorIndex(VectorIndex):
+    def __init__(self, *, exact_scan_threshold: int | None = None, ef_search: int | None = None):
+        self.exact_scan_threshold = exact_scan_threshold or settings.VECTOR_EXACT_SCAN_THRESHOLD
+        self.ef_search = ef_search or settings.HNSW_EF_SEARCH
+
+    def search(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter
+    ) -> list[VectorHit]:
+        candidates = filters.apply(
+            Chunk.objects.filter(
+                tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
+            )
+        )
+        # The cast matches the per-dimension partial HNSW index expression.
+        distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
+        nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
+        with transaction.atomic():
+            matching = candidates.values("id")[: self.exact_scan_threshold + 1].count()
+            if matching == 0:
+                return []
+            exact = matching <= self.exact_scan_threshold
+            self._plan(exact=exact, top_k=top_k)
+            rows = list(nearest[:top_k])
+            if not exact and len(rows) < top_k:
+                # The graph walk hit its scan budget before finding enough rows; be exact instead.
+                self._plan(exact=True, top_k=top_k)
+                rows = list(nearest[:top_k])
+        # relaxed_order may return rows slightly out of order.
+        rows.sort(key=lambda row: row[1])
+        return [VectorHit(chunk_id=chunk_id, score=1.0 - float(dist)) for chunk_id, dist in rows]
+
+    def _plan(self, *, exact: bool, top_k: int) -> None:
+        with connection.cursor() as cursor:
+            # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
+            cursor.execute("SELECT set_config('enable_indexscan', %s, true)", ["off" if exact else "on"])
+            if not exact:
+                ef_search = max(self.ef_search, 2 * top_k)
+                cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef_search)])

@@ -1,0 +1,42 @@
+"""API-key authentication for DRF: the key alone decides the tenant of a request."""
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions, permissions
+
+from tenants.selectors import api_key_for
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """Reads ``Authorization: Bearer <key>`` (or ``X-API-Key``). Missing key -> 401, bad key -> 403."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        raw_key = self._raw_key(request)
+        if raw_key is None:
+            return None
+        api_key = api_key_for(raw_key)
+        if api_key is None:
+            raise exceptions.PermissionDenied("The API key is invalid, expired or revoked.")
+        request.tenant = api_key.tenant
+        return (api_key.tenant, api_key)
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+    def _raw_key(self, request) -> str | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if header:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != self.keyword.lower() or not value.strip():
+                raise exceptions.PermissionDenied("The Authorization header must be 'Bearer <api key>'.")
+            return value.strip()
+        value = request.META.get("HTTP_X_API_KEY", "").strip()
+        return value or None
+
+
+class HasTenant(permissions.BasePermission):
+    """Every API call needs a tenant; without a key DRF answers 401 with ``WWW-Authenticate``."""
+
+    def has_permission(self, request, view) -> bool:
+        return request.auth is not None

@@ -1,0 +1,26 @@
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from tenants.selectors import TenantNotFound, tenant_by_name
+from tenants.services import create_api_key
+
+
+class Command(BaseCommand):
+    help = "Issue an API key for a tenant. The key is printed once, alone on the last line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument("--name", default="")
+        parser.add_argument("--expires-in-days", type=int, default=None)
+
+    def handle(self, *args, tenant: str, name: str, expires_in_days: int | None, **options):
+        try:
+            owner = tenant_by_name(tenant)
+        except TenantNotFound as exc:
+            raise CommandError(str(exc)) from None
+        expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
+        issued = create_api_key(tenant=owner, name=name, expires_at=expires_at)
+        self.stderr.write(f"API key {issued.api_key.prefix} for tenant {owner.name}; store it now, it is not shown again:")
+        self.stdout.write(issued.raw_key)

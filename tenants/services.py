@@ -1,0 +1,54 @@
+"""Writes for tenants and API keys."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.models import ApiKey, Tenant
+
+KEY_PREFIX_BYTES = 6
+KEY_SECRET_BYTES = 32
+KEY_SCHEME = "rk"
+
+
+def hash_api_key(raw_key: str) -> str:
+    """SHA-256 of the whole key: keys carry 256 random bits, so a slow KDF would add nothing."""
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def split_api_key(raw_key: str) -> str | None:
+    """Return the lookup prefix of a well-formed key, else None."""
+    parts = raw_key.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_SCHEME or not parts[1] or not parts[2]:
+        return None
+    return parts[1]
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    raw_key: str  # shown once, never stored
+
+
+def create_tenant(name: str) -> Tenant:
+    return Tenant.objects.create(name=name)
+
+
+@transaction.atomic
+def create_api_key(*, tenant: Tenant, name: str = "", expires_at: datetime | None = None) -> IssuedKey:
+    prefix = secrets.token_hex(KEY_PREFIX_BYTES)
+    raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
+    api_key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at
+    )
+    return IssuedKey(api_key=api_key, raw_key=raw_key)
+
+
+def revoke_api_key(api_key: ApiKey) -> None:
+    api_key.revoked_at = timezone.now()
+    api_key.save(update_fields=["revoked_at"])

@@ -1,0 +1,61 @@
+"""Shared fixtures. Tests run against the real embedded PostgreSQL + pgvector and the real model."""
+import io
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from tenants.services import create_api_key, create_tenant
+
+SAMPLE_KB_DIR = Path(__file__).resolve().parent.parent / "sample_kb"
+SAMPLE_TENANT = "sample-tenant"
+SAMPLE_KB = "sample"
+
+
+def pytest_unconfigure(config):
+    """Stop the embedded server if this test run started it (CI starts from a clean clone)."""
+    from django.conf import settings
+    from django.db import connections
+
+    from retrieval_site import embedded
+
+    if embedded.started_here:
+        connections.close_all()
+        embedded.stop_embedded_postgres(settings.EMBEDDED_PG_DIR)
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from retrieval.embedders import get_embedder
+
+    return get_embedder()
+
+
+@pytest.fixture(scope="session")
+def sample_kb(django_db_setup, django_db_blocker, embedder):
+    """The repository's sample knowledge base, ingested once per run into the test database."""
+    from knowledge.models import KnowledgeBase
+
+    with django_db_blocker.unblock():
+        tenant = create_tenant(SAMPLE_TENANT)
+        call_command("ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO())
+        return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
+
+
+def client_for(tenant) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant).raw_key}")
+    return client
+
+
+@pytest.fixture
+def tenant(db):
+    from tests.factories import TenantFactory
+
+    return TenantFactory()
+
+
+@pytest.fixture
+def api_client(tenant) -> APIClient:
+    return client_for(tenant)
