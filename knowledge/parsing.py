@@ -34,11 +34,10 @@ class ParseError(Exception):
 
 @dataclass(frozen=True)
 class Section:
-    """A run of text the chunker splits; ``atomic`` sections (FAQ pairs) are never merged with others."""
+    """A run of text the chunker splits on its own: a page, an FAQ pair; sections are never merged."""
 
     text: str
     metadata: dict = field(default_factory=dict)
-    atomic: bool = False
 
 
 @dataclass(frozen=True)
@@ -252,7 +251,7 @@ def _match_key(keys: list[str], aliases: set[str]) -> str | None:
 
 
 def _faq_section(question: str, answer: str, where: str, metadata: dict) -> Section | None:
-    """One atomic question/answer section; None for a blank entry, ParseError for a half-filled one."""
+    """One question/answer section; None for a blank entry, ParseError for a half-filled one."""
     question, answer = clean_text(question), clean_text(answer)
     if not question and not answer:
         return None
@@ -260,7 +259,7 @@ def _faq_section(question: str, answer: str, where: str, metadata: dict) -> Sect
         raise ParseError(f"FAQ {where} has no answer")
     if not question:
         raise ParseError(f"FAQ {where} has no question")
-    return Section(f"{question}\n{answer}", {**metadata, "question": question}, atomic=True)
+    return Section(f"{question}\n{answer}", {**metadata, "question": question})
 
 
 def _parse_csv(raw: bytes) -> tuple[str, list[Section]]:

@@ -24,7 +24,7 @@ class SentenceTransformerEmbedder(Embedder):
             except (OSError, ValueError) as exc:
                 raise EmbeddingError(f"cannot load embedding model {model_name!r} from {model_path}: {exc}") from exc
         self.model_name = model_name
-        self.dimension = int(self._model.get_sentence_embedding_dimension())
+        self.dimension = int(self._model.get_embedding_dimension())
         # Two of the model's positions go to [CLS] and [SEP].
         self.max_tokens = int(self._model.max_seq_length) - 2
         self._tokenizer = self._model.tokenizer
@@ -37,6 +37,10 @@ class SentenceTransformerEmbedder(Embedder):
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self._model.encode(
-            texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return vectors.astype(np.float32, copy=False)

@@ -176,7 +176,6 @@ def test_pdf_one_section_per_page(tmp_path):
     assert [section.metadata for section in parsed.sections] == [{"page": 1}, {"page": 2}]
     assert "SKY-10023908" in parsed.sections[0].text
     assert "Warranty lasts 24 months" in parsed.sections[1].text
-    assert not any(section.atomic for section in parsed.sections)
 
 
 def test_pdf_without_title_uses_stem(tmp_path):
@@ -225,12 +224,10 @@ def test_csv_faq_with_chinese_headers_and_bom(tmp_path):
         Section(
             "有什么推荐菜?\n鱼香肉丝, 很好吃",
             {"question": "有什么推荐菜?", "row": 1, "category": "菜单"},
-            atomic=True,
         ),
         Section(
             "How do I reset SKY-10023908?\nHold the power button for 10 seconds.",
             {"question": "How do I reset SKY-10023908?", "row": 3, "category": "device"},
-            atomic=True,
         ),
     ]
 
@@ -257,7 +254,6 @@ def test_jsonl_faq(tmp_path):
 
     assert parsed.doc_type == "faq"
     assert parsed.title == "faq"
-    assert all(section.atomic for section in parsed.sections)
     assert [section.text for section in parsed.sections] == [
         "Where is SKY-10023908 made?\nIn Shenzhen.",
         "推荐什么菜?\n鱼香肉丝。",

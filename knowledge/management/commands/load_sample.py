@@ -1,0 +1,53 @@
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from tenants.models import Tenant
+from tenants.services import create_api_key
+
+SAMPLE_DIR = Path(settings.BASE_DIR) / "sample_kb"
+DEMO_KEY_NAME = "readme-demo"
+
+
+class Command(BaseCommand):
+    help = (
+        "Set up the demo: tenant 'demo', the sample knowledge base, an admin login and an API key. "
+        "Passwords and keys are stored hashed, so each run issues fresh ones and revokes the previous demo key."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", default="demo")
+        parser.add_argument("--kb", default="sample")
+
+    def handle(self, *args, tenant: str, kb: str, **options):
+        owner, _ = Tenant.objects.get_or_create(name=tenant)
+        call_command("ingest", str(SAMPLE_DIR), tenant=owner.name, kb=kb, stdout=self.stdout, stderr=self.stderr)
+
+        password = secrets.token_urlsafe(12)
+        admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(password)
+        admin.save()
+
+        owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME).raw_key
+        kb_id = owner.knowledge_bases.get(name=kb).pk
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "=" * 72,
+                    f"Admin console: http://127.0.0.1:8000/admin/  user: admin  password: {password}",
+                    f"Knowledge base '{kb}' of tenant '{owner.name}' has id {kb_id}.",
+                    "API key (copy this line into your shell):",
+                    f"export API_KEY={raw_key}",
+                    "=" * 72,
+                    "",
+                ]
+            )
+        )

@@ -1,0 +1,181 @@
+import pytest
+from django.db import connection
+
+from knowledge import services
+from knowledge.models import Chunk, Document
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from retrieval.selectors import vector_search
+from tests.factories import TenantFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+
+@pytest.fixture
+def kb(tenant, embedder):
+    return create_knowledge_base(tenant=tenant, name="docs", chunk_size=120, chunk_overlap=16)
+
+
+def ingest(kb, *paths):
+    return Ingester(kb).ingest(discover_files(paths))
+
+
+def chunk_texts(document: Document) -> list[str]:
+    return list(document.chunks.order_by("ordinal").values_list("content", flat=True))
+
+
+def test_sample_kb_round_trips_every_format(sample_kb):
+    documents = Document.objects.filter(knowledge_base=sample_kb)
+    assert not documents.exclude(status=Document.Status.READY).exists()
+    formats = set(documents.values_list("doc_type", flat=True))
+    assert formats == {"txt", "md", "html", "pdf", "docx", "faq"}
+    for document in documents:
+        assert document.chunk_count == document.chunks.count() > 0
+        assert all(chunk.token_count <= sample_kb.chunk_size for chunk in document.chunks.all())
+    # One distinctive phrase per format made it into a chunk of the right document.
+    expectations = {
+        "products/ppr-9087-installation-manual.pdf": "PPR-9087",
+        "policies/membership-points.docx": "积分",
+        "partners/sichuan-kitchen-menu.txt": "鱼香肉丝",
+        "partners/restaurant-food-safety.md": "本店配备饮食禁忌防御机制",
+        "troubleshooting/error-codes.html": "E-221",
+        "faq/product-faq-zh.csv": "SKY-10023908",
+        "faq/shipping-faq-en.jsonl": "?",
+    }
+    for suffix, phrase in expectations.items():
+        document = documents.get(source_uri=f"sample_kb/{suffix}")
+        assert any(phrase in text for text in chunk_texts(document)), suffix
+
+
+def test_sidecar_labels_reach_every_chunk(sample_kb):
+    document = Document.objects.get(knowledge_base=sample_kb, source_uri="sample_kb/troubleshooting/order-status.md")
+    assert document.metadata["order_id"] == "ORD-2026-000817"
+    for chunk in document.chunks.all():
+        assert chunk.tags == document.tags
+        assert chunk.metadata["shop_id"] == document.metadata["shop_id"]
+        assert chunk.kb_version_id == sample_kb.active_version_id
+        assert chunk.tenant_id == sample_kb.tenant_id
+
+
+def test_faq_rows_become_separate_chunks_with_their_question(sample_kb):
+    document = Document.objects.get(knowledge_base=sample_kb, source_uri="sample_kb/faq/product-faq-en.csv")
+    chunks = list(document.chunks.order_by("ordinal"))
+    assert len(chunks) >= 8
+    for chunk in chunks:
+        assert chunk.content.startswith(chunk.metadata["question"])
+
+
+def test_reingesting_unchanged_files_does_nothing(kb, tmp_path):
+    (tmp_path / "a.txt").write_text("The SKY-20031 bulb resets after three power cycles.")
+    (tmp_path / "b.md").write_text("# Returns\n\nReturns are accepted within 30 days.")
+    first = ingest(kb, tmp_path)
+    chunk_ids = set(Chunk.objects.filter(knowledge_base=kb).values_list("id", flat=True))
+    second = ingest(kb, tmp_path)
+    assert (first.added, first.chunks) == (2, 2)
+    assert (second.added, second.unchanged, second.replaced, second.chunks) == (0, 2, 0, 0)
+    assert set(Chunk.objects.filter(knowledge_base=kb).values_list("id", flat=True)) == chunk_ids
+
+
+def test_changed_file_replaces_its_chunks(kb, tmp_path):
+    path = tmp_path / "policy.txt"
+    path.write_text("Old rule: refunds take 14 days.")
+    ingest(kb, tmp_path)
+    path.write_text("New rule: refunds take 3 days.\n\nExpress refunds take one day.")
+    report = ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    assert report.replaced == 1
+    assert "Old rule" not in " ".join(chunk_texts(document))
+    assert "New rule: refunds take 3 days." in chunk_texts(document)[0]
+    assert document.chunk_count == document.chunks.count()
+
+
+def test_sidecar_change_alone_relabels_the_document(kb, tmp_path):
+    (tmp_path / "a.txt").write_text("Shop opening hours are 9 to 18.")
+    (tmp_path / "a.txt.meta.json").write_text('{"tags": ["hours"], "metadata": {"shop_id": 1}}')
+    ingest(kb, tmp_path)
+    (tmp_path / "a.txt.meta.json").write_text('{"tags": ["hours"], "metadata": {"shop_id": 2}}')
+    report = ingest(kb, tmp_path)
+    assert report.replaced == 1
+    assert list(Chunk.objects.filter(knowledge_base=kb).values_list("metadata__shop_id", flat=True)) == [2]
+
+
+def test_a_failed_write_leaves_the_previous_chunks(kb, tmp_path, monkeypatch):
+    path = tmp_path / "guide.txt"
+    path.write_text("Version one of the guide.")
+    ingest(kb, tmp_path)
+    before = chunk_texts(Document.objects.get(knowledge_base=kb))
+
+    real_copy = services._copy_chunks
+
+    def copy_then_crash(*args, **kwargs):
+        real_copy(*args, **kwargs)  # rows are written inside the document's transaction...
+        raise RuntimeError("disk full")  # ...which then fails before it commits
+
+    monkeypatch.setattr(services, "_copy_chunks", copy_then_crash)
+    path.write_text("Version two of the guide, much longer than before.")
+    with pytest.raises(RuntimeError):
+        ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    assert chunk_texts(document) == before
+    assert document.status == Document.Status.READY
+
+
+def test_unparseable_file_fails_alone_with_a_reason(kb, tmp_path):
+    (tmp_path / "good.txt").write_text("A perfectly fine document about PPR-9087.")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.7 this is not really a pdf")
+    (tmp_path / "empty.md").write_text("   \n")
+    report = ingest(kb, tmp_path)
+    assert (report.added, report.failed) == (1, 2)
+    failed = {doc.source_uri.split("/")[-1]: doc for doc in Document.objects.filter(status=Document.Status.FAILED)}
+    assert set(failed) == {"broken.pdf", "empty.md"}
+    assert "PDF" in failed["broken.pdf"].error
+    assert "no text" in failed["empty.md"].error
+    assert not Chunk.objects.filter(document__in=failed.values()).exists()
+
+
+def test_a_new_version_that_fails_keeps_the_old_one_searchable(kb, tmp_path):
+    path = tmp_path / "faq.jsonl"
+    path.write_text('{"question": "Where is my order?", "answer": "Check the app."}\n')
+    ingest(kb, tmp_path)
+    path.write_text('{"question": "broken json"\n')
+    report = ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    assert report.failed == 1
+    assert document.status == Document.Status.FAILED
+    assert "stays searchable" in document.error
+    assert chunk_texts(document) == ["Where is my order?\nCheck the app."]
+
+
+def test_chunks_are_written_with_copy_not_row_inserts(kb, tmp_path, django_assert_max_num_queries):
+    for i in range(5):
+        (tmp_path / f"doc{i}.txt").write_text("\n\n".join(f"Paragraph {j} of document {i}." * 8 for j in range(6)))
+    with django_assert_max_num_queries(60) as captured:
+        report = ingest(kb, tmp_path)
+    assert report.chunks > 10
+    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT INTO \"knowledge_chunk\"")]
+    assert inserts == []
+
+
+def test_ingested_text_is_found_by_vector_search(kb, tmp_path):
+    (tmp_path / "lock.md").write_text("# Smart lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
+    (tmp_path / "bulb.md").write_text("# Bulb\n\nThe SKY-20031 bulb supports warm and cold white light.")
+    ingest(kb, tmp_path)
+    hits = vector_search(tenant=kb.tenant, query="how thick can the door be for the smart lock", top_k=2)
+    assert hits[0].source_uri.endswith("lock.md")
+
+
+def test_vector_index_exists_per_dimension(kb):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'knowledge_chunk' AND indexname = %s",
+            [f"chunk_embedding_hnsw_{kb.embedding_dim}"],
+        )
+        (definition,) = cursor.fetchone()
+    assert "hnsw" in definition and f"vector({kb.embedding_dim})" in definition
+
+
+def test_search_sees_only_the_callers_tenant(kb, tmp_path):
+    other_kb = create_knowledge_base(tenant=TenantFactory(), name="docs")
+    (tmp_path / "secret.txt").write_text("The other tenant's secret launch date is 2027-03-01.")
+    ingest(other_kb, tmp_path / "secret.txt")
+    hits = vector_search(tenant=kb.tenant, query="secret launch date", top_k=10)
+    assert hits == []

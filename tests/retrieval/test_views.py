@@ -1,0 +1,651 @@
+"""POST /api/v1/retrieval/vector through Django's full middleware stack (and once over a real socket).
+
+Knowledge bases are built from small files written into ``tmp_path`` and ingested with the real
+``ingest`` command and the real all-MiniLM-L6-v2 model, so every expected ranking below follows from
+text written in this module: a query paraphrasing one passage must rank that passage first.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.utils import timezone
+
+from knowledge.models import Chunk, Document, KnowledgeBase
+from tenants.services import create_api_key, revoke_api_key
+from tests.conftest import client_for
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
+
+URL = "/api/v1/retrieval/vector"
+HIT_KEYS = {
+    "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
+    "title", "source_uri", "doc_type", "metadata",
+}  # fmt: skip
+GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
+
+# --- the corpus: one short passage per file, each on a clearly different topic -------------------
+
+RETURNS = (
+    "# Returns and refunds\n\n"
+    "Customers may return unopened items within 30 days of delivery and receive a full refund "
+    "to their original payment method."
+)
+KETTLE = (
+    "The stainless steel electric kettle boils 1.7 litres of water in under four minutes "
+    "and switches itself off automatically when the water boils."
+)
+GARDEN = (
+    "<html><head><title>Growing tomatoes</title></head><body>"
+    "<p>Tomato seedlings need at least six hours of direct sunlight every day "
+    "and should be watered deeply each morning.</p></body></html>"
+)
+JUPITER = "Jupiter is the largest planet in the solar system and is orbited by dozens of moons."
+VAULT = (
+    "The vault combination for the Zurich branch is written in the blue ledger "
+    "kept under the clock tower."
+)
+
+MANUALS = {
+    "returns.md": (RETURNS, {"title": "Return policy", "tags": ["policy", "returns"],
+                             "metadata": {"region": "eu", "priority": 3, "shop": {"id": 7}}}),
+    "kettle.txt": (KETTLE, {"title": "Kettle manual", "tags": ["product"],
+                            "metadata": {"region": "us", "priority": 1}}),
+    "garden.html": (GARDEN, {"tags": ["hobby", "outdoor"], "metadata": {"region": "eu", "priority": 2}}),
+}  # fmt: skip
+ASTRONOMY = {"jupiter.txt": (JUPITER, {"tags": ["space"], "metadata": {"region": "intl"}})}
+
+
+def write_files(folder: Path, files: dict[str, tuple[str, dict | None]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (text, sidecar) in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+        if sidecar is not None:
+            (folder / f"{name}.meta.json").write_text(json.dumps(sidecar), encoding="utf-8")
+    return folder
+
+
+def ingest(folder: Path, tenant, kb_name: str) -> KnowledgeBase:
+    out = io.StringIO()
+    call_command("ingest", str(folder), tenant=tenant.name, kb=kb_name, no_progress=True, stdout=out, stderr=io.StringIO())
+    assert " 0 failed" in out.getvalue(), out.getvalue()
+    return KnowledgeBase.objects.get(tenant=tenant, name=kb_name)
+
+
+@dataclass
+class Corpus:
+    tenant: object
+    client: object
+    kbs: dict[str, KnowledgeBase]
+    docs: dict[str, Document] = field(default_factory=dict)  # by file name
+
+    def doc(self, name: str) -> Document:
+        return self.docs[name]
+
+
+def build_corpus(tmp_path: Path, tenant, layout: dict[str, dict]) -> Corpus:
+    kbs, docs = {}, {}
+    for kb_name, files in layout.items():
+        kb = ingest(write_files(tmp_path / tenant.name / kb_name, files), tenant, kb_name)
+        kbs[kb_name] = kb
+        for document in Document.objects.filter(knowledge_base=kb):
+            docs[Path(document.source_uri).name] = document
+    return Corpus(tenant=tenant, client=client_for(tenant), kbs=kbs, docs=docs)
+
+
+@pytest.fixture
+def corpus(tmp_path, tenant, embedder) -> Corpus:
+    """The caller's tenant: KB "manuals" (3 documents) and KB "astronomy" (1 document)."""
+    return build_corpus(tmp_path, tenant, {"manuals": MANUALS, "astronomy": ASTRONOMY})
+
+
+def search(client, body, **extra):
+    return client.post(URL, data=json.dumps(body), content_type="application/json", **extra)
+
+
+def ok_results(response) -> list[dict]:
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["total"] == len(body["results"])
+    assert body["request_id"] == response["X-Request-ID"]
+    return body["results"]
+
+
+def file_names(results) -> list[str]:
+    return [Path(hit["source_uri"]).name for hit in results]
+
+
+def assert_error(response, status: int, code: str, *needles: str) -> dict:
+    """The one error shape: JSON ``{"error": {code, message, request_id}}`` tied to the X-Request-ID header."""
+    assert response.status_code == status, (response.status_code, response.content)
+    assert response["Content-Type"].startswith("application/json")
+    body = json.loads(response.content)
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"], error
+    for needle in needles:
+        assert needle.lower() in error["message"].lower(), (needle, error["message"])
+    assert error["request_id"] == response["X-Request-ID"]
+    assert GENERATED_ID.match(error["request_id"])
+    return error
+
+
+# === happy path ====================================================================================
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_response_has_the_documented_shape(corpus):
+    response = search(corpus.client, {"query": "Can I send back an unopened item and get my money back?"})
+    body = response.json()
+    results = ok_results(response)
+
+    assert set(body) == {"results", "total", "latency_ms", "request_id"}
+    assert GENERATED_ID.match(body["request_id"])
+    assert isinstance(body["latency_ms"], float) and 0 <= body["latency_ms"] < 60_000
+    assert body["total"] == 4  # every chunk of the tenant: 4 one-chunk documents, default top_k 10
+    for hit in results:
+        assert set(hit) == HIT_KEYS
+        assert hit["source"] == "vector"
+        assert isinstance(hit["score"], float) and -1.0 <= hit["score"] <= 1.0
+
+    top = results[0]
+    returns = corpus.doc("returns.md")
+    chunk = Chunk.objects.get(document=returns)
+    assert top["chunk_id"] == chunk.pk
+    assert top["doc_id"] == returns.pk
+    assert top["kb_id"] == corpus.kbs["manuals"].pk
+    assert "within 30 days of delivery" in top["content"]
+    assert top["title"] == "Return policy"  # from the sidecar
+    assert top["source_uri"] == "manuals/returns.md"
+    assert top["doc_type"] == "md"
+    assert top["metadata"]["region"] == "eu"
+    assert top["metadata"]["priority"] == 3
+    assert top["metadata"]["shop"] == {"id": 7}
+    assert top["metadata"]["tags"] == ["policy", "returns"]
+    assert top["metadata"]["ordinal"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_ranks_are_consecutive_and_scores_descend(corpus):
+    results = ok_results(search(corpus.client, {"query": "kitchen appliance for hot water"}))
+    assert [hit["rank"] for hit in results] == list(range(1, len(results) + 1))
+    scores = [hit["score"] for hit in results]
+    assert scores == sorted(scores, reverse=True)
+    assert len(set(hit["chunk_id"] for hit in results)) == len(results)
+    assert file_names(results)[0] == "kettle.txt"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("How many days do I have to return an unopened product for a refund?", "returns.md"),
+        ("How long does the electric kettle take to boil water?", "kettle.txt"),
+        ("How much sun do tomato plants need, and when should I water them?", "garden.html"),
+        ("Which planet is the biggest one in our solar system?", "jupiter.txt"),
+    ],
+)
+def test_the_paraphrased_passage_ranks_first(corpus, query, expected):
+    results = ok_results(search(corpus.client, {"query": query}))
+    assert file_names(results)[0] == expected
+    # A clear margin, not a coin toss: the paraphrase beats the runner-up.
+    assert results[0]["score"] > results[1]["score"] + 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_exact_passage_text_scores_about_one(corpus):
+    results = ok_results(search(corpus.client, {"query": JUPITER}))
+    assert file_names(results)[0] == "jupiter.txt"
+    assert results[0]["score"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_top_k_caps_the_results(corpus, top_k):
+    results = ok_results(search(corpus.client, {"query": "refund for returned items", "top_k": top_k}))
+    assert len(results) == top_k
+    assert [hit["rank"] for hit in results] == list(range(1, top_k + 1))
+    assert file_names(results)[0] == "returns.md"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_top_k_larger_than_the_corpus_returns_every_chunk_once(corpus):
+    results = ok_results(search(corpus.client, {"query": "anything", "top_k": 100}))
+    assert sorted(hit["chunk_id"] for hit in results) == sorted(
+        Chunk.objects.filter(tenant=corpus.tenant).values_list("pk", flat=True)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_kb_ids_restricts_the_search_to_those_knowledge_bases(corpus):
+    astronomy, manuals = corpus.kbs["astronomy"], corpus.kbs["manuals"]
+    # The query matches a "manuals" passage, yet only the astronomy KB may answer.
+    results = ok_results(search(corpus.client, {"query": "refund for unopened returns", "kb_ids": [astronomy.pk]}))
+    assert file_names(results) == ["jupiter.txt"]
+    assert {hit["kb_id"] for hit in results} == {astronomy.pk}
+
+    results = ok_results(search(corpus.client, {"query": "largest planet", "kb_ids": [manuals.pk]}))
+    assert sorted(file_names(results)) == ["garden.html", "kettle.txt", "returns.md"]
+    assert {hit["kb_id"] for hit in results} == {manuals.pk}
+
+    both = ok_results(search(corpus.client, {"query": "largest planet", "kb_ids": [manuals.pk, astronomy.pk]}))
+    assert file_names(both)[0] == "jupiter.txt"
+    assert len(both) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters, expected",
+    [
+        ({"doc_type": "txt"}, {"kettle.txt", "jupiter.txt"}),
+        ({"doc_type": {"eq": "md"}}, {"returns.md"}),
+        ({"doc_type": {"in": ["md", "html"]}}, {"returns.md", "garden.html"}),
+        ({"doc_type": {"nin": ["txt"]}}, {"returns.md", "garden.html"}),
+        ({"doc_type": {"ne": "txt"}}, {"returns.md", "garden.html"}),
+        ({"doc_type": "pdf"}, set()),
+    ],
+)
+def test_doc_type_filters(corpus, filters, expected):
+    results = ok_results(search(corpus.client, {"query": "water", "filters": filters}))
+    assert set(file_names(results)) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters, expected",
+    [
+        ({"metadata.region": "eu"}, {"returns.md", "garden.html"}),
+        ({"metadata.region": {"ne": "eu"}}, {"kettle.txt", "jupiter.txt"}),
+        ({"metadata.region": {"in": ["us", "intl"]}}, {"kettle.txt", "jupiter.txt"}),
+        ({"metadata.priority": {"gte": 2}}, {"returns.md", "garden.html"}),
+        ({"metadata.priority": {"lt": 2}}, {"kettle.txt"}),
+        ({"metadata.priority": {"exists": False}}, {"jupiter.txt"}),
+        ({"metadata.shop.id": 7}, {"returns.md"}),
+        ({"tags": "product"}, {"kettle.txt"}),
+        ({"tags": {"any": ["space", "hobby"]}}, {"garden.html", "jupiter.txt"}),
+        ({"tags": {"all": ["policy", "returns"]}}, {"returns.md"}),
+        ({"metadata.region": "eu", "tags": "outdoor"}, {"garden.html"}),
+        ({"or": [{"doc_type": "md"}, {"tags": "space"}]}, {"returns.md", "jupiter.txt"}),
+        ({"not": {"metadata.region": "eu"}, "doc_type": "txt"}, {"kettle.txt", "jupiter.txt"}),
+        ({"is_active": True, "created_at": {"gte": "2000-01-01"}}, {"returns.md", "kettle.txt", "garden.html", "jupiter.txt"}),
+        ({"created_at": {"lt": "2000-01-01"}}, set()),
+    ],
+)
+def test_metadata_tag_and_logical_filters(corpus, filters, expected):
+    results = ok_results(search(corpus.client, {"query": "refund", "filters": filters}))
+    assert set(file_names(results)) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_doc_id_filter_and_ranking_within_the_filtered_set(corpus):
+    kettle, garden = corpus.doc("kettle.txt"), corpus.doc("garden.html")
+    results = ok_results(
+        search(corpus.client, {"query": "boiling water quickly", "filters": {"doc_id": {"in": [garden.pk, kettle.pk]}}})
+    )
+    assert [hit["doc_id"] for hit in results] == [kettle.pk, garden.pk]
+    results = ok_results(search(corpus.client, {"query": "boiling water", "filters": {"doc_id": {"ne": kettle.pk}}}))
+    assert kettle.pk not in {hit["doc_id"] for hit in results} and len(results) == 3
+
+
+# === errors ========================================================================================
+
+
+def test_missing_key_is_401_with_www_authenticate(client):
+    response = client.post(URL, data=json.dumps({"query": "x"}), content_type="application/json")
+    assert_error(response, 401, "missing_api_key", "credentials were not provided")
+    assert response["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "header", ["Basic dXNlcjpwYXNz", "Token rk_abc_def", "Bearer", "Bearer    ", "Bearerrk_abc_def", "rk_abc_def"]
+)
+def test_malformed_authorization_header_is_403(client, header):
+    response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=header)
+    assert_error(response, 403, "forbidden", "Authorization header must be 'Bearer <api key>'")
+    assert "WWW-Authenticate" not in response
+
+
+@pytest.mark.django_db
+def test_wrong_revoked_and_expired_keys_are_403(client, tenant):
+    valid = create_api_key(tenant=tenant).raw_key
+    revoked = create_api_key(tenant=tenant)
+    revoke_api_key(revoked.api_key)
+    expired = create_api_key(tenant=tenant, expires_at=timezone.now() - timedelta(seconds=1))
+    tampered = valid[:-1] + ("A" if valid[-1] != "A" else "B")
+    unknown = f"rk_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
+    for raw_key in [tampered, unknown, "not-a-key", revoked.raw_key, expired.raw_key]:
+        response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+        assert_error(response, 403, "forbidden", "invalid, expired or revoked")
+    # The valid key of the same tenant passes authentication (and fails later, on the empty body).
+    response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {valid}")
+    assert_error(response, 400, "invalid_request", "query")
+
+
+@pytest.mark.django_db
+def test_x_api_key_header_is_accepted(client, tenant):
+    raw_key = create_api_key(tenant=tenant).raw_key
+    response = client.post(URL, data=json.dumps({"query": "hello"}), content_type="application/json", HTTP_X_API_KEY=raw_key)
+    assert response.status_code == 200
+    assert response.json()["results"] == [] and response.json()["total"] == 0  # the tenant has no KB yet
+    bad = client.post(URL, data="{}", content_type="application/json", HTTP_X_API_KEY=raw_key + "x")
+    assert_error(bad, 403, "forbidden", "invalid")
+
+
+@pytest.mark.django_db
+def test_unknown_and_foreign_kb_ids_are_the_same_404(api_client, tenant):
+    foreign = KnowledgeBaseFactory(tenant=TenantFactory())
+    unknown_id = foreign.pk + 10_000
+    assert not KnowledgeBase.objects.filter(pk=unknown_id).exists()
+
+    unknown = assert_error(
+        search(api_client, {"query": "x", "kb_ids": [unknown_id]}), 404, "knowledge_base_not_found", str(unknown_id)
+    )
+    other = assert_error(
+        search(api_client, {"query": "x", "kb_ids": [foreign.pk]}), 404, "knowledge_base_not_found", str(foreign.pk)
+    )
+    # No existence leak: apart from the id itself, the two answers are identical.
+    assert unknown["message"].replace(str(unknown_id), "<id>") == other["message"].replace(str(foreign.pk), "<id>")
+    assert unknown["message"] == f"unknown knowledge base id(s): {unknown_id}"
+    assert unknown.get("details") == {"kb_ids": [unknown_id]}
+    assert other.get("details") == {"kb_ids": [foreign.pk]}
+
+
+@pytest.mark.django_db
+def test_own_kb_next_to_a_foreign_kb_names_only_the_foreign_id(api_client, tenant):
+    own = KnowledgeBaseFactory(tenant=tenant)
+    foreign = KnowledgeBaseFactory(tenant=TenantFactory())
+    error = assert_error(
+        search(api_client, {"query": "x", "kb_ids": [own.pk, foreign.pk]}), 404, "knowledge_base_not_found"
+    )
+    assert error["message"] == f"unknown knowledge base id(s): {foreign.pk}"
+
+
+@pytest.mark.django_db
+def test_oversized_body_is_413(api_client):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = json.dumps({"query": "x", "padding": "y" * limit})
+    assert len(body.encode()) > limit
+    response = api_client.post(URL, data=body, content_type="application/json")
+    assert_error(response, 413, "payload_too_large", "larger than the allowed maximum")
+
+
+@pytest.mark.django_db
+def test_body_just_under_the_limit_is_parsed(api_client):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    prefix, suffix = '{"query": "', '"}'
+    body = prefix + "y" * (limit - len(prefix) - len(suffix)) + suffix
+    assert len(body.encode()) == limit
+    # Parsed, then refused by validation (query too long), not by size.
+    assert_error(api_client.post(URL, data=body, content_type="application/json"), 400, "invalid_request", "query")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", ['{"query": "x"', "{'query': 'x'}", '{"query": NaN}', "\xff\xfe"])
+def test_malformed_json_is_400(api_client, body):
+    response = api_client.post(URL, data=body, content_type="application/json")
+    assert_error(response, 400, "malformed_json", "JSON parse error")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ([{"query": "x"}], "Expected a dictionary, but got list"),
+        ("just a string", "Expected a dictionary, but got str"),
+        (42, "Expected a dictionary, but got int"),
+        (None, "No data provided"),
+    ],
+)
+def test_body_that_is_not_an_object_is_400(api_client, body, needle):
+    assert_error(search(api_client, body), 400, "invalid_request", needle)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        ({}, ["query: This field is required."]),
+        ({"top_k": 5}, ["query: This field is required."]),
+        ({"query": ""}, ["query: This field may not be blank."]),
+        ({"query": "   \n\t "}, ["query: This field may not be blank."]),
+        ({"query": None}, ["query: This field may not be null."]),
+        ({"query": "x" * 2001}, ["query:", "2000"]),
+        ({"query": "x", "top_k": 0}, ["top_k:", "greater than or equal to 1"]),
+        ({"query": "x", "top_k": 101}, ["top_k:", "less than or equal to 100"]),
+        ({"query": "x", "top_k": "ten"}, ["top_k: A valid integer is required."]),
+        ({"query": "x", "top_k": 2.5}, ["top_k: A valid integer is required."]),
+        ({"query": "x", "kb_ids": 5}, ["kb_ids:", "list"]),
+        ({"query": "x", "kb_ids": "5"}, ["kb_ids:", "list"]),
+        ({"query": "x", "kb_ids": {"id": 5}}, ["kb_ids:", "list"]),
+        ({"query": "x", "kb_ids": ["five"]}, ["kb_ids:", "valid integer"]),
+        ({"query": "x", "kb_ids": [0]}, ["kb_ids:", "greater than or equal to 1"]),
+        ({"query": "x", "kb_ids": list(range(1, 102))}, ["kb_ids:", "100"]),
+        ({"query": "x", "filters": None}, ["filters: This field may not be null."]),
+    ],
+)
+def test_invalid_parameters_are_400_naming_the_field(api_client, body, needles):
+    assert_error(search(api_client, body), 400, "invalid_request", *needles)
+
+
+@pytest.mark.django_db
+def test_several_invalid_fields_are_all_named(api_client):
+    error = assert_error(search(api_client, {"query": "", "top_k": 0}), 400, "invalid_request", "query:", "top_k:")
+    assert set(error["details"]) == {"query", "top_k"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters, needles, details",
+    [
+        ({"colour": "red"}, ["unknown field 'colour'"], {"field": "colour"}),
+        ({"or": [{"doc_type": "md"}, {"author": "me"}]}, ["filters.or[1]", "unknown field 'author'"], {"field": "author"}),
+        ({"doc_type": {"like": "m%"}}, ["filters.doc_type", "unknown operator 'like'"], {"field": "doc_type", "operator": "like"}),
+        ({"metadata.region": {"between": [1, 2]}}, ["unknown operator 'between'"], {"field": "metadata.region", "operator": "between"}),
+        ({"tags": {"eq": "x"}}, ["unknown operator 'eq' for 'tags'"], {"field": "tags", "operator": "eq"}),
+    ],
+)
+def test_unknown_filter_fields_and_operators_are_named(api_client, filters, needles, details):
+    error = assert_error(search(api_client, {"query": "x", "filters": filters}), 400, "invalid_filter", *needles)
+    assert error["details"] == details
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters, needle",
+    [
+        (["doc_type", "md"], "filters: expected a JSON object, got array"),
+        ({"doc_id": "7"}, "filters.doc_id.eq: expected an integer, got string"),
+        ({"doc_type": {"in": []}}, "filters.doc_type.in: expected a non-empty list"),
+        ({"created_at": {"gte": "yesterday"}}, "'yesterday' is not an ISO date or datetime"),
+        ({"is_active": "yes"}, "expected true or false"),
+        ({"metadata.": 1}, "invalid metadata key"),
+        ({"or": []}, "filters.or: expected a non-empty list"),
+        ({"doc_type": {}}, "empty operator object"),
+    ],
+)
+def test_ill_typed_filters_are_400(api_client, filters, needle):
+    assert_error(search(api_client, {"query": "x", "filters": filters}), 400, "invalid_filter", needle)
+
+
+@pytest.mark.django_db
+def test_wrong_content_type_is_415(api_client):
+    response = api_client.post(URL, data='{"query": "x"}', content_type="text/plain")
+    assert_error(response, 415, "unsupported_media_type", 'Unsupported media type "text/plain"')
+    form = api_client.post(URL, data={"query": "x"}, format="multipart")
+    assert_error(form, 415, "unsupported_media_type", "multipart/form-data")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+def test_other_methods_are_405(api_client, method):
+    response = getattr(api_client, method)(URL)
+    assert_error(response, 405, "method_not_allowed", f'Method "{method.upper()}" not allowed')
+    assert "POST" in response["Allow"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/v1/retrieval/keyword", "/api/v2/retrieval/vector", "/api/", "/api/v1/retrieval/vector/extra"])
+def test_unknown_api_path_is_a_json_404(api_client, path):
+    assert_error(api_client.post(path, data="{}", content_type="application/json"), 404, "not_found", "No such endpoint")
+    assert_error(api_client.get(path), 404, "not_found", "No such endpoint")
+
+
+def test_unknown_api_path_is_a_json_404_without_a_key(client):
+    assert_error(client.get("/api/nope"), 404, "not_found", "No such endpoint")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_query_is_trimmed_before_embedding(corpus):
+    padded = ok_results(search(corpus.client, {"query": "   " + JUPITER + "\n\t"}))
+    exact = ok_results(search(corpus.client, {"query": JUPITER}))
+    assert [(h["chunk_id"], h["score"]) for h in padded] == [(h["chunk_id"], h["score"]) for h in exact]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters",
+    [{"doc_type": "t\u0000xt"}, {"metadata.region": "e\u0000u"}, {"tags": "poli\u0000cy"}],
+    ids=["doc_type", "metadata", "tags"],
+)
+@pytest.mark.xfail(
+    reason="retrieval/filters.py _string() lets NUL characters through; PostgreSQL rejects them and the "
+    "search answers 500 instead of a 400 invalid_filter",
+    strict=True,
+)
+def test_nul_character_in_a_filter_string_is_400_not_500(corpus, client, filters):
+    client.raise_request_exception = False
+    response = client.post(
+        URL,
+        data=json.dumps({"query": "refund", "filters": filters}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=corpus.client._credentials["HTTP_AUTHORIZATION"],
+    )
+    assert_error(response, 400, "invalid_filter", "NUL")
+
+
+# === tenant isolation ==============================================================================
+
+
+@pytest.fixture
+def two_tenants(tmp_path, embedder):
+    """Tenants A and B, each with a KB of the same name holding a document of the same file name."""
+    tenant_a, tenant_b = TenantFactory(), TenantFactory()
+    a = build_corpus(tmp_path, tenant_a, {"shared": {"notes.txt": (KETTLE, {"tags": ["notes"], "metadata": {"region": "eu"}})}})
+    b = build_corpus(tmp_path, tenant_b, {"shared": {"notes.txt": (VAULT, {"tags": ["notes", "secret"], "metadata": {"region": "ch"}})}})
+    return a, b
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_other_tenants_chunks_are_never_returned(two_tenants):
+    a, b = two_tenants
+    b_doc = b.doc("notes.txt")
+    b_chunks = set(Chunk.objects.filter(tenant=b.tenant).values_list("pk", flat=True))
+    assert b_chunks
+
+    # Sanity: B's own search finds B's passage for this query, with a near-perfect score.
+    b_results = ok_results(search(b.client, {"query": VAULT}))
+    assert b_results[0]["chunk_id"] in b_chunks and b_results[0]["score"] > 0.99
+
+    a_doc = a.doc("notes.txt")
+    filter_variants = [
+        None,
+        {"doc_type": "txt"},
+        {"doc_type": {"in": ["txt", "md"]}},
+        {"doc_type": {"ne": "md"}},
+        {"doc_id": b_doc.pk},
+        {"doc_id": {"in": [b_doc.pk, a_doc.pk]}},
+        {"is_active": True},
+        {"created_at": {"gte": "2000-01-01"}},
+        {"tags": "secret"},
+        {"tags": {"any": ["secret", "notes"]}},
+        {"tags": {"all": ["notes", "secret"]}},
+        {"metadata.region": "ch"},
+        {"metadata.region": {"exists": True}},
+        {"metadata.region": {"ne": "eu"}},
+        {"not": {"metadata.region": "eu"}},
+        {"or": [{"metadata.region": "ch"}, {"tags": "secret"}, {"doc_id": b_doc.pk}]},
+    ]
+    for filters in filter_variants:
+        body = {"query": VAULT, "top_k": 100} | ({"filters": filters} if filters is not None else {})
+        results = ok_results(search(a.client, body))
+        assert not {hit["chunk_id"] for hit in results} & b_chunks, filters
+        assert all(hit["doc_id"] != b_doc.pk and hit["kb_id"] != b.kbs["shared"].pk for hit in results), filters
+        assert all("vault" not in hit["content"].lower() for hit in results), filters
+        # Whatever A gets back is A's own passage.
+        assert all(hit["doc_id"] == a_doc.pk for hit in results), filters
+
+    # Naming B's KB explicitly is a 404, not a way in.
+    assert_error(search(a.client, {"query": VAULT, "kb_ids": [b.kbs["shared"].pk]}), 404, "knowledge_base_not_found")
+    # And B does not see A's passage either.
+    b_only = ok_results(search(b.client, {"query": KETTLE, "top_k": 100}))
+    assert {hit["doc_id"] for hit in b_only} == {b_doc.pk}
+
+
+# === over a real socket ============================================================================
+
+
+@pytest.mark.slow
+def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
+    tenant = TenantFactory()
+    build_corpus(tmp_path, tenant, {"manuals": MANUALS})
+    raw_key = create_api_key(tenant=tenant).raw_key
+    url = live_server.url + URL
+
+    with httpx.Client(timeout=60) as http:
+        response = http.post(
+            url,
+            json={"query": "How long does the kettle need to boil water?", "top_k": 2},
+            headers={"Authorization": f"Bearer {raw_key}", "X-Request-ID": "live-test-1"},
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("application/json")
+        assert response.headers["x-request-id"] == "live-test-1"
+        body = response.json()
+        assert body["request_id"] == "live-test-1"
+        assert [Path(hit["source_uri"]).name for hit in body["results"]][0] == "kettle.txt"
+        assert [hit["rank"] for hit in body["results"]] == [1, 2]
+
+        missing = http.post(url, json={"query": "x"}, headers={"X-Request-ID": "bad id with spaces"})
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"] == "Bearer"
+        rid = missing.headers["x-request-id"]
+        assert GENERATED_ID.match(rid)
+        assert missing.json() == {
+            "error": {"code": "missing_api_key", "message": "Authentication credentials were not provided.", "request_id": rid}
+        }
+
+        too_big = http.post(
+            url,
+            content=b'{"query": "' + b"y" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE + b'"}',
+            headers={"Authorization": f"Bearer {raw_key}", "Content-Type": "application/json"},
+        )
+        assert too_big.status_code == 413
+        assert too_big.json()["error"]["code"] == "payload_too_large"
+        assert too_big.json()["error"]["request_id"] == too_big.headers["x-request-id"]
+
+        not_found = http.get(live_server.url + "/api/v1/nothing-here")
+        assert not_found.status_code == 404
+        assert not_found.json()["error"]["code"] == "not_found"
