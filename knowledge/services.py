@@ -37,11 +37,17 @@ def ensure_vector_index(dimension: int) -> None:
     """One partial HNSW cosine index per embedding dimension, built the first time a KB needs it."""
     if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
         raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
-    statement = sql.SQL(
-        "CREATE INDEX IF NOT EXISTS {name} ON knowledge_chunk USING hnsw "
-        "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
-    ).format(name=sql.Identifier(f"chunk_embedding_hnsw_{dimension}"), dim=sql.Literal(dimension))
+    name = f"chunk_embedding_hnsw_{dimension}"
     with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_indexes WHERE tablename = %s AND indexname = %s", [Chunk._meta.db_table, name])
+        if cursor.fetchone():
+            return
+        # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        statement = sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
+            "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
+        ).format(name=sql.Identifier(name), table=sql.Identifier(Chunk._meta.db_table), dim=sql.Literal(dimension))
         cursor.execute(statement.as_string(cursor.cursor))
 
 
@@ -53,6 +59,7 @@ def create_knowledge_base(
     embedding_model: str | None = None,
     chunk_size: int | None = None,
     chunk_overlap: int | None = None,
+    languages: list[str] | None = None,
     description: str = "",
 ) -> KnowledgeBase:
     """A KB with an empty active version 1, sized for its embedding model."""
@@ -66,6 +73,7 @@ def create_knowledge_base(
         embedding_dim=embedder.dimension,
         chunk_size=size,
         chunk_overlap=min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+        languages=list(embedder.languages) if languages is None else languages,
     )
     version = KnowledgeBaseVersion.objects.create(
         knowledge_base=kb,

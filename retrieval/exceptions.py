@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from retrieval.middleware import request_id_of
+from tenants.authentication import InvalidApiKey
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class EmbedderUnavailable(DomainError):
 
 _DRF_CODES = {
     exceptions.NotAuthenticated: "missing_api_key",
-    exceptions.AuthenticationFailed: "invalid_api_key",
+    InvalidApiKey: "invalid_api_key",
     exceptions.PermissionDenied: "forbidden",
     exceptions.ParseError: "malformed_json",
     exceptions.UnsupportedMediaType: "unsupported_media_type",

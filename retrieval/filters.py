@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import CharField, Func, Q
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -45,7 +45,7 @@ MAX_DEPTH = 5
 MAX_CLAUSES = 64
 MAX_LIST_ITEMS = 100
 MAX_STRING = 500
-_METADATA_KEY = re.compile(r"^[^.\s]{1,64}$")
+_METADATA_KEY = re.compile(r"^[^.\s\x00]{1,64}$")
 _LOGICAL = ("and", "or", "not")
 
 _SCALAR_OPS = {"eq", "ne", "in", "nin"}
@@ -177,7 +177,10 @@ class _Compiler:
             return Q(**{f"{alias}__isnull": not _boolean(operand, path)})
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise InvalidFilter(f"{path}: expected a number or string, got {_json_type(operand)}")
-        return Q(**{f"{alias}__{op}": _scalar(operand, path)})
+        # jsonb orders values of different types too (every string < every number): compare like with like.
+        self.aliases[f"{alias}_type"] = Func(transform, function="jsonb_typeof", output_field=CharField())
+        json_type = "string" if isinstance(operand, str) else "number"
+        return Q(**{f"{alias}__{op}": _scalar(operand, path), f"{alias}_type": json_type})
 
 
 def _nest(segments: list[str], value: Any) -> dict:
@@ -208,6 +211,8 @@ def _string(value: Any, path: str) -> str:
         raise InvalidFilter(f"{path}: expected a string, got {_json_type(value)}")
     if len(value) > MAX_STRING:
         raise InvalidFilter(f"{path}: string longer than {MAX_STRING} characters")
+    if "\x00" in value:
+        raise InvalidFilter(f"{path}: strings may not contain NUL characters")
     return value
 
 

@@ -5,7 +5,7 @@ import re
 import uuid
 
 REQUEST_ID_HEADER = "X-Request-ID"
-_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def request_id_of(request) -> str:
@@ -18,7 +18,7 @@ class RequestIdMiddleware:
 
     def __call__(self, request):
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        request.request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        request.request_id = incoming if _VALID_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
         response = self.get_response(request)
         response[REQUEST_ID_HEADER] = request.request_id
         return response

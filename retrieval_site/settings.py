@@ -150,6 +150,7 @@ EMBEDDING_URL = env_str("EMBEDDING_URL")
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY")
 EMBEDDING_TIMEOUT_S = float(env_str("EMBEDDING_TIMEOUT_S", "30"))
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 32)
+EMBEDDING_LANGUAGES = env_list("EMBEDDING_LANGUAGES")  # for models the service does not know, e.g. "zh,en"
 TORCH_THREADS = env_int("TORCH_THREADS", os.cpu_count() or 1)
 
 CHUNK_SIZE_TOKENS = env_int("CHUNK_SIZE_TOKENS", 200)

@@ -6,6 +6,12 @@ from rest_framework import authentication, exceptions, permissions
 from tenants.selectors import api_key_for
 
 
+class InvalidApiKey(exceptions.PermissionDenied):
+    """403, not 401: the client did authenticate, with a key that is not (or no longer) valid."""
+
+    default_code = "invalid_api_key"
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """Reads ``Authorization: Bearer <key>`` (or ``X-API-Key``). Missing key -> 401, bad key -> 403."""
 
@@ -17,7 +23,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         api_key = api_key_for(raw_key)
         if api_key is None:
-            raise exceptions.PermissionDenied("The API key is invalid, expired or revoked.")
+            raise InvalidApiKey("The API key is invalid, expired or revoked.")
         request.tenant = api_key.tenant
         return (api_key.tenant, api_key)
 
@@ -29,7 +35,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if header:
             scheme, _, value = header.partition(" ")
             if scheme.lower() != self.keyword.lower() or not value.strip():
-                raise exceptions.PermissionDenied("The Authorization header must be 'Bearer <api key>'.")
+                raise InvalidApiKey("The Authorization header must be 'Bearer <api key>'.")
             return value.strip()
         value = request.META.get("HTTP_X_API_KEY", "").strip()
         return value or None

@@ -7,6 +7,10 @@ class Tenant(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     is_active = models.BooleanField(default=True)
+    # Query expansion defaults; a request's "expand" options override them.
+    expand_synonyms = models.BooleanField(default=True)
+    expand_spelling = models.BooleanField(default=True)
+    expand_llm = models.BooleanField(default=False, help_text="LLM query rewriting (needs LLM_URL).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

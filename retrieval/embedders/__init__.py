@@ -61,11 +61,17 @@ def _load(model_name: str) -> Embedder:
     )
 
 
+# Languages of known models; others take EMBEDDING_LANGUAGES (empty: unknown, no weight adjustment).
+KNOWN_MODEL_LANGUAGES = {DEFAULT_LOCAL_MODEL: ("en",)}
+
+
 def get_embedder(model_name: str | None = None) -> Embedder:
     name = model_name or settings.EMBEDDING_MODEL
     with _lock:
         if name not in _embedders:
-            _embedders[name] = _load(name)
+            embedder = _load(name)
+            embedder.languages = KNOWN_MODEL_LANGUAGES.get(name, tuple(settings.EMBEDDING_LANGUAGES))
+            _embedders[name] = embedder
         return _embedders[name]
 
 

@@ -11,6 +11,7 @@ class Embedder(ABC):
     model_name: str
     dimension: int
     max_tokens: int  # longest input the model reads; chunks are sized below it
+    languages: tuple[str, ...] = ()  # languages the model was trained for; empty means unknown
 
     @abstractmethod
     def count_tokens(self, text: str) -> int:

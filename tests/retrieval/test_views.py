@@ -18,12 +18,13 @@ import httpx
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, KnowledgeBase
 from tenants.services import create_api_key, revoke_api_key
 from tests.conftest import client_for
-from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
+from tests.factories import KnowledgeBaseFactory, TenantFactory
 
 URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
@@ -75,7 +76,9 @@ def write_files(folder: Path, files: dict[str, tuple[str, dict | None]]) -> Path
 
 def ingest(folder: Path, tenant, kb_name: str) -> KnowledgeBase:
     out = io.StringIO()
-    call_command("ingest", str(folder), tenant=tenant.name, kb=kb_name, no_progress=True, stdout=out, stderr=io.StringIO())
+    call_command(
+        "ingest", str(folder), tenant=tenant.name, kb=kb_name, no_progress=True, stdout=out, stderr=io.StringIO()
+    )
     assert " 0 failed" in out.getvalue(), out.getvalue()
     return KnowledgeBase.objects.get(tenant=tenant, name=kb_name)
 
@@ -201,7 +204,7 @@ def test_the_paraphrased_passage_ranks_first(corpus, query, expected):
     results = ok_results(search(corpus.client, {"query": query}))
     assert file_names(results)[0] == expected
     # A clear margin, not a coin toss: the paraphrase beats the runner-up.
-    assert results[0]["score"] > results[1]["score"] + 0.05
+    assert results[0]["score"] > results[1]["score"] + 0.2
 
 
 @pytest.mark.slow
@@ -285,7 +288,10 @@ def test_doc_type_filters(corpus, filters, expected):
         ({"metadata.region": "eu", "tags": "outdoor"}, {"garden.html"}),
         ({"or": [{"doc_type": "md"}, {"tags": "space"}]}, {"returns.md", "jupiter.txt"}),
         ({"not": {"metadata.region": "eu"}, "doc_type": "txt"}, {"kettle.txt", "jupiter.txt"}),
-        ({"is_active": True, "created_at": {"gte": "2000-01-01"}}, {"returns.md", "kettle.txt", "garden.html", "jupiter.txt"}),
+        (
+            {"is_active": True, "created_at": {"gte": "2000-01-01"}},
+            {"returns.md", "kettle.txt", "garden.html", "jupiter.txt"},
+        ),
         ({"created_at": {"lt": "2000-01-01"}}, set()),
     ],
 )
@@ -321,7 +327,7 @@ def test_missing_key_is_401_with_www_authenticate(client):
 )
 def test_malformed_authorization_header_is_403(client, header):
     response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=header)
-    assert_error(response, 403, "forbidden", "Authorization header must be 'Bearer <api key>'")
+    assert_error(response, 403, "invalid_api_key", "Authorization header must be 'Bearer <api key>'")
     assert "WWW-Authenticate" not in response
 
 
@@ -335,7 +341,7 @@ def test_wrong_revoked_and_expired_keys_are_403(client, tenant):
     unknown = f"rk_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
     for raw_key in [tampered, unknown, "not-a-key", revoked.raw_key, expired.raw_key]:
         response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw_key}")
-        assert_error(response, 403, "forbidden", "invalid, expired or revoked")
+        assert_error(response, 403, "invalid_api_key", "invalid, expired or revoked")
     # The valid key of the same tenant passes authentication (and fails later, on the empty body).
     response = client.post(URL, data="{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {valid}")
     assert_error(response, 400, "invalid_request", "query")
@@ -344,11 +350,13 @@ def test_wrong_revoked_and_expired_keys_are_403(client, tenant):
 @pytest.mark.django_db
 def test_x_api_key_header_is_accepted(client, tenant):
     raw_key = create_api_key(tenant=tenant).raw_key
-    response = client.post(URL, data=json.dumps({"query": "hello"}), content_type="application/json", HTTP_X_API_KEY=raw_key)
+    response = client.post(
+        URL, data=json.dumps({"query": "hello"}), content_type="application/json", HTTP_X_API_KEY=raw_key
+    )
     assert response.status_code == 200
     assert response.json()["results"] == [] and response.json()["total"] == 0  # the tenant has no KB yet
     bad = client.post(URL, data="{}", content_type="application/json", HTTP_X_API_KEY=raw_key + "x")
-    assert_error(bad, 403, "forbidden", "invalid")
+    assert_error(bad, 403, "invalid_api_key", "invalid")
 
 
 @pytest.mark.django_db
@@ -458,9 +466,21 @@ def test_several_invalid_fields_are_all_named(api_client):
     "filters, needles, details",
     [
         ({"colour": "red"}, ["unknown field 'colour'"], {"field": "colour"}),
-        ({"or": [{"doc_type": "md"}, {"author": "me"}]}, ["filters.or[1]", "unknown field 'author'"], {"field": "author"}),
-        ({"doc_type": {"like": "m%"}}, ["filters.doc_type", "unknown operator 'like'"], {"field": "doc_type", "operator": "like"}),
-        ({"metadata.region": {"between": [1, 2]}}, ["unknown operator 'between'"], {"field": "metadata.region", "operator": "between"}),
+        (
+            {"or": [{"doc_type": "md"}, {"author": "me"}]},
+            ["filters.or[1]", "unknown field 'author'"],
+            {"field": "author"},
+        ),
+        (
+            {"doc_type": {"like": "m%"}},
+            ["filters.doc_type", "unknown operator 'like'"],
+            {"field": "doc_type", "operator": "like"},
+        ),
+        (
+            {"metadata.region": {"between": [1, 2]}},
+            ["unknown operator 'between'"],
+            {"field": "metadata.region", "operator": "between"},
+        ),
         ({"tags": {"eq": "x"}}, ["unknown operator 'eq' for 'tags'"], {"field": "tags", "operator": "eq"}),
     ],
 )
@@ -504,9 +524,12 @@ def test_other_methods_are_405(api_client, method):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("path", ["/api/v1/retrieval/keyword", "/api/v2/retrieval/vector", "/api/", "/api/v1/retrieval/vector/extra"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/retrieval/keyword", "/api/v2/retrieval/vector", "/api/", "/api/v1/retrieval/vector/extra"]
+)
 def test_unknown_api_path_is_a_json_404(api_client, path):
-    assert_error(api_client.post(path, data="{}", content_type="application/json"), 404, "not_found", "No such endpoint")
+    response = api_client.post(path, data="{}", content_type="application/json")
+    assert_error(response, 404, "not_found", "No such endpoint")
     assert_error(api_client.get(path), 404, "not_found", "No such endpoint")
 
 
@@ -525,24 +548,46 @@ def test_query_is_trimmed_before_embedding(corpus):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters",
-    [{"doc_type": "t\u0000xt"}, {"metadata.region": "e\u0000u"}, {"tags": "poli\u0000cy"}],
-    ids=["doc_type", "metadata", "tags"],
+    "filters, needle",
+    [
+        ({"doc_type": "t\u0000xt"}, "filters.doc_type.eq: strings may not contain NUL"),
+        ({"metadata.region": "e\u0000u"}, "filters.metadata.region.eq: strings may not contain NUL"),
+        ({"metadata.reg\u0000ion": {"exists": True}}, "invalid metadata key"),
+        ({"tags": "poli\u0000cy"}, "filters.tags.contains: strings may not contain NUL"),
+        ({"doc_type": {"in": ["md", "t\u0000xt"]}}, "strings may not contain NUL"),
+    ],
+    ids=["doc_type", "metadata-value", "metadata-key", "tags", "doc_type-in"],
 )
-@pytest.mark.xfail(
-    reason="retrieval/filters.py _string() lets NUL characters through; PostgreSQL rejects them and the "
-    "search answers 500 instead of a 400 invalid_filter",
-    strict=True,
-)
-def test_nul_character_in_a_filter_string_is_400_not_500(corpus, client, filters):
-    client.raise_request_exception = False
+def test_nul_character_in_a_filter_string_is_400_not_500(corpus, filters, needle):
+    # The tenant has chunks, so an unchecked NUL would reach PostgreSQL (which rejects it: a 500).
+    client = Client(raise_request_exception=False)
     response = client.post(
         URL,
         data=json.dumps({"query": "refund", "filters": filters}),
         content_type="application/json",
-        HTTP_AUTHORIZATION=corpus.client._credentials["HTTP_AUTHORIZATION"],
+        HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=corpus.tenant).raw_key}",
     )
-    assert_error(response, 400, "invalid_filter", "NUL")
+    assert_error(response, 400, "invalid_filter", needle)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "filters",
+    [{"metadata.priority": {"gt": "abc"}}, {"metadata.region": {"lt": 5}}],
+    ids=["number-field-vs-string", "string-field-vs-number"],
+)
+def test_range_filter_never_matches_values_of_another_json_type(corpus, filters):
+    # priority is a number and region a string in every document that has them; jsonb itself orders
+    # every string below every number, so only a same-type guard keeps these empty.
+    assert ok_results(search(corpus.client, {"query": "refund", "filters": filters})) == []
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_string_range_filter_compares_lexically(corpus):
+    results = ok_results(search(corpus.client, {"query": "refund", "filters": {"metadata.region": {"gte": "f"}}}))
+    assert set(file_names(results)) == {"jupiter.txt", "kettle.txt"}  # "intl" and "us" sort after "f"; "eu" before
 
 
 # === tenant isolation ==============================================================================
@@ -552,8 +597,10 @@ def test_nul_character_in_a_filter_string_is_400_not_500(corpus, client, filters
 def two_tenants(tmp_path, embedder):
     """Tenants A and B, each with a KB of the same name holding a document of the same file name."""
     tenant_a, tenant_b = TenantFactory(), TenantFactory()
-    a = build_corpus(tmp_path, tenant_a, {"shared": {"notes.txt": (KETTLE, {"tags": ["notes"], "metadata": {"region": "eu"}})}})
-    b = build_corpus(tmp_path, tenant_b, {"shared": {"notes.txt": (VAULT, {"tags": ["notes", "secret"], "metadata": {"region": "ch"}})}})
+    a_labels = {"tags": ["notes"], "metadata": {"region": "eu"}}
+    b_labels = {"tags": ["notes", "secret"], "metadata": {"region": "ch"}}
+    a = build_corpus(tmp_path, tenant_a, {"shared": {"notes.txt": (KETTLE, a_labels)}})
+    b = build_corpus(tmp_path, tenant_b, {"shared": {"notes.txt": (VAULT, b_labels)}})
     return a, b
 
 
@@ -634,7 +681,11 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
         rid = missing.headers["x-request-id"]
         assert GENERATED_ID.match(rid)
         assert missing.json() == {
-            "error": {"code": "missing_api_key", "message": "Authentication credentials were not provided.", "request_id": rid}
+            "error": {
+                "code": "missing_api_key",
+                "message": "Authentication credentials were not provided.",
+                "request_id": rid,
+            }
         }
 
         too_big = http.post(
@@ -649,3 +700,6 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
         not_found = http.get(live_server.url + "/api/v1/nothing-here")
         assert not_found.status_code == 404
         assert not_found.json()["error"]["code"] == "not_found"
+
+
+

@@ -17,16 +17,24 @@ class Command(BaseCommand):
         parser.add_argument("--model", default=None, help="embedding model for a new knowledge base")
         parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk for a new knowledge base")
         parser.add_argument("--chunk-overlap", type=int, default=None)
+        parser.add_argument(
+            "--languages", default=None, help="languages the model covers, e.g. zh,en (default: known for the model)"
+        )
         parser.add_argument("--no-progress", action="store_true")
 
-    def handle(self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, no_progress, **options):
+    def handle(self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, languages, no_progress, **options):
         try:
             owner = tenant_by_name(tenant)
             files = discover_files(paths)
         except (TenantNotFound, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
         knowledge_base, created = get_or_create_knowledge_base(
-            tenant=owner, name=kb, embedding_model=model, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+            tenant=owner,
+            name=kb,
+            embedding_model=model,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            languages=[code.strip() for code in languages.split(",") if code.strip()] if languages else None,
         )
         if created:
             self.stdout.write(

@@ -16,11 +16,13 @@ class Command(BaseCommand):
         parser.add_argument("--expires-in-days", type=int, default=None)
 
     def handle(self, *args, tenant: str, name: str, expires_in_days: int | None, **options):
+        if expires_in_days is not None and expires_in_days < 1:
+            raise CommandError("--expires-in-days must be at least 1")
         try:
             owner = tenant_by_name(tenant)
         except TenantNotFound as exc:
             raise CommandError(str(exc)) from None
-        expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
+        expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days is not None else None
         issued = create_api_key(tenant=owner, name=name, expires_at=expires_at)
         self.stderr.write(f"API key {issued.api_key.prefix} for tenant {owner.name}; store it now, it is not shown again:")
         self.stdout.write(issued.raw_key)

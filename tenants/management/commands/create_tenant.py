@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
+from tenants.models import Tenant
 from tenants.services import create_tenant
 
 
@@ -11,6 +12,9 @@ class Command(BaseCommand):
         parser.add_argument("name")
 
     def handle(self, *args, name: str, **options):
+        name = name.strip()
+        if not 0 < len(name) <= Tenant._meta.get_field("name").max_length:
+            raise CommandError("a tenant name must have 1 to 100 characters")
         try:
             tenant = create_tenant(name)
         except IntegrityError:

@@ -1,0 +1,153 @@
+"""Helpers shared by the benchmark scripts (not a test module; nothing here touches production code).
+
+Each script does ``import _common`` (its own folder is first on ``sys.path`` when run as
+``.venv/bin/python bench/<name>.py``) and calls :func:`setup_django` before importing project code.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+DATASETS_DIR = REPO_ROOT.parent / "shared" / "datasets"
+
+
+def setup_django() -> None:
+    """Configure Django like manage.py does; SIGTERM becomes SystemExit so ``finally`` blocks clean up."""
+    sys.path.insert(0, str(REPO_ROOT))
+    os.chdir(REPO_ROOT)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retrieval_site.settings")
+    os.environ.setdefault("LC_ALL", "C.UTF-8")
+    os.environ.setdefault("LANG", "C.UTF-8")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    import django
+
+    django.setup()
+
+
+def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                rows.append(json.loads(line))
+                if limit is not None and len(rows) >= limit:
+                    break
+    return rows
+
+
+def machine_info() -> dict:
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    except OSError:
+        pass
+    info = {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model,
+        "mem_total_gb": mem_gb,
+        "python": platform.python_version(),
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "env": {
+            name: os.environ[name]
+            for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_THREADS", "DATABASE_URL")
+            if name in os.environ
+        },
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    return info
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize_ms(seconds: list[float]) -> dict:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p95_ms": round(percentile(ms, 95), 2),
+        "mean_ms": round(statistics.fmean(ms), 2) if ms else None,
+        "max_ms": round(max(ms), 2) if ms else None,
+    }
+
+
+def result_path(name: str) -> Path:
+    return RESULTS_DIR / f"{name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d')}.json"
+
+
+def write_result(name: str, data: dict, *, key: str | None = None) -> Path:
+    """Write ``bench/results/<name>-<date>.json``; with ``key``, merge into ``{"runs": {key: data}}``."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = result_path(name)
+    if key is None:
+        payload = data
+    else:
+        payload = {"runs": {}}
+        if path.exists():
+            try:
+                payload = json.loads(path.read_text())
+                payload.setdefault("runs", {})
+            except ValueError:
+                payload = {"runs": {}}
+        payload["runs"][key] = data
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    return path
+
+
+def print_table(headers: list[str], rows: list[list], title: str | None = None) -> None:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    if title:
+        print(f"\n{title}")
+    line = "  ".join(h.ljust(w) for h, w in zip(cells[0], widths))
+    print(line)
+    print("  ".join("-" * w for w in widths))
+    for row in cells[1:]:
+        print("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths)))
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text.replace("%", "").replace("x", ""))
+        return True
+    except ValueError:
+        return False
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d%H%M%S')}-{os.getpid()}"

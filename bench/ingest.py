@@ -1,0 +1,442 @@
+"""Ingestion throughput end to end vs the raw ``SentenceTransformer.encode`` rate on the same texts.
+
+    .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
+    .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
+    .venv/bin/python bench/ingest.py --profile             # also cProfile one extra, untimed ingestion
+
+What it does:
+  1. writes N corpus documents ("title", blank line, "text") as .txt files into a temp folder, in
+     blocks of --block-docs files (one sub-folder per block);
+  2. creates a throwaway tenant; loads the default embedding model and warms it up (both code
+     paths), plus one small untimed ingestion (ORM, COPY, type registry);
+  3. times parse_file + chunk_sections alone over the same files (this also gives the chunk texts
+     and the embedding flush groups ingestion will produce);
+  4. per round (a fresh KB each) and per block, runs three passes in a rotating order (I R G, R G I,
+     G I R, ...) so a burst of load from other processes hits all of them alike:
+        I  ``Ingester(kb).ingest(discover_files([block_folder]))`` end to end (parse, chunk, embed,
+           COPY), with thin timing wrappers around ``Ingester._prepare``, ``parse_file``,
+           ``chunk_sections``, ``count_tokens``, ``embed_documents``, ``Ingester._write`` and
+           ``_copy_chunks`` (installed by this script only and removed afterwards, < 1 us a call);
+        R  raw ``get_embedder()._model.encode(texts, batch_size=32, normalize_embeddings=True)`` on
+           the block's chunk texts in one call (the texts are checked identical to the rows that
+           ingestion wrote, read back from the database);
+        G  the same encode replayed on ingestion's own flush groups (~256 chunks each), which
+           separates "embedding in small groups" from the rest of the pipeline;
+     the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s;
+  5. deletes the tenant (cascade) and the temp folder.
+
+Writes bench/results/ingest-<date>.json (one entry per dataset under "runs").
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import io
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import _common
+
+DATASETS = {
+    "scifact": _common.DATASETS_DIR / "scifact" / "corpus.jsonl",
+    "cmrc2018": _common.DATASETS_DIR / "cmrc2018" / "corpus.jsonl",
+}
+
+
+class Timings:
+    """Accumulated seconds and call counts of wrapped callables."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - started
+                self.calls[name] += 1
+
+        return wrapper
+
+
+@contextlib.contextmanager
+def instrumented(embedder, timings: Timings, groups: list[list[str]]):
+    """Time the ingestion stages without touching production code; everything is restored on exit."""
+    from knowledge import services
+    from knowledge.services import Ingester
+
+    originals = {
+        "_prepare": Ingester._prepare,
+        "_write": Ingester._write,
+        "parse_file": services.parse_file,
+        "chunk_sections": services.chunk_sections,
+        "_copy_chunks": services._copy_chunks,
+    }
+    embed = embedder.embed_documents
+
+    def recording_embed(texts):
+        groups.append(list(texts))
+        return embed(texts)
+
+    embedder.embed_documents = timings.wrap("embed", recording_embed)
+    embedder.count_tokens = timings.wrap("count_tokens", embedder.count_tokens)
+    Ingester._prepare = timings.wrap("prepare", originals["_prepare"])
+    Ingester._write = timings.wrap("write", originals["_write"])
+    services.parse_file = timings.wrap("parse", originals["parse_file"])
+    services.chunk_sections = timings.wrap("chunk", originals["chunk_sections"])
+    services._copy_chunks = timings.wrap("copy", originals["_copy_chunks"])
+    try:
+        yield
+    finally:
+        Ingester._prepare = originals["_prepare"]
+        Ingester._write = originals["_write"]
+        services.parse_file = originals["parse_file"]
+        services.chunk_sections = originals["chunk_sections"]
+        services._copy_chunks = originals["_copy_chunks"]
+        for name in ("embed_documents", "count_tokens"):
+            embedder.__dict__.pop(name, None)
+
+
+
+ORDERS_WITH_REPLAY = ["IRG", "RGI", "GIR"]
+ORDERS = ["IR", "RI"]
+
+
+def write_corpus(rows: list[dict], folder: Path, block_docs: int) -> tuple[list[Path], int]:
+    blocks: list[Path] = []
+    total = 0
+    for i, row in enumerate(rows):
+        if i % block_docs == 0:
+            blocks.append(folder / f"block-{len(blocks):02d}")
+            blocks[-1].mkdir()
+        title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
+        body = f"{title}\n\n{text}\n" if title else f"{text}\n"
+        (blocks[-1] / f"{i:05d}.txt").write_text(body, encoding="utf-8")
+        total += len(body.encode())
+    return blocks, total
+
+
+def raw_encode(model, texts: list[str]) -> float:
+    started = time.perf_counter()
+    model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    return time.perf_counter() - started
+
+
+def raw_encode_groups(model, groups: list[list[str]]) -> float:
+    started = time.perf_counter()
+    for group in groups:
+        model.encode(group, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    return time.perf_counter() - started
+
+
+def padded_tokens(model, calls: list[list[str]], batch_size: int = 32) -> tuple[int, int]:
+    """(real, padded) token counts the model processes for these encode calls: sentence-transformers
+    sorts each call's texts by character length, cuts batches of ``batch_size`` and pads every batch
+    to its longest member (special tokens included, truncated at max_seq_length)."""
+    tokenizer, limit = model.tokenizer, model.max_seq_length
+    real = padded = 0
+    for texts in calls:
+        ordered = sorted(texts, key=len, reverse=True)
+        for start in range(0, len(ordered), batch_size):
+            batch = ordered[start : start + batch_size]
+            lengths = [min(len(ids), limit) for ids in tokenizer(batch, add_special_tokens=True)["input_ids"]]
+            real += sum(lengths)
+            padded += max(lengths) * len(lengths)
+    return real, padded
+
+
+def flush_groups(per_doc: list[list[str]], flush_at: int) -> list[list[str]]:
+    """The text lists Ingester.ingest hands to embed_documents (it flushes once >= flush_at pending)."""
+    groups, pending = [], []
+    for texts in per_doc:
+        pending.extend(texts)
+        if len(pending) >= flush_at:
+            groups.append(pending)
+            pending = []
+    if pending:
+        groups.append(pending)
+    return groups
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="scifact")
+    parser.add_argument("--docs", type=int, default=1000, help="number of corpus documents (default 1000)")
+    parser.add_argument("--block-docs", type=int, default=200, help="documents per paired block (default 200)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds over all blocks, each into a fresh KB")
+    parser.add_argument(
+        "--replay-groups", action="store_true",
+        help="also time raw encode on ingestion's own flush groups (a third pass per block)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile one extra, untimed ingestion of all docs")
+    parser.add_argument("--profile-top", type=int, default=30)
+    args = parser.parse_args()
+
+    _common.setup_django()
+    from django.conf import settings
+
+    from knowledge import services
+    from knowledge.chunking import chunk_sections
+    from knowledge.models import Chunk
+    from knowledge.parsing import parse_file
+    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from retrieval.embedders import get_embedder
+    from tenants.services import create_tenant
+
+    rows = _common.read_jsonl(DATASETS[args.dataset], limit=args.docs)
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-ingest-{args.dataset}-"))
+    tenant = None
+    result: dict = {"dataset": args.dataset, "docs": len(rows), "rounds": args.rounds, "block_docs": args.block_docs}
+    try:
+        blocks, corpus_bytes = write_corpus(rows, folder, args.block_docs)
+        result["corpus_bytes"] = corpus_bytes
+        started = time.perf_counter()
+        embedder = get_embedder()
+        model = embedder._model
+        result["model"] = embedder.model_name
+        result["model_load_s"] = round(time.perf_counter() - started, 2)
+        result["machine"] = _common.machine_info()
+        result["settings"] = {
+            "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
+            "TORCH_THREADS": settings.TORCH_THREADS,
+            "EMBED_FLUSH_CHUNKS": services.EMBED_FLUSH_CHUNKS,
+        }
+        tenant = create_tenant(_common.unique_name("bench-ingest"))
+
+        # Warm-up: tokenizer, torch kernels and allocator on both code paths, then the DB path.
+        sample = [f"{r.get('title', '')} {r.get('text', '')}" for r in rows[:64]]
+        embedder.embed_documents(sample)
+        model.encode(sample, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+        warm_kb = create_knowledge_base(tenant=tenant, name="warm-up")
+        Ingester(warm_kb).ingest(discover_files([blocks[0]])[:8])
+        chunk_size, chunk_overlap = warm_kb.chunk_size, warm_kb.chunk_overlap
+        result["chunk_size_tokens"], result["chunk_overlap_tokens"] = chunk_size, chunk_overlap
+
+        # Parse + chunk alone, same files and settings as ingestion.
+        parse_s = chunk_s = 0.0
+        block_texts: list[list[str]] = []
+        block_groups: list[list[list[str]]] = []
+        for block in blocks:
+            per_doc = []
+            for source in discover_files([block]):
+                t0 = time.perf_counter()
+                parsed = parse_file(source.path)
+                t1 = time.perf_counter()
+                drafts = chunk_sections(
+                    parsed.sections, count_tokens=embedder.count_tokens, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+                )
+                t2 = time.perf_counter()
+                parse_s += t1 - t0
+                chunk_s += t2 - t1
+                per_doc.append([d.text for d in drafts])
+            block_texts.append([t for texts in per_doc for t in texts])
+            block_groups.append(flush_groups(per_doc, services.EMBED_FLUSH_CHUNKS))
+        all_texts = [t for texts in block_texts for t in texts]
+        n_chunks = len(all_texts)
+        tokens = [embedder.count_tokens(t) for t in all_texts]
+        result.update(
+            chunks=n_chunks,
+            parse_only_s=round(parse_s, 3),
+            chunk_only_s=round(chunk_s, 3),
+            chunk_tokens_mean=round(statistics.fmean(tokens), 1),
+            chunk_tokens_max=max(tokens),
+            chunks_under_32_tokens=sum(t < 32 for t in tokens),
+        )
+        print(
+            f"{args.dataset}: {len(rows)} docs in {len(blocks)} blocks, {corpus_bytes / 1e6:.2f} MB -> {n_chunks} chunks "
+            f"(mean {result['chunk_tokens_mean']} tokens, {result['chunks_under_32_tokens']} under 32); "
+            f"parse {parse_s:.2f} s, chunk {chunk_s:.2f} s",
+            flush=True,
+        )
+
+        real, padded_blocks = padded_tokens(model, block_texts)
+        _, padded_groups = padded_tokens(model, [g for groups in block_groups for g in groups])
+        _, padded_corpus = padded_tokens(model, [all_texts])
+        result["padding"] = {
+            "real_tokens": real,
+            "padded_tokens_one_call_per_block": padded_blocks,
+            "padded_tokens_flush_groups": padded_groups,
+            "padded_tokens_one_call_whole_corpus": padded_corpus,
+        }
+        print(
+            f"tokens the model processes (incl. padding): one call per block {padded_blocks / real:.3f}x real, "
+            f"ingestion's flush groups {padded_groups / real:.3f}x, whole corpus in one call {padded_corpus / real:.3f}x",
+            flush=True,
+        )
+
+        orders = ORDERS_WITH_REPLAY if args.replay_groups else ORDERS
+        totals = {"I": 0.0, "R": 0.0, "G": 0.0}
+        timings = Timings()
+        block_rows = []
+        round_rows = []
+        group_mismatch = 0
+        text_mismatch = 0
+        ingested_chunks = 0
+        step = 0
+        for r in range(1, args.rounds + 1):
+            kb = create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}")
+            round_totals = {"I": 0.0, "R": 0.0, "G": 0.0}
+            for k, block in enumerate(blocks):
+                order = orders[step % len(orders)]
+                step += 1
+                seconds = {}
+                load = os.getloadavg()[0]
+                for p in order:
+                    if p == "I":
+                        groups: list[list[str]] = []
+                        with instrumented(embedder, timings, groups):
+                            started = time.perf_counter()
+                            report = Ingester(kb).ingest(discover_files([block]))
+                            seconds["I"] = time.perf_counter() - started
+                        ingested_chunks += report.chunks
+                        if report.failed or report.chunks != len(block_texts[k]):
+                            print(f"WARNING: block {k}: {report.as_dict()}", file=sys.stderr)
+                        group_mismatch += groups != block_groups[k]
+                    elif p == "R":
+                        seconds["R"] = raw_encode(model, block_texts[k])
+                    else:
+                        seconds["G"] = raw_encode_groups(model, block_groups[k])
+                n = len(block_texts[k])
+                for p in seconds:
+                    totals[p] += seconds[p]
+                    round_totals[p] += seconds[p]
+                block_rows.append(
+                    {
+                        "round": r,
+                        "block": k,
+                        "order": order,
+                        "chunks": n,
+                        "loadavg_1m_before": round(load, 2),
+                        **{f"{p}_s": round(v, 3) for p, v in seconds.items()},
+                        "ratio_I_vs_R": round(seconds["R"] / seconds["I"], 4),
+                    }
+                )
+                replay = f", raw flush groups {n / seconds['G']:.1f}" if "G" in seconds else ""
+                print(
+                    f"round {r} block {k} [{order}]: ingest {n / seconds['I']:.1f}, raw {n / seconds['R']:.1f}{replay} "
+                    f"chunks/s; ratio {seconds['R'] / seconds['I']:.1%} (load {load:.1f})",
+                    flush=True,
+                )
+            written = list(
+                Chunk.objects.filter(knowledge_base=kb).order_by("document__source_uri", "ordinal").values_list("content", flat=True)
+            )
+            text_mismatch += sum(a != b for a, b in zip(written, all_texts)) + abs(len(written) - len(all_texts))
+            round_rows.append(
+                {
+                    "round": r,
+                    **{f"{p}_s": round(v, 3) for p, v in round_totals.items()},
+                    "ratio": round(round_totals["R"] / round_totals["I"], 4),
+                }
+            )
+
+        total_chunks = n_chunks * args.rounds
+        rate = {p: total_chunks / totals[p] for p in totals if totals[p]}
+        ratio = totals["R"] / totals["I"]
+        block_ratios = [b["ratio_I_vs_R"] for b in block_rows]
+        stage_s = {name: round(v, 3) for name, v in sorted(timings.seconds.items())}
+        accounted = timings.seconds["prepare"] + timings.seconds["embed"] + timings.seconds["write"]
+        result.update(
+            texts_identical_to_db_rows=text_mismatch == 0,
+            flush_groups_identical_to_ingestion=group_mismatch == 0,
+            blocks_detail=block_rows,
+            rounds_detail=round_rows,
+            stages_s=stage_s,
+            stage_calls=dict(timings.calls),
+            other_s=round(totals["I"] - accounted, 3),
+            summary={
+                "ingest_chunks_per_s": round(rate["I"], 2),
+                "raw_encode_chunks_per_s": round(rate["R"], 2),
+                "raw_encode_flush_groups_chunks_per_s": round(rate["G"], 2) if "G" in rate else None,
+                "ratio_ingest_vs_raw": round(ratio, 4),
+                "ratio_flush_groups_vs_raw": round(totals["R"] / totals["G"], 4) if "G" in rate else None,
+                "ratio_per_round": [row["ratio"] for row in round_rows],
+                "ratio_per_block_min_median_max": [
+                    min(block_ratios), round(statistics.median(block_ratios), 4), max(block_ratios)
+                ],
+                "goal": 0.85,
+                "goal_met": ratio >= 0.85,
+            },
+        )
+
+        # --- report --------------------------------------------------------------------------------
+        _common.print_table(
+            ["pass (sum over all blocks and rounds)", "seconds", "chunks/s", "vs raw"],
+            [["raw encode, one call per block", f"{totals['R']:.2f}", f"{rate['R']:.1f}", "100.0%"]]
+            + (
+                [["raw encode, ingestion's flush groups", f"{totals['G']:.2f}", f"{rate['G']:.1f}",
+                  f"{totals['R'] / totals['G']:.1%}"]]
+                if "G" in rate
+                else []
+            )
+            + [["ingestion end to end", f"{totals['I']:.2f}", f"{rate['I']:.1f}", f"{ratio:.1%}"]],
+            title=(
+                f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "
+                f"{n_chunks} chunks per round, model {embedder.model_name}"
+            ),
+        )
+        stage_rows = []
+        for name, label in [
+            ("prepare", "prepare (read, md5, sidecar, parse, chunk)"),
+            ("parse", "  of which parse_file"),
+            ("chunk", "  of which chunk_sections"),
+            ("count_tokens", "    of which count_tokens"),
+            ("embed", "embed_documents"),
+            ("write", "write (ORM upsert + delete + COPY, per doc)"),
+            ("copy", "  of which _copy_chunks (COPY)"),
+        ]:
+            seconds = timings.seconds.get(name, 0.0)
+            stage_rows.append([label, f"{seconds:.2f}", f"{seconds / totals['I']:.1%}", timings.calls.get(name, 0)])
+        other = totals["I"] - accounted
+        stage_rows.append(["other (loop, existing-doc query)", f"{other:.2f}", f"{other / totals['I']:.1%}", ""])
+        _common.print_table(["ingestion stage", "seconds", "share", "calls"], stage_rows, title="Where ingestion time goes")
+        summary = result["summary"]
+        print(
+            f"\nsummary: ingest {summary['ingest_chunks_per_s']} chunks/s vs raw encode "
+            f"{summary['raw_encode_chunks_per_s']} chunks/s -> {ratio:.1%} (goal 85 %: "
+            f"{'met' if summary['goal_met'] else 'NOT met'}); per round {summary['ratio_per_round']}, "
+            f"per block min/median/max {summary['ratio_per_block_min_median_max']}; "
+            f"texts identical to DB rows: {text_mismatch == 0}; flush groups as predicted: {group_mismatch == 0}"
+        )
+
+        if args.profile:
+            kb = create_knowledge_base(tenant=tenant, name="ingest-profile")
+            profiler = cProfile.Profile()
+            profiler.enable()
+            Ingester(kb).ingest(discover_files([folder]))
+            profiler.disable()
+            _common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+            stats_path = _common.result_path(f"ingest-profile-{args.dataset}").with_suffix(".pstats")
+            profiler.dump_stats(stats_path)
+            for key in ("tottime", "cumulative"):
+                buffer = io.StringIO()
+                pstats.Stats(profiler, stream=buffer).strip_dirs().sort_stats(key).print_stats(args.profile_top)
+                print(f"\ncProfile of one untimed ingestion, sorted by {key} (full stats: {stats_path}):")
+                print(buffer.getvalue())
+            result["profile_stats"] = str(stats_path)
+
+        path = _common.write_result("ingest", result, key=args.dataset)
+        print(f"\nwrote {path}")
+        return 0
+    finally:
+        if tenant is not None:
+            started = time.perf_counter()
+            tenant.delete()
+            print(f"deleted bench tenant {tenant.name} in {time.perf_counter() - started:.1f} s")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,496 @@
+"""Vector search latency over HTTP at 100k chunks (with and without filters) and HNSW recall@10.
+
+    .venv/bin/python bench/vector_search.py
+    .venv/bin/python bench/vector_search.py --chunks 100000 --requests 300 --recall-queries 200
+
+The 100k rows are synthetic, built from real embeddings (embedding 100k real passages would take
+far too long on this CPU):
+  1. all 5,183 SciFact documents (title + " " + text, truncated by the model at 256 word pieces) are
+     embedded once with the default model; the vectors are cached under bench/results/cache/ (keyed
+     by model, corpus and max_seq_length; --no-cache to skip);
+  2. each synthetic vector is v = normalize(a + 0.35 b + 0.1 g) for random real vectors a, b and a
+     Gaussian g with E|g| = 1 (components N(0, 1/d)); its chunk text is the passage of a;
+  3. rows go into a throwaway tenant / KB / 1,000 documents x 100 chunks with the production binary
+     COPY (``knowledge.services._copy_chunks``), doc_type cycling over txt/md/html/pdf/docx (20 %
+     each) and chunk metadata {"shop_id": i % 20, "campaign_id": i % 200}, so
+     ``metadata.shop_id = 3`` selects 5 % and ``metadata.campaign_id = 7`` selects 0.5 %;
+  4. the HNSW index ``chunk_embedding_hnsw_384`` is dropped before the load and rebuilt after it
+     (timed, with --maintenance-work-mem), then the table is ANALYZEd.
+
+Then: in-process timings (query embedding alone; ``PgVectorIndex.search`` alone per scenario),
+HTTP latency through gunicorn on 127.0.0.1 (``--workers 1 --threads 4`` like ./run) with real SciFact
+queries sent sequentially, the scenarios interleaved query by query so load bursts from other
+processes hit all alike, and recall@10 of HNSW (exact_scan_threshold=1) against exact search
+(exact_scan_threshold huge) within the same scope at several ef_search values.
+
+Cleanup (always): stop gunicorn, delete the tenant (cascade), rebuild the HNSW index over the
+remaining rows, VACUUM ANALYZE. Writes bench/results/vector_search-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import _common
+
+INDEX_NAME = "chunk_embedding_hnsw_384"
+DOC_TYPES = ["txt", "md", "html", "pdf", "docx"]
+SCENARIOS = {
+    "no filter": None,
+    "doc_type = pdf (20 %)": {"doc_type": "pdf"},
+    "metadata.shop_id = 3 (5 %)": {"metadata.shop_id": 3},
+    "metadata.campaign_id = 7 (0.5 %)": {"metadata.campaign_id": 7},
+}
+RECALL_SCENARIOS = ["no filter", "metadata.shop_id = 3 (5 %)", "metadata.campaign_id = 7 (0.5 %)"]
+
+
+# --- data -------------------------------------------------------------------------------------------
+
+
+def real_vectors(embedder, passages: list[str], cache: bool) -> tuple[np.ndarray, float, bool]:
+    """Embeddings of the real passages; (vectors, seconds spent embedding, from cache)."""
+    key = hashlib.sha256(
+        json.dumps([embedder.model_name, embedder._model.max_seq_length, len(passages)]).encode()
+        + hashlib.sha256("\n".join(passages).encode()).digest()
+    ).hexdigest()[:16]
+    path = _common.RESULTS_DIR / "cache" / f"scifact-vectors-{key}.npy"
+    if cache and path.exists():
+        return np.load(path), 0.0, True
+    started = time.perf_counter()
+    vectors = embedder.embed_documents(passages)
+    seconds = time.perf_counter() - started
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, vectors)
+    return vectors, seconds, False
+
+
+def synthesize(real: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(n x d float32 unit vectors, index of the main real component of each)."""
+    d = real.shape[1]
+    a = rng.integers(0, len(real), n)
+    b = rng.integers(0, len(real), n)
+    out = np.empty((n, d), dtype=np.float32)
+    step = 10_000
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        noise = rng.standard_normal((stop - start, d), dtype=np.float32) / np.float32(np.sqrt(d))
+        v = real[a[start:stop]] + np.float32(0.35) * real[b[start:stop]] + np.float32(0.1) * noise
+        out[start:stop] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out, a
+
+
+# --- gunicorn ---------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_gunicorn(port: int, log_path: Path) -> subprocess.Popen:
+    gunicorn = _common.REPO_ROOT / ".venv" / "bin" / "gunicorn"
+    log = open(log_path, "wb")
+    return subprocess.Popen(
+        [str(gunicorn), "retrieval_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
+         "--timeout", "120"],
+        cwd=_common.REPO_ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so stopping it never touches anything else
+    )
+
+
+def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float = 90) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with code {proc.returncode}")
+        try:
+            httpx.post(f"{base_url}/api/v1/retrieval/vector", json={}, timeout=5)
+            return  # any HTTP answer (401 without a key) means it serves
+        except httpx.TransportError:
+            time.sleep(0.25)
+    raise RuntimeError("gunicorn did not answer in time")
+
+
+def stop_gunicorn(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this script created for it
+        proc.wait(timeout=10)
+
+
+# --- main -------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--docs", type=int, default=1000, help="documents to spread the chunks over")
+    parser.add_argument("--requests", type=int, default=300, help="timed HTTP requests per scenario")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed HTTP requests per scenario first")
+    parser.add_argument("--inprocess", type=int, default=100, help="queries for the in-process timings")
+    parser.add_argument("--recall-queries", type=int, default=200)
+    parser.add_argument("--ef", default="40,100,200", help="ef_search values for recall")
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--maintenance-work-mem", default="1GB", help="session setting for the HNSW build")
+    parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--no-cache", action="store_true", help="do not read/write the real-vector cache")
+    args = parser.parse_args()
+    ef_values = [int(x) for x in args.ef.split(",") if x.strip()]
+
+    _common.setup_django()
+    import httpx
+    from django.conf import settings
+    from django.db import connection, transaction
+    from django.db.models.functions import Cast
+    from pgvector.django import CosineDistance, VectorField
+
+    from knowledge import services
+    from knowledge.chunking import ChunkDraft
+    from knowledge.models import Chunk, Document
+    from retrieval.embedders import get_embedder
+    from retrieval.engines.base import SearchScope
+    from retrieval.engines.pgvector_index import PgVectorIndex
+    from retrieval.filters import compile_filters
+    from tenants.services import create_api_key, create_tenant
+
+    class ProbedIndex(PgVectorIndex):
+        """PgVectorIndex that records which plans a search used (HNSW, then exact fallback?)."""
+
+        def search(self, *a, **kw):
+            self.plans = []
+            return super().search(*a, **kw)
+
+        def _plan(self, *, exact, top_k):
+            self.plans.append("exact" if exact else "hnsw")
+            super()._plan(exact=exact, top_k=top_k)
+
+    result: dict = {"config": vars(args), "machine": _common.machine_info()}
+    tenant = None
+    proc = None
+    index_dropped = False
+    workdir = Path(tempfile.mkdtemp(prefix="bench-vector-"))
+    t_start = time.perf_counter()
+    try:
+        # --- 1. real vectors ----------------------------------------------------------------------
+        corpus = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl")
+        passages = [f"{row.get('title', '')} {row.get('text', '')}".strip() for row in corpus]
+        queries = [row["text"] for row in _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "queries.jsonl")]
+        started = time.perf_counter()
+        embedder = get_embedder()
+        result["model"] = embedder.model_name
+        result["model_load_s"] = round(time.perf_counter() - started, 2)
+        embedder.embed_documents(passages[:32])  # warm-up
+        real, embed_s, cached = real_vectors(embedder, passages, cache=not args.no_cache)
+        result["real_passages"] = {"count": len(real), "embed_s": round(embed_s, 1), "from_cache": cached}
+        if not cached:
+            result["real_passages"]["passages_per_s"] = round(len(real) / embed_s, 1)
+        print(f"real vectors: {len(real)} SciFact passages "
+              f"({'from cache' if cached else f'embedded in {embed_s:.0f} s, {len(real) / embed_s:.1f}/s'})", flush=True)
+
+        # --- 2. synthetic rows ----------------------------------------------------------------------
+        rng = np.random.default_rng(args.seed)
+        vectors, main_component = synthesize(real, args.chunks, rng)
+        per_doc = args.chunks // args.docs
+        assert per_doc * args.docs == args.chunks, "--chunks must be a multiple of --docs"
+        contents = [p[:1000] for p in passages]
+
+        tenant = create_tenant(_common.unique_name("bench-vector"))
+        kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
+        version = kb.active_version
+        docs = Document.objects.bulk_create(
+            [
+                Document(
+                    tenant=tenant,
+                    knowledge_base=kb,
+                    source_uri=f"synthetic/{i:05d}.txt",
+                    title=f"synthetic document {i}",
+                    doc_type=DOC_TYPES[i % len(DOC_TYPES)],
+                    status=Document.Status.READY,
+                    chunk_count=per_doc,
+                )
+                for i in range(args.docs)
+            ]
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+            index_dropped = True
+        labels = services._Labels()
+        started = time.perf_counter()
+        with transaction.atomic():
+            for d, doc in enumerate(docs):
+                drafts = []
+                for g in range(d * per_doc, (d + 1) * per_doc):
+                    text = contents[main_component[g]]
+                    drafts.append(ChunkDraft(text=text, token_count=len(text) // 5,
+                                             metadata={"shop_id": g % 20, "campaign_id": g % 200}))
+                services._copy_chunks(kb, version, doc, drafts, vectors[d * per_doc : (d + 1) * per_doc], labels)
+        copy_s = time.perf_counter() - started
+        print(f"COPY {args.chunks} rows in {copy_s:.1f} s ({args.chunks / copy_s:,.0f} rows/s)", flush=True)
+
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW maintenance_work_mem")
+            default_mwm = cursor.fetchone()[0]
+            cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [args.maintenance_work_mem])
+            cursor.execute("SELECT count(*) FROM knowledge_chunk WHERE embedding_dim = 384")
+            indexed_rows = cursor.fetchone()[0]
+            started = time.perf_counter()
+            services.ensure_vector_index(384)
+            index_dropped = False
+            build_s = time.perf_counter() - started
+            cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [default_mwm])
+            started = time.perf_counter()
+            cursor.execute("ANALYZE knowledge_chunk")
+            analyze_s = time.perf_counter() - started
+            cursor.execute("SELECT pg_relation_size(%s), pg_total_relation_size('knowledge_chunk')", [INDEX_NAME])
+            index_bytes, table_bytes = cursor.fetchone()
+        print(f"HNSW build over {indexed_rows} rows: {build_s:.1f} s (maintenance_work_mem {args.maintenance_work_mem}, "
+              f"default {default_mwm}); index {index_bytes / 1e6:.0f} MB; ANALYZE {analyze_s:.1f} s", flush=True)
+        result["load"] = {
+            "chunks": args.chunks,
+            "documents": args.docs,
+            "copy_s": round(copy_s, 2),
+            "copy_rows_per_s": round(args.chunks / copy_s),
+            "hnsw_rows_indexed": indexed_rows,
+            "hnsw_build_s": round(build_s, 1),
+            "hnsw_build_maintenance_work_mem": args.maintenance_work_mem,
+            "server_default_maintenance_work_mem": default_mwm,
+            "hnsw_index_mb": round(index_bytes / 1e6, 1),
+            "table_total_mb": round(table_bytes / 1e6, 1),
+            "analyze_s": round(analyze_s, 2),
+        }
+
+        scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=384)
+        compiled = {name: compile_filters(f) for name, f in SCENARIOS.items()}
+        selectivity = {}
+        for name in SCENARIOS:
+            n = compiled[name].apply(Chunk.objects.filter(tenant_id=tenant.pk, kb_version_id=version.pk)).count()
+            selectivity[name] = n
+        result["scenario_rows"] = selectivity
+
+        # --- 3. in-process: query embedding, index search, plans -------------------------------------
+        timed_queries = queries[args.warmup : args.warmup + args.requests]
+        for q in queries[: args.warmup]:
+            embedder.embed_query(q)
+        embed_times, qvecs = [], []
+        for q in timed_queries[: args.inprocess]:
+            started = time.perf_counter()
+            qvecs.append(embedder.embed_query(q))
+            embed_times.append(time.perf_counter() - started)
+        result["inprocess_query_embedding"] = _common.summarize_ms(embed_times)
+        index = PgVectorIndex()
+        search_times = {name: [] for name in SCENARIOS}
+        for name in SCENARIOS:  # warm-up
+            for qv in qvecs[:5]:
+                index.search(scope, qv, args.top_k, compiled[name])
+        for i, qv in enumerate(qvecs):
+            names = list(SCENARIOS)
+            names = names[i % len(names):] + names[: i % len(names)]
+            for name in names:
+                started = time.perf_counter()
+                index.search(scope, qv, args.top_k, compiled[name])
+                search_times[name].append(time.perf_counter() - started)
+        result["inprocess_index_search"] = {name: _common.summarize_ms(t) for name, t in search_times.items()}
+
+        plans = {}
+        for name in SCENARIOS:
+            candidates = compiled[name].apply(
+                Chunk.objects.filter(tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids,
+                                     embedding_dim=scope.embedding_dim)
+            )
+            distance = CosineDistance(Cast("embedding", VectorField(dimensions=384)), qvecs[0])
+            nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
+            with transaction.atomic():
+                matching = candidates.values("id")[: index.exact_scan_threshold + 1].count()
+                exact = matching <= index.exact_scan_threshold
+                index._plan(exact=exact, top_k=args.top_k)
+                text = nearest[: args.top_k].explain(analyze=True)
+            plans[name] = {
+                "path": "exact" if exact else "hnsw",
+                "uses_hnsw_index": INDEX_NAME in text,
+                "plan": text.splitlines(),
+            }
+        result["plans"] = plans
+
+        # --- 4. HTTP ----------------------------------------------------------------------------------
+        issued = create_api_key(tenant=tenant, name="bench")
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        log_path = workdir / "gunicorn.log"
+        proc = start_gunicorn(port, log_path)
+        started = time.perf_counter()
+        wait_ready(proc, base_url)
+        result["gunicorn_ready_s"] = round(time.perf_counter() - started, 1)
+        headers = {"Authorization": f"Bearer {issued.raw_key}"}
+        http_times = {name: [] for name in SCENARIOS}
+        server_times = {name: [] for name in SCENARIOS}
+        short = {name: 0 for name in SCENARIOS}
+        with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
+
+            def call(query: str, name: str) -> tuple[float, dict]:
+                body = {"query": query, "top_k": args.top_k}
+                if SCENARIOS[name] is not None:
+                    body["filters"] = SCENARIOS[name]
+                t0 = time.perf_counter()
+                response = client.post("/api/v1/retrieval/vector", json=body)
+                elapsed = time.perf_counter() - t0
+                if response.status_code != 200:
+                    raise RuntimeError(f"{name}: HTTP {response.status_code}: {response.text[:300]}")
+                return elapsed, response.json()
+
+            started = time.perf_counter()
+            call(queries[0], "no filter")  # loads the model in the worker
+            result["http_first_request_s"] = round(time.perf_counter() - started, 2)
+            for q in queries[: args.warmup]:
+                for name in SCENARIOS:
+                    call(q, name)
+            for i, q in enumerate(timed_queries):
+                names = list(SCENARIOS)
+                names = names[i % len(names):] + names[: i % len(names)]
+                for name in names:
+                    elapsed, payload = call(q, name)
+                    http_times[name].append(elapsed)
+                    server_times[name].append(payload["latency_ms"] / 1000)
+                    short[name] += payload["total"] < args.top_k
+        result["http"] = {
+            name: {
+                "rows_in_scope": selectivity[name],
+                "client": _common.summarize_ms(http_times[name]),
+                "server_view_latency": _common.summarize_ms(server_times[name]),
+                "responses_with_fewer_than_top_k": short[name],
+            }
+            for name in SCENARIOS
+        }
+        stop_gunicorn(proc)
+        print("HTTP done", flush=True)
+
+        # --- 5. recall@10: HNSW vs exact ---------------------------------------------------------------
+        recall_queries = queries[-args.recall_queries :]
+        recall_vecs = embedder.embed_documents(recall_queries)
+        exact_index = PgVectorIndex(exact_scan_threshold=10**9)
+        recall = {}
+        for name in RECALL_SCENARIOS:
+            truth = [
+                [hit.chunk_id for hit in exact_index.search(scope, qv, args.top_k, compiled[name])] for qv in recall_vecs
+            ]
+            recall[name] = {}
+            for ef in ef_values:
+                probe = ProbedIndex(exact_scan_threshold=1, ef_search=ef)
+                scores, times, fewer, fallbacks = [], [], 0, 0
+                for qv, expected in zip(recall_vecs, truth):
+                    started = time.perf_counter()
+                    hits = probe.search(scope, qv, args.top_k, compiled[name])
+                    times.append(time.perf_counter() - started)
+                    got = {hit.chunk_id for hit in hits}
+                    scores.append(len(got & set(expected)) / max(1, len(expected)))
+                    fewer += len(hits) < args.top_k
+                    fallbacks += probe.plans == ["hnsw", "exact"]
+                recall[name][str(ef)] = {
+                    "recall_at_k": round(statistics.fmean(scores), 4),
+                    "min_recall": round(min(scores), 2),
+                    "queries_with_fewer_than_k": fewer,
+                    "exact_fallbacks": fallbacks,
+                    "search": _common.summarize_ms(times),
+                }
+            print(f"recall {name}: " + ", ".join(f"ef {ef} {recall[name][str(ef)]['recall_at_k']:.3f}" for ef in ef_values),
+                  flush=True)
+        result["recall"] = {"queries": len(recall_vecs), "k": args.top_k, "by_scenario": recall}
+
+        # --- report -----------------------------------------------------------------------------------------
+        load = result["load"]
+        _common.print_table(
+            ["step", "value"],
+            [
+                ["real passages embedded", f"{len(real)} ({'cache' if cached else f'{embed_s:.0f} s'})"],
+                ["rows loaded by COPY", f"{args.chunks:,} in {copy_s:.1f} s ({load['copy_rows_per_s']:,} rows/s)"],
+                ["HNSW build (after load)", f"{build_s:.1f} s over {indexed_rows:,} rows, {load['hnsw_index_mb']} MB"],
+                ["ANALYZE", f"{analyze_s:.1f} s"],
+            ],
+            title="Load",
+        )
+        rows = []
+        for name in SCENARIOS:
+            h = result["http"][name]
+            rows.append([
+                name, f"{selectivity[name]:,}", plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
+                h["client"]["p50_ms"], h["client"]["p95_ms"], h["client"]["mean_ms"],
+                h["server_view_latency"]["p50_ms"], result["inprocess_index_search"][name]["p50_ms"],
+                h["responses_with_fewer_than_top_k"],
+            ])
+        _common.print_table(
+            ["scenario", "rows", "plan", "HTTP p50", "p95", "mean", "view p50", "index p50", "<k"],
+            rows,
+            title=(
+                f"HTTP latency (ms), {args.requests} sequential requests per scenario, top_k={args.top_k}; "
+                f"query embedding alone in-process p50 {result['inprocess_query_embedding']['p50_ms']} ms"
+            ),
+        )
+        rows = []
+        for name in RECALL_SCENARIOS:
+            for ef in ef_values:
+                r = recall[name][str(ef)]
+                rows.append([name, ef, f"{r['recall_at_k']:.3f}", r["min_recall"], r["queries_with_fewer_than_k"],
+                             r["exact_fallbacks"], r["search"]["p50_ms"]])
+        _common.print_table(
+            ["scope", "ef_search", "recall@10", "min", "<10 rows", "exact fallbacks", "search p50 ms"],
+            rows,
+            title=f"HNSW recall@{args.top_k} vs exact, {len(recall_vecs)} queries",
+        )
+        return 0
+    finally:
+        if proc is not None:
+            stop_gunicorn(proc)
+            log_path = workdir / "gunicorn.log"
+            if proc.returncode not in (0, -signal.SIGTERM) and log_path.exists():
+                print("gunicorn log tail:\n" + log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
+        cleanup = {}
+        if tenant is not None:
+            started = time.perf_counter()
+            tenant.delete()
+            cleanup["tenant_delete_s"] = round(time.perf_counter() - started, 1)
+        # Leave a fresh index over what remains (the deleted rows would otherwise sit in the graph).
+        from django.db import connection
+        from knowledge import services
+
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            if not index_dropped:
+                cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
+            services.ensure_vector_index(384)
+            cursor.execute("VACUUM ANALYZE knowledge_chunk")
+        cleanup["index_rebuild_and_vacuum_s"] = round(time.perf_counter() - started, 1)
+        print(f"cleanup: {cleanup}")
+        result["cleanup"] = cleanup
+        result["total_s"] = round(time.perf_counter() - t_start, 1)
+        if "recall" in result:
+            path = _common.write_result("vector_search", result)
+            print(f"wrote {path} (total {result['total_s']} s)")
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

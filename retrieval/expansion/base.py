@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueryVariant:
+    """A query the retrievers run; its ``weight`` multiplies its lists' contributions in fusion."""
+
+    text: str
+    weight: float
+    origin: str  # "original", "synonym", "spelling" or "llm"
+
+
+@dataclass(frozen=True)
+class ExpansionContext:
+    tenant_id: int
+    version_ids: tuple[int, ...]  # the active KB versions being searched (spelling uses their vocabulary)
+    max_expansions: int
+
+
+class ExpansionError(Exception):
+    """An expander failed; the search goes on with the other variants and reports ``cause``."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+        self.message = message
+
+
+class QueryExpander(ABC):
+    name: str  # "synonyms", "spelling", "llm": the switch names in requests and tenant settings
+
+    @abstractmethod
+    def expand(self, query: str, context: ExpansionContext) -> list[QueryVariant]:
+        """Extra variants of ``query`` (never the original itself), at most ``context.max_expansions``."""
