@@ -1,12 +1,13 @@
 from django.contrib import admin
 
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
+from knowledge.services import delete_document
 
 
 class VersionInline(admin.TabularInline):
     model = KnowledgeBaseVersion
     extra = 0
-    fields = ["number", "status", "embedding_model", "embedding_dim", "created_at"]
+    fields = ["number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "created_at"]
     readonly_fields = fields
     can_delete = False
 
@@ -27,6 +28,13 @@ class DocumentAdmin(admin.ModelAdmin):
     search_fields = ["source_uri", "title"]
     readonly_fields = ["content_md5", "chunk_count", "created_at", "updated_at", "error"]
 
+    def delete_model(self, request, obj):
+        delete_document(obj)
+
+    def delete_queryset(self, request, queryset):
+        for document in queryset:
+            delete_document(document)
+
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin):
@@ -36,3 +44,20 @@ class ChunkAdmin(admin.ModelAdmin):
     exclude = ["embedding"]
     readonly_fields = ["document", "kb_version", "tenant", "knowledge_base", "content_hash", "token_count", "embedding_dim"]
     list_select_related = ["document"]
+
+
+@admin.register(DictionaryTerm)
+class DictionaryTermAdmin(admin.ModelAdmin):
+    """Protected terms change tokenization: rebuild the keyword index afterwards
+    (``manage.py rebuild_lexical_index``); searches say so until then."""
+
+    list_display = ["value", "kind", "tenant", "note", "created_at"]
+    list_filter = ["kind", "tenant"]
+    search_fields = ["value", "note"]
+
+
+@admin.register(Synonym)
+class SynonymAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "kind", "weight", "is_active", "tenant"]
+    list_filter = ["kind", "is_active", "tenant"]
+    search_fields = ["terms", "replacements"]

@@ -1,9 +1,14 @@
 """Reads for knowledge bases."""
 from __future__ import annotations
 
-from knowledge.models import KnowledgeBase
+from typing import TYPE_CHECKING
+
+from knowledge.models import DictionaryTerm, KnowledgeBase
 from retrieval.exceptions import KnowledgeBaseNotFound
 from tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from retrieval.analysis import Analyzer
 
 
 def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
@@ -23,3 +28,11 @@ def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) 
             f"unknown knowledge base id(s): {', '.join(map(str, missing))}", details={"kb_ids": missing}
         )
     return found
+
+
+def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
+    """The analyzer with the tenant's protected terms (one small query; analyzers are cached)."""
+    from retrieval.analysis import DictionaryEntry, analyzer_for
+
+    entries = DictionaryTerm.objects.filter(tenant_id=tenant_id).values_list("kind", "value")
+    return analyzer_for(DictionaryEntry(kind=kind, value=value) for kind, value in entries)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from pgvector.psycopg import register_vector
 from psycopg import sql
@@ -18,8 +19,11 @@ from psycopg.types.json import Jsonb
 
 from knowledge.chunking import ChunkDraft, chunk_sections
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.selectors import analyzer_for_tenant
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
 from retrieval.embedders import Embedder, EmbeddingError, get_embedder
+from retrieval.engines import get_lexical_index
+from retrieval.engines.base import LexicalDocument
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -181,6 +185,7 @@ class _PendingDocument:
     doc_type: str
     labels: _Labels
     drafts: list[ChunkDraft]
+    analyzed: list[str]  # each draft's text as the lexical index stores it
 
 
 class Ingester:
@@ -193,6 +198,7 @@ class Ingester:
         self._on_progress = on_progress or (lambda done: None)
         self._pending: list[_PendingDocument] = []
         self._embedder: Embedder | None = None
+        self.analyzer = analyzer_for_tenant(kb.tenant_id)
 
     @property
     def embedder(self) -> Embedder:
@@ -237,7 +243,8 @@ class Ingester:
             self._fail(source, existing, "no text found")
             return
         title = labels.title or parsed.title
-        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts))
+        analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
+        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed))
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
         """Record the failure; a previously ingested version of the file stays searchable."""
@@ -259,6 +266,8 @@ class Ingester:
         self._on_progress(1)
 
     def _flush(self) -> None:
+        """Embed the pending documents together, then swap each one's chunks (rows and lexical
+        entries) in one transaction; a failure leaves every previous version in place."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -269,14 +278,21 @@ class Ingester:
             for doc in pending:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
-        offset = 0
-        for doc in pending:
-            self._write(doc, vectors[offset : offset + len(doc.drafts)])
-            offset += len(doc.drafts)
+        written: list[tuple[Document, bool]] = []
+        with transaction.atomic():
+            offset = 0
+            for doc in pending:
+                written.append(self._write(doc, vectors[offset : offset + len(doc.drafts)]))
+                offset += len(doc.drafts)
+            self._index_lexically([document for document, _ in written], pending)
+            bump_revision(self.version)
+        for (document, created), doc in zip(written, pending, strict=True):
+            self.report.added += created
+            self.report.replaced += not created
+            self.report.chunks += len(doc.drafts)
             self._on_progress(1)
 
-    @transaction.atomic
-    def _write(self, pending: _PendingDocument, vectors) -> None:
+    def _write(self, pending: _PendingDocument, vectors) -> tuple[Document, bool]:
         doc, created = Document.objects.update_or_create(
             knowledge_base=self.kb,
             source_uri=pending.source.source_uri,
@@ -294,11 +310,41 @@ class Ingester:
         )
         Chunk.objects.filter(document=doc).delete()
         _copy_chunks(self.kb, self.version, doc, pending.drafts, vectors, pending.labels)
-        if created:
-            self.report.added += 1
-        else:
-            self.report.replaced += 1
-        self.report.chunks += len(pending.drafts)
+        return doc, created
+
+    def _index_lexically(self, documents: list[Document], pending: list[_PendingDocument]) -> None:
+        analyzed = {
+            (document.pk, ordinal): text
+            for document, doc in zip(documents, pending, strict=True)
+            for ordinal, text in enumerate(doc.analyzed)
+        }
+        rows = Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal")
+        get_lexical_index().replace_documents(
+            self.version.pk,
+            [document.pk for document in documents],
+            [
+                LexicalDocument(chunk_id=chunk_id, doc_id=doc_id, tenant_id=self.kb.tenant_id, text=analyzed[(doc_id, ordinal)])
+                for chunk_id, doc_id, ordinal in rows
+            ],
+            analyzer_version=self.analyzer.version,
+            dictionary_fingerprint=self.analyzer.dictionary_fingerprint,
+        )
+
+
+def bump_revision(version: KnowledgeBaseVersion) -> None:
+    """Every content change gets a new revision, so caches and vocabularies keyed on it expire."""
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(revision=F("revision") + 1)
+
+
+@transaction.atomic
+def delete_document(document: Document) -> None:
+    """Remove a document with its chunks from the database and the lexical index together."""
+    version_ids = set(document.chunks.values_list("kb_version_id", flat=True).distinct())
+    for version_id in version_ids:
+        get_lexical_index().delete_documents(version_id, [document.pk])
+    document.delete()
+    for version in KnowledgeBaseVersion.objects.filter(pk__in=version_ids):
+        bump_revision(version)
 
 
 def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:
@@ -373,3 +419,23 @@ def _copy_chunks(kb, version, doc: Document, drafts: list[ChunkDraft], vectors, 
                         Jsonb(metadata),
                     )
                 )
+
+
+def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
+    """Re-analyze every chunk of a version from the database into a fresh lexical index (after an
+    analyzer or dictionary change, or to repair the index); returns the number of chunks."""
+    tenant_id = version.knowledge_base.tenant_id
+    analyzer = analyzer_for_tenant(tenant_id)
+    rows = (
+        Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
+        .values_list("id", "document_id", "content")
+        .iterator(chunk_size=2000)
+    )
+    count = get_lexical_index().rebuild(
+        version.pk,
+        (LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content)) for chunk_id, doc_id, content in rows),
+        analyzer_version=analyzer.version,
+        dictionary_fingerprint=analyzer.dictionary_fingerprint,
+    )
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(analyzer_version=analyzer.version, revision=F("revision") + 1)
+    return count

@@ -42,6 +42,11 @@ class EmbedderUnavailable(DomainError):
     code = "embedder_unavailable"
 
 
+class LexicalIndexUnavailable(DomainError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "lexical_index_unavailable"
+
+
 _DRF_CODES = {
     exceptions.NotAuthenticated: "missing_api_key",
     InvalidApiKey: "invalid_api_key",

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import CharField, Func, Q
-from django.db.models.fields.json import KeyTransform
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import BooleanField, CharField, ExpressionWrapper, F, Func, JSONField, Q, TextField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -166,21 +168,35 @@ class _Compiler:
             values = [_scalar(item, path) for item in _list(operand, path)] if op in ("in", "nin") else [_scalar(operand, path)]
             q = Q()
             for item in values:
+                # Containment (GIN-indexed): the value itself, or a list holding it.
                 q |= Q(metadata__contains=_nest(segments, item))
+                if item is not None:
+                    q |= Q(metadata__contains=_nest(segments, [item]))
             return ~q if op in ("ne", "nin") else q
         alias = f"_filter_metadata_{next(self._alias_ids)}"
-        transform: Any = "metadata"
-        for segment in segments:
-            transform = KeyTransform(segment, transform)
-        self.aliases[alias] = transform
+        # `metadata #> '{a,b}'` reads object keys even when they look like numbers (`->` would index arrays).
+        value = Func(
+            F("metadata"),
+            Value(segments, output_field=ArrayField(TextField())),
+            template="(%(expressions)s)",
+            arg_joiner=" #> ",
+            output_field=JSONField(),
+        )
         if op == "exists":
+            self.aliases[alias] = value
             return Q(**{f"{alias}__isnull": not _boolean(operand, path)})
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise InvalidFilter(f"{path}: expected a number or string, got {_json_type(operand)}")
-        # jsonb orders values of different types too (every string < every number): compare like with like.
-        self.aliases[f"{alias}_type"] = Func(transform, function="jsonb_typeof", output_field=CharField())
+        # jsonb orders values of different types too (every string < every number): compare like with
+        # like. Coalesce makes a missing key false rather than NULL, so `not` is the exact complement.
         json_type = "string" if isinstance(operand, str) else "number"
-        return Q(**{f"{alias}__{op}": _scalar(operand, path), f"{alias}_type": json_type})
+        condition = Q(
+            **{f"{alias}_value__{op}": _scalar(operand, path), f"{alias}_type": json_type}
+        )
+        self.aliases[f"{alias}_value"] = value
+        self.aliases[f"{alias}_type"] = Func(value, function="jsonb_typeof", output_field=CharField())
+        self.aliases[alias] = Coalesce(ExpressionWrapper(condition, output_field=BooleanField()), Value(False))
+        return Q(**{alias: True})
 
 
 def _nest(segments: list[str], value: Any) -> dict:
@@ -233,6 +249,8 @@ def _boolean(value: Any, path: str) -> bool:
 def _scalar(value: Any, path: str) -> Any:
     if isinstance(value, str):
         return _string(value, path)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidFilter(f"{path}: number out of range")
     if value is None or isinstance(value, (bool, int, float)):
         return value
     raise InvalidFilter(f"{path}: expected a string, number, boolean or null, got {_json_type(value)}")

@@ -160,6 +160,43 @@ CHUNK_OVERLAP_TOKENS = env_int("CHUNK_OVERLAP_TOKENS", 32)
 VECTOR_EXACT_SCAN_THRESHOLD = env_int("VECTOR_EXACT_SCAN_THRESHOLD", 4000)
 HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 100)
 
+# --- Lexical search -----------------------------------------------------------------------
+ELASTICSEARCH_URL = env_str("ELASTICSEARCH_URL")  # set: Elasticsearch; unset: embedded tantivy
+ELASTICSEARCH_INDEX_PREFIX = env_str("ELASTICSEARCH_INDEX_PREFIX", "retrieval")
+# tantivy indexes live per database, so test databases never read the service's indexes.
+LEXICAL_INDEX_DIR = Path(env_str("LEXICAL_INDEX_DIR") or VAR_DIR / "lexical" / DATABASES["default"]["NAME"])
+ANALYZER_STOPWORDS = env_list("ANALYZER_STOPWORDS")  # replaces Lucene's English stopwords when set
+ANALYZER_EXTRA_STOPWORDS = env_list("ANALYZER_EXTRA_STOPWORDS")
+# With filters, BM25 searches within the matching chunk ids when there are at most this many.
+LEXICAL_FILTER_MAX_IDS = env_int("LEXICAL_FILTER_MAX_IDS", 50000)
+
+# --- Hybrid search --------------------------------------------------------------------------
+RRF_K = env_int("RRF_K", 60)
+SEARCH_CANDIDATES = env_int("SEARCH_CANDIDATES", 50)  # depth of each retriever's list before fusion
+SEARCH_WEIGHTS = {
+    "vector": float(env_str("SEARCH_WEIGHT_VECTOR", "1.0")),
+    "bm25": float(env_str("SEARCH_WEIGHT_BM25", "1.0")),
+}
+# Dense weight for queries in a language the KB's embedding model does not cover (0 skips the leg).
+DENSE_WEIGHT_FLOOR = float(env_str("DENSE_WEIGHT_FLOOR", "0.0"))
+
+# --- Query expansion -------------------------------------------------------------------------
+SPELLING_WEIGHT = float(env_str("SPELLING_WEIGHT", "0.7"))
+LLM_URL = env_str("LLM_URL")  # OpenAI-compatible chat endpoint for optional query rewriting
+LLM_MODEL = env_str("LLM_MODEL")
+LLM_API_KEY = env_str("LLM_API_KEY")
+LLM_TIMEOUT_S = float(env_str("LLM_TIMEOUT_S", "3.0"))
+LLM_WEIGHT = float(env_str("LLM_WEIGHT", "0.6"))
+
+# --- Reranking -------------------------------------------------------------------------------
+RERANKER_URL = env_str("RERANKER_URL")  # remote /v1/rerank (llama.cpp, TEI, vLLM, Xinference, SiliconFlow)
+RERANKER_MODEL = env_str("RERANKER_MODEL")  # or a local CrossEncoder folder
+RERANKER_API_KEY = env_str("RERANKER_API_KEY")
+RERANKER_TIMEOUT_S = float(env_str("RERANKER_TIMEOUT_S", "2.0"))
+RERANKER_RETRIES = env_int("RERANKER_RETRIES", 1)
+RERANKER_MAX_TOKENS = env_int("RERANKER_MAX_TOKENS", 256)
+RERANK_TOP_N = env_int("RERANK_TOP_N", 30)  # only the head of the fused list is reranked
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -9,7 +9,7 @@ class Tenant(models.Model):
     is_active = models.BooleanField(default=True)
     # Query expansion defaults; a request's "expand" options override them.
     expand_synonyms = models.BooleanField(default=True)
-    expand_spelling = models.BooleanField(default=True)
+    expand_spelling = models.BooleanField(default=False, help_text="Spelling correction against the KB vocabulary.")
     expand_llm = models.BooleanField(default=False, help_text="LLM query rewriting (needs LLM_URL).")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -30,3 +30,79 @@ class VectorIndex(ABC):
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter
     ) -> list[VectorHit]:
         """The ``top_k`` nearest chunks in scope that pass ``filters``, best first."""
+
+
+@dataclass(frozen=True)
+class LexicalDocument:
+    """One chunk as a lexical backend stores it: ``text`` is already analyzed (tokens joined by spaces)."""
+
+    chunk_id: int
+    doc_id: int
+    tenant_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    chunk_id: int
+    score: float  # BM25; comparable only within one index
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """What built an index: a different analyzer version means the index must be rebuilt."""
+
+    analyzer_version: str
+    dictionary_fingerprint: str
+    num_docs: int
+
+
+class LexicalIndexError(Exception):
+    """The lexical backend cannot serve (down, missing or incompatible index); ``cause`` is for ``degraded``."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+        self.message = message
+
+
+class LexicalIndex(ABC):
+    """BM25 over pre-analyzed text, one index per KB version; tenant filters never change scores."""
+
+    name: str
+
+    @abstractmethod
+    def replace_documents(
+        self,
+        version_id: int,
+        doc_ids: list[int],
+        chunks: list[LexicalDocument],
+        *,
+        analyzer_version: str,
+        dictionary_fingerprint: str,
+    ) -> None:
+        """Drop every entry of ``doc_ids`` and add ``chunks``, committed together."""
+
+    @abstractmethod
+    def delete_documents(self, version_id: int, doc_ids: list[int]) -> None:
+        """Drop every entry of ``doc_ids`` (no-op when the version has no index)."""
+
+    @abstractmethod
+    def rebuild(
+        self, version_id: int, chunks, *, analyzer_version: str, dictionary_fingerprint: str
+    ) -> int:
+        """Replace the whole index of a version with ``chunks`` (an iterable); returns the count."""
+
+    @abstractmethod
+    def drop(self, version_id: int) -> None:
+        """Delete a version's index (no-op when absent)."""
+
+    @abstractmethod
+    def state(self, version_id: int) -> IndexState | None:
+        """None when the version has no index yet."""
+
+    @abstractmethod
+    def search(
+        self, version_id: int, tenant_id: int, tokens: list[str], limit: int, allowed_chunk_ids: list[int] | None
+    ) -> list[LexicalHit]:
+        """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given."""

@@ -19,8 +19,10 @@ from retrieval.filters import CompiledFilter
 
 class PgVectorIndex(VectorIndex):
     def __init__(self, *, exact_scan_threshold: int | None = None, ef_search: int | None = None):
-        self.exact_scan_threshold = exact_scan_threshold or settings.VECTOR_EXACT_SCAN_THRESHOLD
-        self.ef_search = ef_search or settings.HNSW_EF_SEARCH
+        self.exact_scan_threshold = (
+            settings.VECTOR_EXACT_SCAN_THRESHOLD if exact_scan_threshold is None else exact_scan_threshold
+        )
+        self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
 
     def search(
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter
@@ -34,16 +36,20 @@ class PgVectorIndex(VectorIndex):
         distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
         nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
         with transaction.atomic():
-            matching = candidates.values("id")[: self.exact_scan_threshold + 1].count()
+            matching = candidates.order_by().values("id")[: self.exact_scan_threshold + 1].count()
             if matching == 0:
                 return []
             exact = matching <= self.exact_scan_threshold
-            self._plan(exact=exact, top_k=top_k)
-            rows = list(nearest[:top_k])
-            if not exact and len(rows) < top_k:
-                # The graph walk hit its scan budget before finding enough rows; be exact instead.
-                self._plan(exact=True, top_k=top_k)
+            try:
+                self._plan(exact=exact, top_k=top_k)
                 rows = list(nearest[:top_k])
+                if not exact and len(rows) < top_k:
+                    # The graph walk hit its scan budget before finding enough rows; be exact instead.
+                    self._plan(exact=True, top_k=top_k)
+                    rows = list(nearest[:top_k])
+            finally:
+                # set_config(..., true) lasts until the outermost transaction ends: restore the planner.
+                self._plan(exact=False, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id=chunk_id, score=1.0 - float(dist)) for chunk_id, dist in rows]

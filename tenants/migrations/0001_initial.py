@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
                 ('name', models.CharField(max_length=100, unique=True)),
                 ('is_active', models.BooleanField(default=True)),
                 ('expand_synonyms', models.BooleanField(default=True)),
-                ('expand_spelling', models.BooleanField(default=True)),
+                ('expand_spelling', models.BooleanField(default=False, help_text='Spelling correction against the KB vocabulary.')),
                 ('expand_llm', models.BooleanField(default=False, help_text='LLM query rewriting (needs LLM_URL).')),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
             ],

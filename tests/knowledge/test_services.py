@@ -4,7 +4,7 @@ from django.db import connection
 from knowledge import services
 from knowledge.models import Chunk, Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
-from retrieval.selectors import vector_search
+from retrieval.selectors import SearchRequest, search
 from tests.factories import TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -159,7 +159,7 @@ def test_ingested_text_is_found_by_vector_search(kb, tmp_path):
     (tmp_path / "lock.md").write_text("# Smart lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
     (tmp_path / "bulb.md").write_text("# Bulb\n\nThe SKY-20031 bulb supports warm and cold white light.")
     ingest(kb, tmp_path)
-    hits = vector_search(tenant=kb.tenant, query="how thick can the door be for the smart lock", top_k=2)
+    hits = search(kb.tenant, SearchRequest(mode="vector", query="how thick can the door be for the smart lock", top_k=2)).results
     assert hits[0].source_uri.endswith("lock.md")
 
 
@@ -177,5 +177,5 @@ def test_search_sees_only_the_callers_tenant(kb, tmp_path):
     other_kb = create_knowledge_base(tenant=TenantFactory(), name="docs")
     (tmp_path / "secret.txt").write_text("The other tenant's secret launch date is 2027-03-01.")
     ingest(other_kb, tmp_path / "secret.txt")
-    hits = vector_search(tenant=kb.tenant, query="secret launch date", top_k=10)
+    hits = search(kb.tenant, SearchRequest(mode="vector", query="secret launch date", top_k=10)).results
     assert hits == []

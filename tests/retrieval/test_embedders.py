@@ -16,7 +16,7 @@ from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval import embedders
 from retrieval.embedders import EmbeddingError, get_embedder
 from retrieval.embedders.openai_embedder import OpenAICompatibleEmbedder
-from retrieval.selectors import vector_search
+from retrieval.selectors import SearchRequest, search
 
 pytestmark = pytest.mark.slow
 
@@ -135,12 +135,12 @@ def test_a_kb_is_searched_with_the_model_that_built_it(tenant, tmp_path, remote_
     Ingester(remote_kb).ingest(discover_files([tmp_path]))
 
     embedding_server.requests.clear()
-    hits = vector_search(tenant=tenant, query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])
+    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])).results
     assert [hit.kb_id for hit in hits] == [remote_kb.pk]
     assert [r["body"]["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
 
     embedding_server.requests.clear()
-    hits = vector_search(tenant=tenant, query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])
+    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])).results
     assert [hit.kb_id for hit in hits] == [local_kb.pk]
     assert embedding_server.requests == []
 

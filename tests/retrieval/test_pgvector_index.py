@@ -48,7 +48,7 @@ def add_chunks(document, vectors, *, version=None, **fields) -> list[Chunk]:
     """Bulk-insert one chunk per vector; a list value (except ``tags``) gives one value per row."""
     chunks = []
     for i, vector in enumerate(vectors):
-        row = {name: (value[i] if isinstance(value, list) and name != "tags" else value) for name, value in fields.items()}
+        row = {k: (v[i] if isinstance(v, list) and k != "tags" else v) for k, v in fields.items()}
         if version is not None:
             row["kb_version"] = version
         chunks.append(ChunkFactory.build(document=document, embedding=np.asarray(vector, dtype=np.float32), **row))
@@ -74,8 +74,11 @@ def assert_same_ranking(hits, expected):
 
 
 def plans(queries) -> list[str]:
-    """The enable_indexscan values a search set, in order ('off' = exact scan, 'on' = HNSW allowed)."""
-    return ["off" if "'off'" in q["sql"] else "on" for q in queries if "enable_indexscan" in q["sql"]]
+    """The enable_indexscan values a search set, in order ('off' = exact scan, 'on' = HNSW allowed),
+    without the final restore to 'on' that every search ends with."""
+    values = ["off" if "'off'" in q["sql"] else "on" for q in queries if "enable_indexscan" in q["sql"]]
+    assert values[-1] == "on", "a search must leave index scans enabled"
+    return values[:-1]
 
 
 @contextlib.contextmanager
@@ -147,7 +150,8 @@ def test_exact_path_with_filter_equals_brute_force_over_matching_rows():
     chunks = add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(s) for s in range(300)], doc_type=doc_types)
     query = fresh_query()
     pdf = [c for c, t in zip(chunks, doc_types) if t == "pdf"]
-    hits = PgVectorIndex(exact_scan_threshold=100_000).search(scope_of(kb), query, 15, compile_filters({"doc_type": "pdf"}))
+    index = PgVectorIndex(exact_scan_threshold=100_000)
+    hits = index.search(scope_of(kb), query, 15, compile_filters({"doc_type": "pdf"}))
     assert_same_ranking(hits, brute_force(pdf, query, 15))
 
 
@@ -205,7 +209,8 @@ def test_filtered_hnsw_search_fills_top_k_with_matching_rows(big_kb, attempt):
 def test_unfiltered_hnsw_search_recall(big_kb):
     kb, chunks, _, _ = big_kb
     query = fresh_query()
-    hits, steps, walked = hnsw_search(PgVectorIndex(exact_scan_threshold=10, ef_search=100), scope_of(kb), query, 10, NO_FILTER)
+    index = PgVectorIndex(exact_scan_threshold=10, ef_search=100)
+    hits, steps, walked = hnsw_search(index, scope_of(kb), query, 10, NO_FILTER)
     assert steps == ["on"] and walked
     assert len(hits) == 10
     expected = {i for i, _ in brute_force(chunks, query, 10)}
@@ -393,7 +398,8 @@ def test_only_listed_versions_and_the_scope_dimension_are_searched():
 
     # The 768-d scope sees only 768-d rows of its listed versions (the stray one included).
     scope_768 = SearchScope(kb.tenant_id, (v1.pk, v2.pk, kb_768.active_version_id), 768)
-    assert_same_ranking(exact.search(scope_768, query_768, 100, NO_FILTER), brute_force(other_dim + stray, query_768, 100))
+    hits = exact.search(scope_768, query_768, 100, NO_FILTER)
+    assert_same_ranking(hits, brute_force(other_dim + stray, query_768, 100))
     hits, steps, _ = hnsw_search(hnsw, scope_768, query_768, 5, NO_FILTER)
     assert steps == ["on"]
     assert len(hits) == 5 and {h.chunk_id for h in hits} <= {c.pk for c in other_dim + stray}
@@ -405,7 +411,8 @@ def test_only_listed_versions_and_the_scope_dimension_are_searched():
 
 def test_no_matching_rows_gives_an_empty_result():
     kb, empty_kb = KnowledgeBaseFactory(), KnowledgeBaseFactory()
-    add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(seed) for seed in range(300, 320)], metadata={"shop_id": 1})
+    vectors = [unit_vector(seed) for seed in range(300, 320)]
+    add_chunks(DocumentFactory(knowledge_base=kb), vectors, metadata={"shop_id": 1})
     query = fresh_query()
     for threshold in (100_000, 1):
         index = PgVectorIndex(exact_scan_threshold=threshold)

@@ -1,0 +1,74 @@
+import pytest
+
+from retrieval.fusion import RankedList, reciprocal_rank_fusion
+
+A, B, C, D = 1, 2, 3, 4
+
+
+def ids(fused):
+    return [candidate.chunk_id for candidate in fused]
+
+
+def test_hand_computed_example_at_k_60():
+    vector = RankedList("vector", "q", 1.0, [(A, 0.9), (B, 0.8), (C, 0.7)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 12.0), (D, 9.0), (A, 3.0)])
+    fused = reciprocal_rank_fusion([vector, bm25], k=60)
+    assert ids(fused) == [B, A, D, C]
+    scores = {c.chunk_id: c.fused_score for c in fused}
+    assert scores[B] == pytest.approx(1 / 62 + 1 / 61)
+    assert scores[A] == pytest.approx(1 / 61 + 1 / 63)
+    assert scores[D] == pytest.approx(1 / 62)
+    assert scores[C] == pytest.approx(1 / 63)
+    b = fused[0]
+    assert (b.retrievers["vector"].rank, b.retrievers["bm25"].rank) == (2, 1)
+    assert (b.retrievers["vector"].score, b.retrievers["bm25"].score) == (0.8, 12.0)
+
+
+def test_weights_scale_each_lists_contribution():
+    vector = RankedList("vector", "q", 3.0, [(C, 0.9)])
+    bm25 = RankedList("bm25", "q", 1.0, [(D, 9.0), (C, 1.0)])
+    fused = reciprocal_rank_fusion([vector, bm25], k=60)
+    assert ids(fused) == [C, D]
+    assert fused[0].fused_score == pytest.approx(3 / 61 + 1 / 62)
+    # A zero weight removes a list entirely.
+    assert ids(reciprocal_rank_fusion([RankedList("vector", "q", 0.0, [(C, 0.9)]), bm25], k=60)) == [D, C]
+
+
+def test_k_changes_how_much_the_head_dominates():
+    one = RankedList("bm25", "q", 1.0, [(A, 1.0), (B, 0.5)])
+    other = RankedList("vector", "q", 1.0, [(C, 0.9), (D, 0.8), (5, 0.7), (6, 0.6), (7, 0.5), (B, 0.4)])
+    # B: 1/(k+2) + 1/(k+6) against A: 1/(k+1). A small k lets a single first place win;
+    # at k = 60 agreement between lists wins.
+    assert ids(reciprocal_rank_fusion([one, other], k=1))[:2] == [C, A]  # tie: C has a vector similarity
+    assert ids(reciprocal_rank_fusion([one, other], k=60))[0] == B
+
+
+def test_duplicates_are_merged_by_key_and_accumulate_across_lists():
+    same_content = {A: "h1", B: "h1", C: "h2"}  # A and B are identical passages in two documents
+    vector = RankedList("vector", "q", 1.0, [(A, 0.9), (B, 0.9), (C, 0.5)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 5.0), (C, 4.0)])
+    fused = reciprocal_rank_fusion([vector, bm25], k=60, dedup_key=same_content.__getitem__)
+    assert [c.key for c in fused] == ["h1", "h2"]
+    # Within the vector list only the best copy (rank 1) counts; bm25's rank-1 copy adds to it.
+    assert fused[0].fused_score == pytest.approx(1 / 61 + 1 / 61)
+    assert fused[0].chunk_id == A
+
+
+def test_ties_go_to_higher_vector_similarity_then_lower_id():
+    bm25 = RankedList("bm25", "q", 1.0, [(C, 5.0)])
+    vector = RankedList("vector", "q", 1.0, [(D, 0.4)])
+    fused = reciprocal_rank_fusion([bm25, vector], k=60)
+    assert ids(fused) == [D, C]  # equal RRF scores; D has a vector similarity, C has none
+    tie = reciprocal_rank_fusion([RankedList("bm25", "q", 1.0, [(D, 1.0)]), RankedList("bm25", "p", 1.0, [(C, 1.0)])], k=60)
+    assert ids(tie) == [C, D]
+
+
+def test_query_variants_fuse_with_their_weights_and_are_reported():
+    original = RankedList("bm25", "退货", 1.0, [(A, 3.0)])
+    synonym = RankedList("bm25", "退换货", 0.5, [(B, 4.0), (A, 2.0)])
+    fused = reciprocal_rank_fusion([original, synonym], k=60)
+    assert ids(fused) == [A, B]
+    assert fused[0].fused_score == pytest.approx(1 / 61 + 0.5 / 62)
+    assert fused[0].matched_queries == ["退货", "退换货"]
+    assert fused[1].matched_queries == ["退换货"]
+    assert fused[0].retrievers["bm25"].query == "退货"  # best rank wins the explanation
