@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -101,14 +102,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_gunicorn(port: int, log_path: Path) -> subprocess.Popen:
+def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str]) -> subprocess.Popen:
     gunicorn = _common.REPO_ROOT / ".venv" / "bin" / "gunicorn"
-    log = open(log_path, "wb")
+    log = open(log_path, "ab")
     return subprocess.Popen(
         [str(gunicorn), "retrieval_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
          "--timeout", "120"],
         cwd=_common.REPO_ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings"},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **extra_env},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so stopping it never touches anything else
@@ -154,11 +155,18 @@ def main() -> int:
     parser.add_argument("--recall-queries", type=int, default=200)
     parser.add_argument("--ef", default="40,100,200", help="ef_search values for recall")
     parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument(
+        "--torch-threads", default="default,1",
+        help="comma list of TORCH_THREADS values for the server (and the in-process embedding timing); "
+        "'default' = the production setting (os.cpu_count() unless TORCH_THREADS is set)",
+    )
+    parser.add_argument("--http-budget-s", type=float, default=180, help="cap on timed HTTP seconds per config")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="session setting for the HNSW build")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--no-cache", action="store_true", help="do not read/write the real-vector cache")
     args = parser.parse_args()
     ef_values = [int(x) for x in args.ef.split(",") if x.strip()]
+    thread_configs = [x.strip() for x in args.torch_threads.split(",") if x.strip()]
 
     _common.setup_django()
     import httpx
@@ -251,7 +259,8 @@ def main() -> int:
             for d, doc in enumerate(docs):
                 drafts = []
                 for g in range(d * per_doc, (d + 1) * per_doc):
-                    text = contents[main_component[g]]
+                    # Unique text per row: the service dedups fused hits by content hash.
+                    text = f"{contents[main_component[g]]} [synthetic chunk {g}]"
                     drafts.append(ChunkDraft(text=text, token_count=len(text) // 5,
                                              metadata={"shop_id": g % 20, "campaign_id": g % 200}))
                 services._copy_chunks(kb, version, doc, drafts, vectors[d * per_doc : (d + 1) * per_doc], labels)
@@ -306,27 +315,47 @@ def main() -> int:
 
         # --- 3. in-process: query embedding, index search, plans -------------------------------------
         timed_queries = queries[args.warmup : args.warmup + args.requests]
+        import torch
+
         for q in queries[: args.warmup]:
             embedder.embed_query(q)
-        embed_times, qvecs = [], []
-        for q in timed_queries[: args.inprocess]:
-            started = time.perf_counter()
-            qvecs.append(embedder.embed_query(q))
-            embed_times.append(time.perf_counter() - started)
-        result["inprocess_query_embedding"] = _common.summarize_ms(embed_times)
+        qvecs = [embedder.embed_query(q) for q in timed_queries[: args.inprocess]]
+        embedding_by_config = {}
+        for config in thread_configs:
+            torch.set_num_threads(settings.TORCH_THREADS if config == "default" else int(config))
+            for q in queries[:5]:
+                embedder.embed_query(q)
+            times = []
+            for q in timed_queries[: args.inprocess]:
+                started = time.perf_counter()
+                embedder.embed_query(q)
+                times.append(time.perf_counter() - started)
+            embedding_by_config[config] = {"torch_threads": torch.get_num_threads(), **_common.summarize_ms(times)}
+            print(f"in-process query embedding, torch threads {torch.get_num_threads()}: "
+                  f"p50 {embedding_by_config[config]['p50_ms']} ms", flush=True)
+        torch.set_num_threads(settings.TORCH_THREADS)
+        result["inprocess_query_embedding"] = embedding_by_config
         index = PgVectorIndex()
-        search_times = {name: [] for name in SCENARIOS}
+        # The service asks each retriever for SEARCH_CANDIDATES rows (then fuses/dedups to top_k).
+        depth = int(getattr(settings, "SEARCH_CANDIDATES", args.top_k) or args.top_k)
+        depths = sorted({args.top_k, depth})
+        search_times = {(name, k): [] for name in SCENARIOS for k in depths}
         for name in SCENARIOS:  # warm-up
             for qv in qvecs[:5]:
-                index.search(scope, qv, args.top_k, compiled[name])
+                for k in depths:
+                    index.search(scope, qv, k, compiled[name])
         for i, qv in enumerate(qvecs):
             names = list(SCENARIOS)
             names = names[i % len(names):] + names[: i % len(names)]
             for name in names:
-                started = time.perf_counter()
-                index.search(scope, qv, args.top_k, compiled[name])
-                search_times[name].append(time.perf_counter() - started)
-        result["inprocess_index_search"] = {name: _common.summarize_ms(t) for name, t in search_times.items()}
+                for k in depths:
+                    started = time.perf_counter()
+                    index.search(scope, qv, k, compiled[name])
+                    search_times[(name, k)].append(time.perf_counter() - started)
+        result["inprocess_index_search"] = {
+            name: {f"k={k}": _common.summarize_ms(search_times[(name, k)]) for k in depths} for name in SCENARIOS
+        }
+        result["service_candidate_depth"] = depth
 
         plans = {}
         for name in SCENARIOS:
@@ -344,62 +373,82 @@ def main() -> int:
             plans[name] = {
                 "path": "exact" if exact else "hnsw",
                 "uses_hnsw_index": INDEX_NAME in text,
-                "plan": text.splitlines(),
+                "plan": re.sub(r"'\[[-0-9.e,]+\]'", "'[query vector]'", text).splitlines(),
             }
         result["plans"] = plans
 
         # --- 4. HTTP ----------------------------------------------------------------------------------
         issued = create_api_key(tenant=tenant, name="bench")
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        log_path = workdir / "gunicorn.log"
-        proc = start_gunicorn(port, log_path)
-        started = time.perf_counter()
-        wait_ready(proc, base_url)
-        result["gunicorn_ready_s"] = round(time.perf_counter() - started, 1)
         headers = {"Authorization": f"Bearer {issued.raw_key}"}
-        http_times = {name: [] for name in SCENARIOS}
-        server_times = {name: [] for name in SCENARIOS}
-        short = {name: 0 for name in SCENARIOS}
-        with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
-
-            def call(query: str, name: str) -> tuple[float, dict]:
-                body = {"query": query, "top_k": args.top_k}
-                if SCENARIOS[name] is not None:
-                    body["filters"] = SCENARIOS[name]
-                t0 = time.perf_counter()
-                response = client.post(endpoint, json=body)
-                elapsed = time.perf_counter() - t0
-                if response.status_code != 200:
-                    raise RuntimeError(f"{name}: HTTP {response.status_code}: {response.text[:300]}")
-                return elapsed, response.json()
-
+        result["http"] = {}
+        for config in thread_configs:
+            port = free_port()
+            base_url = f"http://127.0.0.1:{port}"
+            env = {} if config == "default" else {"TORCH_THREADS": config}
+            proc = start_gunicorn(port, workdir / "gunicorn.log", env)
             started = time.perf_counter()
-            call(queries[0], "no filter")  # loads the model in the worker
-            result["http_first_request_s"] = round(time.perf_counter() - started, 2)
-            for q in queries[: args.warmup]:
-                for name in SCENARIOS:
-                    call(q, name)
-            for i, q in enumerate(timed_queries):
-                names = list(SCENARIOS)
-                names = names[i % len(names):] + names[: i % len(names)]
-                for name in names:
-                    elapsed, payload = call(q, name)
-                    http_times[name].append(elapsed)
-                    if "latency_ms" in payload:
-                        server_times[name].append(payload["latency_ms"] / 1000)
-                    short[name] += len(payload.get("results", [])) < args.top_k
-        result["http"] = {
-            name: {
-                "rows_in_scope": selectivity[name],
-                "client": _common.summarize_ms(http_times[name]),
-                "server_view_latency": _common.summarize_ms(server_times[name]),
-                "responses_with_fewer_than_top_k": short[name],
+            wait_ready(proc, base_url)
+            ready_s = time.perf_counter() - started
+            http_times = {name: [] for name in SCENARIOS}
+            server_times = {name: [] for name in SCENARIOS}
+            short = {name: 0 for name in SCENARIOS}
+            stages = {name: {} for name in SCENARIOS}
+            with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
+
+                def call(query: str, name: str) -> tuple[float, dict]:
+                    body = {"query": query, "top_k": args.top_k}
+                    if SCENARIOS[name] is not None:
+                        body["filters"] = SCENARIOS[name]
+                    t0 = time.perf_counter()
+                    response = client.post(endpoint, json=body)
+                    elapsed = time.perf_counter() - t0
+                    if response.status_code != 200:
+                        raise RuntimeError(f"{name}: HTTP {response.status_code}: {response.text[:300]}")
+                    return elapsed, response.json()
+
+                started = time.perf_counter()
+                call(queries[0], "no filter")  # loads the model in the worker
+                first_s = time.perf_counter() - started
+                for q in queries[: args.warmup]:
+                    for name in SCENARIOS:
+                        call(q, name)
+                started = time.perf_counter()
+                budget_hit = False
+                for i, q in enumerate(timed_queries):
+                    if time.perf_counter() - started > args.http_budget_s:
+                        budget_hit = True
+                        break
+                    names = list(SCENARIOS)
+                    names = names[i % len(names):] + names[: i % len(names)]
+                    for name in names:
+                        elapsed, payload = call(q, name)
+                        http_times[name].append(elapsed)
+                        if "latency_ms" in payload:
+                            server_times[name].append(payload["latency_ms"] / 1000)
+                        short[name] += len(payload.get("results", [])) < args.top_k
+                        for stage, ms in (payload.get("timings_ms") or {}).items():
+                            stages[name].setdefault(stage, []).append(ms)
+            stop_gunicorn(proc)
+            result["http"][config] = {
+                "torch_threads": config,
+                "gunicorn_ready_s": round(ready_s, 1),
+                "first_request_s": round(first_s, 2),
+                "time_budget_hit": budget_hit,
+                "scenarios": {
+                    name: {
+                        "rows_in_scope": selectivity[name],
+                        "client": _common.summarize_ms(http_times[name]),
+                        "server_view_latency": _common.summarize_ms(server_times[name]),
+                        "responses_with_fewer_than_top_k": short[name],
+                        "server_stage_p50_ms": {
+                            stage: round(_common.percentile(v, 50), 2) for stage, v in sorted(stages[name].items())
+                        },
+                    }
+                    for name in SCENARIOS
+                },
             }
-            for name in SCENARIOS
-        }
-        stop_gunicorn(proc)
-        print("HTTP done", flush=True)
+            print(f"HTTP with TORCH_THREADS={config}: done ({len(http_times['no filter'])} requests per scenario"
+                  f"{', time budget hit' if budget_hit else ''})", flush=True)
 
         # --- 5. recall@10: HNSW vs exact ---------------------------------------------------------------
         recall_queries = queries[-args.recall_queries :]
@@ -407,19 +456,20 @@ def main() -> int:
         exact_index = PgVectorIndex(exact_scan_threshold=10**9)
         recall = {}
         for name in RECALL_SCENARIOS:
-            truth = [
-                [hit.chunk_id for hit in exact_index.search(scope, qv, args.top_k, compiled[name])] for qv in recall_vecs
-            ]
+            truth_hits = [exact_index.search(scope, qv, args.top_k, compiled[name]) for qv in recall_vecs]
             recall[name] = {}
             for ef in ef_values:
                 probe = ProbedIndex(exact_scan_threshold=1, ef_search=ef)
-                scores, times, fewer, fallbacks = [], [], 0, 0
-                for qv, expected in zip(recall_vecs, truth):
+                scores, times, fewer, fallbacks, gaps = [], [], 0, 0, []
+                for qv, expected in zip(recall_vecs, truth_hits):
                     started = time.perf_counter()
                     hits = probe.search(scope, qv, args.top_k, compiled[name])
                     times.append(time.perf_counter() - started)
                     got = {hit.chunk_id for hit in hits}
-                    scores.append(len(got & set(expected)) / max(1, len(expected)))
+                    scores.append(len(got & {h.chunk_id for h in expected}) / max(1, len(expected)))
+                    if hits and expected:
+                        # similarity of the k-th exact hit minus that of the k-th HNSW hit (0 = as good)
+                        gaps.append(expected[-1].score - hits[-1].score)
                     fewer += len(hits) < args.top_k
                     fallbacks += probe.plans == ["hnsw", "exact"]
                 recall[name][str(ef)] = {
@@ -427,6 +477,10 @@ def main() -> int:
                     "min_recall": round(min(scores), 2),
                     "queries_with_fewer_than_k": fewer,
                     "exact_fallbacks": fallbacks,
+                    "queries_recall_1": sum(s == 1 for s in scores),
+                    "queries_recall_below_0.5": sum(s < 0.5 for s in scores),
+                    "kth_similarity_gap_mean": round(statistics.fmean(gaps), 4) if gaps else None,
+                    "kth_similarity_gap_max": round(max(gaps), 4) if gaps else None,
                     "search": _common.summarize_ms(times),
                 }
             print(f"recall {name}: " + ", ".join(f"ef {ef} {recall[name][str(ef)]['recall_at_k']:.3f}" for ef in ef_values),
@@ -445,23 +499,29 @@ def main() -> int:
             ],
             title="Load",
         )
-        rows = []
-        for name in SCENARIOS:
-            h = result["http"][name]
-            rows.append([
-                name, f"{selectivity[name]:,}", plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
-                h["client"]["p50_ms"], h["client"]["p95_ms"], h["client"]["mean_ms"],
-                h["server_view_latency"]["p50_ms"], result["inprocess_index_search"][name]["p50_ms"],
-                h["responses_with_fewer_than_top_k"],
-            ])
-        _common.print_table(
-            ["scenario", "rows", "plan", "HTTP p50", "p95", "mean", "view p50", "index p50", "<k"],
-            rows,
-            title=(
-                f"HTTP latency (ms), {args.requests} sequential requests per scenario, top_k={args.top_k}; "
-                f"query embedding alone in-process p50 {result['inprocess_query_embedding']['p50_ms']} ms"
-            ),
-        )
+        for config in thread_configs:
+            rows = []
+            for name in SCENARIOS:
+                h = result["http"][config]["scenarios"][name]
+                rows.append([
+                    name, f"{selectivity[name]:,}",
+                    plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
+                    h["client"]["p50_ms"], h["client"]["p95_ms"], h["client"]["mean_ms"],
+                    h["server_view_latency"]["p50_ms"], h["server_stage_p50_ms"].get("embed"),
+                    h["server_stage_p50_ms"].get("vector"),
+                    result["inprocess_index_search"][name][f"k={depth}"]["p50_ms"],
+                    h["responses_with_fewer_than_top_k"],
+                ])
+            _common.print_table(
+                ["scenario", "rows", "plan", "HTTP p50", "p95", "mean", "view p50", "embed p50", "vector p50",
+                 f"in-proc k={depth}", "<k"],
+                rows,
+                title=(
+                    f"HTTP latency (ms), TORCH_THREADS={config}, {h['client']['n']} sequential requests per scenario, "
+                    f"top_k={args.top_k}; query embedding alone in-process p50 "
+                    f"{result['inprocess_query_embedding'][config]['p50_ms']} ms"
+                ),
+            )
         rows = []
         for name in RECALL_SCENARIOS:
             for ef in ef_values:

@@ -49,7 +49,9 @@ ANALYZER_CACHE_SIZE = 256  # analyzers (one per distinct tenant dictionary) kept
 WORD_CACHE_SIZE = 100_000  # distinct words whose tokens are kept, per stopword set
 CJK_SHARE = 0.3  # share of CJK ideographs from which a text counts as Chinese
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df"
+# CJK ideographs: Extension A, the URO, compatibility ideographs, and planes 2-3 (Extensions B-H), which
+# OpenCC's t2s output does use (e.g. U+2B688)
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
 _WORD_CHAR = rf"[^\W_{_HAN}]"  # a letter or digit of any script but Han
 _SEPARATOR = r"[-_./']"
 _WORDS = re.compile(rf"{_WORD_CHAR}+(?:{_SEPARATOR}{_WORD_CHAR}+)*")  # a word, or a compound like v2.3.1
@@ -200,17 +202,21 @@ class _Protector:
         self._lengths = {first: sorted(sizes, reverse=True) for first, sizes in lengths.items()}
         candidates = []
         if terms:
-            first_chars = "".join(re.escape(char) for char in sorted(lengths))
+            # The regex engine tests the non-BMP members of a class one by one: one range for them
+            # all keeps the test O(1); _term_end weeds out the rare false candidates.
+            first_chars = "".join(re.escape(char) for char in sorted(lengths) if char <= "\uffff")
+            if any(char > "\uffff" for char in lengths):
+                first_chars += "\U00010000-\U0010ffff"
             candidates.append(f"[{first_chars}]{_NOT_INSIDE_WORD_AFTER_FIRST}")
         self._patterns = None
         if patterns:
             self._patterns = re.compile(f"{_NOT_INSIDE_WORD}(?:{'|'.join(patterns)}){_NOT_INSIDE_WORD}")
-            candidates.append(self._patterns.pattern)
+            candidates.extend(patterns)  # without the edge checks, which cost 2x at every position
         self._candidates = re.compile("|".join(candidates))
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         position = 0
-        while match := self._candidates.search(text, position):
+        while position < len(text) and (match := self._candidates.search(text, position)):
             start = match.start()
             end = self._term_end(text, start) or self._pattern_end(text, start)
             if end:
@@ -220,7 +226,7 @@ class _Protector:
                 position = start + 1
 
     def _term_end(self, text: str, start: int) -> int:
-        lengths = self._lengths.get(text[start])
+        lengths = self._lengths.get(text[start : start + 1])  # an empty pattern match may sit at the end
         if not lengths or _inside_word(text, start):  # the candidate may have come from a pattern
             return 0
         for length in lengths:
@@ -231,12 +237,12 @@ class _Protector:
 
     def _pattern_end(self, text: str, start: int) -> int:
         match = self._patterns.match(text, start) if self._patterns else None
-        return match.end() if match else 0  # an empty match (``\d*`` on a letter) protects nothing
+        return match.end() if match and match.end() > start else 0  # an empty match protects nothing
 
 
 def _protector(entries: Iterable[DictionaryEntry]) -> _Protector | None:
-    """Normalize the dictionary like text. An invalid pattern is logged and skipped, so one bad row
-    cannot break a tenant's indexing and search."""
+    """Normalize the dictionary like text. An invalid or empty-matching pattern is logged and skipped,
+    so one bad row cannot break a tenant's indexing and search."""
     terms: set[str] = set()
     patterns: set[str] = set()
     for entry in entries:
@@ -252,9 +258,12 @@ def _protector(entries: Iterable[DictionaryEntry]) -> _Protector | None:
                 pattern = _t2s().convert(pattern)
             wrapped = f"(?i:{pattern})"  # runs on casefolded text: an uppercase ORD- must still match
             try:
-                re.compile(wrapped)
+                matches_nothing = re.fullmatch(wrapped, "") is not None
             except re.error as exc:
                 logger.warning("skipping invalid dictionary pattern %r: %s", entry.value, exc)
+                continue
+            if matches_nothing:  # it would "protect" an empty string at every position
+                logger.warning("skipping dictionary pattern %r: it matches the empty string", entry.value)
                 continue
             patterns.add(wrapped)
         else:

@@ -276,14 +276,14 @@ class _Search:
     def _rerank(self, fused: list[FusedCandidate]) -> tuple[list[FusedCandidate], dict[int, float] | None]:
         if not self.request.rerank:
             return fused, None
-        reranker = get_reranker()
-        if reranker is None:
-            self._degrade("rerank", "not_configured", "reranking was requested but no reranker is configured")
-            return fused, None
         t = time.perf_counter()
         head = fused[: settings.RERANK_TOP_N]
-        contents = dict(Chunk.objects.filter(pk__in=[c.chunk_id for c in head]).values_list("id", "content"))
         try:
+            reranker = get_reranker()
+            if reranker is None:
+                self._degrade("rerank", "not_configured", "reranking was requested but no reranker is configured")
+                return fused, None
+            contents = dict(Chunk.objects.filter(pk__in=[c.chunk_id for c in head]).values_list("id", "content"))
             scores = reranker.rerank(self.request.query, [contents[c.chunk_id] for c in head])
         except RerankError as exc:
             self._degrade("rerank", exc.cause, exc.message)

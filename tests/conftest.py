@@ -25,6 +25,19 @@ def pytest_unconfigure(config):
         embedded.stop_embedded_postgres(settings.EMBEDDED_PG_DIR)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def lexical_index_dir(tmp_path_factory):
+    """Each test run gets its own keyword indexes: test databases reuse KB version ids."""
+    from django.conf import settings
+
+    from retrieval.engines import get_lexical_index
+
+    settings.LEXICAL_INDEX_DIR = tmp_path_factory.mktemp("lexical")
+    get_lexical_index.cache_clear()
+    yield settings.LEXICAL_INDEX_DIR
+    get_lexical_index.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def embedder():
     from retrieval.embedders import get_embedder
@@ -33,7 +46,7 @@ def embedder():
 
 
 @pytest.fixture(scope="session")
-def sample_kb(django_db_setup, django_db_blocker, embedder):
+def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
     """The repository's sample knowledge base, ingested once per run into the test database."""
     from knowledge.models import KnowledgeBase
 

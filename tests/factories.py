@@ -28,6 +28,7 @@ class KnowledgeBaseFactory(factory.django.DjangoModelFactory):
 
     class Meta:
         model = KnowledgeBase
+        skip_postgeneration_save = True
 
     tenant = factory.SubFactory(TenantFactory)
     name = factory.Sequence(lambda n: f"kb-{n}")

@@ -25,7 +25,7 @@ from retrieval.analysis import (
 )
 
 CMRC_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "cmrc2018" / "corpus.jsonl"
-HAN_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df]+")
+HAN_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff]+")
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -140,8 +140,11 @@ def test_invalid_pattern_is_skipped_with_a_warning(caplog):
     assert analyzer.tokens("sku-1 ord-(12") == ["sku-1", "ord", "12"]
 
 
-def test_pattern_that_can_match_nothing_protects_nothing():
-    assert Analyzer([pattern(r"\d*")]).tokens("abc 42") == ["abc", "42"]
+def test_pattern_that_can_match_nothing_protects_nothing(caplog):
+    with caplog.at_level(logging.WARNING, logger="retrieval.analysis"):
+        assert Analyzer([pattern(r"\d*")]).tokens("abc 42") == ["abc", "42"]
+    assert "matches the empty string" in caplog.text
+    assert Analyzer([pattern(r"(?=4)")]).tokens("abc 42") == ["abc", "42"]  # empty only in context
 
 
 def test_unknown_dictionary_kind_is_rejected():
@@ -307,6 +310,19 @@ def _best_time(function, repeat: int) -> float:
         function()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def test_only_han_runs_reach_jieba(monkeypatch):
+    segmented: list[str] = []
+
+    class Recorder:
+        def lcut(self, text: str, HMM: bool) -> list[str]:  # noqa: N803 (jieba's spelling)
+            segmented.append(text)
+            return [text]
+
+    monkeypatch.setattr(analysis, "_segmenter", Recorder)
+    Analyzer([term("sky-1")]).tokens("The café's sky-1 v2.3 订单ORD-1的進度, 🎉 naïve Москва 東京タワー")
+    assert segmented == ["订单", "的进度", "东京"]
 
 
 def test_english_never_goes_through_jieba_and_is_20x_faster():

@@ -30,6 +30,11 @@ URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
     "title", "source_uri", "doc_type", "metadata",
+    "fused_score", "rerank_score", "retrievers", "matched_queries",
+}  # fmt: skip
+RESPONSE_KEYS = {
+    "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked",
+    "degraded", "notes", "candidates", "timings_ms",
 }  # fmt: skip
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -152,7 +157,8 @@ def test_response_has_the_documented_shape(corpus):
     body = response.json()
     results = ok_results(response)
 
-    assert set(body) == {"results", "total", "latency_ms", "request_id"}
+    assert set(body) == RESPONSE_KEYS
+    assert body["mode"] == "vector" and body["reranked"] is False and body["degraded"] == []
     assert GENERATED_ID.match(body["request_id"])
     assert isinstance(body["latency_ms"], float) and 0 <= body["latency_ms"] < 60_000
     assert body["total"] == 4  # every chunk of the tenant: 4 one-chunk documents, default top_k 10
@@ -703,3 +709,48 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
 
 
 
+
+
+# === the other endpoints ===========================================================================
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path, body, mode",
+    [
+        ("/api/v1/retrieval/bm25", {}, "bm25"),
+        ("/api/v1/retrieval/hybrid", {}, "hybrid"),
+        ("/api/v1/retrieval/search", {"mode": "bm25"}, "bm25"),
+        ("/api/v1/retrieval/search", {}, "hybrid"),
+    ],
+)
+def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
+    response = corpus.client.post(
+        path, data=json.dumps({"query": "electric kettle boils water", **body}), content_type="application/json"
+    )
+    results = ok_results(response)
+    assert response.json()["mode"] == mode
+    assert file_names(results)[0] == "kettle.txt"
+    assert all(set(hit) == HIT_KEYS and hit["source"] == mode for hit in results)
+    assert set(results[0]["retrievers"]) == ({"bm25"} if mode == "bm25" else {"bm25", "vector"})
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path, body, needles",
+    [
+        ("/api/v1/retrieval/search", {"mode": "graph"}, ["mode", "graph"]),
+        ("/api/v1/retrieval/hybrid", {"weights": {"sparse": 1}}, ["weights", "sparse"]),
+        ("/api/v1/retrieval/hybrid", {"weights": {"bm25": -1}}, ["weights"]),
+        ("/api/v1/retrieval/hybrid", {"candidates": 5, "top_k": 10}, ["candidates", "top_k"]),
+        ("/api/v1/retrieval/hybrid", {"candidates": 201}, ["candidates"]),
+        ("/api/v1/retrieval/hybrid", {"rrf_k": 0}, ["rrf_k"]),
+        ("/api/v1/retrieval/hybrid", {"rerank": "maybe"}, ["rerank"]),
+        ("/api/v1/retrieval/hybrid", {"expand": {"max_expansions": 11}}, ["max_expansions"]),
+        ("/api/v1/retrieval/hybrid", {"expand": "yes"}, ["expand"]),
+    ],
+)
+def test_search_options_are_validated(api_client, path, body, needles):
+    response = api_client.post(path, data=json.dumps({"query": "kettle", **body}), content_type="application/json")
+    assert_error(response, 400, "invalid_request", *needles)

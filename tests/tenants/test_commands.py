@@ -58,9 +58,10 @@ def test_create_tenant_twice_is_a_command_error():
 
 @pytest.mark.django_db
 def test_create_tenant_needs_a_name():
+    before = Tenant.objects.count()
     with pytest.raises(CommandError, match="name"):
         run("create_tenant")
-    assert not Tenant.objects.exists()
+    assert Tenant.objects.count() == before
 
 
 @pytest.mark.django_db
@@ -124,9 +125,10 @@ def test_each_run_issues_a_new_independent_key():
 @pytest.mark.django_db
 def test_create_api_key_for_an_unknown_tenant_is_a_command_error():
     run("create_tenant", "acme")
+    before = ApiKey.objects.count()
     with pytest.raises(CommandError, match=r"no tenant named 'ghost'"):
         run("create_api_key", tenant="ghost")
-    assert not ApiKey.objects.exists()
+    assert ApiKey.objects.count() == before
 
 
 @pytest.mark.django_db
@@ -218,9 +220,10 @@ def test_ingested_files_are_searchable_with_a_key_from_the_command(folder, embed
 
 @pytest.mark.django_db
 def test_ingest_for_an_unknown_tenant_is_a_command_error(folder):
+    before = KnowledgeBase.objects.count()
     with pytest.raises(CommandError, match=r"no tenant named 'ghost'"):
         run("ingest", str(folder), tenant="ghost", kb="docs", no_progress=True)
-    assert not KnowledgeBase.objects.exists()
+    assert KnowledgeBase.objects.count() == before
 
 
 @pytest.mark.django_db
@@ -229,4 +232,4 @@ def test_ingest_of_a_missing_path_is_a_command_error(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(CommandError, match=r"no such file or directory: .*nope"):
         run("ingest", str(missing), tenant="acme", kb="docs", no_progress=True)
-    assert not KnowledgeBase.objects.exists()
+    assert not KnowledgeBase.objects.filter(tenant__name="acme").exists()

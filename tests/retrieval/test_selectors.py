@@ -1,0 +1,242 @@
+"""The search pipeline (retrieval.selectors.search): BM25, hybrid fusion, language-aware weights,
+expansion, reranking and degradation, over the real database, tantivy index and model."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from knowledge.models import DictionaryTerm, Document, Synonym
+from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
+from retrieval import selectors
+from retrieval.expansion import ExpansionOptions
+from retrieval.rerankers import reset_reranker
+from retrieval.selectors import SearchRequest, search
+from tests.factories import TenantFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+
+def names(response) -> list[str]:
+    return [Path(hit.source_uri).name for hit in response.results]
+
+
+def run(kb_or_tenant, query, **options):
+    tenant = getattr(kb_or_tenant, "tenant", kb_or_tenant)
+    return search(tenant, SearchRequest(query=query, **options))
+
+
+# --- BM25 -----------------------------------------------------------------------------------------
+
+
+def test_identifier_queries_find_the_exact_chunk(sample_kb):
+    response = run(sample_kb, "PPR-9087 installation", mode="bm25", top_k=5)
+    assert all("PPR-9087" in hit.content for hit in response.results[:3])
+    assert "ppr-9087-installation-manual.pdf" in names(response)
+    response = run(sample_kb, "帮我查下订单 ORD-2026-000817 的进度", mode="bm25", top_k=3)
+    assert names(response)[0] == "order-status.md"
+    hit = response.results[0]
+    assert "ORD-2026-000817" in hit.content
+    assert hit.source == "bm25" and hit.retrievers["bm25"]["rank"] == 1
+    assert hit.score == hit.retrievers["bm25"]["score"] > 0  # a single list shows its raw BM25 score
+
+
+def test_bm25_never_loads_or_calls_the_embedder(sample_kb, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("BM25-only search touched the embedder")
+
+    monkeypatch.setattr(selectors, "get_embedder", refuse)
+    response = run(sample_kb, "Wi-Fi pairing error E-104", mode="bm25")
+    assert names(response)[0] == "wifi-pairing.md"
+    assert "embed" not in response.timings_ms and "vector" not in response.candidates
+
+
+def test_bm25_respects_filters_and_the_tenant(sample_kb):
+    response = run(sample_kb, "warranty months", mode="bm25", top_k=20, filters={"doc_type": "pdf"})
+    assert response.results and {hit.doc_type for hit in response.results} == {"pdf"}
+    other = TenantFactory()
+    assert run(other, "warranty months", mode="bm25").results == []
+    assert run(other, "warranty months", mode="hybrid").results == []
+
+
+# --- hybrid ---------------------------------------------------------------------------------------
+
+
+def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
+    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5)
+    top = response.results[0]
+    assert names(response)[0] == "safety-datasheet-ppr-9087-battery.pdf"
+    assert set(top.retrievers) == {"vector", "bm25"}
+    k = 60
+    expected = sum(1 / (k + c["rank"]) for c in top.retrievers.values())
+    assert top.fused_score == pytest.approx(expected, abs=1e-6)
+    assert top.score == top.fused_score
+    assert top.matched_queries == ["How should I store the lithium battery pack?"]
+    assert response.weights == {"vector": 1.0, "bm25": 1.0}
+    assert {"expand", "embed", "vector", "bm25", "fuse", "total"} <= set(response.timings_ms)
+    assert response.candidates["fused"] >= response.candidates["vector"] >= 5
+    assert response.reranked is False and response.degraded == []
+    scores = [hit.score for hit in response.results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_weights_and_rrf_k_are_applied(sample_kb):
+    query = "firmware update failed"
+    bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
+    heavy_bm25 = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 0.0, "bm25": 1.0})
+    assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
+    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1)
+    assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
+
+
+def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):
+    response = run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3)
+    assert response.weights["vector"] == 0.0
+    assert any("does not cover" in note for note in response.notes)
+    assert names(response)[0] == "sichuan-kitchen-menu.txt"
+    assert set(response.results[0].retrievers) == {"bm25"}
+    english = run(sample_kb, "firmware update", mode="hybrid", top_k=3)
+    assert english.weights["vector"] == 1.0 and english.notes == []
+
+
+def test_vector_mode_keeps_the_dense_leg_whatever_the_language(sample_kb):
+    response = run(sample_kb, "鱼香肉丝", mode="vector", top_k=3)
+    assert response.weights == {"vector": 1.0, "bm25": 0.0} and len(response.results) == 3
+
+
+# --- expansion ------------------------------------------------------------------------------------
+
+
+def test_synonyms_reach_documents_the_query_words_miss(sample_kb):
+    query = "这家店有过敏保护吗"
+    plain = run(sample_kb, query, mode="hybrid", top_k=3, expand=ExpansionOptions(synonyms=True))
+    assert "restaurant-food-safety.md" not in names(plain)
+    Synonym.objects.create(tenant=sample_kb.tenant, kind=Synonym.Kind.EXPLICIT, terms=["过敏"], replacements=["饮食禁忌"], weight=0.8)
+    expanded = run(sample_kb, query, mode="hybrid", top_k=10, expand=ExpansionOptions(synonyms=True))
+    assert [(q["text"], q["origin"], q["weight"]) for q in expanded.queries] == [
+        (query, "original", 1.0),
+        ("这家店有饮食禁忌保护吗", "synonym", 0.8),
+    ]
+    found = [hit for hit in expanded.results if Path(hit.source_uri).name == "restaurant-food-safety.md"]
+    assert found and "这家店有饮食禁忌保护吗" in found[0].matched_queries
+    assert found[0].retrievers["bm25"]["rank"] == 1  # first in the synonym's own list
+    off = run(sample_kb, query, mode="hybrid", top_k=3, expand=ExpansionOptions(synonyms=False))
+    assert [q["origin"] for q in off.queries] == ["original"]
+
+
+# --- custom dictionary ----------------------------------------------------------------------------
+
+
+def test_protected_terms_need_a_rebuild_and_say_so(tenant, embedder, tmp_path):
+    kb = create_knowledge_base(tenant=tenant, name="menu")
+    (tmp_path / "menu.txt").write_text("招牌菜：鱼香肉丝，酸甜微辣。\n\n另有宫保鸡丁。")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    DictionaryTerm.objects.create(tenant=tenant, kind=DictionaryTerm.Kind.TERM, value="鱼香肉丝")
+    stale = run(kb, "鱼香肉丝", mode="bm25")
+    assert any("rebuild_lexical_index" in note for note in stale.notes)
+    assert rebuild_lexical_index(kb.active_version) == kb.active_version.chunks.count() > 0
+    fresh = run(kb, "鱼香肉丝", mode="bm25")
+    assert fresh.notes == []
+    assert "鱼香肉丝" in fresh.results[0].content
+
+
+# --- ingestion keeps the lexical index in step ------------------------------------------------------
+
+
+def test_replaced_and_deleted_documents_leave_the_keyword_index(tenant, embedder, tmp_path):
+    kb = create_knowledge_base(tenant=tenant, name="docs")
+    path = tmp_path / "note.txt"
+    path.write_text("The zeppelin departs at dawn.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    assert names(run(kb, "zeppelin", mode="bm25")) == ["note.txt"]
+    path.write_text("The submarine departs at dusk.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    assert run(kb, "zeppelin", mode="bm25").results == []
+    assert names(run(kb, "submarine", mode="bm25")) == ["note.txt"]
+    delete_document(Document.objects.get(knowledge_base=kb))
+    assert run(kb, "submarine", mode="bm25").results == []
+
+
+# --- reranking ------------------------------------------------------------------------------------
+
+
+class RerankServer:
+    """A ``/v1/rerank`` peer on 127.0.0.1: answers by word overlap, or with an injected fault."""
+
+    def __init__(self):
+        self.mode = "ok"
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if server.mode == "500":
+                    return self._send(500, b"{}")
+                if server.mode == "garbage":
+                    return self._send(200, b"not json")
+                if server.mode == "null":
+                    return self._send(200, json.dumps({"results": [{"index": 0, "relevance_score": None}]}).encode())
+                words = set(body["query"].lower().split())
+                results = [
+                    {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
+                    for i, doc in enumerate(body["documents"])
+                ]
+                self._send(200, json.dumps({"results": results}).encode())
+
+            def _send(self, status, payload):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def rerank_server(settings):
+    server = RerankServer()
+    settings.RERANKER_URL = server.url
+    settings.RERANKER_RETRIES = 0
+    reset_reranker()
+    yield server
+    server.close()
+    reset_reranker()
+
+
+def test_reranking_reorders_the_head(sample_kb, rerank_server):
+    response = run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5, rerank=True)
+    assert response.reranked is True and response.degraded == []
+    scores = [hit.rerank_score for hit in response.results]
+    assert scores == sorted(scores, reverse=True)
+    assert all(hit.score == hit.rerank_score for hit in response.results)
+    assert "rerank" in response.timings_ms
+
+
+@pytest.mark.parametrize("fault", ["500", "garbage", "null"])
+def test_reranker_faults_fall_back_to_the_fused_order(sample_kb, rerank_server, fault):
+    baseline = run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5)
+    rerank_server.mode = fault
+    response = run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5, rerank=True)
+    assert response.reranked is False
+    assert [d["stage"] for d in response.degraded] == ["rerank"]
+    assert [h.chunk_id for h in response.results] == [h.chunk_id for h in baseline.results]
+
+
+def test_rerank_without_a_reranker_says_so(sample_kb, settings):
+    settings.RERANKER_URL = settings.RERANKER_MODEL = ""
+    reset_reranker()
+    response = run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True)
+    assert response.reranked is False
+    assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": response.degraded[0]["message"]}]
+    assert len(response.results) == 3
