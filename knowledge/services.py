@@ -79,6 +79,12 @@ def create_knowledge_base(
         chunk_overlap=min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
         languages=list(embedder.languages) if languages is None else languages,
     )
+    activate_first_version(kb)
+    return kb
+
+
+def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
+    """Version 1, empty and active, with the vector index its dimension needs."""
     version = KnowledgeBaseVersion.objects.create(
         knowledge_base=kb,
         number=1,
@@ -89,7 +95,7 @@ def create_knowledge_base(
     kb.active_version = version
     kb.save(update_fields=["active_version"])
     ensure_vector_index(kb.embedding_dim)
-    return kb
+    return version
 
 
 def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tuple[KnowledgeBase, bool]:

@@ -47,6 +47,16 @@ class LexicalIndexUnavailable(DomainError):
     code = "lexical_index_unavailable"
 
 
+class ComponentError(Exception):
+    """An optional part of a search failed (an engine, an expander, the reranker); ``cause`` is a
+    short machine-readable reason for the response's ``degraded`` list, ``message`` the detail."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+        self.message = message
+
+
 _DRF_CODES = {
     exceptions.NotAuthenticated: "missing_api_key",
     InvalidApiKey: "invalid_api_key",

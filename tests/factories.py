@@ -3,8 +3,8 @@ import factory
 import numpy as np
 from django.utils import timezone
 
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.services import ensure_vector_index
+from knowledge.models import Chunk, Document, KnowledgeBase
+from knowledge.services import activate_first_version
 from retrieval.embedders import DEFAULT_LOCAL_MODEL
 from tenants.models import Tenant
 
@@ -39,18 +39,8 @@ class KnowledgeBaseFactory(factory.django.DjangoModelFactory):
 
     @factory.post_generation
     def with_active_version(kb, create, extracted, **kwargs):
-        if not create:
-            return
-        version = KnowledgeBaseVersion.objects.create(
-            knowledge_base=kb,
-            number=1,
-            status=KnowledgeBaseVersion.Status.ACTIVE,
-            embedding_model=kb.embedding_model,
-            embedding_dim=kb.embedding_dim,
-        )
-        kb.active_version = version
-        kb.save(update_fields=["active_version"])
-        ensure_vector_index(kb.embedding_dim)
+        if create:
+            activate_first_version(kb)
 
 
 class DocumentFactory(factory.django.DjangoModelFactory):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from retrieval.exceptions import ComponentError
 from retrieval.filters import CompiledFilter
 
 
@@ -57,13 +58,8 @@ class IndexState:
     num_docs: int
 
 
-class LexicalIndexError(Exception):
+class LexicalIndexError(ComponentError):
     """The lexical backend cannot serve (down, missing or incompatible index); ``cause`` is for ``degraded``."""
-
-    def __init__(self, cause: str, message: str):
-        super().__init__(message)
-        self.cause = cause
-        self.message = message
 
 
 class LexicalIndex(ABC):

@@ -3,6 +3,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from retrieval.exceptions import ComponentError
+
 
 @dataclass(frozen=True)
 class QueryVariant:
@@ -20,13 +22,8 @@ class ExpansionContext:
     max_expansions: int
 
 
-class ExpansionError(Exception):
+class ExpansionError(ComponentError):
     """An expander failed; the search goes on with the other variants and reports ``cause``."""
-
-    def __init__(self, cause: str, message: str):
-        super().__init__(message)
-        self.cause = cause
-        self.message = message
 
 
 class QueryExpander(ABC):

@@ -2,18 +2,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from retrieval.exceptions import ComponentError
 
-class RerankError(Exception):
+
+class RerankError(ComponentError):
     """The reranker gave no usable scores; ``cause`` names why, for the response's ``degraded`` list.
 
     Causes: ``timeout``, ``rate_limited``, ``server_error``, ``connection_error``, ``malformed_response``,
     ``circuit_open``, ``model_error``.
     """
-
-    def __init__(self, cause: str, message: str):
-        super().__init__(message)
-        self.cause = cause
-        self.message = message
 
 
 class Reranker(ABC):
