@@ -1,0 +1,14 @@
+"""Load what the first search would otherwise wait for: the default embedding model (3-6 s) and
+the Chinese segmenter's dictionary (~0.5 s). Called once per web worker, after it starts."""
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def warm_up() -> None:
+    from retrieval.analysis import Analyzer
+    from retrieval.embedders import get_embedder
+
+    get_embedder().embed_query("warm up")
+    Analyzer().tokens("预热 warm up")
+    logger.info("search engines warmed up")

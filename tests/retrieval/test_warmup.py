@@ -1,0 +1,13 @@
+import pytest
+
+from retrieval.embedders import DEFAULT_LOCAL_MODEL, loaded_embedders
+from retrieval.warmup import warm_up
+
+
+@pytest.mark.slow
+def test_warm_up_loads_the_default_model_and_the_segmenter():
+    warm_up()
+    assert DEFAULT_LOCAL_MODEL in loaded_embedders()
+    from retrieval.analysis import _segmenter
+
+    assert _segmenter().initialized
