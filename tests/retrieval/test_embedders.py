@@ -3,11 +3,6 @@
 The remote side is a small HTTP server on 127.0.0.1 that answers with the real local model's
 vectors (so a correct client reproduces local results) or with injected faults.
 """
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import numpy as np
 import pytest
 
@@ -17,59 +12,36 @@ from retrieval import embedders
 from retrieval.embedders import EmbeddingError, get_embedder
 from retrieval.embedders.openai_embedder import OpenAICompatibleEmbedder
 from retrieval.selectors import SearchRequest, search
+from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = pytest.mark.slow
 
 
-class EmbeddingServer:
+class EmbeddingServer(Peer):
     """``POST /v1/embeddings`` backed by the real local model; ``mode`` injects faults."""
 
     def __init__(self, embedder):
+        self.embedder = embedder
         self.mode = "ok"
-        self.requests: list[dict] = []
-        server = self
+        super().__init__(self.embeddings)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                if server.mode == "slow":
-                    time.sleep(1.5)
-                if server.mode == "500":
-                    return self._send(500, b'{"error": "boom"}')
-                if server.mode == "garbage":
-                    return self._send(200, b"<html>not json</html>")
-                vectors = embedder.embed_documents(body["input"])
-                data = [{"index": i, "embedding": vector.tolist()} for i, vector in enumerate(vectors)]
-                if server.mode == "short":
-                    data = data[:-1]
-                data.reverse()  # clients must order by "index", not by position
-                self._send(200, json.dumps({"object": "list", "data": data}).encode())
-
-            def _send(self, status, payload):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def embeddings(self, request: PeerRequest) -> Reply:
+        if self.mode == "500":
+            return Reply(500, {"error": "boom"})
+        if self.mode == "garbage":
+            return Reply(body=b"<html>not json</html>")
+        vectors = self.embedder.embed_documents(request.json()["input"])
+        data = [{"index": i, "embedding": vector.tolist()} for i, vector in enumerate(vectors)]
+        if self.mode == "short":
+            data = data[:-1]
+        data.reverse()  # clients must order by "index", not by position
+        return Reply(body={"object": "list", "data": data}, delay_s=1.5 if self.mode == "slow" else 0.0)
 
 
 @pytest.fixture
 def embedding_server(embedder):
-    server = EmbeddingServer(embedder)
-    yield server
-    server.close()
+    with EmbeddingServer(embedder) as server:
+        yield server
 
 
 def remote(server, **overrides) -> OpenAICompatibleEmbedder:
@@ -95,10 +67,10 @@ def test_remote_embedder_matches_the_local_model(embedding_server, embedder):
     texts = [f"passage {i} about the PPR-9087 lock" for i in range(10)]
     assert client.dimension == 384
     assert np.allclose(client.embed_documents(texts), embedder.embed_documents(texts), atol=1e-5)
-    batches = [r for r in embedding_server.requests if r["body"]["input"] != ["dimension probe"]]
-    assert [len(r["body"]["input"]) for r in batches] == [4, 4, 2]
-    assert all(r["path"] == "/v1/embeddings" and r["body"]["model"] == "minilm" for r in batches)
-    assert all(r["auth"] == "Bearer secret" for r in batches)
+    batches = [r for r in embedding_server.requests if r.json()["input"] != ["dimension probe"]]
+    assert [len(r.json()["input"]) for r in batches] == [4, 4, 2]
+    assert all(r.path == "/v1/embeddings" and r.json()["model"] == "minilm" for r in batches)
+    assert all(r.headers.get("authorization") == "Bearer secret" for r in batches)
 
 
 @pytest.mark.parametrize("mode", ["500", "garbage", "short", "slow"])
@@ -137,7 +109,7 @@ def test_a_kb_is_searched_with_the_model_that_built_it(tenant, tmp_path, remote_
     embedding_server.requests.clear()
     hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])).results
     assert [hit.kb_id for hit in hits] == [remote_kb.pk]
-    assert [r["body"]["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
+    assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
 
     embedding_server.requests.clear()
     hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])).results

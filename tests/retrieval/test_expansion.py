@@ -1,15 +1,12 @@
 """Query expansion against real rows in PostgreSQL and a real chat-completions server on a socket.
 
-The LLM side is a small ``ThreadingHTTPServer`` on 127.0.0.1 that answers like an OpenAI-compatible
+The LLM side is a ``tests.peers.Peer`` on 127.0.0.1 that answers like an OpenAI-compatible
 endpoint or injects one fault; every fault must leave the original query searchable and be reported.
 """
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -18,6 +15,7 @@ from retrieval import expansion
 from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
 from retrieval.expansion.base import ExpansionContext
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
+from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = pytest.mark.django_db
 
@@ -201,63 +199,38 @@ def test_spelling_needs_no_query_without_candidate_words(tenant, kb, django_asse
 # --- LLM ------------------------------------------------------------------------------------------
 
 
-class ChatServer:
+class ChatServer(Peer):
     """``POST .../chat/completions``; ``mode`` picks a well-formed answer or one fault."""
 
     def __init__(self):
         self.mode = "ok"
         self.answer = "wireless password reset\nreset the wifi key"
-        self.sleep_s = 1.0
-        self.requests: list[dict] = []
-        server = self
+        super().__init__(self.complete)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                message = {"role": "assistant", "content": server.answer}
-                if server.mode == "timeout":
-                    time.sleep(server.sleep_s)
-                elif server.mode in ("429", "500", "400"):
-                    return self._send(int(server.mode), b'{"error": {"message": "nope"}}')
-                elif server.mode == "garbage":
-                    return self._send(200, b"<html>Bad gateway</html>")
-                elif server.mode == "no_choices":
-                    return self._send(200, json.dumps({"id": "x", "object": "chat.completion"}).encode())
-                elif server.mode == "empty":
-                    message["content"] = "\n  \n"
-                elif server.mode == "null_content":
-                    message["content"] = None
-                self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
-
-            def _send(self, status, payload):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def complete(self, request: PeerRequest) -> Reply:
+        message = {"role": "assistant", "content": self.answer}
+        if self.mode in ("429", "500", "400"):
+            return Reply(int(self.mode), {"error": {"message": "nope"}})
+        if self.mode == "garbage":
+            return Reply(body=b"<html>Bad gateway</html>")
+        if self.mode == "no_choices":
+            return Reply(body={"id": "x", "object": "chat.completion"})
+        if self.mode == "empty":
+            message["content"] = "\n  \n"
+        elif self.mode == "null_content":
+            message["content"] = None
+        delay_s = 1.0 if self.mode == "timeout" else 0.0
+        return Reply(body={"choices": [{"index": 0, "message": message}]}, delay_s=delay_s)
 
 
 @pytest.fixture
 def chat_server(settings):
-    server = ChatServer()
-    settings.LLM_URL = server.url
-    settings.LLM_MODEL = "tiny-chat"
-    settings.LLM_API_KEY = "secret"
-    settings.LLM_TIMEOUT_S = 0.3
-    yield server
-    server.close()
+    with ChatServer() as server:
+        settings.LLM_URL = server.url
+        settings.LLM_MODEL = "tiny-chat"
+        settings.LLM_API_KEY = "secret"
+        settings.LLM_TIMEOUT_S = 0.3
+        yield server
 
 
 def test_llm_alternatives_become_weighted_variants(tenant, chat_server):
@@ -275,9 +248,9 @@ def test_llm_alternatives_become_weighted_variants(tenant, chat_server):
     assert result.degraded == []
     assert set(result.timings_ms) == {"llm"}
     [request] = chat_server.requests
-    assert request["path"] == "/v1/chat/completions"
-    assert request["auth"] == "Bearer secret"
-    body = request["body"]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers.get("authorization") == "Bearer secret"
+    body = request.json()
     assert (body["model"], body["temperature"], body["max_tokens"]) == ("tiny-chat", 0, 200)
     assert [message["role"] for message in body["messages"]] == ["system", "user"]
     assert "up to 3" in body["messages"][0]["content"]
@@ -290,7 +263,8 @@ def test_llm_url_with_the_full_path_is_used_as_is(tenant, chat_server, settings)
     settings.LLM_WEIGHT = 0.3
     result = run("wifi password", tenant, **only(llm=True, max_expansions=1))
     assert result.variants[1:] == [QueryVariant("wireless password reset", 0.3, "llm")]
-    assert [(r["path"], r["auth"]) for r in chat_server.requests] == [("/openai/chat/completions", None)]
+    calls = [(r.path, r.headers.get("authorization")) for r in chat_server.requests]
+    assert calls == [("/openai/chat/completions", None)]
 
 
 @pytest.mark.parametrize(

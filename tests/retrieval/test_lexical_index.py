@@ -13,10 +13,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import tantivy
@@ -24,6 +22,7 @@ import tantivy
 from retrieval.engines.base import LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from retrieval.engines.elasticsearch_index import ElasticsearchLexicalIndex
 from retrieval.engines.tantivy_index import TantivyLexicalIndex
+from tests.peers import Peer, PeerRequest, Reply
 
 K1, B = 1.2, 0.75
 VERSION = 1
@@ -330,38 +329,28 @@ def test_tantivy_write_gives_up_when_the_lock_stays_held(tmp_path):
 # --- Elasticsearch adapter: the requests it sends, against a recording fake -----------------------
 
 
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    params: dict[str, list[str]]
-    body: str
-
-    @property
-    def json(self) -> dict:
-        return json.loads(self.body)
-
-    @property
-    def ndjson(self) -> list[dict]:
-        return [json.loads(line) for line in self.body.splitlines() if line]
+def ndjson(request: PeerRequest) -> list[dict]:
+    return [json.loads(line) for line in request.body.splitlines() if line]
 
 
-@dataclass
-class FakeElasticsearch:
-    """Just enough HTTP to see what the adapter sends: records requests, answers from a route table
-    (first match of method and path regexes; a body may be a function of the request)."""
+class FakeElasticsearch(Peer):
+    """Just enough Elasticsearch to see what the adapter sends: answers from a route table (first
+    match of method and path regexes; a body may be a function of the request)."""
 
-    routes: list[tuple[str, str, int, object]] = field(default_factory=list)
-    requests: list[Recorded] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.routes: list[tuple[str, str, int, object]] = []
+        super().__init__(self.answer)
 
     def route(self, method: str, path: str, status: int = 200, body: object = None) -> None:
         self.routes.append((method, path, status, {"acknowledged": True} if body is None else body))
 
-    def answer(self, request: Recorded) -> tuple[int, object]:
+    def answer(self, request: PeerRequest) -> Reply:
+        product = {"X-Elastic-Product": "Elasticsearch"}  # the client refuses servers without it
         for method, path, status, body in self.routes:
             if re.fullmatch(method, request.method) and re.fullmatch(path, request.path):
-                return status, body(request) if callable(body) else body
-        return 400, {"error": {"type": "fake_has_no_route", "reason": f"{request.method} {request.path}"}}
+                return Reply(status, body(request) if callable(body) else body, product)
+        unrouted = {"error": {"type": "fake_has_no_route", "reason": f"{request.method} {request.path}"}}
+        return Reply(400, unrouted, product)
 
     def calls(self) -> list[str]:
         return [f"{r.method} {r.path}" for r in self.requests]
@@ -369,44 +358,16 @@ class FakeElasticsearch:
 
 @pytest.fixture
 def fake() -> Iterator[FakeElasticsearch]:
-    fake = FakeElasticsearch()
-
-    class Handler(BaseHTTPRequestHandler):
-        def serve(self) -> None:
-            url = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            request = Recorded(self.command, url.path, parse_qs(url.query), self.rfile.read(length).decode())
-            fake.requests.append(request)
-            status, body = fake.answer(request)
-            payload = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("X-Elastic-Product", "Elasticsearch")
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(payload)
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = serve
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_port}"
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with FakeElasticsearch() as fake:
+        yield fake
 
 
 def es_index(url: str, **options) -> ElasticsearchLexicalIndex:
     return ElasticsearchLexicalIndex(url, prefix="Unit", request_timeout_s=2.0, max_retries=0, **options)
 
 
-def bulk_ok(request: Recorded) -> dict:
-    actions = request.ndjson[::2]
+def bulk_ok(request: PeerRequest) -> dict:
+    actions = ndjson(request)[::2]
     return {"took": 1, "errors": False, "items": [{"index": {**a["index"], "status": 201}} for a in actions]}
 
 
@@ -424,7 +385,7 @@ def test_es_search_request(fake):
     hits = es_index(fake.url).search(3, TENANT, ["鱼香肉丝", "a", "a"], 25, [42, 7])
     assert hits == [LexicalHit(42, 2.5), LexicalHit(7, 1.0)]
     (request,) = fake.requests
-    assert request.json == {
+    assert request.json() == {
         "query": {
             "bool": {
                 "should": [{"term": {"body": "鱼香肉丝"}}, {"term": {"body": "a"}}, {"term": {"body": "a"}}],
@@ -498,11 +459,11 @@ def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
         "POST /unit-kbv-3/_refresh",
     ]
     create, delete, load = fake.requests[1], fake.requests[2], fake.requests[3]
-    assert create.json["aliases"] == {"unit-kbv-3": {}}
-    assert create.json["mappings"]["_meta"] == STATE
-    assert delete.json == {"query": {"terms": {"doc_id": [10]}}}
+    assert create.json()["aliases"] == {"unit-kbv-3": {}}
+    assert create.json()["mappings"]["_meta"] == STATE
+    assert delete.json() == {"query": {"terms": {"doc_id": [10]}}}
     assert delete.params["conflicts"] == ["proceed"]
-    assert load.ndjson == [
+    assert ndjson(load) == [
         {"index": {"_index": "unit-kbv-3", "_id": "42"}},
         {"chunk_id": 42, "doc_id": 10, "tenant_id": TENANT, "body": "a b"},
     ]
@@ -515,7 +476,7 @@ def test_es_index_definition(fake):
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
     es_index(fake.url).replace_documents(3, [], [doc(1, "x")], **STATE)
 
-    definition = fake.requests[1].json
+    definition = fake.requests[1].json()
     assert definition["settings"] == {
         "number_of_shards": 1,
         "refresh_interval": "-1",
@@ -550,11 +511,11 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     assert count == 2
     create, load, refresh, _, swap = fake.requests
     target = create.path.lstrip("/")
-    assert target != "unit-kbv-3-0" and "aliases" not in create.json
-    assert create.json["mappings"]["_meta"] == {"analyzer_version": "a2", "dictionary_fingerprint": "f2"}
-    assert {line["index"]["_index"] for line in load.ndjson[::2]} == {target}
+    assert target != "unit-kbv-3-0" and "aliases" not in create.json()
+    assert create.json()["mappings"]["_meta"] == {"analyzer_version": "a2", "dictionary_fingerprint": "f2"}
+    assert {line["index"]["_index"] for line in ndjson(load)[::2]} == {target}
     assert refresh.path == f"/{target}/_refresh"
-    assert swap.json == {"actions": [{"add": {"index": target, "alias": "unit-kbv-3"}}, {"remove_index": {"index": "unit-kbv-3-0"}}]}
+    assert swap.json() == {"actions": [{"add": {"index": target, "alias": "unit-kbv-3"}}, {"remove_index": {"index": "unit-kbv-3-0"}}]}
 
 
 def test_es_failed_rebuild_deletes_the_new_generation_and_keeps_the_alias(fake):

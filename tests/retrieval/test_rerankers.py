@@ -5,14 +5,11 @@ injects faults on demand; it counts requests, so retries and the circuit breaker
 """
 from __future__ import annotations
 
-import json
 import math
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -20,6 +17,7 @@ from django.test import override_settings
 
 from retrieval.rerankers import RerankError, get_reranker, reset_reranker
 from retrieval.rerankers.remote import RemoteReranker
+from tests.peers import Peer, PeerRequest, Reply
 
 QUERY = "do cats sit on mats"
 PASSAGES = ["the stock market fell", "cats sit on warm mats", "dogs chase cats"]
@@ -30,14 +28,6 @@ def overlap(query: str, passage: str) -> float:
 
 
 EXPECTED = [overlap(QUERY, passage) for passage in PASSAGES]  # [0, 4, 1]
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: object = None  # bytes are sent as they are, anything else as JSON
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
 
 
 def v1_scores(body: dict) -> Reply:
@@ -51,63 +41,31 @@ def tei_scores(body: dict) -> Reply:
     return Reply(body=sorted(results, key=lambda item: -item["score"]))
 
 
-class RerankServer:
-    """Answers every POST with the next of ``replies`` (the last one repeats) and records the request."""
+class RerankServer(Peer):
+    """Answers every request with the next of ``replies`` (the last one repeats)."""
 
     def __init__(self) -> None:
-        self.requests: list[dict] = []
         self._replies: list[Reply | Callable[[dict], Reply]] = [v1_scores]
-        self._first = 0
-        self._lock = threading.Lock()
-        self._release = threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer._lock:
-                    outer.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                    turn = len(outer.requests) - 1 - outer._first
-                    reply = outer._replies[min(turn, len(outer._replies) - 1)]
-                reply = reply(body) if callable(reply) else reply
-                outer._release.wait(reply.delay_s)
-                payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:
-                    pass  # the client gave up waiting (timeout tests)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
+        self._turn = 0
+        self._turns = threading.Lock()
+        super().__init__(self._next_reply)
 
     def reply_with(self, *replies: Reply | Callable[[dict], Reply]) -> None:
-        with self._lock:
+        with self._turns:
             self._replies = list(replies)
-            self._first = len(self.requests)
+            self._turn = 0
 
-    def close(self) -> None:
-        self._release.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+    def _next_reply(self, request: PeerRequest) -> Reply:
+        with self._turns:
+            reply = self._replies[min(self._turn, len(self._replies) - 1)]
+            self._turn += 1
+        return reply(request.json()) if callable(reply) else reply
 
 
 @pytest.fixture
 def server():
-    rerank_server = RerankServer()
-    yield rerank_server
-    rerank_server.close()
+    with RerankServer() as rerank_server:
+        yield rerank_server
 
 
 @pytest.fixture
@@ -150,9 +108,9 @@ def test_v1_rerank_sends_the_v1_request_and_maps_scores_by_index(server, make_re
     assert scores == EXPECTED
     assert PASSAGES[int(np.argmax(scores))] == "cats sit on warm mats"
     [request] = server.requests
-    assert request["path"] == "/v1/rerank"
-    assert request["auth"] == "Bearer sk-test"
-    assert request["body"] == {
+    assert request.path == "/v1/rerank"
+    assert request.headers.get("authorization") == "Bearer sk-test"
+    assert request.json() == {
         "model": "bge-reranker-v2-m3",
         "query": QUERY,
         "documents": PASSAGES,
@@ -167,15 +125,15 @@ def test_without_model_or_key_sends_neither_and_is_named_by_host(server, make_re
 
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED
     [request] = server.requests
-    assert request["auth"] is None
-    assert "model" not in request["body"]
+    assert request.headers.get("authorization") is None
+    assert "model" not in request.json()
     assert reranker.name == "remote:127.0.0.1"
 
 
 @pytest.mark.parametrize("suffix", ["/", "/v1", "/v1/rerank"])
 def test_v1_urls_all_reach_v1_rerank(server, make_reranker, suffix):
     assert make_reranker(server.url + suffix).rerank(QUERY, PASSAGES) == EXPECTED
-    assert server.requests[0]["path"] == "/v1/rerank"
+    assert server.requests[0].path == "/v1/rerank"
 
 
 def test_unversioned_rerank_url_speaks_tei(server, make_reranker):
@@ -183,8 +141,8 @@ def test_unversioned_rerank_url_speaks_tei(server, make_reranker):
 
     assert make_reranker(server.url + "/rerank").rerank(QUERY, PASSAGES) == EXPECTED
     [request] = server.requests
-    assert request["path"] == "/rerank"
-    assert request["body"] == {"query": QUERY, "texts": PASSAGES, "truncate": True}
+    assert request.path == "/rerank"
+    assert request.json() == {"query": QUERY, "texts": PASSAGES, "truncate": True}
 
 
 def test_results_with_plain_score_keys_are_accepted(server, make_reranker):

@@ -1,8 +1,5 @@
 """The search pipeline (retrieval.selectors.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.rerankers import reset_reranker
 from retrieval.selectors import SearchRequest, search
 from tests.factories import TenantFactory
+from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -161,56 +159,36 @@ def test_replaced_and_deleted_documents_leave_the_keyword_index(tenant, embedder
 # --- reranking ------------------------------------------------------------------------------------
 
 
-class RerankServer:
-    """A ``/v1/rerank`` peer on 127.0.0.1: answers by word overlap, or with an injected fault."""
+class RerankServer(Peer):
+    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault."""
 
     def __init__(self):
         self.mode = "ok"
-        server = self
+        super().__init__(self.rerank)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if server.mode == "500":
-                    return self._send(500, b"{}")
-                if server.mode == "garbage":
-                    return self._send(200, b"not json")
-                if server.mode == "null":
-                    return self._send(200, json.dumps({"results": [{"index": 0, "relevance_score": None}]}).encode())
-                words = set(body["query"].lower().split())
-                results = [
-                    {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
-                    for i, doc in enumerate(body["documents"])
-                ]
-                self._send(200, json.dumps({"results": results}).encode())
-
-            def _send(self, status, payload):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def rerank(self, request: PeerRequest) -> Reply:
+        if self.mode == "500":
+            return Reply(500, {})
+        if self.mode == "garbage":
+            return Reply(body=b"not json")
+        if self.mode == "null":
+            return Reply(body={"results": [{"index": 0, "relevance_score": None}]})
+        body = request.json()
+        words = set(body["query"].lower().split())
+        results = [
+            {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
+            for i, doc in enumerate(body["documents"])
+        ]
+        return Reply(body={"results": results})
 
 
 @pytest.fixture
 def rerank_server(settings):
-    server = RerankServer()
-    settings.RERANKER_URL = server.url
-    settings.RERANKER_RETRIES = 0
-    reset_reranker()
-    yield server
-    server.close()
+    with RerankServer() as server:
+        settings.RERANKER_URL = server.url
+        settings.RERANKER_RETRIES = 0
+        reset_reranker()
+        yield server
     reset_reranker()
 
 

@@ -1,0 +1,117 @@
+"""A fake remote service for tests: a real HTTP server on 127.0.0.1 whose answers each test decides.
+
+The clients under test (embedder, reranker, LLM expander, Elasticsearch adapter) talk to it over a
+real socket, so timeouts, refused connections, status codes and malformed bodies reach them as they
+would in production; the peer records every request for the test to inspect.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class PeerRequest:
+    """One request as the peer received it. Header names are lower-cased: HTTP ignores their case."""
+
+    method: str
+    path: str  # without the query string, which is parsed into ``params``
+    params: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    """The peer's answer. A bytes body is sent as it is, any other as JSON (``None`` as ``null``), so
+    tests can send both garbage and any JSON value; ``delay_s`` holds the answer back to provoke timeouts."""
+
+    status: int = 200
+    body: object = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+class Peer:
+    """A remote service on 127.0.0.1 (a free port) whose answers a test decides, over a real socket.
+
+    ``respond`` runs on a server thread for every request, whatever its method. Each connection
+    carries one request (HTTP/1.0, ``BaseHTTPRequestHandler``'s default), so no keep-alive state links
+    a test's calls. ``close()`` cuts short any answer still being delayed, so no handler outlives the test.
+    """
+
+    def __init__(self, respond: Callable[[PeerRequest], Reply]) -> None:
+        self.respond = respond
+        self.requests: list[PeerRequest] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server = _Server(self)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        # A short poll interval keeps close() (which waits for the serving loop) fast.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stops listening (later connections are refused); safe to call twice."""
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> Peer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _answer(self, request: PeerRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+        reply = self.respond(request)
+        self._closing.wait(reply.delay_s)
+        return reply
+
+
+class _Server(ThreadingHTTPServer):
+    def __init__(self, peer: Peer) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.peer = peer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        request = PeerRequest(
+            method=self.command,
+            path=url.path,
+            params=parse_qs(url.query),
+            headers={name.lower(): value for name, value in self.headers.items()},
+            body=self.rfile.read(int(self.headers.get("Content-Length") or 0)),
+        )
+        reply = self.server.peer._answer(request)
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        try:
+            self.send_response(reply.status)
+            for name, value in {"Content-Type": "application/json", **reply.headers}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+        except OSError:
+            pass  # the client stopped waiting (a timeout test)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _serve
+
+    def log_message(self, *args: object) -> None:
+        pass
