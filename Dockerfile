@@ -4,7 +4,8 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
-RUN DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput \
+RUN DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost/0 \
+    python manage.py collectstatic --noinput \
     && useradd --create-home app && mkdir -p var && chown app var
 USER app
 EXPOSE 8000

@@ -82,6 +82,35 @@ def machine_info() -> dict:
     return info
 
 
+def wait_for_quiet(max_wait_s: float, threshold: float = 1.5) -> float:
+    """Wait (up to max_wait_s) until the 1-minute load average drops below threshold; returns the load.
+    Other people's jobs on a shared 2-core machine swing the numbers by 2x or more."""
+    import time
+
+    deadline = time.monotonic() + max_wait_s
+    load = os.getloadavg()[0]
+    if max_wait_s > 0 and load >= threshold:
+        print(f"waiting up to {max_wait_s:.0f} s for load average < {threshold} (now {load:.2f})", flush=True)
+    while max_wait_s > 0 and load >= threshold and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    return load
+
+
+def code_fingerprint(paths: list[str]) -> dict:
+    """Short SHA-256 of the production files a benchmark exercises (the code changes while we measure)."""
+    import hashlib
+
+    out = {}
+    for rel in paths:
+        path = REPO_ROOT / rel
+        try:
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        except OSError:
+            out[rel] = None
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolated percentile, q in [0, 100]."""
     if not values:

@@ -24,6 +24,7 @@ from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, pars
 from retrieval.embedders import Embedder, EmbeddingError, get_embedder
 from retrieval.engines import get_lexical_index
 from retrieval.engines.base import LexicalDocument
+from retrieval.metrics import record_ingest
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ class Ingester:
                 self._flush()
         self._flush()
         self.report.seconds = time.perf_counter() - started
+        record_ingest(self.report)
         return self.report
 
     def _prepare(self, source: SourceFile, existing: Document | None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from retrieval.logging import request_id_var
+
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -19,6 +21,10 @@ class RequestIdMiddleware:
     def __call__(self, request):
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
         request.request_id = incoming if _VALID_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
-        response = self.get_response(request)
+        token = request_id_var.set(request.request_id)  # every log line of the request carries it
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
         response[REQUEST_ID_HEADER] = request.request_id
         return response

@@ -7,6 +7,7 @@ and is named in ``degraded``; it never turns a search into an error.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from retrieval.expansion import ExpansionOptions, expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.metrics import record_search
 from retrieval.rerankers import get_reranker
 from retrieval.rerankers.base import RerankError
 from tenants.models import Tenant
@@ -104,7 +106,9 @@ class _Timer:
 
 
 def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
-    return _Search(tenant, request).run()
+    response = _Search(tenant, request).run()
+    record_search(response.timings_ms, response.degraded)
+    return response
 
 
 class _Search:
@@ -181,7 +185,9 @@ class _Search:
         mode = self.request.mode
         embedding = None
         if weights["vector"] > 0:
-            embedding = _embedding_pool.submit(self._embed, groups, [v.text for v in variants])
+            # In the request's context, so the embedding thread's log lines carry its request id.
+            context = contextvars.copy_context()
+            embedding = _embedding_pool.submit(context.run, self._embed, groups, [v.text for v in variants])
         lists: list[RankedList] = []
         if weights["bm25"] > 0:
             try:

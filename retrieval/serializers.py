@@ -91,6 +91,7 @@ class SearchOutput(serializers.Serializer):
     queries = QueryOutput(many=True)
     weights = serializers.DictField(child=serializers.FloatField())
     reranked = serializers.BooleanField()
+    cached = serializers.BooleanField(help_text="served from the result cache")
     degraded = DegradationOutput(many=True)
     notes = serializers.ListField(child=serializers.CharField())
     candidates = serializers.DictField(child=serializers.IntegerField())

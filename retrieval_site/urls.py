@@ -1,9 +1,19 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from retrieval.metrics import metrics_view
+from retrieval.views_health import StatsView, health_view, ready_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/retrieval/", include("retrieval.urls")),
+    path("api/v1/stats", StatsView.as_view(), name="stats"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("health", health_view, name="health"),
+    path("ready", ready_view, name="ready"),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler404 = "retrieval.exceptions.json_404"

@@ -1,5 +1,49 @@
+from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+# New tenants get the free tier; recreated with the limits migration 0002 gave it if it was deleted.
+FREE_TIER = "free"
+FREE_TIER_LIMITS = {"requests_per_minute": 100, "endpoint_limits": {"hybrid": 50, "graph": 20}}
+
+
+class RateTier(models.Model):
+    """Request limits of a tenant, counted per endpoint; ``endpoint_limits`` overrides ``requests_per_minute``.
+
+    A limit counts requests per window of ``RATE_LIMIT_WINDOW_S`` seconds (a minute by default).
+    """
+
+    name = models.CharField(max_length=50, unique=True)
+    requests_per_minute = models.PositiveIntegerField(help_text="Limit for each endpoint without an override.")
+    endpoint_limits = models.JSONField(
+        default=dict, blank=True, help_text='Per-endpoint overrides, e.g. {"hybrid": 50, "graph": 20}.'
+    )
+
+    class Meta:
+        ordering = ["requests_per_minute", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self):
+        limits = self.endpoint_limits
+        if not isinstance(limits, dict) or not all(
+            isinstance(name, str) and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+            for name, limit in limits.items()
+        ):
+            raise ValidationError({"endpoint_limits": "must map endpoint names to positive integers"})
+
+    def limit_for(self, endpoint: str) -> int:
+        return self.endpoint_limits.get(endpoint, self.requests_per_minute)
+
+
+def default_rate_tier() -> int:
+    """The free tier's id (only its id is read, so old migrations keep working as the model grows)."""
+    pk = RateTier.objects.filter(name=FREE_TIER).values_list("pk", flat=True).first()
+    if pk is None:
+        pk = RateTier.objects.create(name=FREE_TIER, **FREE_TIER_LIMITS).pk
+    return pk
 
 
 class Tenant(models.Model):
@@ -11,6 +55,9 @@ class Tenant(models.Model):
     expand_synonyms = models.BooleanField(default=True)
     expand_spelling = models.BooleanField(default=False, help_text="Spelling correction against the KB vocabulary.")
     expand_llm = models.BooleanField(default=False, help_text="LLM query rewriting (needs LLM_URL).")
+    rate_tier = models.ForeignKey(
+        RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -18,6 +65,18 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Scope(models.TextChoices):
+    """What a key may do; scopes are independent (``admin`` does not imply ``search``)."""
+
+    SEARCH = "search"
+    INGEST = "ingest"
+    ADMIN = "admin"
+
+
+def default_scopes() -> list[str]:
+    return [Scope.SEARCH.value]
 
 
 class ApiKey(models.Model):
@@ -31,6 +90,7 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=default_scopes)
 
     class Meta:
         verbose_name = "API key"
@@ -43,3 +103,6 @@ class ApiKey(models.Model):
         if self.revoked_at is not None and self.revoked_at <= now:
             return False
         return self.expires_at is None or self.expires_at > now
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes

@@ -23,7 +23,7 @@ def api_key_for(raw_key: str) -> ApiKey | None:
     prefix = split_api_key(raw_key)
     if prefix is None:
         return None
-    api_key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    api_key = ApiKey.objects.select_related("tenant__rate_tier").filter(prefix=prefix).first()
     if api_key is None or not hmac.compare_digest(api_key.key_hash, hash_api_key(raw_key)):
         return None
     if not api_key.is_usable() or not api_key.tenant.is_active:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, Scope, Tenant, default_scopes
 
 KEY_PREFIX_BYTES = 6
 KEY_SECRET_BYTES = 32
@@ -39,12 +40,30 @@ def create_tenant(name: str) -> Tenant:
     return Tenant.objects.create(name=name)
 
 
+def validate_scopes(scopes: Iterable[str]) -> list[str]:
+    """The distinct scopes in a stable order; ValueError names unknown ones or an empty list."""
+    wanted = list(dict.fromkeys(scope.strip() for scope in scopes if scope.strip()))
+    unknown = [scope for scope in wanted if scope not in Scope.values]
+    if unknown:
+        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; use {', '.join(Scope.values)}")
+    if not wanted:
+        raise ValueError("a key needs at least one scope")
+    return wanted
+
+
 @transaction.atomic
-def create_api_key(*, tenant: Tenant, name: str = "", expires_at: datetime | None = None) -> IssuedKey:
+def create_api_key(
+    *, tenant: Tenant, name: str = "", expires_at: datetime | None = None, scopes: Iterable[str] | None = None
+) -> IssuedKey:
     prefix = secrets.token_hex(KEY_PREFIX_BYTES)
     raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
     api_key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at
+        tenant=tenant,
+        name=name,
+        prefix=prefix,
+        key_hash=hash_api_key(raw_key),
+        expires_at=expires_at,
+        scopes=default_scopes() if scopes is None else validate_scopes(scopes),
     )
     return IssuedKey(api_key=api_key, raw_key=raw_key)
 

@@ -14,15 +14,46 @@ SAMPLE_KB = "sample"
 
 
 def pytest_unconfigure(config):
-    """Stop the embedded server if this test run started it (CI starts from a clean clone)."""
+    """Stop the embedded servers this test run started (CI starts from a clean clone)."""
     from django.conf import settings
     from django.db import connections
 
-    from retrieval_site import embedded
+    from retrieval_site import embedded, redis
 
     if embedded.started_here:
         connections.close_all()
         embedded.stop_embedded_postgres(settings.EMBEDDED_PG_DIR)
+    if settings.EMBEDDED_REDIS_DIR.resolve() in redis.started_here:
+        redis.stop_embedded_redis(settings.EMBEDDED_REDIS_DIR)
+
+
+@pytest.fixture(autouse=True)
+def redis_key_prefix(settings):
+    """Each test sees an empty Redis: its own key prefix (cache, rate limits, idempotency), wiped after."""
+    import uuid
+
+    from django.core.cache import cache
+
+    from retrieval_site.redis import REDIS_ERRORS
+
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
+    yield
+    try:
+        cache.delete_pattern("*")
+    except REDIS_ERRORS:  # a test that stopped its Redis leaves nothing to wipe
+        pass
+
+
+@pytest.fixture
+def private_redis(settings, tmp_path_factory):
+    """An embedded Redis of the test's own behind the cache settings; call the fixture's value to stop it."""
+    from retrieval_site import redis
+
+    data_dir = tmp_path_factory.mktemp("redis")
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": redis.embedded_redis_url(data_dir)}}
+    redis._last_warned.clear()  # so the outage warning of this test is logged
+    yield lambda: redis.stop_embedded_redis(data_dir)
+    redis.stop_embedded_redis(data_dir)
 
 
 @pytest.fixture(scope="session", autouse=True)

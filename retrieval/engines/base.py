@@ -102,3 +102,8 @@ class LexicalIndex(ABC):
         self, version_id: int, tenant_id: int, tokens: list[str], limit: int, allowed_chunk_ids: list[int] | None
     ) -> list[LexicalHit]:
         """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given."""
+
+    @abstractmethod
+    def ping(self) -> str:
+        """A short description of the backend when it can serve (for ``/ready``); raises
+        ``LexicalIndexError`` when it cannot. Cheap: readiness probes call it every few seconds."""

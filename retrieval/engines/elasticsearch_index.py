@@ -150,6 +150,11 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- reads ----------------------------------------------------------------------------------
 
+    def ping(self):
+        with _translated_errors("answer a ping"):
+            version = self.client.info()["version"]["number"]
+        return f"Elasticsearch {version} answers"
+
     def state(self, version_id):
         alias = self._alias(version_id)
         with _translated_errors("read the index state"):

@@ -103,6 +103,15 @@ class TantivyLexicalIndex(LexicalIndex):
 
     # --- reads ----------------------------------------------------------------------------------
 
+    def ping(self):
+        """Ready when the index root (or, before the first write, its nearest existing parent) is a
+        writable folder: every ingest writes there."""
+        existing = next(path for path in (self.root, *self.root.parents) if path.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            message = f"the keyword index folder {self.root} cannot be written ({existing})"
+            raise LexicalIndexError("not_writable", message)
+        return "tantivy: the index folder is writable"
+
     def state(self, version_id):
         generation = self._generation(version_id)
         if generation is None:

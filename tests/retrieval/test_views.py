@@ -33,7 +33,7 @@ HIT_KEYS = {
     "fused_score", "rerank_score", "retrievers", "matched_queries",
 }  # fmt: skip
 RESPONSE_KEYS = {
-    "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked",
+    "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked", "cached",
     "degraded", "notes", "candidates", "timings_ms",
 }  # fmt: skip
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")

@@ -3,8 +3,9 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from tenants.models import Scope
 from tenants.selectors import TenantNotFound, tenant_by_name
-from tenants.services import create_api_key
+from tenants.services import create_api_key, validate_scopes
 
 
 class Command(BaseCommand):
@@ -14,15 +15,27 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--name", default="")
         parser.add_argument("--expires-in-days", type=int, default=None)
+        parser.add_argument(
+            "--scopes",
+            default=Scope.SEARCH.value,
+            help=f"comma-separated, of {', '.join(Scope.values)} (default: search)",
+        )
 
-    def handle(self, *args, tenant: str, name: str, expires_in_days: int | None, **options):
+    def handle(self, *args, tenant: str, name: str, expires_in_days: int | None, scopes: str, **options):
         if expires_in_days is not None and expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1")
+        try:
+            scope_list = validate_scopes(scopes.split(","))
+        except ValueError as exc:
+            raise CommandError(f"--scopes: {exc}") from None
         try:
             owner = tenant_by_name(tenant)
         except TenantNotFound as exc:
             raise CommandError(str(exc)) from None
         expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days is not None else None
-        issued = create_api_key(tenant=owner, name=name, expires_at=expires_at)
-        self.stderr.write(f"API key {issued.api_key.prefix} for tenant {owner.name}; store it now, it is not shown again:")
+        issued = create_api_key(tenant=owner, name=name, expires_at=expires_at, scopes=scope_list)
+        self.stderr.write(
+            f"API key {issued.api_key.prefix} for tenant {owner.name} (scopes: {', '.join(scope_list)}); "
+            "store it now, it is not shown again:"
+        )
         self.stdout.write(issued.raw_key)

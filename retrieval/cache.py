@@ -1,0 +1,128 @@
+"""Search result cache in Redis (django-redis), in front of :func:`retrieval.selectors.search`.
+
+The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
+switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
+KB version searched, the settings that shape rankings and the stored response's field names. Every
+content change bumps a revision, so a re-ingest makes old entries unreachable rather than stale; they
+expire with ``SEARCH_CACHE_TTL_S``.
+
+A response naming a degradation is not stored: a transient backend failure must not be served for an
+hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
+result and compute themselves if it is slow. With Redis unreachable, searches run uncached.
+
+``search()`` itself stays uncached for callers that measure it (the evaluation harness).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, fields
+
+from django.conf import settings
+from django.core.cache import cache
+
+from knowledge.selectors import searchable_knowledge_bases
+from retrieval.selectors import SearchHit, SearchRequest, SearchResponse, search
+from retrieval_site.redis import REDIS_ERRORS, warn_redis_unavailable
+from tenants.models import Tenant
+
+# Settings that change rankings: a restart with new values must not serve rankings made with the old.
+_RANKING_SETTINGS = (
+    "SEARCH_WEIGHTS", "RRF_K", "SEARCH_CANDIDATES", "DENSE_WEIGHT_FLOOR", "VECTOR_EXACT_SCAN_THRESHOLD",
+    "HNSW_EF_SEARCH", "LEXICAL_FILTER_MAX_IDS", "EMBEDDING_URL", "SPELLING_WEIGHT", "LLM_URL", "LLM_MODEL",
+    "LLM_WEIGHT", "RERANKER_URL", "RERANKER_MODEL", "RERANKER_MAX_TOKENS", "RERANK_TOP_N",
+)  # fmt: skip
+_EXPANDERS = ("synonyms", "spelling", "llm")
+# Entries outlive deploys: a change of the stored shape must not load old entries into new classes.
+_SHAPE = [field.name for field in fields(SearchResponse)] + [field.name for field in fields(SearchHit)]
+_LOCK_TTL_S = 10  # only guards the stampede; a slow holder's lock lapses and others compute
+_POLL_S = 0.05
+
+
+@dataclass
+class CachedSearch:
+    response: SearchResponse
+    cached: bool
+
+
+def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
+    """``search()`` through the result cache."""
+    if settings.SEARCH_CACHE_TTL_S <= 0:
+        return CachedSearch(search(tenant, request), cached=False)
+    started = time.perf_counter()
+    key = search_cache_key(tenant, request)
+    lock_key = f"{key}:lock"
+    try:
+        hit, holds_lock = _get_or_lock(key, lock_key)
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("search cache", exc)
+        return CachedSearch(search(tenant, request), cached=False)
+    if hit is not None:
+        return CachedSearch(_load(hit, elapsed_ms=(time.perf_counter() - started) * 1000), cached=True)
+    try:
+        response = search(tenant, request)
+        if not response.degraded:
+            _quietly(cache.set, key, json.dumps(asdict(response)), settings.SEARCH_CACHE_TTL_S)
+    finally:
+        if holds_lock:
+            _quietly(cache.delete, lock_key)
+    return CachedSearch(response, cached=False)
+
+
+def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
+    """Raises ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would."""
+    kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+    versions = sorted([kb.active_version.pk, kb.active_version.revision] for kb in kbs)
+    expand = asdict(request.expand)
+    for name in _EXPANDERS:
+        if expand[name] is None:
+            expand[name] = getattr(tenant, f"expand_{name}")
+    normalized = {
+        **asdict(request),
+        "query": " ".join(request.query.split()),
+        "kb_ids": sorted(set(request.kb_ids or ())),
+        "expand": expand,
+    }
+    material = {
+        "tenant": tenant.pk,
+        "request": normalized,
+        "versions": versions,
+        "settings": {name: getattr(settings, name) for name in _RANKING_SETTINGS},
+        "shape": _SHAPE,
+    }
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+    return f"search:{tenant.pk}:{digest}"
+
+
+def _get_or_lock(key: str, lock_key: str) -> tuple[str | None, bool]:
+    """(cached value, False), or (None, True) holding the lock, or (None, False): compute without it."""
+    hit = cache.get(key)
+    if hit is not None:
+        return hit, False
+    if cache.add(lock_key, 1, _LOCK_TTL_S):
+        return None, True
+    deadline = time.monotonic() + settings.SEARCH_CACHE_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        values = cache.get_many([key, lock_key])
+        if key in values:
+            return values[key], False
+        if lock_key not in values:  # the holder finished without storing (a degraded answer) or gave up
+            break
+    return None, False
+
+
+def _load(value: str, *, elapsed_ms: float) -> SearchResponse:
+    data = json.loads(value)
+    data["results"] = [SearchHit(**hit) for hit in data["results"]]
+    # The stored stage timings describe a computation this request did not do.
+    data["timings_ms"] = {"cache": round(elapsed_ms, 3), "total": round(elapsed_ms, 3)}
+    return SearchResponse(**data)
+
+
+def _quietly(operation, *args) -> None:
+    try:
+        operation(*args)
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("search cache", exc)

@@ -1,0 +1,160 @@
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from retrieval import evaluation
+from retrieval.selectors import MODES
+
+
+def _ints(spec: str) -> list[int]:
+    try:
+        return [int(value) for value in spec.split(",") if value.strip()]
+    except ValueError:
+        raise CommandError(f"expected comma-separated integers, got {spec!r}") from None
+
+
+def _names(spec: str | None) -> list[str]:
+    return [name.strip() for name in (spec or "").split(",") if name.strip()]
+
+
+class Command(BaseCommand):
+    help = (
+        "Evaluate retrieval relevance on a BEIR-layout dataset (nDCG@10, Recall@10/100, MRR@10, latency) "
+        "through the service's search pipeline, or compare two reports with --compare."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
+        parser.add_argument("--split", default="dev")
+        parser.add_argument("--modes", default="vector,bm25,hybrid")
+        parser.add_argument("--kb", default=None, help="evaluation KB name (default: <dataset>-<model>-<hash8>)")
+        parser.add_argument("--model", default=None, help="embedding model name or folder (default: EMBEDDING_MODEL)")
+        parser.add_argument("--languages", default=None, help="languages the model covers, e.g. zh,en")
+        parser.add_argument("--chunk-size", type=int, default=None)
+        parser.add_argument("--chunk-overlap", type=int, default=None)
+        parser.add_argument("--output", type=Path, default=None, help="JSON report (default: var/eval/reports/...)")
+        parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N judged queries")
+        parser.add_argument(
+            "--weights", default=None, help="hybrid weights, e.g. vector=0.5,bm25=1; vector=0.5,1,bm25=1 sweeps two"
+        )
+        parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
+        parser.add_argument(
+            "--candidates", default=str(evaluation.DEPTH), help="depth of each retriever's list; a list sweeps values"
+        )
+        parser.add_argument("--expand", default=None, help="query expanders to use together: synonyms,spelling,llm")
+        parser.add_argument("--rerank", action="store_true")
+        parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.json", "AFTER.json"))
+        parser.add_argument("--no-progress", action="store_true")
+
+    def handle(self, *args, **options):
+        if options["compare"]:
+            self._compare(*options["compare"])
+        elif options["dataset"]:
+            self._evaluate(options)
+        else:
+            raise CommandError("give --dataset DIR to evaluate, or --compare A.json B.json")
+
+    def _evaluate(self, options) -> None:
+        modes = _names(options["modes"])
+        expand = tuple(_names(options["expand"]))
+        if unknown := sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS)):
+            raise CommandError(f"unknown mode or expander: {', '.join(unknown)}")
+        try:
+            weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
+            dataset = evaluation.load_dataset(options["dataset"], options["split"])
+        except (ValueError, FileNotFoundError) as exc:
+            raise CommandError(str(exc)) from None
+        variants = evaluation.build_variants(
+            modes,
+            candidates=_ints(options["candidates"]),
+            weights=weights,
+            rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
+            expand=expand,
+            rerank=options["rerank"],
+        )
+        kb_settings = evaluation.KbSettings(
+            model=options["model"] or settings.EMBEDDING_MODEL,
+            languages=tuple(_names(options["languages"])) if options["languages"] else None,
+            chunk_size=options["chunk_size"],
+            chunk_overlap=options["chunk_overlap"],
+        )
+        quiet = options["no_progress"]
+        try:
+            kb, created = evaluation.eval_knowledge_base(dataset, kb_settings, options["kb"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {evaluation.EVAL_TENANT}/{kb.name}")
+        files = evaluation.corpus_files(dataset)
+        with tqdm(total=len(files), unit="doc", desc="ingest", disable=quiet, file=self.stderr) as bar:
+            ingestion = evaluation.ingest_corpus(kb, files, bar.update)
+        summary = ingestion.as_dict()
+        rate = f", {ingestion.chunks / ingestion.seconds:.1f} chunks/s" if ingestion.chunks else ""
+        self.stdout.write(
+            "corpus: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
+            "{chunks} chunks in {seconds} s".format(**summary) + rate
+        )
+
+        query_ids = list(dataset.qrels)[: options["limit"]]
+        tenant = evaluation.eval_tenant()
+        results = []
+        for variant in variants:
+            with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
+                results.append(evaluation.run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
+
+        command = " ".join(shlex.quote(arg) for arg in ["manage.py", *sys.argv[2:]])
+        report = evaluation.build_report(dataset, kb, results, ingestion, command=command)
+        output = options["output"] or (
+            Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{report['created_at'].replace(':', '')}.json"
+        )
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        self._print_runs(dataset, [result.summary() for result in results])
+        self.stdout.write(f"report: {output}")
+
+    def _print_runs(self, dataset, runs: list[dict]) -> None:
+        header = ["run", *evaluation.METRICS, "p50 ms", "p95 ms", "dense skipped"]
+        rows = [
+            [
+                run["label"],
+                *(f"{run['metrics'][metric]:.4f}" for metric in evaluation.METRICS),
+                f"{run['latency_ms']['p50']}",
+                f"{run['latency_ms']['p95']}",
+                f"{run['dense_skipped_queries']}" if run["mode"] == "hybrid" else "-",
+            ]
+            for run in runs
+        ]
+        self.stdout.write(f"{dataset.name} ({dataset.split}), {runs[0]['queries'] if runs else 0} queries")
+        self._table(header, rows)
+        if degraded := [run["label"] for run in runs if run["degraded_queries"]]:
+            self.stderr.write(f"degraded answers (a backend failed) in: {', '.join(degraded)}")
+
+    def _compare(self, before_path: Path, after_path: Path) -> None:
+        try:
+            before, after = (json.loads(path.read_text(encoding="utf-8")) for path in (before_path, after_path))
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot read report: {exc}") from None
+        rows = evaluation.compare_reports(before, after)
+        if not rows:
+            raise CommandError("the two reports share no run label")
+        self._table(
+            ["run", *(f"Δ {metric}" for metric in evaluation.METRICS), "Δ p50 ms", "nDCG better/worse"],
+            [
+                [
+                    row["label"],
+                    *(f"{row['delta'][metric]:+.4f}" for metric in evaluation.METRICS),
+                    f"{row['latency_p50_delta_ms']:+.2f}",
+                    f"{row['ndcg@10_better']}/{row['ndcg@10_worse']}",
+                ]
+                for row in rows
+            ],
+        )
+
+    def _table(self, header: list[str], rows: list[list[str]]) -> None:
+        widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+        for line in [header, ["-" * width for width in widths], *rows]:
+            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())

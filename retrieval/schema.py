@@ -1,0 +1,269 @@
+"""OpenAPI documentation of the API (drf-spectacular): security schemes, error shapes and examples.
+
+The search views are documented here through an ``OpenApiViewExtension`` rather than decorators on
+the views, so the documentation (long examples) stays out of the request path's code. Extensions
+register on import: ``RetrievalConfig.ready`` imports this module.
+"""
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+
+from retrieval.serializers import SearchOutput
+
+
+class ErrorDetailOutput(serializers.Serializer):
+    code = serializers.CharField(help_text="machine-readable, e.g. invalid_filter")
+    message = serializers.CharField(help_text="human-readable; names the offending field or value")
+    request_id = serializers.CharField(help_text="the X-Request-ID of the response")
+    details = serializers.DictField(required=False, help_text="per-field messages of a 400 invalid_request")
+
+
+class ErrorOutput(serializers.Serializer):
+    error = ErrorDetailOutput()
+
+
+# status -> (description, [(code, message)]): one example per code a client can receive.
+ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
+    400: (
+        "Invalid body, filter or JSON.",
+        [
+            ("invalid_request", "top_k: Ensure this value is less than or equal to 100."),
+            ("invalid_filter", "unknown filter field 'colour'"),
+            ("malformed_json", "JSON parse error - Expecting value: line 1 column 1 (char 0)"),
+            ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
+        ],
+    ),
+    401: (
+        "No API key (the response carries `WWW-Authenticate: Bearer`).",
+        [("missing_api_key", "Authentication credentials were not provided.")],
+    ),
+    403: (
+        "Unknown, expired or revoked API key, a malformed `Authorization` header, or a key without the scope.",
+        [
+            ("invalid_api_key", "The API key is invalid, expired or revoked."),
+            ("insufficient_scope", "This API key lacks the 'search' scope."),
+        ],
+    ),
+    404: (
+        "A knowledge base the tenant does not have.",
+        [("knowledge_base_not_found", "knowledge base(s) 999 not found")],
+    ),
+    409: (
+        "A request with the same `Idempotency-Key` is still running; retry shortly.",
+        [("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly.")],
+    ),
+    413: (
+        "The body is larger than `MAX_REQUEST_BYTES`.",
+        [("payload_too_large", "The request body is larger than the allowed maximum.")],
+    ),
+    415: (
+        "The body is not `application/json`.",
+        [("unsupported_media_type", 'Unsupported media type "text/plain" in request.')],
+    ),
+    422: (
+        "The `Idempotency-Key` was already used for a different request.",
+        [("idempotency_key_reused", "This Idempotency-Key was already used for a different request.")],
+    ),
+    429: (
+        "Too many requests for the key's rate tier; retry after `Retry-After` seconds.",
+        [("rate_limited", "Rate limit of 60 hybrid requests per 60 s exceeded.")],
+    ),
+    503: (
+        "A backend the request cannot do without is down (a hybrid search degrades instead).",
+        [
+            ("embedder_unavailable", "cannot embed the query: the embedding service did not answer"),
+            ("lexical_index_unavailable", "keyword search is unavailable: cannot reach Elasticsearch"),
+            ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
+        ],
+    ),
+}
+REQUEST_ID = "8f0c1b2e3d4a45b6a7c8d9e0f1a2b3c4"
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """The one error shape, ``{"error": {code, message, request_id}}``, with an example per code."""
+    responses = {}
+    for status in statuses:
+        description, codes = ERRORS[status]
+        examples = [
+            OpenApiExample(
+                f"{status} {code}",
+                value={"error": {"code": code, "message": message, "request_id": REQUEST_ID}},
+                response_only=True,
+                status_codes=[str(status)],
+            )
+            for code, message in codes
+        ]
+        responses[status] = OpenApiResponse(response=ErrorOutput, description=description, examples=examples)
+    return responses
+
+
+SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
+SEARCH_HEADERS = [
+    OpenApiParameter(
+        "Idempotency-Key",
+        str,
+        OpenApiParameter.HEADER,
+        description="Makes a retry safe: the same key and body within `IDEMPOTENCY_TTL_S` (a day) replays the "
+        "first response, with `Idempotent-Replayed: true`.",
+    ),
+    OpenApiParameter(
+        "X-Request-ID",
+        str,
+        OpenApiParameter.HEADER,
+        description="Your id for this request (1-128 of letters, digits and . _ : -), echoed in the response "
+        "header, error bodies and logs; generated when absent.",
+    ),
+]
+
+HIT_EXAMPLE = {
+    "chunk_id": 101,
+    "doc_id": 17,
+    "kb_id": 1,
+    "content": "Storage: keep the PPR-9087-BAT pack between 10 and 25 °C, charged to about 50 % ...",
+    "score": 0.032522,
+    "source": "hybrid",
+    "rank": 1,
+    "title": "PPR-9087 battery safety datasheet",
+    "source_uri": "sample_kb/products/safety-datasheet-ppr-9087-battery.pdf",
+    "doc_type": "pdf",
+    "metadata": {"page": 1, "shop_id": 102, "lang": "en", "tags": ["safety", "en"], "ordinal": 0},
+    "fused_score": 0.032522,
+    "rerank_score": None,
+    "retrievers": {
+        "vector": {"rank": 1, "score": 0.613, "query": "How should I store the lithium battery pack?"},
+        "bm25": {"rank": 2, "score": 11.92, "query": "How should I store the lithium battery pack?"},
+    },
+    "matched_queries": ["How should I store the lithium battery pack?"],
+}
+RESPONSE_EXAMPLE = {
+    "results": [HIT_EXAMPLE],
+    "total": 1,
+    "mode": "hybrid",
+    "queries": [{"text": "How should I store the lithium battery pack?", "weight": 1.0, "origin": "original"}],
+    "weights": {"vector": 1.0, "bm25": 1.0},
+    "reranked": False,
+    "degraded": [],
+    "notes": [],
+    "candidates": {"vector": 50, "bm25": 23, "fused": 61},
+    "timings_ms": {"expand": 0.4, "bm25": 1.1, "embed": 14.8, "vector": 2.3, "fuse": 0.6, "total": 19.9},
+    "latency_ms": 21.4,
+    "request_id": REQUEST_ID,
+}
+
+
+def response_example(mode: str) -> dict:
+    """The sample answer as ``mode`` returns it: one retriever's list shows that list's raw score."""
+    if mode == "hybrid":
+        return RESPONSE_EXAMPLE
+    contribution = HIT_EXAMPLE["retrievers"][mode]
+    skipped = {"vector": {"bm25"}, "bm25": {"embed", "vector"}}[mode]
+    hit = {**HIT_EXAMPLE, "source": mode, "score": contribution["score"], "retrievers": {mode: contribution}}
+    return {
+        **RESPONSE_EXAMPLE,
+        "results": [hit],
+        "mode": mode,
+        "weights": {retriever: float(retriever == mode) for retriever in ("vector", "bm25")},
+        "timings_ms": {stage: ms for stage, ms in RESPONSE_EXAMPLE["timings_ms"].items() if stage not in skipped},
+        "candidates": {mode: RESPONSE_EXAMPLE["candidates"][mode], "fused": RESPONSE_EXAMPLE["candidates"][mode]},
+    }
+
+
+DEGRADED_EXAMPLE = {
+    **RESPONSE_EXAMPLE,
+    "results": [{**HIT_EXAMPLE, "retrievers": {"vector": HIT_EXAMPLE["retrievers"]["vector"]}}],
+    "degraded": [{"stage": "bm25", "cause": "connection_error", "message": "cannot reach Elasticsearch (search): ..."}],
+    "candidates": {"vector": 50, "fused": 50},
+}
+
+REQUEST_EXAMPLES = {
+    "vector": [
+        ("Dense search", {"query": "How should I store the lithium battery pack?", "top_k": 3}),
+        (
+            "Pre-filtered",
+            {"query": "how do I install the smart lock", "top_k": 5,
+             "filters": {"doc_type": {"in": ["pdf", "md"]}, "metadata.shop_id": 102}},
+        ),
+    ],
+    "bm25": [("Identifier lookup", {"query": "PPR-9087", "top_k": 5})],
+    "hybrid": [
+        ("Hybrid", {"query": "退货政策是什么", "top_k": 5}),
+        (
+            "Weighted and reranked",
+            {"query": "battery storage temperature", "top_k": 5, "weights": {"vector": 0.7, "bm25": 1.0},
+             "candidates": 50, "rerank": True, "expand": {"synonyms": True, "spelling": False}},
+        ),
+    ],
+    None: [
+        ("Keyword mode", {"query": "PPR-9087", "mode": "bm25", "top_k": 5}),
+        ("Hybrid mode with KB scope", {"query": "refund within 30 days", "mode": "hybrid", "kb_ids": [1]}),
+    ],
+}  # fmt: skip
+SUMMARIES = {
+    "vector": "Dense (vector) search",
+    "bm25": "Keyword (BM25) search; never embeds the query",
+    "hybrid": "Hybrid search: BM25 and dense lists fused by weighted RRF",
+    None: "Search in the mode the body names (vector, bm25 or hybrid; default hybrid)",
+}
+DESCRIPTION = (
+    "Searches the knowledge bases of the API key's tenant (or `kb_ids`), pre-filtered by `filters`. "
+    "A part that fails (an expander, one leg of a hybrid search, the reranker) is named in `degraded` "
+    "and the others still answer; only a search that cannot answer at all is a 503."
+)
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; either one authenticates."""
+
+    target_class = "tenants.authentication.ApiKeyAuthentication"
+    name = ["BearerApiKey", "ApiKeyHeader"]
+
+    def get_security_requirement(self, auto_schema):
+        return [{"BearerApiKey": []}, {"ApiKeyHeader": []}]
+
+    def get_security_definition(self, auto_schema):
+        return [
+            {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."},
+            {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "The same key, in its own header."},
+        ]
+
+
+class SearchViewSchema(OpenApiViewExtension):
+    """Request body, responses and examples of every search endpoint (``SearchView`` and its subclasses)."""
+
+    target_class = "retrieval.views.SearchView"
+    match_subclasses = True
+
+    def view_replacement(self):
+        view = self.target
+        mode = view.mode
+        examples = [OpenApiExample(name, value=value, request_only=True) for name, value in REQUEST_EXAMPLES[mode]]
+        examples += [
+            OpenApiExample(
+                "Results",
+                value=response_example(mode or "hybrid"),
+                response_only=True,
+                status_codes=["200"],
+            ),
+            OpenApiExample(
+                "Degraded: keyword index down", value=DEGRADED_EXAMPLE, response_only=True, status_codes=["200"]
+            ),
+        ]
+
+        class Documented(view):
+            @extend_schema(
+                operation_id=f"retrieval_{mode or 'search'}",
+                summary=SUMMARIES[mode],
+                description=DESCRIPTION,
+                tags=["retrieval"],
+                request=view.input_serializer,
+                parameters=SEARCH_HEADERS,
+                responses={200: SearchOutput, **error_responses(*SEARCH_ERRORS)},
+                examples=examples,
+            )
+            def post(self, request):
+                return super().post(request)
+
+        return Documented

@@ -1,0 +1,59 @@
+"""Per-tenant usage for ``GET /api/v1/stats``: what the tenant holds and how many queries it was served.
+
+Query counts live in the default cache (Redis), shared by every worker and machine; they count from
+when that Redis started (the embedded one keeps nothing on disk). With Redis down a search is served
+uncounted and the stats report ``queries: null``.
+"""
+from __future__ import annotations
+
+from django.core.cache import cache
+from django.db.models import Count
+
+from knowledge.models import Chunk, Document, KnowledgeBase
+from retrieval_site.redis import REDIS_ERRORS, warn_redis_unavailable
+from tenants.models import Tenant
+
+
+def _key(tenant_id: int, counter: str) -> str:
+    return f"stats:{counter}:{tenant_id}"
+
+
+def _increment(key: str) -> None:
+    cache.add(key, 0, timeout=None)  # atomic create-if-absent, so concurrent first queries both count
+    cache.incr(key)
+
+
+def count_query(tenant_id: int, *, cached: bool) -> None:
+    """One search served to the tenant (``cached``: answered from the response cache)."""
+    try:
+        _increment(_key(tenant_id, "queries"))
+        if cached:
+            _increment(_key(tenant_id, "cache_hits"))
+    except REDIS_ERRORS as exc:  # an outage must not turn a served search into an error
+        warn_redis_unavailable("query counters", exc)
+
+
+def _query_counts(tenant_id: int) -> dict | None:
+    keys = {counter: _key(tenant_id, counter) for counter in ("queries", "cache_hits")}
+    try:
+        values = cache.get_many(list(keys.values()))
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("query counters", exc)
+        return None
+    queries, hits = (values.get(keys[counter], 0) for counter in ("queries", "cache_hits"))
+    return {"served": queries, "cache_hits": hits, "cache_hit_ratio": round(hits / queries, 4) if queries else None}
+
+
+def tenant_stats(tenant: Tenant) -> dict:
+    by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
+    active_versions = KnowledgeBase.objects.filter(tenant=tenant).values("active_version")
+    return {
+        "tenant": tenant.name,
+        "knowledge_bases": KnowledgeBase.objects.filter(tenant=tenant).count(),
+        "documents": {
+            "total": sum(by_status.values()),
+            "by_status": {status: by_status.get(status, 0) for status in Document.Status.values},
+        },
+        "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
+        "queries": _query_counts(tenant.pk),
+    }

@@ -1,0 +1,263 @@
+"""The search result cache over the real embedded Redis: hits, keys, invalidation, stampedes, outages.
+
+The corpus is ingested with the real ``ingest`` command and model; most searches are BM25, so only
+the ingest embeds.
+"""
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+
+from knowledge.models import KnowledgeBaseVersion
+from retrieval import selectors
+from retrieval.cache import cached_search
+from retrieval.selectors import SearchRequest
+from tests.conftest import client_for
+
+KETTLE = "The stainless steel electric kettle boils 1.7 litres of water in under four minutes."
+GARDEN = "Tomato seedlings need at least six hours of direct sunlight every day."
+QUERY = {"query": "electric kettle water", "top_k": 5}
+
+
+def post(client, body: dict = QUERY, path: str = "bm25"):
+    response = client.post(f"/api/v1/retrieval/{path}", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def ingest(folder: Path, tenant, files: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    call_command("ingest", str(folder), tenant=tenant.name, kb="manuals", no_progress=True, stdout=io.StringIO())
+
+
+@pytest.fixture
+def client(tmp_path, tenant, embedder):
+    """A client of a tenant whose KB "manuals" holds the two passages above."""
+    ingest(tmp_path / "manuals", tenant, {"kettle.txt": KETTLE, "garden.txt": GARDEN})
+    return client_for(tenant)
+
+
+@pytest.fixture
+def pipeline_runs(monkeypatch) -> list[SearchRequest]:
+    """The requests the search pipeline actually ran (cache hits do not run it)."""
+    runs: list[SearchRequest] = []
+    original = selectors._Search.run
+
+    def run(self):
+        runs.append(self.request)
+        return original(self)
+
+    monkeypatch.setattr(selectors._Search, "run", run)
+    return runs
+
+
+# --- hits and keys ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["bm25", "hybrid"])
+def test_a_repeated_search_is_answered_from_the_cache(client, pipeline_runs, path):
+    first = post(client, path=path)
+    assert first["cached"] is False and first["results"]
+    second = post(client, path=path)
+    assert second["cached"] is True
+    assert second["results"] == first["results"]
+    assert {k: second[k] for k in ("mode", "queries", "weights", "candidates", "degraded", "notes")} == {
+        k: first[k] for k in ("mode", "queries", "weights", "candidates", "degraded", "notes")
+    }
+    assert set(second["timings_ms"]) == {"cache", "total"}  # not the first request's stage timings
+    assert second["request_id"] != first["request_id"]
+    assert len(pipeline_runs) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_equivalent_requests_share_an_entry(client, pipeline_runs):
+    kb_id = post(client)["results"][0]["kb_id"]
+    assert post(client, {"query": "  electric   kettle\twater ", "top_k": 5})["cached"] is True
+    filtered = {**QUERY, "filters": {"doc_type": "txt", "tags": {"any": ["a", "b"]}}, "kb_ids": [kb_id, kb_id]}
+    assert post(client, filtered)["cached"] is False
+    reordered = {"kb_ids": [kb_id], "filters": {"tags": {"any": ["a", "b"]}, "doc_type": "txt"}, **QUERY}
+    assert post(client, reordered)["cached"] is True
+    assert len(pipeline_runs) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"top_k": 4},
+        {"query": "Electric kettle water"},
+        {"filters": {"doc_type": "md"}},
+        {"weights": {"bm25": 0.5}},
+        {"candidates": 20},
+        {"rrf_k": 10},
+        {"expand": {"synonyms": False}},
+        {"expand": {"max_expansions": 1}},
+    ],
+)
+def test_every_option_is_part_of_the_key(client, change):
+    assert post(client)["cached"] is False
+    assert post(client, {**QUERY, **change})["cached"] is False
+    assert post(client, {**QUERY, **change})["cached"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_the_mode_and_the_tenants_expansion_defaults_are_part_of_the_key(client, tenant):
+    post(client)
+    assert post(client, {**QUERY, "mode": "bm25"}, path="search")["cached"] is True  # same mode, other endpoint
+    assert post(client, path="vector")["cached"] is False
+    tenant.expand_spelling = True
+    tenant.save(update_fields=["expand_spelling"])
+    assert post(client)["cached"] is False
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_reingest_makes_old_entries_unreachable(client, tenant, tmp_path):
+    before = post(client)
+    assert post(client)["cached"] is True
+    version = KnowledgeBaseVersion.objects.get(knowledge_base__tenant=tenant)
+    revision = version.revision
+
+    ingest(tmp_path / "manuals", tenant, {"kettle.txt": KETTLE.replace("1.7 litres", "2.5 litres")})
+    version.refresh_from_db()
+    assert version.revision > revision
+    after = post(client)
+    assert after["cached"] is False
+    assert "2.5 litres" in after["results"][0]["content"]
+    assert "2.5 litres" not in before["results"][0]["content"]
+    assert post(client)["cached"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_degraded_answers_are_not_cached(client, pipeline_runs):
+    body = {**QUERY, "rerank": True}  # no reranker configured: degraded, fused order kept
+    first = post(client, body)
+    assert first["degraded"][0]["cause"] == "not_configured"
+    assert post(client, body)["cached"] is False
+    assert len(pipeline_runs) == 2
+
+
+class _LengthReranker:
+    """Shorter passages first: a deterministic stand-in for a cross-encoder."""
+
+    def rerank(self, query: str, passages: list[str]) -> list[float]:
+        return [-float(len(passage)) for passage in passages]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_reranked_answers_are_cached(client, monkeypatch, pipeline_runs):
+    monkeypatch.setattr(selectors, "get_reranker", lambda: _LengthReranker())
+    body = {**QUERY, "rerank": True}
+    first = post(client, body)
+    assert first["reranked"] is True and not first["degraded"]
+    second = post(client, body)
+    assert second["cached"] is True and second["results"] == first["results"]
+    assert len(pipeline_runs) == 1
+
+
+@pytest.mark.django_db
+def test_unknown_kb_ids_are_still_404(api_client):
+    response = api_client.post(
+        "/api/v1/retrieval/bm25", data=json.dumps({**QUERY, "kb_ids": [987654321]}), content_type="application/json"
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "knowledge_base_not_found"
+
+
+@pytest.mark.django_db
+def test_a_ttl_of_zero_disables_the_cache(api_client, settings, pipeline_runs):
+    settings.SEARCH_CACHE_TTL_S = 0
+    assert [post(api_client)["cached"] for _ in range(2)] == [False, False]
+    assert len(pipeline_runs) == 2
+
+
+@pytest.mark.django_db
+def test_entries_expire(api_client, settings):
+    settings.SEARCH_CACHE_TTL_S = 1
+    assert [post(api_client)["cached"] for _ in range(2)] == [False, True]
+    time.sleep(1.2)
+    assert post(api_client)["cached"] is False
+
+
+# --- concurrent misses -----------------------------------------------------------------------------
+
+
+def _run_concurrently(tenant, count: int) -> list[bool]:
+    """``count`` identical searches at once, each in its own thread; whether each was a cache hit."""
+    barrier, cached = threading.Barrier(count), [None] * count
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait(5)
+            cached[i] = cached_search(tenant, SearchRequest(query="kettle", mode="bm25")).cached
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    return cached
+
+
+@pytest.fixture
+def slow_pipeline(monkeypatch) -> list[float]:
+    """Each pipeline run takes 0.5 s; returns the start times of the runs."""
+    started: list[float] = []
+    original = selectors._Search.run
+
+    def run(self):
+        started.append(time.monotonic())
+        time.sleep(0.5)
+        return original(self)
+
+    monkeypatch.setattr(selectors._Search, "run", run)
+    return started
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_identical_misses_compute_once(tenant, slow_pipeline):
+    cached = _run_concurrently(tenant, 4)
+    assert len(slow_pipeline) == 1
+    assert sorted(cached) == [False, True, True, True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiters_compute_themselves_when_the_first_is_slow(tenant, slow_pipeline, settings):
+    settings.SEARCH_CACHE_WAIT_S = 0.1
+    cached = _run_concurrently(tenant, 3)
+    assert cached == [False, False, False]
+    assert len(slow_pipeline) == 3
+
+
+# --- Redis unavailable -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_searches_still_answer_when_redis_stops(private_redis, client, caplog):
+    first = post(client)
+    assert post(client)["cached"] is True
+    private_redis()
+    for _ in range(2):
+        response = post(client)
+        assert response["cached"] is False
+        assert response["results"] == first["results"]
+    assert len([r for r in caplog.records if "search cache degraded" in r.getMessage()]) == 1

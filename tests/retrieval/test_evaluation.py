@@ -1,0 +1,225 @@
+"""Relevance metrics against hand-computed numbers, and the ``evaluate`` command end to end."""
+import io
+import json
+import math
+
+import pytest
+from django.core.management import call_command
+
+from retrieval.evaluation import (
+    DEPTH,
+    build_variants,
+    compare_reports,
+    corpus_id_from_uri,
+    doc_filename,
+    load_dataset,
+    mrr_at_k,
+    ndcg_at_k,
+    parse_weight_grid,
+    recall_at_k,
+    score_query,
+)
+
+LOG2_3 = math.log2(3)  # 1.5849625, the discount at rank 2
+
+
+# --- nDCG -------------------------------------------------------------------------------------------
+
+
+def test_ndcg_uses_the_grade_as_gain_with_a_log2_discount():
+    judgments = {"a": 2, "b": 1, "c": 0, "d": 1}
+    # rank:   1: c (gain 0)   2: a (gain 2)   3: x (unjudged, 0)   4: b (gain 1); d not retrieved
+    # DCG  = 0/log2(2) + 2/log2(3) + 0/log2(4) + 1/log2(5) = 1.2618595 + 0.4306766 = 1.6925361
+    # IDCG = grades sorted 2, 1, 1: 2/log2(2) + 1/log2(3) + 1/log2(4) = 2 + 0.6309298 + 0.5 = 3.1309298
+    # nDCG = 1.6925361 / 3.1309298 = 0.5405858
+    # (gain 2^rel - 1 would give (3/1.585 + 1/2.3219) / (3 + 0.6309 + 0.5) = 0.5625)
+    assert ndcg_at_k(["c", "a", "x", "b"], judgments, 10) == pytest.approx(0.5405858, abs=1e-6)
+
+
+def test_ndcg_of_the_ideal_ranking_is_one_whatever_the_order_of_tied_grades():
+    judgments = {"a": 1, "b": 1, "c": 2}
+    assert ndcg_at_k(["c", "a", "b"], judgments) == pytest.approx(1.0)
+    assert ndcg_at_k(["c", "b", "a"], judgments) == pytest.approx(1.0)
+
+
+def test_a_document_counts_once_at_the_rank_of_its_best_chunk():
+    # x has two chunks at ranks 1 and 2: deduplicated, a moves up from rank 3 to rank 2.
+    # DCG = 1/log2(3) = 0.6309298; IDCG = 1 (a single relevant document at rank 1)
+    # nDCG = 0.6309298 (without deduplication it would be 1/log2(4) = 0.5)
+    assert ndcg_at_k(["x", "x", "a"], {"a": 1}) == pytest.approx(1 / LOG2_3)
+    assert mrr_at_k(["x", "x", "a"], {"a": 1}) == pytest.approx(1 / 2)
+
+
+def test_ndcg_cuts_at_k():
+    ranking = [f"x{i}" for i in range(10)] + ["a"]  # a at rank 11
+    assert ndcg_at_k(ranking, {"a": 1}, 10) == 0.0
+    # at k = 11: DCG = 1/log2(12) = 0.2789429; IDCG = 1
+    assert ndcg_at_k(ranking, {"a": 1}, 11) == pytest.approx(1 / math.log2(12))
+
+
+def test_no_relevant_document_retrieved_scores_zero_everywhere():
+    scores = score_query(["x", "y", "z"], {"a": 1, "b": 2})
+    assert scores == {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+
+
+def test_a_query_without_positive_judgments_scores_zero_not_nan():
+    scores = score_query(["a"], {"a": 0})
+    assert scores == {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+
+
+def test_judgments_of_documents_missing_from_the_corpus_still_count():
+    judgments = {"a": 1, "gone": 1}  # "gone" can never be retrieved
+    # DCG = 1/log2(2) = 1; IDCG = 1 + 1/log2(3) = 1.6309298; nDCG = 0.6131472
+    assert ndcg_at_k(["a", "x"], judgments) == pytest.approx(1 / (1 + 1 / LOG2_3))
+    # Recall = 1 relevant retrieved / 2 relevant judged = 0.5
+    assert recall_at_k(["a", "x"], judgments, 10) == 0.5
+    assert mrr_at_k(["a", "x"], judgments) == 1.0
+
+
+# --- Recall and MRR ---------------------------------------------------------------------------------
+
+
+def test_recall_counts_relevant_documents_within_k_over_all_relevant():
+    judgments = {"a": 1, "b": 1, "c": 1, "n": 0}
+    ranking = ["a", "n"] + [f"x{i}" for i in range(8)] + ["b"]  # a at 1, n (grade 0) at 2, b at 11
+    assert recall_at_k(ranking, judgments, 10) == pytest.approx(1 / 3)  # a only: 1 / 3
+    assert recall_at_k(ranking, judgments, 100) == pytest.approx(2 / 3)  # a and b: 2 / 3
+
+
+def test_mrr_is_the_reciprocal_rank_of_the_first_relevant_document_within_ten():
+    assert mrr_at_k(["n", "x", "b"], {"n": 0, "b": 1}) == pytest.approx(1 / 3)  # n is judged 0: b at rank 3
+    assert mrr_at_k([f"x{i}" for i in range(10)] + ["b"], {"b": 1}) == 0.0  # rank 11 is beyond the cut
+
+
+# --- datasets, ids, variants ------------------------------------------------------------------------
+
+
+def write_beir(folder, corpus, queries, qrels, split="test"):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in corpus), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(row) + "\n" for row in queries), encoding="utf-8")
+    (folder / "qrels").mkdir(exist_ok=True)
+    rows = "".join(f"{qid}\t{doc}\t{score}\n" for qid, doc, score in qrels)
+    (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows, encoding="utf-8")
+    return folder
+
+
+def test_load_dataset_keeps_judged_queries_and_counts_judgments_of_missing_documents(tmp_path):
+    folder = write_beir(
+        tmp_path / "tiny",
+        corpus=[{"_id": "d1", "title": "T", "text": "one"}, {"_id": "d2", "title": "", "text": "two"}],
+        queries=[{"_id": "q1", "text": "one"}, {"_id": "q2", "text": "two"}, {"_id": "q3", "text": "three"}],
+        qrels=[("q1", "d1", 1), ("q1", "gone", 1), ("q2", "d2", 0), ("q4", "d1", 1)],
+    )
+    dataset = load_dataset(folder, "test")
+    # q2 has no positive judgment, q3 none at all, q4 no query text: only q1 is evaluated
+    assert dataset.qrels == {"q1": {"d1": 1, "gone": 1}}
+    assert dataset.missing_judged_docs == 1
+    assert dataset.corpus["d1"] == ("T", "one")
+    assert len(dataset.corpus_sha256) == 64
+
+
+@pytest.mark.parametrize("corpus_id", ["4983", "a/b", "..", ".hidden", "100%", "DEV_12_QUERY_3", "文章-1 2"])
+def test_file_names_map_back_to_corpus_ids(corpus_id):
+    name = doc_filename(corpus_id)
+    assert "/" not in name and not name.startswith(".")
+    assert corpus_id_from_uri(f"scifact-1234abcd/{name}") == corpus_id
+
+
+def test_weight_grids_expand_to_every_combination():
+    assert parse_weight_grid("vector=0.5,bm25=1") == [(("vector", 0.5), ("bm25", 1.0))]
+    assert parse_weight_grid("vector=0.5,1,bm25=1,2") == [
+        (("vector", 0.5), ("bm25", 1.0)),
+        (("vector", 0.5), ("bm25", 2.0)),
+        (("vector", 1.0), ("bm25", 1.0)),
+        (("vector", 1.0), ("bm25", 2.0)),
+    ]
+    with pytest.raises(ValueError):
+        parse_weight_grid("0.5,bm25=1")
+
+
+def test_fusion_sweeps_give_one_row_per_value_for_hybrid_and_one_for_single_leg_modes():
+    variants = build_variants(["bm25", "hybrid"], candidates=[100], rrf_ks=[20, 60])
+    assert [v.label for v in variants] == ["bm25 cand=100", "hybrid cand=100 k=20", "hybrid cand=100 k=60"]
+    request = variants[1].request("q", kb_id=7)
+    assert (request.top_k, request.candidates, request.rrf_k, request.kb_ids) == (DEPTH, 100, 20, [7])
+
+
+def report(label, ndcg, per_query):
+    metrics = {"ndcg@10": ndcg, "recall@10": 0.5, "recall@100": 1.0, "mrr@10": 0.5}
+    run = {"label": label, "mode": label.split()[0], "metrics": metrics, "latency_ms": {"p50": 10.0}, "per_query": per_query}
+    return {"runs": [run]}
+
+
+def test_compare_reports_gives_per_metric_deltas():
+    before = report("bm25 cand=100", 0.5, {"q1": {"ndcg@10": 1.0}, "q2": {"ndcg@10": 0.0}, "q3": {"ndcg@10": 0.5}})
+    after = report("bm25 cand=100", 0.6, {"q1": {"ndcg@10": 1.0}, "q2": {"ndcg@10": 0.3}, "q3": {"ndcg@10": 0.5}})
+    [row] = compare_reports(before, after)
+    assert row["label"] == "bm25 cand=100"
+    assert row["delta"] == {"ndcg@10": 0.1, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+    assert (row["ndcg@10_better"], row["ndcg@10_worse"]) == (1, 0)
+
+
+def test_compare_pairs_the_single_run_of_a_mode_when_labels_differ():
+    before = report("hybrid cand=100", 0.5, {"q1": {"ndcg@10": 0.5}})
+    after = report("hybrid cand=100 k=20", 0.4, {"q1": {"ndcg@10": 0.4}})
+    [row] = compare_reports(before, after)
+    assert row["label"] == "hybrid cand=100 -> hybrid cand=100 k=20"
+    assert row["delta"]["ndcg@10"] == -0.1 and row["ndcg@10_worse"] == 1
+
+
+# --- the command end to end ---------------------------------------------------------------------------
+
+TINY_CORPUS = [
+    {"_id": "photo", "title": "Photosynthesis", "text": "Chlorophyll in leaves captures sunlight to make sugar."},
+    {"_id": "volc.1", "title": "Volcanoes", "text": "Magma rises through the crust and erupts as lava."},
+    {"_id": "tide/2", "title": "Tides", "text": "The gravity of the moon pulls the oceans into tides."},
+    {"_id": "jazz", "title": "Jazz", "text": "Improvisation and swing rhythms define jazz music."},
+    {"_id": "bread", "title": "Bread", "text": "Yeast ferments the dough, which makes bread rise."},
+]
+TINY_QUERIES = [
+    {"_id": "q-photo", "text": "chlorophyll captures sunlight in leaves"},
+    {"_id": "q-tide", "text": "why does the moon cause ocean tides"},
+    {"_id": "q-music", "text": "improvised swing music"},
+]
+TINY_QRELS = [("q-photo", "photo", 1), ("q-tide", "tide/2", 2), ("q-music", "jazz", 1), ("q-music", "missing", 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_evaluate_command_end_to_end(tmp_path, settings):
+    settings.VAR_DIR = tmp_path / "var"
+    dataset = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    out = io.StringIO()
+    call_command("evaluate", dataset=dataset, split="test", output=first, rrf_k="20,60", no_progress=True, stdout=out)
+    assert "created knowledge base eval/tiny-all-minilm-l6-v2-" in out.getvalue()
+
+    report = json.loads(first.read_text())
+    assert {"commit", "machine", "settings", "model", "analyzer_version", "ingestion", "runs"} <= report.keys()
+    assert report["dataset"]["judged_queries"] == 3
+    assert report["dataset"]["judged_docs_missing_from_corpus"] == 1
+    assert report["ingestion"]["added"] == 5
+    assert [run["label"] for run in report["runs"]] == [
+        "vector cand=100",
+        "bm25 cand=100",
+        "hybrid cand=100 k=20",
+        "hybrid cand=100 k=60",
+    ]
+    for run in report["runs"]:
+        assert run["queries"] == 3 and set(run["per_query"]) == {"q-photo", "q-tide", "q-music"}
+        assert all(0.0 <= value <= 1.0 for value in run["metrics"].values())
+        assert run["latency_ms"]["p50"] > 0 and run["degraded_queries"] == 0
+        # the music query has one of its two relevant documents missing from the corpus
+        assert run["per_query"]["q-music"]["recall@100"] == 0.5
+        if run["mode"] != "vector":
+            assert run["per_query"]["q-photo"]["ndcg@10"] == 1.0
+
+    out = io.StringIO()
+    call_command("evaluate", dataset=dataset, split="test", output=second, modes="bm25", no_progress=True, stdout=out)
+    assert "reusing knowledge base" in out.getvalue()
+    assert json.loads(second.read_text())["ingestion"]["unchanged"] == 5
+
+    out = io.StringIO()
+    call_command("evaluate", compare=[first, second], stdout=out)
+    assert "bm25 cand=100" in out.getvalue() and "+0.0000" in out.getvalue()

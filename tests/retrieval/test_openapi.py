@@ -1,0 +1,138 @@
+"""The OpenAPI document (/api/schema/), Swagger UI served offline (/api/docs/), and a schemathesis
+fuzz of every API operation against that document: no generated request may cause a 5xx."""
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+import schemathesis
+from django.contrib.staticfiles import finders
+from django.core.management import call_command
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from tenants.services import create_api_key, create_tenant
+from tests.retrieval.test_views import ingest, write_files
+
+SEARCH_PATHS = [f"/api/v1/retrieval/{name}" for name in ("vector", "bm25", "hybrid", "search")]
+ERROR_STATUSES = ["400", "401", "403", "404", "409", "413", "415", "422", "429", "503"]
+
+
+@pytest.fixture
+def openapi(client) -> dict:
+    response = client.get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_schema_validates_without_warnings():
+    """drf-spectacular's own check: a valid OpenAPI 3 document and nothing it had to guess."""
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=io.StringIO())
+
+
+def test_every_search_endpoint_documents_body_examples_and_every_error(openapi):
+    assert openapi["openapi"].startswith("3.")
+    for path in SEARCH_PATHS:
+        operation = openapi["paths"][path]["post"]
+        body = operation["requestBody"]["content"]["application/json"]
+        assert body["schema"]["$ref"].endswith("SearchInput"), path
+        assert body["examples"], path
+        ok = operation["responses"]["200"]["content"]["application/json"]
+        assert ok["schema"]["$ref"] == "#/components/schemas/SearchOutput"
+        assert {"Results", "Degraded:KeywordIndexDown"} <= set(ok["examples"])
+        for status in ERROR_STATUSES:
+            error = operation["responses"][status]["content"]["application/json"]
+            assert error["schema"]["$ref"] == "#/components/schemas/ErrorOutput", (path, status)
+            for example in error["examples"].values():
+                assert set(example["value"]["error"]) == {"code", "message", "request_id"}
+        assert operation["security"] == [{"BearerApiKey": []}, {"ApiKeyHeader": []}]
+        headers = {parameter["name"] for parameter in operation["parameters"] if parameter["in"] == "header"}
+        assert headers == {"Idempotency-Key", "X-Request-ID"}
+    assert "mode" in openapi["components"]["schemas"]["ModeSearchInput"]["properties"]
+
+
+def test_error_examples_use_the_codes_the_service_answers(openapi):
+    responses = openapi["paths"]["/api/v1/retrieval/hybrid"]["post"]["responses"]
+    examples = {status: responses[status]["content"]["application/json"]["examples"] for status in ERROR_STATUSES}
+    codes = {status: {example["value"]["error"]["code"] for example in examples[status].values()} for status in examples}
+    assert codes["400"] == {"invalid_request", "invalid_filter", "malformed_json", "invalid_idempotency_key"}
+    assert codes["401"] == {"missing_api_key"} and codes["403"] == {"invalid_api_key", "insufficient_scope"}
+    assert codes["409"] == {"idempotency_in_flight"} and codes["422"] == {"idempotency_key_reused"}
+    assert codes["503"] == {"embedder_unavailable", "lexical_index_unavailable", "rate_limiter_unavailable"}
+
+
+def test_security_schemes_are_a_bearer_key_or_the_x_api_key_header(openapi):
+    schemes = openapi["components"]["securitySchemes"]
+    assert (schemes["BearerApiKey"]["type"], schemes["BearerApiKey"]["scheme"]) == ("http", "bearer")
+    assert schemes["ApiKeyHeader"]["in"] == "header" and schemes["ApiKeyHeader"]["name"] == "X-API-Key"
+
+
+def test_stats_endpoint_is_documented(openapi):
+    operation = openapi["paths"]["/api/v1/stats"]["get"]
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("StatsOutput")
+    assert {"401", "403"} <= set(operation["responses"])
+
+
+def test_schema_is_served_without_an_api_key_and_as_yaml_by_default(client):
+    response = client.get("/api/schema/")
+    assert response.status_code == 200
+    assert response.content.startswith(b"openapi: 3.")
+
+
+def test_swagger_ui_is_served_from_local_static_files(client):
+    response = client.get("/api/docs/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any("swagger-ui-bundle.js" in asset for asset in assets), assets
+    for asset in assets:
+        assert not asset.startswith(("http:", "https:", "//")), f"{asset} would be fetched from the internet"
+        if asset.startswith("/static/"):
+            assert finders.find(asset.removeprefix("/static/")), f"{asset} is not shipped"
+    assert "/api/schema/" in html
+
+
+# === fuzzing with schemathesis =====================================================================
+
+
+@pytest.fixture
+def keep_test_transaction(db) -> None:
+    """Django closes "old" connections when each request starts and ends; the test client disconnects
+    that handler, and so must a WSGI caller, or the first request ends the test's transaction."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def fuzz_api_key(keep_test_transaction, tmp_path, embedder) -> str:
+    """A tenant with a tiny knowledge base, so generated searches reach every retriever."""
+    tenant = create_tenant("fuzz-tenant")
+    folder = write_files(
+        tmp_path / "fuzz",
+        {
+            "returns.md": ("# Returns\n\nUnopened items may be returned within 30 days for a full refund.", None),
+            "kettle.txt": ("The PPR-9087 kettle boils 1.7 litres of water in four minutes.", {"tags": ["product"]}),
+        },
+    )
+    ingest(folder, tenant, "fuzz")
+    return create_api_key(tenant=tenant).raw_key
+
+
+# Loaded from the running app (no database needed to build it); one test per API operation.
+schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application()).include(
+    path_regex=r"^/api/v1/"
+)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_no_generated_request_is_a_server_error(case, fuzz_api_key):
+    case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_api_key}"}, checks=[not_a_server_error])

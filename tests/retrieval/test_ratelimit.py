@@ -1,0 +1,190 @@
+"""Rate limits through the real API, counted in the real embedded Redis, tiers from the database."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.core.exceptions import ValidationError
+from rest_framework.test import APIClient
+
+from tenants.models import FREE_TIER, RateTier, Tenant
+from tests.conftest import client_for
+from tests.factories import TenantFactory
+
+BODY = json.dumps({"query": "hello"})
+LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+
+def post(client: APIClient, path: str = "vector", body: str = BODY, **headers):
+    return client.post(f"/api/v1/retrieval/{path}", data=body, content_type="application/json", **headers)
+
+
+def usage(response) -> tuple[int, int, int]:
+    return tuple(int(response[name]) for name in LIMIT_HEADERS)
+
+
+@pytest.fixture
+def tiny_tier(tenant) -> RateTier:
+    tier = RateTier.objects.create(name="tiny", requests_per_minute=3, endpoint_limits={"hybrid": 2})
+    tenant.rate_tier = tier
+    tenant.save(update_fields=["rate_tier"])
+    return tier
+
+
+def assert_rate_limited(response, window: int = 60):
+    assert response.status_code == 429, response.content
+    error = response.json()["error"]
+    assert error["code"] == "rate_limited"
+    assert error["request_id"] == response["X-Request-ID"]
+    assert 1 <= int(response["Retry-After"]) <= window
+    assert response["X-RateLimit-Remaining"] == "0"
+    assert response["X-RateLimit-Reset"] == response["Retry-After"]
+
+
+@pytest.mark.django_db
+def test_every_response_carries_the_limit_and_what_remains(tiny_tier, api_client):
+    for remaining in (2, 1, 0):
+        response = post(api_client)
+        assert response.status_code == 200
+        limit, left, reset = usage(response)
+        assert (limit, left) == (3, remaining)
+        assert 1 <= reset <= 60
+
+
+@pytest.mark.django_db
+def test_over_the_limit_is_429_with_retry_after(tiny_tier, api_client):
+    for _ in range(3):
+        assert post(api_client).status_code == 200
+    response = post(api_client)
+    assert_rate_limited(response)
+    assert response.json()["error"]["message"].startswith("Rate limit of 3 vector requests per 60 s exceeded.")
+
+
+@pytest.mark.django_db
+def test_error_responses_carry_the_headers_too(tiny_tier, api_client):
+    response = post(api_client, body=json.dumps({"query": "x", "top_k": 0}))
+    assert response.status_code == 400
+    assert usage(response)[:2] == (3, 2)
+
+
+@pytest.mark.django_db
+def test_windows_roll_over(tiny_tier, api_client, settings):
+    settings.RATE_LIMIT_WINDOW_S = 2
+    while (response := post(api_client)).status_code == 200:
+        pass
+    assert_rate_limited(response, window=2)
+    time.sleep(int(response["Retry-After"]))
+    fresh = post(api_client)
+    assert fresh.status_code == 200
+    assert usage(fresh)[:2] == (3, 2)
+
+
+@pytest.mark.django_db
+def test_endpoint_overrides_count_per_search_mode(tiny_tier, api_client):
+    assert usage(post(api_client, "hybrid"))[:2] == (2, 1)
+    # /search in hybrid mode (its default) counts against the same hybrid limit.
+    assert usage(post(api_client, "search"))[:2] == (2, 0)
+    assert_rate_limited(post(api_client, "search", body=json.dumps({"query": "x", "mode": "hybrid"})))
+    # Other modes keep their own counters at the tier's default limit.
+    assert usage(post(api_client, "search", body=json.dumps({"query": "x", "mode": "bm25"})))[:2] == (3, 2)
+    assert usage(post(api_client, "vector"))[:2] == (3, 2)
+
+
+@pytest.mark.django_db
+def test_counters_are_per_tenant_not_per_key(tiny_tier, tenant, api_client):
+    for _ in range(3):
+        post(api_client)
+    assert_rate_limited(post(api_client))
+    assert_rate_limited(post(client_for(tenant)))  # another key of the same tenant
+    other = TenantFactory(rate_tier=tiny_tier)
+    assert usage(post(client_for(other)))[:2] == (3, 2)
+
+
+@pytest.mark.django_db
+def test_tier_changes_in_the_database_apply_to_the_next_request(tiny_tier, api_client):
+    assert usage(post(api_client))[:2] == (3, 2)
+    tiny_tier.requests_per_minute = 10
+    tiny_tier.save()
+    assert usage(post(api_client))[:2] == (10, 9)  # a new limit starts a new counter
+
+
+@pytest.mark.django_db
+def test_unauthenticated_calls_are_limited_per_ip(settings):
+    settings.RATE_LIMIT_ANONYMOUS = 2
+    missing = post(APIClient())
+    assert missing.status_code == 401 and usage(missing)[:2] == (2, 1)
+    bad_key = post(APIClient(), HTTP_AUTHORIZATION="Bearer rk_nope_nope")
+    assert bad_key.status_code == 403 and usage(bad_key)[:2] == (2, 0)
+    response = post(APIClient())
+    assert_rate_limited(response)
+    assert "unauthenticated requests from this address" in response.json()["error"]["message"]
+    assert post(APIClient(), REMOTE_ADDR="203.0.113.9").status_code == 401  # another address, another counter
+
+
+@pytest.mark.django_db
+def test_default_tiers_and_new_tenants_on_free():
+    free, premium = RateTier.objects.get(name=FREE_TIER), RateTier.objects.get(name="premium")
+    assert (free.requests_per_minute, premium.requests_per_minute) == (100, 1000)
+    for tier in (free, premium):
+        assert tier.endpoint_limits == {"hybrid": 50, "graph": 20}
+    assert free.limit_for("hybrid") == 50 and free.limit_for("vector") == 100
+    assert Tenant.objects.create(name="newcomer").rate_tier == free
+
+
+@pytest.mark.django_db
+def test_the_free_tier_is_recreated_for_new_tenants_if_deleted():
+    Tenant.objects.update(rate_tier=RateTier.objects.create(name="spare", requests_per_minute=1))
+    RateTier.objects.filter(name=FREE_TIER).delete()  # tiers in use are protected
+    tenant = Tenant.objects.create(name="newcomer")
+    assert tenant.rate_tier.name == FREE_TIER and tenant.rate_tier.limit_for("graph") == 20
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("limits", [{"hybrid": 0}, {"hybrid": "50"}, {"hybrid": True}, ["hybrid"]])
+def test_endpoint_limits_must_be_positive_integers(limits):
+    with pytest.raises(ValidationError, match="endpoint_limits"):
+        RateTier(name="bad", requests_per_minute=10, endpoint_limits=limits).full_clean()
+
+
+@pytest.mark.django_db
+def test_tiers_are_editable_in_the_admin(admin_client):
+    free = RateTier.objects.get(name=FREE_TIER)
+    assert admin_client.get("/admin/tenants/ratetier/").status_code == 200
+    response = admin_client.post(
+        f"/admin/tenants/ratetier/{free.pk}/change/",
+        {"name": FREE_TIER, "requests_per_minute": 120, "endpoint_limits": '{"hybrid": 60}'},
+    )
+    assert response.status_code == 302, response.content
+    free.refresh_from_db()
+    assert (free.requests_per_minute, free.endpoint_limits) == (120, {"hybrid": 60})
+    rejected = admin_client.post(
+        f"/admin/tenants/ratetier/{free.pk}/change/",
+        {"name": FREE_TIER, "requests_per_minute": 120, "endpoint_limits": '{"hybrid": -1}'},
+    )
+    assert rejected.status_code == 200 and b"positive integers" in rejected.content
+
+
+# --- Redis unavailable -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_redis_down_fails_open_by_default(private_redis, api_client, caplog):
+    assert usage(post(api_client))[1] == 99
+    private_redis()
+    for _ in range(2):
+        response = post(api_client)
+        assert response.status_code == 200
+        assert not any(name in response for name in LIMIT_HEADERS)
+    warnings = [r for r in caplog.records if "rate limiting degraded" in r.getMessage()]
+    assert len(warnings) == 1  # once per interval, not per request
+
+
+@pytest.mark.django_db
+def test_redis_down_fails_closed_when_configured(private_redis, api_client, settings):
+    settings.RATE_LIMIT_FAIL_OPEN = False
+    assert post(api_client).status_code == 200
+    private_redis()
+    response = post(api_client)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "rate_limiter_unavailable"
