@@ -115,7 +115,9 @@ class BeirDataset:
     @property
     def missing_judged_docs(self) -> int:
         """Positive judgments that name a document absent from the corpus (they still count as relevant)."""
-        return sum(1 for judged in self.qrels.values() for doc, grade in judged.items() if grade > 0 and doc not in self.corpus)
+        return sum(
+            1 for judged in self.qrels.values() for doc, grade in judged.items() if grade > 0 and doc not in self.corpus
+        )
 
 
 def _read_jsonl(path: Path) -> Iterable[dict]:
@@ -211,7 +213,9 @@ def eval_tenant() -> Tenant:
     return Tenant.objects.get_or_create(name=EVAL_TENANT)[0]
 
 
-def eval_knowledge_base(dataset: BeirDataset, kb_settings: KbSettings, name: str | None = None) -> tuple[KnowledgeBase, bool]:
+def eval_knowledge_base(
+    dataset: BeirDataset, kb_settings: KbSettings, name: str | None = None
+) -> tuple[KnowledgeBase, bool]:
     """The evaluation KB (created when missing); refuses a same-named KB built with another model."""
     kb, created = get_or_create_knowledge_base(
         tenant=eval_tenant(),
@@ -245,7 +249,7 @@ def ingest_corpus(kb: KnowledgeBase, files: list[SourceFile], on_progress: Calla
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of results: a mode with the request settings it depends on (None: not applicable)."""
+    """One row of results: a mode and the request settings it depends on (None: the service default)."""
 
     mode: str
     candidates: int
@@ -340,7 +344,9 @@ class RunResult:
             **self.variant.as_dict(),
             "queries": len(self.per_query),
             "metrics": {
-                metric: round(float(np.mean([s[metric] for s in self.per_query.values()])), 4) if self.per_query else 0.0
+                metric: round(float(np.mean([s[metric] for s in self.per_query.values()])), 4)
+                if self.per_query
+                else 0.0
                 for metric in METRICS
             },
             "latency_ms": {
@@ -408,7 +414,7 @@ def build_report(
     results: list[RunResult],
     ingestion: IngestReport,
     *,
-    command: str,
+    command: str | None,
 ) -> dict:
     """Everything needed to reproduce and compare a run: settings, model, analyzer, commit, scores."""
     embedder = get_embedder(kb.embedding_model)
@@ -446,39 +452,46 @@ def build_report(
         },
         "ingestion": {
             **ingestion.as_dict(),
-            "chunks_per_s": round(ingestion.chunks / ingestion.seconds, 2) if ingestion.chunks and ingestion.seconds else None,
+            "chunks_per_s": round(ingestion.chunks / ingestion.seconds, 2) if ingestion.chunks else None,
         },
         "runs": [result.as_dict() for result in results],
     }
 
 
 def _paired_runs(before: dict, after: dict) -> list[tuple[dict, dict]]:
-    """Runs with the same label; then, per mode, the one leftover run on each side (a report made
-    before and one made after a change of defaults label the same mode differently)."""
+    """Runs with the same label; then a mode's one leftover run before against each leftover run of
+    that mode after (a baseline against a sweep, or reports labelled before and after a change of
+    defaults)."""
     earlier = {run["label"]: run for run in before["runs"]}
     pairs = [(earlier.pop(run["label"]), run) for run in after["runs"] if run["label"] in earlier]
     paired = {id(run) for _, run in pairs}
     for mode in MODES:
         left = [run for run in earlier.values() if run["mode"] == mode]
-        right = [run for run in after["runs"] if run["mode"] == mode and id(run) not in paired]
-        if len(left) == len(right) == 1:
-            pairs.append((left[0], right[0]))
+        if len(left) == 1:
+            pairs += [(left[0], run) for run in after["runs"] if run["mode"] == mode and id(run) not in paired]
     return pairs
 
 
 def compare_reports(before: dict, after: dict) -> list[dict]:
-    """Each metric's delta (after - before) per pair of runs and, for nDCG@10, how many shared
-    queries got better or worse."""
+    """Per pair of runs, each metric's mean over the queries both runs scored and its delta (after -
+    before), and how many of those queries got a better or worse nDCG@10."""
     rows = []
     for base, run in _paired_runs(before, after):
-        shared = base["per_query"].keys() & run["per_query"].keys()
+        shared = sorted(base["per_query"].keys() & run["per_query"].keys())
+        if not shared:
+            continue
+        means = [
+            {metric: float(np.mean([side["per_query"][q][metric] for q in shared])) for metric in METRICS}
+            for side in (base, run)
+        ]
         change = [run["per_query"][q]["ndcg@10"] - base["per_query"][q]["ndcg@10"] for q in shared]
         rows.append(
             {
                 "label": run["label"] if run["label"] == base["label"] else f"{base['label']} -> {run['label']}",
-                "before": base["metrics"],
-                "after": run["metrics"],
-                "delta": {metric: round(run["metrics"][metric] - base["metrics"][metric], 4) for metric in METRICS},
+                "queries": len(shared),
+                "before": {metric: round(value, 4) for metric, value in means[0].items()},
+                "after": {metric: round(value, 4) for metric, value in means[1].items()},
+                "delta": {metric: round(means[1][metric] - means[0][metric], 4) for metric in METRICS},
                 "latency_p50_delta_ms": round(run["latency_ms"]["p50"] - base["latency_ms"]["p50"], 2),
                 "ndcg@10_better": sum(1 for d in change if d > 1e-9),
                 "ndcg@10_worse": sum(1 for d in change if d < -1e-9),

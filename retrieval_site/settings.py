@@ -248,7 +248,7 @@ LEXICAL_FILTER_MAX_IDS = env_int("LEXICAL_FILTER_MAX_IDS", 50000)
 
 # --- Hybrid search --------------------------------------------------------------------------
 RRF_K = env_int("RRF_K", 60)
-SEARCH_CANDIDATES = env_int("SEARCH_CANDIDATES", 50)  # depth of each retriever's list before fusion
+SEARCH_CANDIDATES = env_int("SEARCH_CANDIDATES", 100)  # per-retriever depth before fusion (tuned: docs/BENCHMARKS.md)
 SEARCH_WEIGHTS = {
     "vector": float(env_str("SEARCH_WEIGHT_VECTOR", "1.0")),
     "bm25": float(env_str("SEARCH_WEIGHT_BM25", "1.0")),

@@ -145,24 +145,29 @@ def test_fusion_sweeps_give_one_row_per_value_for_hybrid_and_one_for_single_leg_
     assert (request.top_k, request.candidates, request.rrf_k, request.kb_ids) == (DEPTH, 100, 20, [7])
 
 
-def report(label, ndcg, per_query):
-    metrics = {"ndcg@10": ndcg, "recall@10": 0.5, "recall@100": 1.0, "mrr@10": 0.5}
-    run = {"label": label, "mode": label.split()[0], "metrics": metrics, "latency_ms": {"p50": 10.0}, "per_query": per_query}
+def report(label, per_query):
+    run = {"label": label, "mode": label.split()[0], "latency_ms": {"p50": 10.0}, "per_query": per_query}
     return {"runs": [run]}
 
 
-def test_compare_reports_gives_per_metric_deltas():
-    before = report("bm25 cand=100", 0.5, {"q1": {"ndcg@10": 1.0}, "q2": {"ndcg@10": 0.0}, "q3": {"ndcg@10": 0.5}})
-    after = report("bm25 cand=100", 0.6, {"q1": {"ndcg@10": 1.0}, "q2": {"ndcg@10": 0.3}, "q3": {"ndcg@10": 0.5}})
+def scores(ndcg, recall=1.0):
+    return {"ndcg@10": ndcg, "recall@10": recall, "recall@100": recall, "mrr@10": ndcg}
+
+
+def test_compare_reports_gives_paired_per_metric_deltas_over_shared_queries():
+    before = report("bm25 cand=100", {"q1": scores(1.0), "q2": scores(0.0, 0.0), "q3": scores(0.5), "q4": scores(0.0)})
+    after = report("bm25 cand=100", {"q1": scores(1.0), "q2": scores(0.3), "q3": scores(0.5)})
     [row] = compare_reports(before, after)
-    assert row["label"] == "bm25 cand=100"
-    assert row["delta"] == {"ndcg@10": 0.1, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+    assert (row["label"], row["queries"]) == ("bm25 cand=100", 3)  # q4 was not run after: left out
+    # nDCG@10 before (1.0 + 0.0 + 0.5) / 3 = 0.5, after (1.0 + 0.3 + 0.5) / 3 = 0.6: delta +0.1
+    # Recall before (1 + 0 + 1) / 3 = 0.6667, after 3 / 3 = 1.0: delta +0.3333
+    assert row["delta"] == {"ndcg@10": 0.1, "recall@10": 0.3333, "recall@100": 0.3333, "mrr@10": 0.1}
     assert (row["ndcg@10_better"], row["ndcg@10_worse"]) == (1, 0)
 
 
 def test_compare_pairs_the_single_run_of_a_mode_when_labels_differ():
-    before = report("hybrid cand=100", 0.5, {"q1": {"ndcg@10": 0.5}})
-    after = report("hybrid cand=100 k=20", 0.4, {"q1": {"ndcg@10": 0.4}})
+    before = report("hybrid cand=100", {"q1": scores(0.5)})
+    after = report("hybrid cand=100 k=20", {"q1": scores(0.4)})
     [row] = compare_reports(before, after)
     assert row["label"] == "hybrid cand=100 -> hybrid cand=100 k=20"
     assert row["delta"]["ndcg@10"] == -0.1 and row["ndcg@10_worse"] == 1

@@ -106,11 +106,10 @@ class Command(BaseCommand):
             with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
                 results.append(evaluation.run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
 
-        command = " ".join(shlex.quote(arg) for arg in ["manage.py", *sys.argv[2:]])
+        command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
         report = evaluation.build_report(dataset, kb, results, ingestion, command=command)
-        output = options["output"] or (
-            Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{report['created_at'].replace(':', '')}.json"
-        )
+        stamp = report["created_at"].replace(":", "")
+        output = options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{stamp}.json"
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         self._print_runs(dataset, [result.summary() for result in results])
@@ -140,12 +139,13 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read report: {exc}") from None
         rows = evaluation.compare_reports(before, after)
         if not rows:
-            raise CommandError("the two reports share no run label")
+            raise CommandError("no run of the first report matches a run of the second (same label, or same mode)")
         self._table(
-            ["run", *(f"Δ {metric}" for metric in evaluation.METRICS), "Δ p50 ms", "nDCG better/worse"],
+            ["run", "queries", *(f"Δ {metric}" for metric in evaluation.METRICS), "Δ p50 ms", "nDCG better/worse"],
             [
                 [
                     row["label"],
+                    str(row["queries"]),
                     *(f"{row['delta'][metric]:+.4f}" for metric in evaluation.METRICS),
                     f"{row['latency_p50_delta_ms']:+.2f}",
                     f"{row['ndcg@10_better']}/{row['ndcg@10_worse']}",
