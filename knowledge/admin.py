@@ -23,6 +23,7 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
 
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
+    ordering = ["knowledge_base", "source_uri"]
     list_display = ["source_uri", "title", "knowledge_base", "doc_type", "status", "chunk_count", "updated_at"]
     list_filter = ["status", "doc_type", "knowledge_base__tenant", "knowledge_base"]
     search_fields = ["source_uri", "title"]
@@ -38,6 +39,7 @@ class DocumentAdmin(admin.ModelAdmin):
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin):
+    ordering = ["document", "ordinal"]
     list_display = ["id", "document", "ordinal", "token_count", "doc_type", "is_active"]
     list_filter = ["doc_type", "is_active", "knowledge_base"]
     search_fields = ["content"]

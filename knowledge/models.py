@@ -30,7 +30,7 @@ class KnowledgeBase(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="unique_kb_name_per_tenant")]
-        ordering = ["tenant", "name"]
+        ordering = ["tenant_id", "name"]
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}"
@@ -59,7 +59,7 @@ class KnowledgeBaseVersion(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["knowledge_base", "number"], name="unique_version_number_per_kb")
         ]
-        ordering = ["knowledge_base", "number"]
+        ordering = ["knowledge_base_id", "number"]
 
     def __str__(self) -> str:
         return f"{self.knowledge_base} v{self.number}"
@@ -91,7 +91,6 @@ class Document(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")
         ]
-        ordering = ["knowledge_base", "source_uri"]
 
     def __str__(self) -> str:
         return self.title or self.source_uri
@@ -129,7 +128,8 @@ class Chunk(models.Model):
             GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"]),
             GinIndex(fields=["tags"], name="chunk_tags_gin"),
         ]
-        ordering = ["document", "ordinal"]
+        # No default ordering: it would join and sort documents, KBs and tenants on every
+        # search query (measured: 27 ms instead of 0.6 ms for 100 ids). The admin orders its lists.
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
@@ -150,7 +150,7 @@ class DictionaryTerm(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "kind", "value"], name="unique_dictionary_term")]
-        ordering = ["tenant", "kind", "value"]
+        ordering = ["tenant_id", "kind", "value"]
 
     def __str__(self) -> str:
         return self.value
@@ -190,7 +190,7 @@ class Synonym(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["tenant", "id"]
+        ordering = ["tenant_id", "id"]
 
     def __str__(self) -> str:
         arrow = " => " + ", ".join(self.replacements) if self.kind == self.Kind.EXPLICIT else ""
