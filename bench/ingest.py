@@ -256,12 +256,15 @@ def main() -> int:
         "--replay-groups", action="store_true",
         help="also time raw encode on ingestion's own flush groups (a third pass per block)",
     )
-    parser.add_argument("--profile", action="store_true", help="cProfile one extra, untimed ingestion of all docs")
+    parser.add_argument("--budget-min", type=float, default=12.0,
+                        help="stop starting new blocks when the script would exceed this many minutes (default 12)")
+    parser.add_argument("--profile", action="store_true", help="cProfile one extra, untimed ingestion of all docs (outside --budget-min)")
     parser.add_argument("--profile-top", type=int, default=30)
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
                         help="first wait up to SECONDS for the 1-minute load average to drop below 1.5")
     args = parser.parse_args()
     load_at_start = _common.wait_for_quiet(args.wait_quiet)
+    script_started = time.perf_counter()
 
     _common.setup_django()
     from django.conf import settings
@@ -375,10 +378,24 @@ def main() -> int:
         text_mismatch = 0
         ingested_chunks = 0
         step = 0
+        done_chunks = 0
+        budget_hit = False
         for r in range(1, args.rounds + 1):
+            if budget_hit:
+                break
             kb = create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}")
             round_totals = {"I": 0.0, "R": 0.0, "G": 0.0}
+            round_texts: list[str] = []
             for k, block in enumerate(blocks):
+                # Stay inside the time budget: skip the rest once the next block would not fit. Every
+                # block is measured on both sides, so the ratio over the blocks done stays paired.
+                spent = time.perf_counter() - script_started
+                per_chunk = sum(totals.values()) / done_chunks if done_chunks else 0.0
+                if done_chunks and spent + per_chunk * len(block_texts[k]) > args.budget_min * 60:
+                    budget_hit = True
+                    print(f"time budget of {args.budget_min} min reached: stopping after {len(block_rows)} blocks",
+                          flush=True)
+                    break
                 order = orders[step % len(orders)]
                 step += 1
                 seconds = {}
@@ -401,6 +418,8 @@ def main() -> int:
                         seconds["G"] = raw_encode_groups(model, block_groups[k])
                     cpu_s[p] += cpu_now(backend_pid) - cpu_before
                 n = len(block_texts[k])
+                done_chunks += n
+                round_texts.extend(block_texts[k])
                 for p in seconds:
                     totals[p] += seconds[p]
                     round_totals[p] += seconds[p]
@@ -424,7 +443,7 @@ def main() -> int:
             written = list(
                 Chunk.objects.filter(knowledge_base=kb).order_by("document__source_uri", "ordinal").values_list("content", flat=True)
             )
-            text_mismatch += sum(a != b for a, b in zip(written, all_texts)) + abs(len(written) - len(all_texts))
+            text_mismatch += sum(a != b for a, b in zip(written, round_texts)) + abs(len(written) - len(round_texts))
             round_rows.append(
                 {
                     "round": r,
@@ -433,7 +452,10 @@ def main() -> int:
                 }
             )
 
-        total_chunks = n_chunks * args.rounds
+        total_chunks = done_chunks
+        result["blocks_done"] = len(block_rows)
+        result["blocks_planned"] = len(blocks) * args.rounds
+        result["time_budget_hit"] = budget_hit
         rate = {p: total_chunks / totals[p] for p in totals if totals[p]}
         ratio = totals["R"] / totals["I"]
         block_ratios = [b["ratio_I_vs_R"] for b in block_rows]
@@ -488,7 +510,8 @@ def main() -> int:
                 f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]],
             title=(
                 f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "
-                f"{n_chunks} chunks per round, model {embedder.model_name}"
+                f"{n_chunks} chunks per round, {result['blocks_done']}/{result['blocks_planned']} blocks measured, "
+                f"model {embedder.model_name}"
             ),
         )
         stage_rows = []

@@ -390,7 +390,7 @@ def main() -> int:
         result["service_candidate_depth"] = depth
 
         # PgVectorIndex first counts matching rows (up to exact_scan_threshold + 1) to pick exact vs HNSW;
-        # time that probe alone, it is a fixed cost of every search.
+        # time that probe alone (mirroring its query, default ordering cleared), a fixed cost of every search.
         probe_times = {name: [] for name in SCENARIOS}
         scoped = {
             name: compiled[name].apply(
@@ -402,7 +402,7 @@ def main() -> int:
         for _ in range(args.inprocess):
             for name in SCENARIOS:
                 started = time.perf_counter()
-                scoped[name].values("id")[: index.exact_scan_threshold + 1].count()
+                scoped[name].order_by().values("id")[: index.exact_scan_threshold + 1].count()
                 probe_times[name].append(time.perf_counter() - started)
         result["inprocess_count_probe"] = {name: _common.summarize_ms(t) for name, t in probe_times.items()}
 
@@ -415,12 +415,12 @@ def main() -> int:
             distance = CosineDistance(Cast("embedding", VectorField(dimensions=384)), qvecs[0])
             nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
             with transaction.atomic():
-                matching = candidates.values("id")[: index.exact_scan_threshold + 1].count()
+                matching = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].count()
                 exact = matching <= index.exact_scan_threshold
                 index._plan(exact=exact, top_k=args.top_k)
                 text = nearest[: args.top_k].explain(analyze=True)
             with transaction.atomic():
-                probe_plan = candidates.values("id")[: index.exact_scan_threshold + 1].explain(analyze=True)
+                probe_plan = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].explain(analyze=True)
             plans[name] = {
                 "count_probe_plan": probe_plan.splitlines(),
                 "path": "exact" if exact else "hnsw",
@@ -532,7 +532,7 @@ def main() -> int:
                         # similarity of the k-th exact hit minus that of the k-th HNSW hit (0 = as good)
                         gaps.append(expected[-1].score - hits[-1].score)
                     fewer += len(hits) < args.top_k
-                    fallbacks += probe.plans == ["hnsw", "exact"]
+                    fallbacks += probe.plans[:2] == ["hnsw", "exact"]
                 recall[name][str(ef)] = {
                     "recall_at_k": round(statistics.fmean(scores), 4),
                     "min_recall": round(min(scores), 2),
