@@ -11,21 +11,23 @@ What it does:
      paths), plus one small untimed ingestion (ORM, COPY, type registry);
   3. times parse_file + chunk_sections alone over the same files (this also gives the chunk texts
      and the embedding flush groups ingestion will produce);
-  4. per round (a fresh KB each) and per block, runs three passes in a rotating order (I R G, R G I,
-     G I R, ...) so a burst of load from other processes hits all of them alike:
-        I  ``Ingester(kb).ingest(discover_files([block_folder]))`` end to end (parse, chunk, embed,
-           COPY), with thin timing wrappers around ``Ingester._prepare``, ``parse_file``,
-           ``chunk_sections``, ``count_tokens``, ``embed_documents``, ``Ingester._write`` and
-           ``_copy_chunks`` (installed by this script only and removed afterwards, < 1 us a call);
+  4. per round (a fresh KB each) and per block, runs the passes below in an order that rotates from
+     block to block (I R, R I, ...), so a burst of load from other processes hits both sides alike:
+        I  ``Ingester(kb).ingest(discover_files([block_folder]))`` end to end (parse, chunk, analyze,
+           embed, COPY, lexical index), with thin timing wrappers around the Ingester's stages,
+           ``parse_file``, ``chunk_sections``, ``count_tokens``, ``embed_documents`` and
+           ``_copy_chunks`` (installed by this script only, removed afterwards, < 1 us a call);
         R  raw ``get_embedder()._model.encode(texts, batch_size=32, normalize_embeddings=True)`` on
-           the block's chunk texts in one call (the texts are checked identical to the rows that
+           the block's chunk texts in one call (the texts are checked identical to the rows
            ingestion wrote, read back from the database);
-        G  the same encode replayed on ingestion's own flush groups (~256 chunks each), which
-           separates "embedding in small groups" from the rest of the pipeline;
-     the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s;
-  5. deletes the tenant (cascade) and the temp folder.
+        G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
+           forms with a flush size of n, which isolates the cost of embedding in small groups;
+     the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s, also reported on CPU
+     seconds (this process + its PostgreSQL backend), which other people's jobs disturb less;
+     with --budget-min (default 12) it stops starting new blocks that would not fit;
+  5. deletes the tenant (cascade), its lexical index folders and the temp folder.
 
-Writes bench/results/ingest-<date>.json (one entry per dataset under "runs").
+Writes bench/results/ingest-<date>.json (one entry per dataset, or <dataset>-<tag>, under "runs").
 """
 from __future__ import annotations
 
@@ -159,8 +161,6 @@ STAGE_LABELS = [
     ("bump_revision", "  bump_revision"),
 ]
 
-ORDERS_WITH_REPLAY = ["IRG", "RGI", "GIR"]
-ORDERS = ["IR", "RI"]
 
 
 def write_corpus(rows: list[dict], folder: Path, block_docs: int) -> tuple[list[Path], int]:
@@ -254,10 +254,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="rounds over all blocks, each into a fresh KB")
     parser.add_argument(
         "--replay-groups", action="store_true",
-        help="also time raw encode on ingestion's own flush groups (a third pass per block)",
+        help="also time raw encode on ingestion's own flush groups (EMBED_FLUSH_CHUNKS; one more pass per block)",
+    )
+    parser.add_argument(
+        "--replay-flush", type=int, action="append", default=[], metavar="N",
+        help="also time raw encode in groups formed like Ingester would with a flush size of N (repeatable)",
     )
     parser.add_argument("--budget-min", type=float, default=12.0,
                         help="stop starting new blocks when the script would exceed this many minutes (default 12)")
+    parser.add_argument("--tag", default="", help="store the result under '<dataset>-<tag>' in the JSON file")
     parser.add_argument("--profile", action="store_true", help="cProfile one extra, untimed ingestion of all docs (outside --budget-min)")
     parser.add_argument("--profile-top", type=int, default=30)
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
@@ -315,6 +320,7 @@ def main() -> int:
         parse_s = chunk_s = 0.0
         block_texts: list[list[str]] = []
         block_groups: list[list[list[str]]] = []
+        block_docs_texts: list[list[list[str]]] = []
         for block in blocks:
             per_doc = []
             for source in discover_files([block]):
@@ -330,6 +336,7 @@ def main() -> int:
                 per_doc.append([d.text for d in drafts])
             block_texts.append([t for texts in per_doc for t in texts])
             block_groups.append(flush_groups(per_doc, services.EMBED_FLUSH_CHUNKS))
+            block_docs_texts.append(per_doc)
         all_texts = [t for texts in block_texts for t in texts]
         n_chunks = len(all_texts)
         tokens = [embedder.count_tokens(t) for t in all_texts]
@@ -363,9 +370,17 @@ def main() -> int:
             flush=True,
         )
 
-        orders = ORDERS_WITH_REPLAY if args.replay_groups else ORDERS
-        totals = {"I": 0.0, "R": 0.0, "G": 0.0}
-        cpu_s = {"I": 0.0, "R": 0.0, "G": 0.0}
+        # Passes per block: I (ingest), R (raw encode, one call), G<n> (raw encode in groups formed like
+        # Ingester does with a flush size of n). Their order rotates from block to block.
+        replay_sizes = sorted(set(args.replay_flush) | ({services.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
+        passes = ["I", "R"] + [f"G{n}" for n in replay_sizes]
+        replay_padding = {}
+        for size in replay_sizes:
+            _, padded = padded_tokens(model, [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)])
+            replay_padding[size] = padded
+        result["padding"]["padded_tokens_replay_flush"] = {str(n): v for n, v in replay_padding.items()}
+        totals = {p: 0.0 for p in passes}
+        cpu_s = {p: 0.0 for p in passes}
         from django.db import connection
 
         with connection.cursor() as cursor:
@@ -384,7 +399,7 @@ def main() -> int:
             if budget_hit:
                 break
             kb = create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}")
-            round_totals = {"I": 0.0, "R": 0.0, "G": 0.0}
+            round_totals = {p: 0.0 for p in passes}
             round_texts: list[str] = []
             for k, block in enumerate(blocks):
                 # Stay inside the time budget: skip the rest once the next block would not fit. Every
@@ -396,7 +411,8 @@ def main() -> int:
                     print(f"time budget of {args.budget_min} min reached: stopping after {len(block_rows)} blocks",
                           flush=True)
                     break
-                order = orders[step % len(orders)]
+                shift = step % len(passes)
+                order = passes[shift:] + passes[:shift]
                 step += 1
                 seconds = {}
                 load = os.getloadavg()[0]
@@ -415,7 +431,8 @@ def main() -> int:
                     elif p == "R":
                         seconds["R"] = raw_encode(model, block_texts[k])
                     else:
-                        seconds["G"] = raw_encode_groups(model, block_groups[k])
+                        size = int(p[1:])
+                        seconds[p] = raw_encode_groups(model, flush_groups(block_docs_texts[k], size))
                     cpu_s[p] += cpu_now(backend_pid) - cpu_before
                 n = len(block_texts[k])
                 done_chunks += n
@@ -427,16 +444,16 @@ def main() -> int:
                     {
                         "round": r,
                         "block": k,
-                        "order": order,
+                        "order": " ".join(order),
                         "chunks": n,
                         "loadavg_1m_before": round(load, 2),
                         **{f"{p}_s": round(v, 3) for p, v in seconds.items()},
                         "ratio_I_vs_R": round(seconds["R"] / seconds["I"], 4),
                     }
                 )
-                replay = f", raw flush groups {n / seconds['G']:.1f}" if "G" in seconds else ""
+                replay = "".join(f", raw in flush groups of {p[1:]} {n / seconds[p]:.1f}" for p in passes[2:])
                 print(
-                    f"round {r} block {k} [{order}]: ingest {n / seconds['I']:.1f}, raw {n / seconds['R']:.1f}{replay} "
+                    f"round {r} block {k} [{' '.join(order)}]: ingest {n / seconds['I']:.1f}, raw {n / seconds['R']:.1f}{replay} "
                     f"chunks/s; ratio {seconds['R'] / seconds['I']:.1%} (load {load:.1f})",
                     flush=True,
                 )
@@ -476,13 +493,13 @@ def main() -> int:
             summary={
                 "ingest_chunks_per_s": round(rate["I"], 2),
                 "raw_encode_chunks_per_s": round(rate["R"], 2),
-                "raw_encode_flush_groups_chunks_per_s": round(rate["G"], 2) if "G" in rate else None,
+                "raw_encode_flush_groups_chunks_per_s": {p[1:]: round(rate[p], 2) for p in passes[2:]},
                 "ratio_ingest_vs_raw": round(ratio, 4),
                 # CPU seconds (this process, all threads, + its PostgreSQL backend) instead of wall time:
                 # less sensitive to other processes competing for the cores.
                 "cpu_s": {p: round(v, 2) for p, v in cpu_s.items() if v},
                 "ratio_cpu_ingest_vs_raw": round(cpu_s["R"] / cpu_s["I"], 4) if cpu_s["I"] else None,
-                "ratio_flush_groups_vs_raw": round(totals["R"] / totals["G"], 4) if "G" in rate else None,
+                "ratio_flush_groups_vs_raw": {p[1:]: round(totals["R"] / totals[p], 4) for p in passes[2:]},
                 # Less noise-sensitive: raw encode time plus ingestion's measured non-embedding time.
                 "ratio_raw_plus_overhead_model": round(totals["R"] / (totals["R"] + totals["I"] - timings.seconds["embed"]), 4),
                 "non_embedding_s_per_1000_chunks": round((totals["I"] - timings.seconds["embed"]) / total_chunks * 1000, 2),
@@ -500,12 +517,11 @@ def main() -> int:
             ["pass (sum over all blocks and rounds)", "seconds", "chunks/s", "vs raw", "CPU s", "vs raw (CPU)"],
             [["raw encode, one call per block", f"{totals['R']:.2f}", f"{rate['R']:.1f}", "100.0%",
               f"{cpu_s['R']:.1f}", "100.0%"]]
-            + (
-                [["raw encode, ingestion's flush groups", f"{totals['G']:.2f}", f"{rate['G']:.1f}",
-                  f"{totals['R'] / totals['G']:.1%}", f"{cpu_s['G']:.1f}", f"{cpu_s['R'] / cpu_s['G']:.1%}"]]
-                if "G" in rate
-                else []
-            )
+            + [
+                [f"raw encode in flush groups of {p[1:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
+                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
+                for p in passes[2:]
+            ]
             + [["ingestion end to end", f"{totals['I']:.2f}", f"{rate['I']:.1f}", f"{ratio:.1%}",
                 f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]],
             title=(
@@ -549,7 +565,7 @@ def main() -> int:
                 print(buffer.getvalue())
             result["profile_stats"] = str(stats_path)
 
-        path = _common.write_result("ingest", result, key=args.dataset)
+        path = _common.write_result("ingest", result, key=f"{args.dataset}-{args.tag}" if args.tag else args.dataset)
         print(f"\nwrote {path}")
         return 0
     finally:

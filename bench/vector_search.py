@@ -9,7 +9,8 @@ far too long on this CPU):
      embedded once with the default model; the vectors are cached under bench/results/cache/ (keyed
      by model, corpus and max_seq_length; --no-cache to skip);
   2. each synthetic vector is v = normalize(a + 0.35 b + 0.1 g) for random real vectors a, b and a
-     Gaussian g with E|g| = 1 (components N(0, 1/d)); its chunk text is the passage of a;
+     Gaussian g with E|g| = 1 (components N(0, 1/d)); its chunk text is the passage of a (first
+     1,000 characters) plus a unique suffix, because the service dedups hits by content hash;
   3. rows go into a throwaway tenant / KB / 1,000 documents x 100 chunks with the production binary
      COPY (``knowledge.services._copy_chunks``), doc_type cycling over txt/md/html/pdf/docx (20 %
      each) and chunk metadata {"shop_id": i % 20, "campaign_id": i % 200}, so
@@ -17,14 +18,18 @@ far too long on this CPU):
   4. the HNSW index ``chunk_embedding_hnsw_384`` is dropped before the load and rebuilt after it
      (timed, with --maintenance-work-mem), then the table is ANALYZEd.
 
-Then: in-process timings (query embedding alone; ``PgVectorIndex.search`` alone per scenario),
-HTTP latency through gunicorn on 127.0.0.1 (``--workers 1 --threads 4`` like ./run) with real SciFact
-queries sent sequentially, the scenarios interleaved query by query so load bursts from other
-processes hit all alike, and recall@10 of HNSW (exact_scan_threshold=1) against exact search
-(exact_scan_threshold huge) within the same scope at several ef_search values.
+Then: in-process timings (query embedding alone per TORCH_THREADS value; the GIN pending list left
+by the bulk load, measured then merged; ``PgVectorIndex.search`` per scenario at top_k and at the
+service's SEARCH_CANDIDATES depth; its row-count probe alone; exact vs forced HNSW), HTTP latency
+through gunicorn on 127.0.0.1 (``--config retrieval_site/gunicorn.conf.py --workers 1 --threads 4``
+like ./run; the result cache off; the bench tenant on its own unlimited rate tier) once per
+--torch-threads value, with real SciFact queries sent sequentially and the scenarios interleaved query
+by query so load bursts from other processes hit all alike (each config gets its own queries;
+--http-budget-s caps the timed part), and recall@10 of HNSW
+(exact_scan_threshold=1) against exact search within the same scope at several ef_search values.
 
-Cleanup (always): stop gunicorn, delete the tenant (cascade), rebuild the HNSW index over the
-remaining rows, VACUUM ANALYZE. Writes bench/results/vector_search-<date>.json.
+Cleanup (always): stop gunicorn, drop the HNSW index, delete the tenant (cascade) and its rate tier,
+VACUUM ANALYZE, rebuild the HNSW index over the remaining rows. Writes bench/results/vector_search-<date>.json.
 """
 from __future__ import annotations
 
@@ -104,10 +109,14 @@ def free_port() -> int:
 
 def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str]) -> subprocess.Popen:
     gunicorn = _common.REPO_ROOT / ".venv" / "bin" / "gunicorn"
+    # Like ./run serve: its gunicorn config file when the project has one (it sets TORCH_THREADS=1
+    # unless the environment says otherwise, and loads the model before the first request).
+    conf = _common.REPO_ROOT / "retrieval_site" / "gunicorn.conf.py"
+    config_args = ["--config", str(conf.relative_to(_common.REPO_ROOT))] if conf.exists() else []
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [str(gunicorn), "retrieval_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
-         "--timeout", "120"],
+        [str(gunicorn), "retrieval_site.wsgi", *config_args, "--bind", f"127.0.0.1:{port}", "--workers", "1",
+         "--threads", "4", "--timeout", "120"],
         cwd=_common.REPO_ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **extra_env},
         stdout=log,
@@ -171,9 +180,10 @@ def main() -> int:
     parser.add_argument("--ef", default="40,100,200", help="ef_search values for recall")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument(
-        "--torch-threads", default="default,1",
+        "--torch-threads", default="1,2",
         help="comma list of TORCH_THREADS values for the server (and the in-process embedding timing); "
-        "'default' = the production setting (os.cpu_count() unless TORCH_THREADS is set)",
+        "'default' = leave TORCH_THREADS unset (the server then uses its gunicorn config's default, the "
+        "in-process timing settings.TORCH_THREADS)",
     )
     parser.add_argument("--server-cache", action="store_true",
                         help="leave the service's result cache on (default: SEARCH_CACHE_TTL_S=0 for the server)")
@@ -191,7 +201,7 @@ def main() -> int:
     _common.setup_django()
     import httpx
     from django.conf import settings
-    from django.db import connection, transaction
+    from django.db import DatabaseError, connection, transaction
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
@@ -367,9 +377,38 @@ def main() -> int:
                   f"p50 {embedding_by_config[config]['p50_ms']} ms", flush=True)
         torch.set_num_threads(settings.TORCH_THREADS)
         result["inprocess_query_embedding"] = embedding_by_config
+        depth = int(getattr(settings, "SEARCH_CANDIDATES", args.top_k) or args.top_k)
+        exact_index = PgVectorIndex(exact_scan_threshold=10**9)
+        forced_hnsw = PgVectorIndex(exact_scan_threshold=1)
+
+        def timed_search(idx, name, n):
+            times = []
+            for qv in qvecs[:n]:
+                started = time.perf_counter()
+                idx.search(scope, qv, depth, compiled[name])
+                times.append(time.perf_counter() - started)
+            return _common.summarize_ms(times)
+
+        # A bulk COPY leaves the new rows in the GIN indexes' pending lists (fastupdate), which every
+        # filtered search scans until (auto)vacuum merges them; measure that, then merge them.
+        rare = "metadata.campaign_id = 7 (0.5 %)"
+        timed_search(exact_index, rare, 5)
+        gin = {"exact_search_before": timed_search(exact_index, rare, 50)}
+        with connection.cursor() as cursor:
+            for gin_index in ("chunk_metadata_gin", "chunk_tags_gin"):
+                try:
+                    cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [gin_index])
+                    gin[f"{gin_index}_pending_pages_merged"] = cursor.fetchone()[0]
+                except DatabaseError as exc:
+                    gin[f"{gin_index}_error"] = str(exc)
+        gin["exact_search_after"] = timed_search(exact_index, rare, 50)
+        result["gin_pending_list"] = gin
+        print(f"GIN pending list after the bulk load: {gin.get('chunk_metadata_gin_pending_pages_merged')} pages; "
+              f"exact search ({rare}, k={depth}) p50 {gin['exact_search_before']['p50_ms']} ms before merging, "
+              f"{gin['exact_search_after']['p50_ms']} ms after", flush=True)
+
         index = PgVectorIndex()
         # The service asks each retriever for SEARCH_CANDIDATES rows (then fuses/dedups to top_k).
-        depth = int(getattr(settings, "SEARCH_CANDIDATES", args.top_k) or args.top_k)
         depths = sorted({args.top_k, depth})
         search_times = {(name, k): [] for name in SCENARIOS for k in depths}
         for name in SCENARIOS:  # warm-up
@@ -388,6 +427,12 @@ def main() -> int:
             name: {f"k={k}": _common.summarize_ms(search_times[(name, k)]) for k in depths} for name in SCENARIOS
         }
         result["service_candidate_depth"] = depth
+
+        # Exact scan vs HNSW at the service's depth, per scope: where should the exact threshold sit?
+        result["inprocess_exact_vs_hnsw"] = {
+            name: {"exact": timed_search(exact_index, name, args.inprocess), "hnsw": timed_search(forced_hnsw, name, args.inprocess)}
+            for name in SCENARIOS
+        }
 
         # PgVectorIndex first counts matching rows (up to exact_scan_threshold + 1) to pick exact vs HNSW;
         # time that probe alone (mirroring its query, default ordering cleared), a fixed cost of every search.
@@ -584,6 +629,17 @@ def main() -> int:
                     f"{result['inprocess_query_embedding'][config]['p50_ms']} ms"
                 ),
             )
+        _common.print_table(
+            ["scope", "rows", f"exact p50 (k={depth})", "exact p95", f"hnsw p50 (k={depth})", "hnsw p95", "default path"],
+            [
+                [name, f"{selectivity[name]:,}",
+                 result["inprocess_exact_vs_hnsw"][name]["exact"]["p50_ms"], result["inprocess_exact_vs_hnsw"][name]["exact"]["p95_ms"],
+                 result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p50_ms"], result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p95_ms"],
+                 plans[name]["path"]]
+                for name in SCENARIOS
+            ],
+            title=f"In-process PgVectorIndex.search, exact vs HNSW forced (ms), threshold today {index.exact_scan_threshold}",
+        )
         rows = []
         for name in RECALL_SCENARIOS:
             for ef in ef_values:
