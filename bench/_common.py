@@ -12,6 +12,7 @@ import platform
 import signal
 import statistics
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -180,3 +181,24 @@ def _numeric(text: str) -> bool:
 
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+
+
+def delete_bench_tenant(tenant, tier) -> dict:
+    """Drop the lexical indexes of every KB version of a throwaway tenant, then the tenant (cascade)
+    and its rate tier; returns what was done, for the result file."""
+    from knowledge.models import KnowledgeBaseVersion
+    from retrieval.engines import get_lexical_index
+
+    cleanup: dict = {}
+    if tenant is not None:
+        for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True):
+            try:
+                get_lexical_index().drop(version_id)
+            except Exception as exc:  # noqa: BLE001 - cleanup reports and goes on
+                cleanup["lexical_drop_error"] = repr(exc)
+        started = time.perf_counter()
+        tenant.delete()
+        cleanup["tenant_delete_s"] = round(time.perf_counter() - started, 1)
+    if tier is not None:
+        tier.delete()
+    return cleanup

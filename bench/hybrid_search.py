@@ -85,13 +85,11 @@ def main() -> int:
     import httpx
     import torch
     from django.conf import settings
-    from django.db import connection, transaction
+    from django.db import connection
     from django.urls import reverse
 
     import vector_search as vs
     from knowledge import services
-    from knowledge.chunking import ChunkDraft
-    from knowledge.models import Document
     from knowledge.selectors import analyzer_for_tenant
     from retrieval.embedders import get_embedder
     from retrieval.engines import get_lexical_index
@@ -120,18 +118,13 @@ def main() -> int:
         real, embed_s, cached = vs.real_vectors(embedder, passages, cache=True)
         rng = np.random.default_rng(args.seed)
         vectors, main_component = vs.synthesize(real, args.chunks, rng)
-        per_doc = args.chunks // args.docs
+        if args.chunks % args.docs:
+            raise SystemExit("--chunks must be a multiple of --docs")
 
         tenant = create_tenant(_common.unique_name("bench-hybrid"))
         tier = vs.unlimited_rate_tier(tenant)
         kb = services.create_knowledge_base(tenant=tenant, name="hybrid-bench")
         version = kb.active_version
-        docs = Document.objects.bulk_create([
-            Document(tenant=tenant, knowledge_base=kb, source_uri=f"synthetic/{i:05d}.txt",
-                     title=f"synthetic document {i}", doc_type=vs.DOC_TYPES[i % len(vs.DOC_TYPES)],
-                     status=Document.Status.READY, chunk_count=per_doc)
-            for i in range(args.docs)
-        ])
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [vs.INDEX_NAME])
             hnsw_present_at_load = bool(cursor.fetchone()[0])
@@ -139,15 +132,8 @@ def main() -> int:
             with connection.cursor() as cursor:
                 cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
             index_dropped = True
-        labels = services._Labels()
         started = time.perf_counter()
-        with transaction.atomic():
-            for d, doc in enumerate(docs):
-                drafts = []
-                for g in range(d * per_doc, (d + 1) * per_doc):
-                    text = f"{passages[main_component[g]]} [synthetic chunk {g}]"
-                    drafts.append(ChunkDraft(text=text, token_count=len(text) // 5, metadata={"shop_id": g % 20}))
-                services._copy_chunks(kb, version, doc, drafts, vectors[d * per_doc:(d + 1) * per_doc], labels)
+        vs.load_synthetic_documents(kb, passages, vectors, main_component, args.docs)
         copy_s = time.perf_counter() - started
         hnsw_build_s = None
         if index_dropped:
@@ -279,17 +265,7 @@ def main() -> int:
             vs.stop_gunicorn(proc)
         cleanup = {}
         try:
-            if version is not None:
-                try:
-                    get_lexical_index().drop(version.pk)
-                except Exception as exc:  # noqa: BLE001
-                    cleanup["lexical_drop_error"] = repr(exc)
-            if tenant is not None:
-                t0 = time.perf_counter()
-                tenant.delete()
-                cleanup["tenant_delete_s"] = round(time.perf_counter() - t0, 1)
-            if tier is not None:
-                tier.delete()
+            cleanup = _common.delete_bench_tenant(tenant, tier)
             if index_dropped:
                 from knowledge import services as _services
 

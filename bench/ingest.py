@@ -80,7 +80,7 @@ _CLASS_STAGES = [
     ("Ingester", "__init__", "init"),
     ("Ingester", "_prepare", "prepare"),
     ("Ingester", "_flush", "flush"),
-    ("Ingester", "_write", "write"),
+    ("Ingester", "_upsert_documents", "upsert"),
     ("Ingester", "_index_lexically", "lexical"),
 ]
 _MODULE_STAGES = [
@@ -153,10 +153,10 @@ STAGE_LABELS = [
     ("chunk", "  chunk_sections"),
     ("count_tokens", "    of which count_tokens"),
     ("analyze", "  analyzer.analyze (lexical tokens)"),
-    ("flush", "_flush per ~256 chunks (embed, write, lexical, commit)"),
+    ("flush", "_flush per EMBED_FLUSH_CHUNKS chunks (embed, write, lexical, commit)"),
     ("embed", "  embed_documents"),
-    ("write", "  _write per doc (ORM upsert + delete + COPY)"),
-    ("copy", "    of which _copy_chunks (COPY)"),
+    ("upsert", "  _upsert_documents (one INSERT .. ON CONFLICT)"),
+    ("copy", "  _copy_chunks (one COPY per flush)"),
     ("lexical", "  _index_lexically (tantivy)"),
     ("bump_revision", "  bump_revision"),
 ]
@@ -478,8 +478,8 @@ def main() -> int:
         block_ratios = [b["ratio_I_vs_R"] for b in block_rows]
         stage_s = {name: round(v, 3) for name, v in sorted(timings.seconds.items())}
         # Top-level stages of Ingester.ingest: constructor, per-file _prepare, per-flush _flush (embed,
-        # write, lexical, commit); without _flush (older code) embed + write are top level.
-        top = ["init", "prepare", "flush"] if "flush" in timings.calls else ["init", "prepare", "embed", "write"]
+        # write, lexical, commit).
+        top = ["init", "prepare", "flush"]
         accounted = sum(timings.seconds.get(name, 0.0) for name in top)
         other = totals["I"] - accounted
         result.update(

@@ -90,7 +90,6 @@ def main() -> int:
     import hybrid_search
     import vector_search as vs
     from knowledge.models import KnowledgeBase
-    from retrieval.engines import get_lexical_index
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -162,17 +161,7 @@ def main() -> int:
             vs.stop_gunicorn(proc)
         cleanup = {}
         try:
-            if tenant is not None:
-                for kb in KnowledgeBase.objects.filter(tenant=tenant):
-                    for version in kb.versions.all() if hasattr(kb, "versions") else [kb.active_version]:
-                        try:
-                            get_lexical_index().drop(version.pk)
-                        except Exception as exc:  # noqa: BLE001
-                            cleanup["lexical_drop_error"] = repr(exc)
-                tenant.delete()
-                cleanup["tenant_deleted"] = True
-            if tier is not None:
-                tier.delete()
+            cleanup = _common.delete_bench_tenant(tenant, tier)
         except Exception as exc:  # noqa: BLE001
             cleanup["error"] = repr(exc)
             print(f"CLEANUP FAILED: {exc!r}; delete tenants named bench-load-* by hand", file=sys.stderr)

@@ -169,6 +169,47 @@ def unlimited_rate_tier(tenant):
 # --- main -------------------------------------------------------------------------------------------
 
 
+
+def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n_docs: int) -> None:
+    """``n_docs`` documents sharing the rows equally, written with the production COPY in one
+    transaction; row ``g`` holds the text of its main component plus a unique suffix (the service
+    dedups fused hits by content hash) and metadata ``{"shop_id": g % 20, "campaign_id": g % 200}``."""
+    from django.db import transaction
+
+    from knowledge import services
+    from knowledge.chunking import ChunkDraft
+    from knowledge.models import Document
+
+    per_doc = len(vectors) // n_docs
+    docs = Document.objects.bulk_create(
+        [
+            Document(
+                tenant=kb.tenant,
+                knowledge_base=kb,
+                source_uri=f"synthetic/{i:05d}.txt",
+                title=f"synthetic document {i}",
+                doc_type=DOC_TYPES[i % len(DOC_TYPES)],
+                status=Document.Status.READY,
+                chunk_count=per_doc,
+            )
+            for i in range(n_docs)
+        ]
+    )
+    batches = []
+    for d, doc in enumerate(docs):
+        rows = range(d * per_doc, (d + 1) * per_doc)
+        drafts = [
+            ChunkDraft(
+                text=(text := f"{contents[main_component[g]]} [synthetic chunk {g}]"),
+                token_count=len(text) // 5,
+                metadata={"shop_id": g % 20, "campaign_id": g % 200},
+            )
+            for g in rows
+        ]
+        batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
+    with transaction.atomic():
+        services._copy_chunks(kb, kb.active_version, batches)
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -206,8 +247,7 @@ def main() -> int:
     from pgvector.django import CosineDistance, VectorField
 
     from knowledge import services
-    from knowledge.chunking import ChunkDraft
-    from knowledge.models import Chunk, Document
+    from knowledge.models import Chunk
     from retrieval.embedders import get_embedder
     from retrieval.engines.base import SearchScope
     from retrieval.engines.pgvector_index import PgVectorIndex
@@ -270,42 +310,19 @@ def main() -> int:
         # --- 2. synthetic rows ----------------------------------------------------------------------
         rng = np.random.default_rng(args.seed)
         vectors, main_component = synthesize(real, args.chunks, rng)
-        per_doc = args.chunks // args.docs
-        assert per_doc * args.docs == args.chunks, "--chunks must be a multiple of --docs"
+        if args.chunks % args.docs:
+            raise SystemExit("--chunks must be a multiple of --docs")
         contents = [p[:1000] for p in passages]
 
         tenant = create_tenant(_common.unique_name("bench-vector"))
         tier = unlimited_rate_tier(tenant)
         kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
         version = kb.active_version
-        docs = Document.objects.bulk_create(
-            [
-                Document(
-                    tenant=tenant,
-                    knowledge_base=kb,
-                    source_uri=f"synthetic/{i:05d}.txt",
-                    title=f"synthetic document {i}",
-                    doc_type=DOC_TYPES[i % len(DOC_TYPES)],
-                    status=Document.Status.READY,
-                    chunk_count=per_doc,
-                )
-                for i in range(args.docs)
-            ]
-        )
         with connection.cursor() as cursor:
             cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
             index_dropped = True
-        labels = services._Labels()
         started = time.perf_counter()
-        with transaction.atomic():
-            for d, doc in enumerate(docs):
-                drafts = []
-                for g in range(d * per_doc, (d + 1) * per_doc):
-                    # Unique text per row: the service dedups fused hits by content hash.
-                    text = f"{contents[main_component[g]]} [synthetic chunk {g}]"
-                    drafts.append(ChunkDraft(text=text, token_count=len(text) // 5,
-                                             metadata={"shop_id": g % 20, "campaign_id": g % 200}))
-                services._copy_chunks(kb, version, doc, drafts, vectors[d * per_doc : (d + 1) * per_doc], labels)
+        load_synthetic_documents(kb, contents, vectors, main_component, args.docs)
         copy_s = time.perf_counter() - started
         print(f"COPY {args.chunks} rows in {copy_s:.1f} s ({args.chunks / copy_s:,.0f} rows/s)", flush=True)
 

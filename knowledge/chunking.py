@@ -7,6 +7,7 @@ cleaning produces from the full-width ones), clauses, words, characters.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ def chunk_sections(
     sections: Iterable[Section], *, count_tokens: Callable[[str], int], chunk_size: int, chunk_overlap: int
 ) -> list[ChunkDraft]:
     """Split each section on its own (a page, an FAQ pair), dropping exact duplicate chunks."""
+    # The splitter measures every piece twice and each separator once per merge: remember lengths.
+    count_tokens = functools.lru_cache(maxsize=4096)(count_tokens)
     splitter = RecursiveCharacterTextSplitter(
         separators=SEPARATORS,
         keep_separator="end",

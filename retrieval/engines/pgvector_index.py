@@ -35,6 +35,9 @@ class PgVectorIndex(VectorIndex):
         # The cast matches the per-dimension partial HNSW index expression.
         distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
         nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
+        # Planner settings made with set_config(..., true) end with the outermost transaction: when
+        # this one is it, COMMIT restores them; inside a caller's transaction they are put back.
+        restore = connection.in_atomic_block
         with transaction.atomic():
             matching = candidates.order_by().values("id")[: self.exact_scan_threshold + 1].count()
             if matching == 0:
@@ -48,16 +51,16 @@ class PgVectorIndex(VectorIndex):
                     self._plan(exact=True, top_k=top_k)
                     rows = list(nearest[:top_k])
             finally:
-                # set_config(..., true) lasts until the outermost transaction ends: restore the planner.
-                self._plan(exact=False, top_k=top_k)
+                if restore:
+                    self._plan(exact=False, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id=chunk_id, score=1.0 - float(dist)) for chunk_id, dist in rows]
 
     def _plan(self, *, exact: bool, top_k: int) -> None:
+        # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
         with connection.cursor() as cursor:
-            # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
-            cursor.execute("SELECT set_config('enable_indexscan', %s, true)", ["off" if exact else "on"])
-            if not exact:
-                ef_search = max(self.ef_search, 2 * top_k)
-                cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef_search)])
+            cursor.execute(
+                "SELECT set_config('enable_indexscan', %s, true), set_config('hnsw.ef_search', %s, true)",
+                ["off" if exact else "on", str(max(self.ef_search, 2 * top_k))],
+            )

@@ -1,5 +1,6 @@
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from knowledge import services
 from knowledge.models import Chunk, Document
@@ -153,6 +154,35 @@ def test_chunks_are_written_with_copy_not_row_inserts(kb, tmp_path, django_asser
     assert report.chunks > 10
     inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT INTO \"knowledge_chunk\"")]
     assert inserts == []
+
+
+def test_a_flush_costs_the_same_queries_for_two_documents_or_twelve(kb, tmp_path):
+    """The documents of one flush group share their statements: no round trips per document."""
+
+    def queries_to_ingest(count: int, folder) -> int:
+        folder.mkdir()
+        for i in range(count):
+            (folder / f"doc{i}.txt").write_text(f"Document {i} is about the PPR-{9000 + i} smart lock.")
+        with CaptureQueriesContext(connection) as captured:
+            report = ingest(kb, folder)
+        assert (report.added, report.chunks) == (count, count)
+        return len(captured.captured_queries)
+
+    queries_to_ingest(1, tmp_path / "warm-up")
+    assert queries_to_ingest(12, tmp_path / "many") == queries_to_ingest(2, tmp_path / "few")
+
+
+def test_reingesting_keeps_the_first_ingestion_time(kb, tmp_path):
+    path = tmp_path / "policy.txt"
+    path.write_text("Old rule: refunds take 14 days.")
+    ingest(kb, tmp_path)
+    first = Document.objects.get(knowledge_base=kb)
+    path.write_text("New rule: refunds take 3 days.")
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    assert document.pk == first.pk
+    assert document.created_at == first.created_at < document.updated_at
+    assert set(document.chunks.values_list("created_at", flat=True)) == {first.created_at}
 
 
 def test_ingested_text_is_found_by_vector_search(kb, tmp_path):
