@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from django.conf import settings
 from django.core.cache import cache
 
-from knowledge.selectors import searchable_knowledge_bases
+from knowledge.selectors import searched_version_revisions
 from retrieval.selectors import SearchHit, SearchRequest, SearchResponse, search
 from retrieval_site.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
@@ -63,7 +63,7 @@ def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
     try:
         response = search(tenant, request)
         if not response.degraded:
-            _quietly(cache.set, key, json.dumps(asdict(response)), settings.SEARCH_CACHE_TTL_S)
+            _quietly(cache.set, key, json.dumps(response.as_dict()), settings.SEARCH_CACHE_TTL_S)
     finally:
         if holds_lock:
             _quietly(cache.delete, lock_key)
@@ -72,8 +72,7 @@ def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
 
 def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
     """Raises ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would."""
-    kbs = searchable_knowledge_bases(tenant, request.kb_ids)
-    versions = sorted([kb.active_version.pk, kb.active_version.revision] for kb in kbs)
+    versions = searched_version_revisions(tenant, request.kb_ids)
     expand = asdict(request.expand)
     for name in _EXPANDERS:
         if expand[name] is None:

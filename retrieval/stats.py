@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.core.cache import cache
 from django.db.models import Count
+from django_redis import get_redis_connection
 
 from knowledge.models import Chunk, Document, KnowledgeBase
 from retrieval_site.redis import REDIS_ERRORS, warn_redis_unavailable
@@ -18,17 +19,16 @@ def _key(tenant_id: int, counter: str) -> str:
     return f"stats:{counter}:{tenant_id}"
 
 
-def _increment(key: str) -> None:
-    cache.add(key, 0, timeout=None)  # atomic create-if-absent, so concurrent first queries both count
-    cache.incr(key)
-
-
 def count_query(tenant_id: int, *, cached: bool) -> None:
     """One search served to the tenant (``cached``: answered from the response cache)."""
+    counters = ("queries", "cache_hits") if cached else ("queries",)
     try:
-        _increment(_key(tenant_id, "queries"))
-        if cached:
-            _increment(_key(tenant_id, "cache_hits"))
+        # One round trip; INCR starts a missing counter at 0, and django-redis stores integers as
+        # plain Redis integers, so cache.get_many reads them back.
+        pipeline = get_redis_connection("default").pipeline(transaction=False)
+        for counter in counters:
+            pipeline.incr(cache.make_key(_key(tenant_id, counter)))
+        pipeline.execute()
     except REDIS_ERRORS as exc:  # an outage must not turn a served search into an error
         warn_redis_unavailable("query counters", exc)
 

@@ -138,6 +138,8 @@ CACHES = {
     }
 }
 SEARCH_CACHE_TTL_S = env_int("SEARCH_CACHE_TTL_S", 3600)  # 0 disables the result cache
+# Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
+API_KEY_CACHE_TTL_S = env_int("API_KEY_CACHE_TTL_S", 5)
 SEARCH_CACHE_WAIT_S = float(env_str("SEARCH_CACHE_WAIT_S", "2.0"))  # identical misses wait for the first
 # Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
 RATE_LIMIT_WINDOW_S = env_int("RATE_LIMIT_WINDOW_S", 60)

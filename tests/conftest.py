@@ -56,6 +56,14 @@ def private_redis(settings, tmp_path_factory):
     redis.stop_embedded_redis(data_dir)
 
 
+@pytest.fixture(autouse=True)
+def forget_api_keys():
+    """Keys a process remembers (tenants.selectors) must not outlive the test that made them."""
+    from tenants.selectors import forget_api_keys
+
+    forget_api_keys()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def lexical_index_dir(tmp_path_factory):
     """Each test run gets its own keyword indexes: test databases reuse KB version ids."""

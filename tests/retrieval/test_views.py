@@ -22,6 +22,7 @@ from django.test import Client
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, KnowledgeBase
+from retrieval.serializers import SearchOutput
 from tenants.services import create_api_key, revoke_api_key
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory, TenantFactory
@@ -726,14 +727,23 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
     ],
 )
 def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
-    response = corpus.client.post(
-        path, data=json.dumps({"query": "electric kettle boils water", **body}), content_type="application/json"
-    )
+    def post():
+        return corpus.client.post(
+            path, data=json.dumps({"query": "electric kettle boils water", **body}), content_type="application/json"
+        )
+
+    response = post()
     results = ok_results(response)
     assert response.json()["mode"] == mode
     assert file_names(results)[0] == "kettle.txt"
     assert all(set(hit) == HIT_KEYS and hit["source"] == mode for hit in results)
     assert set(results[0]["retrievers"]) == ({"bm25"} if mode == "bm25" else {"bm25", "vector"})
+    # The view renders the body without the output serializer: it must be exactly what the
+    # documented SearchOutput makes of it, fresh and from the cache, down to int vs float.
+    cached = post().json()
+    assert cached["cached"] is True and not response.json()["cached"]
+    for answer in (response.json(), cached):
+        assert json.dumps(SearchOutput(answer).data, sort_keys=True) == json.dumps(answer, sort_keys=True)
 
 
 @pytest.mark.django_db

@@ -6,10 +6,12 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Tenant
 from tenants.services import create_api_key, revoke_api_key
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -158,6 +160,27 @@ def test_a_revoked_key_is_rejected_on_the_very_next_request(tenant):
 def test_revocation_written_by_another_process_takes_effect_immediately(tenant, raw_key):
     assert_ok_empty(post(**bearer(raw_key)))
     ApiKey.objects.filter(tenant=tenant).update(revoked_at=timezone.now())
+    assert_rejected(post(**bearer(raw_key)))
+
+
+@pytest.mark.django_db
+def test_a_remembered_key_is_rechecked_with_one_small_query(tenant, raw_key):
+    assert_ok_empty(post(**bearer(raw_key)))
+    with CaptureQueriesContext(connection) as captured:
+        assert_ok_empty(post(**bearer(raw_key)))
+    key_queries = [q["sql"] for q in captured.captured_queries if ApiKey._meta.db_table in q["sql"]]
+    assert len(key_queries) == 1 and "key_hash" not in key_queries[0]
+
+
+@pytest.mark.django_db
+def test_what_gates_access_applies_at_once_to_a_remembered_key(tenant, raw_key):
+    """Written without model signals, as another process would: the re-check must see it."""
+    assert_ok_empty(post(**bearer(raw_key)))
+    ApiKey.objects.filter(tenant=tenant).update(scopes=[])
+    assert post(**bearer(raw_key)).json()["error"]["code"] == "insufficient_scope"
+    ApiKey.objects.filter(tenant=tenant).update(scopes=["search"])
+    assert_ok_empty(post(**bearer(raw_key)))
+    Tenant.objects.filter(pk=tenant.pk).update(is_active=False)
     assert_rejected(post(**bearer(raw_key)))
 
 
