@@ -261,9 +261,9 @@ def main() -> int:
             self.plans = []
             return super().search(*a, **kw)
 
-        def _plan(self, *, exact, top_k):
+        def _set_planner(self, *, exact, top_k):
             self.plans.append("exact" if exact else "hnsw")
-            super()._plan(exact=exact, top_k=top_k)
+            super()._set_planner(exact=exact, top_k=top_k)
 
     import logging
 
@@ -479,7 +479,7 @@ def main() -> int:
             with transaction.atomic():
                 matching = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].count()
                 exact = matching <= index.exact_scan_threshold
-                index._plan(exact=exact, top_k=args.top_k)
+                index._set_planner(exact=exact, top_k=args.top_k)
                 text = nearest[: args.top_k].explain(analyze=True)
             with transaction.atomic():
                 probe_plan = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].explain(analyze=True)

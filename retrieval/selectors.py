@@ -202,6 +202,7 @@ class _Search:
                     raise LexicalIndexUnavailable(f"keyword search is unavailable: {exc.message}") from exc
                 self._degrade("bm25", exc.cause, exc.message)
         if embedding is not None:
+            plans = self._plan_vector(groups, compiled)  # while the query is still embedding
             try:
                 vectors = embedding.result()
             except EmbeddingError as exc:
@@ -209,7 +210,7 @@ class _Search:
                     raise EmbedderUnavailable(f"cannot embed the query: {exc}") from exc
                 self._degrade("vector", "embedder_unavailable", str(exc))
             else:
-                lists += self._vector(groups, variants, vectors, weights["vector"], compiled)
+                lists += self._vector(groups, variants, vectors, weights["vector"], compiled, plans)
         return lists
 
     def _embed(self, groups: list[_Group], texts: list[str]) -> dict[str, np.ndarray]:
@@ -218,15 +219,24 @@ class _Search:
         self.timer.add("embed", t)
         return vectors
 
-    def _vector(self, groups, variants, vectors, weight, compiled) -> list[RankedList]:
+    def _scope(self, group: _Group) -> SearchScope:
+        return SearchScope(self.tenant.pk, tuple(group.version_ids), group.dimension)
+
+    def _plan_vector(self, groups: list[_Group], compiled) -> list[object | None]:
+        t = time.perf_counter()
+        index = get_vector_index()
+        plans = [index.plan(self._scope(group), compiled) for group in groups]
+        self.timer.add("vector", t)
+        return plans
+
+    def _vector(self, groups, variants, vectors, weight, compiled, plans) -> list[RankedList]:
         t = time.perf_counter()
         index = get_vector_index()
         lists = []
         for i, variant in enumerate(variants):
             hits = []
-            for group in groups:
-                scope = SearchScope(self.tenant.pk, tuple(group.version_ids), group.dimension)
-                hits += index.search(scope, vectors[group.model_name][i], self.candidates, compiled)
+            for group, plan in zip(groups, plans, strict=True):
+                hits += index.search(self._scope(group), vectors[group.model_name][i], self.candidates, compiled, plan)
             hits.sort(key=lambda hit: -hit.score)
             lists.append(RankedList("vector", variant.text, weight * variant.weight, [(h.chunk_id, h.score) for h in hits[: self.candidates]]))
         self.timer.add("vector", t)

@@ -26,11 +26,17 @@ class VectorHit:
 
 
 class VectorIndex(ABC):
+    def plan(self, scope: SearchScope, filters: CompiledFilter) -> object | None:
+        """Work that needs no query vector, done while the query embeds and handed to ``search``
+        (pgvector sizes the filtered scope to choose between the graph and an exact scan)."""
+        return None
+
     @abstractmethod
     def search(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter, plan: object | None = None
     ) -> list[VectorHit]:
-        """The ``top_k`` nearest chunks in scope that pass ``filters``, best first."""
+        """The ``top_k`` nearest chunks in scope that pass ``filters``, best first; ``plan`` is what
+        ``plan()`` returned for the same scope and filters (None: the search works it out)."""
 
 
 @dataclass(frozen=True)

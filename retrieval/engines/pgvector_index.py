@@ -24,40 +24,49 @@ class PgVectorIndex(VectorIndex):
         )
         self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
 
+    def plan(self, scope: SearchScope, filters: CompiledFilter) -> int:
+        """How many rows are in scope, counted up to one past the exact-scan threshold."""
+        return self._candidates(scope, filters).order_by().values("id")[: self.exact_scan_threshold + 1].count()
+
     def search(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter, plan: int | None = None
     ) -> list[VectorHit]:
-        candidates = filters.apply(
-            Chunk.objects.filter(
-                tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
-            )
-        )
+        matching = self.plan(scope, filters) if plan is None else plan
+        if matching == 0:
+            return []
+        exact = matching <= self.exact_scan_threshold
         # The cast matches the per-dimension partial HNSW index expression.
         distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
-        nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
+        nearest = (
+            self._candidates(scope, filters).annotate(distance=distance).order_by("distance").values_list("id", "distance")
+        )
         # Planner settings made with set_config(..., true) end with the outermost transaction: when
         # this one is it, COMMIT restores them; inside a caller's transaction they are put back.
         restore = connection.in_atomic_block
         with transaction.atomic():
-            matching = candidates.order_by().values("id")[: self.exact_scan_threshold + 1].count()
-            if matching == 0:
-                return []
-            exact = matching <= self.exact_scan_threshold
             try:
-                self._plan(exact=exact, top_k=top_k)
+                self._set_planner(exact=exact, top_k=top_k)
                 rows = list(nearest[:top_k])
                 if not exact and len(rows) < top_k:
                     # The graph walk hit its scan budget before finding enough rows; be exact instead.
-                    self._plan(exact=True, top_k=top_k)
+                    self._set_planner(exact=True, top_k=top_k)
                     rows = list(nearest[:top_k])
             finally:
                 if restore:
-                    self._plan(exact=False, top_k=top_k)
+                    self._set_planner(exact=False, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id=chunk_id, score=1.0 - float(dist)) for chunk_id, dist in rows]
 
-    def _plan(self, *, exact: bool, top_k: int) -> None:
+    @staticmethod
+    def _candidates(scope: SearchScope, filters: CompiledFilter):
+        return filters.apply(
+            Chunk.objects.filter(
+                tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
+            )
+        )
+
+    def _set_planner(self, *, exact: bool, top_k: int) -> None:
         # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
         with connection.cursor() as cursor:
             cursor.execute(

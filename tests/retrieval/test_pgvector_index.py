@@ -284,6 +284,26 @@ def test_threshold_decides_between_exact_and_hnsw(big_kb):
     assert_same_ranking(hits, brute_force(rare, query, 3))
 
 
+def test_a_plan_made_while_the_query_embeds_spares_the_search_its_count(big_kb):
+    kb, _, shop7, _ = big_kb
+    query = fresh_query()
+    shop7_filter = compile_filters({"metadata.shop_id": 7})
+    index = PgVectorIndex(exact_scan_threshold=len(shop7) + 5)
+    assert index.plan(scope_of(kb), shop7_filter) == len(shop7)  # below the threshold: exact
+    assert PgVectorIndex(exact_scan_threshold=10).plan(scope_of(kb), shop7_filter) == 11  # counting stops there
+
+    plan = index.plan(scope_of(kb), shop7_filter)
+    with CaptureQueriesContext(connection) as ctx:
+        hits = index.search(scope_of(kb), query, 20, shop7_filter, plan)
+    assert not [q for q in ctx.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert plans(ctx.captured_queries) == ["off"]
+    assert_same_ranking(hits, brute_force(shop7, query, 20))
+    # A plan saying the scope is empty ends the search before any vector query.
+    with CaptureQueriesContext(connection) as ctx:
+        assert index.search(scope_of(kb), query, 20, shop7_filter, 0) == []
+    assert ctx.captured_queries == []
+
+
 # --- tenant isolation ----------------------------------------------------------------------------
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
