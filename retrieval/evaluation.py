@@ -415,13 +415,15 @@ def build_report(
     ingestion: IngestReport,
     *,
     command: str | None,
+    commit: str | None,
 ) -> dict:
-    """Everything needed to reproduce and compare a run: settings, model, analyzer, commit, scores."""
+    """Everything needed to reproduce and compare a run: settings, model, analyzer, commit (read when
+    the run started: the code it imported), scores."""
     embedder = get_embedder(kb.embedding_model)
     return {
         "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
-        "commit": git_commit(),
+        "commit": commit,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "dataset": {
             "name": dataset.name,

@@ -23,8 +23,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--tenant", default="demo")
         parser.add_argument("--kb", default="sample")
+        parser.add_argument(
+            "--base-url", default="http://127.0.0.1:8000", help="where the service listens, for the printed admin link"
+        )
 
-    def handle(self, *args, tenant: str, kb: str, **options):
+    def handle(self, *args, tenant: str, kb: str, base_url: str, **options):
         owner, _ = Tenant.objects.get_or_create(name=tenant)
         call_command("ingest", str(SAMPLE_DIR), tenant=owner.name, kb=kb, stdout=self.stdout, stderr=self.stderr)
 
@@ -42,7 +45,7 @@ class Command(BaseCommand):
                 [
                     "",
                     "=" * 72,
-                    f"Admin console: http://127.0.0.1:8000/admin/  user: admin  password: {password}",
+                    f"Admin console: {base_url.rstrip('/')}/admin/  user: admin  password: {password}",
                     f"Knowledge base '{kb}' of tenant '{owner.name}' has id {kb_id}.",
                     "API key (copy this line into your shell):",
                     f"export API_KEY={raw_key}",

@@ -60,6 +60,7 @@ class Command(BaseCommand):
             raise CommandError("give --dataset DIR to evaluate, or --compare A.json B.json")
 
     def _evaluate(self, options) -> None:
+        commit = evaluation.git_commit()
         modes = _names(options["modes"])
         expand = tuple(_names(options["expand"]))
         if unknown := sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS)):
@@ -107,7 +108,7 @@ class Command(BaseCommand):
                 results.append(evaluation.run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
 
         command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
-        report = evaluation.build_report(dataset, kb, results, ingestion, command=command)
+        report = evaluation.build_report(dataset, kb, results, ingestion, command=command, commit=commit)
         stamp = report["created_at"].replace(":", "")
         output = options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{stamp}.json"
         output.parent.mkdir(parents=True, exist_ok=True)
