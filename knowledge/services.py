@@ -361,6 +361,12 @@ def bump_revision(version: KnowledgeBaseVersion) -> None:
     KnowledgeBaseVersion.objects.filter(pk=version.pk).update(revision=F("revision") + 1)
 
 
+def expire_cached_answers(tenant_id: int) -> None:
+    """After a change that alters how a tenant's queries are answered without touching its chunks
+    (synonyms, protected terms): bump the revision of its KB versions, so no cached answer is reused."""
+    KnowledgeBaseVersion.objects.filter(knowledge_base__tenant_id=tenant_id).update(revision=F("revision") + 1)
+
+
 @transaction.atomic
 def delete_document(document: Document) -> None:
     """Remove a document with its chunks from the database and the lexical index together."""

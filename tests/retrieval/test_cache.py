@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
-from knowledge.models import KnowledgeBaseVersion
+from knowledge.models import DictionaryTerm, KnowledgeBaseVersion, Synonym
 from retrieval import selectors
 from retrieval.cache import cached_search
 from retrieval.selectors import SearchRequest
@@ -140,6 +140,27 @@ def test_a_reingest_makes_old_entries_unreachable(client, tenant, tmp_path):
     assert "2.5 litres" in after["results"][0]["content"]
     assert "2.5 litres" not in before["results"][0]["content"]
     assert post(client)["cached"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_synonym_or_protected_term_edit_makes_old_entries_unreachable(client, tenant):
+    assert post(client, {"query": "boiler", "top_k": 5})["results"] == []
+    assert post(client, {"query": "boiler", "top_k": 5})["cached"] is True
+    synonym = Synonym.objects.create(tenant=tenant, terms=["boiler", "kettle"])
+    expanded = post(client, {"query": "boiler", "top_k": 5})
+    assert expanded["cached"] is False
+    assert "kettle" in expanded["results"][0]["content"]
+    assert post(client, {"query": "boiler", "top_k": 5})["cached"] is True
+
+    synonym.delete()
+    unexpanded = post(client, {"query": "boiler", "top_k": 5})
+    assert unexpanded["cached"] is False and unexpanded["results"] == []
+
+    post(client)
+    assert post(client)["cached"] is True
+    DictionaryTerm.objects.create(tenant=tenant, kind=DictionaryTerm.Kind.TERM, value="PPR-9087")
+    assert post(client)["cached"] is False
 
 
 @pytest.mark.slow
