@@ -124,6 +124,7 @@ class _Search:
         self.notes: list[str] = []
         self.candidates = request.candidates or settings.SEARCH_CANDIDATES
         self.rrf_k = request.rrf_k or settings.RRF_K
+        self._known_hashes: dict[int, str] = {}  # chunk id -> content hash, for dedup in fusion
 
     def run(self) -> SearchResponse:
         started = time.perf_counter()
@@ -138,7 +139,7 @@ class _Search:
         lists = self._retrieve(groups, version_ids, variants, weights, compiled)
 
         t = time.perf_counter()
-        content_hashes = dict(Chunk.objects.filter(pk__in={cid for rl in lists for cid, _ in rl.hits}).values_list("id", "content_hash"))
+        content_hashes = self._content_hashes({chunk_id for rl in lists for chunk_id, _ in rl.hits})
         fused = reciprocal_rank_fusion(
             [RankedList(rl.retriever, rl.query, rl.weight, [h for h in rl.hits if h[0] in content_hashes]) for rl in lists],
             k=self.rrf_k,
@@ -202,7 +203,11 @@ class _Search:
                     raise LexicalIndexUnavailable(f"keyword search is unavailable: {exc.message}") from exc
                 self._degrade("bm25", exc.cause, exc.message)
         if embedding is not None:
-            plans = self._plan_vector(groups, compiled)  # while the query is still embedding
+            # While the query is still embedding: size the vector scope, look up the BM25 hits' hashes.
+            plans = self._plan_vector(groups, compiled)
+            t = time.perf_counter()
+            self._content_hashes({chunk_id for ranked in lists for chunk_id, _ in ranked.hits})
+            self.timer.add("fuse", t)
             try:
                 vectors = embedding.result()
             except EmbeddingError as exc:
@@ -238,6 +243,7 @@ class _Search:
             for group, plan in zip(groups, plans, strict=True):
                 hits += index.search(self._scope(group), vectors[group.model_name][i], self.candidates, compiled, plan)
             hits.sort(key=lambda hit: -hit.score)
+            self._known_hashes.update((h.chunk_id, h.content_hash) for h in hits if h.content_hash is not None)
             lists.append(RankedList("vector", variant.text, weight * variant.weight, [(h.chunk_id, h.score) for h in hits[: self.candidates]]))
         self.timer.add("vector", t)
         return lists
@@ -260,6 +266,13 @@ class _Search:
             lists.append(RankedList("bm25", variant.text, weight * variant.weight, [(h.chunk_id, h.score) for h in hits[: self.candidates]]))
         self.timer.add("bm25", t)
         return lists
+
+    def _content_hashes(self, chunk_ids: set[int]) -> dict[int, str]:
+        """Content hashes of these chunks, looked up once per search; a chunk missing from the result
+        was deleted by a concurrent re-ingest after an index returned it."""
+        if missing := chunk_ids - self._known_hashes.keys():
+            self._known_hashes.update(Chunk.objects.filter(pk__in=missing).values_list("id", "content_hash"))
+        return self._known_hashes
 
     def _allowed_chunk_ids(self, version_ids, compiled: CompiledFilter) -> tuple[list[int] | None, int]:
         """With filters, BM25 searches inside the chunk ids SQL says match (the source of truth for

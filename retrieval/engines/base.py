@@ -23,6 +23,7 @@ class SearchScope:
 class VectorHit:
     chunk_id: int
     score: float  # cosine similarity, higher is closer
+    content_hash: str | None = None  # when the index has it at hand; fusion dedups on it
 
 
 class VectorIndex(ABC):

@@ -38,7 +38,7 @@ class PgVectorIndex(VectorIndex):
         # The cast matches the per-dimension partial HNSW index expression.
         distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
         nearest = (
-            self._candidates(scope, filters).annotate(distance=distance).order_by("distance").values_list("id", "distance")
+            self._candidates(scope, filters).annotate(distance=distance).order_by("distance").values_list("id", "distance", "content_hash")
         )
         # Planner settings made with set_config(..., true) end with the outermost transaction: when
         # this one is it, COMMIT restores them; inside a caller's transaction they are put back.
@@ -56,7 +56,7 @@ class PgVectorIndex(VectorIndex):
                     self._set_planner(exact=False, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
-        return [VectorHit(chunk_id=chunk_id, score=1.0 - float(dist)) for chunk_id, dist in rows]
+        return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
 
     @staticmethod
     def _candidates(scope: SearchScope, filters: CompiledFilter):

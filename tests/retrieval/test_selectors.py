@@ -1,8 +1,11 @@
 """The search pipeline (retrieval.selectors.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
+import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from knowledge.models import DictionaryTerm, Document, Synonym
 from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
@@ -77,6 +80,26 @@ def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
     assert response.reranked is False and response.degraded == []
     scores = [hit.score for hit in response.results]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, embedder, tmp_path):
+    """Vector hits carry their content hash; the BM25 hits' hashes are looked up once, while the
+    query embeds. Two files with the same text still give one hit."""
+    kb = create_knowledge_base(tenant=tenant, name="copies")
+    same = "The SKY-20031 bulb resets after three power cycles of ten seconds each."
+    for name, text in {"a.txt": same, "b.txt": same, "c.txt": "Kettles boil water in four minutes."}.items():
+        (tmp_path / name).write_text(text)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    with CaptureQueriesContext(connection) as captured:
+        response = run(kb, "How do I reset the SKY-20031 bulb?", mode="hybrid", top_k=5)
+    assert sorted(names(response)) in (["a.txt", "c.txt"], ["b.txt", "c.txt"])
+    assert set(response.results[0].retrievers) == {"vector", "bm25"}
+    lookup = '"content_hash" FROM "knowledge_chunk" WHERE "knowledge_chunk"."id" IN'
+    [sql] = [q["sql"] for q in captured.captured_queries if lookup in q["sql"]]
+    looked_up = {int(i) for i in re.search(r"IN \(([\d, ]+)\)", sql).group(1).split(",")}
+    kettle = response.results[-1]
+    assert names(response)[-1] == "c.txt" and set(kettle.retrievers) == {"vector"}
+    assert kettle.chunk_id not in looked_up  # found by the dense leg only: its hash came with it
 
 
 def test_weights_and_rrf_k_are_applied(sample_kb):
