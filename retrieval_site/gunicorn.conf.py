@@ -5,6 +5,10 @@ import os
 # cores (measured under load: ~9 vs ~1 vector queries/s). Ingestion commands keep all cores.
 os.environ.setdefault("TORCH_THREADS", "1")
 
+# gunicorn 25+ opens a control socket (for `gunicornc`) under $HOME by default; the service does
+# not use it, and a server started from the project should not write outside it.
+control_socket_disable = True
+
 
 def post_worker_init(worker):
     # Each worker loads the model before it takes requests, so no request pays for it.
