@@ -191,7 +191,8 @@ def delete_bench_tenant(tenant, tier) -> dict:
 
     cleanup: dict = {}
     if tenant is not None:
-        for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True):
+        versions = KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True)
+        for version_id in versions:
             try:
                 get_lexical_index().drop(version_id)
             except Exception as exc:  # noqa: BLE001 - cleanup reports and goes on

@@ -13,7 +13,8 @@ class KnowledgeConfig(AppConfig):
         # code) must not be hidden behind cached answers.
         for model in (Synonym, DictionaryTerm):
             for signal in (post_save, post_delete):
-                signal.connect(_expire_cached_answers, sender=model, dispatch_uid=f"expire-answers-{model.__name__}-{id(signal)}")
+                uid = f"expire-answers-{model.__name__}-{id(signal)}"
+                signal.connect(_expire_cached_answers, sender=model, dispatch_uid=uid)
 
 
 def _expire_cached_answers(instance, **kwargs) -> None:

@@ -13,7 +13,8 @@ class TenantsConfig(AppConfig):
         # admin's); other processes see it when their remembered keys expire (API_KEY_CACHE_TTL_S).
         for model in (ApiKey, Tenant, RateTier):
             for signal in (post_save, post_delete):
-                signal.connect(_forget_api_keys, sender=model, dispatch_uid=f"forget-api-keys-{model.__name__}-{id(signal)}")
+                uid = f"forget-api-keys-{model.__name__}-{id(signal)}"
+                signal.connect(_forget_api_keys, sender=model, dispatch_uid=uid)
 
 
 def _forget_api_keys(**kwargs) -> None:

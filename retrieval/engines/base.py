@@ -34,7 +34,12 @@ class VectorIndex(ABC):
 
     @abstractmethod
     def search(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: CompiledFilter, plan: object | None = None
+        self,
+        scope: SearchScope,
+        query_vector: np.ndarray,
+        top_k: int,
+        filters: CompiledFilter,
+        plan: object | None = None,
     ) -> list[VectorHit]:
         """The ``top_k`` nearest chunks in scope that pass ``filters``, best first; ``plan`` is what
         ``plan()`` returned for the same scope and filters (None: the search works it out)."""

@@ -38,7 +38,10 @@ class PgVectorIndex(VectorIndex):
         # The cast matches the per-dimension partial HNSW index expression.
         distance = CosineDistance(Cast("embedding", VectorField(dimensions=scope.embedding_dim)), query_vector)
         nearest = (
-            self._candidates(scope, filters).annotate(distance=distance).order_by("distance").values_list("id", "distance", "content_hash")
+            self._candidates(scope, filters)
+            .annotate(distance=distance)
+            .order_by("distance")
+            .values_list("id", "distance", "content_hash")
         )
         # Planner settings made with set_config(..., true) end with the outermost transaction: when
         # this one is it, COMMIT restores them; inside a caller's transaction they are put back.

@@ -33,7 +33,8 @@ def printed_key(output: str) -> str:
 
 def test_load_sample_prints_a_working_key_and_the_admin_link_for_the_port_served(embedder):
     output = load_sample(base_url="http://127.0.0.1:8765")
-    assert re.search(r"^Admin console: http://127\.0\.0\.1:8765/admin/  user: admin  password: \S+$", output, re.MULTILINE)
+    admin_line = r"^Admin console: http://127\.0\.0\.1:8765/admin/  user: admin  password: \S+$"
+    assert re.search(admin_line, output, re.MULTILINE)
     assert Document.objects.filter(tenant__name="sample-demo", status=Document.Status.READY).count() > 0
     first_key = printed_key(output)
     assert status_of_search(first_key) == 200
