@@ -5,6 +5,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from retrieval.metrics import metrics_view
 from retrieval.views_health import StatsView, health_view, ready_view
 
+admin.site.site_header = admin.site.site_title = "Retrieval service"
+admin.site.index_title = "Console"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/retrieval/", include("retrieval.urls")),
