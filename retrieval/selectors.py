@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,16 +103,11 @@ class _Group:
 
 
 class _Timer:
-    """Milliseconds per stage; embedding threads add to it too."""
-
     def __init__(self):
         self.timings: dict[str, float] = {}
-        self._lock = threading.Lock()
 
     def add(self, stage: str, started: float) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        with self._lock:
-            self.timings[stage] = round(self.timings.get(stage, 0.0) + elapsed_ms, 3)
+        self.timings[stage] = round(self.timings.get(stage, 0.0) + (time.perf_counter() - started) * 1000, 3)
 
 
 def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
@@ -140,11 +134,9 @@ class _Search:
         groups = _group_by_model(kbs)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
 
-        weights = self._weights(groups)
-        # The query starts embedding now; expansion and BM25 run meanwhile.
-        embedding = self._start_embedding(groups, [request.query]) if weights["vector"] > 0 else None
         variants = self._expand(version_ids)
-        lists = self._retrieve(groups, version_ids, variants, weights, compiled, embedding)
+        weights = self._weights(groups)
+        lists = self._retrieve(groups, version_ids, variants, weights, compiled)
 
         t = time.perf_counter()
         content_hashes = self._content_hashes({chunk_id for rl in lists for chunk_id, _ in rl.hits})
@@ -195,12 +187,13 @@ class _Search:
                 )
         return weights
 
-    def _retrieve(self, groups, version_ids, variants, weights, compiled, embedding: Future | None) -> list[RankedList]:
-        """``embedding``: the original query's vectors being computed (None: no dense leg)."""
+    def _retrieve(self, groups, version_ids, variants, weights, compiled) -> list[RankedList]:
         mode = self.request.mode
-        expansions = None  # the expanded variants' vectors, computed beside the original's
-        if embedding is not None and len(variants) > 1:
-            expansions = self._start_embedding(groups, [variant.text for variant in variants[1:]])
+        embedding = None
+        if weights["vector"] > 0:
+            # In the request's context, so the embedding thread's log lines carry its request id.
+            context = contextvars.copy_context()
+            embedding = _embedding_pool.submit(context.run, self._embed, groups, [v.text for v in variants])
         lists: list[RankedList] = []
         if weights["bm25"] > 0:
             try:
@@ -217,9 +210,6 @@ class _Search:
             self.timer.add("fuse", t)
             try:
                 vectors = embedding.result()
-                if expansions is not None:
-                    more = expansions.result()
-                    vectors = {model: np.vstack([vectors[model], more[model]]) for model in vectors}
             except EmbeddingError as exc:
                 if mode == "vector" or not lists:
                     raise EmbedderUnavailable(f"cannot embed the query: {exc}") from exc
@@ -227,10 +217,6 @@ class _Search:
             else:
                 lists += self._vector(groups, variants, vectors, weights["vector"], compiled, plans)
         return lists
-
-    def _start_embedding(self, groups: list[_Group], texts: list[str]) -> Future:
-        # In the request's context, so the embedding thread's log lines carry its request id.
-        return _embedding_pool.submit(contextvars.copy_context().run, self._embed, groups, texts)
 
     def _embed(self, groups: list[_Group], texts: list[str]) -> dict[str, np.ndarray]:
         t = time.perf_counter()
