@@ -17,6 +17,10 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from knowledge.parsing import Section
 
 SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", "!", "?", ";", ". ", "，", ",", "、", " ", ""]
+# A passage this short is a heading or a stray line: it answers nothing on its own.
+SHORT_PASSAGE_TOKENS = 32
+# Bumped whenever chunk boundaries change, so re-ingesting an unchanged file re-chunks it.
+CHUNKER_VERSION = "2"
 
 
 @dataclass
@@ -35,9 +39,18 @@ def content_hash(text: str) -> str:
 
 
 def chunk_sections(
-    sections: Iterable[Section], *, count_tokens: Callable[[str], int], chunk_size: int, chunk_overlap: int
+    sections: Iterable[Section],
+    *,
+    count_tokens: Callable[[str], int],
+    chunk_size: int,
+    chunk_overlap: int,
+    max_tokens: int | None = None,
 ) -> list[ChunkDraft]:
-    """Split each section on its own (a page, an FAQ pair), dropping exact duplicate chunks."""
+    """Split each section on its own (a page, an FAQ pair), dropping exact duplicate chunks.
+
+    A passage under ``SHORT_PASSAGE_TOKENS`` (typically a title the splitter left alone because the
+    text after it did not fit beside it) joins the passage after it, which may then exceed
+    ``chunk_size`` by that much but never ``max_tokens`` (the model's limit)."""
     # The splitter measures every piece twice and each separator once per merge: remember lengths.
     count_tokens = functools.lru_cache(maxsize=4096)(count_tokens)
     splitter = RecursiveCharacterTextSplitter(
@@ -50,11 +63,35 @@ def chunk_sections(
     )
     drafts: list[ChunkDraft] = []
     seen: set[str] = set()
+    limit = min(chunk_size + SHORT_PASSAGE_TOKENS, max_tokens or chunk_size + SHORT_PASSAGE_TOKENS)
     for section in sections:
-        for text in splitter.split_text(section.text):
+        for text in _join_short_passages(splitter.split_text(section.text), count_tokens, limit):
             digest = content_hash(text)
             if not text or digest in seen:
                 continue
             seen.add(digest)
             drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=dict(section.metadata)))
     return drafts
+
+
+def _join_short_passages(texts: list[str], count_tokens: Callable[[str], int], limit: int) -> list[str]:
+    """Each short passage joins the one after it (dropped if that one already starts with it, as
+    overlap); a short passage that cannot join (too long together, or last) stays as it is."""
+    joined: list[str] = []
+    pending: str | None = None
+    for text in texts:
+        if pending is not None:
+            if not text.startswith(pending):
+                merged = f"{pending}\n\n{text}"
+                if count_tokens(merged) <= limit:
+                    text = merged
+                else:
+                    joined.append(pending)
+            pending = None
+        if count_tokens(text) < SHORT_PASSAGE_TOKENS:
+            pending = text
+        else:
+            joined.append(text)
+    if pending is not None:
+        joined.append(pending)
+    return joined

@@ -79,6 +79,9 @@ class Document(models.Model):
     title = models.CharField(max_length=500, blank=True)
     doc_type = models.CharField(max_length=16)
     content_md5 = models.CharField(max_length=32, blank=True)
+    chunker_version = models.CharField(
+        max_length=16, blank=True, help_text="knowledge.chunking.CHUNKER_VERSION that cut the current chunks"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)

@@ -18,7 +18,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from knowledge.chunking import ChunkDraft, chunk_sections
+from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -245,6 +245,7 @@ class Ingester:
                 count_tokens=self.embedder.count_tokens,
                 chunk_size=self.kb.chunk_size,
                 chunk_overlap=self.kb.chunk_overlap,
+                max_tokens=self.embedder.max_tokens,
             )
         except (OSError, ParseError) as exc:
             self._fail(source, existing, str(exc))
@@ -316,6 +317,7 @@ class Ingester:
                 title=doc.title[:500],
                 doc_type=doc.doc_type,
                 content_md5=doc.md5,
+                chunker_version=CHUNKER_VERSION,
                 status=Document.Status.READY,
                 error="",
                 tags=doc.labels.tags,
@@ -329,7 +331,8 @@ class Ingester:
             update_conflicts=True,
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
-                "title", "doc_type", "content_md5", "status", "error", "tags", "metadata", "chunk_count", "updated_at",
+                "title", "doc_type", "content_md5", "chunker_version", "status", "error", "tags", "metadata",
+                "chunk_count", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -379,11 +382,12 @@ def delete_document(document: Document) -> None:
 
 
 def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:
-    """Same bytes and same sidecar labels as the ready document: nothing to do."""
+    """Same bytes, same sidecar labels and the same chunker as the ready document: nothing to do."""
     return (
         existing is not None
         and existing.status == Document.Status.READY
         and existing.content_md5 == md5
+        and existing.chunker_version == CHUNKER_VERSION
         and existing.tags == labels.tags
         and existing.metadata == labels.metadata
         and (labels.title is None or existing.title == labels.title)

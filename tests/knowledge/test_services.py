@@ -3,6 +3,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from knowledge import services
+from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import Chunk, Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.selectors import SearchRequest, search
@@ -31,7 +32,8 @@ def test_sample_kb_round_trips_every_format(sample_kb):
     assert formats == {"txt", "md", "html", "pdf", "docx", "faq"}
     for document in documents:
         assert document.chunk_count == document.chunks.count() > 0
-        assert all(chunk.token_count <= sample_kb.chunk_size for chunk in document.chunks.all())
+        # A title joins the passage after it, up to SHORT_PASSAGE_TOKENS over the chunk size.
+        assert all(chunk.token_count < sample_kb.chunk_size + SHORT_PASSAGE_TOKENS for chunk in document.chunks.all())
     # One distinctive phrase per format made it into a chunk of the right document.
     expectations = {
         "products/ppr-9087-installation-manual.pdf": "PPR-9087",
@@ -74,6 +76,17 @@ def test_reingesting_unchanged_files_does_nothing(kb, tmp_path):
     assert (first.added, first.chunks) == (2, 2)
     assert (second.added, second.unchanged, second.replaced, second.chunks) == (0, 2, 0, 0)
     assert set(Chunk.objects.filter(knowledge_base=kb).values_list("id", flat=True)) == chunk_ids
+
+
+def test_a_new_chunker_version_rechunks_unchanged_files(kb, tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text("The SKY-20031 bulb resets after three power cycles.")
+    ingest(kb, tmp_path)
+    assert ingest(kb, tmp_path).unchanged == 1
+    monkeypatch.setattr(services, "CHUNKER_VERSION", "next")
+    report = ingest(kb, tmp_path)
+    assert (report.unchanged, report.replaced) == (0, 1)
+    assert Document.objects.get(knowledge_base=kb).chunker_version == "next"
+    assert ingest(kb, tmp_path).unchanged == 1
 
 
 def test_changed_file_replaces_its_chunks(kb, tmp_path):
