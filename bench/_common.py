@@ -183,23 +183,40 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
 
 
-def delete_bench_tenant(tenant, tier) -> dict:
-    """Drop the lexical indexes of every KB version of a throwaway tenant, then the tenant (cascade)
-    and its rate tier; returns what was done, for the result file."""
+def scifact_passages_and_queries() -> tuple[list[str], list[str]]:
+    """Every SciFact passage (title + text) and every query text, in file order."""
+    corpus = read_jsonl(DATASETS_DIR / "scifact" / "corpus.jsonl")
+    passages = [f"{row.get('title', '')} {row.get('text', '')}".strip() for row in corpus]
+    queries = [row["text"] for row in read_jsonl(DATASETS_DIR / "scifact" / "queries.jsonl")]
+    return passages, queries
+
+
+def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> dict:
+    """Drop the lexical indexes of the bench tenant's KB versions, delete the tenant (cascade) and its
+    tier, then run ``then`` (returns more to report, e.g. an index restored). Never raises: a failure
+    is reported in the result and on stderr. Also records the load at the end."""
     from knowledge.models import KnowledgeBaseVersion
     from retrieval.engines import get_lexical_index
 
     cleanup: dict = {}
-    if tenant is not None:
-        versions = KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True)
-        for version_id in versions:
-            try:
-                get_lexical_index().drop(version_id)
-            except Exception as exc:  # noqa: BLE001 - cleanup reports and goes on
-                cleanup["lexical_drop_error"] = repr(exc)
-        started = time.perf_counter()
-        tenant.delete()
-        cleanup["tenant_delete_s"] = round(time.perf_counter() - started, 1)
-    if tier is not None:
-        tier.delete()
+    try:
+        if tenant is not None:
+            versions = KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True)
+            for version_id in versions:
+                try:
+                    get_lexical_index().drop(version_id)
+                except Exception as exc:  # noqa: BLE001 - the tenant is deleted anyway
+                    cleanup["lexical_drop_error"] = repr(exc)
+            started = time.perf_counter()
+            tenant.delete()
+            cleanup["tenant_delete_s"] = round(time.perf_counter() - started, 1)
+        if tier is not None:
+            tier.delete()
+        if then is not None:
+            cleanup.update(then())
+    except Exception as exc:  # noqa: BLE001 - cleanup reports and goes on
+        cleanup["error"] = repr(exc)
+        print(f"CLEANUP FAILED: {exc!r}; delete tenants named {tenant_prefix}-* by hand", file=sys.stderr)
+    result["cleanup"] = cleanup
+    result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return cleanup

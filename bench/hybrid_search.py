@@ -111,9 +111,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-hybrid-"))
     t_start = time.perf_counter()
     try:
-        corpus = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl")
-        passages = [f"{row.get('title', '')} {row.get('text', '')}".strip() for row in corpus]
-        queries = [row["text"] for row in _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "queries.jsonl")]
+        passages, queries = _common.scifact_passages_and_queries()
         embedder = get_embedder()
         real, embed_s, cached = vs.real_vectors(embedder, passages, cache=True)
         rng = np.random.default_rng(args.seed)
@@ -263,25 +261,22 @@ def main() -> int:
     finally:
         if proc is not None:
             vs.stop_gunicorn(proc)
-        cleanup = {}
-        try:
-            cleanup = _common.delete_bench_tenant(tenant, tier)
-            if index_dropped:
-                from knowledge import services as _services
-
-                _services.ensure_vector_index(384)
-                cleanup["hnsw_restored"] = True
-        except Exception as exc:  # noqa: BLE001
-            cleanup["error"] = repr(exc)
-            print(f"CLEANUP FAILED: {exc!r}; delete tenants named bench-hybrid-* by hand", file=sys.stderr)
-        result["cleanup"] = cleanup
-        result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        cleanup = _common.clean_up(
+            result, tenant, tier, tenant_prefix="bench-hybrid", then=restore_hnsw if index_dropped else None
+        )
         result["total_s"] = round(time.perf_counter() - t_start, 1)
         path = _common.write_result("hybrid_search", result)
         print(f"cleanup {cleanup}; wrote {path} (total {result['total_s']} s)")
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def restore_hnsw() -> dict:
+    from knowledge import services
+
+    services.ensure_vector_index(384)
+    return {"hnsw_restored": True}
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def main() -> int:
                         "chunks": kb.active_version.chunks.count() if hasattr(kb.active_version, "chunks") else None}
         print(f"ingested sample_kb: {result['kb']}", flush=True)
         headers = {"Authorization": f"Bearer {create_api_key(tenant=tenant, name='bench').raw_key}"}
-        queries = [r["text"] for r in _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "queries.jsonl")]
+        _, queries = _common.scifact_passages_and_queries()
         qiter = iter([f"{q}" for q in queries] + [f"{q} ({i})" for i, q in enumerate(queries * 10)])
 
         port = vs.free_port()
@@ -159,14 +159,7 @@ def main() -> int:
     finally:
         if proc is not None:
             vs.stop_gunicorn(proc)
-        cleanup = {}
-        try:
-            cleanup = _common.delete_bench_tenant(tenant, tier)
-        except Exception as exc:  # noqa: BLE001
-            cleanup["error"] = repr(exc)
-            print(f"CLEANUP FAILED: {exc!r}; delete tenants named bench-load-* by hand", file=sys.stderr)
-        result["cleanup"] = cleanup
-        result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-load")
         path = _common.write_result("load", result)
         print(f"cleanup {cleanup}; wrote {path}")
         import shutil

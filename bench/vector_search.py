@@ -292,9 +292,7 @@ def main() -> int:
     t_start = time.perf_counter()
     try:
         # --- 1. real vectors ----------------------------------------------------------------------
-        corpus = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl")
-        passages = [f"{row.get('title', '')} {row.get('text', '')}".strip() for row in corpus]
-        queries = [row["text"] for row in _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "queries.jsonl")]
+        passages, queries = _common.scifact_passages_and_queries()
         started = time.perf_counter()
         embedder = get_embedder()
         result["model"] = embedder.model_name
