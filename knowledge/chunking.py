@@ -63,7 +63,9 @@ def chunk_sections(
     )
     drafts: list[ChunkDraft] = []
     seen: set[str] = set()
-    limit = min(chunk_size + SHORT_PASSAGE_TOKENS, max_tokens or chunk_size + SHORT_PASSAGE_TOKENS)
+    limit = chunk_size + SHORT_PASSAGE_TOKENS
+    if max_tokens is not None:
+        limit = min(limit, max_tokens)
     for section in sections:
         for text in _join_short_passages(splitter.split_text(section.text), count_tokens, limit):
             digest = content_hash(text)

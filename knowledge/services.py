@@ -13,7 +13,6 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from django.utils import timezone
 from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -449,13 +448,11 @@ def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:
         columns=sql.SQL(", ").join(sql.Identifier(name) for name, _ in _COPY_COLUMNS),
     )
     register_vector_type()
-    now = timezone.now()
     with connection.cursor() as cursor:
         with cursor.cursor.copy(statement) as copy:
             copy.set_types([type_name for _, type_name in _COPY_COLUMNS])
             for batch in batches:
                 doc, labels = batch.document, batch.labels
-                created_at = doc.created_at or now
                 for ordinal, (draft, vector) in enumerate(zip(batch.drafts, batch.vectors, strict=True)):
                     copy.write_row(
                         (
@@ -471,7 +468,7 @@ def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:
                             vector,
                             doc.doc_type,
                             True,
-                            created_at,
+                            doc.created_at,  # filters on created_at mean the document's first ingestion
                             labels.tags,
                             Jsonb({**draft.metadata, **labels.metadata}),
                         )

@@ -45,7 +45,7 @@ def api_key_for(raw_key: str) -> ApiKey | None:
 
 
 def forget_api_keys() -> None:
-    """Drop this process's remembered keys (after a revocation here; tests)."""
+    """Drop this process's remembered keys (after a tenant or tier change here; tests)."""
     with _usable_keys_lock:
         _usable_keys.clear()
 

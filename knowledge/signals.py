@@ -1,0 +1,14 @@
+"""Model changes that cached answers must follow."""
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from knowledge.models import DictionaryTerm, Synonym
+from knowledge.services import expire_cached_answers
+
+
+@receiver([post_save, post_delete], sender=Synonym)
+@receiver([post_save, post_delete], sender=DictionaryTerm)
+def expire_answers_on_expansion_change(instance, **kwargs) -> None:
+    """Synonyms and protected terms change answers without changing chunks: an edit (admin or code)
+    must not be hidden behind cached answers."""
+    expire_cached_answers(instance.tenant_id)
