@@ -196,7 +196,7 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
     tier, then run ``then`` (returns more to report, e.g. an index restored). Never raises: a failure
     is reported in the result and on stderr. Also records the load at the end."""
     from knowledge.models import KnowledgeBaseVersion
-    from retrieval.engines import get_lexical_index
+    from engines import get_lexical_index
 
     cleanup: dict = {}
     try:

@@ -90,11 +90,13 @@ def main() -> int:
 
     import vector_search as vs
     from knowledge import services
+    from knowledge.models import Chunk
+    from knowledge.stores import vector_index
     from knowledge.selectors import analyzer_for_tenant
-    from retrieval.embedders import get_embedder
-    from retrieval.engines import get_lexical_index
-    from retrieval.engines.base import SearchScope
-    from retrieval.engines.pgvector_index import PgVectorIndex
+    from engines.embedders import get_embedder
+    from engines import get_lexical_index
+    from engines.base import SearchScope
+    from engines.pgvector_index import PgVectorIndex
     from retrieval.filters import compile_filters
     from retrieval.fusion import RankedList, reciprocal_rank_fusion
     from tenants.services import create_api_key, create_tenant
@@ -104,8 +106,8 @@ def main() -> int:
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
                     "loadavg_at_start": [round(x, 2) for x in load_at_start],
                     "code": _common.code_fingerprint(["retrieval/selectors.py", "retrieval/views.py",
-                                                      "retrieval/engines/tantivy_index.py", "retrieval/fusion.py",
-                                                      "retrieval/engines/pgvector_index.py", "knowledge/services.py"])}
+                                                      "engines/tantivy_index.py", "retrieval/fusion.py",
+                                                      "engines/pgvector_index.py", "knowledge/services.py"])}
     tenant = tier = proc = version = None
     index_dropped = False
     workdir = Path(tempfile.mkdtemp(prefix="bench-hybrid-"))
@@ -138,7 +140,7 @@ def main() -> int:
             started = time.perf_counter()
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('maintenance_work_mem', '1GB', false)")
-            services.ensure_vector_index(384)
+            vector_index().ensure_index(384)
             index_dropped = False
             hnsw_build_s = round(time.perf_counter() - started, 1)
             print(f"HNSW rebuild: {hnsw_build_s} s", flush=True)
@@ -162,8 +164,8 @@ def main() -> int:
         # --- in-process raw engine calls -------------------------------------------------------
         depth = settings.SEARCH_CANDIDATES
         scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=384)
-        no_filter = compile_filters(None)
-        vindex, lindex = PgVectorIndex(), get_lexical_index()
+        no_filter = compile_filters(None).sql
+        vindex, lindex = PgVectorIndex(Chunk._meta.db_table), get_lexical_index()
         analyzer = analyzer_for_tenant(tenant.pk)
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [vs.INDEX_NAME])
@@ -273,9 +275,9 @@ def main() -> int:
 
 
 def restore_hnsw() -> dict:
-    from knowledge import services
+    from knowledge.stores import vector_index
 
-    services.ensure_vector_index(384)
+    vector_index().ensure_index(384)
     return {"hnsw_restored": True}
 
 

@@ -235,7 +235,7 @@ def drop_lexical_indexes(tenant) -> None:
     """Ingestion also writes an on-disk lexical index per KB version; remove the bench's."""
     try:
         from knowledge.models import KnowledgeBaseVersion
-        from retrieval.engines import get_lexical_index
+        from engines import get_lexical_index
     except ImportError:
         return
     try:
@@ -279,7 +279,7 @@ def main() -> int:
     from knowledge.models import Chunk
     from knowledge.parsing import parse_file
     from knowledge.services import Ingester, create_knowledge_base, discover_files
-    from retrieval.embedders import get_embedder
+    from engines.embedders import get_embedder
     from tenants.services import create_tenant
 
     rows = _common.read_jsonl(DATASETS[args.dataset], limit=args.docs)
@@ -298,7 +298,7 @@ def main() -> int:
         result["loadavg_1m_at_start"] = round(load_at_start, 2)
         result["code"] = _common.code_fingerprint(
             ["knowledge/services.py", "knowledge/chunking.py", "knowledge/parsing.py",
-             "retrieval/embedders/sentence_transformers_embedder.py", "retrieval/engines/tantivy_index.py"]
+             "retrieval/embedders/sentence_transformers_embedder.py", "engines/tantivy_index.py"]
         )
         result["settings"] = {
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,

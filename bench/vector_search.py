@@ -248,9 +248,10 @@ def main() -> int:
 
     from knowledge import services
     from knowledge.models import Chunk
-    from retrieval.embedders import get_embedder
-    from retrieval.engines.base import SearchScope
-    from retrieval.engines.pgvector_index import PgVectorIndex
+    from knowledge.stores import vector_index
+    from engines.embedders import get_embedder
+    from engines.base import SearchScope
+    from engines.pgvector_index import PgVectorIndex
     from retrieval.filters import compile_filters
     from tenants.services import create_api_key, create_tenant
 
@@ -278,8 +279,8 @@ def main() -> int:
         "machine": _common.machine_info(),
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
-            ["retrieval/selectors.py", "retrieval/views.py", "retrieval/engines/pgvector_index.py",
-             "retrieval/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
+            ["retrieval/selectors.py", "retrieval/views.py", "engines/pgvector_index.py",
+             "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
              "retrieval_site/settings.py"]
         ),
     }
@@ -331,7 +332,7 @@ def main() -> int:
             cursor.execute("SELECT count(*) FROM knowledge_chunk WHERE embedding_dim = 384")
             indexed_rows = cursor.fetchone()[0]
             started = time.perf_counter()
-            services.ensure_vector_index(384)
+            vector_index().ensure_index(384)
             index_dropped = False
             build_s = time.perf_counter() - started
             cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [default_mwm])
@@ -393,14 +394,14 @@ def main() -> int:
         torch.set_num_threads(settings.TORCH_THREADS)
         result["inprocess_query_embedding"] = embedding_by_config
         depth = int(getattr(settings, "SEARCH_CANDIDATES", args.top_k) or args.top_k)
-        exact_index = PgVectorIndex(exact_scan_threshold=10**9)
-        forced_hnsw = PgVectorIndex(exact_scan_threshold=1)
+        exact_index = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=10**9)
+        forced_hnsw = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=1)
 
         def timed_search(idx, name, n):
             times = []
             for qv in qvecs[:n]:
                 started = time.perf_counter()
-                idx.search(scope, qv, depth, compiled[name])
+                idx.search(scope, qv, depth, compiled[name].sql)
                 times.append(time.perf_counter() - started)
             return _common.summarize_ms(times)
 
@@ -422,21 +423,21 @@ def main() -> int:
               f"exact search ({rare}, k={depth}) p50 {gin['exact_search_before']['p50_ms']} ms before merging, "
               f"{gin['exact_search_after']['p50_ms']} ms after", flush=True)
 
-        index = PgVectorIndex()
+        index = PgVectorIndex(Chunk._meta.db_table)
         # The service asks each retriever for SEARCH_CANDIDATES rows (then fuses/dedups to top_k).
         depths = sorted({args.top_k, depth})
         search_times = {(name, k): [] for name in SCENARIOS for k in depths}
         for name in SCENARIOS:  # warm-up
             for qv in qvecs[:5]:
                 for k in depths:
-                    index.search(scope, qv, k, compiled[name])
+                    index.search(scope, qv, k, compiled[name].sql)
         for i, qv in enumerate(qvecs):
             names = list(SCENARIOS)
             names = names[i % len(names):] + names[: i % len(names)]
             for name in names:
                 for k in depths:
                     started = time.perf_counter()
-                    index.search(scope, qv, k, compiled[name])
+                    index.search(scope, qv, k, compiled[name].sql)
                     search_times[(name, k)].append(time.perf_counter() - started)
         result["inprocess_index_search"] = {
             name: {f"k={k}": _common.summarize_ms(search_times[(name, k)]) for k in depths} for name in SCENARIOS
@@ -574,17 +575,17 @@ def main() -> int:
         # --- 5. recall@10: HNSW vs exact ---------------------------------------------------------------
         recall_queries = queries[-args.recall_queries :]
         recall_vecs = embedder.embed_documents(recall_queries)
-        exact_index = PgVectorIndex(exact_scan_threshold=10**9)
+        exact_index = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=10**9)
         recall = {}
         for name in RECALL_SCENARIOS:
-            truth_hits = [exact_index.search(scope, qv, args.top_k, compiled[name]) for qv in recall_vecs]
+            truth_hits = [exact_index.search(scope, qv, args.top_k, compiled[name].sql) for qv in recall_vecs]
             recall[name] = {}
             for ef in ef_values:
                 probe = ProbedIndex(exact_scan_threshold=1, ef_search=ef)
                 scores, times, fewer, fallbacks, gaps = [], [], 0, 0, []
                 for qv, expected in zip(recall_vecs, truth_hits):
                     started = time.perf_counter()
-                    hits = probe.search(scope, qv, args.top_k, compiled[name])
+                    hits = probe.search(scope, qv, args.top_k, compiled[name].sql)
                     times.append(time.perf_counter() - started)
                     got = {hit.chunk_id for hit in hits}
                     scores.append(len(got & {h.chunk_id for h in expected}) / max(1, len(expected)))
@@ -698,7 +699,7 @@ def main() -> int:
                     cursor.execute("VACUUM ANALYZE knowledge_chunk")
                     for attempt in range(1, 4):
                         try:
-                            services.ensure_vector_index(384)
+                            vector_index().ensure_index(384)
                             break
                         except DatabaseError as exc:
                             print(f"WARNING: rebuilding {INDEX_NAME} failed (attempt {attempt}): {exc}", file=sys.stderr)
@@ -713,7 +714,7 @@ def main() -> int:
             cleanup["error"] = repr(exc)
             print(
                 f"CLEANUP FAILED: {exc!r}. Restore with: .venv/bin/python manage.py shell -c "
-                "'from knowledge.services import ensure_vector_index; ensure_vector_index(384)' "
+                "'from knowledge.stores import vector_index; vector_index().ensure_index(384)' "
                 "and delete any tenant named bench-vector-*",
                 file=sys.stderr,
             )

@@ -104,7 +104,7 @@ class Chunk(models.Model):
 
     ``embedding`` has no fixed dimension so KBs with different models share the table; each
     dimension gets its own partial HNSW index on ``embedding::vector(dim)`` (see
-    ``knowledge.services.ensure_vector_index``).
+    ``engines.pgvector_index.PgVectorIndex.ensure_index``).
     """
 
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")

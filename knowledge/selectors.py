@@ -4,13 +4,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.db import connection
+from django.db.models import Count
 
-from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion
-from retrieval.exceptions import KnowledgeBaseNotFound
+from core.usage import query_counts
+
+from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.errors import KnowledgeBaseNotFound
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
-    from retrieval.analysis import Analyzer
+    from engines.analysis import Analyzer
 
 
 def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
@@ -57,7 +60,23 @@ def _check_found(kb_ids: list[int] | None, found: set[int]) -> None:
 
 def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
     """The analyzer with the tenant's protected terms (one small query; analyzers are cached)."""
-    from retrieval.analysis import DictionaryEntry, analyzer_for
+    from engines.analysis import DictionaryEntry, analyzer_for
 
     entries = DictionaryTerm.objects.filter(tenant_id=tenant_id).values_list("kind", "value")
     return analyzer_for(DictionaryEntry(kind=kind, value=value) for kind, value in entries)
+
+
+def tenant_stats(tenant: Tenant) -> dict:
+    """What the tenant holds and how many queries it was served (``GET /api/v1/stats``)."""
+    by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
+    active_versions = KnowledgeBase.objects.filter(tenant=tenant).values("active_version")
+    return {
+        "tenant": tenant.name,
+        "knowledge_bases": KnowledgeBase.objects.filter(tenant=tenant).count(),
+        "documents": {
+            "total": sum(by_status.values()),
+            "by_status": {status: by_status.get(status, 0) for status in Document.Status.values},
+        },
+        "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
+        "queries": query_counts(tenant.pk),
+    }

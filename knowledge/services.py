@@ -5,7 +5,6 @@ import hashlib
 import json
 import logging
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,48 +12,30 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.selectors import analyzer_for_tenant
+from knowledge.stores import vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
-from retrieval.embedders import Embedder, EmbeddingError, get_embedder
-from retrieval.engines import get_lexical_index
-from retrieval.engines.base import LexicalDocument
-from retrieval.metrics import record_ingest
+from engines.embedders import Embedder, EmbeddingError, get_embedder
+from engines import get_lexical_index
+from engines.pgvector_index import register_vector_type
+from engines.base import LexicalDocument
+from core.metrics import record_ingest
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".meta.json"
-MAX_HNSW_DIMENSIONS = 2000  # pgvector's limit for an HNSW index on `vector`
 # Chunks from several files are embedded together: the model sorts each call by length, so larger
 # groups pad less (256 -> 1024 cut padded tokens 1.27 -> 1.24 per real token on SciFact; BENCHMARKS.md).
 EMBED_FLUSH_CHUNKS = 1024
 
 
 # --- knowledge bases ------------------------------------------------------------------------------
-
-
-def ensure_vector_index(dimension: int) -> None:
-    """One partial HNSW cosine index per embedding dimension, built the first time a KB needs it."""
-    if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
-        raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
-    name = f"chunk_embedding_hnsw_{dimension}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_indexes WHERE tablename = %s AND indexname = %s", [Chunk._meta.db_table, name])
-        if cursor.fetchone():
-            return
-        # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending.
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        statement = sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
-            "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
-        ).format(name=sql.Identifier(name), table=sql.Identifier(Chunk._meta.db_table), dim=sql.Literal(dimension))
-        cursor.execute(statement.as_string(cursor.cursor))
 
 
 @transaction.atomic
@@ -96,7 +77,7 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
     )
     kb.active_version = version
     kb.save(update_fields=["active_version"])
-    ensure_vector_index(kb.embedding_dim)
+    vector_index().ensure_index(kb.embedding_dim)
     return version
 
 
@@ -125,6 +106,9 @@ class IngestReport:
     chunks: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def outcomes(self) -> dict[str, int]:
+        return {"added": self.added, "unchanged": self.unchanged, "replaced": self.replaced, "failed": self.failed}
 
     def as_dict(self) -> dict:
         return {
@@ -226,7 +210,7 @@ class Ingester:
                 self._flush()
         self._flush()
         self.report.seconds = time.perf_counter() - started
-        record_ingest(self.report)
+        record_ingest(self.report.outcomes(), self.report.chunks)
         return self.report
 
     def _prepare(self, source: SourceFile, existing: Document | None) -> None:
@@ -427,18 +411,6 @@ class ChunkBatch:
     drafts: list[ChunkDraft]
     vectors: Sequence
     labels: _Labels
-
-
-_VECTOR_REGISTERED: weakref.WeakSet = weakref.WeakSet()
-
-
-def register_vector_type() -> None:
-    """Teach this connection's psycopg the ``vector`` type. Registering costs four catalog queries,
-    so it happens once per connection; cursors copy the registry when created, so call it first."""
-    connection.ensure_connection()
-    if connection.connection not in _VECTOR_REGISTERED:
-        register_vector(connection.connection)
-        _VECTOR_REGISTERED.add(connection.connection)
 
 
 def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:

@@ -24,7 +24,7 @@ from django.core.cache import cache
 
 from knowledge.selectors import searched_version_revisions
 from retrieval.selectors import SearchHit, SearchRequest, SearchResponse, search
-from retrieval_site.redis import REDIS_ERRORS, warn_redis_unavailable
+from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
 
 # Settings that change rankings: a restart with new values must not serve rankings made with the old.

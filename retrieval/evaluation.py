@@ -33,8 +33,8 @@ from knowledge.services import (
     get_or_create_knowledge_base,
     rebuild_lexical_index,
 )
-from retrieval.embedders import get_embedder
-from retrieval.engines import get_lexical_index
+from engines.embedders import get_embedder
+from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions
 from retrieval.selectors import MODES, SearchRequest, search
 from tenants.models import Tenant

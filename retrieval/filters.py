@@ -33,15 +33,19 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import BooleanField, CharField, ExpressionWrapper, F, Func, JSONField, Q, TextField, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from retrieval.exceptions import InvalidFilter
+from engines.base import SqlFilter
+from knowledge.models import Chunk
+from retrieval.errors import InvalidFilter
 
 MAX_DEPTH = 5
 MAX_CLAUSES = 64
@@ -64,13 +68,25 @@ _COLUMNS = {"doc_type": "doc_type", "doc_id": "document_id", "is_active": "is_ac
 
 @dataclass
 class CompiledFilter:
-    """``queryset.alias(**aliases).filter(q)`` applies it."""
+    """``queryset.alias(**aliases).filter(q)`` applies it to chunks; :meth:`sql` gives the same
+    condition as parameterized SQL for the vector engine."""
 
     q: Q = field(default_factory=Q)
     aliases: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, queryset):
         return queryset.alias(**self.aliases).filter(self.q) if self.aliases else queryset.filter(self.q)
+
+    @cached_property
+    def sql(self) -> SqlFilter:
+        """The WHERE condition Django compiles for the chunk table (columns qualified by its name)."""
+        if not self.q:
+            return SqlFilter()
+        query = self.apply(Chunk.objects.all()).query
+        compiler = query.get_compiler(using=DEFAULT_DB_ALIAS)
+        compiler.pre_sql_setup()
+        where, params = compiler.compile(query.where)
+        return SqlFilter(where, tuple(params))
 
 
 def compile_filters(filters: Any) -> CompiledFilter:

@@ -18,18 +18,19 @@ from django.conf import settings
 
 from knowledge.models import Chunk, KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
-from retrieval.analysis import detect_language
-from retrieval.embedders import EmbeddingError, get_embedder
-from retrieval.engines import get_lexical_index, get_vector_index
-from retrieval.engines.base import LexicalIndexError, SearchScope
-from retrieval.exceptions import EmbedderUnavailable, LexicalIndexUnavailable
+from knowledge.stores import vector_index
+from engines.analysis import detect_language
+from engines.embedders import EmbeddingError, get_embedder
+from engines import get_lexical_index
+from engines.base import LexicalIndexError, SearchScope
+from retrieval.errors import EmbedderUnavailable, LexicalIndexUnavailable
 from retrieval.expansion import ExpansionOptions, expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
-from retrieval.metrics import record_search
-from retrieval.rerankers import get_reranker
-from retrieval.rerankers.base import RerankError
+from core.metrics import record_search
+from engines.rerankers import get_reranker
+from engines.rerankers.base import RerankError
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -229,19 +230,19 @@ class _Search:
 
     def _plan_vector(self, groups: list[_Group], compiled) -> list[object | None]:
         t = time.perf_counter()
-        index = get_vector_index()
-        plans = [index.plan(self._scope(group), compiled) for group in groups]
+        index = vector_index()
+        plans = [index.plan(self._scope(group), compiled.sql) for group in groups]
         self.timer.add("vector", t)
         return plans
 
     def _vector(self, groups, variants, vectors, weight, compiled, plans) -> list[RankedList]:
         t = time.perf_counter()
-        index = get_vector_index()
+        index = vector_index()
         lists = []
         for i, variant in enumerate(variants):
             hits = []
             for group, plan in zip(groups, plans, strict=True):
-                hits += index.search(self._scope(group), vectors[group.model_name][i], self.candidates, compiled, plan)
+                hits += index.search(self._scope(group), vectors[group.model_name][i], self.candidates, compiled.sql, plan)
             hits.sort(key=lambda hit: -hit.score)
             self._known_hashes.update((h.chunk_id, h.content_hash) for h in hits if h.content_hash is not None)
             lists.append(RankedList("vector", variant.text, weight * variant.weight, [(h.chunk_id, h.score) for h in hits[: self.candidates]]))

@@ -6,9 +6,9 @@ from rest_framework.views import APIView
 
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
-from retrieval.idempotency import IdempotentPostMixin
-from retrieval.middleware import request_id_of
-from retrieval.ratelimit import RateLimitedMixin
+from core.idempotency import IdempotentPostMixin
+from core.request_id import request_id_of
+from core.ratelimit import RateLimitedMixin
 from retrieval.selectors import MODES, SearchRequest
 from retrieval.serializers import ModeSearchInput, SearchInput
 from tenants.authentication import HasTenant

@@ -6,8 +6,8 @@ logger = logging.getLogger(__name__)
 
 
 def warm_up() -> None:
-    from retrieval.analysis import Analyzer
-    from retrieval.embedders import get_embedder
+    from engines.analysis import Analyzer
+    from engines.embedders import get_embedder
 
     get_embedder().embed_query("warm up")
     Analyzer().tokens("预热 warm up")

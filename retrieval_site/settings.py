@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "django_prometheus",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "core",
     "tenants",
     "knowledge",
     "retrieval",
@@ -72,9 +73,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
-    "retrieval.middleware.RequestIdMiddleware",
-    "retrieval.logging.AccessLogMiddleware",
-    "retrieval.metrics.MetricsMiddleware",
+    "core.request_id.RequestIdMiddleware",
+    "core.logging.AccessLogMiddleware",
+    "core.metrics.MetricsMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -110,7 +111,7 @@ WSGI_APPLICATION = "retrieval_site.wsgi.application"
 EMBEDDED_PG_DIR = Path(env_str("EMBEDDED_PG_DIR") or VAR_DIR / "pgdata")
 DATABASE_URL = env_str("DATABASE_URL")
 if not DATABASE_URL:
-    from retrieval_site.embedded import embedded_postgres_uri
+    from core.embedded_postgres import embedded_postgres_uri
 
     DATABASE_URL = embedded_postgres_uri(EMBEDDED_PG_DIR)
 
@@ -125,7 +126,7 @@ DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_retr
 EMBEDDED_REDIS_DIR = Path(env_str("EMBEDDED_REDIS_DIR") or VAR_DIR / "redis")
 REDIS_URL = env_str("REDIS_URL")
 if not REDIS_URL:
-    from retrieval_site.redis import embedded_redis_url
+    from core.redis import embedded_redis_url
 
     REDIS_URL = embedded_redis_url(EMBEDDED_REDIS_DIR)
 REDIS_TIMEOUT_S = float(env_str("REDIS_TIMEOUT_S", "0.5"))  # short: a Redis outage degrades, never stalls
@@ -179,7 +180,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.HasTenant"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "retrieval.exceptions.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -283,7 +284,7 @@ if LOG_FORMAT not in ("json", "text"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "retrieval.logging.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "core.logging.RequestIdFilter"}},
     "formatters": {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",

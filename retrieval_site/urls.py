@@ -2,8 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from retrieval.metrics import metrics_view
-from retrieval.views_health import StatsView, health_view, ready_view
+from core.metrics import metrics_view
+from core.views import health_view, ready_view
+from knowledge.views import StatsView
 
 admin.site.site_header = admin.site.site_title = "Retrieval service"
 admin.site.index_title = "Console"
@@ -19,5 +20,5 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
 ]
 
-handler404 = "retrieval.exceptions.json_404"
-handler500 = "retrieval.exceptions.json_500"
+handler404 = "core.errors.json_404"
+handler500 = "core.errors.json_500"

@@ -1,15 +1,10 @@
 """API-key authentication for DRF: the key alone decides the tenant of a request."""
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, permissions
 
+from core.errors import InvalidApiKey
 from tenants.selectors import api_key_for
-
-
-class InvalidApiKey(exceptions.PermissionDenied):
-    """403, not 401: the client did authenticate, with a key that is not (or no longer) valid."""
-
-    default_code = "invalid_api_key"
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rest_framework import permissions, status
 
-from retrieval.exceptions import DomainError
+from core.errors import DomainError
 
 
 class InsufficientScope(DomainError):

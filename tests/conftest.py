@@ -18,11 +18,11 @@ def pytest_unconfigure(config):
     from django.conf import settings
     from django.db import connections
 
-    from retrieval_site import embedded, redis
+    from core import embedded_postgres, redis
 
-    if embedded.started_here:
+    if embedded_postgres.started_here:
         connections.close_all()
-        embedded.stop_embedded_postgres(settings.EMBEDDED_PG_DIR)
+        embedded_postgres.stop_embedded_postgres(settings.EMBEDDED_PG_DIR)
     if settings.EMBEDDED_REDIS_DIR.resolve() in redis.started_here:
         redis.stop_embedded_redis(settings.EMBEDDED_REDIS_DIR)
 
@@ -34,7 +34,7 @@ def redis_key_prefix(settings):
 
     from django.core.cache import cache
 
-    from retrieval_site.redis import REDIS_ERRORS
+    from core.redis import REDIS_ERRORS
 
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
     yield
@@ -47,7 +47,7 @@ def redis_key_prefix(settings):
 @pytest.fixture
 def private_redis(settings, tmp_path_factory):
     """An embedded Redis of the test's own behind the cache settings; call the fixture's value to stop it."""
-    from retrieval_site import redis
+    from core import redis
 
     data_dir = tmp_path_factory.mktemp("redis")
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": redis.embedded_redis_url(data_dir)}}
@@ -69,7 +69,7 @@ def lexical_index_dir(tmp_path_factory):
     """Each test run gets its own keyword indexes: test databases reuse KB version ids."""
     from django.conf import settings
 
-    from retrieval.engines import get_lexical_index
+    from engines import get_lexical_index
 
     settings.LEXICAL_INDEX_DIR = tmp_path_factory.mktemp("lexical")
     get_lexical_index.cache_clear()
@@ -79,7 +79,7 @@ def lexical_index_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def embedder():
-    from retrieval.embedders import get_embedder
+    from engines.embedders import get_embedder
 
     return get_embedder()
 

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from knowledge.models import Chunk, Document, KnowledgeBase
 from knowledge.services import activate_first_version
-from retrieval.embedders import DEFAULT_LOCAL_MODEL
+from engines.embedders import DEFAULT_LOCAL_MODEL
 from tenants.models import Tenant
 
 DIMENSION = 384

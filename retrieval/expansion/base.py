@@ -3,7 +3,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from retrieval.exceptions import ComponentError
+from engines.errors import ComponentError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from knowledge.models import Chunk
-from retrieval.exceptions import InvalidFilter
+from retrieval.errors import InvalidFilter
 from retrieval.filters import MAX_CLAUSES, MAX_DEPTH, MAX_LIST_ITEMS, MAX_STRING, compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 

@@ -11,7 +11,7 @@ from knowledge.models import DictionaryTerm, Document, Synonym
 from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
 from retrieval import selectors
 from retrieval.expansion import ExpansionOptions
-from retrieval.rerankers import reset_reranker
+from engines.rerankers import reset_reranker
 from retrieval.selectors import SearchRequest, search
 from tests.factories import TenantFactory
 from tests.peers import Peer, PeerRequest, Reply

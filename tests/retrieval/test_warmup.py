@@ -1,6 +1,6 @@
 import pytest
 
-from retrieval.embedders import DEFAULT_LOCAL_MODEL, loaded_embedders
+from engines.embedders import DEFAULT_LOCAL_MODEL, loaded_embedders
 from retrieval.warmup import warm_up
 
 
@@ -8,6 +8,6 @@ from retrieval.warmup import warm_up
 def test_warm_up_loads_the_default_model_and_the_segmenter():
     warm_up()
     assert DEFAULT_LOCAL_MODEL in loaded_embedders()
-    from retrieval.analysis import _segmenter
+    from engines.analysis import _segmenter
 
     assert _segmenter().initialized

@@ -1,0 +1,104 @@
+"""The one mapping of errors to HTTP: ``{"error": {"code", "message", "request_id"}}``.
+
+Domain apps raise subclasses of :class:`DomainError` (each names its status and code); this module
+knows none of them.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
+from django.views.defaults import page_not_found
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from core.request_id import request_id_of
+
+logger = logging.getLogger(__name__)
+
+
+class DomainError(Exception):
+    """An error a client can act on; subclasses pick the status and code."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "bad_request"
+
+    def __init__(self, message: str, *, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidApiKey(exceptions.PermissionDenied):
+    """403, not 401: the client did authenticate, with a key that is not (or no longer) valid."""
+
+    default_code = "invalid_api_key"
+
+
+_DRF_CODES = {
+    exceptions.NotAuthenticated: "missing_api_key",
+    InvalidApiKey: "invalid_api_key",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.ParseError: "malformed_json",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotFound: "not_found",
+    exceptions.Throttled: "rate_limited",
+    exceptions.ValidationError: "invalid_request",
+}
+
+
+def error_body(code: str, message: str, request, details=None) -> dict:
+    error = {"code": code, "message": message, "request_id": request_id_of(request)}
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def _validation_message(detail) -> str:
+    """Flatten DRF's nested error detail into one readable line: 'top_k: Ensure ... ; query: ...'."""
+    if isinstance(detail, dict):
+        parts = []
+        for field, value in detail.items():
+            inner = _validation_message(value)
+            parts.append(inner if field == "non_field_errors" else f"{field}: {inner}")
+        return "; ".join(parts)
+    if isinstance(detail, list):
+        return " ".join(_validation_message(item) for item in detail)
+    return str(detail)
+
+
+def api_exception_handler(exc, context):
+    request = context.get("request")
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message, request, exc.details), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    # Imported here: rest_framework.views loads the authentication classes, which import this module.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # unexpected: Django's 500 handler answers with the same JSON shape
+    code = next((code for cls, code in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    if isinstance(exc, exceptions.ValidationError):
+        message, details = _validation_message(exc.detail), exc.detail
+    else:
+        message, details = str(getattr(exc, "detail", exc)), None
+    response.data = error_body(code, message, request, details)
+    return response
+
+
+def json_404(request, exception=None):
+    if not request.path.startswith("/api/"):
+        return page_not_found(request, exception)
+    return JsonResponse(error_body("not_found", "No such endpoint.", request), status=404)
+
+
+def json_500(request):
+    logger.error("unhandled error", extra={"request_id": request_id_of(request)})
+    return JsonResponse(error_body("internal_error", "Internal server error.", request), status=500)

@@ -1,0 +1,100 @@
+"""Rate limits per tenant and endpoint: django-ratelimit's fixed windows in Redis, tiers in the database.
+
+Calls are counted right after authentication and before permissions, so unauthenticated calls and
+bad keys are limited too, per client IP (``RATE_LIMIT_ANONYMOUS``). Every response of a limited endpoint
+carries ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` (seconds until the window rolls over);
+over the limit is a 429 ``rate_limited`` with ``Retry-After``. With Redis unreachable,
+``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django_ratelimit.core import get_usage
+from rest_framework import exceptions, status
+
+from core.errors import DomainError
+from core.redis import REDIS_ERRORS, warn_redis_unavailable
+
+ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
+
+
+class RateLimiterUnavailable(DomainError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "rate_limiter_unavailable"
+
+
+@dataclass(frozen=True)
+class RateLimitUsage:
+    limit: int
+    remaining: int
+    reset_s: int  # seconds until the window rolls over
+    exceeded: bool
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(self.remaining),
+            "X-RateLimit-Reset": str(self.reset_s),
+        }
+
+
+class RateLimitedMixin:
+    """For DRF views: count each call against the caller's limit for ``rate_limit_endpoint``."""
+
+    def rate_limit_endpoint(self, request) -> str:
+        """The counter (and ``endpoint_limits`` entry) an authenticated call counts against."""
+        raise NotImplementedError
+
+    def perform_authentication(self, request) -> None:
+        try:
+            super().perform_authentication(request)
+        except exceptions.APIException:
+            self._count(request, ANONYMOUS)  # a bad key counts against the caller's address
+            raise
+        self._count(request, self.rate_limit_endpoint(request) if request.auth is not None else ANONYMOUS)
+
+    def _count(self, request, endpoint: str) -> None:
+        usage = count_call(request, endpoint)
+        if usage is None:
+            return
+        self.headers.update(usage.headers())  # DRF adds these to whatever response follows
+        if usage.exceeded:
+            who = "unauthenticated requests from this address" if endpoint == ANONYMOUS else f"{endpoint} requests"
+            raise exceptions.Throttled(
+                wait=usage.reset_s,
+                detail=f"Rate limit of {usage.limit} {who} per {settings.RATE_LIMIT_WINDOW_S} s exceeded.",
+            )
+
+
+def count_call(request, endpoint: str) -> RateLimitUsage | None:
+    """Count this call. None: Redis is unreachable and the limiter fails open (else 503)."""
+    if endpoint == ANONYMOUS:
+        # No peer address (a server on a unix socket behind a proxy): all such callers share one counter.
+        key = "ip" if request.META.get("REMOTE_ADDR") else (lambda group, request: "no-address")
+        limit = settings.RATE_LIMIT_ANONYMOUS
+    else:
+        tenant_key = f"tenant:{request.auth.tenant_id}"
+        key, limit = (lambda group, request: tenant_key), request.auth.tenant.rate_tier.limit_for(endpoint)
+    try:
+        usage = get_usage(
+            request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=True
+        )
+    except REDIS_ERRORS as exc:
+        return _unavailable(exc)
+    if usage is None or usage["time_left"] < 0:  # django-ratelimit's fail-open / fail-closed answers
+        return _unavailable(RuntimeError("the rate-limit counter could not be updated"))
+    return RateLimitUsage(
+        limit=limit,
+        remaining=max(0, limit - usage["count"]),
+        # The window ends after second `time_left` from now: the counter resets within time_left + 1 s.
+        reset_s=usage["time_left"] + 1,
+        exceeded=usage["should_limit"],
+    )
+
+
+def _unavailable(exc: BaseException) -> None:
+    warn_redis_unavailable("rate limiting", exc)
+    if not settings.RATE_LIMIT_FAIL_OPEN:
+        raise RateLimiterUnavailable("Rate limiting is unavailable; retry shortly.") from exc

@@ -1,0 +1,30 @@
+"""Request IDs: accepted from ``X-Request-ID`` when sane, generated otherwise, echoed on every response."""
+from __future__ import annotations
+
+import re
+import uuid
+
+from core.logging import request_id_var
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id_of(request) -> str:
+    return getattr(request, "request_id", "")
+
+
+class RequestIdMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        incoming = request.headers.get(REQUEST_ID_HEADER, "")
+        request.request_id = incoming if _VALID_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        token = request_id_var.set(request.request_id)  # every log line of the request carries it
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
+        response[REQUEST_ID_HEADER] = request.request_id
+        return response

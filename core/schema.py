@@ -1,0 +1,111 @@
+"""OpenAPI pieces every endpoint shares (drf-spectacular): the error shape with an example per code,
+and the API-key security schemes. Extensions register on import: ``CoreConfig.ready`` imports this.
+"""
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from rest_framework import serializers
+
+
+class ErrorDetailOutput(serializers.Serializer):
+    code = serializers.CharField(help_text="machine-readable, e.g. invalid_filter")
+    message = serializers.CharField(help_text="human-readable; names the offending field or value")
+    request_id = serializers.CharField(help_text="the X-Request-ID of the response")
+    details = serializers.DictField(required=False, help_text="per-field messages of a 400 invalid_request")
+
+
+class ErrorOutput(serializers.Serializer):
+    error = ErrorDetailOutput()
+
+
+# status -> (description, [(code, message)]): one example per code a client can receive.
+ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
+    400: (
+        "Invalid body, filter or JSON.",
+        [
+            ("invalid_request", "top_k: Ensure this value is less than or equal to 100."),
+            ("invalid_filter", "unknown filter field 'colour'"),
+            ("malformed_json", "JSON parse error - Expecting value: line 1 column 1 (char 0)"),
+            ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
+        ],
+    ),
+    401: (
+        "No API key (the response carries `WWW-Authenticate: Bearer`).",
+        [("missing_api_key", "Authentication credentials were not provided.")],
+    ),
+    403: (
+        "Unknown, expired or revoked API key, a malformed `Authorization` header, or a key without the scope.",
+        [
+            ("invalid_api_key", "The API key is invalid, expired or revoked."),
+            ("insufficient_scope", "This API key lacks the 'search' scope."),
+        ],
+    ),
+    404: (
+        "A knowledge base the tenant does not have.",
+        [("knowledge_base_not_found", "knowledge base(s) 999 not found")],
+    ),
+    409: (
+        "A request with the same `Idempotency-Key` is still running; retry shortly.",
+        [("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly.")],
+    ),
+    413: (
+        "The body is larger than `MAX_REQUEST_BYTES`.",
+        [("payload_too_large", "The request body is larger than the allowed maximum.")],
+    ),
+    415: (
+        "The body is not `application/json`.",
+        [("unsupported_media_type", 'Unsupported media type "text/plain" in request.')],
+    ),
+    422: (
+        "The `Idempotency-Key` was already used for a different request.",
+        [("idempotency_key_reused", "This Idempotency-Key was already used for a different request.")],
+    ),
+    429: (
+        "Too many requests for the key's rate tier; retry after `Retry-After` seconds.",
+        [("rate_limited", "Rate limit of 60 hybrid requests per 60 s exceeded.")],
+    ),
+    503: (
+        "A backend the request cannot do without is down (a hybrid search degrades instead).",
+        [
+            ("embedder_unavailable", "cannot embed the query: the embedding service did not answer"),
+            ("lexical_index_unavailable", "keyword search is unavailable: cannot reach Elasticsearch"),
+            ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
+        ],
+    ),
+}
+REQUEST_ID = "8f0c1b2e3d4a45b6a7c8d9e0f1a2b3c4"
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """The one error shape, ``{"error": {code, message, request_id}}``, with an example per code."""
+    responses = {}
+    for status in statuses:
+        description, codes = ERRORS[status]
+        examples = [
+            OpenApiExample(
+                f"{status} {code}",
+                value={"error": {"code": code, "message": message, "request_id": REQUEST_ID}},
+                response_only=True,
+                status_codes=[str(status)],
+            )
+            for code, message in codes
+        ]
+        responses[status] = OpenApiResponse(response=ErrorOutput, description=description, examples=examples)
+    return responses
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; either one authenticates."""
+
+    target_class = "tenants.authentication.ApiKeyAuthentication"
+    name = ["BearerApiKey", "ApiKeyHeader"]
+
+    def get_security_requirement(self, auto_schema):
+        return [{"BearerApiKey": []}, {"ApiKeyHeader": []}]
+
+    def get_security_definition(self, auto_schema):
+        return [
+            {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."},
+            {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "The same key, in its own header."},
+        ]

@@ -1,0 +1,262 @@
+"""BM25 on an Elasticsearch cluster: one index per KB version, reached through an alias.
+
+Every read and write goes through the alias ``{prefix}-kbv-{version}``, which points at one concrete
+index ``{prefix}-kbv-{version}-{generation}``. A rebuild fills a new generation out of sight and then
+swaps the alias and deletes the old generation in one atomic ``_aliases`` call, so searches see the
+old index until the new one is complete, and a failed rebuild leaves the old one serving.
+
+Text arrives analyzed (see ``engines.analysis``); the ``body`` analyzer only splits on whitespace,
+so Elasticsearch indexes exactly the tokens tantivy indexes. Scoring is Lucene's BM25 (k1 = 1.2,
+b = 0.75) on one shard, so collection statistics are exact. Lucene (since 8.0) drops BM25's constant
+``(k1 + 1)`` factor that tantivy keeps: scores differ by that factor, rankings do not.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from elasticsearch import (
+    ApiError,
+    BadRequestError,
+    ConnectionTimeout,
+    Elasticsearch,
+    NotFoundError,
+    TransportError,
+)
+from elasticsearch.dsl import Index, Mapping, Search, analyzer
+from elasticsearch.dsl.field import Long, Text
+from elasticsearch.dsl.query import Bool, Query, Term, Terms
+from elasticsearch.helpers import BulkIndexError, bulk
+
+from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
+
+SIMILARITY = "retrieval_bm25"
+# Text is analyzed by our own analyzer: split on whitespace and change nothing (no lowercasing, no stemming).
+PRE_ANALYZED = analyzer("pre_analyzed", tokenizer="whitespace")
+BULK_CHUNK_DOCS = 500
+
+
+def _index_definition(name: str, state: dict[str, str]) -> Index:
+    """Settings and mapping of one generation; ``_meta`` records what built it (kept by later writes)."""
+    mapping = Mapping()
+    mapping.meta("_meta", state)
+    mapping.meta("dynamic", "strict")
+    for field in ("chunk_id", "doc_id", "tenant_id"):
+        mapping.field(field, Long())
+    mapping.field("body", Text(analyzer=PRE_ANALYZED, similarity=SIMILARITY, index_options="freqs"))
+    index = Index(name)
+    index.settings(
+        # One shard: BM25 statistics over the whole version, as tantivy computes them.
+        number_of_shards=1,
+        # Only our explicit refresh publishes changes, so a document's delete and re-add appear together.
+        refresh_interval="-1",
+        similarity={SIMILARITY: {"type": "BM25", "k1": 1.2, "b": 0.75}},
+    )
+    index.mapping(mapping)
+    return index
+
+
+def _state_of(analyzer_version: str, dictionary_fingerprint: str) -> dict[str, str]:
+    return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint}
+
+
+def _source(chunk: LexicalDocument) -> dict:
+    return {"chunk_id": chunk.chunk_id, "doc_id": chunk.doc_id, "tenant_id": chunk.tenant_id, "body": chunk.text}
+
+
+class ElasticsearchLexicalIndex(LexicalIndex):
+    name = "elasticsearch"
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "retrieval",
+        *,
+        request_timeout_s: float = 5.0,
+        write_timeout_s: float = 120.0,
+        max_retries: int = 2,
+    ):
+        """Connects lazily: building the engine (e.g. at import or in a test) does no network I/O."""
+        self.url = url
+        self.prefix = prefix.lower()  # index names must be lowercase
+        self.request_timeout_s = request_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self.max_retries = max_retries
+        self._client: Elasticsearch | None = None
+        self._locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @property
+    def client(self) -> Elasticsearch:
+        with self._guard:
+            if self._client is None:
+                # A timed-out search is not retried: the search path would rather degrade than wait twice.
+                self._client = Elasticsearch(
+                    self.url,
+                    request_timeout=self.request_timeout_s,
+                    max_retries=self.max_retries,
+                    retry_on_timeout=False,
+                )
+            return self._client
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def replace_documents(self, version_id, doc_ids, chunks, *, analyzer_version, dictionary_fingerprint):
+        alias = self._alias(version_id)
+        with self._version_lock(version_id), _translated_errors("replace documents"):
+            self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
+            if doc_ids:
+                self._delete(alias, doc_ids, refresh=False)
+            self._bulk_index(alias, chunks)
+            self._writer().indices.refresh(index=alias)
+
+    def delete_documents(self, version_id, doc_ids):
+        if not doc_ids:
+            return
+        with self._version_lock(version_id), _translated_errors("delete documents"):
+            try:
+                self._delete(self._alias(version_id), doc_ids, refresh=True)
+            except NotFoundError:
+                return
+
+    def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
+        alias = self._alias(version_id)
+        target = f"{alias}-{time.time_ns()}"
+        with self._version_lock(version_id), _translated_errors("rebuild"):
+            writer = self._writer()
+            _index_definition(target, _state_of(analyzer_version, dictionary_fingerprint)).create(using=writer)
+            try:
+                count = self._bulk_index(target, chunks)
+                writer.indices.refresh(index=target)
+                swap = [{"add": {"index": target, "alias": alias}}]
+                swap += [{"remove_index": {"index": old}} for old in self._indices_behind(alias)]
+                writer.indices.update_aliases(actions=swap)
+            except BaseException:
+                with contextlib.suppress(ApiError, TransportError):  # best effort; drop() also removes orphans
+                    writer.options(ignore_status=404).indices.delete(index=target)
+                raise
+        return count
+
+    def drop(self, version_id):
+        with self._version_lock(version_id), _translated_errors("drop"):
+            writer = self._writer()
+            # Every generation, including orphans of an interrupted rebuild; names, since
+            # clusters refuse wildcard deletes by default (action.destructive_requires_name).
+            names = list(writer.indices.get_alias(index=f"{self._alias(version_id)}-*", expand_wildcards="all"))
+            if names:
+                writer.options(ignore_status=404).indices.delete(index=",".join(names))
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def ping(self):
+        with _translated_errors("answer a ping"):
+            version = self.client.info()["version"]["number"]
+        return f"Elasticsearch {version} answers"
+
+    def state(self, version_id):
+        alias = self._alias(version_id)
+        with _translated_errors("read the index state"):
+            try:
+                mappings = self.client.indices.get_mapping(index=alias)
+                count = self.client.count(index=alias)["count"]
+            except NotFoundError:
+                return None
+        # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
+        meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
+        return IndexState(meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count)
+
+    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
+        if not tokens or limit <= 0 or allowed_chunk_ids == []:
+            return []
+        filters: list[Query] = [Term(tenant_id=tenant_id)]
+        if allowed_chunk_ids is not None:
+            filters.append(Terms(chunk_id=list(allowed_chunk_ids)))
+        # One clause per token, duplicates kept: a repeated query token counts twice, as in tantivy.
+        # Filters never score; with a filter present, minimum_should_match would default to 0.
+        query = Bool(should=[Term(body=token) for token in tokens], minimum_should_match=1, filter=filters)
+        request = (
+            Search(using=self.client, index=self._alias(version_id))
+            .query(query)
+            .extra(size=limit, track_total_hits=False)
+            .source(False)
+        )
+        with _translated_errors("search"):
+            try:
+                response = request.execute()
+            except NotFoundError:
+                return []
+        return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _alias(self, version_id: int) -> str:
+        return f"{self.prefix}-kbv-{int(version_id)}"
+
+    def _version_lock(self, version_id: int) -> threading.Lock:
+        """Serializes this process's writes to a version, so a delete-then-add is never interleaved."""
+        with self._guard:
+            return self._locks.setdefault(version_id, threading.Lock())
+
+    def _writer(self) -> Elasticsearch:
+        """The client with the longer timeout that bulk loads and delete-by-query need."""
+        return self.client.options(request_timeout=self.write_timeout_s)
+
+    def _ensure_index(self, version_id: int, state: dict[str, str]) -> None:
+        """Creates generation 0 behind the alias on the first write; its fixed name makes concurrent
+        first writers (other processes) converge on one index instead of two behind one alias."""
+        alias = self._alias(version_id)
+        if self.client.indices.exists_alias(name=alias):
+            return
+        definition = _index_definition(f"{alias}-0", state)
+        definition.aliases(**{alias: {}})
+        try:
+            definition.create(using=self._writer())
+        except BadRequestError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise
+
+    def _delete(self, alias: str, doc_ids: list[int], *, refresh: bool) -> None:
+        # conflicts=proceed: a chunk another process rewrote meanwhile is that writer's to replace;
+        # aborting would leave this delete half done.
+        response = self._writer().delete_by_query(
+            index=alias, query=Terms(doc_id=list(doc_ids)).to_dict(), conflicts="proceed", refresh=refresh
+        )
+        if response["failures"]:
+            raise LexicalIndexError("server_error", f"Elasticsearch left chunks undeleted: {response['failures'][:3]}")
+
+    def _indices_behind(self, alias: str) -> list[str]:
+        try:
+            return list(self.client.indices.get_alias(name=alias))
+        except NotFoundError:
+            return []
+
+    def _bulk_index(self, index: str, chunks: Iterable[LexicalDocument]) -> int:
+        """Indexes ``chunks`` with ``_id`` = chunk id, so a retried batch overwrites instead of duplicating."""
+        actions = ({"_index": index, "_id": str(chunk.chunk_id), "_source": _source(chunk)} for chunk in chunks)
+        count, _ = bulk(self._writer(), actions, chunk_size=BULK_CHUNK_DOCS, max_retries=3, initial_backoff=1)
+        return count
+
+
+@contextlib.contextmanager
+def _translated_errors(action: str) -> Iterator[None]:
+    """Turns client failures into ``LexicalIndexError`` so the search degrades instead of failing."""
+    try:
+        yield
+    except ConnectionTimeout as exc:
+        raise LexicalIndexError("timeout", f"Elasticsearch timed out ({action}): {exc}") from exc
+    except TransportError as exc:  # connection refused or reset, TLS, DNS
+        raise LexicalIndexError("connection_error", f"cannot reach Elasticsearch ({action}): {exc}") from exc
+    except ApiError as exc:
+        raise LexicalIndexError(_cause_of_status(exc.meta.status), f"Elasticsearch failed to {action}: {exc}") from exc
+    except BulkIndexError as exc:
+        statuses = [item.get("status", 500) for result in exc.errors for item in result.values()]
+        raise LexicalIndexError(
+            _cause_of_status(max(statuses, default=500)), f"Elasticsearch rejected documents ({action}): {exc.errors[:3]}"
+        ) from exc
+
+
+def _cause_of_status(status: int) -> str:
+    """5xx and 429 (overloaded) are the server's fault; other 4xx mean a bad request or bad credentials."""
+    return "server_error" if status >= 500 or status == 429 else "request_error"

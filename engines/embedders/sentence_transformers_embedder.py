@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from engines.embedders.base import Embedder, EmbeddingError
+
+_load_lock = threading.Lock()
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A local sentence-transformers model, loaded from a folder on disk (never from a hub)."""
+
+    def __init__(self, model_name: str, model_path: Path | str, *, batch_size: int, torch_threads: int):
+        with _load_lock:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            torch.set_num_threads(torch_threads)
+            try:
+                self._model = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise EmbeddingError(f"cannot load embedding model {model_name!r} from {model_path}: {exc}") from exc
+        self.model_name = model_name
+        self.dimension = int(self._model.get_embedding_dimension())
+        # Two of the model's positions go to [CLS] and [SEP].
+        self.max_tokens = int(self._model.max_seq_length) - 2
+        self._tokenizer = self._model.tokenizer
+        self._batch_size = batch_size
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer(text, add_special_tokens=False, truncation=False)["input_ids"])
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return vectors.astype(np.float32, copy=False)

@@ -1,0 +1,129 @@
+"""Dense search in PostgreSQL + pgvector over a chunk table whose name the caller gives.
+
+The table needs ``id``, ``tenant_id``, ``kb_version_id``, ``embedding_dim``, ``embedding`` (a
+``vector`` of any dimension) and ``content_hash``; one partial HNSW index per dimension on
+``embedding::vector(dim)`` (:meth:`PgVectorIndex.ensure_index`) lets KBs with different models share it.
+
+Filters arrive as SQL over the table's columns (:class:`engines.base.SqlFilter`, parameterized by the
+domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every connection) keeps walking
+the graph until enough rows pass them; when few rows match, an exact scan over those rows is both
+faster and exact, so the planner is steered to it.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from pgvector.psycopg import register_vector
+from psycopg import sql
+
+from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
+
+MAX_HNSW_DIMENSIONS = 2000  # pgvector's limit for an HNSW index on `vector`
+
+# Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
+_VECTOR_REGISTERED: weakref.WeakSet = weakref.WeakSet()
+
+
+def register_vector_type() -> None:
+    """Teach this connection's psycopg the ``vector`` type. Registering costs four catalog queries,
+    so it happens once per connection; cursors copy the registry when created, so call it first."""
+    connection.ensure_connection()
+    if connection.connection not in _VECTOR_REGISTERED:
+        register_vector(connection.connection)
+        _VECTOR_REGISTERED.add(connection.connection)
+
+
+def hnsw_index_name(dimension: int) -> str:
+    return f"chunk_embedding_hnsw_{dimension}"
+
+
+class PgVectorIndex(VectorIndex):
+    def __init__(self, table: str, *, exact_scan_threshold: int | None = None, ef_search: int | None = None):
+        self.table = table
+        self.exact_scan_threshold = (
+            settings.VECTOR_EXACT_SCAN_THRESHOLD if exact_scan_threshold is None else exact_scan_threshold
+        )
+        self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
+
+    def ensure_index(self, dimension: int) -> None:
+        """One partial HNSW cosine index per embedding dimension, built the first time it is needed."""
+        if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
+            raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
+        name = hnsw_index_name(dimension)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_indexes WHERE tablename = %s AND indexname = %s", [self.table, name])
+            if cursor.fetchone():
+                return
+            # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            statement = sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
+                "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
+            ).format(name=sql.Identifier(name), table=sql.Identifier(self.table), dim=sql.Literal(dimension))
+            cursor.execute(statement.as_string(cursor.cursor))
+
+    def plan(self, scope: SearchScope, filters: SqlFilter) -> int:
+        """How many rows are in scope, counted up to one past the exact-scan threshold."""
+        where, params = self._where(scope, filters)
+        statement = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS scope").format(
+            table=sql.Identifier(self.table), where=where
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(statement.as_string(cursor.cursor), [*params, self.exact_scan_threshold + 1])
+            return cursor.fetchone()[0]
+
+    def search(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, plan: int | None = None
+    ) -> list[VectorHit]:
+        matching = self.plan(scope, filters) if plan is None else plan
+        if matching == 0:
+            return []
+        exact = matching <= self.exact_scan_threshold
+        where, params = self._where(scope, filters)
+        # The cast matches the per-dimension partial HNSW index expression.
+        statement = sql.SQL(
+            "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
+            "WHERE {where} ORDER BY distance LIMIT %s"
+        ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
+        register_vector_type()
+        # Planner settings made with set_config(..., true) end with the outermost transaction: when
+        # this one is it, COMMIT restores them; inside a caller's transaction they are put back.
+        restore = connection.in_atomic_block
+        with transaction.atomic(), connection.cursor() as cursor:
+            query = statement.as_string(cursor.cursor)
+            arguments = [np.asarray(query_vector, dtype=np.float32), *params, top_k]
+            try:
+                self._set_planner(exact=exact, top_k=top_k)
+                cursor.execute(query, arguments)
+                rows = cursor.fetchall()
+                if not exact and len(rows) < top_k:
+                    # The graph walk hit its scan budget before finding enough rows; be exact instead.
+                    self._set_planner(exact=True, top_k=top_k)
+                    cursor.execute(query, arguments)
+                    rows = cursor.fetchall()
+            finally:
+                if restore:
+                    self._set_planner(exact=False, top_k=top_k)
+        # relaxed_order may return rows slightly out of order.
+        rows.sort(key=lambda row: row[1])
+        return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
+
+    @staticmethod
+    def _where(scope: SearchScope, filters: SqlFilter) -> tuple[sql.Composable, list]:
+        where = sql.SQL("tenant_id = %s AND kb_version_id = ANY(%s) AND embedding_dim = %s")
+        params: list = [scope.tenant_id, list(scope.version_ids), scope.embedding_dim]
+        if filters:
+            where = sql.SQL("{} AND ({})").format(where, sql.SQL(filters.sql))
+            params += filters.params
+        return where, params
+
+    def _set_planner(self, *, exact: bool, top_k: int) -> None:
+        # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('enable_indexscan', %s, true), set_config('hnsw.ef_search', %s, true)",
+                ["off" if exact else "on", str(max(self.ef_search, 2 * top_k))],
+            )

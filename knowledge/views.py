@@ -1,0 +1,40 @@
+"""Endpoints over a tenant's knowledge: ``GET /api/v1/stats``."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.schema import error_responses
+from knowledge.selectors import tenant_stats
+from knowledge.serializers import StatsOutput
+
+
+class StatsView(APIView):
+    """``GET /api/v1/stats``: counts for the tenant of the API key."""
+
+    @extend_schema(
+        summary="Usage statistics of the caller's tenant",
+        description=(
+            "Knowledge bases, documents by status, searchable chunks, and queries served with their cache hit "
+            "ratio. Query counters live in Redis and count from when it started; `queries` is null while it is "
+            "unreachable."
+        ),
+        responses={200: StatsOutput, **error_responses(401, 403)},
+        examples=[
+            OpenApiExample(
+                "Stats",
+                response_only=True,
+                value={
+                    "tenant": "acme",
+                    "knowledge_bases": 2,
+                    "documents": {"total": 41, "by_status": {"pending": 0, "ready": 40, "failed": 1}},
+                    "chunks": 388,
+                    "queries": {"served": 1250, "cache_hits": 310, "cache_hit_ratio": 0.248},
+                },
+            )
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        return Response(StatsOutput(tenant_stats(request.tenant)).data)

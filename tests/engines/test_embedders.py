@@ -1,0 +1,132 @@
+"""Embedders: the bundled local model, and the remote OpenAI-compatible client over a real socket.
+
+The remote side is a small HTTP server on 127.0.0.1 that answers with the real local model's
+vectors (so a correct client reproduces local results) or with injected faults.
+"""
+import numpy as np
+import pytest
+
+from knowledge.models import Document
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from engines import embedders
+from engines.embedders import EmbeddingError, get_embedder
+from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
+from retrieval.selectors import SearchRequest, search
+from tests.peers import Peer, PeerRequest, Reply
+
+pytestmark = pytest.mark.slow
+
+
+class EmbeddingServer(Peer):
+    """``POST /v1/embeddings`` backed by the real local model; ``mode`` injects faults."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.mode = "ok"
+        super().__init__(self.embeddings)
+
+    def embeddings(self, request: PeerRequest) -> Reply:
+        if self.mode == "500":
+            return Reply(500, {"error": "boom"})
+        if self.mode == "garbage":
+            return Reply(body=b"<html>not json</html>")
+        vectors = self.embedder.embed_documents(request.json()["input"])
+        data = [{"index": i, "embedding": vector.tolist()} for i, vector in enumerate(vectors)]
+        if self.mode == "short":
+            data = data[:-1]
+        data.reverse()  # clients must order by "index", not by position
+        return Reply(body={"object": "list", "data": data}, delay_s=1.5 if self.mode == "slow" else 0.0)
+
+
+@pytest.fixture
+def embedding_server(embedder):
+    with EmbeddingServer(embedder) as server:
+        yield server
+
+
+def remote(server, **overrides) -> OpenAICompatibleEmbedder:
+    options = {"url": server.url, "api_key": "secret", "timeout_s": 1.0, "batch_size": 4, "token_counter": len}
+    return OpenAICompatibleEmbedder("remote:minilm", **{**options, **overrides})
+
+
+def test_bundled_model_loads_offline_and_normalizes(embedder):
+    vectors = embedder.embed_documents(["SKY-10023908 hub", "鱼香肉丝"])
+    assert vectors.shape == (2, embedder.dimension) == (2, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert embedder.max_tokens == 254
+    assert get_embedder() is embedder  # loaded once per process
+
+
+def test_unknown_local_model_is_a_clear_error():
+    with pytest.raises(EmbeddingError, match="unknown embedding model"):
+        get_embedder("/nonexistent/model-folder")
+
+
+def test_remote_embedder_matches_the_local_model(embedding_server, embedder):
+    client = remote(embedding_server)
+    texts = [f"passage {i} about the PPR-9087 lock" for i in range(10)]
+    assert client.dimension == 384
+    assert np.allclose(client.embed_documents(texts), embedder.embed_documents(texts), atol=1e-5)
+    batches = [r for r in embedding_server.requests if r.json()["input"] != ["dimension probe"]]
+    assert [len(r.json()["input"]) for r in batches] == [4, 4, 2]
+    assert all(r.path == "/v1/embeddings" and r.json()["model"] == "minilm" for r in batches)
+    assert all(r.headers.get("authorization") == "Bearer secret" for r in batches)
+
+
+@pytest.mark.parametrize("mode", ["500", "garbage", "short", "slow"])
+def test_remote_faults_raise_embedding_error(embedding_server, mode):
+    client = remote(embedding_server)
+    embedding_server.mode = mode
+    with pytest.raises(EmbeddingError, match="embedding endpoint"):
+        client.embed_documents(["hello"])
+
+
+def test_refused_connection_raises_embedding_error(embedding_server):
+    url = embedding_server.url
+    embedding_server.close()
+    with pytest.raises(EmbeddingError, match="embedding endpoint"):
+        OpenAICompatibleEmbedder("remote:minilm", url=url, api_key="", timeout_s=1.0, batch_size=4, token_counter=len)
+
+
+@pytest.fixture
+def remote_model(settings, embedding_server):
+    """Register ``remote:minilm`` as this process's embedder for the endpoint above."""
+    settings.EMBEDDING_URL = embedding_server.url
+    settings.EMBEDDING_TIMEOUT_S = 1.0
+    yield get_embedder("remote:minilm")
+    embedders._embedders.pop("remote:minilm", None)
+
+
+@pytest.mark.django_db
+def test_a_kb_is_searched_with_the_model_that_built_it(tenant, tmp_path, remote_model, embedding_server):
+    local_kb = create_knowledge_base(tenant=tenant, name="local")
+    remote_kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
+    assert (remote_kb.embedding_model, remote_kb.active_version.embedding_model) == ("remote:minilm", "remote:minilm")
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(local_kb).ingest(discover_files([tmp_path]))
+    Ingester(remote_kb).ingest(discover_files([tmp_path]))
+
+    embedding_server.requests.clear()
+    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])).results
+    assert [hit.kb_id for hit in hits] == [remote_kb.pk]
+    assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
+
+    embedding_server.requests.clear()
+    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])).results
+    assert [hit.kb_id for hit in hits] == [local_kb.pk]
+    assert embedding_server.requests == []
+
+
+@pytest.mark.django_db
+def test_remote_outage_fails_documents_and_searches_cleanly(tenant, tmp_path, remote_model, embedding_server, api_client):
+    kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
+    (tmp_path / "a.txt").write_text("Returns are accepted within 30 days.")
+    embedding_server.mode = "500"
+    report = Ingester(kb).ingest(discover_files([tmp_path]))
+    document = Document.objects.get(knowledge_base=kb)
+    assert report.failed == 1 and document.status == Document.Status.FAILED
+    assert "embedding failed" in document.error
+
+    response = api_client.post("/api/v1/retrieval/vector", {"query": "returns"}, format="json")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "embedder_unavailable"
