@@ -298,7 +298,7 @@ def main() -> int:
         result["loadavg_1m_at_start"] = round(load_at_start, 2)
         result["code"] = _common.code_fingerprint(
             ["knowledge/services.py", "knowledge/chunking.py", "knowledge/parsing.py",
-             "retrieval/embedders/sentence_transformers_embedder.py", "engines/tantivy_index.py"]
+             "engines/embedders/sentence_transformers_embedder.py", "engines/tantivy_index.py"]
         )
         result["settings"] = {
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
