@@ -6,7 +6,9 @@ import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from engines.rerankers import reset_reranker
 from tenants.services import create_api_key, create_tenant
+from tests.peers import Peer, PeerRequest, Reply
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent.parent / "sample_kb"
 SAMPLE_TENANT = "sample-tenant"
@@ -111,3 +113,36 @@ def tenant(db):
 @pytest.fixture
 def api_client(tenant) -> APIClient:
     return client_for(tenant)
+
+
+class RerankServer(Peer):
+    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault."""
+
+    def __init__(self):
+        self.mode = "ok"
+        super().__init__(self.rerank)
+
+    def rerank(self, request: PeerRequest) -> Reply:
+        if self.mode == "500":
+            return Reply(500, {})
+        if self.mode == "garbage":
+            return Reply(body=b"not json")
+        if self.mode == "null":
+            return Reply(body={"results": [{"index": 0, "relevance_score": None}]})
+        body = request.json()
+        words = set(body["query"].lower().split())
+        results = [
+            {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
+            for i, doc in enumerate(body["documents"])
+        ]
+        return Reply(body={"results": results})
+
+
+@pytest.fixture
+def rerank_server(settings):
+    with RerankServer() as server:
+        settings.RERANKER_URL = server.url
+        settings.RERANKER_RETRIES = 0
+        reset_reranker()
+        yield server
+    reset_reranker()

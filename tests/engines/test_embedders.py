@@ -11,7 +11,8 @@ from knowledge.services import Ingester, create_knowledge_base, discover_files
 from engines import embedders
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
-from retrieval.selectors import SearchRequest, search
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
 from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = pytest.mark.slow
