@@ -56,6 +56,7 @@ _embedding_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 
 
 def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
+    """One search, uncached (``retrieval.cache.cached_search`` is the API's way in); records its metrics."""
     timings = StageTimings()
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
@@ -109,11 +110,9 @@ def model_groups(kbs: list[KnowledgeBase]) -> list[ModelGroup]:
 
 
 def expand(tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...]) -> Expansion:
-    """The query variants to search; a failing expander is a degradation and the original always remains."""
-    try:
-        expansion = expand_query(request.query, tenant=tenant, version_ids=version_ids, options=request.expand)
-    except Exception as exc:
-        return Expansion([QueryVariant(request.query, 1.0, "original")], [_failure("expand", exc).as_dict()])
+    """The query variants to search, the original first. ``expand_query`` turns whatever an expander
+    raises into a degradation itself (stage ``expand``, naming the expander)."""
+    expansion = expand_query(request.query, tenant=tenant, version_ids=version_ids, options=request.expand)
     return Expansion(expansion.variants, expansion.degraded)
 
 
@@ -357,12 +356,13 @@ def _failed_leg(retriever: str, exc: Exception, unavailable: type[DomainError], 
 
 def _failure(stage: str, exc: Exception) -> Degradation:
     """What an exception of an optional stage becomes: its own ``cause`` and message when it is a
-    typed component error, else a generic cause (the details, traceback included, go to the log)."""
+    typed engine error, else ``internal_error`` as the expansion says it (the details, traceback
+    included, go to the log, not to the client)."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, str) and cause:
         return _degraded(stage, cause, getattr(exc, "message", None) or str(exc))
     message = f"unexpected {type(exc).__name__}; details are in the service log"
-    return _degraded(stage, "unexpected_error", message, exc)
+    return _degraded(stage, "internal_error", message, exc)
 
 
 def _degraded(stage: str, cause: str, message: str, exc: Exception | None = None) -> Degradation:

@@ -841,7 +841,7 @@ def test_vectors_that_disagree_with_their_dimension_fail_only_vector_search(corp
     kb = corpus.kbs["manuals"]
     type(kb.active_version).objects.filter(pk=kb.active_version_id).update(embedding_dim=383)
     Chunk.objects.filter(kb_version_id=kb.active_version_id).update(embedding_dim=383)
-    assert_answered_by(post_mode(corpus, "hybrid"), "bm25", "vector", "unexpected_error")
+    assert_answered_by(post_mode(corpus, "hybrid"), "bm25", "vector", "internal_error")
     assert_unavailable(post_mode(corpus, "vector"), "vector_index_unavailable")
 
 
