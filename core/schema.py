@@ -70,6 +70,10 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
         [
             ("embedder_unavailable", "cannot embed the query: the embedding service did not answer"),
             ("lexical_index_unavailable", "keyword search is unavailable: cannot reach Elasticsearch"),
+            (
+                "vector_index_unavailable",
+                "vector search is unavailable: unexpected OperationalError; details are in the service log",
+            ),
             ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
         ],
     ),

@@ -16,7 +16,8 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import tantivy
@@ -113,17 +114,24 @@ class TantivyLexicalIndex(LexicalIndex):
         return "tantivy: the index folder is writable"
 
     def state(self, version_id):
-        generation = self._generation(version_id)
-        if generation is None:
-            return None
-        try:
-            meta = json.loads((generation / STATE_FILE).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        searcher = self._searcher(generation)
-        return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
+        with _reading(version_id):
+            generation = self._generation(version_id)
+            if generation is None:
+                return None
+            try:
+                meta = json.loads((generation / STATE_FILE).read_text())
+            except (FileNotFoundError, ValueError):
+                return None
+            searcher = self._searcher(generation)
+            return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
 
     def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
+        with _reading(version_id):
+            return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids) -> list[LexicalHit]:
         generation = self._generation(version_id)
         if not tokens or limit <= 0 or allowed_chunk_ids == [] or generation is None:
             return []
@@ -141,8 +149,6 @@ class TantivyLexicalIndex(LexicalIndex):
         searcher = self._searcher(generation)
         result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
         return [LexicalHit(chunk_id=searcher.doc(address)["chunk_id"][0], score=score) for score, address in result.hits]
-
-    # --- internals ------------------------------------------------------------------------------
 
     def _version_dir(self, version_id: int) -> Path:
         return self.root / f"kbv-{int(version_id)}"
@@ -204,6 +210,17 @@ class TantivyLexicalIndex(LexicalIndex):
 
     def _writer(self, generation: Path) -> _Writer:
         return _Writer(self._index(generation), self.lock_timeout_s)
+
+
+@contextmanager
+def _reading(version_id: int) -> Iterator[None]:
+    """tantivy reports a corrupt or unreadable index (``meta.json``, a segment file) as ``ValueError``;
+    the file system as ``OSError``: both mean this version's index cannot serve."""
+    try:
+        yield
+    except (ValueError, OSError) as exc:
+        message = f"the keyword index of KB version {version_id} cannot be read: {exc}"
+        raise LexicalIndexError("unreadable_index", message) from exc
 
 
 class _Writer:

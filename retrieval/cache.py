@@ -1,4 +1,4 @@
-"""Search result cache in Redis (django-redis), in front of :func:`retrieval.selectors.search`.
+"""Search result cache in Redis (django-redis), in front of :func:`retrieval.services.search.search`.
 
 The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
 switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
@@ -23,7 +23,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from knowledge.selectors import searched_version_revisions
-from retrieval.selectors import SearchHit, SearchRequest, SearchResponse, search
+from retrieval.services.search import search
+from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
 

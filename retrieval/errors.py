@@ -18,3 +18,8 @@ class EmbedderUnavailable(DomainError):
 class LexicalIndexUnavailable(DomainError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     code = "lexical_index_unavailable"
+
+
+class VectorIndexUnavailable(DomainError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "vector_index_unavailable"

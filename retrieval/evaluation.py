@@ -2,7 +2,7 @@
 
 The metrics are pure functions over a ranking of corpus ids and a query's judgments, so they can
 be checked by hand. The rest ingests a corpus into a dedicated tenant once, runs each query with
-``retrieval.selectors.search`` (what the API calls), and builds a JSON-ready report: numbers that
+``retrieval.services.search.search`` (what the API calls), and builds a JSON-ready report: numbers that
 measure what clients get, not a lab copy of the pipeline.
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ from knowledge.services import (
 from engines.embedders import get_embedder
 from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions
-from retrieval.selectors import MODES, SearchRequest, search
+from retrieval.services.search import search
+from retrieval.types import MODES, SearchRequest
 from tenants.models import Tenant
 
 EVAL_TENANT = "eval"

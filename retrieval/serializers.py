@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from retrieval.selectors import MODES, RETRIEVERS
+from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100

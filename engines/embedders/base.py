@@ -26,4 +26,7 @@ class Embedder(ABC):
 
 
 class EmbeddingError(Exception):
-    """The embedder could not produce vectors (remote endpoint down, bad answer, model missing)."""
+    """The embedder could not produce vectors (remote endpoint down, bad answer, model missing or
+    failing to load or run); ``cause`` is for a search's ``degraded`` list."""
+
+    cause = "embedder_unavailable"

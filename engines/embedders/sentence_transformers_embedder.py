@@ -21,7 +21,7 @@ class SentenceTransformerEmbedder(Embedder):
             torch.set_num_threads(torch_threads)
             try:
                 self._model = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
-            except (OSError, ValueError) as exc:
+            except Exception as exc:  # OSError, ValueError, SafetensorError, torch errors: whatever the folder holds
                 raise EmbeddingError(f"cannot load embedding model {model_name!r} from {model_path}: {exc}") from exc
         self.model_name = model_name
         self.dimension = int(self._model.get_embedding_dimension())
@@ -36,11 +36,14 @@ class SentenceTransformerEmbedder(Embedder):
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        try:
+            vectors = self._model.encode(
+                texts,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        except Exception as exc:  # a torch or tokenizer error
+            raise EmbeddingError(f"embedding model {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
         return vectors.astype(np.float32, copy=False)

@@ -1,4 +1,5 @@
-"""/health, /ready (each check, and which one failed), /api/v1/stats, and degraded mode through the API."""
+"""/health, /ready (each check, and which one failed) and /api/v1/stats. (Degraded searches through the
+API, with really broken engines: tests/retrieval/test_views.py.)"""
 from __future__ import annotations
 
 import threading
@@ -236,36 +237,3 @@ def test_stats_need_an_api_key(client, db):
     response = client.get("/api/v1/stats")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "missing_api_key"
-
-
-# === degraded mode through the API ==================================================================
-
-
-@pytest.fixture
-def keyword_index_down(monkeypatch) -> None:
-    def unavailable(self, *args, **kwargs):
-        raise LexicalIndexError("unavailable", "the keyword index cannot be read")
-
-    monkeypatch.setattr(TantivyLexicalIndex, "search", unavailable)
-
-
-@pytest.mark.django_db
-def test_hybrid_search_answers_from_vectors_when_the_keyword_index_fails(tenant, embedder, keyword_index_down):
-    kb = KnowledgeBaseFactory(tenant=tenant)
-    ChunkFactory.create_batch(3, document=DocumentFactory(knowledge_base=kb))
-    response = client_for(tenant).post("/api/v1/retrieval/hybrid", {"query": "passage", "top_k": 3}, format="json")
-    assert response.status_code == 200, response.content
-    body = response.json()
-    assert body["degraded"] == [
-        {"stage": "bm25", "cause": "unavailable", "message": "the keyword index cannot be read"}
-    ]
-    assert len(body["results"]) == 3
-    assert all(set(hit["retrievers"]) == {"vector"} for hit in body["results"])
-
-
-@pytest.mark.django_db
-def test_keyword_only_search_is_503_when_the_keyword_index_fails(tenant, keyword_index_down):
-    KnowledgeBaseFactory(tenant=tenant)
-    response = client_for(tenant).post("/api/v1/retrieval/bm25", {"query": "passage"}, format="json")
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "lexical_index_unavailable"

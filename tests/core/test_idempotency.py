@@ -8,8 +8,9 @@ import time
 import pytest
 from django.db import connections
 
-from retrieval import selectors
+from retrieval import cache
 from retrieval.errors import EmbedderUnavailable
+from retrieval.services.search import search
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 
@@ -48,13 +49,12 @@ def no_result_cache(settings):
 def count_searches(monkeypatch) -> list[str]:
     """The queries the search pipeline actually ran."""
     ran: list[str] = []
-    original = selectors._Search.run
 
-    def run(self):
-        ran.append(self.request.query)
-        return original(self)
+    def counted_search(tenant, request):
+        ran.append(request.query)
+        return search(tenant, request)
 
-    monkeypatch.setattr(selectors._Search, "run", run)
+    monkeypatch.setattr(cache, "search", counted_search)
     return ran
 
 
@@ -114,14 +114,12 @@ def test_client_errors_are_stored_and_replayed(api_client, body, status):
 
 @pytest.mark.django_db
 def test_server_errors_are_not_stored(api_client, monkeypatch):
-    original = selectors._Search.run
-
-    def unavailable(self):
+    def unavailable(tenant, request):
         raise EmbedderUnavailable("the embedder is warming up")
 
-    monkeypatch.setattr(selectors._Search, "run", unavailable)
+    monkeypatch.setattr(cache, "search", unavailable)
     assert_error(post(api_client), 503, "embedder_unavailable")
-    monkeypatch.setattr(selectors._Search, "run", original)
+    monkeypatch.setattr(cache, "search", search)
     retry = post(api_client)
     assert retry.status_code == 200 and "Idempotent-Replayed" not in retry
     assert_replay_of(post(api_client), retry)
@@ -129,11 +127,10 @@ def test_server_errors_are_not_stored(api_client, monkeypatch):
 
 @pytest.mark.django_db
 def test_an_unhandled_error_releases_the_key(api_client, monkeypatch):
-    original = selectors._Search.run
-    monkeypatch.setattr(selectors._Search, "run", lambda self: 1 / 0)
+    monkeypatch.setattr(cache, "search", lambda tenant, request: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # the test client re-raises what became a 500
         post(api_client)
-    monkeypatch.setattr(selectors._Search, "run", original)
+    monkeypatch.setattr(cache, "search", search)
     assert post(api_client).status_code == 200  # neither 409 (lock left behind) nor a stored 500
 
 
@@ -162,15 +159,14 @@ def test_records_expire(api_client, settings, count_searches):
 def test_a_duplicate_while_the_first_is_in_flight_is_409(tenant, monkeypatch):
     """The first request blocks inside the pipeline (in a thread) while duplicates arrive."""
     entered, release = threading.Event(), threading.Event()
-    original = selectors._Search._expand
 
-    def slow_expand(self, version_ids):
-        if self.request.query == BODY["query"]:
+    def held_search(tenant, request):
+        if request.query == BODY["query"]:
             entered.set()
             release.wait(10)
-        return original(self, version_ids)
+        return search(tenant, request)
 
-    monkeypatch.setattr(selectors._Search, "_expand", slow_expand)
+    monkeypatch.setattr(cache, "search", held_search)
     client = client_for(tenant)
     results = {}
 

@@ -6,15 +6,16 @@ import io
 import json
 import logging
 import logging.config
+import uuid
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import pytest
 from django.conf import settings
 
 from core.logging import RequestIdFilter
 from tests.conftest import client_for
 from tests.factories import DIMENSION, KnowledgeBaseFactory
+from tests.peers import Peer, PeerRequest, Reply
 
 
 def attach_handler(formatter_name: str) -> tuple[logging.Handler, io.StringIO]:
@@ -87,22 +88,25 @@ def test_an_unmatched_path_has_no_route_and_other_loggers_carry_the_request_id(j
 
 
 @pytest.mark.django_db
-def test_lines_logged_by_the_embedding_thread_carry_the_request_id(json_lines, tenant, monkeypatch):
-    """The query embeds in a pool thread; it runs in a copy of the request's context."""
+def test_lines_logged_by_the_embedding_thread_carry_the_request_id(json_lines, tenant, settings):
+    """The query embeds in a pool thread, which runs in a copy of the request's context. The
+    embedder here is remote: its HTTP client logs each call, from that thread."""
 
-    class LoggingEmbedder:
-        def embed_documents(self, texts):
-            logging.getLogger("tests.embedder").info("embedding %d texts", len(texts))
-            return np.zeros((len(texts), DIMENSION), dtype=np.float32)
+    def embeddings(request: PeerRequest) -> Reply:
+        vector = [1.0] + [0.0] * (DIMENSION - 1)
+        return Reply(body={"data": [{"index": i, "embedding": vector} for i in range(len(request.json()["input"]))]})
 
-    monkeypatch.setattr("retrieval.selectors.get_embedder", lambda name: LoggingEmbedder())
-    KnowledgeBaseFactory(tenant=tenant)
-    response = client_for(tenant).post(
-        "/api/v1/retrieval/vector", {"query": "hello"}, format="json", HTTP_X_REQUEST_ID="rid-thread"
-    )
+    with Peer(embeddings) as peer:
+        settings.EMBEDDING_URL = peer.url
+        # A model name of this test's own: its embedder loads (and probes the peer) in the thread too.
+        KnowledgeBaseFactory(tenant=tenant, embedding_model=f"remote:logging-{uuid.uuid4().hex}")
+        response = client_for(tenant).post(
+            "/api/v1/retrieval/vector", {"query": "hello"}, format="json", HTTP_X_REQUEST_ID="rid-thread"
+        )
     assert response.status_code == 200, response.content
-    [line] = [line for line in json_lines() if line["logger"] == "tests.embedder"]
-    assert line["request_id"] == "rid-thread"
+    calls = [line for line in json_lines() if line["logger"] == "httpx"]
+    assert len(calls) == 2  # the dimension probe and the query
+    assert all(line["request_id"] == "rid-thread" for line in calls)
 
 
 def test_outside_a_request_the_request_id_is_a_dash(json_lines):

@@ -13,10 +13,9 @@ from prometheus_client import REGISTRY
 from rest_framework.response import Response
 
 from core import metrics
-from engines.base import LexicalIndexError
-from engines.tantivy_index import TantivyLexicalIndex
 from core.metrics import INGEST_OUTCOMES
-from tests.conftest import client_for
+from knowledge.models import KnowledgeBase
+from tests.conftest import client_for, corrupt_keyword_index
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 OUTSIDER = "203.0.113.7"
@@ -147,15 +146,14 @@ def test_degradations_are_counted_by_stage_and_cause_and_rerank_fallbacks_apart(
 
 
 @pytest.mark.django_db
-def test_a_degraded_search_through_the_api_is_counted(tenant, embedder, monkeypatch):
-    def unavailable(self, *args, **kwargs):
-        raise LexicalIndexError("unavailable", "down")
-
-    monkeypatch.setattr(TantivyLexicalIndex, "search", unavailable)
-    KnowledgeBaseFactory(tenant=tenant)
-    degraded = Delta("retrieval_search_degraded_total", stage="bm25", cause="unavailable")
+def test_a_degraded_search_through_the_api_is_counted(tmp_path: Path, tenant, embedder, settings):
+    (tmp_path / "kettle.txt").write_text("The kettle switches itself off when the water boils.")
+    call_command("ingest", str(tmp_path), tenant=tenant.name, kb="kb", no_progress=True, stdout=io.StringIO())
+    version_id = KnowledgeBase.objects.get(tenant=tenant, name="kb").active_version_id
+    corrupt_keyword_index(settings.LEXICAL_INDEX_DIR, version_id)
+    degraded = Delta("retrieval_search_degraded_total", stage="bm25", cause="unreadable_index")
     fallback = Delta("retrieval_rerank_fallbacks_total", cause="not_configured")
-    body = {"query": "passage", "rerank": True}
+    body = {"query": "kettle", "rerank": True}
     response = client_for(tenant).post("/api/v1/retrieval/hybrid", body, format="json")
     assert response.status_code == 200, response.content
     assert (degraded.value, fallback.value) == (1, 1)

@@ -11,7 +11,8 @@ from knowledge.services import Ingester, create_knowledge_base, discover_files
 from engines import embedders
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
-from retrieval.selectors import SearchRequest, search
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
 from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = pytest.mark.slow
@@ -60,6 +61,19 @@ def test_bundled_model_loads_offline_and_normalizes(embedder):
 def test_unknown_local_model_is_a_clear_error():
     with pytest.raises(EmbeddingError, match="unknown embedding model"):
         get_embedder("/nonexistent/model-folder")
+
+
+def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_model):
+    with pytest.raises(EmbeddingError, match="cannot load embedding model") as caught:
+        get_embedder(str(unloadable_model))
+    assert caught.value.cause == "embedder_unavailable"
+
+
+def test_a_torch_failure_while_embedding_raises_embedding_error(overlong_model):
+    embedder = get_embedder(str(overlong_model))
+    assert embedder.embed_documents(["a short text"]).shape == (1, 384)
+    with pytest.raises(EmbeddingError, match="RuntimeError"):
+        embedder.embed_documents(["word " * 700])  # more positions than the model has
 
 
 def test_remote_embedder_matches_the_local_model(embedding_server, embedder):

@@ -22,6 +22,7 @@ import tantivy
 from engines.base import LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from engines.tantivy_index import TantivyLexicalIndex
+from tests.conftest import corrupt_keyword_index
 from tests.peers import Peer, PeerRequest, Reply
 
 K1, B = 1.2, 0.75
@@ -296,6 +297,17 @@ def _version_dir(root: Path) -> str:
     """The live index folder of the only version (the generation its CURRENT pointer names)."""
     (folder,) = root.iterdir()
     return str(folder / (folder / "CURRENT").read_text().strip())
+
+
+@pytest.mark.parametrize("damaged", ["meta.json", "*.idx", "*.term"])
+def test_tantivy_reads_of_a_corrupt_index_raise_lexical_index_errors(tmp_path, damaged):
+    index = TantivyLexicalIndex(tmp_path)
+    write(index, [doc(1, "before"), doc(2, "after")])
+    corrupt_keyword_index(tmp_path, VERSION, (damaged,))
+    for read in (lambda: index.state(VERSION), lambda: search(index, "before")):
+        with pytest.raises(LexicalIndexError) as caught:
+            read()
+        assert caught.value.cause == "unreadable_index" and f"KB version {VERSION}" in caught.value.message
 
 
 def test_tantivy_write_waits_for_another_process_writer(tmp_path):

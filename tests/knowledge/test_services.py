@@ -6,7 +6,8 @@ from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import Chunk, Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
-from retrieval.selectors import SearchRequest, search
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

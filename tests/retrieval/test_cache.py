@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.db import connections
 
 from knowledge.models import DictionaryTerm, KnowledgeBaseVersion, Synonym
-from retrieval import selectors
+from retrieval import cache
 from retrieval.cache import cached_search
-from retrieval.selectors import SearchRequest
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
 from tests.conftest import client_for
 
 KETTLE = "The stainless steel electric kettle boils 1.7 litres of water in under four minutes."
@@ -50,13 +51,12 @@ def client(tmp_path, tenant, embedder):
 def pipeline_runs(monkeypatch) -> list[SearchRequest]:
     """The requests the search pipeline actually ran (cache hits do not run it)."""
     runs: list[SearchRequest] = []
-    original = selectors._Search.run
 
-    def run(self):
-        runs.append(self.request)
-        return original(self)
+    def counted_search(tenant, request):
+        runs.append(request)
+        return search(tenant, request)
 
-    monkeypatch.setattr(selectors._Search, "run", run)
+    monkeypatch.setattr(cache, "search", counted_search)
     return runs
 
 
@@ -173,17 +173,9 @@ def test_degraded_answers_are_not_cached(client, pipeline_runs):
     assert len(pipeline_runs) == 2
 
 
-class _LengthReranker:
-    """Shorter passages first: a deterministic stand-in for a cross-encoder."""
-
-    def rerank(self, query: str, passages: list[str]) -> list[float]:
-        return [-float(len(passage)) for passage in passages]
-
-
 @pytest.mark.slow
 @pytest.mark.django_db
-def test_reranked_answers_are_cached(client, monkeypatch, pipeline_runs):
-    monkeypatch.setattr(selectors, "get_reranker", lambda: _LengthReranker())
+def test_reranked_answers_are_cached(client, rerank_server, pipeline_runs):
     body = {**QUERY, "rerank": True}
     first = post(client, body)
     assert first["reranked"] is True and not first["degraded"]
@@ -242,14 +234,13 @@ def _run_concurrently(tenant, count: int) -> list[bool]:
 def slow_pipeline(monkeypatch) -> list[float]:
     """Each pipeline run takes 0.5 s; returns the start times of the runs."""
     started: list[float] = []
-    original = selectors._Search.run
 
-    def run(self):
+    def slow_search(tenant, request):
         started.append(time.monotonic())
         time.sleep(0.5)
-        return original(self)
+        return search(tenant, request)
 
-    monkeypatch.setattr(selectors._Search, "run", run)
+    monkeypatch.setattr(cache, "search", slow_search)
     return started
 
 

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from retrieval import evaluation
-from retrieval.selectors import MODES
+from retrieval.types import MODES
 
 
 def _ints(spec: str) -> list[int]:

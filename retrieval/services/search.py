@@ -1,0 +1,404 @@
+"""The search pipeline behind every retrieval endpoint, one function per stage.
+
+expand the query -> weigh the retrievers -> retrieve (BM25 while the query embeds, then pgvector),
+each leg scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF ->
+rerank the head -> hydrate. Stages hand each other plain values; timings go through
+:class:`~retrieval.services.timings.StageTimings`.
+
+The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
+leg, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}`` and one warning;
+only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+from django.conf import settings
+
+from core.errors import DomainError
+from core.metrics import record_search
+from engines import get_lexical_index
+from engines.analysis import detect_language
+from engines.base import LexicalIndexError, SearchScope
+from engines.embedders import get_embedder
+from engines.rerankers import get_reranker
+from knowledge.models import KnowledgeBase
+from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
+from knowledge.stores import vector_index
+from retrieval import selectors
+from retrieval.errors import EmbedderUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
+from retrieval.expansion import expand_query
+from retrieval.expansion.base import QueryVariant
+from retrieval.filters import CompiledFilter, compile_filters
+from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.services.timings import StageTimings
+from retrieval.types import (
+    RETRIEVERS,
+    Degradation,
+    Expansion,
+    LegResult,
+    ModelGroup,
+    Reranked,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    Weights,
+)
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+# Embedding runs beside BM25; torch releases the GIL while it computes.
+_embedding_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
+
+
+def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
+    """One search, uncached (``retrieval.cache.cached_search`` is the API's way in); records its metrics."""
+    timings = StageTimings()
+    with timings.stage("total"):
+        compiled = compile_filters(request.filters)
+        groups = model_groups(searchable_knowledge_bases(tenant, request.kb_ids))
+        version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
+        candidates = request.candidates or settings.SEARCH_CANDIDATES
+
+        with timings.stage("expand"):
+            expansion = expand(tenant, request, version_ids)
+        weights = weigh(request, groups)
+        legs, known_hashes = _retrieve(
+            tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, timings
+        )
+        lists = [ranked for leg in legs for ranked in leg.lists]
+        for leg in legs:
+            known_hashes.update(leg.content_hashes)
+        with timings.stage("fuse"):
+            fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
+        reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
+        results = hydrate(
+            tenant, request.mode, reranked.candidates[: request.top_k], reranked.scores, single_list=len(lists) == 1
+        )
+    response = SearchResponse(
+        results=results,
+        mode=request.mode,
+        queries=[{"text": v.text, "weight": v.weight, "origin": v.origin} for v in expansion.variants],
+        weights=weights.by_retriever,
+        reranked=reranked.scores is not None,
+        degraded=[*expansion.degraded, *(leg.failure.as_dict() for leg in legs if leg.failure), *reranked.degraded],
+        notes=[*weights.notes, *(note for leg in legs for note in leg.notes)],
+        candidates={**_candidate_counts(lists), "fused": len(fused)},
+        timings_ms=timings.milliseconds,
+    )
+    record_search(response.timings_ms, response.degraded)
+    return response
+
+
+# --- stages ---------------------------------------------------------------------------------------
+
+
+def model_groups(kbs: list[KnowledgeBase]) -> list[ModelGroup]:
+    """The searched KBs' active versions grouped by embedding model, in the KBs' order."""
+    version_ids: dict[tuple[str, int], list[int]] = {}
+    languages: dict[tuple[str, int], tuple[str, ...]] = {}
+    for kb in kbs:
+        version = kb.active_version
+        key = (version.embedding_model, version.embedding_dim)
+        version_ids.setdefault(key, []).append(version.pk)
+        languages.setdefault(key, tuple(kb.languages))
+    return [ModelGroup(model, dim, languages[model, dim], tuple(ids)) for (model, dim), ids in version_ids.items()]
+
+
+def expand(tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...]) -> Expansion:
+    """The query variants to search, the original first. ``expand_query`` turns whatever an expander
+    raises into a degradation itself (stage ``expand``, naming the expander)."""
+    expansion = expand_query(request.query, tenant=tenant, version_ids=version_ids, options=request.expand)
+    return Expansion(expansion.variants, expansion.degraded)
+
+
+def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
+    """Each retriever's weight (0: it does not run); dense retrieval is turned down when the query's
+    language is one no searched model covers."""
+    mode = request.mode
+    base = {**settings.SEARCH_WEIGHTS, **(request.weights or {})}
+    weights = {name: (base.get(name, 1.0) if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
+    notes = []
+    if mode == "hybrid" and weights["vector"] > 0 and groups:
+        language = detect_language(request.query)
+        uncovered = [g for g in groups if g.languages and language not in g.languages]
+        if len(uncovered) == len(groups):
+            weights["vector"] = min(weights["vector"], settings.DENSE_WEIGHT_FLOOR)
+            models = ", ".join(sorted({g.model_name for g in uncovered}))
+            action = "skipped" if weights["vector"] == 0 else f"weighted {weights['vector']}"
+            notes.append(
+                f"dense retrieval {action}: the query is in '{language}', which the embedding model ({models}) "
+                "does not cover"
+            )
+    return Weights(weights, notes)
+
+
+def retrieve_bm25(
+    tenant: Tenant,
+    version_ids: tuple[int, ...],
+    variants: list[QueryVariant],
+    weight: float,
+    compiled: CompiledFilter,
+    candidates: int,
+) -> LegResult:
+    """One BM25 list per query variant. With filters, BM25 searches inside the chunk ids SQL says
+    match (the source of truth for filters); when too many match, it over-fetches and filters after."""
+    index = get_lexical_index()
+    analyzer = analyzer_for_tenant(tenant.pk)
+    notes = _lexical_index_notes(index, version_ids, analyzer)
+    allowed, depth = None, candidates
+    if compiled.q:
+        allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
+        depth = candidates if allowed is not None else candidates * 10
+    lists = []
+    for variant in variants:
+        tokens = analyzer.tokens(variant.text)
+        hits = []
+        for version_id in version_ids:
+            hits += index.search(version_id, tenant.pk, tokens, depth, allowed)
+        hits.sort(key=lambda hit: -hit.score)
+        if compiled.q and allowed is None:
+            passing = selectors.chunk_ids_passing(tenant, [hit.chunk_id for hit in hits], compiled)
+            hits = [hit for hit in hits if hit.chunk_id in passing]
+        ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
+        lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
+    return LegResult("bm25", lists=lists, notes=notes)
+
+
+def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
+    """The query variants' vectors under each group's model (runs on the embedding pool)."""
+    with timings.stage("embed"):
+        return {group.model_name: get_embedder(group.model_name).embed_documents(texts) for group in groups}
+
+
+def plan_vector(tenant: Tenant, groups: list[ModelGroup], compiled: CompiledFilter) -> list[object | None]:
+    """The vector index's per-group plans: work that needs no query vector, done while it embeds."""
+    index = vector_index()
+    return [index.plan(_scope(tenant, group), compiled.sql) for group in groups]
+
+
+def retrieve_vector(
+    tenant: Tenant,
+    groups: list[ModelGroup],
+    variants: list[QueryVariant],
+    vectors: dict[str, np.ndarray],
+    weight: float,
+    compiled: CompiledFilter,
+    plans: list[object | None],
+    candidates: int,
+) -> LegResult:
+    """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
+    index = vector_index()
+    lists, hashes = [], {}
+    for i, variant in enumerate(variants):
+        hits = []
+        for group, plan in zip(groups, plans, strict=True):
+            hits += index.search(_scope(tenant, group), vectors[group.model_name][i], candidates, compiled.sql, plan)
+        hits.sort(key=lambda hit: -hit.score)
+        hashes.update((hit.chunk_id, hit.content_hash) for hit in hits if hit.content_hash is not None)
+        ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
+        lists.append(RankedList("vector", variant.text, weight * variant.weight, ranked))
+    return LegResult("vector", lists=lists, content_hashes=hashes)
+
+
+def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> list[FusedCandidate]:
+    """Weighted RRF, deduplicated by content hash; hits deleted since their index returned them drop out."""
+    hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
+    hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
+    present = [
+        RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
+        for ranked in lists
+    ]
+    return reciprocal_rank_fusion(present, k=rrf_k, dedup_key=hashes.__getitem__)
+
+
+def rerank(
+    tenant: Tenant, query: str, fused: list[FusedCandidate], *, requested: bool, timings: StageTimings
+) -> Reranked:
+    """The head (``RERANK_TOP_N``) reordered by the reranker; on any failure the fused order, degraded."""
+    if not requested:
+        return Reranked(fused, None, [])
+    with timings.stage("rerank"):
+        head = fused[: settings.RERANK_TOP_N]
+        try:
+            reranker = get_reranker()
+            if reranker is None:
+                message = "reranking was requested but no reranker is configured"
+                return Reranked(fused, None, [_degraded("rerank", "not_configured", message).as_dict()])
+            contents = selectors.chunk_contents(tenant, [candidate.chunk_id for candidate in head])
+            scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
+            by_chunk = {candidate.chunk_id: score for candidate, score in zip(head, scores, strict=True)}
+        except Exception as exc:
+            return Reranked(fused, None, [_failure("rerank", exc).as_dict()])
+    reordered = sorted(head, key=lambda candidate: -by_chunk[candidate.chunk_id]) + fused[len(head) :]
+    return Reranked(reordered, by_chunk, [])
+
+
+def hydrate(
+    tenant: Tenant,
+    mode: str,
+    candidates: list[FusedCandidate],
+    rerank_scores: dict[int, float] | None,
+    *,
+    single_list: bool,
+) -> list[SearchHit]:
+    """The hits as the API shows them. One retriever and one query (``single_list``): its raw score
+    (cosine or BM25) is the most useful score to show."""
+    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
+    results = []
+    for candidate in candidates:
+        chunk = by_id.get(candidate.chunk_id)
+        if chunk is None:  # replaced by a concurrent re-ingest between two reads
+            continue
+        rerank_score = rerank_scores.get(candidate.chunk_id) if rerank_scores else None
+        if rerank_score is not None:
+            score = rerank_score
+        elif single_list:
+            score = next(iter(candidate.retrievers.values())).score
+        else:
+            score = candidate.fused_score
+        results.append(
+            SearchHit(
+                chunk_id=chunk.pk,
+                doc_id=chunk.document_id,
+                kb_id=chunk.knowledge_base_id,
+                content=chunk.content,
+                score=round(float(score), 6),
+                source=mode,
+                rank=len(results) + 1,
+                title=chunk.document.title,
+                source_uri=chunk.document.source_uri,
+                doc_type=chunk.doc_type,
+                metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
+                fused_score=round(candidate.fused_score, 6),
+                rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
+                retrievers={
+                    name: {"rank": c.rank, "score": round(float(c.score), 6), "query": c.query}
+                    for name, c in candidate.retrievers.items()
+                },
+                matched_queries=candidate.matched_queries,
+            )
+        )
+    return results
+
+
+# --- the retrieval legs and their failures ----------------------------------------------------------
+
+
+def _retrieve(
+    tenant: Tenant,
+    groups: list[ModelGroup],
+    version_ids: tuple[int, ...],
+    variants: list[QueryVariant],
+    weights: dict[str, float],
+    compiled: CompiledFilter,
+    candidates: int,
+    timings: StageTimings,
+) -> tuple[list[LegResult], dict[int, str]]:
+    """The legs that ran, and the content hashes of the BM25 hits, looked up while the query embeds
+    (BM25 runs meanwhile too). Raises the last failed leg's error when no leg answers."""
+    embedding: Future | None = None
+    if weights["vector"] > 0:
+        # In the request's context, so the embedding thread's log lines carry its request id.
+        context = contextvars.copy_context()
+        embedding = _embedding_pool.submit(context.run, embed, groups, [v.text for v in variants], timings)
+    legs: list[LegResult] = []
+    if weights["bm25"] > 0:
+        with timings.stage("bm25"):
+            try:
+                legs.append(retrieve_bm25(tenant, version_ids, variants, weights["bm25"], compiled, candidates))
+            except Exception as exc:
+                legs.append(_failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable"))
+    known_hashes: dict[int, str] = {}
+    if embedding is not None:
+        # While the query is still embedding: size the vector scope, look up the BM25 hits' hashes.
+        plans: list[object | None] = []
+        plan_error: Exception | None = None
+        with timings.stage("vector"):
+            try:
+                plans = plan_vector(tenant, groups, compiled)
+            except Exception as exc:
+                plan_error = exc
+        with timings.stage("fuse"):
+            known_hashes = selectors.content_hashes(
+                {chunk_id for leg in legs for ranked in leg.lists for chunk_id, _ in ranked.hits}
+            )
+        try:
+            vectors = embedding.result()
+        except Exception as exc:
+            legs.append(_failed_leg("vector", exc, EmbedderUnavailable, "cannot embed the query"))
+        else:
+            vector_error = plan_error
+            if vector_error is None:
+                with timings.stage("vector"):
+                    try:
+                        legs.append(retrieve_vector(
+                            tenant, groups, variants, vectors, weights["vector"], compiled, plans, candidates
+                        ))
+                    except Exception as exc:
+                        vector_error = exc
+            if vector_error is not None:
+                legs.append(_failed_leg("vector", vector_error, VectorIndexUnavailable, "vector search is unavailable"))
+    if legs and all(leg.failure for leg in legs):
+        raise legs[-1].unavailable
+    return legs, known_hashes
+
+
+def _failed_leg(retriever: str, exc: Exception, unavailable: type[DomainError], summary: str) -> LegResult:
+    """A leg that raised: a degradation, or the ``unavailable`` error when no other leg answers."""
+    failure = _failure(retriever, exc)
+    return LegResult(retriever, failure=failure, unavailable=unavailable(f"{summary}: {failure.message}"))
+
+
+def _failure(stage: str, exc: Exception) -> Degradation:
+    """What an exception of an optional stage becomes: its own ``cause`` and message when it is a
+    typed engine error, else ``internal_error`` as the expansion says it (the details, traceback
+    included, go to the log, not to the client)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, str) and cause:
+        return _degraded(stage, cause, getattr(exc, "message", None) or str(exc))
+    message = f"unexpected {type(exc).__name__}; details are in the service log"
+    return _degraded(stage, "internal_error", message, exc)
+
+
+def _degraded(stage: str, cause: str, message: str, exc: Exception | None = None) -> Degradation:
+    """The one warning a degradation logs (the request id comes from the logging filter)."""
+    logger.warning("search degraded", extra={"stage": stage, "cause": cause, "detail": message}, exc_info=exc)
+    return Degradation(stage, cause, message)
+
+
+def _lexical_index_notes(index, version_ids: tuple[int, ...], analyzer) -> list[str]:
+    """Raises when an index was built by another analyzer version (its tokens would not match);
+    a note when only the custom dictionary changed since."""
+    notes = []
+    for version_id in version_ids:
+        state = index.state(version_id)
+        if state is None:
+            continue
+        if state.analyzer_version != analyzer.version:
+            raise LexicalIndexError(
+                "stale_index",
+                f"the keyword index of KB version {version_id} was built with analyzer {state.analyzer_version}, "
+                f"the service runs {analyzer.version}: run `manage.py rebuild_lexical_index`",
+            )
+        if state.dictionary_fingerprint != analyzer.dictionary_fingerprint:
+            notes.append(
+                f"the custom dictionary changed since KB version {version_id} was indexed; "
+                "run `manage.py rebuild_lexical_index` so protected terms match in full"
+            )
+    return notes
+
+
+def _scope(tenant: Tenant, group: ModelGroup) -> SearchScope:
+    return SearchScope(tenant.pk, group.version_ids, group.dimension)
+
+
+def _candidate_counts(lists: list[RankedList]) -> dict[str, int]:
+    chunk_ids: dict[str, set[int]] = {}
+    for ranked in lists:
+        chunk_ids.setdefault(ranked.retriever, set()).update(chunk_id for chunk_id, _ in ranked.hits)
+    return {retriever: len(ids) for retriever, ids in chunk_ids.items()}

@@ -1,0 +1,125 @@
+"""The search's data: what a caller asks, what it gets back, and what its stages hand each other.
+
+Plain dataclasses with no behaviour of their own, so serializers, the cache and the evaluation can
+use them without importing the pipeline (``retrieval.services.search``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.errors import DomainError
+from retrieval.expansion import ExpansionOptions
+from retrieval.expansion.base import QueryVariant
+from retrieval.fusion import RankedList
+
+MODES = ("vector", "bm25", "hybrid")
+RETRIEVERS = ("vector", "bm25")
+
+
+@dataclass
+class SearchRequest:
+    query: str
+    mode: str = "hybrid"
+    top_k: int = 10
+    kb_ids: list[int] | None = None
+    filters: dict | None = None
+    weights: dict[str, float] | None = None
+    candidates: int | None = None
+    rrf_k: int | None = None
+    rerank: bool = False
+    expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
+
+
+@dataclass
+class SearchHit:
+    chunk_id: int
+    doc_id: int
+    kb_id: int
+    content: str
+    score: float
+    source: str
+    rank: int
+    title: str
+    source_uri: str
+    doc_type: str
+    metadata: dict
+    fused_score: float | None = None
+    rerank_score: float | None = None
+    retrievers: dict = field(default_factory=dict)
+    matched_queries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchResponse:
+    results: list[SearchHit]
+    mode: str
+    queries: list[dict]
+    weights: dict[str, float]
+    reranked: bool
+    degraded: list[dict]
+    notes: list[str]
+    candidates: dict[str, int]
+    timings_ms: dict[str, float]
+
+    def as_dict(self) -> dict:
+        """Shallow: fields and hits are shared, not copied (``asdict`` deep-copies some 600 objects
+        a response, a quarter of the cost of answering from the cache)."""
+        return {**vars(self), "results": [dict(vars(hit)) for hit in self.results]}
+
+
+# --- between stages ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelGroup:
+    """KB versions searched together: same embedding model, so one query vector serves them."""
+
+    model_name: str
+    dimension: int
+    languages: tuple[str, ...]
+    version_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """An optional stage that failed: the search answers without it and names it in ``degraded``."""
+
+    stage: str  # "expand", "bm25", "vector" or "rerank"
+    cause: str  # short and machine-readable: the failing component's own cause, else a generic one
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "cause": self.cause, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Expansion:
+    variants: list[QueryVariant]  # the original query first
+    degraded: list[dict]
+
+
+@dataclass(frozen=True)
+class Weights:
+    by_retriever: dict[str, float]  # 0: the retriever does not run
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class LegResult:
+    """What one retriever of a search returned: its ranked lists (one per query variant), the
+    content hashes it already knows for its hits, and notes; or why it failed, and the error to
+    raise if no other leg answers."""
+
+    retriever: str
+    lists: list[RankedList] = field(default_factory=list)
+    content_hashes: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    failure: Degradation | None = None
+    unavailable: DomainError | None = None
+
+
+@dataclass(frozen=True)
+class Reranked:
+    candidates: list  # FusedCandidate, the reranked head first
+    scores: dict[int, float] | None  # chunk id -> rerank score; None: not reranked
+    degraded: list[dict]
