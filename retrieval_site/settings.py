@@ -80,11 +80,11 @@ def _local_secret_key(var_dir: Path) -> str:
 
 # "a,b" in the environment (pydantic-settings would otherwise expect JSON for a list).
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
-HttpUrl = Annotated[str, _url("http", "https")]
+HttpUrlOrUnset = Annotated[str, _url("http", "https")]
 
 
 class Environment(BaseSettings):
-    """The environment variables, grouped as in the README's Configuration table."""
+    """The environment variables, grouped by concern; the README's Configuration table lists them all."""
 
     model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True, frozen=True)
 
@@ -100,8 +100,10 @@ class Environment(BaseSettings):
     DATA_UPLOAD_MAX_MEMORY_SIZE: PositiveInt = Field(256 * 1024, validation_alias="MAX_REQUEST_BYTES")
     CORS_ALLOWED_ORIGINS: CommaList = []  # e.g. https://app.example.com; empty: no cross-origin calls
     # json: one JSON object per line, for log shippers; text: for reading in a terminal.
-    LOG_FORMAT: Annotated[Literal["json", "text"], BeforeValidator(str.lower)] = "json"
-    LOG_LEVEL: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)] = "INFO"
+    LOG_FORMAT: Annotated[Literal["json", "text"], BeforeValidator(lambda value: value.strip().lower())] = "json"
+    LOG_LEVEL: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda value: value.strip().upper())
+    ] = "INFO"
     # /metrics answers these addresses or networks (the TCP peer, not X-Forwarded-For), or any
     # client sending "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
     METRICS_ALLOWED_IPS: Annotated[CommaList, AfterValidator(_networks)] = ["127.0.0.1", "::1"]
@@ -132,7 +134,7 @@ class Environment(BaseSettings):
     # A name from the bundled aliases (all-MiniLM-L6-v2), a sentence-transformers model folder, or,
     # with EMBEDDING_URL set, the model name sent to that OpenAI-compatible /v1/embeddings endpoint.
     EMBEDDING_MODEL: str = "all-MiniLM-L6-v2"
-    EMBEDDING_URL: Annotated[HttpUrl, Ranks] = ""
+    EMBEDDING_URL: Annotated[HttpUrlOrUnset, Ranks] = ""
     EMBEDDING_API_KEY: str = ""
     EMBEDDING_TIMEOUT_S: PositiveFloat = 30.0
     EMBEDDING_BATCH_SIZE: PositiveInt = 32
@@ -148,7 +150,7 @@ class Environment(BaseSettings):
     HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
 
     # --- Lexical search -----------------------------------------------------------------------
-    ELASTICSEARCH_URL: Annotated[HttpUrl, Ranks] = ""  # set: Elasticsearch; unset: embedded tantivy
+    ELASTICSEARCH_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # set: Elasticsearch; unset: embedded tantivy
     ELASTICSEARCH_INDEX_PREFIX: str = "retrieval"
     # tantivy indexes live per database, so test databases never read the service's indexes.
     LEXICAL_INDEX_DIR: Path = Field(
@@ -170,14 +172,14 @@ class Environment(BaseSettings):
     # --- Query expansion ----------------------------------------------------------------------
     SPELLING_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.7
     SPELLING_MAX_VOCABULARY: Annotated[PositiveInt, Ranks] = 50_000  # a KB's most frequent terms it knows
-    LLM_URL: Annotated[HttpUrl, Ranks] = ""  # OpenAI-compatible chat endpoint for optional query rewriting
+    LLM_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # OpenAI-compatible chat endpoint for optional query rewriting
     LLM_MODEL: Annotated[str, Ranks] = ""
     LLM_API_KEY: str = ""
     LLM_TIMEOUT_S: PositiveFloat = 3.0
     LLM_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.6
 
     # --- Reranking ----------------------------------------------------------------------------
-    RERANKER_URL: Annotated[HttpUrl, Ranks] = ""  # remote /v1/rerank (llama.cpp, TEI, vLLM, Xinference)
+    RERANKER_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # remote /v1/rerank (llama.cpp, TEI, vLLM, Xinference)
     RERANKER_MODEL: Annotated[str, Ranks] = ""  # or a local CrossEncoder folder
     RERANKER_API_KEY: str = ""
     RERANKER_TIMEOUT_S: PositiveFloat = 2.0
