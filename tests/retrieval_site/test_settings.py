@@ -119,11 +119,13 @@ def test_code_reads_settings_without_repeating_defaults():
     assert offenders == []
 
 
+def run(args: list[str], env: dict[str, str]) -> None:
+    result = subprocess.run(args, cwd=BASE_DIR, env=env, timeout=180, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def run_django(code: str, env: dict[str, str]) -> None:
-    subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup()\n{code}"],
-        cwd=BASE_DIR, env=env, check=True, timeout=180, capture_output=True,
-    )
+    run([sys.executable, "-c", f"import django; django.setup()\n{code}"], env)
 
 
 @pytest.fixture
@@ -159,8 +161,5 @@ def test_importing_settings_starts_no_server_and_first_use_does(fresh_var_dir):
     )
     assert postmaster.exists() and socket.exists()
 
-    subprocess.run(
-        [sys.executable, "manage.py", "embedded_services", "stop"],
-        cwd=BASE_DIR, env=env, check=True, timeout=120, capture_output=True,
-    )
+    run([sys.executable, "manage.py", "embedded_services", "stop"], env)
     assert not postmaster.exists() and not socket.exists()
