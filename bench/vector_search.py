@@ -393,7 +393,7 @@ def main() -> int:
                   f"p50 {embedding_by_config[config]['p50_ms']} ms", flush=True)
         torch.set_num_threads(settings.TORCH_THREADS)
         result["inprocess_query_embedding"] = embedding_by_config
-        depth = int(getattr(settings, "SEARCH_CANDIDATES", args.top_k) or args.top_k)
+        depth = settings.SEARCH_CANDIDATES
         exact_index = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=10**9)
         forced_hnsw = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=1)
 

@@ -4,7 +4,9 @@ The server is the ``redis-server`` binary bundled in the PyPI package ``redislit
 client shuts its server down when the creating process exits, so the binary is started here as a
 daemon instead: unix socket only (no TCP), pidfile and log in its directory, started once and shared
 by every process (``migrate``, gunicorn workers, a test run), and stopped explicitly with
-:func:`stop_embedded_redis`, like the embedded PostgreSQL.
+:func:`stop_embedded_redis`, like the embedded PostgreSQL. Importing settings starts nothing: with
+``REDIS_URL`` unset the cache connects through :class:`EmbeddedRedisConnectionFactory`, which starts
+the server on the first connection.
 
 Redis holds only derived or short-lived data (result cache, rate-limit counters, idempotency records),
 so the embedded server keeps it in memory: nothing is written to disk.
@@ -19,8 +21,10 @@ import time
 from pathlib import Path
 
 import redis
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django_redis.exceptions import ConnectionInterrupted
+from django_redis.pool import ConnectionFactory
 
 logger = logging.getLogger(__name__)
 
@@ -30,18 +34,28 @@ REDIS_ERRORS = (ConnectionInterrupted, redis.RedisError, OSError)
 # Data directories whose server this process started: a test run stops only a server it started.
 started_here: set[Path] = set()
 
+_SOCKET = "redis.sock"
 _MAX_SOCKET_PATH = 100  # unix socket paths are limited to 107 bytes on Linux
 _TIMEOUT_S = 10.0
 _WARN_EVERY_S = 60.0
 _last_warned: dict[str, float] = {}
 
 
-def embedded_redis_url(data_dir: Path) -> str:
-    """Start (or attach to) the embedded server for ``data_dir`` and return its ``unix://`` URL."""
-    data_dir = data_dir.resolve()
-    socket = data_dir / "redis.sock"
+def embedded_redis_location(data_dir: Path) -> str:
+    """The ``unix://`` URL of the embedded server for ``data_dir`` (started or not)."""
+    socket = data_dir.resolve() / _SOCKET
     if len(str(socket)) > _MAX_SOCKET_PATH:
         raise ImproperlyConfigured(f"EMBEDDED_REDIS_DIR is too deep for a unix socket path: {socket}")
+    return f"unix://{socket}?db=0"
+
+
+def start_embedded_redis(data_dir: Path) -> str:
+    """Start (or attach to) the embedded server for ``data_dir`` and return its ``unix://`` URL."""
+    location = embedded_redis_location(data_dir)
+    data_dir = data_dir.resolve()
+    socket = data_dir / _SOCKET
+    if _is_running(socket):
+        return location
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # One process starts the server; concurrent starters wait for it and attach.
     with open(data_dir / "start.lock", "w") as lock:
@@ -49,13 +63,26 @@ def embedded_redis_url(data_dir: Path) -> str:
         if not _is_running(socket):
             _start(data_dir, socket)
             started_here.add(data_dir)
-    return f"unix://{socket}?db=0"
+    return location
+
+
+class EmbeddedRedisConnectionFactory(ConnectionFactory):
+    """django-redis's factory that first starts the embedded server when the cache connects to it.
+
+    Only ``EMBEDDED_REDIS_DIR``'s server is started: a cache pointed elsewhere (a test's own
+    Redis) connects as usual, so a server someone stopped stays stopped.
+    """
+
+    def connect(self, url: str) -> redis.Redis:
+        if url == embedded_redis_location(settings.EMBEDDED_REDIS_DIR):
+            start_embedded_redis(settings.EMBEDDED_REDIS_DIR)
+        return super().connect(url)
 
 
 def stop_embedded_redis(data_dir: Path) -> bool:
     """Stop the embedded server for ``data_dir`` if one runs; return whether one was stopped."""
     data_dir = data_dir.resolve()
-    socket = data_dir / "redis.sock"
+    socket = data_dir / _SOCKET
     if not _is_running(socket):
         return False
     _client(socket).shutdown(nosave=True)

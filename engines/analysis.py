@@ -396,8 +396,8 @@ def default_stopwords() -> frozenset[str]:
     """Lucene's English set, or ``settings.ANALYZER_STOPWORDS`` if non-empty, plus ``ANALYZER_EXTRA_STOPWORDS``."""
     from django.conf import settings
 
-    base = getattr(settings, "ANALYZER_STOPWORDS", None) or LUCENE_ENGLISH_STOPWORDS
-    return frozenset(base) | frozenset(getattr(settings, "ANALYZER_EXTRA_STOPWORDS", None) or ())
+    base = settings.ANALYZER_STOPWORDS or LUCENE_ENGLISH_STOPWORDS
+    return frozenset(base) | frozenset(settings.ANALYZER_EXTRA_STOPWORDS)
 
 
 def is_cjk_query(text: str) -> bool:

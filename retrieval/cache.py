@@ -2,9 +2,9 @@
 
 The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
 switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched, the settings that shape rankings and the stored response's field names. Every
-content change bumps a revision, so a re-ingest makes old entries unreachable rather than stale; they
-expire with ``SEARCH_CACHE_TTL_S``.
+KB version searched, the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
+them) and the stored response's field names. Every content change bumps a revision, so a re-ingest
+makes old entries unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
 
 A response naming a degradation is not stored: a transient backend failure must not be served for an
 hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
@@ -28,12 +28,6 @@ from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
 
-# Settings that change rankings: a restart with new values must not serve rankings made with the old.
-_RANKING_SETTINGS = (
-    "SEARCH_WEIGHTS", "RRF_K", "SEARCH_CANDIDATES", "DENSE_WEIGHT_FLOOR", "VECTOR_EXACT_SCAN_THRESHOLD",
-    "HNSW_EF_SEARCH", "LEXICAL_FILTER_MAX_IDS", "EMBEDDING_URL", "SPELLING_WEIGHT", "LLM_URL", "LLM_MODEL",
-    "LLM_WEIGHT", "RERANKER_URL", "RERANKER_MODEL", "RERANKER_MAX_TOKENS", "RERANK_TOP_N",
-)  # fmt: skip
 _EXPANDERS = ("synonyms", "spelling", "llm")
 # Entries outlive deploys: a change of the stored shape must not load old entries into new classes.
 _SHAPE = [field.name for field in fields(SearchResponse)] + [field.name for field in fields(SearchHit)]
@@ -88,7 +82,8 @@ def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
         "tenant": tenant.pk,
         "request": normalized,
         "versions": versions,
-        "settings": {name: getattr(settings, name) for name in _RANKING_SETTINGS},
+        # A restart with new ranking settings must not serve rankings made under the old ones.
+        "settings": {name: getattr(settings, name) for name in settings.RANKING_SETTINGS},
         "shape": _SHAPE,
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,8 +1,15 @@
-"""Settings, all read from the environment here and nowhere else.
+"""Settings. Every environment variable the service reads is a field of :class:`Environment` below.
 
-With no ``DATABASE_URL`` the service starts (or attaches to) an embedded PostgreSQL 18 + pgvector
-under ``var/``; with one it uses that server. Same migrations, same code. Likewise ``REDIS_URL``:
-unset, an embedded Redis on a unix socket under ``var/``.
+Each field names its variable, its type (parsed by pydantic-settings: an unparsable or out-of-range
+value stops startup with an error naming the variable) and its one default; empty counts as unset.
+Every field is also a Django setting of the same name, so code reads ``settings.X`` only. Fields
+marked ``Ranks`` change rankings: the search cache key includes them (``RANKING_SETTINGS``).
+
+Importing this module starts no server. With no ``DATABASE_URL`` the database backend
+``core.embedded_postgres`` starts (or attaches to) an embedded PostgreSQL 18 + pgvector under
+``var/`` on its first connection; with one it uses that server. Same migrations, same code.
+Likewise ``REDIS_URL``: unset, the cache starts an embedded Redis on a unix socket under ``var/``
+when it first connects.
 """
 from __future__ import annotations
 
@@ -10,47 +17,205 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from pydantic import AfterValidator, BeforeValidator, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import PositiveInt, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
+from core.redis import embedded_redis_location
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 
 
-def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+class Ranks:
+    """Marks a variable that changes rankings: a search cached under another value is not reused."""
 
 
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+def _comma_list(value: object) -> object:
+    return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
 
 
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+def _url(*schemes: str) -> AfterValidator:
+    """Accepts unset ("") or a URL with one of ``schemes``."""
+
+    def check(value: str) -> str:
+        parts = urlsplit(value)
+        if value and (parts.scheme not in schemes or not (parts.netloc or parts.path)):
+            raise ValueError(f"expected a {' or '.join(f'{scheme}://' for scheme in schemes)} URL")
+        return value
+
+    return AfterValidator(check)
 
 
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+def _networks(values: list[str]) -> list[str]:
+    for value in values:
+        ipaddress.ip_network(value, strict=False)  # a typo fails at startup, not at the first scrape
+    return values
 
 
-def _local_secret_key() -> str:
+def _database_url(value: str) -> str:
+    if value:
+        dj_database_url.parse(value)  # raises on a scheme it does not know
+    return value
+
+
+def _database_name(url: str) -> str:
+    return dj_database_url.parse(url)["NAME"] if url else EMBEDDED_DATABASE
+
+
+def _local_secret_key(var_dir: Path) -> str:
     """A per-checkout random key for local runs; production sets DJANGO_SECRET_KEY."""
-    path = VAR_DIR / "secret_key"
+    path = var_dir / "secret_key"
     if not path.exists():
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        var_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
 
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or _local_secret_key()
-DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+# "a,b" in the environment (pydantic-settings would otherwise expect JSON for a list).
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
+HttpUrlOrUnset = Annotated[str, _url("http", "https")]
+
+
+class Environment(BaseSettings):
+    """The environment variables, grouped by concern; the README's Configuration table lists them all."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True, frozen=True)
+
+    # --- Django and HTTP ----------------------------------------------------------------------
+    VAR_DIR: Path = BASE_DIR / "var"  # local state: embedded servers, indexes, static files, secret key
+    SECRET_KEY: str = Field(
+        validation_alias="DJANGO_SECRET_KEY", default_factory=lambda data: _local_secret_key(data["VAR_DIR"])
+    )
+    DEBUG: bool = Field(False, validation_alias="DJANGO_DEBUG")
+    ALLOWED_HOSTS: CommaList = Field(["127.0.0.1", "localhost", "testserver"], validation_alias="DJANGO_ALLOWED_HOSTS")
+    CSRF_TRUSTED_ORIGINS: CommaList = Field([], validation_alias="DJANGO_CSRF_TRUSTED_ORIGINS")
+    # Search requests are small; anything larger is refused with 413 before it is parsed.
+    DATA_UPLOAD_MAX_MEMORY_SIZE: PositiveInt = Field(256 * 1024, validation_alias="MAX_REQUEST_BYTES")
+    CORS_ALLOWED_ORIGINS: CommaList = []  # e.g. https://app.example.com; empty: no cross-origin calls
+    # json: one JSON object per line, for log shippers; text: for reading in a terminal.
+    LOG_FORMAT: Annotated[Literal["json", "text"], BeforeValidator(lambda value: value.strip().lower())] = "json"
+    LOG_LEVEL: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda value: value.strip().upper())
+    ] = "INFO"
+    # /metrics answers these addresses or networks (the TCP peer, not X-Forwarded-For), or any
+    # client sending "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
+    METRICS_ALLOWED_IPS: Annotated[CommaList, AfterValidator(_networks)] = ["127.0.0.1", "::1"]
+    METRICS_TOKEN: str = ""
+
+    # --- Database -----------------------------------------------------------------------------
+    DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
+    EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
+    DB_CONN_MAX_AGE: NonNegativeInt = 60
+    TEST_DATABASE_NAME: str = "test_retrieval"
+
+    # --- Redis: result cache, rate-limit counters, idempotency records ------------------------
+    REDIS_URL: Annotated[str, _url("redis", "rediss", "unix")] = ""  # unset: the embedded server
+    EMBEDDED_REDIS_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "redis")
+    REDIS_TIMEOUT_S: PositiveFloat = 0.5  # short: a Redis outage degrades, never stalls
+    SEARCH_CACHE_TTL_S: NonNegativeInt = 3600  # 0 disables the result cache
+    SEARCH_CACHE_WAIT_S: NonNegativeFloat = 2.0  # identical misses wait this long for the first
+    # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
+    API_KEY_CACHE_TTL_S: NonNegativeInt = 5
+    # Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
+    RATE_LIMIT_WINDOW_S: PositiveInt = 60
+    RATE_LIMIT_FAIL_OPEN: bool = True  # Redis down: serve (true) or 503 (false)
+    RATE_LIMIT_ANONYMOUS: NonNegativeInt = 100  # per client IP and window, no key or a bad one
+    IDEMPOTENCY_TTL_S: PositiveInt = 24 * 3600  # how long a stored response is replayed
+    IDEMPOTENCY_LOCK_TTL_S: PositiveInt = 120  # in-flight marker; outlives any request
+
+    # --- Embeddings and vector search ---------------------------------------------------------
+    # A name from the bundled aliases (all-MiniLM-L6-v2), a sentence-transformers model folder, or,
+    # with EMBEDDING_URL set, the model name sent to that OpenAI-compatible /v1/embeddings endpoint.
+    EMBEDDING_MODEL: str = "all-MiniLM-L6-v2"
+    EMBEDDING_URL: Annotated[HttpUrlOrUnset, Ranks] = ""
+    EMBEDDING_API_KEY: str = ""
+    EMBEDDING_TIMEOUT_S: PositiveFloat = 30.0
+    EMBEDDING_BATCH_SIZE: PositiveInt = 32
+    # Languages of a model the service does not know, e.g. "zh,en": they decide its dense weight.
+    EMBEDDING_LANGUAGES: Annotated[CommaList, Ranks] = []
+    # gunicorn.conf.py makes it 1 in web workers; other processes (ingest, evaluate) use every core.
+    TORCH_THREADS: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
+    CHUNK_SIZE_TOKENS: PositiveInt = 200  # for new KBs
+    CHUNK_OVERLAP_TOKENS: NonNegativeInt = 32
+    # Below this many matching rows a filtered search scans them exactly instead of walking HNSW.
+    VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 4000
+    # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
+    HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
+
+    # --- Lexical search -----------------------------------------------------------------------
+    ELASTICSEARCH_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # set: Elasticsearch; unset: embedded tantivy
+    ELASTICSEARCH_INDEX_PREFIX: str = "retrieval"
+    # tantivy indexes live per database, so test databases never read the service's indexes.
+    LEXICAL_INDEX_DIR: Path = Field(
+        default_factory=lambda data: data["VAR_DIR"] / "lexical" / _database_name(data["DATABASE_URL"])
+    )
+    ANALYZER_STOPWORDS: Annotated[CommaList, Ranks] = []  # replaces Lucene's English stopwords when set
+    ANALYZER_EXTRA_STOPWORDS: Annotated[CommaList, Ranks] = []
+    # With filters, BM25 searches within the matching chunk ids when there are at most this many.
+    LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 50_000
+
+    # --- Hybrid search ------------------------------------------------------------------------
+    RRF_K: Annotated[PositiveInt, Ranks] = 60
+    SEARCH_CANDIDATES: Annotated[PositiveInt, Ranks] = 100  # per-retriever depth (tuned: docs/BENCHMARKS.md)
+    SEARCH_WEIGHT_VECTOR: NonNegativeFloat = 1.0  # read as SEARCH_WEIGHTS (below)
+    SEARCH_WEIGHT_BM25: NonNegativeFloat = 1.0
+    # Dense weight for queries in a language the KB's embedding model does not cover (0 skips the leg).
+    DENSE_WEIGHT_FLOOR: Annotated[NonNegativeFloat, Ranks] = 0.0
+
+    # --- Query expansion ----------------------------------------------------------------------
+    SPELLING_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.7
+    SPELLING_MAX_VOCABULARY: Annotated[PositiveInt, Ranks] = 50_000  # a KB's most frequent terms it knows
+    LLM_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # OpenAI-compatible chat endpoint for optional query rewriting
+    LLM_MODEL: Annotated[str, Ranks] = ""
+    LLM_API_KEY: str = ""
+    LLM_TIMEOUT_S: PositiveFloat = 3.0
+    LLM_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.6
+
+    # --- Reranking ----------------------------------------------------------------------------
+    RERANKER_URL: Annotated[HttpUrlOrUnset, Ranks] = ""  # remote /v1/rerank (llama.cpp, TEI, vLLM, Xinference)
+    RERANKER_MODEL: Annotated[str, Ranks] = ""  # or a local CrossEncoder folder
+    RERANKER_API_KEY: str = ""
+    RERANKER_TIMEOUT_S: PositiveFloat = 2.0
+    RERANKER_RETRIES: NonNegativeInt = 1
+    RERANKER_MAX_TOKENS: Annotated[PositiveInt, Ranks] = 256
+    RERANK_TOP_N: Annotated[PositiveInt, Ranks] = 30  # only the head of the fused list is reranked
+
+    @classmethod
+    def variables(cls) -> list[str]:
+        """The names of the environment variables read, in order."""
+        return [field.validation_alias or name for name, field in cls.model_fields.items()]
+
+    @classmethod
+    def ranking(cls) -> tuple[str, ...]:
+        """The settings marked ``Ranks``."""
+        return tuple(name for name, field in cls.model_fields.items() if Ranks in field.metadata)
+
+
+def read_environment() -> Environment:
+    """The environment, parsed; a bad value stops startup naming every variable at fault.
+
+    Values are left out of the message: a URL or key may carry a secret.
+    """
+    try:
+        return Environment()
+    except ValidationError as exc:
+        problems = [
+            f"{error['loc'][0]}: {error['msg']}"
+            for error in exc.errors()
+            if error["type"] != "default_factory_not_called"  # a default made from a bad variable
+        ]
+        raise ImproperlyConfigured("invalid environment variables:\n  " + "\n  ".join(problems)) from None
+
+
+env = read_environment()
+globals().update(env.model_dump())  # every field is a Django setting of the same name
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -108,48 +273,36 @@ TEMPLATES = [
 WSGI_APPLICATION = "retrieval_site.wsgi.application"
 
 # --- Database -------------------------------------------------------------------------------
-EMBEDDED_PG_DIR = Path(env_str("EMBEDDED_PG_DIR") or VAR_DIR / "pgdata")
-DATABASE_URL = env_str("DATABASE_URL")
-if not DATABASE_URL:
-    from core.embedded_postgres import embedded_postgres_uri
-
-    DATABASE_URL = embedded_postgres_uri(EMBEDDED_PG_DIR)
-
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+if env.DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(env.DATABASE_URL, conn_max_age=env.DB_CONN_MAX_AGE)}
+else:  # the backend starts (or attaches to) the server under EMBEDDED_PG_DIR and finds its socket
+    DATABASES = {
+        "default": {
+            "ENGINE": "core.embedded_postgres",
+            "NAME": EMBEDDED_DATABASE,
+            "USER": EMBEDDED_USER,
+            "CONN_MAX_AGE": env.DB_CONN_MAX_AGE,
+        }
+    }
 DATABASES["default"].setdefault("OPTIONS", {})
 # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the SQL filters.
 DATABASES["default"]["OPTIONS"]["options"] = "-c hnsw.iterative_scan=relaxed_order"
-DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_retrieval")}
+DATABASES["default"]["TEST"] = {"NAME": env.TEST_DATABASE_NAME}
 
 # --- Redis: result cache, rate-limit counters, idempotency records ----------------------------
-# With no REDIS_URL the service starts (or attaches to) an embedded Redis on a unix socket under var/.
-EMBEDDED_REDIS_DIR = Path(env_str("EMBEDDED_REDIS_DIR") or VAR_DIR / "redis")
-REDIS_URL = env_str("REDIS_URL")
-if not REDIS_URL:
-    from core.redis import embedded_redis_url
-
-    REDIS_URL = embedded_redis_url(EMBEDDED_REDIS_DIR)
-REDIS_TIMEOUT_S = float(env_str("REDIS_TIMEOUT_S", "0.5"))  # short: a Redis outage degrades, never stalls
+REDIS_URL = env.REDIS_URL or embedded_redis_location(env.EMBEDDED_REDIS_DIR)
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "retrieval",
-        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": REDIS_TIMEOUT_S, "SOCKET_TIMEOUT": REDIS_TIMEOUT_S},
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": env.REDIS_TIMEOUT_S, "SOCKET_TIMEOUT": env.REDIS_TIMEOUT_S},
     }
 }
-SEARCH_CACHE_TTL_S = env_int("SEARCH_CACHE_TTL_S", 3600)  # 0 disables the result cache
-# Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
-API_KEY_CACHE_TTL_S = env_int("API_KEY_CACHE_TTL_S", 5)
-SEARCH_CACHE_WAIT_S = float(env_str("SEARCH_CACHE_WAIT_S", "2.0"))  # identical misses wait for the first
-# Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
-RATE_LIMIT_WINDOW_S = env_int("RATE_LIMIT_WINDOW_S", 60)
-RATE_LIMIT_FAIL_OPEN = env_bool("RATE_LIMIT_FAIL_OPEN", True)  # Redis down: serve (true) or 503 (false)
-RATE_LIMIT_ANONYMOUS = env_int("RATE_LIMIT_ANONYMOUS", 100)  # per client IP and window, no key or a bad one
+if not env.REDIS_URL:  # the embedded server starts on the cache's first connection
+    CACHES["default"]["OPTIONS"]["CONNECTION_FACTORY"] = "core.redis.EmbeddedRedisConnectionFactory"
 RATELIMIT_USE_CACHE = "default"  # django-ratelimit's own settings: where its counters live,
-RATELIMIT_FAIL_OPEN = RATE_LIMIT_FAIL_OPEN  # and the same fail-open choice
-IDEMPOTENCY_TTL_S = env_int("IDEMPOTENCY_TTL_S", 24 * 3600)  # how long a stored response is replayed
-IDEMPOTENCY_LOCK_TTL_S = env_int("IDEMPOTENCY_LOCK_TTL_S", 120)  # in-flight marker; outlives any request
+RATELIMIT_FAIL_OPEN = env.RATE_LIMIT_FAIL_OPEN  # and the same fail-open choice
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -166,14 +319,11 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = env.VAR_DIR / "static"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-
-# Search requests are small; anything larger is refused with 413 before it is parsed.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 256 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
@@ -201,7 +351,6 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- CORS (browsers calling the API from other origins) ---------------------------------------
-CORS_ALLOWED_ORIGINS = env_list("CORS_ALLOWED_ORIGINS")  # e.g. https://app.example.com; empty: no cross-origin
 CORS_URLS_REGEX = r"^/api/.*$"
 CORS_ALLOW_HEADERS = ["accept", "authorization", "content-type", "x-api-key", "idempotency-key", "x-request-id"]
 CORS_EXPOSE_HEADERS = [
@@ -213,74 +362,12 @@ CORS_EXPOSE_HEADERS = [
     "Idempotent-Replayed",
 ]
 
-# --- Metrics and health ---------------------------------------------------------------------
-# /metrics answers these addresses or networks (the TCP peer, not X-Forwarded-For), or any
-# client sending "Authorization: Bearer <METRICS_TOKEN>" when a token is set.
-METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", "127.0.0.1,::1")
-for _network in METRICS_ALLOWED_IPS:
-    ipaddress.ip_network(_network, strict=False)  # a typo fails at startup, not at the first scrape
-METRICS_TOKEN = env_str("METRICS_TOKEN")
+# --- Search ---------------------------------------------------------------------------------
+SEARCH_WEIGHTS = {"vector": env.SEARCH_WEIGHT_VECTOR, "bm25": env.SEARCH_WEIGHT_BM25}  # default retriever weights
+# What the search cache key includes: every field marked Ranks and the settings made from them.
+RANKING_SETTINGS = (*Environment.ranking(), "SEARCH_WEIGHTS")
 
-# --- Embeddings and search ------------------------------------------------------------------
-# A name from the bundled aliases (all-MiniLM-L6-v2), a sentence-transformers model folder, or,
-# with EMBEDDING_URL set, the model name sent to that OpenAI-compatible /v1/embeddings endpoint.
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2")
-EMBEDDING_URL = env_str("EMBEDDING_URL")
-EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY")
-EMBEDDING_TIMEOUT_S = float(env_str("EMBEDDING_TIMEOUT_S", "30"))
-EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 32)
-EMBEDDING_LANGUAGES = env_list("EMBEDDING_LANGUAGES")  # for models the service does not know, e.g. "zh,en"
-TORCH_THREADS = env_int("TORCH_THREADS", os.cpu_count() or 1)
-
-CHUNK_SIZE_TOKENS = env_int("CHUNK_SIZE_TOKENS", 200)
-CHUNK_OVERLAP_TOKENS = env_int("CHUNK_OVERLAP_TOKENS", 32)
-
-# Below this many matching rows a filtered search scans them exactly instead of walking HNSW.
-VECTOR_EXACT_SCAN_THRESHOLD = env_int("VECTOR_EXACT_SCAN_THRESHOLD", 4000)
-HNSW_EF_SEARCH = env_int("HNSW_EF_SEARCH", 100)
-
-# --- Lexical search -----------------------------------------------------------------------
-ELASTICSEARCH_URL = env_str("ELASTICSEARCH_URL")  # set: Elasticsearch; unset: embedded tantivy
-ELASTICSEARCH_INDEX_PREFIX = env_str("ELASTICSEARCH_INDEX_PREFIX", "retrieval")
-# tantivy indexes live per database, so test databases never read the service's indexes.
-LEXICAL_INDEX_DIR = Path(env_str("LEXICAL_INDEX_DIR") or VAR_DIR / "lexical" / DATABASES["default"]["NAME"])
-ANALYZER_STOPWORDS = env_list("ANALYZER_STOPWORDS")  # replaces Lucene's English stopwords when set
-ANALYZER_EXTRA_STOPWORDS = env_list("ANALYZER_EXTRA_STOPWORDS")
-# With filters, BM25 searches within the matching chunk ids when there are at most this many.
-LEXICAL_FILTER_MAX_IDS = env_int("LEXICAL_FILTER_MAX_IDS", 50000)
-
-# --- Hybrid search --------------------------------------------------------------------------
-RRF_K = env_int("RRF_K", 60)
-SEARCH_CANDIDATES = env_int("SEARCH_CANDIDATES", 100)  # per-retriever depth before fusion (tuned: docs/BENCHMARKS.md)
-SEARCH_WEIGHTS = {
-    "vector": float(env_str("SEARCH_WEIGHT_VECTOR", "1.0")),
-    "bm25": float(env_str("SEARCH_WEIGHT_BM25", "1.0")),
-}
-# Dense weight for queries in a language the KB's embedding model does not cover (0 skips the leg).
-DENSE_WEIGHT_FLOOR = float(env_str("DENSE_WEIGHT_FLOOR", "0.0"))
-
-# --- Query expansion -------------------------------------------------------------------------
-SPELLING_WEIGHT = float(env_str("SPELLING_WEIGHT", "0.7"))
-LLM_URL = env_str("LLM_URL")  # OpenAI-compatible chat endpoint for optional query rewriting
-LLM_MODEL = env_str("LLM_MODEL")
-LLM_API_KEY = env_str("LLM_API_KEY")
-LLM_TIMEOUT_S = float(env_str("LLM_TIMEOUT_S", "3.0"))
-LLM_WEIGHT = float(env_str("LLM_WEIGHT", "0.6"))
-
-# --- Reranking -------------------------------------------------------------------------------
-RERANKER_URL = env_str("RERANKER_URL")  # remote /v1/rerank (llama.cpp, TEI, vLLM, Xinference, SiliconFlow)
-RERANKER_MODEL = env_str("RERANKER_MODEL")  # or a local CrossEncoder folder
-RERANKER_API_KEY = env_str("RERANKER_API_KEY")
-RERANKER_TIMEOUT_S = float(env_str("RERANKER_TIMEOUT_S", "2.0"))
-RERANKER_RETRIES = env_int("RERANKER_RETRIES", 1)
-RERANKER_MAX_TOKENS = env_int("RERANKER_MAX_TOKENS", 256)
-RERANK_TOP_N = env_int("RERANK_TOP_N", 30)  # only the head of the fused list is reranked
-
-# json (default): one JSON object per line, for log shippers; text: for reading in a terminal.
-# Every line carries the request id; retrieval.access logs one line per request.
-LOG_FORMAT = env_str("LOG_FORMAT", "json").strip().lower()
-if LOG_FORMAT not in ("json", "text"):
-    raise ValueError(f"LOG_FORMAT must be 'json' or 'text', not {LOG_FORMAT!r}")
+# Every log line carries the request id; retrieval.access logs one line per request.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -294,7 +381,7 @@ LOGGING = {
         },
         "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": env.LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": env.LOG_LEVEL},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }

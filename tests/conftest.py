@@ -55,7 +55,7 @@ def private_redis(settings, tmp_path_factory):
     from core import redis
 
     data_dir = tmp_path_factory.mktemp("redis")
-    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": redis.embedded_redis_url(data_dir)}}
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": redis.start_embedded_redis(data_dir)}}
     redis._last_warned.clear()  # so the outage warning of this test is logged
     yield lambda: redis.stop_embedded_redis(data_dir)
     redis.stop_embedded_redis(data_dir)

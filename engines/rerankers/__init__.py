@@ -20,25 +20,25 @@ _cache: dict[str, Reranker | None] = {}
 
 
 def _build() -> Reranker | None:
-    url = getattr(settings, "RERANKER_URL", "")
-    model = getattr(settings, "RERANKER_MODEL", "")
+    url = settings.RERANKER_URL
+    model = settings.RERANKER_MODEL
     if url:
         from engines.rerankers.remote import RemoteReranker
 
         return RemoteReranker(
             url,
             model=model,
-            api_key=getattr(settings, "RERANKER_API_KEY", ""),
-            timeout_s=getattr(settings, "RERANKER_TIMEOUT_S", 2.0),
-            retries=getattr(settings, "RERANKER_RETRIES", 1),
+            api_key=settings.RERANKER_API_KEY,
+            timeout_s=settings.RERANKER_TIMEOUT_S,
+            retries=settings.RERANKER_RETRIES,
         )
     if not model:
         return None
     from engines.rerankers.cross_encoder import CrossEncoderReranker
 
     options = {
-        "max_tokens": getattr(settings, "RERANKER_MAX_TOKENS", 256),
-        "torch_threads": getattr(settings, "TORCH_THREADS", None),
+        "max_tokens": settings.RERANKER_MAX_TOKENS,
+        "torch_threads": settings.TORCH_THREADS,
     }
     if model != UNTRAINED_MINILM:
         return CrossEncoderReranker(model, **options)

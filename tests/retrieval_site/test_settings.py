@@ -1,0 +1,165 @@
+"""The settings module: typed environment variables, one default each, documented, and no server
+started by importing it (the embedded PostgreSQL and Redis start on first use)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from core.embedded_postgres import stop_embedded_postgres
+from core.redis import stop_embedded_redis
+from retrieval_site.settings import BASE_DIR, Environment, read_environment
+
+# Read by ./run (the shell) or by prometheus_client, not by the settings module.
+READ_OUTSIDE_SETTINGS = {"HOST", "PORT", "WEB_WORKERS", "WEB_THREADS", "PROMETHEUS_MULTIPROC_DIR"}
+
+
+@pytest.fixture
+def environ(monkeypatch):
+    """Set environment variables for ``read_environment()``; no secret key file is written."""
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "test")
+    return monkeypatch.setenv
+
+
+def test_values_are_parsed_by_type(environ, tmp_path):
+    environ("DJANGO_ALLOWED_HOSTS", " a.example, b.example ,")
+    environ("DJANGO_DEBUG", "yes")
+    environ("SEARCH_WEIGHT_BM25", "0.5")
+    environ("VAR_DIR", str(tmp_path))
+    env = read_environment()
+    assert env.ALLOWED_HOSTS == ["a.example", "b.example"]
+    assert env.DEBUG is True
+    assert env.SEARCH_WEIGHT_BM25 == 0.5
+    assert env.EMBEDDED_PG_DIR == tmp_path / "pgdata"  # defaults made from another variable follow it
+
+
+def test_an_empty_variable_counts_as_unset(environ):
+    environ("RRF_K", "")
+    environ("DJANGO_ALLOWED_HOSTS", "")
+    env = read_environment()
+    assert env.RRF_K == Environment.model_fields["RRF_K"].default
+    assert env.ALLOWED_HOSTS == Environment.model_fields["ALLOWED_HOSTS"].default
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("RRF_K", "sixty"),
+        ("RRF_K", "0"),
+        ("DJANGO_DEBUG", "maybe"),
+        ("REDIS_TIMEOUT_S", "-1"),
+        ("REDIS_URL", "http://cache:6379"),
+        ("ELASTICSEARCH_URL", "localhost:9200"),
+        ("DATABASE_URL", "postgress://user:hunter2@db/retrieval"),
+        ("METRICS_ALLOWED_IPS", "127.0.0.1,10.0.0.300"),
+        ("LOG_FORMAT", "xml"),
+    ],
+)
+def test_a_bad_value_stops_startup_naming_the_variable(environ, name, value):
+    environ(name, value)
+    with pytest.raises(ImproperlyConfigured) as error:
+        read_environment()
+    message = str(error.value)
+    assert f"\n  {name}: " in message
+    assert message.count("\n  ") == 1  # defaults made from it are not reported as errors of their own
+    assert "hunter2" not in message  # values may carry secrets
+
+
+def readme_configuration() -> list[tuple[list[str], list[str]]]:
+    """(variables, defaults) of each row of the README's Configuration table."""
+    readme = (BASE_DIR / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `")]
+    return [
+        (re.findall(r"`([A-Z][A-Z0-9_]*)`", names), [default.strip(" `") for default in defaults.split(",")])
+        for names, defaults in rows
+    ]
+
+
+def test_every_variable_is_in_the_readme_table():
+    documented = {name for names, _ in readme_configuration() for name in names}
+    assert set(Environment.variables()) - documented == set()
+    assert documented - set(Environment.variables()) == READ_OUTSIDE_SETTINGS
+
+
+def test_the_readme_states_the_numeric_and_boolean_defaults():
+    fields = {field.validation_alias or name: field for name, field in Environment.model_fields.items()}
+    checked, wrong = 0, []
+    for names, defaults in readme_configuration():
+        for name, stated in zip(names, defaults) if len(names) == len(defaults) else ():
+            default = fields[name].default if name in fields else None
+            if isinstance(default, bool):
+                checked += 1
+                if stated != str(default).lower():
+                    wrong.append((name, stated, default))
+            elif isinstance(default, (int, float)):
+                checked += 1
+                if not re.fullmatch(r"[0-9.]+", stated) or float(stated) != default:
+                    wrong.append((name, stated, default))
+    assert wrong == []
+    assert checked > 20  # the table's shape still lets this test read it
+
+
+def test_code_reads_settings_without_repeating_defaults():
+    """``getattr(settings, "X", default)`` would be a second default, out of sight of the first."""
+    pattern = re.compile(r"getattr\(\s*settings\s*,\s*[\"'][A-Z0-9_]+[\"']\s*,")
+    offenders = [
+        str(path.relative_to(BASE_DIR))
+        for package in ("retrieval_site", "retrieval", "knowledge", "tenants", "core", "engines", "bench")
+        for path in (BASE_DIR / package).rglob("*.py")
+        if pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
+def run(args: list[str], env: dict[str, str]) -> None:
+    result = subprocess.run(args, cwd=BASE_DIR, env=env, timeout=180, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def run_django(code: str, env: dict[str, str]) -> None:
+    run([sys.executable, "-c", f"import django; django.setup()\n{code}"], env)
+
+
+@pytest.fixture
+def fresh_var_dir():
+    """A VAR_DIR of its own inside the project (embedded PostgreSQL refuses data dirs it cannot reach
+    as its system user), with both embedded servers stopped and the folder removed afterwards."""
+    (BASE_DIR / "var").mkdir(exist_ok=True)
+    var_dir = Path(tempfile.mkdtemp(prefix="test-settings-", dir=BASE_DIR / "var"))
+    yield var_dir
+    stop_embedded_redis(var_dir / "redis")
+    stop_embedded_postgres(var_dir / "pgdata")
+    shutil.rmtree(var_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_importing_settings_starts_no_server_and_first_use_does(fresh_var_dir):
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBEDDED_", "LEXICAL_"))}
+    env.update(DJANGO_SETTINGS_MODULE="retrieval_site.settings", VAR_DIR=str(fresh_var_dir))
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    postmaster, socket = fresh_var_dir / "pgdata" / "postmaster.pid", fresh_var_dir / "redis" / "redis.sock"
+
+    run_django("import retrieval_site.wsgi", env)  # settings, every app, the WSGI handler
+    assert not postmaster.exists() and not socket.exists()
+
+    run_django(
+        "from django.core.cache import cache\n"
+        "from django.db import connection\n"
+        "connection.cursor().execute('SELECT 1')\n"
+        "cache.set('probe', 1)\n"
+        "assert cache.get('probe') == 1",
+        env,
+    )
+    assert postmaster.exists() and socket.exists()
+
+    run([sys.executable, "manage.py", "embedded_services", "stop"], env)
+    assert not postmaster.exists() and not socket.exists()
