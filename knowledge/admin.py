@@ -40,8 +40,8 @@ class DocumentAdmin(admin.ModelAdmin):
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin):
     ordering = ["document", "ordinal"]
-    list_display = ["id", "document", "ordinal", "token_count", "doc_type", "is_active"]
-    list_filter = ["doc_type", "is_active", "knowledge_base"]
+    list_display = ["id", "document", "ordinal", "token_count", "doc_type"]
+    list_filter = ["doc_type", "knowledge_base"]
     search_fields = ["content"]
     exclude = ["embedding"]
     readonly_fields = ["document", "kb_version", "tenant", "knowledge_base", "content_hash", "token_count", "embedding_dim"]

@@ -396,7 +396,6 @@ _COPY_COLUMNS = [
     ("embedding_dim", "int2"),
     ("embedding", "vector"),
     ("doc_type", "varchar"),
-    ("is_active", "bool"),
     ("created_at", "timestamptz"),
     ("tags", "varchar[]"),
     ("metadata", "jsonb"),
@@ -439,7 +438,6 @@ def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:
                             len(vector),
                             vector,
                             doc.doc_type,
-                            True,
                             doc.created_at,  # filters on created_at mean the document's first ingestion
                             labels.tags,
                             Jsonb({**draft.metadata, **labels.metadata}),
