@@ -33,7 +33,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(RateTier)
 class RateTierAdmin(admin.ModelAdmin):
-    list_display = ["name", "requests_per_minute", "endpoint_limits"]
+    list_display = ["name", "requests_per_window", "endpoint_limits"]
     search_fields = ["name"]
 
 
