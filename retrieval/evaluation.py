@@ -38,6 +38,7 @@ from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions
 from retrieval.selectors import MODES, SearchRequest, search
 from tenants.models import Tenant
+from tenants.services import get_or_create_tenant
 
 EVAL_TENANT = "eval"
 DEPTH = 100  # results per query: enough for Recall@100
@@ -210,7 +211,7 @@ class KbSettings:
 
 
 def eval_tenant() -> Tenant:
-    return Tenant.objects.get_or_create(name=EVAL_TENANT)[0]
+    return get_or_create_tenant(EVAL_TENANT)
 
 
 def eval_knowledge_base(

@@ -43,6 +43,11 @@ def create_tenant(name: str) -> Tenant:
     return Tenant.objects.create(name=name)
 
 
+def get_or_create_tenant(name: str) -> Tenant:
+    """The tenant named ``name``, created when missing (the demo and evaluation set-ups)."""
+    return Tenant.objects.filter(name=name).first() or create_tenant(name)
+
+
 def validate_scopes(scopes: Iterable[str]) -> list[str]:
     """The distinct scopes in a stable order; ValueError names unknown ones or an empty list."""
     wanted = list(dict.fromkeys(scope.strip() for scope in scopes if scope.strip()))

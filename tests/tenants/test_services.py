@@ -3,11 +3,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Tenant
 from tenants.selectors import api_key_for
 from tenants.services import (
     LAST_USED_RESOLUTION,
     create_api_key,
+    get_or_create_tenant,
     hash_api_key,
     record_api_key_use,
     revoke_api_key,
@@ -69,3 +70,10 @@ def test_of_processes_that_remember_an_old_last_use_only_one_writes(tenant):
     record_api_key_use(one, now=start + LAST_USED_RESOLUTION)
     record_api_key_use(other, now=start + LAST_USED_RESOLUTION + timedelta(seconds=5))
     assert stored_last_use(issued.api_key) == start + LAST_USED_RESOLUTION
+
+
+@pytest.mark.django_db
+def test_get_or_create_tenant_returns_the_existing_one_or_a_new_one(tenant):
+    assert get_or_create_tenant(tenant.name) == tenant
+    created = get_or_create_tenant("newcomer")
+    assert created.pk != tenant.pk and Tenant.objects.get(name="newcomer") == created
