@@ -19,12 +19,14 @@ class RateTier(models.Model):
 
     name = models.CharField(max_length=50, unique=True)
     requests_per_window = models.PositiveIntegerField(
-        help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an override."
+        help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an "
+        "override."
     )
     endpoint_limits = models.JSONField(
         default=dict,
         blank=True,
-        help_text=f'Per-endpoint overrides of the limit per window, e.g. {{"hybrid": 50}}; endpoints: {_ENDPOINT_NAMES}.',
+        help_text=f'Per-endpoint overrides of the limit per window, e.g. {{"hybrid": 50}}; '
+        f"endpoints: {_ENDPOINT_NAMES}.",
     )
 
     class Meta:
@@ -39,7 +41,8 @@ class RateTier(models.Model):
             name in RATE_LIMITED_ENDPOINTS and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
             for name, limit in limits.items()
         ):
-            raise ValidationError({"endpoint_limits": f"must map endpoint names ({_ENDPOINT_NAMES}) to positive integers"})
+            message = f"must map endpoint names ({_ENDPOINT_NAMES}) to positive integers"
+            raise ValidationError({"endpoint_limits": message})
 
     def limit_for(self, endpoint: str) -> int:
         return self.endpoint_limits.get(endpoint, self.requests_per_window)

@@ -28,7 +28,8 @@ class Migration(migrations.Migration):
             model_name="ratetier",
             name="requests_per_window",
             field=models.PositiveIntegerField(
-                help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an override."
+                help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an "
+                "override."
             ),
         ),
         migrations.AlterField(
@@ -37,8 +38,8 @@ class Migration(migrations.Migration):
             field=models.JSONField(
                 blank=True,
                 default=dict,
-                help_text='Per-endpoint overrides of the limit per window, e.g. {"hybrid": 50}; endpoints: vector, bm25, '
-                "hybrid.",
+                help_text='Per-endpoint overrides of the limit per window, e.g. {"hybrid": 50}; '
+                "endpoints: vector, bm25, hybrid.",
             ),
         ),
         migrations.AlterModelOptions(name="ratetier", options={"ordering": ["requests_per_window", "name"]}),

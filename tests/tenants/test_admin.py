@@ -49,7 +49,9 @@ def test_keys_are_not_added_on_the_tenant_page(admin_client, tenant):
     assert not keys_inline.has_add_permission and keys_inline.formset.max_num == 0
     response = admin_client.post(
         f"{ADMIN}/tenant/{tenant.pk}/change/",
-        tenant_form(tenant, **{"api_keys-TOTAL_FORMS": "1", "api_keys-0-name": "typed in", "api_keys-0-scopes": "search"}),
+        tenant_form(
+            tenant, **{"api_keys-TOTAL_FORMS": "1", "api_keys-0-name": "typed in", "api_keys-0-scopes": "search"}
+        ),
     )
     assert response.status_code == 302, response.content
     assert not ApiKey.objects.filter(tenant=tenant).exists()
