@@ -45,8 +45,13 @@ def search(tenant, body: dict, mode: str = "bm25") -> dict:
     return response.json()
 
 
-# The versions inline's management form, with none of its (read-only) rows submitted.
-NO_VERSION_ROWS = {"versions-TOTAL_FORMS": "0", "versions-INITIAL_FORMS": "0"}
+def version_rows(kb: KnowledgeBase) -> dict:
+    """The versions inline as the change page submits it: its management form and each row's ids."""
+    ids = list(kb.versions.values_list("pk", flat=True))
+    rows = {"versions-TOTAL_FORMS": len(ids), "versions-INITIAL_FORMS": len(ids)}
+    for i, version_id in enumerate(ids):
+        rows.update({f"versions-{i}-id": version_id, f"versions-{i}-knowledge_base": kb.pk})
+    return rows
 
 
 def revision(kb: KnowledgeBase) -> int:
@@ -106,11 +111,11 @@ def test_an_unknown_model_or_a_taken_name_is_a_form_error(admin_client, kb):
 
 def test_editing_a_kb_changes_its_name_and_description_only(admin_client, kb):
     other_tenant = TenantFactory()
-    before = KnowledgeBase.objects.values().get(pk=kb.pk)
+    before, versions = KnowledgeBase.objects.values().get(pk=kb.pk), list(kb.versions.values())
     response = admin_client.post(
         f"{ADMIN}/knowledgebase/{kb.pk}/change/",
         {"name": "renamed", "description": "new words", "tenant": other_tenant.pk, "embedding_model": "remote:x",
-         "embedding_dim": 3, "chunk_size": 10, "chunk_overlap": 1, "languages": "fr", **NO_VERSION_ROWS},
+         "embedding_dim": 3, "chunk_size": 10, "chunk_overlap": 1, "languages": "fr", **version_rows(kb)},
     )  # fmt: skip
     assert response.status_code == 302, response.content
     after = KnowledgeBase.objects.values().get(pk=kb.pk)
@@ -118,11 +123,13 @@ def test_editing_a_kb_changes_its_name_and_description_only(admin_client, kb):
     assert {k: v for k, v in after.items() if k not in ("name", "description")} == {
         k: v for k, v in before.items() if k not in ("name", "description")
     }
+    assert list(kb.versions.values()) == versions
 
 
 def test_renaming_a_kb_to_a_name_its_tenant_uses_is_a_form_error(admin_client, kb, embedder):
     sibling = create_knowledge_base(tenant=kb.tenant, name="sibling")
-    response = admin_client.post(f"{ADMIN}/knowledgebase/{sibling.pk}/change/", {"name": kb.name, **NO_VERSION_ROWS})
+    url = f"{ADMIN}/knowledgebase/{sibling.pk}/change/"
+    response = admin_client.post(url, {"name": kb.name, **version_rows(sibling)})
     assert response.status_code == 200 and "already has a knowledge base with this name" in response.content.decode()
     sibling.refresh_from_db()
     assert sibling.name == "sibling"
