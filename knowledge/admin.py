@@ -7,7 +7,15 @@ from django.core.exceptions import ValidationError
 
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
-from knowledge.services import create_knowledge_base, delete_document, delete_knowledge_base, update_document_labels
+from knowledge.services import (
+    create_knowledge_base,
+    delete_document,
+    delete_knowledge_base,
+    delete_tenant,
+    update_document_labels,
+)
+from tenants.admin import TenantAdmin
+from tenants.models import Tenant
 
 
 class VersionInline(admin.TabularInline):
@@ -186,6 +194,22 @@ class ChunkAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+admin.site.unregister(Tenant)
+
+
+@admin.register(Tenant)
+class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
+    """The tenants console, deleting a tenant's knowledge through the services (``tenants`` may not
+    import ``knowledge``, so the knowledge app extends it)."""
+
+    def delete_model(self, request, obj):
+        delete_tenant(obj)
+
+    def delete_queryset(self, request, queryset):
+        for tenant in queryset:
+            delete_tenant(tenant)
 
 
 @admin.register(DictionaryTerm)

@@ -92,6 +92,15 @@ def delete_knowledge_base(kb: KnowledgeBase) -> None:
         transaction.on_commit(lambda: _drop_lexical_indexes(version_ids), robust=True)
 
 
+@transaction.atomic
+def delete_tenant(tenant: Tenant) -> None:
+    """Remove a tenant with everything it owns; its knowledge bases go through
+    :func:`delete_knowledge_base`, so their lexical indexes go too (hence here, not in ``tenants``)."""
+    for kb in tenant.knowledge_bases.all():
+        delete_knowledge_base(kb)
+    tenant.delete()
+
+
 def _drop_lexical_indexes(version_ids: list[int]) -> None:
     for version_id in version_ids:
         get_lexical_index().drop(version_id)

@@ -11,6 +11,7 @@ from engines import get_lexical_index
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from tests.conftest import client_for
+from tenants.models import Tenant
 from tests.factories import ChunkFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -268,3 +269,25 @@ def test_chunks_are_read_only(admin_client, db):
     assert listing.status_code == 200 and not listing.context["action_form"]  # no actions: just the list again
     stored = Chunk.objects.get(pk=chunk.pk)
     assert (stored.content, stored.tags, stored.metadata) == (chunk.content, ["faq"], {"page": 1})
+
+
+# --- tenants -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["delete page", "bulk action"])
+def test_deleting_a_tenant_deletes_its_knowledge_through_the_service(
+    admin_client, kb, documents, how, django_capture_on_commit_callbacks
+):
+    version_id, tenant_id = kb.active_version_id, kb.tenant_id
+    assert get_lexical_index().state(version_id) is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        if how == "delete page":
+            response = admin_client.post(f"/admin/tenants/tenant/{tenant_id}/delete/", {"post": "yes"})
+        else:
+            response = admin_client.post(
+                "/admin/tenants/tenant/", {"action": "delete_selected", "_selected_action": [tenant_id], "post": "yes"}
+            )
+    assert response.status_code == 302, response.content
+    assert not Tenant.objects.filter(pk=tenant_id).exists()
+    assert not Chunk.objects.filter(tenant_id=tenant_id).exists()
+    assert get_lexical_index().state(version_id) is None
