@@ -31,7 +31,7 @@ class VersionInline(admin.TabularInline):
 
 class ChunksGoWithTheirDocuments:
     """For admins whose deletes take chunks along through a service: the chunk admin refuses to
-    delete a chunk alone, which must not refuse deleting its document or knowledge base."""
+    delete a chunk alone, which must not refuse deleting its document, knowledge base or tenant."""
 
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)

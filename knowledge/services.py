@@ -396,7 +396,8 @@ def update_document_labels(
     since filters read each chunk's copy; cached answers expire with the revision.
 
     A chunk's metadata is its own keys (such as a PDF's ``page``) under the document's, as ingestion
-    writes it: the document's previous keys are replaced by the new ones, the chunk's own are kept."""
+    writes it: the document's previous keys are replaced by the new ones, the chunk's own are kept (a
+    key both had was the document's, so it goes with the document's previous keys)."""
     stored = Document.objects.select_for_update().get(pk=document.pk)
     previous_keys = list(stored.metadata)
     stored.title = stored.title if title is None else title
