@@ -160,7 +160,7 @@ def unlimited_rate_tier(tenant):
         return None
     if not any(f.name == "rate_tier" for f in type(tenant)._meta.get_fields()):
         return None
-    tier = RateTier.objects.create(name=_common.unique_name("bench"), requests_per_minute=10**9, endpoint_limits={})
+    tier = RateTier.objects.create(name=_common.unique_name("bench"), requests_per_window=10**9, endpoint_limits={})
     tenant.rate_tier = tier
     tenant.save(update_fields=["rate_tier"])
     return tier

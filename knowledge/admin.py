@@ -1,7 +1,21 @@
+"""The knowledge console. Writes go through ``knowledge.services``, so versions, chunks, lexical indexes
+and cached answers follow every change; what only a rebuild may change is read-only here."""
+from django import forms
+from django.conf import settings
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
+from engines.embedders import EmbeddingError, get_embedder
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
-from knowledge.services import delete_document
+from knowledge.services import (
+    create_knowledge_base,
+    delete_document,
+    delete_knowledge_base,
+    delete_tenant,
+    update_document_labels,
+)
+from tenants.admin import TenantAdmin
+from tenants.models import Tenant
 
 
 class VersionInline(admin.TabularInline):
@@ -11,23 +25,146 @@ class VersionInline(admin.TabularInline):
     readonly_fields = fields
     can_delete = False
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # versions are made by the services (creation, rebuilds)
+
+
+class ChunksGoWithTheirDocuments:
+    """For admins whose deletes take chunks along through a service: the chunk admin refuses to
+    delete a chunk alone, which must not refuse deleting its document, knowledge base or tenant."""
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, perms_needed - {Chunk._meta.verbose_name}, protected
+
+
+class KnowledgeBaseCreationForm(forms.ModelForm):
+    """The arguments of ``create_knowledge_base``; a blank one takes the service's default."""
+
+    class Meta:
+        model = KnowledgeBase
+        fields = ["tenant", "name", "description", "embedding_model", "chunk_size", "chunk_overlap", "languages"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        defaults = {
+            "embedding_model": f"Blank: {settings.EMBEDDING_MODEL}. A model folder, or remote:<name>.",
+            "chunk_size": f"Tokens per chunk. Blank: {settings.CHUNK_SIZE_TOKENS}; never above the model's limit.",
+            "chunk_overlap": f"Blank: {settings.CHUNK_OVERLAP_TOKENS}; at most half the chunk size.",
+            "languages": "Comma-separated, e.g. zh,en. Blank: the languages known for the model.",
+        }
+        for name, help_text in defaults.items():
+            self.fields[name].required = False
+            self.fields[name].help_text = help_text
+
+    def clean_embedding_model(self) -> str:
+        name = self.cleaned_data["embedding_model"].strip()
+        try:
+            get_embedder(name or None)
+        except EmbeddingError as exc:
+            raise ValidationError(str(exc)) from None
+        return name
+
+    def create(self) -> KnowledgeBase:
+        data = self.cleaned_data
+        return create_knowledge_base(
+            tenant=data["tenant"],
+            name=data["name"],
+            description=data["description"],
+            embedding_model=data["embedding_model"] or None,
+            chunk_size=data["chunk_size"],
+            chunk_overlap=data["chunk_overlap"],
+            languages=data["languages"] or None,
+        )
+
+
+class KnowledgeBaseChangeForm(forms.ModelForm):
+    def clean_name(self) -> str:
+        # The tenant is read-only here, so Django skips the (tenant, name) constraint: check it.
+        name = self.cleaned_data["name"]
+        taken = KnowledgeBase.objects.filter(tenant_id=self.instance.tenant_id, name=name).exclude(pk=self.instance.pk)
+        if taken.exists():
+            raise ValidationError("This tenant already has a knowledge base with this name.")
+        return name
+
 
 @admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(admin.ModelAdmin):
+class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
-    readonly_fields = ["embedding_model", "embedding_dim", "active_version", "created_at"]
-    inlines = [VersionInline]
+    form = KnowledgeBaseChangeForm
+    add_form = KnowledgeBaseCreationForm
+    # The tenant is copied onto every row of the KB; model, dimension, chunking and the model's
+    # languages describe how its version was built: changing them is a rebuild, not an edit.
+    fixed_after_creation = [
+        "tenant", "embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages", "active_version",
+        "created_at",
+    ]  # fmt: skip
+
+    def get_form(self, request, obj=None, **kwargs):
+        if obj is None:
+            kwargs["form"] = self.add_form
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return self.add_form._meta.fields if obj is None else ["name", "description", *self.fixed_after_creation]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else self.fixed_after_creation
+
+    def get_inlines(self, request, obj):
+        return [] if obj is None else [VersionInline]
+
+    def save_form(self, request, form, change):
+        """A new KB is made by the service (its first version, sized for its model), not by the form."""
+        return super().save_form(request, form, change) if change else form.create()
+
+    def save_model(self, request, obj, form, change):
+        if change:  # name and description only; an added KB was saved by save_form
+            super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        if change:  # an added KB has no inlines, and the service saved all it has
+            super().save_related(request, form, formsets, change)
+
+    def delete_model(self, request, obj):
+        delete_knowledge_base(obj)
+
+    def delete_queryset(self, request, queryset):
+        for kb in queryset:
+            delete_knowledge_base(kb)
+
+
+class DocumentForm(forms.ModelForm):
+    def clean_metadata(self):
+        metadata = self.cleaned_data["metadata"]
+        if not isinstance(metadata, dict):
+            raise ValidationError("Metadata must be a JSON object.")
+        return metadata
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
+    """Documents come from ingestion; here their labels change (on every chunk) or they are deleted."""
+
     ordering = ["knowledge_base", "source_uri"]
     list_display = ["source_uri", "title", "knowledge_base", "doc_type", "status", "chunk_count", "updated_at"]
     list_filter = ["status", "doc_type", "knowledge_base__tenant", "knowledge_base"]
     search_fields = ["source_uri", "title"]
-    readonly_fields = ["content_md5", "chunk_count", "created_at", "updated_at", "error"]
+    form = DocumentForm
+    readonly_fields = [
+        "knowledge_base", "tenant", "source_uri", "doc_type", "status", "error", "content_md5", "chunker_version",
+        "chunk_count", "created_at", "updated_at",
+    ]  # fmt: skip
+    fields = ["title", "tags", "metadata", *readonly_fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change):
+        labels = form.cleaned_data
+        update_document_labels(obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"])
 
     def delete_model(self, request, obj):
         delete_document(obj)
@@ -39,13 +176,40 @@ class DocumentAdmin(admin.ModelAdmin):
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin):
+    """Read-only: a chunk's text, vector and index entry come from its document. Edit the document's
+    labels, re-ingest its file, or delete the document."""
+
     ordering = ["document", "ordinal"]
-    list_display = ["id", "document", "ordinal", "token_count", "doc_type", "is_active"]
-    list_filter = ["doc_type", "is_active", "knowledge_base"]
+    list_display = ["id", "document", "ordinal", "token_count", "doc_type"]
+    list_filter = ["doc_type", "knowledge_base"]
     search_fields = ["content"]
     exclude = ["embedding"]
-    readonly_fields = ["document", "kb_version", "tenant", "knowledge_base", "content_hash", "token_count", "embedding_dim"]
     list_select_related = ["document"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+admin.site.unregister(Tenant)
+
+
+@admin.register(Tenant)
+class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
+    """The tenants console, deleting a tenant's knowledge through the services (``tenants`` may not
+    import ``knowledge``, so the knowledge app extends it)."""
+
+    def delete_model(self, request, obj):
+        delete_tenant(obj)
+
+    def delete_queryset(self, request, queryset):
+        for tenant in queryset:
+            delete_tenant(tenant)
 
 
 @admin.register(DictionaryTerm)

@@ -118,7 +118,6 @@ class Chunk(models.Model):
     embedding_dim = models.PositiveSmallIntegerField()
     embedding = VectorField()
     doc_type = models.CharField(max_length=16)
-    is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField()
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)

@@ -81,6 +81,31 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
     return version
 
 
+def delete_knowledge_base(kb: KnowledgeBase) -> None:
+    """Remove a KB with its versions, documents and chunks, then each version's lexical index.
+
+    The indexes go once the rows are gone for good (after the commit), so a rolled-back delete
+    leaves a searchable KB; an index that fails to drop is logged, and nothing searches it again."""
+    version_ids = list(kb.versions.values_list("pk", flat=True))
+    with transaction.atomic():
+        kb.delete()
+        transaction.on_commit(lambda: _drop_lexical_indexes(version_ids), robust=True)
+
+
+@transaction.atomic
+def delete_tenant(tenant: Tenant) -> None:
+    """Remove a tenant with everything it owns; its knowledge bases go through
+    :func:`delete_knowledge_base`, so their lexical indexes go too (hence here, not in ``tenants``)."""
+    for kb in tenant.knowledge_bases.all():
+        delete_knowledge_base(kb)
+    tenant.delete()
+
+
+def _drop_lexical_indexes(version_ids: list[int]) -> None:
+    for version_id in version_ids:
+        get_lexical_index().drop(version_id)
+
+
 def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tuple[KnowledgeBase, bool]:
     kb = KnowledgeBase.objects.filter(tenant=tenant, name=name).select_related("active_version").first()
     if kb is not None:
@@ -356,12 +381,49 @@ def expire_cached_answers(tenant_id: int) -> None:
 @transaction.atomic
 def delete_document(document: Document) -> None:
     """Remove a document with its chunks from the database and the lexical index together."""
-    version_ids = set(document.chunks.values_list("kb_version_id", flat=True).distinct())
+    version_ids = _versions_holding(document)
     for version_id in version_ids:
         get_lexical_index().delete_documents(version_id, [document.pk])
     document.delete()
-    for version in KnowledgeBaseVersion.objects.filter(pk__in=version_ids):
-        bump_revision(version)
+    _bump_revisions(version_ids)
+
+
+@transaction.atomic
+def update_document_labels(
+    document: Document, *, title: str | None = None, tags: list[str] | None = None, metadata: dict | None = None
+) -> None:
+    """Set a document's title, tags or metadata (None keeps one) and copy them onto every chunk of it,
+    since filters read each chunk's copy; cached answers expire with the revision.
+
+    A chunk's metadata is its own keys (such as a PDF's ``page``) under the document's, as ingestion
+    writes it: the document's previous keys are replaced by the new ones, the chunk's own are kept (a
+    key both had was the document's, so it goes with the document's previous keys)."""
+    stored = Document.objects.select_for_update().get(pk=document.pk)
+    previous_keys = list(stored.metadata)
+    stored.title = stored.title if title is None else title
+    stored.tags = stored.tags if tags is None else tags
+    stored.metadata = stored.metadata if metadata is None else metadata
+    with connection.cursor() as cursor:
+        cursor.execute(_RELABEL_CHUNKS_SQL, [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk])
+    stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
+    _bump_revisions(_versions_holding(stored))
+    document.title, document.tags, document.metadata = stored.title, stored.tags, stored.metadata
+
+
+# `jsonb - text[]` drops the document's previous keys, `||` puts the new ones over the chunk's own.
+_RELABEL_CHUNKS_SQL = (
+    f"UPDATE {Chunk._meta.db_table} SET tags = %s, metadata = (metadata - %s::text[]) || %s::jsonb "
+    "WHERE document_id = %s"
+)
+
+
+def _versions_holding(document: Document) -> list[int]:
+    """Ids of the KB versions that hold chunks of ``document``."""
+    return list(document.chunks.order_by().values_list("kb_version_id", flat=True).distinct())
+
+
+def _bump_revisions(version_ids: list[int]) -> None:
+    KnowledgeBaseVersion.objects.filter(pk__in=version_ids).update(revision=F("revision") + 1)
 
 
 def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:
@@ -396,7 +458,6 @@ _COPY_COLUMNS = [
     ("embedding_dim", "int2"),
     ("embedding", "vector"),
     ("doc_type", "varchar"),
-    ("is_active", "bool"),
     ("created_at", "timestamptz"),
     ("tags", "varchar[]"),
     ("metadata", "jsonb"),
@@ -439,7 +500,6 @@ def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:
                             len(vector),
                             vector,
                             doc.doc_type,
-                            True,
                             doc.created_at,  # filters on created_at mean the document's first ingestion
                             labels.tags,
                             Jsonb({**draft.metadata, **labels.metadata}),

@@ -39,6 +39,7 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.services.search import search
 from retrieval.types import MODES, SearchRequest
 from tenants.models import Tenant
+from tenants.services import get_or_create_tenant
 
 EVAL_TENANT = "eval"
 DEPTH = 100  # results per query: enough for Recall@100
@@ -211,7 +212,7 @@ class KbSettings:
 
 
 def eval_tenant() -> Tenant:
-    return Tenant.objects.get_or_create(name=EVAL_TENANT)[0]
+    return get_or_create_tenant(EVAL_TENANT)
 
 
 def eval_knowledge_base(

@@ -7,7 +7,7 @@ A filter is a JSON object; its entries are ANDed::
      "metadata.shop_id": 101,                     # bare value means equality
      "tags": "policy",                            # tag membership
      "or": [{"metadata.lang": "zh"}, {"tags": {"any": ["faq"]}}],
-     "not": {"is_active": false}}
+     "not": {"doc_type": "faq"}}
 
 Fields and their operators:
 
@@ -16,7 +16,6 @@ field           operators                                             value
 =============== ===================================================== ===========================
 doc_type        eq, ne, in, nin                                       string
 doc_id          eq, ne, in, nin                                       integer
-is_active       eq, ne                                                boolean
 created_at      eq, gt, gte, lt, lte                                  ISO date / datetime string
 tags            contains (bare string), any, all                      string / list of strings
 metadata.<key>  eq, ne, in, nin, gt, gte, lt, lte, exists             JSON scalar (exists: bool)
@@ -58,12 +57,11 @@ _SCALAR_OPS = {"eq", "ne", "in", "nin"}
 _FIELDS: dict[str, set[str]] = {
     "doc_type": _SCALAR_OPS,
     "doc_id": _SCALAR_OPS,
-    "is_active": {"eq", "ne"},
     "created_at": {"eq", "gt", "gte", "lt", "lte"},
     "tags": {"contains", "any", "all"},
 }
 _METADATA_OPS = _SCALAR_OPS | {"gt", "gte", "lt", "lte", "exists"}
-_COLUMNS = {"doc_type": "doc_type", "doc_id": "document_id", "is_active": "is_active", "created_at": "created_at"}
+_COLUMNS = {"doc_type": "doc_type", "doc_id": "document_id", "created_at": "created_at"}
 
 
 @dataclass
@@ -159,7 +157,7 @@ class _Compiler:
             tags = [_string(item, path) for item in _list(operand, path)]
             return Q(tags__overlap=tags) if op == "any" else Q(tags__contains=tags)
         column = _COLUMNS[name]
-        convert = {"doc_type": _string, "doc_id": _integer, "is_active": _boolean, "created_at": _timestamp}[name]
+        convert = {"doc_type": _string, "doc_id": _integer, "created_at": _timestamp}[name]
         if op in ("in", "nin"):
             values = [convert(item, path) for item in _list(operand, path)]
             q = Q(**{f"{column}__in": values})

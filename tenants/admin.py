@@ -22,6 +22,9 @@ class ApiKeyInline(admin.TabularInline):
     readonly_fields = ["prefix", "created_at", "last_used_at"]
     can_delete = False
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # keys are issued by `manage.py create_api_key` (tenants.services.create_api_key)
+
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
@@ -33,14 +36,14 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(RateTier)
 class RateTierAdmin(admin.ModelAdmin):
-    list_display = ["name", "requests_per_minute", "endpoint_limits"]
+    list_display = ["name", "requests_per_window", "endpoint_limits"]
     search_fields = ["name"]
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ["prefix", "tenant", "name", "scopes", "created_at", "expires_at", "revoked_at"]
+    list_display = ["prefix", "tenant", "name", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["tenant"]
     search_fields = ["prefix", "name", "tenant__name"]
     readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]

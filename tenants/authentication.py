@@ -5,6 +5,7 @@ from rest_framework import authentication, permissions
 
 from core.errors import InvalidApiKey
 from tenants.selectors import api_key_for
+from tenants.services import record_api_key_use
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -19,6 +20,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         api_key = api_key_for(raw_key)
         if api_key is None:
             raise InvalidApiKey("The API key is invalid, expired or revoked.")
+        record_api_key_use(api_key)
         request.tenant = api_key.tenant
         return (api_key.tenant, api_key)
 

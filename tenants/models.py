@@ -3,25 +3,34 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-# New tenants get the free tier; recreated with the limits migration 0002 gave it if it was deleted.
+# The counters a tier limits: one per search mode (retrieval's MODES; a test keeps the two equal).
+# A mode joins here when it exists, so no tier can hold a limit that nothing counts.
+RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid")
+_ENDPOINT_NAMES = ", ".join(RATE_LIMITED_ENDPOINTS)
+
+# New tenants get the free tier; recreated with the limits the migrations give it if it was deleted.
 FREE_TIER = "free"
-FREE_TIER_LIMITS = {"requests_per_minute": 100, "endpoint_limits": {"hybrid": 50, "graph": 20}}
+FREE_TIER_LIMITS = {"requests_per_window": 100, "endpoint_limits": {"hybrid": 50}}
 
 
 class RateTier(models.Model):
-    """Request limits of a tenant, counted per endpoint; ``endpoint_limits`` overrides ``requests_per_minute``.
-
-    A limit counts requests per window of ``RATE_LIMIT_WINDOW_S`` seconds (a minute by default).
-    """
+    """Request limits of a tenant, counted per endpoint in fixed windows of ``RATE_LIMIT_WINDOW_S``
+    seconds (a minute by default); ``endpoint_limits`` overrides ``requests_per_window``."""
 
     name = models.CharField(max_length=50, unique=True)
-    requests_per_minute = models.PositiveIntegerField(help_text="Limit for each endpoint without an override.")
+    requests_per_window = models.PositiveIntegerField(
+        help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an "
+        "override."
+    )
     endpoint_limits = models.JSONField(
-        default=dict, blank=True, help_text='Per-endpoint overrides, e.g. {"hybrid": 50, "graph": 20}.'
+        default=dict,
+        blank=True,
+        help_text=f'Per-endpoint overrides of the limit per window, e.g. {{"hybrid": 50}}; '
+        f"endpoints: {_ENDPOINT_NAMES}.",
     )
 
     class Meta:
-        ordering = ["requests_per_minute", "name"]
+        ordering = ["requests_per_window", "name"]
 
     def __str__(self) -> str:
         return self.name
@@ -29,18 +38,20 @@ class RateTier(models.Model):
     def clean(self):
         limits = self.endpoint_limits
         if not isinstance(limits, dict) or not all(
-            isinstance(name, str) and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+            name in RATE_LIMITED_ENDPOINTS and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
             for name, limit in limits.items()
         ):
-            raise ValidationError({"endpoint_limits": "must map endpoint names to positive integers"})
+            message = f"must map endpoint names ({_ENDPOINT_NAMES}) to positive integers"
+            raise ValidationError({"endpoint_limits": message})
 
     def limit_for(self, endpoint: str) -> int:
-        return self.endpoint_limits.get(endpoint, self.requests_per_minute)
+        return self.endpoint_limits.get(endpoint, self.requests_per_window)
 
 
 def default_rate_tier() -> int:
-    """The free tier's id (only its id is read, so old migrations keep working as the model grows)."""
-    pk = RateTier.objects.filter(name=FREE_TIER).values_list("pk", flat=True).first()
+    """The free tier's id (only its id is read and nothing ordered by other columns, so old migrations
+    keep working as the model grows)."""
+    pk = RateTier.objects.filter(name=FREE_TIER).order_by().values_list("pk", flat=True).first()
     if pk is None:
         pk = RateTier.objects.create(name=FREE_TIER, **FREE_TIER_LIMITS).pk
     return pk

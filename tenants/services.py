@@ -5,9 +5,10 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
@@ -15,6 +16,8 @@ from tenants.models import ApiKey, Scope, Tenant, default_scopes
 KEY_PREFIX_BYTES = 6
 KEY_SECRET_BYTES = 32
 KEY_SCHEME = "rk"
+# ``ApiKey.last_used_at`` is kept to this resolution, so authenticating does not write on every request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def hash_api_key(raw_key: str) -> str:
@@ -38,6 +41,11 @@ class IssuedKey:
 
 def create_tenant(name: str) -> Tenant:
     return Tenant.objects.create(name=name)
+
+
+def get_or_create_tenant(name: str) -> Tenant:
+    """The tenant named ``name``, created when missing (the demo and evaluation set-ups)."""
+    return Tenant.objects.filter(name=name).first() or create_tenant(name)
 
 
 def validate_scopes(scopes: Iterable[str]) -> list[str]:
@@ -71,3 +79,18 @@ def create_api_key(
 def revoke_api_key(api_key: ApiKey) -> None:
     api_key.revoked_at = timezone.now()
     api_key.save(update_fields=["revoked_at"])
+
+
+def record_api_key_use(api_key: ApiKey, now: datetime | None = None) -> None:
+    """Note that ``api_key`` was just used, writing ``last_used_at`` at most once a minute per key.
+
+    The value the process remembers with the key decides whether to write at all; the UPDATE's own
+    condition lets only one of several processes that decided so at once write the row."""
+    now = now or timezone.now()
+    stale_before = now - LAST_USED_RESOLUTION
+    if api_key.last_used_at is not None and api_key.last_used_at > stale_before:
+        return
+    ApiKey.objects.filter(Q(last_used_at__isnull=True) | Q(last_used_at__lte=stale_before), pk=api_key.pk).update(
+        last_used_at=now
+    )
+    api_key.last_used_at = now

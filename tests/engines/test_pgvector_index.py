@@ -323,7 +323,6 @@ ISOLATION_FILTERS = [
     {"tags": {"any": ["faq", "x"]}},
     {"created_at": {"gte": "2025-12-31"}},
     {"created_at": {"lt": "2027-01-01T00:00:00"}},
-    {"is_active": True},
     {"or": [{"doc_type": "docx"}, {"metadata.shop_id": 7}]},
     {"or": [{"tags": "faq"}, {"not": {"doc_type": "pdf"}}]},
     {"not": {"doc_type": "docx"}},
@@ -345,7 +344,7 @@ def two_tenants(db):
     ):
         document = DocumentFactory(knowledge_base=kb, doc_type="pdf")
         rows[name] = add_chunks(
-            document, vectors, doc_type="pdf", tags=["faq"], metadata={"shop_id": 7}, created_at=T0, is_active=True
+            document, vectors, doc_type="pdf", tags=["faq"], metadata={"shop_id": 7}, created_at=T0
         )
     return query, kb_a, kb_b, rows
 

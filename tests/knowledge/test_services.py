@@ -4,11 +4,11 @@ from django.test.utils import CaptureQueriesContext
 
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
-from knowledge.models import Chunk, Document
+from knowledge.models import Chunk, Document, KnowledgeBaseVersion
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
-from tests.factories import TenantFactory
+from tests.factories import ChunkFactory, DocumentFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -223,3 +223,19 @@ def test_search_sees_only_the_callers_tenant(kb, tmp_path):
     ingest(other_kb, tmp_path / "secret.txt")
     hits = search(kb.tenant, SearchRequest(mode="vector", query="secret launch date", top_k=10)).results
     assert hits == []
+
+
+def test_relabelling_keeps_what_is_not_given_and_each_chunks_own_metadata(db):
+    document = DocumentFactory(title="Manual", tags=["a"], metadata={"lang": "en", "page": 9})
+    for page in (1, 2):  # a key the chunk shares with its document is the document's
+        ChunkFactory(document=document, tags=["a"], metadata={"page": 9, "lang": "en", "section": page})
+    revision = document.knowledge_base.active_version.revision
+
+    services.update_document_labels(document, metadata={"shop_id": 3})
+    services.update_document_labels(document, tags=["b"])
+
+    stored = Document.objects.get(pk=document.pk)
+    assert (stored.title, stored.tags, stored.metadata) == ("Manual", ["b"], {"shop_id": 3})
+    chunks = document.chunks.order_by("ordinal").values_list("tags", "metadata")
+    assert list(chunks) == [(["b"], {"section": 1, "shop_id": 3}), (["b"], {"section": 2, "shop_id": 3})]
+    assert KnowledgeBaseVersion.objects.get(pk=document.knowledge_base.active_version_id).revision == revision + 2

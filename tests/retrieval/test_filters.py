@@ -29,7 +29,6 @@ def at(*args) -> dt.datetime:
 class Row:
     name: str
     doc: str  # key of the document (its doc_type is the same string)
-    is_active: bool
     created_at: dt.datetime
     tags: list[str]
     metadata: dict = field(default_factory=dict)
@@ -101,20 +100,20 @@ def _case_id(case) -> str:
 DOC_TYPES = ("pdf", "docx", "txt", "md")
 
 ROWS = [
-    Row("r0", "pdf", True, at(2025, 12, 31, 23, 59, 59), ["policy", "faq"],
+    Row("r0", "pdf", at(2025, 12, 31, 23, 59, 59), ["policy", "faq"],
         {"shop_id": 7, "lang": "zh", "price": 5, "name": "apple", "a": {"b": 1}, "contains": "yes"}),
-    Row("r1", "pdf", False, at(2026, 1, 1, 0, 0, 0), ["policy"],
+    Row("r1", "pdf", at(2026, 1, 1, 0, 0, 0), ["policy"],
         {"shop_id": 8, "lang": "en", "price": 10.5, "name": "banana", "flag": True, "a": {"b": 2}, "in": 3}),
-    Row("r2", "docx", True, at(2026, 1, 1, 12, 0, 0), ["faq"],
+    Row("r2", "docx", at(2026, 1, 1, 12, 0, 0), ["faq"],
         {"shop_id": "7", "price": 0, "name": "cherry", "flag": False, "a": {"b": "x"}, "exact": None}),
-    Row("r3", "docx", True, at(2026, 1, 2, 0, 0, 0), [],
+    Row("r3", "docx", at(2026, 1, 2, 0, 0, 0), [],
         {"shop_id": None, "price": -3, "name": "date", "a": 5, "contains": "no", "code": "10"}),
-    Row("r4", "txt", True, at(2026, 2, 15, 8, 30, 0), ["faq", "howto", "policy"],
+    Row("r4", "txt", at(2026, 2, 15, 8, 30, 0), ["faq", "howto", "policy"],
         {"lang": "zh", "price": 100, "name": "elder", "a": {"c": 1}, "in": 4, "code": "9"}),
-    Row("r5", "txt", False, at(2025, 6, 1, 0, 0, 0), ["howto"],
+    Row("r5", "txt", at(2025, 6, 1, 0, 0, 0), ["howto"],
         {"shop_id": 7, "flag": True, "a": {"b": {"c": "deep"}}, "exact": 1, "code": "100"}),
-    Row("r6", "md", True, at(2026, 1, 1, 0, 0, 0), ["release-notes"], {}),
-    Row("r7", "md", True, at(2027, 3, 3, 3, 3, 3), ["faq", "howto"],
+    Row("r6", "md", at(2026, 1, 1, 0, 0, 0), ["release-notes"], {}),
+    Row("r7", "md", at(2027, 3, 3, 3, 3, 3), ["faq", "howto"],
         {"shop_id": 9, "lang": "fr", "price": 5.0, "name": "fig", "flag": False, "isnull": True, "gt": 2}),
 ]
 
@@ -144,7 +143,6 @@ def data(db) -> Dataset:
         ChunkFactory.build(
             document=docs[row.doc],
             doc_type=row.doc_type,
-            is_active=row.is_active,
             created_at=row.created_at,
             tags=row.tags,
             metadata=row.metadata,
@@ -184,11 +182,6 @@ BUSINESS_CASES = [
     ({"doc_type": {"in": ["pdf", "md"]}}, lambda r: r.doc_type in ("pdf", "md")),
     ({"doc_type": {"nin": ["pdf", "md"]}}, lambda r: r.doc_type not in ("pdf", "md")),
     ({"doc_type": {"in": ["nothing-like-this"]}}, lambda r: False),
-    ({"is_active": True}, lambda r: r.is_active),
-    ({"is_active": False}, lambda r: not r.is_active),
-    ({"is_active": {"eq": False}}, lambda r: not r.is_active),
-    ({"is_active": {"ne": True}}, lambda r: not r.is_active),
-    ({"is_active": {"ne": False}}, lambda r: r.is_active),
     ({"tags": "policy"}, lambda r: "policy" in r.tags),
     ({"tags": {"contains": "howto"}}, lambda r: "howto" in r.tags),
     ({"tags": {"any": ["howto", "release-notes"]}}, lambda r: bool({"howto", "release-notes"} & set(r.tags))),
@@ -342,16 +335,16 @@ LOGICAL_CASES = [
         lambda r: r.doc_type == "pdf" and json_eq(r.meta("lang"), "zh"),
     ),
     (
-        {"and": [{"tags": "faq"}, {"is_active": True}]},
-        lambda r: "faq" in r.tags and r.is_active,
+        {"and": [{"tags": "faq"}, {"doc_type": {"ne": "md"}}]},
+        lambda r: "faq" in r.tags and r.doc_type != "md",
     ),
     (
         {"or": [{"metadata.lang": "zh"}, {"tags": {"any": ["release-notes"]}}]},
         lambda r: json_eq(r.meta("lang"), "zh") or "release-notes" in r.tags,
     ),
     (
-        {"not": {"is_active": False}},
-        lambda r: r.is_active,
+        {"not": {"tags": "policy"}},
+        lambda r: "policy" not in r.tags,
     ),
     (
         {"not": {"metadata.shop_id": 7}},
@@ -422,8 +415,9 @@ ERROR_CASES = [
     # (filters, fragments the message must contain)
     ({"colour": "red"}, ["'colour'", "unknown field"]),
     ({"metadata": {"shop_id": 7}}, ["'metadata'", "unknown field"]),
+    ({"is_active": True}, ["'is_active'", "unknown field"]),  # removed: every stored chunk is searchable
     ({"doc_type": {"like": "pd%"}}, ["'like'", "'doc_type'", "eq, in, ne, nin"]),
-    ({"is_active": {"in": [True]}}, ["'in'", "'is_active'", "eq, ne"]),
+    ({"created_at": {"in": ["2026-01-01"]}}, ["'in'", "'created_at'", "eq, gt, gte, lt, lte"]),
     ({"created_at": {"ne": "2026-01-01"}}, ["'ne'", "'created_at'", "eq, gt, gte, lt, lte"]),
     ({"tags": {"eq": "faq"}}, ["'eq'", "'tags'", "all, any, contains"]),
     (
@@ -441,8 +435,6 @@ ERROR_CASES = [
     ({"created_at": {"gte": "yesterday"}}, ["created_at", "'yesterday'"]),
     ({"created_at": "2026-13-45"}, ["created_at", "2026-13-45"]),
     ({"created_at": 20260101}, ["created_at", "string"]),
-    ({"is_active": "true"}, ["is_active", "true or false"]),
-    ({"is_active": 1}, ["is_active", "true or false"]),
     ({"metadata.shop_id": {"exists": "yes"}}, ["metadata.shop_id", "exists", "true or false"]),
     ({"metadata.shop_id": {"exists": 1}}, ["metadata.shop_id", "exists"]),
     ({"metadata.shop_id": {"gt": True}}, ["metadata.shop_id", "gt", "number or string"]),

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from tenants.models import ApiKey, Tenant
+from tenants.selectors import forget_api_keys
 from tenants.services import create_api_key, revoke_api_key
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -171,6 +172,23 @@ def test_a_remembered_key_is_rechecked_with_one_small_query(tenant, raw_key):
     key_queries = [q["sql"] for q in captured.captured_queries if ApiKey._meta.db_table in q["sql"]]
     assert len(key_queries) == 1 and "key_hash" not in key_queries[0]
 
+
+
+@pytest.mark.django_db
+def test_using_a_key_records_its_last_use_without_a_write_per_request(tenant, raw_key):
+    before = timezone.now()
+    assert_ok_empty(post(**bearer(raw_key)))
+    (api_key,) = ApiKey.objects.filter(tenant=tenant)
+    assert before <= api_key.last_used_at <= timezone.now()
+    with CaptureQueriesContext(connection) as captured:
+        for _ in range(3):
+            assert_ok_empty(post(**bearer(raw_key)))
+    writes = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    assert writes == []
+    ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=before - timedelta(minutes=5))
+    forget_api_keys()  # as another process would, after its remembered keys expired
+    assert_ok_empty(post(**bearer(raw_key)))
+    assert ApiKey.objects.get(pk=api_key.pk).last_used_at >= before
 
 @pytest.mark.django_db
 def test_what_gates_access_applies_at_once_to_a_remembered_key(tenant, raw_key):

@@ -5,10 +5,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
-from django.utils import timezone
 
-from tenants.models import Tenant
-from tenants.services import create_api_key
+from tenants.services import create_api_key, get_or_create_tenant, revoke_api_key
 
 SAMPLE_DIR = Path(settings.BASE_DIR) / "sample_kb"
 DEMO_KEY_NAME = "readme-demo"
@@ -28,7 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, tenant: str, kb: str, base_url: str, **options):
-        owner, _ = Tenant.objects.get_or_create(name=tenant)
+        owner = get_or_create_tenant(tenant)
         call_command("ingest", str(SAMPLE_DIR), tenant=owner.name, kb=kb, stdout=self.stdout, stderr=self.stderr)
 
         password = secrets.token_urlsafe(12)
@@ -37,7 +35,8 @@ class Command(BaseCommand):
         admin.set_password(password)
         admin.save()
 
-        owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        for previous in owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True):
+            revoke_api_key(previous)
         raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME).raw_key
         kb_id = owner.knowledge_bases.get(name=kb).pk
         self.stdout.write(

@@ -1,0 +1,293 @@
+"""The knowledge console through the admin's own views: every write must reach what the services keep
+in step (versions, chunks' labels, lexical indexes, revisions), and searches must see it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.conf import settings
+
+from engines import get_lexical_index
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from tests.conftest import client_for
+from tenants.models import Tenant
+from tests.factories import ChunkFactory, TenantFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+ADMIN = "/admin/knowledge"
+FAQ = "question,answer\nHow long is the kettle warranty?,Two years from delivery.\nCan I return opened tea?,No.\n"
+FAQ_LABELS = {"title": "Kettle FAQ", "tags": ["faq", "old"], "metadata": {"shop_id": 1, "lang": "en"}}
+MANUAL = "The garden hose reel mounts on any wall with four screws.\n\nRinse it before winter storage.\n"
+
+
+@pytest.fixture
+def kb(tenant, embedder):
+    return create_knowledge_base(tenant=tenant, name="docs")
+
+
+@pytest.fixture
+def documents(kb, tmp_path) -> dict[str, Document]:
+    """Two ingested documents: an FAQ (chunks carry their own ``question`` metadata) and a manual."""
+    (tmp_path / "kettle.csv").write_text(FAQ)
+    (tmp_path / "kettle.csv.meta.json").write_text(json.dumps(FAQ_LABELS))
+    (tmp_path / "hose.txt").write_text(MANUAL)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    by_name = {doc.source_uri.rsplit("/", 1)[-1]: doc for doc in Document.objects.filter(knowledge_base=kb)}
+    assert set(by_name) == {"kettle.csv", "hose.txt"} and all(doc.chunk_count for doc in by_name.values())
+    return by_name
+
+
+def search(tenant, body: dict, mode: str = "bm25") -> dict:
+    client = client_for(tenant)
+    response = client.post(f"/api/v1/retrieval/{mode}", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def version_rows(kb: KnowledgeBase) -> dict:
+    """The versions inline as the change page submits it: its management form and each row's ids."""
+    ids = list(kb.versions.values_list("pk", flat=True))
+    rows = {"versions-TOTAL_FORMS": len(ids), "versions-INITIAL_FORMS": len(ids)}
+    for i, version_id in enumerate(ids):
+        rows.update({f"versions-{i}-id": version_id, f"versions-{i}-knowledge_base": kb.pk})
+    return rows
+
+
+def revision(kb: KnowledgeBase) -> int:
+    return KnowledgeBaseVersion.objects.get(pk=kb.active_version_id).revision
+
+
+# --- knowledge bases -----------------------------------------------------------------------------
+
+
+def test_the_add_form_offers_only_what_the_service_takes(admin_client):
+    page = admin_client.get(f"{ADMIN}/knowledgebase/add/")
+    assert page.status_code == 200
+    assert list(page.context["adminform"].form.fields) == [
+        "tenant", "name", "description", "embedding_model", "chunk_size", "chunk_overlap", "languages",
+    ]  # fmt: skip
+    assert not page.context["inline_admin_formsets"]
+
+
+def test_adding_a_kb_creates_its_first_version_sized_for_its_model(admin_client, tenant, embedder):
+    response = admin_client.post(
+        f"{ADMIN}/knowledgebase/add/",
+        {"tenant": tenant.pk, "name": "handbook", "description": "staff handbook", "embedding_model": "",
+         "chunk_size": "", "chunk_overlap": "", "languages": ""},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content
+    kb = KnowledgeBase.objects.select_related("active_version").get(tenant=tenant, name="handbook")
+    assert (kb.embedding_model, kb.embedding_dim) == (embedder.model_name, embedder.dimension)
+    assert kb.chunk_size == min(settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    assert kb.chunk_overlap == min(settings.CHUNK_OVERLAP_TOKENS, kb.chunk_size // 2)
+    assert kb.languages == list(embedder.languages) and kb.description == "staff handbook"
+    version = kb.active_version
+    assert (version.number, version.status) == (1, KnowledgeBaseVersion.Status.ACTIVE)
+    assert (version.embedding_model, version.embedding_dim) == (kb.embedding_model, kb.embedding_dim)
+    assert search(tenant, {"query": "anything", "kb_ids": [kb.pk]})["total"] == 0  # searchable, empty
+
+
+def test_given_settings_reach_the_service(admin_client, tenant, embedder):
+    response = admin_client.post(
+        f"{ADMIN}/knowledgebase/add/",
+        {"tenant": tenant.pk, "name": "zh", "embedding_model": embedder.model_name, "chunk_size": 100,
+         "chunk_overlap": 80, "languages": "zh,en"},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content
+    kb = KnowledgeBase.objects.get(tenant=tenant, name="zh")
+    assert (kb.chunk_size, kb.chunk_overlap, kb.languages) == (100, 50, ["zh", "en"])  # overlap capped at half
+
+
+def test_an_unknown_model_or_a_taken_name_is_a_form_error(admin_client, kb):
+    unknown = admin_client.post(
+        f"{ADMIN}/knowledgebase/add/", {"tenant": kb.tenant_id, "name": "other", "embedding_model": "no-such-model"}
+    )
+    assert unknown.status_code == 200 and "unknown embedding model" in unknown.content.decode()
+    taken = admin_client.post(f"{ADMIN}/knowledgebase/add/", {"tenant": kb.tenant_id, "name": kb.name})
+    assert taken.status_code == 200 and taken.context["adminform"].form.errors
+    assert list(KnowledgeBase.objects.filter(tenant=kb.tenant)) == [kb]
+
+
+def test_editing_a_kb_changes_its_name_and_description_only(admin_client, kb):
+    other_tenant = TenantFactory()
+    before, versions = KnowledgeBase.objects.values().get(pk=kb.pk), list(kb.versions.values())
+    response = admin_client.post(
+        f"{ADMIN}/knowledgebase/{kb.pk}/change/",
+        {"name": "renamed", "description": "new words", "tenant": other_tenant.pk, "embedding_model": "remote:x",
+         "embedding_dim": 3, "chunk_size": 10, "chunk_overlap": 1, "languages": "fr", **version_rows(kb)},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content
+    after = KnowledgeBase.objects.values().get(pk=kb.pk)
+    assert (after["name"], after["description"]) == ("renamed", "new words")
+    assert {k: v for k, v in after.items() if k not in ("name", "description")} == {
+        k: v for k, v in before.items() if k not in ("name", "description")
+    }
+    assert list(kb.versions.values()) == versions
+
+
+def test_renaming_a_kb_to_a_name_its_tenant_uses_is_a_form_error(admin_client, kb, embedder):
+    sibling = create_knowledge_base(tenant=kb.tenant, name="sibling")
+    url = f"{ADMIN}/knowledgebase/{sibling.pk}/change/"
+    response = admin_client.post(url, {"name": kb.name, **version_rows(sibling)})
+    assert response.status_code == 200 and "already has a knowledge base with this name" in response.content.decode()
+    sibling.refresh_from_db()
+    assert sibling.name == "sibling"
+
+
+def bulk_delete(admin_client, model: str, ids: list[int]):
+    return admin_client.post(f"{ADMIN}/{model}/", {"action": "delete_selected", "_selected_action": ids, "post": "yes"})
+
+
+def test_deleting_a_kb_drops_its_rows_and_its_lexical_index(
+    admin_client, kb, documents, django_capture_on_commit_callbacks
+):
+    version_id = kb.active_version_id
+    assert get_lexical_index().state(version_id) is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(f"{ADMIN}/knowledgebase/{kb.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302, response.content
+    assert not KnowledgeBase.objects.filter(pk=kb.pk).exists()
+    assert not Chunk.objects.filter(knowledge_base_id=kb.pk).exists()
+    assert not KnowledgeBaseVersion.objects.filter(pk=version_id).exists()
+    assert get_lexical_index().state(version_id) is None
+
+
+def test_the_bulk_delete_action_drops_every_kbs_lexical_index(
+    admin_client, kb, documents, tmp_path, embedder, django_capture_on_commit_callbacks
+):
+    second = create_knowledge_base(tenant=kb.tenant, name="second")
+    Ingester(second).ingest(discover_files([tmp_path / "hose.txt"]))
+    version_ids = [kb.active_version_id, second.active_version_id]
+    assert all(get_lexical_index().state(version_id) is not None for version_id in version_ids)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = bulk_delete(admin_client, "knowledgebase", [kb.pk, second.pk])
+    assert response.status_code == 302, response.content
+    assert not KnowledgeBase.objects.filter(pk__in=[kb.pk, second.pk]).exists()
+    assert all(get_lexical_index().state(version_id) is None for version_id in version_ids)
+
+
+# --- documents -----------------------------------------------------------------------------------
+
+
+def edit_labels(admin_client, document: Document, **labels):
+    form = {"title": document.title, "tags": ",".join(document.tags), "metadata": json.dumps(document.metadata)}
+    return admin_client.post(f"{ADMIN}/document/{document.pk}/change/", {**form, **labels})
+
+
+def test_a_label_edit_reaches_every_chunk_and_searches_filtered_on_it(admin_client, kb, documents):
+    faq, hose = documents["kettle.csv"], documents["hose.txt"]
+    own = {  # what ingestion put on each chunk besides the document's metadata: its question, its row
+        chunk_id: {key: value for key, value in metadata.items() if key not in FAQ_LABELS["metadata"]}
+        for chunk_id, metadata in faq.chunks.values_list("pk", "metadata")
+    }
+    assert len(own) == 2 and all(metadata.get("question") for metadata in own.values())
+    hose_labels = list(hose.chunks.values_list("tags", "metadata"))
+    query = {"query": "kettle warranty", "top_k": 5}
+    assert search(kb.tenant, query)["results"][0]["title"] == "Kettle FAQ"  # now cached
+    old_revision = revision(kb)
+
+    response = edit_labels(
+        admin_client, faq, title="Kettle questions", tags="faq,fresh", metadata='{"shop_id": 2, "region": "eu"}'
+    )
+    assert response.status_code == 302, response.content
+
+    faq.refresh_from_db()
+    assert (faq.title, faq.tags, faq.metadata) == ("Kettle questions", ["faq", "fresh"], {"shop_id": 2, "region": "eu"})
+    for chunk_id, tags, metadata in faq.chunks.values_list("pk", "tags", "metadata"):
+        # The chunk's own key stays; the document's old "lang" is gone, its new keys are there.
+        assert tags == ["faq", "fresh"]
+        assert metadata == {**own[chunk_id], "shop_id": 2, "region": "eu"}
+    assert list(hose.chunks.values_list("tags", "metadata")) == hose_labels  # other documents keep theirs
+    assert revision(kb) == old_revision + 1
+
+    answer = search(kb.tenant, query)
+    assert not answer["cached"] and answer["results"][0]["title"] == "Kettle questions"
+    fresh = search(kb.tenant, {"query": "kettle warranty", "filters": {"tags": "fresh", "metadata.region": "eu"}})
+    assert fresh["total"] > 0 and {hit["doc_id"] for hit in fresh["results"]} == {faq.pk}
+    assert search(kb.tenant, {"query": "kettle warranty", "filters": {"tags": "old"}})["total"] == 0
+    assert search(kb.tenant, {"query": "kettle warranty", "filters": {"metadata.lang": "en"}})["total"] == 0
+
+
+def test_labels_that_are_not_valid_change_nothing(admin_client, kb, documents):
+    faq = documents["kettle.csv"]
+    old_revision = revision(kb)
+    response = edit_labels(admin_client, faq, metadata='["not", "an", "object"]')
+    assert response.status_code == 200 and "must be a JSON object" in response.content.decode()
+    response = edit_labels(admin_client, faq, tags="x" * 101)
+    assert response.status_code == 200 and response.context["adminform"].form.errors
+    faq.refresh_from_db()
+    assert (faq.tags, faq.metadata) == (FAQ_LABELS["tags"], FAQ_LABELS["metadata"])
+    assert revision(kb) == old_revision
+
+
+def test_documents_are_not_added_in_the_admin(admin_client):
+    assert admin_client.get(f"{ADMIN}/document/add/").status_code == 403
+
+
+def test_deleting_a_document_removes_its_chunks_from_every_search(admin_client, kb, documents):
+    hose = documents["hose.txt"]
+    assert search(kb.tenant, {"query": "garden hose reel"})["total"] > 0
+    assert get_lexical_index().search(kb.active_version_id, kb.tenant_id, ["hose", "reel"], 10, None)
+    old_revision = revision(kb)
+    response = admin_client.post(f"{ADMIN}/document/{hose.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302, response.content
+    assert not Document.objects.filter(pk=hose.pk).exists() and not Chunk.objects.filter(document_id=hose.pk).exists()
+    assert revision(kb) == old_revision + 1
+    # BM25 reads the lexical index: no entry of the document is left there either.
+    assert get_lexical_index().search(kb.active_version_id, kb.tenant_id, ["hose", "reel"], 10, None) == []
+    assert search(kb.tenant, {"query": "garden hose reel"})["total"] == 0
+
+
+def test_the_bulk_delete_action_goes_through_the_service(admin_client, kb, documents):
+    ids = [document.pk for document in documents.values()]
+    old_revision = revision(kb)
+    response = bulk_delete(admin_client, "document", ids)
+    assert response.status_code == 302, response.content
+    assert not Document.objects.filter(pk__in=ids).exists()
+    assert revision(kb) == old_revision + len(ids)
+    assert search(kb.tenant, {"query": "kettle warranty garden hose"})["total"] == 0
+
+
+# --- chunks --------------------------------------------------------------------------------------
+
+
+def test_chunks_are_read_only(admin_client, db):
+    chunk = ChunkFactory(tags=["faq"], metadata={"page": 1})
+    view = admin_client.get(f"{ADMIN}/chunk/{chunk.pk}/change/")
+    assert view.status_code == 200
+    assert not view.context["adminform"].form.fields  # every field is shown read-only
+    assert chunk.content in view.content.decode()
+    edit = admin_client.post(
+        f"{ADMIN}/chunk/{chunk.pk}/change/", {"content": "rewritten", "tags": "other", "metadata": "{}"}
+    )
+    assert edit.status_code == 403
+    assert admin_client.get(f"{ADMIN}/chunk/add/").status_code == 403
+    assert admin_client.post(f"{ADMIN}/chunk/{chunk.pk}/delete/", {"post": "yes"}).status_code == 403
+    listing = bulk_delete(admin_client, "chunk", [chunk.pk])
+    assert listing.status_code == 200 and not listing.context["action_form"]  # no actions: just the list again
+    stored = Chunk.objects.get(pk=chunk.pk)
+    assert (stored.content, stored.tags, stored.metadata) == (chunk.content, ["faq"], {"page": 1})
+
+
+# --- tenants -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["delete page", "bulk action"])
+def test_deleting_a_tenant_deletes_its_knowledge_through_the_service(
+    admin_client, kb, documents, how, django_capture_on_commit_callbacks
+):
+    version_id, tenant_id = kb.active_version_id, kb.tenant_id
+    assert get_lexical_index().state(version_id) is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        if how == "delete page":
+            response = admin_client.post(f"/admin/tenants/tenant/{tenant_id}/delete/", {"post": "yes"})
+        else:
+            response = admin_client.post(
+                "/admin/tenants/tenant/", {"action": "delete_selected", "_selected_action": [tenant_id], "post": "yes"}
+            )
+    assert response.status_code == 302, response.content
+    assert not Tenant.objects.filter(pk=tenant_id).exists()
+    assert not Chunk.objects.filter(tenant_id=tenant_id).exists()
+    assert get_lexical_index().state(version_id) is None

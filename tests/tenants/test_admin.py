@@ -1,0 +1,75 @@
+"""The tenants console through the admin's own views."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tenants.models import FREE_TIER, ApiKey, RateTier
+from tenants.services import create_api_key
+
+pytestmark = pytest.mark.django_db
+
+ADMIN = "/admin/tenants"
+
+
+def test_tiers_are_editable_in_the_admin_for_endpoints_that_exist(admin_client):
+    free = RateTier.objects.get(name=FREE_TIER)
+    assert admin_client.get(f"{ADMIN}/ratetier/").status_code == 200
+    response = admin_client.post(
+        f"{ADMIN}/ratetier/{free.pk}/change/",
+        {"name": FREE_TIER, "requests_per_window": 120, "endpoint_limits": '{"hybrid": 60}'},
+    )
+    assert response.status_code == 302, response.content
+    free.refresh_from_db()
+    assert (free.requests_per_window, free.endpoint_limits) == (120, {"hybrid": 60})
+    for limits in ('{"hybrid": -1}', '{"graph": 20}'):
+        rejected = admin_client.post(
+            f"{ADMIN}/ratetier/{free.pk}/change/",
+            {"name": FREE_TIER, "requests_per_window": 120, "endpoint_limits": limits},
+        )
+        assert rejected.status_code == 200
+        assert "must map endpoint names (vector, bm25, hybrid) to positive integers" in rejected.content.decode()
+    free.refresh_from_db()
+    assert free.endpoint_limits == {"hybrid": 60}
+
+
+def tenant_form(tenant, **inline) -> dict:
+    return {
+        "name": tenant.name, "is_active": "on", "expand_synonyms": "on", "rate_tier": tenant.rate_tier_id,
+        "api_keys-TOTAL_FORMS": "0", "api_keys-INITIAL_FORMS": "0", **inline,
+    }  # fmt: skip
+
+
+def test_keys_are_not_added_on_the_tenant_page(admin_client, tenant):
+    """Only create_api_key makes a usable key (and shows its secret once); the inline cannot add one."""
+    page = admin_client.get(f"{ADMIN}/tenant/{tenant.pk}/change/")
+    assert page.status_code == 200
+    (keys_inline,) = page.context["inline_admin_formsets"]
+    assert not keys_inline.has_add_permission and keys_inline.formset.max_num == 0
+    response = admin_client.post(
+        f"{ADMIN}/tenant/{tenant.pk}/change/",
+        tenant_form(
+            tenant, **{"api_keys-TOTAL_FORMS": "1", "api_keys-0-name": "typed in", "api_keys-0-scopes": "search"}
+        ),
+    )
+    assert response.status_code == 302, response.content
+    assert not ApiKey.objects.filter(tenant=tenant).exists()
+    assert admin_client.get(f"{ADMIN}/apikey/add/").status_code == 403
+
+
+def test_the_key_list_shows_when_each_key_was_last_used(admin_client, tenant):
+    raw_key = create_api_key(tenant=tenant, name="ci").raw_key
+    assert ApiKey.objects.get(tenant=tenant).last_used_at is None
+    response = admin_client.post(
+        "/api/v1/retrieval/bm25",
+        data=json.dumps({"query": "hello"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw_key}",
+    )
+    assert response.status_code == 200, response.content
+    used = ApiKey.objects.get(tenant=tenant).last_used_at
+    assert used is not None
+    listing = admin_client.get(f"{ADMIN}/apikey/")
+    assert "Last used at" in listing.content.decode()
+    assert listing.context["cl"].result_list[0].last_used_at == used
