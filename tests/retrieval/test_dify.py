@@ -36,6 +36,16 @@ def post(client, body: Any, **headers):
     return client.post(URL, body, format="json", **headers)
 
 
+def dify_request(kb, query: str, *, top_k: int) -> dict:
+    return {"knowledge_id": str(kb.pk), "query": query, "retrieval_setting": {"top_k": top_k, "score_threshold": 0.0}}
+
+
+def hybrid_hits(client, kb, query: str, *, top_k: int) -> list[dict]:
+    """The same search through the service's own hybrid endpoint."""
+    body = {"query": query, "top_k": top_k, "kb_ids": [kb.pk]}
+    return client.post("/api/v1/retrieval/hybrid", body, format="json").json()["results"]
+
+
 @pytest.fixture
 def dify(sample_kb):
     """An API client with a key of the sample KB's tenant."""
@@ -80,10 +90,8 @@ def test_metadata_condition_selects_only_matching_passages(dify, sample_kb):
 def test_records_are_the_hybrid_search_with_dense_similarity_as_score(dify, sample_kb):
     """Same hits, same order as /hybrid; each score is the hit's vector similarity (all are dense hits here)."""
     query = "How should I store the lithium battery pack?"
-    hybrid = dify.post("/api/v1/retrieval/hybrid", {"query": query, "top_k": 5, "kb_ids": [sample_kb.pk]}, format="json")
-    hits = hybrid.json()["results"]
-    request = {"knowledge_id": str(sample_kb.pk), "query": query, "retrieval_setting": {"top_k": 5, "score_threshold": 0}}
-    records = post(dify, request).json()["records"]
+    hits = hybrid_hits(dify, sample_kb, query, top_k=5)
+    records = post(dify, dify_request(sample_kb, query, top_k=5)).json()["records"]
     assert [r["metadata"]["chunk_id"] for r in records] == [hit["chunk_id"] for hit in hits]
     assert all("vector" in hit["retrievers"] for hit in hits)
     assert [r["score"] for r in records] == [max(0.0, hit["retrievers"]["vector"]["score"]) for hit in hits]
@@ -91,8 +99,7 @@ def test_records_are_the_hybrid_search_with_dense_similarity_as_score(dify, samp
 
 
 def test_score_threshold_drops_lower_scores(dify, sample_kb):
-    request = {"knowledge_id": str(sample_kb.pk), "query": "How do I return an item for a refund?",
-               "retrieval_setting": {"top_k": 10, "score_threshold": 0.0}}  # fmt: skip
+    request = dify_request(sample_kb, "How do I return an item for a refund?", top_k=10)
     scores = [record["score"] for record in post(dify, request).json()["records"]]
     assert len(set(scores)) > 1
     threshold = sorted(scores)[len(scores) // 2]
@@ -106,10 +113,8 @@ def test_score_threshold_drops_lower_scores(dify, sample_kb):
 def test_keyword_only_hits_score_relative_to_the_best_keyword_hit(dify, sample_kb):
     """A Chinese query against the English-only model skips the dense leg: BM25 scores, normalized."""
     query = "帮我查下订单 ORD-2026-000817 的进度"
-    request = {"knowledge_id": str(sample_kb.pk), "query": query, "retrieval_setting": {"top_k": 3, "score_threshold": 0}}
-    records = post(dify, request).json()["records"]
-    hybrid = dify.post("/api/v1/retrieval/hybrid", {"query": query, "top_k": 3, "kb_ids": [sample_kb.pk]}, format="json")
-    hits = hybrid.json()["results"]
+    records = post(dify, dify_request(sample_kb, query, top_k=3)).json()["records"]
+    hits = hybrid_hits(dify, sample_kb, query, top_k=3)
     assert hits and all(set(hit["retrievers"]) == {"bm25"} for hit in hits)
     best = max(hit["retrievers"]["bm25"]["score"] for hit in hits)
     assert [r["score"] for r in records] == [round(hit["retrievers"]["bm25"]["score"] / best, 6) for hit in hits]
@@ -247,7 +252,8 @@ def test_every_comparison_operator_selects_what_dify_means(sample_kb, name, oper
     expected = {chunk.pk for chunk in chunks if predicate(chunk)}
     assert expected and len(expected) < len(chunks), "the case must discriminate"
     for names in (name, [name]):
-        condition = {"logical_operator": "and", "conditions": [{"name": names, "comparison_operator": operator, "value": value}]}
+        clause = {"name": names, "comparison_operator": operator, "value": value}
+        condition = {"logical_operator": "and", "conditions": [clause]}
         selected = compile_filters(filters_from_metadata_condition(condition)).apply(
             Chunk.objects.filter(kb_version=sample_kb.active_version)
         )
