@@ -8,3 +8,6 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from core import schema  # noqa: F401  (registers the API-key OpenAPI extension)
+        from core.tracing import configure_tracing
+
+        configure_tracing()  # off unless the OTEL_* settings ask for it

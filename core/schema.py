@@ -79,6 +79,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
     ),
 }
 REQUEST_ID = "8f0c1b2e3d4a45b6a7c8d9e0f1a2b3c4"
+BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."}
 
 
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -110,6 +111,6 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return [
-            {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."},
+            BEARER_SCHEME,
             {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "The same key, in its own header."},
         ]

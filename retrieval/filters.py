@@ -18,12 +18,15 @@ doc_type        eq, ne, in, nin                                       string
 doc_id          eq, ne, in, nin                                       integer
 created_at      eq, gt, gte, lt, lte                                  ISO date / datetime string
 tags            contains (bare string), any, all                      string / list of strings
-metadata.<key>  eq, ne, in, nin, gt, gte, lt, lte, exists             JSON scalar (exists: bool)
+metadata.<key>  eq, ne, in, nin, gt, gte, lt, lte, exists,            JSON scalar (exists: bool;
+                contains, starts_with, ends_with                      the last three: string)
 =============== ===================================================== ===========================
 
 ``metadata.a.b`` reaches nested keys. Metadata equality uses JSON containment (GIN-indexed), so it
 also matches a list that contains the value. ``ne``/``nin`` match rows that lack the key. Range
 operators compare JSON values of the same type (numbers numerically, strings lexically).
+``contains`` / ``starts_with`` / ``ends_with`` match string values by substring, prefix or suffix
+(case-sensitive, ``%`` and ``_`` are literal); ``contains`` also matches a list holding the string.
 """
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ _FIELDS: dict[str, set[str]] = {
     "created_at": {"eq", "gt", "gte", "lt", "lte"},
     "tags": {"contains", "any", "all"},
 }
-_METADATA_OPS = _SCALAR_OPS | {"gt", "gte", "lt", "lte", "exists"}
+_STRING_MATCH_LOOKUPS = {"contains": "contains", "starts_with": "startswith", "ends_with": "endswith"}
+_METADATA_OPS = _SCALAR_OPS | {"gt", "gte", "lt", "lte", "exists"} | _STRING_MATCH_LOOKUPS.keys()
 _COLUMNS = {"doc_type": "doc_type", "doc_id": "document_id", "created_at": "created_at"}
 
 
@@ -188,14 +192,9 @@ class _Compiler:
                     q |= Q(metadata__contains=_nest(segments, [item]))
             return ~q if op in ("ne", "nin") else q
         alias = f"_filter_metadata_{next(self._alias_ids)}"
-        # `metadata #> '{a,b}'` reads object keys even when they look like numbers (`->` would index arrays).
-        value = Func(
-            F("metadata"),
-            Value(segments, output_field=ArrayField(TextField())),
-            template="(%(expressions)s)",
-            arg_joiner=" #> ",
-            output_field=JSONField(),
-        )
+        value = _metadata_path(segments, "#>", JSONField())
+        if op in _STRING_MATCH_LOOKUPS:
+            return self._metadata_string_match(segments, alias, value, op, _string(operand, path))
         if op == "exists":
             self.aliases[alias] = value
             return Q(**{f"{alias}__isnull": not _boolean(operand, path)})
@@ -211,6 +210,30 @@ class _Compiler:
         self.aliases[f"{alias}_type"] = Func(value, function="jsonb_typeof", output_field=CharField())
         self.aliases[alias] = Coalesce(ExpressionWrapper(condition, output_field=BooleanField()), Value(False))
         return Q(**{alias: True})
+
+    def _metadata_string_match(self, segments: list[str], alias: str, value, op: str, operand: str) -> Q:
+        """Substring / prefix / suffix of a string value (Django's LIKE lookups escape ``%`` and ``_``).
+        Coalesce makes a missing key or another type false rather than NULL, so ``not`` is the exact complement."""
+        condition = Q(**{f"{alias}_text__{_STRING_MATCH_LOOKUPS[op]}": operand, f"{alias}_type": "string"})
+        self.aliases[f"{alias}_text"] = _metadata_path(segments, "#>>", TextField())
+        self.aliases[f"{alias}_type"] = Func(value, function="jsonb_typeof", output_field=CharField())
+        self.aliases[alias] = Coalesce(ExpressionWrapper(condition, output_field=BooleanField()), Value(False))
+        matched = Q(**{alias: True})
+        if op == "contains":  # a list holding the string (containment, GIN-indexed)
+            matched |= Q(metadata__contains=_nest(segments, [operand]))
+        return matched
+
+
+def _metadata_path(segments: list[str], operator: str, output_field) -> Func:
+    """``metadata #> '{a,b}'`` (JSON) or ``#>>`` (text): reads object keys even when they look like numbers
+    (``->`` would index arrays)."""
+    return Func(
+        F("metadata"),
+        Value(segments, output_field=ArrayField(TextField())),
+        template="(%(expressions)s)",
+        arg_joiner=f" {operator} ",
+        output_field=output_field,
+    )
 
 
 def _nest(segments: list[str], value: Any) -> dict:

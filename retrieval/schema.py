@@ -6,9 +6,10 @@ register on import: ``RetrievalConfig.ready`` imports this module.
 """
 from __future__ import annotations
 
-from drf_spectacular.extensions import OpenApiViewExtension
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
-from core.schema import REQUEST_ID, error_responses
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+
+from core.schema import BEARER_SCHEME, REQUEST_ID, error_responses
 from retrieval.serializers import SearchOutput
 
 
@@ -158,6 +159,108 @@ class SearchViewSchema(OpenApiViewExtension):
                 parameters=SEARCH_HEADERS,
                 responses={200: SearchOutput, **error_responses(*SEARCH_ERRORS)},
                 examples=examples,
+            )
+            def post(self, request):
+                return super().post(request)
+
+        return Documented
+
+
+# --- Dify's External Knowledge API (retrieval.dify) -------------------------------------------------
+
+DIFY_ERRORS = {
+    400: ("A bad body or filter: `error_code` is the status.", 400, "retrieval_setting: This field is required."),
+    403: (
+        "1001: a missing or malformed `Authorization` header; 1002: an unknown, expired or revoked key, or one "
+        "without the `search` scope.",
+        1001,
+        "Invalid Authorization header format. Expected 'Bearer <api-key>' format.",
+    ),
+    404: ("2001: `knowledge_id` is not one of the key's knowledge bases.", 2001, "The knowledge does not exist."),
+    429: ("Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`).", 429, "Rate limit exceeded."),
+    503: ("No retriever can answer.", 503, "cannot embed the query: the embedding service did not answer"),
+}
+DIFY_REQUEST_EXAMPLE = {
+    "knowledge_id": "1",
+    "query": "How should I store the lithium battery pack?",
+    "retrieval_setting": {"top_k": 3, "score_threshold": 0.5},
+    "metadata_condition": {
+        "logical_operator": "and",
+        "conditions": [{"name": ["category"], "comparison_operator": "is", "value": "product"}],
+    },
+}
+DIFY_RESPONSE_EXAMPLE = {
+    "records": [
+        {
+            "content": HIT_EXAMPLE["content"],
+            "score": 0.613,
+            "title": HIT_EXAMPLE["title"],
+            "metadata": {
+                **HIT_EXAMPLE["metadata"],
+                "path": HIT_EXAMPLE["source_uri"],
+                "source": HIT_EXAMPLE["source_uri"],
+                "doc_id": HIT_EXAMPLE["doc_id"],
+                "chunk_id": HIT_EXAMPLE["chunk_id"],
+                "kb_id": HIT_EXAMPLE["kb_id"],
+                "doc_type": HIT_EXAMPLE["doc_type"],
+            },
+        }
+    ]
+}
+
+
+class DifyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Dify sends ``Authorization: Bearer <key>`` only."""
+
+    target_class = "retrieval.dify.DifyApiKeyAuthentication"
+    name = "DifyBearerApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return BEARER_SCHEME
+
+
+class DifyRetrievalViewSchema(OpenApiViewExtension):
+    target_class = "retrieval.dify.DifyRetrievalView"
+
+    def view_replacement(self):
+        from retrieval.dify import DifyErrorOutput, DifyRetrievalInput, DifyRetrievalOutput
+
+        errors = {
+            status: OpenApiResponse(
+                response=DifyErrorOutput,
+                description=description,
+                examples=[
+                    OpenApiExample(
+                        f"{status} {code}",
+                        value={"error_code": code, "error_msg": message},
+                        response_only=True,
+                        status_codes=[str(status)],
+                    )
+                ],
+            )
+            for status, (description, code, message) in DIFY_ERRORS.items()
+        }
+
+        class Documented(self.target):
+            @extend_schema(
+                operation_id="dify_retrieval",
+                summary="Dify External Knowledge API: hybrid search of one knowledge base",
+                description=(
+                    "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
+                    "knowledge base id as the external knowledge ID. Errors use Dify's shape "
+                    "`{error_code, error_msg}`. `score` is the dense cosine similarity of the hit, or for a hit "
+                    "only the keyword leg found its BM25 score relative to the best one in the answer."
+                ),
+                tags=["dify"],
+                request=DifyRetrievalInput,
+                parameters=SEARCH_HEADERS[1:],
+                responses={200: DifyRetrievalOutput, **errors},
+                examples=[
+                    OpenApiExample("Dify request", value=DIFY_REQUEST_EXAMPLE, request_only=True),
+                    OpenApiExample(
+                        "Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]
+                    ),
+                ],
             )
             def post(self, request):
                 return super().post(request)

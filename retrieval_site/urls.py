@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from core.metrics import metrics_view
 from core.views import health_view, ready_view
 from knowledge.views import StatsView
+from retrieval.dify import DifyRetrievalView
 
 admin.site.site_header = admin.site.site_title = "Retrieval service"
 admin.site.index_title = "Console"
@@ -12,6 +13,7 @@ admin.site.index_title = "Console"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/retrieval/", include("retrieval.urls")),
+    path("api/v1/dify/retrieval", DifyRetrievalView.as_view(), name="dify-retrieval"),  # Dify: endpoint …/api/v1/dify
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -1,10 +1,13 @@
-"""Per-search stage timings: the one place where a stage of the pipeline starts and ends."""
+"""Per-search stage timings: the one place where a stage of the pipeline starts and ends, so it is
+also where each stage becomes a trace span (``core.tracing.span``; a shared no-op when tracing is off)."""
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from core.tracing import span
 
 
 class StageTimings:
@@ -19,7 +22,8 @@ class StageTimings:
     def stage(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
-            yield
+            with span(f"search.{name}"):
+                yield
         finally:
             elapsed = (time.perf_counter() - started) * 1000
             with self._lock:

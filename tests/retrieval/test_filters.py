@@ -87,6 +87,11 @@ def m_any(path, values):
     return lambda r: any(json_eq(r.meta(path), v) for v in values)
 
 
+def m_text(path, test):
+    """A string match: only string values are matched (numbers, lists and missing keys are not)."""
+    return lambda r: isinstance(r.meta(path), str) and test(r.meta(path))
+
+
 def m_exists(path):
     return lambda r: r.meta(path) is not MISSING
 
@@ -113,6 +118,7 @@ ROWS = [
     Row("r5", "txt", at(2025, 6, 1, 0, 0, 0), ["howto"],
         {"shop_id": 7, "flag": True, "a": {"b": {"c": "deep"}}, "exact": 1, "code": "100"}),
     Row("r6", "md", at(2026, 1, 1, 0, 0, 0), ["release-notes"], {}),
+    Row("r8", "md", at(2026, 4, 1, 0, 0, 0), [], {"name": "50%_grape", "labels": ["red", "blue"]}),
     Row("r7", "md", at(2027, 3, 3, 3, 3, 3), ["faq", "howto"],
         {"shop_id": 9, "lang": "fr", "price": 5.0, "name": "fig", "flag": False, "isnull": True, "gt": 2}),
 ]
@@ -298,6 +304,21 @@ METADATA_CASES = [
     ({"metadata.a.b.c": "deep"}, m_eq("a.b.c", "deep")),
     ({"metadata.a.b.c": {"exists": True}}, m_exists("a.b.c")),
     ({"metadata.a": 5}, m_eq("a", 5)),
+    # string matching: case-sensitive, % and _ are literal; contains also matches a list holding the string
+    ({"metadata.name": {"contains": "an"}}, m_text("name", lambda v: "an" in v)),
+    ({"metadata.name": {"contains": "A"}}, m_text("name", lambda v: "A" in v)),
+    ({"metadata.name": {"contains": "%_"}}, m_text("name", lambda v: "%_" in v)),
+    ({"metadata.name": {"starts_with": "ch"}}, m_text("name", lambda v: v.startswith("ch"))),
+    ({"metadata.name": {"starts_with": "_"}}, m_text("name", lambda v: v.startswith("_"))),
+    ({"metadata.name": {"ends_with": "e"}}, m_text("name", lambda v: v.endswith("e"))),
+    ({"metadata.name": {"ends_with": "%"}}, m_text("name", lambda v: v.endswith("%"))),
+    ({"metadata.code": {"contains": "0"}}, m_text("code", lambda v: "0" in v)),
+    ({"metadata.price": {"contains": "5"}}, lambda r: False),  # numbers are not strings
+    ({"metadata.labels": {"contains": "red"}}, lambda r: isinstance(r.meta("labels"), list) and "red" in r.meta("labels")),
+    ({"metadata.labels": {"contains": "re"}}, lambda r: False),  # list membership, not substring of an item
+    ({"metadata.a.b.c": {"starts_with": "de"}}, m_text("a.b.c", lambda v: v.startswith("de"))),
+    ({"metadata.contains": {"contains": "e"}}, m_text("contains", lambda v: "e" in v)),
+    ({"not": {"metadata.name": {"contains": "an"}}}, lambda r: not m_text("name", lambda v: "an" in v)(r)),
     # keys that collide with Django lookup / transform names are plain keys
     ({"metadata.contains": "yes"}, m_eq("contains", "yes")),
     ({"metadata.contains": {"ne": "yes"}}, lambda r: not json_eq(r.meta("contains"), "yes")),
@@ -476,6 +497,10 @@ ERROR_CASES = [
     ({"metadata.lang": {"gt": "\x00"}}, ["metadata.lang", "NUL"]),
     ({"created_at": "2026-01-01\x00"}, ["created_at", "NUL"]),
     ({"tags": {}}, ["tags", "empty operator object"]),
+    ({"metadata.name": {"contains": 5}}, ["metadata.name", "contains", "string"]),
+    ({"metadata.name": {"starts_with": None}}, ["metadata.name", "starts_with", "string"]),
+    ({"metadata.name": {"ends_with": "x\x00"}}, ["metadata.name", "ends_with", "NUL"]),
+    ({"doc_type": {"contains": "pd"}}, ["doc_type", "unknown operator 'contains'"]),
 ]
 
 

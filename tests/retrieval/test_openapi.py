@@ -67,6 +67,20 @@ def test_error_examples_use_the_codes_the_service_answers(openapi):
     }
 
 
+def test_dify_endpoint_documents_difys_body_and_error_shapes(openapi):
+    operation = openapi["paths"]["/api/v1/dify/retrieval"]["post"]
+    body = operation["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"].endswith("DifyRetrievalInput") and body["examples"]
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DifyRetrievalOutput")
+    codes = set()
+    for status in ("400", "403", "404", "429", "503"):
+        error = operation["responses"][status]["content"]["application/json"]
+        assert error["schema"]["$ref"].endswith("DifyErrorOutput"), status
+        codes |= {example["value"]["error_code"] for example in error["examples"].values()}
+    assert {1001, 2001} <= codes
+    assert operation["security"] == [{"DifyBearerApiKey": []}]
+
+
 def test_security_schemes_are_a_bearer_key_or_the_x_api_key_header(openapi):
     schemes = openapi["components"]["securitySchemes"]
     assert (schemes["BearerApiKey"]["type"], schemes["BearerApiKey"]["scheme"]) == ("http", "bearer")

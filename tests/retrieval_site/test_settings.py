@@ -60,6 +60,7 @@ def test_an_empty_variable_counts_as_unset(environ):
         ("DATABASE_URL", "postgress://user:hunter2@db/retrieval"),
         ("METRICS_ALLOWED_IPS", "127.0.0.1,10.0.0.300"),
         ("LOG_FORMAT", "xml"),
+        ("OTEL_TRACES_EXPORTER", "jaeger"),
     ],
 )
 def test_a_bad_value_stops_startup_naming_the_variable(environ, name, value):

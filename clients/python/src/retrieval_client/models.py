@@ -1,0 +1,88 @@
+"""Typed results: the service's JSON answer as dataclasses. Unknown fields are ignored, so a newer
+service (more fields) does not break an older client."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _known(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {key: value for key, value in data.items() if key in names}
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One retriever's part in a hit: its rank and raw score in that list, and the query variant used."""
+
+    rank: int
+    score: float
+    query: str
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chunk_id: int
+    doc_id: int
+    kb_id: int
+    content: str
+    score: float
+    rank: int
+    title: str = ""
+    source_uri: str = ""
+    doc_type: str = ""
+    source: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    fused_score: float | None = None
+    rerank_score: float | None = None
+    retrievers: dict[str, Contribution] = field(default_factory=dict)
+    matched_queries: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SearchHit:
+        values = _known(cls, data)
+        values["retrievers"] = {
+            name: Contribution(**_known(Contribution, part)) for name, part in (data.get("retrievers") or {}).items()
+        }
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class QueryVariant:
+    text: str
+    weight: float
+    origin: str
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """A part of the search that failed without failing it (e.g. the reranker timed out)."""
+
+    stage: str
+    cause: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    results: list[SearchHit]
+    mode: str
+    total: int = 0
+    queries: list[QueryVariant] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+    reranked: bool = False
+    cached: bool = False
+    degraded: list[Degradation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    candidates: dict[str, int] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    latency_ms: float = 0.0
+    request_id: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SearchResult:
+        values = _known(cls, data)
+        values["results"] = [SearchHit.from_dict(hit) for hit in data.get("results") or []]
+        values["queries"] = [QueryVariant(**_known(QueryVariant, q)) for q in data.get("queries") or []]
+        values["degraded"] = [Degradation(**_known(Degradation, d)) for d in data.get("degraded") or []]
+        return cls(**values)

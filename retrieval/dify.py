@@ -1,0 +1,311 @@
+"""Dify's External Knowledge API: ``POST /api/v1/dify/retrieval`` (endpoint to register in Dify: ``…/api/v1/dify``).
+
+The contract follows Dify's documentation of the External Knowledge API
+(https://docs.dify.ai/en/use-dify/knowledge/external-knowledge-api) and the request its client builds in
+``ExternalDatasetService.fetch_external_knowledge_retrieval`` (langgenius/dify,
+``api/services/external_knowledge_service.py``): ``Authorization: Bearer <key>`` and a JSON body
+``{"knowledge_id", "query", "retrieval_setting": {"top_k", "score_threshold"}, "metadata_condition"?}``,
+where ``score_threshold`` is 0.0 when the threshold is off in Dify and ``metadata_condition`` is only sent
+when set. Dify reads ``records`` of a 200 and treats any other status as a failure.
+
+Errors on this endpoint use Dify's shape ``{"error_code", "error_msg"}``: 1001 (403) a missing or
+malformed ``Authorization`` header, 1002 (403) a key that is unknown, expired, revoked or lacks the
+``search`` scope, 2001 (404) a ``knowledge_id`` that is not the id of one of the key's knowledge bases
+(any string that is not a positive integer included). Every other error keeps its HTTP status and uses
+that status as ``error_code`` (400 a bad body or filter, 429 rate limited, 503 no retriever can answer).
+
+Scores (``records[].score``, what ``score_threshold`` compares against) are in [0, 1]: a hit the dense leg
+found scores its cosine similarity to the query (negative values as 0), which means the same from query
+to query; a hit only the keyword leg found scores its BM25 score divided by the best BM25 score among the
+answer's hits, which is relative to this query (1.0: the best keyword match).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from rest_framework import exceptions, serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.errors import api_exception_handler
+from core.ratelimit import RateLimitedMixin
+from knowledge.errors import KnowledgeBaseNotFound
+from retrieval.cache import cached_search
+from retrieval.errors import InvalidFilter
+from retrieval.expansion import ExpansionOptions
+from retrieval.types import SearchHit, SearchRequest
+from retrieval.serializers import MAX_QUERY_CHARS
+from tenants.authentication import ApiKeyAuthentication, HasTenant
+from tenants.models import Scope
+from tenants.permissions import HasScope
+
+MAX_TOP_K = 100
+MAX_CONDITIONS = 32
+# Dify's (status, error code) for the service's error codes; any other error keeps its status.
+_DIFY_ERRORS = {
+    "invalid_api_key": (403, 1002),
+    "insufficient_scope": (403, 1002),
+    "knowledge_base_not_found": (404, 2001),
+}
+_KB_ID = re.compile(r"[1-9][0-9]{0,18}")
+_BUSINESS_FIELDS = ("doc_type", "doc_id", "created_at", "tags")
+OPERATORS = (
+    "contains", "not contains", "start with", "end with", "is", "is not", "empty", "not empty",
+    "in", "not in", "=", "≠", ">", "<", "≥", "≤", "before", "after",
+)  # fmt: skip
+_NUMBER_COMPARISONS = {"=": "eq", "≠": "ne", ">": "gt", "<": "lt", "≥": "gte", "≤": "lte"}
+_DATE_COMPARISONS = {"before": "lt", "after": "gt"}
+_STRING_MATCHES = {"contains": "contains", "start with": "starts_with", "end with": "ends_with"}
+# Operators each business field supports (filter operator, or a callable building the clause).
+_FIELD_OPERATORS = {
+    "doc_type": {"is": "eq", "is not": "ne", "=": "eq", "≠": "ne", "in": "in", "not in": "nin"},
+    "doc_id": {"is": "eq", "is not": "ne", "=": "eq", "≠": "ne", "in": "in", "not in": "nin"},
+    "created_at": {"is": "eq", "=": "eq", "before": "lt", "<": "lt", "≤": "lte", "after": "gt", ">": "gt", "≥": "gte"},
+    "tags": {"contains": "contains", "is": "contains", "in": "any"},
+}
+_NEGATED = {"not contains": "contains", "is not": "is", "not in": "in", "not empty": "empty"}
+
+
+# --- request and response -----------------------------------------------------------------------
+
+
+class RetrievalSettingInput(serializers.Serializer):
+    top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K)
+    score_threshold = serializers.FloatField(
+        min_value=0, max_value=1, default=0.0, allow_null=True, help_text="0.0 when the threshold is off in Dify"
+    )
+
+
+class ConditionInput(serializers.Serializer):
+    name = serializers.JSONField(help_text="metadata field name, or a list of names (the condition holds for any)")
+    comparison_operator = serializers.ChoiceField(choices=OPERATORS)
+    value = serializers.JSONField(required=False, allow_null=True, help_text="omitted for empty / not empty")
+
+
+class MetadataConditionInput(serializers.Serializer):
+    logical_operator = serializers.ChoiceField(choices=("and", "or"), default="and", allow_null=True)
+    conditions = ConditionInput(many=True, max_length=MAX_CONDITIONS)
+
+
+class DifyRetrievalInput(serializers.Serializer):
+    knowledge_id = serializers.CharField(max_length=64, help_text="the knowledge base id, as a string")
+    query = serializers.CharField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
+    retrieval_setting = RetrievalSettingInput()
+    metadata_condition = MetadataConditionInput(required=False, allow_null=True)
+
+
+class DifyRecordOutput(serializers.Serializer):
+    content = serializers.CharField()
+    score = serializers.FloatField(help_text="in [0, 1]; see the module docs for its definition")
+    title = serializers.CharField()
+    metadata = serializers.DictField(help_text="the chunk's metadata with path, source, doc_id, chunk_id, kb_id")
+
+
+class DifyRetrievalOutput(serializers.Serializer):
+    records = DifyRecordOutput(many=True)
+
+
+class DifyErrorOutput(serializers.Serializer):
+    error_code = serializers.IntegerField(help_text="1001, 1002, 2001, or the HTTP status for other errors")
+    error_msg = serializers.CharField()
+
+
+# --- the view -----------------------------------------------------------------------------------
+
+
+class MalformedAuthorization(exceptions.PermissionDenied):
+    """Dify's error 1001."""
+
+
+class DifyApiKeyAuthentication(ApiKeyAuthentication):
+    """Dify always sends ``Authorization: Bearer <key>``: anything else is error 1001."""
+
+    def _raw_key(self, request) -> str:
+        scheme, _, value = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != self.keyword.lower() or not value.strip():
+            raise MalformedAuthorization("Invalid Authorization header format. Expected 'Bearer <api-key>' format.")
+        return value.strip()
+
+
+class DifyRetrievalView(RateLimitedMixin, APIView):
+    """Hybrid search of one knowledge base, answered in Dify's record shape; limited and scoped like
+    ``/api/v1/retrieval/hybrid``."""
+
+    authentication_classes = [DifyApiKeyAuthentication]
+    permission_classes = [HasTenant, HasScope]
+    required_scope = Scope.SEARCH
+
+    def rate_limit_endpoint(self, request) -> str:
+        return "hybrid"
+
+    def get_exception_handler(self):
+        return dify_exception_handler
+
+    def post(self, request):
+        params = DifyRetrievalInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        setting = data["retrieval_setting"]
+        search_request = SearchRequest(
+            query=data["query"],
+            mode="hybrid",
+            top_k=setting["top_k"],
+            kb_ids=[knowledge_base_id(data["knowledge_id"])],
+            filters=filters_from_metadata_condition(data.get("metadata_condition")),
+            expand=ExpansionOptions(),
+        )
+        hits = cached_search(request.tenant, search_request).response.results
+        threshold = setting["score_threshold"] or 0.0
+        records = [record(hit, score) for hit, score in zip(hits, dify_scores(hits)) if score >= threshold]
+        return Response({"records": records})
+
+
+def dify_exception_handler(exc, context):
+    """The service's handler decides status and message; the body becomes Dify's shape."""
+    response = api_exception_handler(exc, context)
+    if response is None:
+        return None
+    error = response.data["error"]
+    if isinstance(exc, MalformedAuthorization):
+        status, error_code = 403, 1001
+    else:
+        status, error_code = _DIFY_ERRORS.get(error["code"], (response.status_code, response.status_code))
+    response.status_code = status
+    response.data = {"error_code": error_code, "error_msg": error["message"]}
+    return response
+
+
+def knowledge_base_id(knowledge_id: str) -> int:
+    """Dify's ``knowledge_id`` is a string: the KB's id in digits; anything else names no knowledge base."""
+    if not _KB_ID.fullmatch(knowledge_id) or int(knowledge_id) >= 2**63:
+        raise KnowledgeBaseNotFound(f"The knowledge does not exist: {knowledge_id!r} is not a knowledge base id.")
+    return int(knowledge_id)
+
+
+def dify_scores(hits: list[SearchHit]) -> list[float]:
+    """Scores in [0, 1] (module docs): the dense cosine similarity, else BM25 relative to the best BM25 hit."""
+    best_bm25 = max((hit.retrievers["bm25"]["score"] for hit in hits if "bm25" in hit.retrievers), default=0.0)
+    scores = []
+    for hit in hits:
+        if "vector" in hit.retrievers:
+            score = hit.retrievers["vector"]["score"]
+        elif best_bm25 > 0 and "bm25" in hit.retrievers:
+            score = hit.retrievers["bm25"]["score"] / best_bm25
+        else:
+            score = 0.0
+        scores.append(round(min(1.0, max(0.0, score)), 6))
+    return scores
+
+
+def record(hit: SearchHit, score: float) -> dict:
+    metadata = {
+        **hit.metadata,
+        "path": hit.source_uri,
+        "source": hit.source_uri,
+        "doc_id": hit.doc_id,
+        "chunk_id": hit.chunk_id,
+        "kb_id": hit.kb_id,
+        "doc_type": hit.doc_type,
+    }
+    return {"content": hit.content, "score": score, "title": hit.title or hit.source_uri, "metadata": metadata}
+
+
+# --- metadata_condition -> the filter language ------------------------------------------------------
+
+
+def filters_from_metadata_condition(condition: dict | None) -> dict | None:
+    """Dify's conditions as a filter (``retrieval.filters``): ``doc_type``, ``doc_id``, ``created_at`` and
+    ``tags`` are the chunk's fields, any other name is ``metadata.<name>``. Raises ``InvalidFilter``."""
+    if not condition or not condition["conditions"]:
+        return None
+    clauses = [
+        _condition(item, path=f"metadata_condition.conditions[{i}]") for i, item in enumerate(condition["conditions"])
+    ]
+    return {condition.get("logical_operator") or "and": clauses}
+
+
+def _condition(item: dict, *, path: str) -> dict:
+    names = item["name"] if isinstance(item["name"], list) else [item["name"]]
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise InvalidFilter(f"{path}.name: expected a field name or a non-empty list of names")
+    operator, value = item["comparison_operator"], item.get("value")
+    clauses = [_clause(name, operator, value, path=path) for name in names]
+    return clauses[0] if len(clauses) == 1 else {"or": clauses}
+
+
+def _clause(name: str, operator: str, value: Any, *, path: str) -> dict:
+    if operator in _NEGATED:
+        return {"not": _clause(name, _NEGATED[operator], value, path=path)}
+    if name in _BUSINESS_FIELDS:
+        return _field_clause(name, operator, value, path=path)
+    key = f"metadata.{name}"
+    if operator == "empty":
+        return {"or": [{key: {"exists": False}}, {key: ""}, {key: None}]}
+    if operator in _STRING_MATCHES:
+        return {key: {_STRING_MATCHES[operator]: _text(value, path)}}
+    if operator == "is":
+        return {key: value}
+    if operator == "in":
+        return {key: {"in": _values(value, path)}}
+    if operator in _NUMBER_COMPARISONS:
+        return {key: {_NUMBER_COMPARISONS[operator]: _number(value, path)}}
+    return {key: {_DATE_COMPARISONS[operator]: value}}  # before / after: strings lexically, numbers numerically
+
+
+def _field_clause(name: str, operator: str, value: Any, *, path: str) -> dict:
+    filter_operator = _FIELD_OPERATORS[name].get(operator)
+    if filter_operator is None:
+        raise InvalidFilter(f"{path}: operator {operator!r} does not apply to {name!r}")
+    if filter_operator in ("in", "nin", "any"):
+        value = _values(value, path)
+    if name == "doc_id":
+        value = [_integer(item, path) for item in value] if isinstance(value, list) else _integer(value, path)
+    elif name == "created_at" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = _from_unix_seconds(value, path)
+    return {name: {filter_operator: value}}
+
+
+def _values(value: Any, path: str) -> list:
+    """A list, or a comma-separated string (Dify's UI sends ``in`` values either way)."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, list):
+        return value
+    raise InvalidFilter(f"{path}.value: expected a list or a comma-separated string")
+
+
+def _text(value: Any, path: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InvalidFilter(f"{path}.value: expected a string")
+    return str(value)
+
+
+def _number(value: Any, path: str) -> int | float:
+    """Numeric comparisons take numbers, or strings that spell one (Dify's values are often strings)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    raise InvalidFilter(f"{path}.value: expected a number, got {value!r}")
+
+
+def _integer(value: Any, path: str) -> int:
+    number = _number(value, path)
+    if not isinstance(number, int):
+        raise InvalidFilter(f"{path}.value: expected an integer id, got {value!r}")
+    return number
+
+
+def _from_unix_seconds(value: float, path: str) -> str:
+    try:
+        return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidFilter(f"{path}.value: {value!r} is not a Unix timestamp") from exc
