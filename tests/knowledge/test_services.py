@@ -1,10 +1,11 @@
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from engines import get_lexical_index
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
-from knowledge.models import Chunk, Document, KnowledgeBaseVersion
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
@@ -239,3 +240,18 @@ def test_relabelling_keeps_what_is_not_given_and_each_chunks_own_metadata(db):
     chunks = document.chunks.order_by("ordinal").values_list("tags", "metadata")
     assert list(chunks) == [(["b"], {"section": 1, "shop_id": 3}), (["b"], {"section": 2, "shop_id": 3})]
     assert KnowledgeBaseVersion.objects.get(pk=document.knowledge_base.active_version_id).revision == revision + 2
+
+
+def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_capture_on_commit_callbacks):
+    (tmp_path / "a.txt").write_text("The garden hose reel mounts on any wall.")
+    ingest(kb, tmp_path)
+    kb_id, version_id = kb.pk, kb.active_version_id
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            services.delete_knowledge_base(kb)
+            raise RuntimeError("the surrounding change failed")
+    assert callbacks == [] and KnowledgeBase.objects.filter(pk=kb_id).exists()
+    assert get_lexical_index().state(version_id) is not None
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        services.delete_knowledge_base(KnowledgeBase.objects.get(pk=kb_id))
+    assert len(callbacks) == 1 and get_lexical_index().state(version_id) is None
