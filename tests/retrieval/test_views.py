@@ -846,6 +846,16 @@ def test_vectors_that_disagree_with_their_dimension_fail_only_vector_search(corp
 
 @pytest.mark.slow
 @pytest.mark.django_db
+def test_a_hybrid_search_whose_every_running_leg_fails_is_503(corpus, unloadable_model):
+    corrupt_keyword_index(settings.LEXICAL_INDEX_DIR, corpus.kbs["manuals"].active_version_id)
+    # A Chinese query skips the English-only dense leg: BM25 is this hybrid search's sole retriever.
+    assert_unavailable(post_mode(corpus, "hybrid", "电水壶烧水"), "lexical_index_unavailable")
+    use_embedding_model(corpus.kbs["manuals"], unloadable_model)
+    assert_unavailable(post_mode(corpus, "hybrid"), "embedder_unavailable")  # both legs broken
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_searches_answer_while_redis_is_down(private_redis, corpus):
     private_redis()
     for mode in ("hybrid", "bm25", "vector"):
