@@ -50,10 +50,21 @@ _DRF_CODES = {
 
 
 def error_body(code: str, message: str, request, details=None) -> dict:
-    error = {"code": code, "message": message, "request_id": request_id_of(request)}
+    error = {"code": code, "message": printable(message), "request_id": request_id_of(request)}
     if details:
-        error["details"] = details
+        error["details"] = printable(details)
     return {"error": error}
+
+
+def printable(value):
+    """``value`` with every string made encodable: an echoed lone surrogate becomes ``\\ud800``, never a 500."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(key): printable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(item) for item in value]
+    return value
 
 
 def _validation_message(detail) -> str:

@@ -165,7 +165,7 @@ def _fingerprint(request) -> str:
     body = request.body
     try:
         body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON (the parser refuses it later): the raw bytes
         pass
     return hashlib.sha256(f"{request.method} {request.path}\n".encode() + body).hexdigest()
 

