@@ -23,6 +23,7 @@ class DomainError(Exception):
 
     status_code = status.HTTP_400_BAD_REQUEST
     code = "bad_request"
+    retry_after_s: int | None = None  # set: the answer carries Retry-After (a 503 the client should retry)
 
     def __init__(self, message: str, *, details: dict | None = None):
         super().__init__(message)
@@ -83,7 +84,9 @@ def _validation_message(detail) -> str:
 def api_exception_handler(exc, context):
     request = context.get("request")
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, request, exc.details), status=exc.status_code)
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+        body = error_body(exc.code, exc.message, request, exc.details)
+        return Response(body, status=exc.status_code, headers=headers)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),

@@ -1,4 +1,5 @@
-"""Every API endpoint of the URL conf, found by walking it: arbitrary JSON never gets a 5xx or a non-JSON answer."""
+"""Every API endpoint of the URL conf, found by walking it: each declares and enforces a scope and a rate limit,
+and arbitrary JSON never gets a 5xx or a non-JSON answer."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.ratelimit import RateLimitedMixin
 from tenants.models import Scope
+from tenants.permissions import HasScope
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
 from tests.retrieval.test_views import ingest, write_files
@@ -38,6 +41,37 @@ def test_the_walk_finds_every_api_endpoint():
     routes = {route for route, _ in api_routes()}
     expected = {f"api/v1/retrieval/{mode}" for mode in ("vector", "bm25", "hybrid", "search")} | {"api/v1/stats"}
     assert expected | PUBLIC_API_ROUTES == routes
+
+
+API_ROUTES = [(route, view_class) for route, view_class in api_routes() if route not in PUBLIC_API_ROUTES]
+
+
+@pytest.mark.parametrize(("route", "view_class"), API_ROUTES)
+def test_every_api_endpoint_declares_a_scope_and_a_rate_limit(route, view_class):
+    assert HasScope in view_class.permission_classes, f"{route}: no HasScope permission"
+    assert view_class.required_scope in Scope.values, f"{route}: required_scope is not a scope"
+    assert issubclass(view_class, RateLimitedMixin), f"{route}: not rate limited"
+    assert view_class.rate_limit_endpoint is not RateLimitedMixin.rate_limit_endpoint, f"{route}: no limit counter"
+
+
+def call(route: str, view_class: type, client: Client):
+    method = "POST" if hasattr(view_class, "post") else "GET"
+    return client.generic(method, f"/{route}", data=b'{"query": "x"}', content_type="application/json")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("route", "view_class"), API_ROUTES)
+def test_every_api_endpoint_enforces_its_scope_and_counts_calls(route, view_class):
+    tenant = TenantFactory()
+    other_scopes = [scope for scope in Scope.values if scope != view_class.required_scope]
+    wrong_key = create_api_key(tenant=tenant, scopes=other_scopes).raw_key
+    refused = call(route, view_class, Client(HTTP_AUTHORIZATION=f"Bearer {wrong_key}"))
+    assert refused.status_code == 403, refused.content
+    assert refused.json()["error"]["details"] == {"required_scope": view_class.required_scope}
+    assert int(refused["X-RateLimit-Remaining"]) < int(refused["X-RateLimit-Limit"])
+
+    anonymous = call(route, view_class, Client())
+    assert anonymous.status_code == 401 and "X-RateLimit-Limit" in anonymous, anonymous.content
 
 
 # --- arbitrary JSON -----------------------------------------------------------------------------------
@@ -70,16 +104,18 @@ filters = st.dictionaries(
     st.one_of(any_json, st.dictionaries(st.sampled_from(["eq", "gt", "lt", "in", "any"]), any_json, max_size=2)),
     max_size=3,
 )
+retriever_names = st.one_of(st.sampled_from(["vector", "bm25"]), any_text)
+expand_switches = st.sampled_from(["synonyms", "spelling", "max_expansions"])
 search_bodies = st.fixed_dictionaries(
     {},
     optional={
         "query": st.one_of(any_text, scalars),
         "top_k": scalars,
         "mode": st.one_of(st.sampled_from(["vector", "bm25", "hybrid"]), any_text),
-        "weights": st.one_of(st.dictionaries(st.one_of(st.sampled_from(["vector", "bm25"]), any_text), scalars), any_json),
+        "weights": st.one_of(st.dictionaries(retriever_names, scalars), any_json),
         "filters": st.one_of(filters, any_json),
         "candidates": scalars,
-        "expand": st.one_of(st.dictionaries(st.sampled_from(["synonyms", "spelling", "max_expansions"]), scalars), any_json),
+        "expand": st.one_of(st.dictionaries(expand_switches, scalars), any_json),
         "kb_ids": st.one_of(st.lists(scalars, max_size=3), any_json),
     },
 )
@@ -116,7 +152,7 @@ def every_scope_key(django_db_setup, django_db_blocker, tmp_path_factory, embedd
 
 @pytest.mark.slow
 @pytest.mark.django_db
-@pytest.mark.parametrize(("route", "view_class"), [r for r in api_routes() if r[0] not in PUBLIC_API_ROUTES])
+@pytest.mark.parametrize(("route", "view_class"), API_ROUTES)
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=bodies)
 def test_arbitrary_json_never_gets_a_server_error(every_scope_key, route, view_class, body):
