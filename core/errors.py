@@ -9,7 +9,7 @@ import logging
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
-from django.views.defaults import page_not_found
+from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -105,6 +105,19 @@ def api_exception_handler(exc, context):
         message, details = str(getattr(exc, "detail", exc)), None
     response.data = error_body(code, message, request, details)
     return response
+
+
+def json_400(request, exception=None):
+    """Django's own 400s (an unreadable or truncated body, a bad Host header) are JSON under ``/api/``."""
+    if not request.path.startswith("/api/"):
+        return bad_request(request, exception)
+    return JsonResponse(error_body("bad_request", "The request could not be read.", request), status=400)
+
+
+def json_403(request, exception=None):
+    if not request.path.startswith("/api/"):
+        return permission_denied(request, exception)
+    return JsonResponse(error_body("forbidden", "Forbidden.", request), status=403)
 
 
 def json_404(request, exception=None):
