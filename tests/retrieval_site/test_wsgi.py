@@ -104,14 +104,13 @@ def request_head(key: str, *headers: str) -> bytes:
 
 
 def test_a_chunked_body_is_read(gunicorn_url, raw_key):
-    body = json.dumps({"query": "kettle", "top_k": 0}).encode()
-    status, headers, answer = exchange(gunicorn_url, request_head(raw_key, "Transfer-Encoding: chunked") + chunked(body))
+    head = request_head(raw_key, "Transfer-Encoding: chunked")
+    status, _, answer = exchange(gunicorn_url, head + chunked(json.dumps({"query": "kettle", "top_k": 0}).encode()))
     assert status == 400, answer
     error = json.loads(answer)["error"]
     assert error["code"] == "invalid_request" and "top_k" in error["message"] and "query" not in error["message"]
 
-    body = json.dumps({"query": "kettle"}).encode()
-    status, _, answer = exchange(gunicorn_url, request_head(raw_key, "Transfer-Encoding: chunked") + chunked(body))
+    status, _, answer = exchange(gunicorn_url, head + chunked(json.dumps({"query": "kettle"}).encode()))
     assert status == 200, answer
     assert json.loads(answer)["queries"][0]["text"] == "kettle"
 
