@@ -302,3 +302,6 @@ LOGGING = {
 # --- hardening (new) ------------------------------------------------------------------------
 # One JSON parser that answers any body with data or a 400 (deep nesting, lone surrogates, 1e999).
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["core.parsers.StrictJSONParser"]
+# Total time each optional remote stage of a search may take (reranker, LLM expander, Elasticsearch):
+# connect, send, every read and every retry together. A stage that misses it is degraded ("deadline").
+SEARCH_DEADLINE_MS = env_int("SEARCH_DEADLINE_MS", 2000)
