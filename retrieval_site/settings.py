@@ -305,3 +305,9 @@ REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["core.parsers.StrictJSONParser"]
 # Total time each optional remote stage of a search may take (reranker, LLM expander, Elasticsearch):
 # connect, send, every read and every retry together. A stage that misses it is degraded ("deadline").
 SEARCH_DEADLINE_MS = env_int("SEARCH_DEADLINE_MS", 2000)
+# Redis circuit breaker: after this many timeouts or connection errors within the window, Redis is
+# skipped (cache, rate limits per RATE_LIMIT_FAIL_OPEN, idempotency, counters) for the cool-down, then probed.
+REDIS_BREAKER_FAILURES = env_int("REDIS_BREAKER_FAILURES", 5)
+REDIS_BREAKER_WINDOW_S = float(env_str("REDIS_BREAKER_WINDOW_S", "10"))
+REDIS_BREAKER_COOLDOWN_S = float(env_str("REDIS_BREAKER_COOLDOWN_S", "5"))
+CACHES["default"]["OPTIONS"]["REDIS_CLIENT_CLASS"] = "core.redis.GuardedRedis"
