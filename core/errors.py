@@ -9,7 +9,7 @@ import logging
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
-from django.views.defaults import page_not_found
+from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -23,6 +23,7 @@ class DomainError(Exception):
 
     status_code = status.HTTP_400_BAD_REQUEST
     code = "bad_request"
+    retry_after_s: int | None = None  # set: the answer carries Retry-After (a 503 the client should retry)
 
     def __init__(self, message: str, *, details: dict | None = None):
         super().__init__(message)
@@ -50,10 +51,21 @@ _DRF_CODES = {
 
 
 def error_body(code: str, message: str, request, details=None) -> dict:
-    error = {"code": code, "message": message, "request_id": request_id_of(request)}
+    error = {"code": code, "message": printable(message), "request_id": request_id_of(request)}
     if details:
-        error["details"] = details
+        error["details"] = printable(details)
     return {"error": error}
+
+
+def printable(value):
+    """``value`` with every string made encodable: an echoed lone surrogate becomes ``\\ud800``, never a 500."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(key): printable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(item) for item in value]
+    return value
 
 
 def _validation_message(detail) -> str:
@@ -72,7 +84,9 @@ def _validation_message(detail) -> str:
 def api_exception_handler(exc, context):
     request = context.get("request")
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, request, exc.details), status=exc.status_code)
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
+        body = error_body(exc.code, exc.message, request, exc.details)
+        return Response(body, status=exc.status_code, headers=headers)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),
@@ -91,6 +105,19 @@ def api_exception_handler(exc, context):
         message, details = str(getattr(exc, "detail", exc)), None
     response.data = error_body(code, message, request, details)
     return response
+
+
+def json_400(request, exception=None):
+    """Django's own 400s (an unreadable or truncated body, a bad Host header) are JSON under ``/api/``."""
+    if not request.path.startswith("/api/"):
+        return bad_request(request, exception)
+    return JsonResponse(error_body("bad_request", "The request could not be read.", request), status=400)
+
+
+def json_403(request, exception=None):
+    if not request.path.startswith("/api/"):
+        return permission_denied(request, exception)
+    return JsonResponse(error_body("forbidden", "Forbidden.", request), status=403)
 
 
 def json_404(request, exception=None):

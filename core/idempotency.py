@@ -25,7 +25,8 @@ from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
-_VALID_KEY = re.compile(r"[A-Za-z0-9._:-]{1,255}")
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9._:-]{1,255}$"  # also stated in the OpenAPI schema
+_VALID_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _STORED_HEADERS = ("Content-Type",)
 # Delete the lock only while it is still ours: after its TTL it may belong to a later request.
 _RELEASE_LOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -165,7 +166,7 @@ def _fingerprint(request) -> str:
     body = request.body
     try:
         body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON (the parser refuses it later): the raw bytes
         pass
     return hashlib.sha256(f"{request.method} {request.path}\n".encode() + body).hexdigest()
 

@@ -4,7 +4,8 @@ Calls are counted right after authentication and before permissions, so unauthen
 bad keys are limited too, per client IP (``RATE_LIMIT_ANONYMOUS``). Every response of a limited endpoint
 carries ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` (seconds until the window rolls over);
 over the limit is a 429 ``rate_limited`` with ``Retry-After``. With Redis unreachable,
-``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503.
+``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503 and ``Retry-After``;
+calls without a valid key still get their 401/403, never a 503 hiding why they are refused.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
 class RateLimiterUnavailable(DomainError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     code = "rate_limiter_unavailable"
+    retry_after_s = 5
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,9 @@ def count_call(request, endpoint: str) -> RateLimitUsage | None:
             request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=True
         )
     except REDIS_ERRORS as exc:
-        return _unavailable(exc)
+        return _unavailable(exc, endpoint)
     if usage is None or usage["time_left"] < 0:  # django-ratelimit's fail-open / fail-closed answers
-        return _unavailable(RuntimeError("the rate-limit counter could not be updated"))
+        return _unavailable(RuntimeError("the rate-limit counter could not be updated"), endpoint)
     return RateLimitUsage(
         limit=limit,
         remaining=max(0, limit - usage["count"]),
@@ -94,7 +96,8 @@ def count_call(request, endpoint: str) -> RateLimitUsage | None:
     )
 
 
-def _unavailable(exc: BaseException) -> None:
+def _unavailable(exc: BaseException, endpoint: str) -> None:
     warn_redis_unavailable("rate limiting", exc)
-    if not settings.RATE_LIMIT_FAIL_OPEN:
+    # An anonymous call is refused anyway (401 or 403): failing closed must not hide why.
+    if not settings.RATE_LIMIT_FAIL_OPEN and endpoint != ANONYMOUS:
         raise RateLimiterUnavailable("Rate limiting is unavailable; retry shortly.") from exc

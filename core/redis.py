@@ -9,7 +9,8 @@ by every process (``migrate``, gunicorn workers, a test run), and stopped explic
 the server on the first connection.
 
 Redis holds only derived or short-lived data (result cache, rate-limit counters, idempotency records),
-so the embedded server keeps it in memory: nothing is written to disk.
+so the embedded server keeps it in memory: nothing is written to disk. Every call to it goes through a
+circuit breaker (:class:`GuardedRedis`), so a Redis that hangs is skipped instead of waited for.
 """
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ import fcntl
 import json
 import logging
 import subprocess
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django_redis.exceptions import ConnectionInterrupted
 from django_redis.pool import ConnectionFactory
+from redis.client import Pipeline
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -137,3 +145,115 @@ def _is_running(socket: Path) -> bool:
 def _client(socket: Path) -> redis.Redis:
     # No retries: redis-py's default backoff would turn a dead socket (or SHUTDOWN) into seconds of waiting.
     return redis.Redis(unix_socket_path=str(socket), socket_timeout=_TIMEOUT_S, retry=None)
+
+
+class RedisCircuitOpen(redis.ConnectionError):
+    """Raised instead of calling Redis while its circuit is open; callers degrade as for any outage."""
+
+
+class RedisBreaker:
+    """After ``failures`` timeouts or connection errors within ``window_s``, Redis is skipped for
+    ``cooldown_s``; then one call probes it: success closes the circuit, failure reopens it.
+
+    A Redis that accepts connections but never answers cost every request ``REDIS_TIMEOUT_S`` per call
+    (a 10 ms search took 1.6 s); with the circuit open, the same calls fail at once.
+    """
+
+    def __init__(self, name: str, *, failures: int, window_s: float, cooldown_s: float):
+        self.name = name
+        self.failures, self.window_s, self.cooldown_s = failures, window_s, cooldown_s
+        self._lock = threading.Lock()
+        self._failed_at: deque[float] = deque()
+        self._opened_at: float | None = None
+        self._probing = False
+
+    def call(self, function: Callable[[], T]) -> T:
+        probe = self._admit()
+        try:
+            result = function()
+        except (redis.TimeoutError, redis.ConnectionError) as exc:
+            self._failed(probe, exc)
+            raise
+        except BaseException:
+            self._succeeded(probe)  # an error reply still proves Redis answers
+            raise
+        self._succeeded(probe)
+        return result
+
+    def _admit(self) -> bool:
+        """Whether this call is the probe; raises while the circuit is open."""
+        with self._lock:
+            if self._opened_at is None:
+                return False
+            retry_in = self._opened_at + self.cooldown_s - time.monotonic()
+            if retry_in > 0 or self._probing:
+                raise RedisCircuitOpen(
+                    f"circuit open after {self.failures} failures: Redis ({self.name}) skipped, "
+                    f"probed again in {max(retry_in, 0):.1f} s"
+                )
+            self._probing = True
+            return True
+
+    def _failed(self, probe: bool, exc: BaseException) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if probe:
+                self._probing, self._opened_at = False, now
+                logger.warning(
+                    "Redis (%s) still failing, circuit reopened for %s s: %s", self.name, self.cooldown_s, exc
+                )
+                return
+            self._failed_at.append(now)
+            while self._failed_at and self._failed_at[0] < now - self.window_s:
+                self._failed_at.popleft()
+            if self._opened_at is None and len(self._failed_at) >= self.failures:
+                self._opened_at = now
+                self._failed_at.clear()
+                logger.warning(
+                    "Redis (%s) circuit opened after %d failures in %s s: skipped for %s s: %s",
+                    self.name, self.failures, self.window_s, self.cooldown_s, exc,
+                )  # fmt: skip
+
+    def _succeeded(self, probe: bool) -> None:
+        if not probe:
+            return
+        with self._lock:
+            self._probing, self._opened_at = False, None
+            logger.info("Redis (%s) answers again, circuit closed", self.name)
+
+
+_breakers: dict[str, RedisBreaker] = {}
+_breakers_lock = threading.Lock()
+
+
+def breaker_for(connection_pool: redis.ConnectionPool) -> RedisBreaker:
+    """One breaker per Redis server, shared by every client, thread and cache alias that talks to it."""
+    kwargs = connection_pool.connection_kwargs
+    address = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+    with _breakers_lock:
+        if address not in _breakers:
+            _breakers[address] = RedisBreaker(
+                address,
+                failures=settings.REDIS_BREAKER_FAILURES,
+                window_s=settings.REDIS_BREAKER_WINDOW_S,
+                cooldown_s=settings.REDIS_BREAKER_COOLDOWN_S,
+            )
+        return _breakers[address]
+
+
+class GuardedRedis(redis.Redis):
+    """The Redis client of the cache (``REDIS_CLIENT_CLASS``): every command and pipeline goes through the
+    server's breaker, so the cache, rate limits, idempotency and usage counters all skip a hung Redis."""
+
+    def execute_command(self, *args, **options):
+        command = super().execute_command
+        return breaker_for(self.connection_pool).call(lambda: command(*args, **options))
+
+    def pipeline(self, transaction=True, shard_hint=None):
+        return GuardedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+class GuardedPipeline(Pipeline):
+    def execute(self, raise_on_error=True):
+        execute = super().execute
+        return breaker_for(self.connection_pool).call(lambda: execute(raise_on_error))

@@ -14,7 +14,11 @@ def get_lexical_index() -> LexicalIndex:
     if settings.ELASTICSEARCH_URL:
         from engines.elasticsearch_index import ElasticsearchLexicalIndex
 
-        return ElasticsearchLexicalIndex(settings.ELASTICSEARCH_URL, prefix=settings.ELASTICSEARCH_INDEX_PREFIX)
+        return ElasticsearchLexicalIndex(
+            settings.ELASTICSEARCH_URL,
+            prefix=settings.ELASTICSEARCH_INDEX_PREFIX,
+            search_deadline_s=settings.SEARCH_DEADLINE_MS / 1000,
+        )
     from engines.tantivy_index import TantivyLexicalIndex
 
     return TantivyLexicalIndex(settings.LEXICAL_INDEX_DIR)

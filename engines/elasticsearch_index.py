@@ -31,6 +31,7 @@ from elasticsearch.dsl.query import Bool, Query, Term, Terms
 from elasticsearch.helpers import BulkIndexError, bulk
 
 from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
+from engines.deadline import DeadlineExceeded, within
 
 SIMILARITY = "retrieval_bm25"
 # Text is analyzed by our own analyzer: split on whitespace and change nothing (no lowercasing, no stemming).
@@ -77,13 +78,16 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         request_timeout_s: float = 5.0,
         write_timeout_s: float = 120.0,
         max_retries: int = 2,
+        search_deadline_s: float = 2.0,
     ):
-        """Connects lazily: building the engine (e.g. at import or in a test) does no network I/O."""
+        """Connects lazily: building the engine (e.g. at import or in a test) does no network I/O.
+        A search, retries included, ends within ``search_deadline_s`` (cause ``deadline``)."""
         self.url = url
         self.prefix = prefix.lower()  # index names must be lowercase
         self.request_timeout_s = request_timeout_s
         self.write_timeout_s = write_timeout_s
         self.max_retries = max_retries
+        self.search_deadline_s = search_deadline_s
         self._client: Elasticsearch | None = None
         self._locks: dict[int, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -184,9 +188,11 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         )
         with _translated_errors("search"):
             try:
-                response = request.execute()
+                response = within(self.search_deadline_s, request.execute)
             except NotFoundError:
                 return []
+            except DeadlineExceeded as exc:
+                raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
     # --- internals ------------------------------------------------------------------------------

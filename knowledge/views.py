@@ -6,13 +6,23 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
 from knowledge.selectors import tenant_stats
 from knowledge.serializers import StatsOutput
+from tenants.authentication import HasTenant
+from tenants.models import Scope
+from tenants.permissions import HasScope
 
 
-class StatsView(APIView):
-    """``GET /api/v1/stats``: counts for the tenant of the API key."""
+class StatsView(RateLimitedMixin, APIView):
+    """``GET /api/v1/stats``: counts for the tenant of the API key (a ``search`` key: the usage it serves)."""
+
+    permission_classes = [HasTenant, HasScope]
+    required_scope = Scope.SEARCH
+
+    def rate_limit_endpoint(self, request) -> str:
+        return "stats"
 
     @extend_schema(
         summary="Usage statistics of the caller's tenant",
@@ -21,7 +31,7 @@ class StatsView(APIView):
             "ratio. Query counters live in Redis and count from when it started; `queries` is null while it is "
             "unreachable."
         ),
-        responses={200: StatsOutput, **error_responses(401, 403)},
+        responses={200: StatsOutput, **error_responses(401, 403, 429, 503)},
         examples=[
             OpenApiExample(
                 "Stats",

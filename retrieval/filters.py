@@ -304,4 +304,10 @@ def _timestamp(value: Any, path: str) -> dt.datetime:
         moment = None
     if moment is None:
         raise InvalidFilter(f"{path}: {text!r} is not an ISO date or datetime")
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment, dt.timezone.utc)
+    if timezone.is_naive(moment):
+        return timezone.make_aware(moment, dt.timezone.utc)
+    # As UTC: PostgreSQL refuses offsets beyond +-15:59, and the instant must fall within years 1-9999.
+    try:
+        return moment.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise InvalidFilter(f"{path}: {text!r} is outside the years 1-9999 in UTC") from None

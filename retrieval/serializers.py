@@ -1,46 +1,95 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100
 MAX_CANDIDATES = 200
+MAX_WEIGHT = 100
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_QUERY_CHARS,
+        # Not blank once trimmed, and no NUL anywhere (what the field below enforces).
+        "pattern": r"^[^\x00]*[^\s\x00][^\x00]*$",
+        "description": "the search text; surrounding whitespace is trimmed, it may not be blank or hold NUL",
+    }
+)
+class QueryField(StrictCharField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {
+            retriever: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for retriever in RETRIEVERS
+        },
+        "additionalProperties": False,
+        # Named weights may not all be 0: that would search nothing.
+        "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
+        "description": "RRF weight per retriever (default 1.0 each); 0 skips a leg, but not every leg named",
+    }
+)
+class WeightsField(serializers.DictField):
+    child = StrictFloatField(min_value=0, max_value=MAX_WEIGHT)
+
+    def to_internal_value(self, data):
+        weights = super().to_internal_value(data)
+        unknown = sorted(set(weights) - set(RETRIEVERS))
+        if unknown:
+            raise serializers.ValidationError(f"unknown retriever(s) {', '.join(unknown)}; use {', '.join(RETRIEVERS)}")
+        if weights and not any(weights.values()):
+            raise serializers.ValidationError("at least one weight must be above 0, or nothing is searched")
+        return weights
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "ANDed conditions on doc_type, doc_id, created_at, tags and metadata.<key>, with "
+        "and / or / not; the grammar (README: Filters) needs key patterns OpenAPI 3.0 cannot state",
+    }
+)
+class FiltersField(serializers.JSONField):
+    pass
 
 
 class ExpandInput(serializers.Serializer):
     """Query expansion switches; an omitted switch takes the tenant's default."""
 
-    synonyms = serializers.BooleanField(required=False, allow_null=True, default=None)
-    spelling = serializers.BooleanField(required=False, allow_null=True, default=None)
-    llm = serializers.BooleanField(required=False, allow_null=True, default=None)
-    max_expansions = serializers.IntegerField(min_value=0, max_value=10, default=3)
+    synonyms = StrictBooleanField(required=False, allow_null=True, default=None)
+    spelling = StrictBooleanField(required=False, allow_null=True, default=None)
+    llm = StrictBooleanField(required=False, allow_null=True, default=None)
+    max_expansions = StrictIntegerField(min_value=0, max_value=10, default=3)
 
 
 class SearchInput(serializers.Serializer):
-    query = serializers.CharField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
-    top_k = serializers.IntegerField(min_value=1, max_value=100, default=10)
+    query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
+    top_k = StrictIntegerField(min_value=1, max_value=100, default=10)
     kb_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1), required=False, max_length=MAX_KB_IDS
+        child=StrictIntegerField(min_value=1, max_value=2**63 - 1), required=False, max_length=MAX_KB_IDS
     )
-    filters = serializers.JSONField(required=False)
-    weights = serializers.DictField(
-        child=serializers.FloatField(min_value=0, max_value=100), required=False, help_text="per retriever: vector, bm25"
+    filters = FiltersField(required=False)
+    weights = WeightsField(required=False)
+    candidates = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_CANDIDATES,
+        required=False,
+        help_text="depth of each retriever's list before fusion; a value below top_k is raised to top_k",
     )
-    candidates = serializers.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False)
-    rrf_k = serializers.IntegerField(min_value=1, max_value=1000, required=False)
-    rerank = serializers.BooleanField(default=False)
+    rrf_k = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    rerank = StrictBooleanField(default=False)
     expand = ExpandInput(required=False)
 
-    def validate_weights(self, weights):
-        unknown = sorted(set(weights) - set(RETRIEVERS))
-        if unknown:
-            raise serializers.ValidationError(f"unknown retriever(s) {', '.join(unknown)}; use {', '.join(RETRIEVERS)}")
-        return weights
-
     def validate(self, data):
-        top_k, candidates = data["top_k"], data.get("candidates")
-        if candidates is not None and candidates < top_k:
-            raise serializers.ValidationError({"candidates": f"must be at least top_k ({top_k})"})
+        if data.get("candidates") is not None:  # fusing fewer than top_k candidates could not fill the answer
+            data["candidates"] = max(data["candidates"], data["top_k"])
         return data
 
 

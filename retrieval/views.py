@@ -79,6 +79,6 @@ def _requested_mode(body: bytes) -> str:
     """The mode a ``/search`` body asks for, read before validation; anything unusable is the default."""
     try:
         mode = json.loads(body).get("mode", DEFAULT_MODE)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # the parser answers these bodies with a 400
         return DEFAULT_MODE
     return mode if mode in MODES else DEFAULT_MODE

@@ -186,6 +186,15 @@ class Environment(BaseSettings):
     RERANKER_RETRIES: NonNegativeInt = 1
     RERANKER_MAX_TOKENS: Annotated[PositiveInt, Ranks] = 256
     RERANK_TOP_N: Annotated[PositiveInt, Ranks] = 30  # only the head of the fused list is reranked
+    # Total time each optional remote stage of a search may take (reranker, LLM expander, Elasticsearch):
+    # connect, send, every read and every retry together. A stage that misses it is degraded ("deadline").
+    SEARCH_DEADLINE_MS: PositiveInt = 2000
+
+    # --- Redis circuit breaker: after this many timeouts or connection errors within the window, Redis
+    # is skipped (cache, rate limits per RATE_LIMIT_FAIL_OPEN, idempotency, counters) for the cool-down.
+    REDIS_BREAKER_FAILURES: PositiveInt = 5
+    REDIS_BREAKER_WINDOW_S: PositiveFloat = 10.0
+    REDIS_BREAKER_COOLDOWN_S: PositiveFloat = 5.0
 
     # --- OpenTelemetry traces (core.tracing) --------------------------------------------------
     # Off unless an OTLP endpoint is set or OTEL_TRACES_EXPORTER is console/otlp; off costs nothing
@@ -404,3 +413,9 @@ if (env.OTEL_EXPORTER_OTLP_ENDPOINT or env.OTEL_TRACES_EXPORTER) and env.OTEL_TR
     LOGGING["formatters"]["text"]["format"] = (
         "%(asctime)s %(levelname)s %(name)s [%(request_id)s %(trace_id)s] %(message)s"
     )
+
+# --- Hardening ---------------------------------------------------------------------------------
+# One JSON parser that answers any body with data or a 400 (deep nesting, lone surrogates, 1e999).
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["core.parsers.StrictJSONParser"]
+# Every Redis command goes through the circuit breaker (core.redis).
+CACHES["default"]["OPTIONS"]["REDIS_CLIENT_CLASS"] = "core.redis.GuardedRedis"

@@ -22,5 +22,7 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
 ]
 
+handler400 = "core.errors.json_400"
+handler403 = "core.errors.json_403"
 handler404 = "core.errors.json_404"
 handler500 = "core.errors.json_500"

@@ -1,11 +1,4 @@
-"""
-WSGI config for retrieval_site project.
-
-It exposes the WSGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/wsgi/
-"""
+"""WSGI entry point (gunicorn ``retrieval_site.wsgi``): Django, reading chunked request bodies too."""
 
 import os
 
@@ -13,4 +6,6 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
 
-application = get_wsgi_application()
+from core.chunked import ChunkedBodyMiddleware  # noqa: E402  (after the settings module is named)
+
+application = ChunkedBodyMiddleware(get_wsgi_application())

@@ -49,6 +49,14 @@ def redis_key_prefix(settings):
         pass
 
 
+@pytest.fixture(autouse=True)
+def fresh_redis_breakers():
+    """Each test starts with every Redis circuit closed: an outage one test provokes is its own."""
+    from core import redis
+
+    redis._breakers.clear()
+
+
 @pytest.fixture
 def private_redis(settings, tmp_path_factory):
     """An embedded Redis of the test's own behind the cache settings; call the fixture's value to stop it."""

@@ -32,12 +32,14 @@ class PeerRequest:
 @dataclass
 class Reply:
     """The peer's answer. A bytes body is sent as it is, any other as JSON (``None`` as ``null``), so
-    tests can send both garbage and any JSON value; ``delay_s`` holds the answer back to provoke timeouts."""
+    tests can send both garbage and any JSON value; ``delay_s`` holds the answer back to provoke timeouts;
+    ``drip_s`` sends it (status line and headers too) one byte per ``drip_s``, so no read ever times out."""
 
     status: int = 200
     body: object = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    drip_s: float = 0.0
 
 
 class Peer:
@@ -100,6 +102,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         reply = self.server.peer._answer(request)
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        if reply.drip_s:
+            self._drip(reply, payload)
+            return
         try:
             self.send_response(reply.status)
             for name, value in {"Content-Type": "application/json", **reply.headers}.items():
@@ -110,6 +115,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(payload)
         except OSError:
             pass  # the client stopped waiting (a timeout test)
+
+    def _drip(self, reply: Reply, payload: bytes) -> None:
+        headers = {"Content-Type": "application/json", **reply.headers, "Content-Length": str(len(payload))}
+        head = f"HTTP/1.0 {reply.status} OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        closing = self.server.peer._closing
+        try:
+            for byte in (head + "\r\n").encode() + payload:
+                if closing.wait(reply.drip_s):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except OSError:
+            pass  # the client hung up (it met its deadline)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _serve
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import httpx
 import numpy as np
 
+from engines.deadline import DeadlineExceeded, within
 from engines.embedders.base import Embedder, EmbeddingError
 
 
@@ -10,6 +11,7 @@ class OpenAICompatibleEmbedder(Embedder):
     """A remote OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI, llama.cpp, Xinference, ...).
 
     Token counts for chunking come from a local stand-in tokenizer, since the remote one is unknown.
+    Each request ends within ``timeout_s`` in total (connect, send and every read), not per socket read.
     """
 
     def __init__(self, model_name: str, *, url: str, api_key: str, timeout_s: float, batch_size: int, token_counter):
@@ -17,6 +19,7 @@ class OpenAICompatibleEmbedder(Embedder):
         self._remote_model = model_name.removeprefix("remote:")
         self._url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/embeddings") else "/v1/embeddings")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
         self._batch_size = max(1, batch_size)
         self._count_tokens = token_counter
@@ -37,10 +40,13 @@ class OpenAICompatibleEmbedder(Embedder):
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
         try:
-            response = self._client.post(self._url, json={"model": self._remote_model, "input": texts})
+            body = {"model": self._remote_model, "input": texts}
+            response = within(self._timeout_s, lambda: self._client.post(self._url, json=body))
             response.raise_for_status()
             items = sorted(response.json()["data"], key=lambda item: item["index"])
             matrix = np.array([item["embedding"] for item in items], dtype=np.float32)
+        except DeadlineExceeded as exc:
+            raise EmbeddingError(f"embedding endpoint {self._url}: {exc}") from exc
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"embedding endpoint {self._url} failed: {exc}") from exc
         if matrix.ndim != 2 or matrix.shape[0] != len(texts):

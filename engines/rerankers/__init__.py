@@ -3,7 +3,8 @@
 Settings: ``RERANKER_URL`` (a remote endpoint; wins when set), ``RERANKER_MODEL`` (the remote model name,
 or else a local CrossEncoder folder, or ``minilm-untrained``: the bundled MiniLM with an untrained head,
 for tests and benchmarks only), ``RERANKER_API_KEY``, ``RERANKER_TIMEOUT_S``, ``RERANKER_RETRIES``,
-``RERANKER_MAX_TOKENS``. Neither URL nor model: no reranker (None).
+``RERANKER_MAX_TOKENS``, and ``SEARCH_DEADLINE_MS`` for the whole remote call. Neither URL nor model: no
+reranker (None).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def _build() -> Reranker | None:
             model=model,
             api_key=settings.RERANKER_API_KEY,
             timeout_s=settings.RERANKER_TIMEOUT_S,
+            deadline_s=settings.SEARCH_DEADLINE_MS / 1000,
             retries=settings.RERANKER_RETRIES,
         )
     if not model:

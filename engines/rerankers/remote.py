@@ -10,6 +10,7 @@ import httpx
 import pybreaker
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from engines.deadline import DeadlineExceeded, capped_timeout, within
 from engines.rerankers.base import Reranker, RerankError
 
 
@@ -31,8 +32,9 @@ class RemoteReranker(Reranker):
 
     A base URL (or one ending in ``/v1``) gets ``/v1/rerank``; a URL ending in ``/v<n>/rerank`` is used as
     is; an unversioned ``/rerank`` is TEI's and gets TEI's request (``texts``). Either response shape is
-    accepted. Retries cover only failures that may pass, within a bounded backoff, so one search never
-    waits long. The circuit breaker stops calling a dead endpoint, so searches degrade at once instead of
+    accepted. Retries cover only failures that may pass, within a bounded backoff, and the whole call,
+    retries included, ends within ``deadline_s`` (cause ``deadline``), so one search never waits long. The
+    circuit breaker stops calling a dead endpoint, so searches degrade at once instead of
     each paying the timeout.
     """
 
@@ -43,6 +45,7 @@ class RemoteReranker(Reranker):
         model: str = "",
         api_key: str = "",
         timeout_s: float = 2.0,
+        deadline_s: float = 2.0,
         retries: int = 1,
         backoff_s: float = 0.1,
         max_backoff_s: float = 1.0,
@@ -51,10 +54,11 @@ class RemoteReranker(Reranker):
     ):
         self._url, self._tei = _endpoint(url)
         self._model = model
-        self._timeout_s = timeout_s
+        self._timeout_s = capped_timeout(timeout_s, deadline_s)
+        self._deadline_s = deadline_s
         self.name = f"remote:{model or httpx.URL(url).host}"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(timeout=timeout_s, headers=headers)
+        self._client = httpx.Client(timeout=self._timeout_s, headers=headers)
         self._attempts = 1 + max(0, retries)
         self._max_backoff_s = max_backoff_s
         self._backoff = wait_exponential(multiplier=backoff_s, max=max_backoff_s)
@@ -78,7 +82,10 @@ class RemoteReranker(Reranker):
         )
         trial = self._admit()
         try:
-            scores = retrying(self._post, query, passages)
+            scores = within(self._deadline_s, lambda: retrying(self._post, query, passages))
+        except DeadlineExceeded as exc:
+            self._record(failed=True, trial=trial)
+            raise RerankError("deadline", f"{self.name}: {exc}") from exc
         except BaseException:
             self._record(failed=True, trial=trial)
             raise

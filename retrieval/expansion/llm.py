@@ -7,6 +7,7 @@ import threading
 import httpx
 from django.conf import settings
 
+from engines.deadline import DeadlineExceeded, capped_timeout, within
 from retrieval.expansion.base import ExpansionContext, ExpansionError, QueryExpander, QueryVariant
 from retrieval.expansion.common import top_variants
 
@@ -31,7 +32,8 @@ def parse_alternatives(content: str) -> list[str]:
 
 
 class LLMExpander(QueryExpander):
-    """One chat completion per query, bounded by ``LLM_TIMEOUT_S`` and not retried: the search must not wait."""
+    """One chat completion per query, not retried, and over within ``SEARCH_DEADLINE_MS`` (each socket
+    operation within ``LLM_TIMEOUT_S``): the search must not wait."""
 
     name = "llm"
 
@@ -73,13 +75,19 @@ class LLMExpander(QueryExpander):
             "temperature": 0,
             "max_tokens": 200,
         }
+        deadline_s = settings.SEARCH_DEADLINE_MS / 1000
         try:
-            response = self._http().post(
-                url,
-                json=payload,
-                headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-                timeout=settings.LLM_TIMEOUT_S,
+            response = within(
+                deadline_s,
+                lambda: self._http().post(
+                    url,
+                    json=payload,
+                    headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+                    timeout=capped_timeout(settings.LLM_TIMEOUT_S, deadline_s),
+                ),
             )
+        except DeadlineExceeded as exc:
+            raise ExpansionError("deadline", f"LLM endpoint {url}: {exc}") from exc
         except httpx.TimeoutException as exc:
             raise ExpansionError("timeout", f"LLM endpoint {url} timed out: {exc!r}") from exc
         except httpx.TransportError as exc:

@@ -172,6 +172,17 @@ def test_redis_down_fails_closed_when_configured(private_redis, api_client, sett
     response = post(api_client)
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "rate_limiter_unavailable"
+    assert response["Retry-After"] == "5"
+
+
+@pytest.mark.django_db
+def test_redis_down_and_failing_closed_still_answers_a_missing_or_bad_key_first(private_redis, settings):
+    settings.RATE_LIMIT_FAIL_OPEN = False
+    private_redis()
+    missing = post(APIClient())
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "missing_api_key"
+    bad = post(APIClient(HTTP_AUTHORIZATION="Bearer not-a-key"))
+    assert bad.status_code == 403 and bad.json()["error"]["code"] == "invalid_api_key"
 
 
 def test_tiers_limit_exactly_the_search_modes_the_api_offers():

@@ -3,6 +3,8 @@
 The remote side is a small HTTP server on 127.0.0.1 that answers with the real local model's
 vectors (so a correct client reproduces local results) or with injected faults.
 """
+import time
+
 import numpy as np
 import pytest
 
@@ -36,7 +38,8 @@ class EmbeddingServer(Peer):
         if self.mode == "short":
             data = data[:-1]
         data.reverse()  # clients must order by "index", not by position
-        return Reply(body={"object": "list", "data": data}, delay_s=1.5 if self.mode == "slow" else 0.0)
+        delay_s, drip_s = (1.5 if self.mode == "slow" else 0.0), (0.05 if self.mode == "drip" else 0.0)
+        return Reply(body={"object": "list", "data": data}, delay_s=delay_s, drip_s=drip_s)
 
 
 @pytest.fixture
@@ -93,6 +96,16 @@ def test_remote_faults_raise_embedding_error(embedding_server, mode):
     embedding_server.mode = mode
     with pytest.raises(EmbeddingError, match="embedding endpoint"):
         client.embed_documents(["hello"])
+
+
+def test_a_dripping_answer_is_cut_off_at_the_total_timeout(embedding_server):
+    """One byte every 50 ms never trips the 1 s read timeout; the request as a whole gets 1 s."""
+    client = remote(embedding_server)
+    embedding_server.mode = "drip"
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match="deadline"):
+        client.embed_documents(["hello"])
+    assert time.monotonic() - started < 3 * 1.0
 
 
 def test_refused_connection_raises_embedding_error(embedding_server):

@@ -4,6 +4,7 @@ tokens), so no analyzer is involved. The Elasticsearch adapter's requests are al
 recording fake server, which runs everywhere."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -453,6 +454,18 @@ def test_es_silent_server_is_a_timeout():
             index.search(3, TENANT, ["a"], 10, None)
     assert caught.value.cause == "timeout"
     assert time.monotonic() - started < 2  # not retried
+
+
+def test_es_search_dripping_its_answer_is_cut_off_at_the_deadline(fake):
+    """Each byte arrives well within the 2 s read timeout; the whole search may take 0.5 s."""
+    fake.route("POST", "/unit-kbv-3/_search", body={"hits": {"hits": []}})
+    answer = fake.respond
+    fake.respond = lambda request: dataclasses.replace(answer(request), drip_s=0.05)
+    started = time.monotonic()
+    with pytest.raises(LexicalIndexError) as caught:
+        es_index(fake.url, search_deadline_s=0.5).search(3, TENANT, ["a"], 10, None)
+    assert caught.value.cause == "deadline"
+    assert time.monotonic() - started < 3 * 0.5
 
 
 def test_es_first_write_creates_generation_zero_behind_the_alias(fake):

@@ -214,6 +214,29 @@ def test_transient_failures_are_retried_then_reported(server, make_reranker, rep
     assert elapsed < 3 * 0.2 + 0.5
 
 
+@pytest.mark.parametrize(
+    "reply", [Reply(body={"results": []}, drip_s=0.05), Reply(delay_s=3.0)], ids=["drips", "answers-too-late"]
+)
+def test_a_slow_peer_is_cut_off_at_the_total_deadline(server, make_reranker, reply):
+    """One byte every 50 ms never trips a 1 s read timeout; retries could add up: the deadline bounds all."""
+    server.reply_with(reply)
+    reranker = make_reranker(timeout_s=1.0, deadline_s=0.5, retries=3)
+    started = time.perf_counter()
+    assert rerank_error(reranker).cause == "deadline"
+    assert time.perf_counter() - started < 3 * 0.5
+
+
+def test_a_peer_that_never_answers_is_cut_off_at_the_deadline(make_reranker):
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        reranker = make_reranker(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=5.0, deadline_s=0.5)
+        started = time.perf_counter()
+        assert rerank_error(reranker).cause == "deadline"
+        assert time.perf_counter() - started < 3 * 0.5
+
+
+
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 def test_client_errors_fail_at_once(server, make_reranker, status):
     server.reply_with(Reply(status, {"error": "bad request"}))

@@ -169,6 +169,7 @@ NOT_RANKING = {
     "RERANKER_API_KEY": "credentials",
     "RERANKER_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_RETRIES": "retries of the same request",
+    "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
 }
 

@@ -220,7 +220,8 @@ class ChatServer(Peer):
         elif self.mode == "null_content":
             message["content"] = None
         delay_s = 1.0 if self.mode == "timeout" else 0.0
-        return Reply(body={"choices": [{"index": 0, "message": message}]}, delay_s=delay_s)
+        drip_s = 0.05 if self.mode == "drip" else 0.0
+        return Reply(body={"choices": [{"index": 0, "message": message}]}, delay_s=delay_s, drip_s=drip_s)
 
 
 @pytest.fixture
@@ -289,6 +290,19 @@ def test_llm_faults_fall_back_to_the_original_query(tenant, chat_server, mode, c
     [entry] = result.degraded
     assert (entry["stage"], entry["component"], entry["cause"]) == ("expand", "llm", cause)
     assert entry["message"]
+
+
+@pytest.mark.parametrize("mode", ["drip", "timeout"])
+def test_an_llm_answer_slower_than_the_search_deadline_is_cut_off(tenant, chat_server, settings, mode):
+    """Dripping one byte every 50 ms never trips the 0.3 s read timeout; the 0.5 s total deadline stops it."""
+    settings.SEARCH_DEADLINE_MS = 500
+    settings.LLM_TIMEOUT_S = 5.0
+    chat_server.mode = mode
+    started = time.monotonic()
+    result = run("wifi password", tenant, **only(llm=True))
+    assert time.monotonic() - started < 3 * 0.5
+    assert texts(result.variants) == ["wifi password"]
+    assert [entry["cause"] for entry in result.degraded] == ["deadline"]
 
 
 def test_llm_refused_connection_falls_back(tenant, settings):

@@ -222,6 +222,7 @@ MOMENTS = [
     ("2026-01-01T14:00:00+02:00", at(2026, 1, 1, 12)),
     ("2026-01-01T00:00:00Z", at(2026, 1, 1)),
     ("2025-12-31T23:59:59", at(2025, 12, 31, 23, 59, 59)),
+    ("2026-01-02T11:59:00+23:59", at(2026, 1, 1, 12)),  # beyond PostgreSQL's +-15:59 offsets: sent as UTC
 ]
 COMPARE = {
     "eq": lambda a, b: a == b,
@@ -496,6 +497,8 @@ ERROR_CASES = [
     ({"metadata.lang": "zh\x00"}, ["metadata.lang", "NUL"]),
     ({"metadata.lang": {"gt": "\x00"}}, ["metadata.lang", "NUL"]),
     ({"created_at": "2026-01-01\x00"}, ["created_at", "NUL"]),
+    ({"created_at": {"lt": "9999-12-31T23:59:59-23:59"}}, ["created_at.lt", "outside the years 1-9999"]),
+    ({"created_at": "0001-01-01T00:00:00+23:59"}, ["created_at", "outside the years 1-9999"]),
     ({"tags": {}}, ["tags", "empty operator object"]),
     ({"metadata.name": {"contains": 5}}, ["metadata.name", "contains", "string"]),
     ({"metadata.name": {"starts_with": None}}, ["metadata.name", "starts_with", "string"]),

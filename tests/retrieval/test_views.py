@@ -753,7 +753,19 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
         ("/api/v1/retrieval/search", {"mode": "graph"}, ["mode", "graph"]),
         ("/api/v1/retrieval/hybrid", {"weights": {"sparse": 1}}, ["weights", "sparse"]),
         ("/api/v1/retrieval/hybrid", {"weights": {"bm25": -1}}, ["weights"]),
-        ("/api/v1/retrieval/hybrid", {"candidates": 5, "top_k": 10}, ["candidates", "top_k"]),
+        ("/api/v1/retrieval/hybrid", {"weights": {"vector": 0, "bm25": 0.0}}, ["weights", "at least one weight"]),
+        ("/api/v1/retrieval/bm25", {"weights": {"bm25": 0}}, ["weights", "at least one weight"]),
+        # Strict JSON types: nothing is coerced.
+        ("/api/v1/retrieval/hybrid", {"weights": {"vector": True}}, ["weights", "valid number"]),
+        ("/api/v1/retrieval/hybrid", {"weights": {"bm25": "1.5"}}, ["weights", "valid number"]),
+        ("/api/v1/retrieval/hybrid", {"query": 123}, ["query", "valid string"]),
+        ("/api/v1/retrieval/hybrid", {"query": ["kettle"]}, ["query", "valid string"]),
+        ("/api/v1/retrieval/hybrid", {"top_k": "10"}, ["top_k", "valid integer"]),
+        ("/api/v1/retrieval/hybrid", {"top_k": 10.0}, ["top_k", "valid integer"]),
+        ("/api/v1/retrieval/hybrid", {"kb_ids": [True]}, ["kb_ids", "valid integer"]),
+        ("/api/v1/retrieval/hybrid", {"rerank": 1}, ["rerank", "valid boolean"]),
+        ("/api/v1/retrieval/hybrid", {"expand": {"synonyms": 0}}, ["synonyms", "valid boolean"]),
+        ("/api/v1/retrieval/hybrid", {"expand": {"spelling": "true"}}, ["spelling", "valid boolean"]),
         ("/api/v1/retrieval/hybrid", {"candidates": 201}, ["candidates"]),
         ("/api/v1/retrieval/hybrid", {"rrf_k": 0}, ["rrf_k"]),
         ("/api/v1/retrieval/hybrid", {"rerank": "maybe"}, ["rerank"]),
@@ -764,6 +776,25 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
 def test_search_options_are_validated(api_client, path, body, needles):
     response = api_client.post(path, data=json.dumps({"query": "kettle", **body}), content_type="application/json")
     assert_error(response, 400, "invalid_request", *needles)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"candidates": 5, "top_k": 10},  # raised to top_k
+        {"weights": {"vector": 0, "bm25": 2}},
+        {"weights": {"vector": 1}},
+        {"weights": {}},
+        {"expand": {"synonyms": None, "max_expansions": 0}},
+        {"query": "  kettle  ", "top_k": 1, "rerank": False},
+    ],
+)
+def test_search_options_the_schema_allows_are_accepted(api_client, body):
+    response = api_client.post(
+        "/api/v1/retrieval/hybrid", data=json.dumps({"query": "kettle", **body}), content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
 
 
 # --- one failure rule: broken engines degrade a hybrid search and fail only a mode's sole retriever --

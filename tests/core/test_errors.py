@@ -1,0 +1,24 @@
+"""Django's own error views (handler400/403): JSON on ``/api/`` paths, Django's pages elsewhere.
+
+Over a real server: tests/retrieval_site/test_wsgi.py (a Host not allowed, a truncated body)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
+
+from core.errors import json_400, json_403
+
+
+@pytest.mark.parametrize(
+    ("handler", "exception", "status", "code"),
+    [(json_400, SuspiciousOperation("bad"), 400, "bad_request"), (json_403, PermissionDenied(), 403, "forbidden")],
+)
+def test_api_paths_get_the_json_error_shape(rf, handler, exception, status, code):
+    response = handler(rf.get("/api/v1/stats"), exception)
+    assert response.status_code == status and response["Content-Type"] == "application/json"
+    assert json.loads(response.content)["error"]["code"] == code
+
+    page = handler(rf.get("/admin/"), exception)
+    assert page.status_code == status and page["Content-Type"].startswith("text/html")
