@@ -3,9 +3,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-# The counters a tier limits: one per search mode (retrieval's MODES; a test keeps the two equal).
-# A mode joins here when it exists, so no tier can hold a limit that nothing counts.
-RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid")
+# The counters a tier limits: one per search mode (retrieval's MODES) and the stats endpoint's (a test
+# keeps them equal). A counter joins here when something counts it, so no tier holds a dead limit.
+RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid", "stats")
 _ENDPOINT_NAMES = ", ".join(RATE_LIMITED_ENDPOINTS)
 
 # New tenants get the free tier; recreated with the limits the migrations give it if it was deleted.

@@ -108,6 +108,19 @@ def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
         return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
 
 
+def database_url_of_this_run() -> str:
+    """The database this test run uses, as a ``DATABASE_URL`` for the processes a test starts (gunicorn,
+    a worker, ``manage.py``): the embedded server's socket folder and the test database's name."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    host = quote(params.get("host") or "", safe="")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{quote(params['user'], safe='')}@{host}{port}/{params['dbname']}"
+
+
 def client_for(tenant) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant).raw_key}")

@@ -185,8 +185,10 @@ def test_redis_down_and_failing_closed_still_answers_a_missing_or_bad_key_first(
     assert bad.status_code == 403 and bad.json()["error"]["code"] == "invalid_api_key"
 
 
-def test_tiers_limit_exactly_the_search_modes_the_api_offers():
-    """A tier may only hold limits that something counts: one counter per search mode."""
+def test_tiers_limit_exactly_the_counters_the_api_counts():
+    """A tier may only hold limits that something counts: one counter per search mode, and stats'."""
+    from knowledge.views import StatsView
     from retrieval.serializers import ModeSearchInput
 
-    assert set(ModeSearchInput().fields["mode"].choices) == set(RATE_LIMITED_ENDPOINTS)
+    counters = set(ModeSearchInput().fields["mode"].choices) | {StatsView().rate_limit_endpoint(None)}
+    assert counters == set(RATE_LIMITED_ENDPOINTS)

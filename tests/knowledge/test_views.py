@@ -23,7 +23,7 @@ def test_stats_need_the_search_scope(tenant, api_client, scopes):
 
 @pytest.mark.django_db
 def test_stats_are_rate_limited_on_their_own_counter(tenant, api_client):
-    tenant.rate_tier = RateTier.objects.create(name="stats-2", requests_per_minute=100, endpoint_limits={"stats": 2})
+    tenant.rate_tier = RateTier.objects.create(name="stats-2", requests_per_window=100, endpoint_limits={"stats": 2})
     tenant.save(update_fields=["rate_tier"])
     assert [api_client.get(URL).status_code for _ in range(3)] == [200, 200, 429]
     limited = api_client.get(URL)

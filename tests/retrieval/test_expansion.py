@@ -300,7 +300,8 @@ def test_an_llm_answer_slower_than_the_search_deadline_is_cut_off(tenant, chat_s
     chat_server.mode = mode
     started = time.monotonic()
     result = run("wifi password", tenant, **only(llm=True))
-    assert time.monotonic() - started < 3 * 0.5
+    # Without the deadline the read timeout alone would allow 5 s; the margin absorbs a loaded machine.
+    assert time.monotonic() - started < 0.8 * settings.LLM_TIMEOUT_S
     assert texts(result.variants) == ["wifi password"]
     assert [entry["cause"] for entry in result.degraded] == ["deadline"]
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.ratelimit import RateLimitedMixin
+from retrieval.dify import DifyRetrievalView
 from tenants.models import Scope
 from tenants.permissions import HasScope
 from tenants.services import create_api_key
@@ -39,7 +40,8 @@ def api_routes() -> list[tuple[str, type]]:
 
 def test_the_walk_finds_every_api_endpoint():
     routes = {route for route, _ in api_routes()}
-    expected = {f"api/v1/retrieval/{mode}" for mode in ("vector", "bm25", "hybrid", "search")} | {"api/v1/stats"}
+    expected = {f"api/v1/retrieval/{mode}" for mode in ("vector", "bm25", "hybrid", "search")}
+    expected |= {"api/v1/stats", "api/v1/dify/retrieval"}
     assert expected | PUBLIC_API_ROUTES == routes
 
 
@@ -67,11 +69,15 @@ def test_every_api_endpoint_enforces_its_scope_and_counts_calls(route, view_clas
     wrong_key = create_api_key(tenant=tenant, scopes=other_scopes).raw_key
     refused = call(route, view_class, Client(HTTP_AUTHORIZATION=f"Bearer {wrong_key}"))
     assert refused.status_code == 403, refused.content
-    assert refused.json()["error"]["details"] == {"required_scope": view_class.required_scope}
     assert int(refused["X-RateLimit-Remaining"]) < int(refused["X-RateLimit-Limit"])
-
     anonymous = call(route, view_class, Client())
-    assert anonymous.status_code == 401 and "X-RateLimit-Limit" in anonymous, anonymous.content
+    assert "X-RateLimit-Limit" in anonymous, anonymous.content
+    if view_class is DifyRetrievalView:  # Dify's codes: 1002 failed authorization, 1001 no usable header
+        assert refused.json()["error_code"] == 1002
+        assert (anonymous.status_code, anonymous.json()["error_code"]) == (403, 1001)
+        return
+    assert refused.json()["error"]["details"] == {"required_scope": view_class.required_scope}
+    assert anonymous.status_code == 401, anonymous.content
 
 
 # --- arbitrary JSON -----------------------------------------------------------------------------------
@@ -162,4 +168,5 @@ def test_arbitrary_json_never_gets_a_server_error(every_scope_key, route, view_c
     assert response.status_code < 500, (response.status_code, body[:300], response.content[:300])
     assert response["Content-Type"] == "application/json", response.content[:300]
     payload = response.json()
-    assert ("error" in payload) == (response.status_code >= 400), payload
+    error_key = "error_code" if view_class is DifyRetrievalView else "error"  # Dify's error shape there
+    assert (error_key in payload) == (response.status_code >= 400), payload

@@ -7,13 +7,13 @@ import socket
 import subprocess
 import sys
 import time
-from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from tenants.services import create_api_key
+from tests.conftest import database_url_of_this_run
 from tests.factories import TenantFactory
 
 SEARCH = "/api/v1/retrieval/bm25"
@@ -32,7 +32,7 @@ def gunicorn_url(django_db_setup, tmp_path_factory):
     env = {
         "PATH": "/usr/bin:/bin",
         "LC_ALL": "C.UTF-8",
-        "DATABASE_URL": urlsplit(settings.DATABASE_URL)._replace(path=f"/{connection.settings_dict['NAME']}").geturl(),
+        "DATABASE_URL": database_url_of_this_run(),
         "REDIS_URL": settings.REDIS_URL,
         "VAR_DIR": str(settings.VAR_DIR),
         "LOG_LEVEL": "WARNING",
