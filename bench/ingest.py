@@ -1,4 +1,4 @@
-"""Ingestion throughput end to end vs the raw ``SentenceTransformer.encode`` rate on the same texts.
+"""Ingestion throughput end to end vs the raw embedding rate (``embed_documents`` of the same model) on the same texts.
 
     .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
     .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
