@@ -391,7 +391,8 @@ def main() -> int:
         passes = ["I", "R"] + replays + [f"I:{name}" for name in compare_models]
         replay_padding = {}
         for size in replay_sizes:
-            _, padded = padded_tokens(embedder, [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)])
+            replayed = [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)]
+            _, padded = padded_tokens(embedder, replayed)
             replay_padding[size] = padded
         result["padding"]["padded_tokens_replay_flush"] = {str(n): v for n, v in replay_padding.items()}
         totals = {p: 0.0 for p in passes}
@@ -532,7 +533,9 @@ def main() -> int:
                 "ratio_per_round": [row["ratio"] for row in round_rows],
                 # --compare-models: each model's ingestion rate, and its speed relative to the I pass.
                 "compared_ingest_chunks_per_s": {p[2:]: round(rate[p], 2) for p in passes if p.startswith("I:")},
-                "compared_speedup_vs_ingest": {p[2:]: round(totals["I"] / totals[p], 4) for p in passes if p.startswith("I:")},
+                "compared_speedup_vs_ingest": {
+                    p[2:]: round(totals["I"] / totals[p], 4) for p in passes if p.startswith("I:")
+                },
                 "compared_speedup_vs_ingest_cpu": {
                     p[2:]: round(cpu_s["I"] / cpu_s[p], 4) for p in passes if p.startswith("I:") and cpu_s[p]
                 },

@@ -1,8 +1,10 @@
 """The ONNX Runtime embedder against the torch (sentence-transformers) one, same bundled model files."""
+import os
+
 import numpy as np
 import pytest
 
-from engines.embedders import get_embedder
+from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.onnx_embedder import OnnxEmbedder, exported_model, source_key
 from knowledge.services import create_knowledge_base
 
@@ -89,6 +91,7 @@ def test_a_kb_version_records_the_precision_that_built_it(tenant, onnx_int8):
     assert get_embedder(kb.active_version.embedding_model) is onnx_int8
 
 
+@pytest.mark.skipif("EMBEDDING_BACKEND" in os.environ, reason="EMBEDDING_BACKEND is set: not the default")
 def test_default_backend_is_onnx_fp32(settings, embedder):
     assert settings.EMBEDDING_BACKEND == "onnx"
     assert isinstance(embedder, OnnxEmbedder) and embedder.precision == "fp32"
@@ -111,6 +114,24 @@ def test_cache_key_follows_the_model_files(tmp_path):
     assert source_key(tmp_path) == first
     (tmp_path / "model.safetensors").write_bytes(b"weights v2")
     assert source_key(tmp_path) != first
+
+
+def test_models_it_cannot_reproduce_are_refused(tmp_path):
+    """A CLS-pooled model would get mean-pooled vectors: refused, pointing to the torch runtime."""
+    (tmp_path / "modules.json").write_text(
+        '[{"type": "sentence_transformers.models.Transformer", "path": ""},'
+        ' {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"}]'
+    )
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 128, "do_lower_case": false}')
+    (tmp_path / "1_Pooling").mkdir()
+    pooling = '{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}'
+    (tmp_path / "1_Pooling" / "config.json").write_text(pooling)
+    with pytest.raises(EmbeddingError, match="EMBEDDING_BACKEND=torch"):
+        get_embedder(f"{tmp_path}:onnx")
+    with pytest.raises(EmbeddingError, match="not a sentence-transformers model folder"):
+        get_embedder(f"{tmp_path / '1_Pooling'}:onnx")
+    with pytest.raises(EmbeddingError, match="unknown ONNX precision"):
+        exported_model(tmp_path, tmp_path / "cache", "fp16")
 
 
 def _bundled_path():
