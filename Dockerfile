@@ -4,8 +4,10 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
+# The ONNX export of the default embedding model (var/onnx) is made once here, not at each container start.
 RUN DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost/0 \
     python manage.py collectstatic --noinput \
+    && python manage.py shell -c "from engines.embedders import get_embedder; get_embedder()" \
     && useradd --create-home app && mkdir -p var && chown app var
 USER app
 EXPOSE 8000

@@ -17,7 +17,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
-DATASETS_DIR = REPO_ROOT.parent / "shared" / "datasets"
+# The shared datasets sit beside the checkout (../shared/datasets); a git worktree elsewhere sets DATASETS_DIR.
+DATASETS_DIR = Path(os.environ.get("DATASETS_DIR") or REPO_ROOT.parent / "shared" / "datasets")
 
 
 def setup_django() -> None:

@@ -1,14 +1,17 @@
-"""Ingestion throughput end to end vs the raw ``SentenceTransformer.encode`` rate on the same texts.
+"""Ingestion throughput end to end vs the raw embedding rate (``embed_documents`` of the same model) on the same texts.
 
     .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
     .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
     .venv/bin/python bench/ingest.py --profile             # also cProfile one extra, untimed ingestion
+    .venv/bin/python bench/ingest.py --model all-MiniLM-L6-v2:torch \
+        --compare-models all-MiniLM-L6-v2:onnx,all-MiniLM-L6-v2:onnx-int8   # runtimes, same run
 
 What it does:
   1. writes N corpus documents ("title", blank line, "text") as .txt files into a temp folder, in
      blocks of --block-docs files (one sub-folder per block);
-  2. creates a throwaway tenant; loads the default embedding model and warms it up (both code
-     paths), plus one small untimed ingestion (ORM, COPY, type registry);
+  2. creates a throwaway tenant; loads the embedding model (--model, default EMBEDDING_MODEL; a
+     runtime suffix picks torch / ONNX fp32 / ONNX int8) and warms it up, plus one small untimed
+     ingestion (ORM, COPY, type registry); loads and warms up each of --compare-models too;
   3. times parse_file + chunk_sections alone over the same files (this also gives the chunk texts
      and the embedding flush groups ingestion will produce);
   4. per round (a fresh KB each) and per block, runs the passes below in an order that rotates from
@@ -17,9 +20,12 @@ What it does:
            embed, COPY, lexical index), with thin timing wrappers around the Ingester's stages,
            ``parse_file``, ``chunk_sections``, ``count_tokens``, ``embed_documents`` and
            ``_copy_chunks`` (installed by this script only, removed afterwards, < 1 us a call);
-        R  raw ``get_embedder()._model.encode(texts, batch_size=32, normalize_embeddings=True)`` on
-           the block's chunk texts in one call (the texts are checked identical to the rows
-           ingestion wrote, read back from the database);
+        R  raw ``embedder.embed_documents(texts)`` of the --model embedder (for torch:
+           ``model.encode(texts, batch_size=32, normalize_embeddings=True)``) on the block's chunk
+           texts in one call (the texts are checked identical to the rows ingestion wrote, read
+           back from the database);
+        I:<name> (only with --compare-models) the same ingestion with that embedding model, into a
+           KB of its own per round (not instrumented);
         G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
            forms with a flush size of n, which isolates the cost of embedding in small groups;
      the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s, also reported on CPU
@@ -177,30 +183,30 @@ def write_corpus(rows: list[dict], folder: Path, block_docs: int) -> tuple[list[
     return blocks, total
 
 
-def raw_encode(model, texts: list[str]) -> float:
+def raw_encode(embedder, texts: list[str]) -> float:
     started = time.perf_counter()
-    model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+    embedder.embed_documents(texts)
     return time.perf_counter() - started
 
 
-def raw_encode_groups(model, groups: list[list[str]]) -> float:
+def raw_encode_groups(embedder, groups: list[list[str]]) -> float:
     started = time.perf_counter()
     for group in groups:
-        model.encode(group, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+        embedder.embed_documents(group)
     return time.perf_counter() - started
 
 
-def padded_tokens(model, calls: list[list[str]], batch_size: int = 32) -> tuple[int, int]:
+def padded_tokens(embedder, calls: list[list[str]], batch_size: int = 32) -> tuple[int, int]:
     """(real, padded) token counts the model processes for these encode calls: sentence-transformers
     sorts each call's texts by character length, cuts batches of ``batch_size`` and pads every batch
     to its longest member (special tokens included, truncated at max_seq_length)."""
-    tokenizer, limit = model.tokenizer, model.max_seq_length
+    special, limit = 2, embedder.max_tokens + 2  # [CLS] and [SEP]
     real = padded = 0
     for texts in calls:
         ordered = sorted(texts, key=len, reverse=True)
         for start in range(0, len(ordered), batch_size):
             batch = ordered[start : start + batch_size]
-            lengths = [min(len(ids), limit) for ids in tokenizer(batch, add_special_tokens=True)["input_ids"]]
+            lengths = [min(embedder.count_tokens(text) + special, limit) for text in batch]
             real += sum(lengths)
             padded += max(lengths) * len(lengths)
     return real, padded
@@ -249,6 +255,10 @@ def drop_lexical_indexes(tenant) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="scifact")
+    parser.add_argument("--model", default=None, help="embedding model of I and R (default: EMBEDDING_MODEL), "
+                        "e.g. all-MiniLM-L6-v2:torch, all-MiniLM-L6-v2:onnx, all-MiniLM-L6-v2:onnx-int8")
+    parser.add_argument("--compare-models", default="", metavar="NAMES",
+                        help="comma list of more embedding models, each ingested alongside (pass I:<name>)")
     parser.add_argument("--docs", type=int, default=1000, help="number of corpus documents (default 1000)")
     parser.add_argument("--block-docs", type=int, default=200, help="documents per paired block (default 200)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over all blocks, each into a fresh KB")
@@ -290,28 +300,32 @@ def main() -> int:
         blocks, corpus_bytes = write_corpus(rows, folder, args.block_docs)
         result["corpus_bytes"] = corpus_bytes
         started = time.perf_counter()
-        embedder = get_embedder()
-        model = embedder._model
+        embedder = get_embedder(args.model)
+        compare_models = [name.strip() for name in args.compare_models.split(",") if name.strip()]
+        compared = {name: get_embedder(name) for name in compare_models}
         result["model"] = embedder.model_name
+        result["compare_models"] = compare_models
         result["model_load_s"] = round(time.perf_counter() - started, 2)
         result["machine"] = _common.machine_info()
         result["loadavg_1m_at_start"] = round(load_at_start, 2)
         result["code"] = _common.code_fingerprint(
             ["knowledge/services.py", "knowledge/chunking.py", "knowledge/parsing.py",
-             "engines/embedders/sentence_transformers_embedder.py", "engines/tantivy_index.py"]
+             "engines/embedders/sentence_transformers_embedder.py", "engines/embedders/onnx_embedder.py",
+             "engines/tantivy_index.py"]
         )
         result["settings"] = {
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
             "TORCH_THREADS": settings.TORCH_THREADS,
+            "ONNX_THREADS": settings.ONNX_THREADS,
             "EMBED_FLUSH_CHUNKS": services.EMBED_FLUSH_CHUNKS,
         }
         tenant = create_tenant(_common.unique_name("bench-ingest"))
 
-        # Warm-up: tokenizer, torch kernels and allocator on both code paths, then the DB path.
+        # Warm-up: tokenizer, kernels and allocator of every model, then the DB path.
         sample = [f"{r.get('title', '')} {r.get('text', '')}" for r in rows[:64]]
-        embedder.embed_documents(sample)
-        model.encode(sample, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-        warm_kb = create_knowledge_base(tenant=tenant, name="warm-up")
+        for warming in [embedder, *compared.values()]:
+            warming.embed_documents(sample)
+        warm_kb = create_knowledge_base(tenant=tenant, name="warm-up", embedding_model=embedder.model_name)
         Ingester(warm_kb).ingest(discover_files([blocks[0]])[:8])
         chunk_size, chunk_overlap = warm_kb.chunk_size, warm_kb.chunk_overlap
         result["chunk_size_tokens"], result["chunk_overlap_tokens"] = chunk_size, chunk_overlap
@@ -355,9 +369,9 @@ def main() -> int:
             flush=True,
         )
 
-        real, padded_blocks = padded_tokens(model, block_texts)
-        _, padded_groups = padded_tokens(model, [g for groups in block_groups for g in groups])
-        _, padded_corpus = padded_tokens(model, [all_texts])
+        real, padded_blocks = padded_tokens(embedder, block_texts)
+        _, padded_groups = padded_tokens(embedder, [g for groups in block_groups for g in groups])
+        _, padded_corpus = padded_tokens(embedder, [all_texts])
         result["padding"] = {
             "real_tokens": real,
             "padded_tokens_one_call_per_block": padded_blocks,
@@ -373,10 +387,12 @@ def main() -> int:
         # Passes per block: I (ingest), R (raw encode, one call), G<n> (raw encode in groups formed like
         # Ingester does with a flush size of n). Their order rotates from block to block.
         replay_sizes = sorted(set(args.replay_flush) | ({services.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
-        passes = ["I", "R"] + [f"G{n}" for n in replay_sizes]
+        replays = [f"G{n}" for n in replay_sizes]
+        passes = ["I", "R"] + replays + [f"I:{name}" for name in compare_models]
         replay_padding = {}
         for size in replay_sizes:
-            _, padded = padded_tokens(model, [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)])
+            replayed = [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)]
+            _, padded = padded_tokens(embedder, replayed)
             replay_padding[size] = padded
         result["padding"]["padded_tokens_replay_flush"] = {str(n): v for n, v in replay_padding.items()}
         totals = {p: 0.0 for p in passes}
@@ -398,7 +414,11 @@ def main() -> int:
         for r in range(1, args.rounds + 1):
             if budget_hit:
                 break
-            kb = create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}")
+            kb = create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}", embedding_model=embedder.model_name)
+            compare_kbs = {
+                name: create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}-{name}", embedding_model=name)
+                for name in compare_models
+            }
             round_totals = {p: 0.0 for p in passes}
             round_texts: list[str] = []
             for k, block in enumerate(blocks):
@@ -429,10 +449,16 @@ def main() -> int:
                             print(f"WARNING: block {k}: {report.as_dict()}", file=sys.stderr)
                         group_mismatch += groups != block_groups[k]
                     elif p == "R":
-                        seconds["R"] = raw_encode(model, block_texts[k])
+                        seconds["R"] = raw_encode(embedder, block_texts[k])
+                    elif p.startswith("I:"):
+                        started = time.perf_counter()
+                        report = Ingester(compare_kbs[p[2:]]).ingest(discover_files([block]))
+                        seconds[p] = time.perf_counter() - started
+                        if report.failed or report.chunks != len(block_texts[k]):
+                            print(f"WARNING: block {k}, {p}: {report.as_dict()}", file=sys.stderr)
                     else:
                         size = int(p[1:])
-                        seconds[p] = raw_encode_groups(model, flush_groups(block_docs_texts[k], size))
+                        seconds[p] = raw_encode_groups(embedder, flush_groups(block_docs_texts[k], size))
                     cpu_s[p] += cpu_now(backend_pid) - cpu_before
                 n = len(block_texts[k])
                 done_chunks += n
@@ -451,7 +477,8 @@ def main() -> int:
                         "ratio_I_vs_R": round(seconds["R"] / seconds["I"], 4),
                     }
                 )
-                replay = "".join(f", raw in flush groups of {p[1:]} {n / seconds[p]:.1f}" for p in passes[2:])
+                replay = "".join(f", raw in flush groups of {p[1:]} {n / seconds[p]:.1f}" for p in replays)
+                replay += "".join(f", ingest {p[2:]} {n / seconds[p]:.1f}" for p in passes if p.startswith("I:"))
                 print(
                     f"round {r} block {k} [{' '.join(order)}]: ingest {n / seconds['I']:.1f}, raw {n / seconds['R']:.1f}{replay} "
                     f"chunks/s; ratio {seconds['R'] / seconds['I']:.1%} (load {load:.1f})",
@@ -493,17 +520,25 @@ def main() -> int:
             summary={
                 "ingest_chunks_per_s": round(rate["I"], 2),
                 "raw_encode_chunks_per_s": round(rate["R"], 2),
-                "raw_encode_flush_groups_chunks_per_s": {p[1:]: round(rate[p], 2) for p in passes[2:]},
+                "raw_encode_flush_groups_chunks_per_s": {p[1:]: round(rate[p], 2) for p in replays},
                 "ratio_ingest_vs_raw": round(ratio, 4),
                 # CPU seconds (this process, all threads, + its PostgreSQL backend) instead of wall time:
                 # less sensitive to other processes competing for the cores.
                 "cpu_s": {p: round(v, 2) for p, v in cpu_s.items() if v},
                 "ratio_cpu_ingest_vs_raw": round(cpu_s["R"] / cpu_s["I"], 4) if cpu_s["I"] else None,
-                "ratio_flush_groups_vs_raw": {p[1:]: round(totals["R"] / totals[p], 4) for p in passes[2:]},
+                "ratio_flush_groups_vs_raw": {p[1:]: round(totals["R"] / totals[p], 4) for p in replays},
                 # Less noise-sensitive: raw encode time plus ingestion's measured non-embedding time.
                 "ratio_raw_plus_overhead_model": round(totals["R"] / (totals["R"] + totals["I"] - timings.seconds["embed"]), 4),
                 "non_embedding_s_per_1000_chunks": round((totals["I"] - timings.seconds["embed"]) / total_chunks * 1000, 2),
                 "ratio_per_round": [row["ratio"] for row in round_rows],
+                # --compare-models: each model's ingestion rate, and its speed relative to the I pass.
+                "compared_ingest_chunks_per_s": {p[2:]: round(rate[p], 2) for p in passes if p.startswith("I:")},
+                "compared_speedup_vs_ingest": {
+                    p[2:]: round(totals["I"] / totals[p], 4) for p in passes if p.startswith("I:")
+                },
+                "compared_speedup_vs_ingest_cpu": {
+                    p[2:]: round(cpu_s["I"] / cpu_s[p], 4) for p in passes if p.startswith("I:") and cpu_s[p]
+                },
                 "ratio_per_block_min_median_max": [
                     min(block_ratios), round(statistics.median(block_ratios), 4), max(block_ratios)
                 ],
@@ -520,10 +555,15 @@ def main() -> int:
             + [
                 [f"raw encode in flush groups of {p[1:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
                  f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
-                for p in passes[2:]
+                for p in replays
             ]
             + [["ingestion end to end", f"{totals['I']:.2f}", f"{rate['I']:.1f}", f"{ratio:.1%}",
-                f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]],
+                f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]]
+            + [
+                [f"ingestion with {p[2:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}", f"{totals['R'] / totals[p]:.1%}",
+                 f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
+                for p in passes if p.startswith("I:")
+            ],
             title=(
                 f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "
                 f"{n_chunks} chunks per round, {result['blocks_done']}/{result['blocks_planned']} blocks measured, "

@@ -68,7 +68,7 @@ RECALL_SCENARIOS = ["no filter", "metadata.shop_id = 3 (5 %)", "metadata.campaig
 def real_vectors(embedder, passages: list[str], cache: bool) -> tuple[np.ndarray, float, bool]:
     """Embeddings of the real passages; (vectors, seconds spent embedding, from cache)."""
     key = hashlib.sha256(
-        json.dumps([embedder.model_name, embedder._model.max_seq_length, len(passages)]).encode()
+        json.dumps([embedder.model_name, embedder.max_tokens, len(passages)]).encode()
         + hashlib.sha256("\n".join(passages).encode()).digest()
     ).hexdigest()[:16]
     path = _common.RESULTS_DIR / "cache" / f"scifact-vectors-{key}.npy"

