@@ -50,14 +50,17 @@ class OnnxEmbedder(Embedder):
         from tokenizers import Tokenizer
 
         max_seq_length = _check_supported(model_name, model_path)
-        onnx_path = exported_model(model_path, cache_dir, precision)
         options = onnxruntime.SessionOptions()
         # Deliberate thread counts: a web worker runs one query at a time per request thread, and
         # an intra-op pool wider than the cores it really gets collapses under load (docs/BENCHMARKS.md).
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-        self._session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        try:
+            onnx_path = exported_model(model_path, cache_dir, precision)
+            self._session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # OSError, SafetensorError, export or runtime errors: whatever the folder holds
+            raise EmbeddingError(f"cannot load embedding model {model_name!r} from {model_path}: {exc}") from exc
         tokenizer_file = str(model_path / "tokenizer.json")
         # tokenizer.json may carry its own padding (to 128) and truncation; set both as
         # sentence-transformers does: truncate at max_seq_length, pad each batch to its longest text.
@@ -84,9 +87,12 @@ class OnnxEmbedder(Embedder):
         encodings = self._tokenizer.encode_batch(texts) if len(texts) > 1 else [self._tokenizer.encode(texts[0])]
         # Longest first, so each batch pads to a length close to its members' (as sentence-transformers).
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        for start in range(0, len(order), self._batch_size):
-            batch = order[start : start + self._batch_size]
-            vectors[batch] = self._embed_batch([encodings[i] for i in batch])
+        try:
+            for start in range(0, len(order), self._batch_size):
+                batch = order[start : start + self._batch_size]
+                vectors[batch] = self._embed_batch([encodings[i] for i in batch])
+        except Exception as exc:  # an ONNX Runtime error, e.g. more positions than the graph has
+            raise EmbeddingError(f"embedding model {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
         return vectors
 
     def _embed_batch(self, encodings) -> np.ndarray:

@@ -66,16 +66,19 @@ def test_unknown_local_model_is_a_clear_error():
         get_embedder("/nonexistent/model-folder")
 
 
-def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_model):
+@pytest.mark.parametrize("runtime", [":torch", ":onnx"])
+def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_model, runtime):
     with pytest.raises(EmbeddingError, match="cannot load embedding model") as caught:
-        get_embedder(str(unloadable_model))
+        get_embedder(f"{unloadable_model}{runtime}")
     assert caught.value.cause == "embedder_unavailable"
 
 
-def test_a_torch_failure_while_embedding_raises_embedding_error(overlong_model):
-    embedder = get_embedder(str(overlong_model))
+@pytest.mark.parametrize("runtime", [":torch", ":onnx"])
+def test_a_runtime_failure_while_embedding_raises_embedding_error(overlong_model, runtime, settings, tmp_path):
+    settings.ONNX_CACHE_DIR = tmp_path
+    embedder = get_embedder(f"{overlong_model}{runtime}")
     assert embedder.embed_documents(["a short text"]).shape == (1, 384)
-    with pytest.raises(EmbeddingError, match="RuntimeError"):
+    with pytest.raises(EmbeddingError, match="failed"):
         embedder.embed_documents(["word " * 700])  # more positions than the model has
 
 
