@@ -125,6 +125,17 @@ class TantivyLexicalIndex(LexicalIndex):
             searcher = self._searcher(generation)
             return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
 
+    def chunk_ids(self, version_id):
+        with _reading(version_id):
+            generation = self._generation(version_id)
+            if generation is None:
+                return []
+            searcher = self._searcher(generation)
+            if searcher.num_docs == 0:
+                return []
+            result = searcher.search(tantivy.Query.all_query(), searcher.num_docs, count=False)
+            return searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
+
     def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
         with _reading(version_id):
             return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids)
