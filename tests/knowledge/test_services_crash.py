@@ -1,0 +1,110 @@
+"""Crash safety of the commit protocol of rows and keyword index (knowledge.services): a real
+``manage.py ingest`` process is killed with SIGKILL at each boundary (``CRASH_TEST_PAUSE_AT`` makes it
+wait there). Right after the kill no search answers with a chunk the database does not hold; after the
+next run of the same ingestion the index holds exactly the committed chunks."""
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from engines import get_lexical_index
+from knowledge.models import Chunk, KnowledgeBaseVersion, PendingLexicalChange
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from retrieval.services.search import search
+from retrieval.types import SearchRequest
+from tenants.services import create_tenant
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+BASE_DIR = Path(settings.BASE_DIR)
+TENANT, KB = "crash-tenant", "crash"
+
+
+def paragraphs(word: str, count: int) -> str:
+    """``count`` short paragraphs naming ``word``: several chunks."""
+    return "\n\n".join(f"Paragraph {i} tells of the {word} number {i}, far out at sea." for i in range(count))
+
+
+def ingest_process(folder: Path, pause_at: str = "") -> subprocess.Popen:
+    """``manage.py ingest`` in a process of its own, on this test's database and keyword indexes."""
+    params = connection.get_connection_params()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
+        "DATABASE_URL": f"postgres://{params['user']}@{quote(params['host'], safe='')}/{params['dbname']}",
+        "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
+        "CRASH_TEST_PAUSE_AT": pause_at,
+        "LOG_LEVEL": "WARNING",
+    }
+    command = [sys.executable, "manage.py", "ingest", str(folder), "--tenant", TENANT, "--kb", KB, "--no-progress"]
+    return subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def kill_ingestion_at(boundary: str, folder: Path) -> None:
+    process = ingest_process(folder, boundary)
+    output = []
+    for line in process.stderr:
+        output.append(line)
+        if line.strip() == f"paused at {boundary}":
+            process.kill()
+            break
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "".join(output)
+
+
+def ingest_to_the_end(folder: Path) -> None:
+    process = ingest_process(folder)
+    _, errors = process.communicate()
+    assert process.returncode == 0, errors
+
+
+def rows(version: KnowledgeBaseVersion) -> set[int]:
+    return set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
+
+
+def assert_index_holds_the_rows(version: KnowledgeBaseVersion) -> None:
+    entries = Counter(get_lexical_index().chunk_ids(version.pk))
+    assert set(entries) == rows(version)
+    assert set(entries.values()) == {1}
+
+
+def bm25_chunk_ids(tenant, query: str) -> set[int]:
+    return {hit.chunk_id for hit in search(tenant, SearchRequest(query=query, mode="bm25", top_k=50)).results}
+
+
+@pytest.mark.parametrize("boundary", ["rows_written", "rows_committed", "index_committed"])
+def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary, tmp_path, embedder):
+    tenant = create_tenant(TENANT)
+    kb = create_knowledge_base(tenant=tenant, name=KB, chunk_size=20, chunk_overlap=0)
+    version = kb.active_version
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "fleet.txt").write_text(paragraphs("walrus", 10))
+    Ingester(kb).ingest(discover_files([folder]))
+    before = rows(version)
+    assert len(before) > 1
+    assert_index_holds_the_rows(version)
+
+    (folder / "fleet.txt").write_text(paragraphs("zeppelin", 11))
+    kill_ingestion_at(boundary, folder)
+
+    committed = boundary != "rows_written"
+    assert (rows(version) != before) is committed
+    assert PendingLexicalChange.objects.filter(kb_version=version).exists() is committed
+    assert bm25_chunk_ids(tenant, "walrus zeppelin") <= rows(version)  # never a chunk that is gone
+    if not committed:  # the index was never touched
+        assert_index_holds_the_rows(version)
+        assert bm25_chunk_ids(tenant, "walrus") == before
+
+    ingest_to_the_end(folder)  # the next run applies what the kill left pending (or ingests anew)
+    assert not PendingLexicalChange.objects.filter(kb_version=version).exists()
+    assert_index_holds_the_rows(version)
+    assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
+    assert bm25_chunk_ids(tenant, "walrus") == set()
