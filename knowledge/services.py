@@ -528,7 +528,10 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
         )
         count = get_lexical_index().rebuild(
             version.pk,
-            (LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content)) for chunk_id, doc_id, content in rows),
+            (
+                LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content))
+                for chunk_id, doc_id, content in rows
+            ),
             analyzer_version=analyzer.version,
             dictionary_fingerprint=analyzer.dictionary_fingerprint,
         )
@@ -576,7 +579,7 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
         analyzer = analyzer_for_tenant(tenant_id)
         rows = Chunk.objects.filter(kb_version_id=version_id, document_id__in=document_ids)
         entries = [
-            LexicalDocument(chunk_id, doc_id, tenant_id, analyzed[chunk_id] if chunk_id in analyzed else analyzer.analyze(content))
+            LexicalDocument(chunk_id, doc_id, tenant_id, analyzed.get(chunk_id) or analyzer.analyze(content))
             for chunk_id, doc_id, content in rows.values_list("id", "document_id", "content")
         ]
         get_lexical_index().replace_documents(
@@ -589,6 +592,68 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
         pause_at("index_committed")
         PendingLexicalChange.objects.filter(pk__in=[pk for pk, _ in changes]).delete()
     return len(changes)
+
+
+@dataclass
+class VersionCheck:
+    """How a KB version's rows and keyword index differ (``check_kb``); chunk ids, at most a sample."""
+
+    version: KnowledgeBaseVersion
+    chunks: int  # rows
+    entries: int  # keyword-index entries
+    pending_changes: int  # committed changes not yet applied to the index
+    missing: list[int]  # chunks the index lacks
+    orphans: list[int]  # entries for chunks the database does not hold
+    duplicates: int  # entries beyond the first for a chunk
+    documents_without_chunks: list[int]  # ready documents of the KB without chunks (active version only)
+    misplaced_chunks: int  # chunks whose document belongs to another knowledge base
+    repaired: bool = False
+
+    @property
+    def index_drift(self) -> bool:
+        return bool(self.pending_changes or self.missing or self.orphans or self.duplicates)
+
+    @property
+    def row_drift(self) -> bool:
+        """What only a re-ingestion can fix: the rows themselves disagree."""
+        return bool(self.documents_without_chunks or self.misplaced_chunks)
+
+
+def check_version(version: KnowledgeBaseVersion, *, repair: bool = False) -> VersionCheck:
+    """Compare a version's chunk rows with its keyword index; with ``repair``, apply the pending
+    changes and, if the index still differs, rebuild it from the rows. The result describes what was
+    found before repairing. Rows being ingested meanwhile may show as drift for a moment: check again."""
+    in_db, entries = _rows_and_entries(version)
+    documents = Document.objects.none()
+    if version.knowledge_base.active_version_id == version.pk:
+        documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
+        documents = documents.exclude(pk__in=Chunk.objects.filter(kb_version=version).values("document_id"))
+    check = VersionCheck(
+        version=version,
+        chunks=len(in_db),
+        entries=entries.total(),
+        pending_changes=PendingLexicalChange.objects.filter(kb_version=version).count(),
+        missing=sorted(in_db - entries.keys()),
+        orphans=sorted(entries.keys() - in_db),
+        duplicates=entries.total() - len(entries),
+        documents_without_chunks=list(documents.order_by("pk").values_list("pk", flat=True)),
+        misplaced_chunks=Chunk.objects.filter(kb_version=version)
+        .exclude(document__knowledge_base_id=F("knowledge_base_id"))
+        .count(),
+    )
+    if repair and check.index_drift:
+        apply_pending_lexical_changes(version.pk)
+        in_db, entries = _rows_and_entries(version)
+        if in_db != entries.keys() or entries.total() != len(entries):
+            rebuild_lexical_index(version)
+        check.repaired = True
+    return check
+
+
+def _rows_and_entries(version: KnowledgeBaseVersion) -> tuple[set[int], Counter]:
+    """The version's chunk ids in the database, and its keyword-index entries counted by chunk id."""
+    in_db = set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
+    return in_db, Counter(get_lexical_index().chunk_ids(version.pk))
 
 
 def pause_at(boundary: str) -> None:

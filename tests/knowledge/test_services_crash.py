@@ -44,7 +44,9 @@ def ingest_process(folder: Path, pause_at: str = "") -> subprocess.Popen:
         "LOG_LEVEL": "WARNING",
     }
     command = [sys.executable, "manage.py", "ingest", str(folder), "--tenant", TENANT, "--kb", KB, "--no-progress"]
-    return subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
 
 
 def kill_ingestion_at(boundary: str, folder: Path) -> None:
