@@ -591,6 +591,16 @@ def test_tantivy_failed_rebuild_keeps_the_old_index_serving(tmp_path):
     assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
 
 
+def test_tantivy_rebuild_removes_generations_a_killed_rebuild_left(tmp_path):
+    index = TantivyLexicalIndex(tmp_path)
+    write(index, [doc(1, "kept")])
+    leftover = tmp_path / f"kbv-{VERSION}" / "gen-1"  # as a process killed while filling it leaves it
+    leftover.mkdir()
+    index.rebuild(VERSION, [doc(2, "rebuilt")], **STATE)
+    assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
+    assert ids(search(index, "rebuilt")) == [2]
+
+
 def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path):
     reader, writer = TantivyLexicalIndex(tmp_path), TantivyLexicalIndex(tmp_path)
     write(writer, [doc(1, "old words")])
