@@ -1,7 +1,9 @@
 """Crash safety of the commit protocol of rows and keyword index (knowledge.services): a real
 ``manage.py ingest`` process is killed with SIGKILL at each boundary (``CRASH_TEST_PAUSE_AT`` makes it
-wait there). Right after the kill no search answers with a chunk the database does not hold; after the
-next run of the same ingestion the index holds exactly the committed chunks."""
+wait there). Right after the kill no search answers with a chunk the database does not hold and
+``check_kb`` reports what is not indexed yet; after the next run of the same ingestion (or
+``check_kb --repair``) the index holds exactly the committed chunks."""
+import io
 import os
 import signal
 import subprocess
@@ -12,6 +14,8 @@ from urllib.parse import quote
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
 from engines import get_lexical_index
@@ -81,27 +85,43 @@ def bm25_chunk_ids(tenant, query: str) -> set[int]:
     return {hit.chunk_id for hit in search(tenant, SearchRequest(query=query, mode="bm25", top_k=50)).results}
 
 
-@pytest.mark.parametrize("boundary", ["rows_written", "rows_committed", "index_committed"])
-def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary, tmp_path, embedder):
+def check_kb(**options) -> str:
+    out = io.StringIO()
+    call_command("check_kb", kb=KB, stdout=out, **options)
+    return out.getvalue()
+
+
+@pytest.fixture
+def ingested(tmp_path, embedder):
+    """A KB holding fleet.txt about walruses (several chunks, indexed), the file now rewritten about
+    zeppelins (one more chunk) for an ingestion to be killed; returns the tenant, version and folder."""
     tenant = create_tenant(TENANT)
     kb = create_knowledge_base(tenant=tenant, name=KB, chunk_size=20, chunk_overlap=0)
-    version = kb.active_version
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "fleet.txt").write_text(paragraphs("walrus", 10))
     Ingester(kb).ingest(discover_files([folder]))
-    before = rows(version)
-    assert len(before) > 1
-    assert_index_holds_the_rows(version)
-
+    assert len(rows(kb.active_version)) > 1
+    assert_index_holds_the_rows(kb.active_version)
     (folder / "fleet.txt").write_text(paragraphs("zeppelin", 11))
+    return tenant, kb.active_version, folder
+
+
+@pytest.mark.parametrize("boundary", ["rows_written", "rows_committed", "index_committed"])
+def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary, ingested):
+    tenant, version, folder = ingested
+    before = rows(version)
     kill_ingestion_at(boundary, folder)
 
     committed = boundary != "rows_written"
     assert (rows(version) != before) is committed
     assert PendingLexicalChange.objects.filter(kb_version=version).exists() is committed
     assert bm25_chunk_ids(tenant, "walrus zeppelin") <= rows(version)  # never a chunk that is gone
-    if not committed:  # the index was never touched
+    if committed:  # a change committed, maybe not indexed yet
+        with pytest.raises(CommandError, match="run with --repair"):
+            check_kb()
+    else:  # the index was never touched
+        assert check_kb().startswith("ok ")
         assert_index_holds_the_rows(version)
         assert bm25_chunk_ids(tenant, "walrus") == before
 
@@ -110,3 +130,14 @@ def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary,
     assert_index_holds_the_rows(version)
     assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
     assert bm25_chunk_ids(tenant, "walrus") == set()
+
+
+def test_check_kb_repair_catches_up_after_a_kill_between_the_commit_and_the_index_write(ingested):
+    """What ``./run serve`` does at startup after a crash."""
+    tenant, version, folder = ingested
+    kill_ingestion_at("rows_committed", folder)
+    assert bm25_chunk_ids(tenant, "zeppelin") == set()  # committed rows, not indexed yet
+    assert check_kb(repair=True).startswith("REPAIRED ")
+    assert_index_holds_the_rows(version)
+    assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
+    assert check_kb().startswith("ok ")
