@@ -19,6 +19,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from engines import get_lexical_index
+from engines.base import LexicalIndexError
 from knowledge.models import Chunk, KnowledgeBaseVersion, PendingLexicalChange
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.services.search import search
@@ -141,3 +142,35 @@ def test_check_kb_repair_catches_up_after_a_kill_between_the_commit_and_the_inde
     assert_index_holds_the_rows(version)
     assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
     assert check_kb().startswith("ok ")
+
+
+@pytest.fixture
+def unreachable_keyword_index(settings):
+    """The keyword index on an Elasticsearch that refuses connections (nothing listens on port 1);
+    call the fixture's value to get the embedded tantivy index back."""
+
+    def restore() -> None:
+        settings.ELASTICSEARCH_URL = ""
+        get_lexical_index.cache_clear()
+
+    settings.ELASTICSEARCH_URL = "http://127.0.0.1:1"
+    get_lexical_index.cache_clear()
+    yield restore
+    restore()
+
+
+def test_an_index_write_failing_after_the_commit_is_caught_up_by_the_next_run(ingested, unreachable_keyword_index):
+    tenant, version, folder = ingested
+    before = rows(version)
+    kb = version.knowledge_base
+    with pytest.raises(LexicalIndexError):
+        Ingester(kb).ingest(discover_files([folder]))
+    assert rows(version) != before  # the rows are committed, their index entries pending
+    assert PendingLexicalChange.objects.filter(kb_version=version).exists()
+
+    unreachable_keyword_index()
+    assert bm25_chunk_ids(tenant, "walrus zeppelin") == set()  # old entries dropped, new ones not indexed yet
+    report = Ingester(kb).ingest(discover_files([folder]))
+    assert report.unchanged == 1
+    assert_index_holds_the_rows(version)
+    assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
