@@ -20,8 +20,8 @@ from django.db import connection
 
 from engines import get_lexical_index
 from engines.base import LexicalIndexError
-from knowledge.models import Chunk, KnowledgeBaseVersion, PendingLexicalChange
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
+from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tenants.services import create_tenant
@@ -174,3 +174,15 @@ def test_an_index_write_failing_after_the_commit_is_caught_up_by_the_next_run(in
     assert report.unchanged == 1
     assert_index_holds_the_rows(version)
     assert bm25_chunk_ids(tenant, "zeppelin") == rows(version)
+
+
+def test_a_delete_whose_index_write_fails_leaves_entries_searches_drop(ingested, unreachable_keyword_index):
+    tenant, version, _ = ingested
+    with pytest.raises(LexicalIndexError):
+        delete_document(Document.objects.get(knowledge_base=version.knowledge_base))
+    assert rows(version) == set()
+    unreachable_keyword_index()
+    assert get_lexical_index().chunk_ids(version.pk)  # the deleted chunks' entries are still there
+    assert bm25_chunk_ids(tenant, "walrus") == set()
+    assert check_kb(repair=True).startswith("REPAIRED ")
+    assert get_lexical_index().chunk_ids(version.pk) == []
