@@ -121,6 +121,11 @@ class LexicalIndex(ABC):
         """None when the version has no index yet."""
 
     @abstractmethod
+    def chunk_ids(self, version_id: int) -> list[int]:
+        """Every entry's chunk id (a chunk indexed twice appears twice); empty when the version has no
+        index. For consistency checks against the database: one pass over a column, no scoring."""
+
+    @abstractmethod
     def search(
         self, version_id: int, tenant_id: int, tokens: list[str], limit: int, allowed_chunk_ids: list[int] | None
     ) -> list[LexicalHit]:

@@ -28,7 +28,7 @@ from elasticsearch import (
 from elasticsearch.dsl import Index, Mapping, Search, analyzer
 from elasticsearch.dsl.field import Long, Text
 from elasticsearch.dsl.query import Bool, Query, Term, Terms
-from elasticsearch.helpers import BulkIndexError, bulk
+from elasticsearch.helpers import BulkIndexError, bulk, scan
 
 from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from engines.deadline import DeadlineExceeded, within
@@ -170,6 +170,15 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
         meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
         return IndexState(meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count)
+
+    def chunk_ids(self, version_id):
+        with _translated_errors("list chunk ids"):
+            try:
+                everything = {"query": {"match_all": {}}}
+                hits = scan(self._writer(), index=self._alias(version_id), query=everything, _source=False)
+                return [int(hit["_id"]) for hit in hits]
+            except NotFoundError:
+                return []
 
     def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
         if not tokens or limit <= 0 or allowed_chunk_ids == []:

@@ -6,8 +6,9 @@ Tenant and allowed-chunk filters sit in zero-weight const-score clauses so they 
 
 Layout: ``kbv-<version>/CURRENT`` names the live generation folder; a rebuild fills a new
 generation and switches ``CURRENT`` atomically, so searches never see a half-built index and a
-failed rebuild leaves the old one serving. Only one writer may hold an index at a time (also across
-processes): writes retry on ``LockBusy``.
+failed rebuild leaves the old one serving; the next rebuild removes what a killed one left. Only one
+writer may hold an index at a time (also across processes): writes retry on ``LockBusy``; rebuilds of
+one version must not run concurrently (``knowledge.services`` serializes them with a database lock).
 """
 from __future__ import annotations
 
@@ -79,7 +80,6 @@ class TantivyLexicalIndex(LexicalIndex):
 
     def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
         with self._version_lock(version_id):
-            previous = self._generation(version_id)
             generation = self._new_generation(version_id)
             count = 0
             try:
@@ -92,8 +92,9 @@ class TantivyLexicalIndex(LexicalIndex):
                 self._forget(generation)
                 raise
             self._publish(version_id, generation)
-            if previous is not None and previous != generation:
-                self._forget(previous)
+            for stale in self._version_dir(version_id).glob("gen-*"):  # the previous one, and any a killed
+                if stale != generation:  # rebuild left behind (callers never rebuild a version concurrently)
+                    self._forget(stale)
             return count
 
     def drop(self, version_id):
@@ -124,6 +125,17 @@ class TantivyLexicalIndex(LexicalIndex):
                 return None
             searcher = self._searcher(generation)
             return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
+
+    def chunk_ids(self, version_id):
+        with _reading(version_id):
+            generation = self._generation(version_id)
+            if generation is None:
+                return []
+            searcher = self._searcher(generation)
+            if searcher.num_docs == 0:
+                return []
+            result = searcher.search(tantivy.Query.all_query(), searcher.num_docs, count=False)
+            return searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
 
     def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
         with _reading(version_id):

@@ -209,3 +209,23 @@ class Synonym(models.Model):
             raise ValidationError({"terms": "a two-way group needs at least two terms"})
         if self.kind == self.Kind.EXPLICIT and (not self.terms or not self.replacements):
             raise ValidationError({"replacements": "a one-way rule needs terms and replacements"})
+
+
+class PendingLexicalChange(models.Model):
+    """Documents of a KB version whose keyword-index entries must be rewritten from their rows.
+
+    Written in the transaction that changes the rows and deleted once the index holds the change, so
+    the index can never miss a committed change: a process killed between the database commit and
+    the index write leaves this row for the next writer or ``check_kb --repair`` to apply; a
+    transaction that rolls back takes it along, and the index was never touched (see the README's
+    Consistency section)."""
+
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+")
+    document_ids = ArrayField(models.BigIntegerField())
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"v{self.kb_version_id}: documents {self.document_ids}"

@@ -4,7 +4,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, PendingLexicalChange
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -225,6 +228,7 @@ class Ingester:
 
     def ingest(self, files: list[SourceFile]) -> IngestReport:
         started = time.perf_counter()
+        apply_pending_lexical_changes(self.version.pk)  # what a killed ingestion committed but did not index
         existing = {
             doc.source_uri: doc
             for doc in Document.objects.filter(knowledge_base=self.kb, source_uri__in=[f.source_uri for f in files])
@@ -285,9 +289,9 @@ class Ingester:
         self._on_progress(1)
 
     def _flush(self) -> None:
-        """Embed the pending documents together, then swap their chunks (rows and lexical entries)
-        in one transaction with a few statements for the whole group; a failure leaves every
-        previous version in place."""
+        """Embed the pending documents together, then swap their chunks in one transaction with a few
+        statements for the whole group (a failure leaves every previous version in place); their
+        keyword-index entries follow once the rows are committed (see ``apply_pending_lexical_changes``)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -306,8 +310,12 @@ class Ingester:
                 batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
                 offset += len(doc.drafts)
             _copy_chunks(self.kb, self.version, batches)
-            self._index_lexically(documents, pending)
+            analyzed = self._analyzed_by_chunk_id(documents, pending)
+            _record_lexical_change(self.version.pk, [document.pk for document in documents])
             bump_revision(self.version)
+            pause_at("rows_written")
+        pause_at("rows_committed")
+        apply_pending_lexical_changes(self.version.pk, analyzed)
         for doc in pending:
             self.report.added += doc.existing is None
             self.report.replaced += doc.existing is not None
@@ -348,23 +356,16 @@ class Ingester:
                 document.created_at = doc.existing.created_at
         return documents
 
-    def _index_lexically(self, documents: list[Document], pending: list[_PendingDocument]) -> None:
+    def _analyzed_by_chunk_id(self, documents: list[Document], pending: list[_PendingDocument]) -> dict[int, str]:
+        """The analyzed text of each chunk just written, by its new id (so the index write after the
+        commit need not analyze again)."""
         analyzed = {
             (document.pk, ordinal): text
             for document, doc in zip(documents, pending, strict=True)
             for ordinal, text in enumerate(doc.analyzed)
         }
         rows = Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal")
-        get_lexical_index().replace_documents(
-            self.version.pk,
-            [document.pk for document in documents],
-            [
-                LexicalDocument(chunk_id=chunk_id, doc_id=doc_id, tenant_id=self.kb.tenant_id, text=analyzed[(doc_id, ordinal)])
-                for chunk_id, doc_id, ordinal in rows
-            ],
-            analyzer_version=self.analyzer.version,
-            dictionary_fingerprint=self.analyzer.dictionary_fingerprint,
-        )
+        return {chunk_id: analyzed[(doc_id, ordinal)] for chunk_id, doc_id, ordinal in rows}
 
 
 def bump_revision(version: KnowledgeBaseVersion) -> None:
@@ -378,14 +379,16 @@ def expire_cached_answers(tenant_id: int) -> None:
     KnowledgeBaseVersion.objects.filter(knowledge_base__tenant_id=tenant_id).update(revision=F("revision") + 1)
 
 
-@transaction.atomic
 def delete_document(document: Document) -> None:
-    """Remove a document with its chunks from the database and the lexical index together."""
-    version_ids = _versions_holding(document)
+    """Remove a document with its chunks, then its keyword-index entries once the delete is committed."""
+    with transaction.atomic():
+        version_ids = _versions_holding(document)
+        for version_id in version_ids:
+            _record_lexical_change(version_id, [document.pk])
+        document.delete()
+        _bump_revisions(version_ids)
     for version_id in version_ids:
-        get_lexical_index().delete_documents(version_id, [document.pk])
-    document.delete()
-    _bump_revisions(version_ids)
+        apply_pending_lexical_changes(version_id)
 
 
 @transaction.atomic
@@ -509,19 +512,157 @@ def _copy_chunks(kb, version, batches: Iterable[ChunkBatch]) -> None:
 
 def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
     """Re-analyze every chunk of a version from the database into a fresh lexical index (after an
-    analyzer or dictionary change, or to repair the index); returns the number of chunks."""
+    analyzer or dictionary change, or to repair the index); returns the number of chunks.
+
+    The rows are read after the pending changes are, so the rebuild covers those and clears them; a
+    change committed meanwhile stays pending and is applied after it (the version's lock orders them)."""
     tenant_id = version.knowledge_base.tenant_id
     analyzer = analyzer_for_tenant(tenant_id)
-    rows = (
-        Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
-        .values_list("id", "document_id", "content")
-        .iterator(chunk_size=2000)
-    )
-    count = get_lexical_index().rebuild(
-        version.pk,
-        (LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content)) for chunk_id, doc_id, content in rows),
-        analyzer_version=analyzer.version,
-        dictionary_fingerprint=analyzer.dictionary_fingerprint,
-    )
-    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(analyzer_version=analyzer.version, revision=F("revision") + 1)
+    with transaction.atomic():
+        _lock_lexical_index(version.pk)
+        covered = list(PendingLexicalChange.objects.filter(kb_version=version).values_list("pk", flat=True))
+        rows = (
+            Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
+            .values_list("id", "document_id", "content")
+            .iterator(chunk_size=2000)
+        )
+        count = get_lexical_index().rebuild(
+            version.pk,
+            (
+                LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content))
+                for chunk_id, doc_id, content in rows
+            ),
+            analyzer_version=analyzer.version,
+            dictionary_fingerprint=analyzer.dictionary_fingerprint,
+        )
+        PendingLexicalChange.objects.filter(pk__in=covered).delete()
+        KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
+            analyzer_version=analyzer.version, revision=F("revision") + 1
+        )
     return count
+
+
+# --- keyword index and rows: the commit protocol ---------------------------------------------------
+#
+# A change to chunks records the documents it touched (PendingLexicalChange) in its own transaction;
+# after the COMMIT their index entries are rewritten from the committed rows and the record is deleted.
+# A rollback or a kill before the COMMIT leaves the index untouched; a kill after it leaves the record,
+# which the next write to the version (or `check_kb --repair`) applies. Searches drop index entries
+# whose chunk is gone, so the short lag after a kill never returns a missing chunk.
+
+# pg_advisory_xact_lock(class, version id): one process at a time turns rows into index entries.
+_LEXICAL_LOCK_CLASS = 15_001
+
+
+def _lock_lexical_index(version_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LEXICAL_LOCK_CLASS, version_id & 0x7FFFFFFF])
+
+
+def _record_lexical_change(version_id: int, document_ids: list[int]) -> None:
+    PendingLexicalChange.objects.create(kb_version_id=version_id, document_ids=sorted(document_ids))
+
+
+def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | None = None) -> int:
+    """Rewrite the keyword-index entries of the documents with pending changes in a version from their
+    committed rows, then clear those changes; returns how many were applied. Idempotent: applying a
+    change twice (a kill after the index write) writes the same entries. ``analyzed`` (chunk id ->
+    analyzed text) spares analyzing again what the caller just analyzed."""
+    analyzed = analyzed or {}
+    with transaction.atomic():
+        _lock_lexical_index(version_id)
+        changes = list(PendingLexicalChange.objects.filter(kb_version_id=version_id).values_list("pk", "document_ids"))
+        if not changes:
+            return 0
+        document_ids = sorted({document_id for _, ids in changes for document_id in ids})
+        tenant_id = KnowledgeBase.objects.filter(versions=version_id).values_list("tenant_id", flat=True).get()
+        analyzer = analyzer_for_tenant(tenant_id)
+        rows = Chunk.objects.filter(kb_version_id=version_id, document_id__in=document_ids)
+        entries = [
+            LexicalDocument(chunk_id, doc_id, tenant_id, analyzed.get(chunk_id) or analyzer.analyze(content))
+            for chunk_id, doc_id, content in rows.values_list("id", "document_id", "content")
+        ]
+        get_lexical_index().replace_documents(
+            version_id,
+            document_ids,
+            entries,
+            analyzer_version=analyzer.version,
+            dictionary_fingerprint=analyzer.dictionary_fingerprint,
+        )
+        pause_at("index_committed")
+        PendingLexicalChange.objects.filter(pk__in=[pk for pk, _ in changes]).delete()
+    return len(changes)
+
+
+@dataclass
+class VersionCheck:
+    """How a KB version's rows and keyword index differ (``check_kb``); chunk ids, at most a sample."""
+
+    version: KnowledgeBaseVersion
+    chunks: int  # rows
+    entries: int  # keyword-index entries
+    pending_changes: int  # committed changes not yet applied to the index
+    missing: list[int]  # chunks the index lacks
+    orphans: list[int]  # entries for chunks the database does not hold
+    duplicates: int  # entries beyond the first for a chunk
+    documents_without_chunks: list[int]  # ready documents of the KB without chunks (active version only)
+    misplaced_chunks: int  # chunks whose document belongs to another knowledge base
+    repaired: bool = False
+
+    @property
+    def index_drift(self) -> bool:
+        return bool(self.pending_changes or self.missing or self.orphans or self.duplicates)
+
+    @property
+    def row_drift(self) -> bool:
+        """What only a re-ingestion can fix: the rows themselves disagree."""
+        return bool(self.documents_without_chunks or self.misplaced_chunks)
+
+
+def check_version(version: KnowledgeBaseVersion, *, repair: bool = False) -> VersionCheck:
+    """Compare a version's chunk rows with its keyword index; with ``repair``, apply the pending
+    changes and, if the index still differs, rebuild it from the rows. The result describes what was
+    found before repairing. Rows being ingested meanwhile may show as drift for a moment: check again."""
+    in_db, entries = _rows_and_entries(version)
+    documents = Document.objects.none()
+    if version.knowledge_base.active_version_id == version.pk:
+        documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
+        documents = documents.exclude(pk__in=Chunk.objects.filter(kb_version=version).values("document_id"))
+    check = VersionCheck(
+        version=version,
+        chunks=len(in_db),
+        entries=entries.total(),
+        pending_changes=PendingLexicalChange.objects.filter(kb_version=version).count(),
+        missing=sorted(in_db - entries.keys()),
+        orphans=sorted(entries.keys() - in_db),
+        duplicates=entries.total() - len(entries),
+        documents_without_chunks=list(documents.order_by("pk").values_list("pk", flat=True)),
+        misplaced_chunks=Chunk.objects.filter(kb_version=version)
+        .exclude(document__knowledge_base_id=F("knowledge_base_id"))
+        .count(),
+    )
+    if repair and check.index_drift:
+        apply_pending_lexical_changes(version.pk)
+        in_db, entries = _rows_and_entries(version)
+        if in_db != entries.keys() or entries.total() != len(entries):
+            rebuild_lexical_index(version)
+        check.repaired = True
+    return check
+
+
+def _rows_and_entries(version: KnowledgeBaseVersion) -> tuple[set[int], Counter]:
+    """The version's chunk ids in the database, and its keyword-index entries counted by chunk id."""
+    in_db = set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
+    return in_db, Counter(get_lexical_index().chunk_ids(version.pk))
+
+
+def pause_at(boundary: str) -> None:
+    """Crash tests only: when ``CRASH_TEST_PAUSE_AT`` names this boundary, say so on stderr and wait
+    to be killed (``rows_written``: before the COMMIT; ``rows_committed``: after it, before the index
+    write; ``index_committed``: after the index write, before the pending change is cleared)."""
+    if settings.CRASH_TEST_PAUSE_AT != boundary:
+        return
+    sys.stderr.write(f"paused at {boundary}\n")
+    sys.stderr.flush()
+    while True:
+        signal.pause()

@@ -215,6 +215,11 @@ class Environment(BaseSettings):
     OTEL_SERVICE_NAME: str = "retrieval-service"
     OTEL_EXPORTER_OTLP_TIMEOUT_S: PositiveFloat = 10.0
 
+    # --- Crash tests --------------------------------------------------------------------------
+    # Stops an ingesting process at a boundary of the commit protocol of rows and keyword index, to be
+    # killed there (knowledge.services.pause_at); empty, the only value outside tests, does nothing.
+    CRASH_TEST_PAUSE_AT: Literal["", "rows_written", "rows_committed", "index_committed"] = ""
+
     @classmethod
     def variables(cls) -> list[str]:
         """The names of the environment variables read, in order."""

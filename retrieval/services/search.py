@@ -22,7 +22,7 @@ from core.errors import DomainError
 from core.metrics import record_search
 from engines import get_lexical_index
 from engines.analysis import detect_language
-from engines.base import LexicalIndexError, SearchScope
+from engines.base import LexicalHit, LexicalIndexError, SearchScope
 from engines.embedders import get_embedder
 from engines.rerankers import get_reranker
 from knowledge.models import KnowledgeBase
@@ -157,16 +157,46 @@ def retrieve_bm25(
     lists = []
     for variant in variants:
         tokens = analyzer.tokens(variant.text)
-        hits = []
-        for version_id in version_ids:
-            hits += index.search(version_id, tenant.pk, tokens, depth, allowed)
-        hits.sort(key=lambda hit: -hit.score)
-        if compiled.q and allowed is None:
-            passing = selectors.chunk_ids_passing(tenant, [hit.chunk_id for hit in hits], compiled)
-            hits = [hit for hit in hits if hit.chunk_id in passing]
+        if allowed is None:
+            hits = _bm25_hits_of_existing_chunks(index, tenant, version_ids, tokens, depth, compiled, candidates)
+        else:
+            hits = _bm25_hits(index, tenant, version_ids, tokens, depth, allowed)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
     return LegResult("bm25", lists=lists, notes=notes)
+
+
+def _bm25_hits(index, tenant: Tenant, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
+    hits = []
+    for version_id in version_ids:
+        hits += index.search(version_id, tenant.pk, tokens, depth, allowed)
+    hits.sort(key=lambda hit: -hit.score)
+    return hits
+
+
+def _bm25_hits_of_existing_chunks(
+    index, tenant: Tenant, version_ids, tokens: list[str], depth: int, compiled: CompiledFilter, candidates: int
+) -> list[LexicalHit]:
+    """BM25 hits whose chunk exists (and passes the filters), checked against the chunk table.
+
+    An index entry whose chunk is gone (a change committed but not yet applied to the keyword index,
+    see ``knowledge.services.apply_pending_lexical_changes``) is dropped, and without filters the
+    search goes deeper by as many entries, so such an entry never takes a real chunk's place."""
+    while True:
+        hits = _bm25_hits(index, tenant, version_ids, tokens, depth, None)
+        passing = selectors.chunk_ids_passing(tenant, [hit.chunk_id for hit in hits], compiled)
+        kept = [hit for hit in hits if hit.chunk_id in passing]
+        deeper = candidates + len(hits) - len(kept)
+        if compiled.q or len(kept) >= candidates or deeper <= depth:
+            break
+        depth = deeper
+    if not compiled.q and len(kept) < len(hits):
+        logger.warning(
+            "the keyword index of KB versions %s holds %d entries for chunks not in the database; "
+            "`manage.py check_kb --repair` removes them if they stay",
+            list(version_ids), len(hits) - len(kept),
+        )  # fmt: skip
+    return kept
 
 
 def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:

@@ -604,6 +604,16 @@ def test_tantivy_failed_rebuild_keeps_the_old_index_serving(tmp_path):
     assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
 
 
+def test_tantivy_rebuild_removes_generations_a_killed_rebuild_left(tmp_path):
+    index = TantivyLexicalIndex(tmp_path)
+    write(index, [doc(1, "kept")])
+    leftover = tmp_path / f"kbv-{VERSION}" / "gen-1"  # as a process killed while filling it leaves it
+    leftover.mkdir()
+    index.rebuild(VERSION, [doc(2, "rebuilt")], **STATE)
+    assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
+    assert ids(search(index, "rebuilt")) == [2]
+
+
 def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path):
     reader, writer = TantivyLexicalIndex(tmp_path), TantivyLexicalIndex(tmp_path)
     write(writer, [doc(1, "old words")])
@@ -613,3 +623,29 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
     assert ids(search(reader, "new")) == [2]
     write(reader, [doc(3, "more words")])  # the reader's cached handle follows the switch for writes too
     assert ids(search(writer, "words")) == [2, 3] or ids(search(writer, "words")) == [3, 2]
+
+
+def test_chunk_ids_lists_every_entry(index):
+    assert index.chunk_ids(VERSION) == []
+    write(index, [doc(1, "one", doc_id=10), doc(2, "two", doc_id=10), doc(3, "three", doc_id=11)])
+    index.delete_documents(VERSION, [11])
+    assert sorted(index.chunk_ids(VERSION)) == [1, 2]
+    index.replace_documents(VERSION, [], [doc(1, "one again", doc_id=12)], **STATE)  # a duplicate shows twice
+    assert sorted(index.chunk_ids(VERSION)) == [1, 1, 2]
+
+
+SHARDS = {"total": 1, "successful": 1, "skipped": 0, "failed": 0}
+
+
+def test_es_chunk_ids_scrolls_ids_without_sources(fake):
+    first = {"_scroll_id": "s1", "_shards": SHARDS, "hits": {"hits": [{"_id": "5"}, {"_id": "9"}]}}
+    fake.route("POST", "/unit-kbv-3/_search", body=first)
+    fake.route("POST", "/_search/scroll", body={"_scroll_id": "s1", "_shards": SHARDS, "hits": {"hits": []}})
+    fake.route("DELETE", "/_search/scroll", body={"succeeded": True, "num_freed": 1})
+    assert es_index(fake.url).chunk_ids(3) == [5, 9]
+    assert fake.requests[0].json() == {"query": {"match_all": {}}, "_source": False, "size": 1000, "sort": "_doc"}
+
+
+def test_es_chunk_ids_of_a_missing_index_is_empty(fake):
+    fake.route("POST", "/unit-kbv-3/_search", 404, NOT_FOUND)
+    assert es_index(fake.url).chunk_ids(3) == []

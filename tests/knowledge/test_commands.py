@@ -7,9 +7,13 @@ import re
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
-from knowledge.models import Document
+from engines import get_lexical_index
+from engines.base import LexicalDocument
+from knowledge.models import Document, PendingLexicalChange
+from knowledge.services import Ingester, create_knowledge_base, discover_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -45,3 +49,76 @@ def test_load_sample_prints_a_working_key_and_the_admin_link_for_the_port_served
     assert Document.objects.filter(tenant__name="sample-demo").count() == documents
     assert status_of_search(second_key) == 200
     assert status_of_search(first_key) == 403
+
+
+# --- check_kb -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def checked_kb(tenant, embedder, tmp_path):
+    """A KB of two ingested documents, rows and keyword index in step."""
+    kb = create_knowledge_base(tenant=tenant, name="checked")
+    (tmp_path / "a.txt").write_text("The zeppelin departs at dawn.\n\nIt lands at dusk.")
+    (tmp_path / "b.txt").write_text("The submarine dives at noon.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    return kb
+
+
+def check_kb(kb, **options) -> str:
+    out = io.StringIO()
+    call_command("check_kb", kb=kb.name, tenant=kb.tenant.name, stdout=out, **options)
+    return out.getvalue()
+
+
+def test_check_kb_reports_a_consistent_kb_as_ok(checked_kb):
+    chunks = checked_kb.active_version.chunks.count()
+    assert check_kb(checked_kb).startswith(
+        f"ok {checked_kb} v1: {chunks} chunks, {chunks} index entries, 0 pending changes; 0 missing, 0 orphans"
+    )
+
+
+def test_check_kb_finds_index_drift_and_repair_fixes_it(checked_kb):
+    version, index = checked_kb.active_version, get_lexical_index()
+    zeppelin = Document.objects.get(knowledge_base=checked_kb, source_uri__endswith="/a.txt")
+    index.delete_documents(version.pk, [zeppelin.pk])  # its chunks go missing
+    orphan = LexicalDocument(chunk_id=10**12, doc_id=10**12, tenant_id=checked_kb.tenant_id, text="ghost")
+    index.replace_documents(version.pk, [], [orphan], analyzer_version="", dictionary_fingerprint="")
+    missing = zeppelin.chunks.count()
+    with pytest.raises(CommandError, match="1 knowledge base version.s. drift: run with --repair"):
+        check_kb(checked_kb)
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("check_kb", kb=checked_kb.name, stdout=out)
+    assert out.getvalue().startswith("DRIFT ")
+    assert f"{missing} missing, 1 orphans, 0 duplicates" in out.getvalue()
+
+    assert check_kb(checked_kb, repair=True).startswith("REPAIRED ")
+    assert sorted(index.chunk_ids(version.pk)) == sorted(version.chunks.values_list("id", flat=True))
+    assert check_kb(checked_kb).startswith("ok ")
+
+
+def test_check_kb_repair_applies_a_pending_change(checked_kb):
+    version = checked_kb.active_version
+    submarine = Document.objects.get(knowledge_base=checked_kb, source_uri__endswith="/b.txt")
+    PendingLexicalChange.objects.create(kb_version=version, document_ids=[submarine.pk])
+    with pytest.raises(CommandError):
+        check_kb(checked_kb)
+    assert check_kb(checked_kb, repair=True).startswith("REPAIRED ")
+    assert not PendingLexicalChange.objects.filter(kb_version=version).exists()
+
+
+def test_check_kb_reports_ready_documents_without_chunks_even_after_repair(checked_kb):
+    lost = Document.objects.create(
+        knowledge_base=checked_kb, tenant=checked_kb.tenant, source_uri="lost.txt", doc_type="txt",
+        status=Document.Status.READY, chunk_count=3,
+    )  # fmt: skip
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="re-ingest"):
+        call_command("check_kb", kb=checked_kb.name, repair=True, stdout=out)
+    report = "1 ready documents without chunks, 0 chunks outside their document's knowledge base"
+    assert f"{report} (document ids [{lost.pk}])" in out.getvalue()
+
+
+def test_check_kb_without_a_match_is_an_error(db):
+    with pytest.raises(CommandError, match="no matching knowledge base"):
+        call_command("check_kb", kb="nowhere", stdout=io.StringIO())

@@ -7,6 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from engines import get_lexical_index
+from engines.base import LexicalDocument
+
 from knowledge.models import DictionaryTerm, Document, Synonym
 from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
 from retrieval.expansion import ExpansionOptions
@@ -221,3 +224,18 @@ def test_rerank_without_a_reranker_says_so(sample_kb, settings):
     assert response.reranked is False
     assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": response.degraded[0]["message"]}]
     assert len(response.results) == 3
+
+
+def test_an_orphan_keyword_entry_never_takes_a_real_chunks_place(tenant, embedder, tmp_path):
+    """An index entry for a chunk the database no longer holds (a crash between the commit and the
+    index write) is dropped and BM25 goes deeper, so the real chunk still fills the only slot."""
+    kb = create_knowledge_base(tenant=tenant, name="docs")
+    (tmp_path / "note.txt").write_text("The zeppelin departs at dawn.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    orphan = LexicalDocument(chunk_id=10**12, doc_id=10**12, tenant_id=tenant.pk, text="zeppelin zeppelin zeppelin")
+    state = {"analyzer_version": "", "dictionary_fingerprint": ""}
+    get_lexical_index().replace_documents(kb.active_version.pk, [], [orphan], **state)
+    assert get_lexical_index().search(kb.active_version.pk, tenant.pk, ["zeppelin"], 1, None)[0].chunk_id == 10**12
+    response = run(kb, "zeppelin", mode="bm25", top_k=1, candidates=1)
+    assert names(response) == ["note.txt"]
+    assert response.candidates["bm25"] == 1
