@@ -17,6 +17,7 @@ import logging
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -50,6 +51,18 @@ def embedded_redis_url(data_dir: Path) -> str:
             _start(data_dir, socket)
             started_here.add(data_dir)
     return f"unix://{socket}?db=0"
+
+
+def celery_redis_url(url: str, database: int) -> str:
+    """``url``'s Redis server on another logical database, spelled as Celery's broker and result
+    backend expect: ``unix://<socket>?db=0`` becomes ``redis+socket://<socket>?virtual_host=<database>``,
+    ``redis://host:port/0`` becomes ``redis://host:port/<database>`` (other query options are kept)."""
+    parts = urlsplit(url)
+    query = [(name, value) for name, value in parse_qsl(parts.query) if name not in ("db", "virtual_host")]
+    if parts.scheme == "unix":
+        query.append(("virtual_host", str(database)))
+        return f"redis+socket://{parts.path}?{urlencode(query)}"  # urlunsplit would drop the empty authority
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", urlencode(query), ""))
 
 
 def stop_embedded_redis(data_dir: Path) -> bool:

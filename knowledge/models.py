@@ -1,9 +1,15 @@
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.core.files.storage import Storage, storages
 from django.db import models
 from pgvector.django import VectorField
 
 from tenants.models import Tenant
+
+
+def originals_storage() -> Storage:
+    """Where uploaded and ingested files are kept for rebuilds (``STORAGES["originals"]``)."""
+    return storages["originals"]
 
 
 class KnowledgeBase(models.Model):
@@ -87,6 +93,9 @@ class Document(models.Model):
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    original = models.CharField(
+        max_length=1024, blank=True, help_text="Name in the originals storage of the file its chunks were cut from."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -136,6 +145,26 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
+
+
+class KnowledgeTask(models.Model):
+    """A Celery task started for a tenant: ``GET /api/v1/tasks/{task_id}`` answers only its owner.
+    State and progress live in Celery's result backend; this row records who may read them."""
+
+    class Kind(models.TextChoices):
+        INGEST = "ingest"
+
+    task_id = models.CharField(max_length=64, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="knowledge_tasks")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="tasks")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.task_id}"
 
 
 class DictionaryTerm(models.Model):

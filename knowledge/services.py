@@ -4,19 +4,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from django.core.files.base import ContentFile, File
+from django.core.files.storage import Storage
 from django.db import connection, transaction
 from django.db.models import F
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -91,10 +96,32 @@ def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tup
 # --- ingestion ------------------------------------------------------------------------------------
 
 
+def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File) -> str:
+    """Store a file's bytes for rebuilds; returns its storage name. Addressed by KB and content, so
+    storing the same file again (a retried upload, an unchanged re-ingest) writes nothing."""
+    storage = originals_storage()
+    path = f"kb-{kb.pk}/{md5}/{storage.get_valid_name(name)}"
+    return path if storage.exists(path) else storage.save(path, content)
+
+
+@dataclass
+class _Labels:
+    """What a document's sidecar (``<file>.meta.json``) may set: title, tags and metadata."""
+
+    title: str | None = None
+    tags: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class SourceFile:
+    """A file to ingest. ``labels`` given (an upload's): they replace the sidecar; ``original``: the
+    stored copy the file already is (else the Ingester keeps one when asked to)."""
+
     path: Path
     source_uri: str
+    labels: _Labels | None = None
+    original: str = ""
 
 
 @dataclass
@@ -139,15 +166,6 @@ def discover_files(paths: Iterable[Path]) -> list[SourceFile]:
     return list(found.values())
 
 
-@dataclass
-class _Labels:
-    """What a document's sidecar (``<file>.meta.json``) may set: title, tags and metadata."""
-
-    title: str | None = None
-    tags: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-
-
 def _read_sidecar(path: Path) -> _Labels:
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
     if not sidecar.exists():
@@ -156,15 +174,20 @@ def _read_sidecar(path: Path) -> _Labels:
         data = json.loads(sidecar.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ParseError(f"metadata file {sidecar.name} is not valid JSON: {exc}") from exc
+    return labels_from(data, where=f"metadata file {sidecar.name}")
+
+
+def labels_from(data: object, *, where: str = "metadata") -> _Labels:
+    """Title, tags and metadata from a sidecar's or an upload's JSON; ``ParseError`` names what is wrong."""
     if not isinstance(data, dict):
-        raise ParseError(f"metadata file {sidecar.name} must hold a JSON object")
+        raise ParseError(f"{where} must hold a JSON object")
     tags, metadata, title = data.get("tags", []), data.get("metadata", {}), data.get("title")
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise ParseError(f"metadata file {sidecar.name}: 'tags' must be a list of strings")
+        raise ParseError(f"{where}: 'tags' must be a list of strings")
     if not isinstance(metadata, dict):
-        raise ParseError(f"metadata file {sidecar.name}: 'metadata' must be an object")
+        raise ParseError(f"{where}: 'metadata' must be an object")
     if title is not None and not isinstance(title, str):
-        raise ParseError(f"metadata file {sidecar.name}: 'title' must be a string")
+        raise ParseError(f"{where}: 'title' must be a string")
     return _Labels(title=title, tags=tags, metadata=metadata)
 
 
@@ -178,16 +201,31 @@ class _PendingDocument:
     labels: _Labels
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
+    original: str  # its stored copy, or "" when none is kept
 
 
 class Ingester:
-    """Ingests files into one KB's active version; each document's chunks are swapped atomically."""
+    """Ingests files into one KB's active version; each document's chunks are swapped atomically.
 
-    def __init__(self, kb: KnowledgeBase, *, on_progress: Callable[[int], None] | None = None):
+    ``keep_originals``: store each new or changed file (``Document.original``) so the KB can be rebuilt
+    from it. ``raise_embedding_errors``: an embedder failure raises (a task retries it: what was written
+    before is unchanged by MD5 the next time) instead of marking the pending documents failed.
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        on_progress: Callable[[int], None] | None = None,
+        keep_originals: bool = False,
+        raise_embedding_errors: bool = False,
+    ):
         self.kb = kb
         self.version = kb.active_version
         self.report = IngestReport()
         self._on_progress = on_progress or (lambda done: None)
+        self._keep_originals = keep_originals
+        self._raise_embedding_errors = raise_embedding_errors
         self._pending: list[_PendingDocument] = []
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
@@ -217,7 +255,7 @@ class Ingester:
         try:
             data = source.path.read_bytes()
             md5 = hashlib.md5(data).hexdigest()
-            labels = _read_sidecar(source.path)
+            labels = source.labels if source.labels is not None else _read_sidecar(source.path)
             if _unchanged(existing, md5, labels):
                 self.report.unchanged += 1
                 self._on_progress(1)
@@ -238,23 +276,15 @@ class Ingester:
             return
         title = labels.title or parsed.title
         analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
-        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed))
+        original = source.original
+        if not original and self._keep_originals:
+            original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
+        self._pending.append(
+            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, original)
+        )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
-        """Record the failure; a previously ingested version of the file stays searchable."""
-        if existing is not None and existing.chunk_count:
-            reason = f"{reason} (the previously ingested version stays searchable)"
-        Document.objects.update_or_create(
-            knowledge_base=self.kb,
-            source_uri=source.source_uri,
-            defaults={
-                "tenant_id": self.kb.tenant_id,
-                "doc_type": _doc_type_or_unknown(source.path),
-                "title": existing.title if existing else source.path.stem,
-                "status": Document.Status.FAILED,
-                "error": reason,
-            },
-        )
+        reason = record_failure(self.kb, source.source_uri, existing, reason).error
         self.report.failed += 1
         self.report.failures.append((source.source_uri, reason))
         self._on_progress(1)
@@ -270,6 +300,8 @@ class Ingester:
         try:
             vectors = self.embedder.embed_documents(texts)
         except EmbeddingError as exc:
+            if self._raise_embedding_errors:
+                raise
             for doc in pending:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
@@ -306,6 +338,7 @@ class Ingester:
                 tags=doc.labels.tags,
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
+                original=doc.original,
             )
             for doc in pending
         ]
@@ -315,7 +348,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "doc_type", "content_md5", "chunker_version", "status", "error", "tags", "metadata",
-                "chunk_count", "updated_at",
+                "chunk_count", "original", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -342,6 +375,117 @@ class Ingester:
         )
 
 
+# --- ingestion through the worker ---------------------------------------------------------------
+# A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}.
+
+
+def queue_uploads(kb: KnowledgeBase, uploads: Sequence[File], labels: _Labels | None) -> tuple[KnowledgeTask, list[Document]]:
+    """Keep each uploaded file and queue one ingestion task for them. A new file's document is
+    ``pending`` until the task ingests it; a replaced one stays as it is (searchable) until then; a
+    file of an unsupported type is recorded ``failed`` at once."""
+    documents, files = [], []
+    with transaction.atomic():
+        existing = {
+            doc.source_uri: doc
+            for doc in Document.objects.filter(knowledge_base=kb, source_uri__in=[upload.name for upload in uploads])
+        }
+        for upload in uploads:
+            name = upload.name
+            try:
+                doc_type = doc_type_for(Path(name))
+            except ParseError as exc:
+                documents.append(record_failure(kb, name, existing.get(name), str(exc)))
+                continue
+            original = keep_original(kb, name, _md5_of(upload), upload)
+            document, _ = Document.objects.get_or_create(
+                knowledge_base=kb,
+                source_uri=name,
+                defaults={"tenant_id": kb.tenant_id, "title": Path(name).stem, "doc_type": doc_type},
+            )  # a new document is pending (the model's default) until the task ingests it
+            documents.append(document)
+            files.append(_task_file(name, original, labels))
+        task = _queue_ingestion(kb, files)
+    return task, documents
+
+
+def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTask:
+    """Keep local files (``manage.py ingest --async``) and queue their ingestion with their sidecar
+    labels; a file that cannot be read, or whose sidecar is invalid, is recorded failed at once."""
+    files = []
+    with transaction.atomic():
+        for source in sources:
+            try:
+                data, labels = source.path.read_bytes(), _read_sidecar(source.path)
+            except (OSError, ParseError) as exc:
+                existing = Document.objects.filter(knowledge_base=kb, source_uri=source.source_uri).first()
+                record_failure(kb, source.source_uri, existing, str(exc))
+                continue
+            original = keep_original(kb, source.path.name, hashlib.md5(data).hexdigest(), ContentFile(data))
+            files.append(_task_file(source.source_uri, original, labels))
+        return _queue_ingestion(kb, files)
+
+
+def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
+    """What an ingestion task runs: the stored originals through the Ingester; an embedder failure
+    raises so the task retries (documents written before it are then unchanged by MD5)."""
+    storage = originals_storage()
+    with tempfile.TemporaryDirectory(prefix="ingest-") as scratch:
+        sources = [
+            SourceFile(
+                _local_copy(storage, item["original"], Path(scratch) / str(position)),
+                item["source_uri"],
+                labels=_Labels(**item["labels"]) if item["labels"] is not None else None,
+                original=item["original"],
+            )
+            for position, item in enumerate(files)
+        ]
+        return Ingester(kb, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+
+
+def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
+    """After a task gave up: its documents still ``pending`` are failed, so none waits forever."""
+    Document.objects.filter(
+        knowledge_base_id=kb_id, source_uri__in=[item["source_uri"] for item in files], status=Document.Status.PENDING
+    ).update(status=Document.Status.FAILED, error=reason)
+
+
+def _queue_ingestion(kb: KnowledgeBase, files: list[dict]) -> KnowledgeTask:
+    """Record the task for its tenant, then send it once the transaction commits (the worker must
+    see the rows). Imported here: the tasks module imports this one."""
+    from knowledge.tasks import ingest_documents
+
+    task = KnowledgeTask.objects.create(
+        task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=KnowledgeTask.Kind.INGEST
+    )
+    transaction.on_commit(lambda: ingest_documents.apply_async((kb.pk, files), task_id=task.task_id))
+    return task
+
+
+def _task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:
+    return {"source_uri": source_uri, "original": original, "labels": asdict(labels) if labels else None}
+
+
+def _md5_of(upload: File) -> str:
+    digest = hashlib.md5()
+    for block in upload.chunks():
+        digest.update(block)
+    upload.seek(0)
+    return digest.hexdigest()
+
+
+def _local_copy(storage: Storage, name: str, scratch: Path) -> Path:
+    """A local path of a stored file: the file itself on a filesystem storage, else a copy in ``scratch``
+    (named like the original: parsing reads its suffix)."""
+    try:
+        return Path(storage.path(name))
+    except NotImplementedError:
+        scratch.mkdir(parents=True)
+        local = scratch / Path(name).name
+        with storage.open(name) as stored, open(local, "wb") as copy:
+            shutil.copyfileobj(stored, copy)
+        return local
+
+
 def bump_revision(version: KnowledgeBaseVersion) -> None:
     """Every content change gets a new revision, so caches and vocabularies keyed on it expire."""
     KnowledgeBaseVersion.objects.filter(pk=version.pk).update(revision=F("revision") + 1)
@@ -362,6 +506,25 @@ def delete_document(document: Document) -> None:
     document.delete()
     for version in KnowledgeBaseVersion.objects.filter(pk__in=version_ids):
         bump_revision(version)
+
+
+def record_failure(kb: KnowledgeBase, source_uri: str, existing: Document | None, reason: str) -> Document:
+    """Mark a file's document failed with a readable reason; a previously ingested version stays searchable."""
+    if existing is not None and existing.chunk_count:
+        reason = f"{reason} (the previously ingested version stays searchable)"
+    path = Path(source_uri)
+    document, _ = Document.objects.update_or_create(
+        knowledge_base=kb,
+        source_uri=source_uri,
+        defaults={
+            "tenant_id": kb.tenant_id,
+            "doc_type": _doc_type_or_unknown(path),
+            "title": existing.title if existing else path.stem,
+            "status": Document.Status.FAILED,
+            "error": reason,
+        },
+    )
+    return document
 
 
 def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:

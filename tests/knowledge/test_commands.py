@@ -45,3 +45,17 @@ def test_load_sample_prints_a_working_key_and_the_admin_link_for_the_port_served
     assert Document.objects.filter(tenant__name="sample-demo").count() == documents
     assert status_of_search(second_key) == 200
     assert status_of_search(first_key) == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ingest_async_queues_the_files_for_the_worker(celery_worker, tenant, tmp_path):
+    from celery.result import AsyncResult
+
+    (tmp_path / "returns.txt").write_text("Returns are accepted within 30 days of delivery.")
+    (tmp_path / "returns.txt.meta.json").write_text(json.dumps({"tags": ["policy"]}))
+    out = io.StringIO()
+    call_command("ingest", str(tmp_path), tenant=tenant.name, kb="handbook", run_async=True, stdout=out)
+    task_id = re.search(r"task (\S+)$", out.getvalue().strip()).group(1)
+    assert AsyncResult(task_id).get(timeout=120)["added"] == 1
+    document = Document.objects.get(knowledge_base__name="handbook", tenant=tenant)
+    assert (document.status, document.tags) == (Document.Status.READY, ["policy"])
