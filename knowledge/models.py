@@ -154,6 +154,9 @@ class KnowledgeTask(models.Model):
     class Kind(models.TextChoices):
         INGEST = "ingest"
 
+    # Celery state of a running task that reported {"done", "total", "unit"}; its result repeats the last.
+    PROGRESS = "PROGRESS"
+
     task_id = models.CharField(max_length=64, unique=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="knowledge_tasks")
     knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="tasks")

@@ -316,8 +316,10 @@ class Ingester:
             self._index_lexically(documents, pending)
             bump_revision(self.version)
         for doc in pending:
-            self.report.added += doc.existing is None
-            self.report.replaced += doc.existing is not None
+            # An upload's pending row was never ingested: its first chunks are an addition.
+            added = doc.existing is None or doc.existing.status == Document.Status.PENDING
+            self.report.added += added
+            self.report.replaced += not added
             self.report.chunks += len(doc.drafts)
             self._on_progress(1)
 

@@ -15,13 +15,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from engines.base import LexicalIndexError
 from engines.embedders import EmbeddingError
-from knowledge.models import KnowledgeBase
+from knowledge.models import KnowledgeBase, KnowledgeTask
 from knowledge.services import fail_pending_documents, ingest_stored_files
 
 TRANSIENT_ERRORS = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError, EmbeddingError, LexicalIndexError)
-
-PROGRESS = "PROGRESS"  # the custom state of a running task that reports {"done", "total", "unit"}
-
 
 class Progress:
     """Reports a task's progress (``update_state``), readable through ``GET /api/v1/tasks/{id}``."""
@@ -34,8 +31,11 @@ class Progress:
         self.done += count
         self._report()
 
+    def as_dict(self) -> dict:
+        return {"done": self.done, "total": self.total, "unit": self.unit}
+
     def _report(self) -> None:
-        self.task.update_state(state=PROGRESS, meta={"done": self.done, "total": self.total, "unit": self.unit})
+        self.task.update_state(state=KnowledgeTask.PROGRESS, meta=self.as_dict())
 
 
 class IngestTask(Task):
@@ -59,4 +59,5 @@ def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
     kb = KnowledgeBase.objects.select_related("active_version").get(pk=kb_id)
     progress = Progress(self, total=len(files), unit="documents")
     report = ingest_stored_files(kb, files, on_progress=progress.advance)
-    return {**report.as_dict(), "failures": [{"name": name, "error": error} for name, error in report.failures]}
+    failures = [{"name": name, "error": error} for name, error in report.failures]
+    return {**report.as_dict(), "failures": failures, "progress": progress.as_dict()}

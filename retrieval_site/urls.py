@@ -13,6 +13,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/retrieval/", include("retrieval.urls")),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
+    path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),

@@ -1,0 +1,10 @@
+from rest_framework.routers import SimpleRouter
+
+from knowledge.views import ID_PATTERN, DocumentViewSet, KnowledgeBaseViewSet, TaskViewSet
+
+router = SimpleRouter(trailing_slash=False)
+router.register("knowledge-bases", KnowledgeBaseViewSet, basename="knowledge-base")
+router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/documents", DocumentViewSet, basename="document")
+router.register("tasks", TaskViewSet, basename="task")
+
+urlpatterns = router.urls
