@@ -6,6 +6,6 @@ RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 RUN DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost/0 \
     python manage.py collectstatic --noinput \
-    && useradd --create-home app && mkdir -p var && chown app var
+    && useradd --create-home app && mkdir -p var/originals && chown -R app var
 USER app
 EXPOSE 8000

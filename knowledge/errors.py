@@ -35,3 +35,15 @@ class UploadTooLarge(DomainError):
 
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     code = "payload_too_large"
+
+
+class VersionNotFound(DomainError):
+    status_code = status.HTTP_404_NOT_FOUND
+    code = "version_not_found"
+
+
+class VersionConflict(DomainError):
+    """409: a version is still building, or this one cannot be activated (building or failed)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    code = "version_conflict"

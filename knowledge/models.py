@@ -43,18 +43,28 @@ class KnowledgeBase(models.Model):
 
 
 class KnowledgeBaseVersion(models.Model):
-    """A complete index set of a knowledge base; searches read the KB's active version only."""
+    """A complete index set of a knowledge base, built with its own model and chunking; searches read
+    the KB's active version only. A new version is *building*, then *ready* (or *failed*); activating
+    it retires the active one, which stays for a rollback."""
 
     class Status(models.TextChoices):
         BUILDING = "building"
+        READY = "ready"
         ACTIVE = "active"
         RETIRED = "retired"
+        FAILED = "failed"
 
     knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.BUILDING)
     embedding_model = models.CharField(max_length=255)
     embedding_dim = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField(help_text="Chunk length in tokens of the embedding model's tokenizer.")
+    chunk_overlap = models.PositiveIntegerField()
+    languages = ArrayField(models.CharField(max_length=8), default=list, blank=True)
+    error = models.TextField(blank=True, help_text="Why the build failed.")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="When its build ended.")
+    activated_at = models.DateTimeField(null=True, blank=True)
     analyzer_version = models.CharField(max_length=64, blank=True)
     revision = models.PositiveIntegerField(
         default=0, help_text="Bumped by every content change; caches and vocabularies key on it."
@@ -153,6 +163,7 @@ class KnowledgeTask(models.Model):
 
     class Kind(models.TextChoices):
         INGEST = "ingest"
+        BUILD_VERSION = "build_version"
 
     # Celery state of a running task that reported {"done", "total", "unit"}; its result repeats the last.
     PROGRESS = "PROGRESS"

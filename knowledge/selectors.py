@@ -10,7 +10,7 @@ from django.db.models import Count, QuerySet
 from core.usage import query_counts
 
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
-from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, TaskNotFound
+from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, TaskNotFound, VersionNotFound
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -88,14 +88,30 @@ def document_of(kb: KnowledgeBase, document_id: int) -> Document:
     return document
 
 
+def versions_of(kb: KnowledgeBase) -> QuerySet[KnowledgeBaseVersion]:
+    """A KB's versions, newest first, with the documents and chunks each holds (counted now)."""
+    return (
+        KnowledgeBaseVersion.objects.filter(knowledge_base=kb)
+        .annotate(chunk_count=Count("chunks"), document_count=Count("chunks__document", distinct=True))
+        .order_by("-number")
+    )
+
+
+def version_of(kb: KnowledgeBase, number: int) -> KnowledgeBaseVersion:
+    version = versions_of(kb).filter(number=number).first()
+    if version is None:
+        raise VersionNotFound(f"knowledge base {kb.pk} has no version {number}")
+    return version
+
+
 def task_status(tenant: Tenant, task_id: str) -> dict:
     """State, progress, result and error of a task the tenant started (``GET /api/v1/tasks/{id}``);
     another tenant's task is reported exactly like one that does not exist."""
     record = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id).first()
     if record is None:
         raise TaskNotFound(f"unknown task id: {task_id}")
-    outcome = AsyncResult(task_id)
-    state, info = outcome.state, outcome.info
+    meta = AsyncResult(task_id).backend.get_task_meta(task_id)  # one read: state and info must agree
+    state, info = meta["status"], meta["result"]
     status = {"task_id": task_id, "kind": record.kind, "knowledge_base": record.knowledge_base_id, "state": state}
     status.update(progress=None, result=None, error=None)
     if state == KnowledgeTask.PROGRESS:

@@ -1,6 +1,8 @@
 """Output shapes of the knowledge endpoints."""
 from rest_framework import serializers
 
+from knowledge.models import Document, KnowledgeBaseVersion
+
 
 class DocumentCountsOutput(serializers.Serializer):
     total = serializers.IntegerField()
@@ -24,11 +26,11 @@ class StatsOutput(serializers.Serializer):
 # --- knowledge bases, documents, tasks (the knowledge REST API) ------------------------------------
 
 
-class KnowledgeBaseInput(serializers.Serializer):
-    name = serializers.CharField(max_length=100)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+class IndexSettingsInput(serializers.Serializer):
+    """How a KB or a new version is built; omitted: the service defaults (a KB) or the active version's."""
+
     embedding_model = serializers.CharField(
-        required=False, max_length=255, help_text="default: EMBEDDING_MODEL (the bundled all-MiniLM-L6-v2)"
+        required=False, max_length=255, help_text="a bundled model name, a model folder, or remote:<name>"
     )
     chunk_size = serializers.IntegerField(
         required=False, min_value=16, max_value=8192, help_text="tokens; capped at the model's limit"
@@ -44,15 +46,23 @@ class KnowledgeBaseInput(serializers.Serializer):
     )
 
 
-class KnowledgeBaseOutput(serializers.Serializer):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-    description = serializers.CharField()
+class KnowledgeBaseInput(IndexSettingsInput):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class IndexSettingsOutput(serializers.Serializer):
     embedding_model = serializers.CharField()
     embedding_dim = serializers.IntegerField()
     chunk_size = serializers.IntegerField()
     chunk_overlap = serializers.IntegerField()
     languages = serializers.ListField(child=serializers.CharField())
+
+
+class KnowledgeBaseOutput(IndexSettingsOutput):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField()
     active_version = serializers.IntegerField(
         source="active_version.number", allow_null=True, help_text="number of the version searches read"
     )
@@ -65,7 +75,7 @@ class DocumentOutput(serializers.Serializer):
     name = serializers.CharField(source="source_uri")
     title = serializers.CharField()
     doc_type = serializers.CharField()
-    status = serializers.ChoiceField(choices=["pending", "ready", "failed"])
+    status = serializers.ChoiceField(choices=Document.Status.choices)
     error = serializers.CharField(help_text="why the last ingestion failed; empty when it did not")
     chunk_count = serializers.IntegerField()
     tags = serializers.ListField(child=serializers.CharField())
@@ -94,7 +104,7 @@ class UploadedDocumentOutput(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField(source="source_uri")
     status = serializers.ChoiceField(
-        choices=["pending", "ready", "failed"],
+        choices=Document.Status.choices,
         help_text="pending: new, queued; ready: a replaced document, searchable until the task swaps its chunks; "
         "failed: not accepted (the error says why)",
     )
@@ -121,3 +131,28 @@ class TaskOutput(serializers.Serializer):
     progress = TaskProgressOutput(allow_null=True)
     result = serializers.DictField(allow_null=True, help_text="counts of a finished ingestion")
     error = serializers.CharField(allow_null=True, help_text="why it failed, or why it is being retried")
+
+
+class VersionInput(IndexSettingsInput):
+    activate = serializers.ChoiceField(
+        choices=["auto", "manual"],
+        default="manual",
+        help_text="auto: switch searches to it once it validates; manual: wait for POST .../activate",
+    )
+
+
+class VersionOutput(IndexSettingsOutput):
+    number = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=KnowledgeBaseVersion.Status.choices)
+    document_count = serializers.IntegerField(help_text="documents with chunks in this version")
+    chunk_count = serializers.IntegerField()
+    error = serializers.CharField(help_text="why the build failed: the documents it could not build")
+    created_at = serializers.DateTimeField(help_text="when its build started")
+    finished_at = serializers.DateTimeField(allow_null=True, help_text="when its build ended")
+    activated_at = serializers.DateTimeField(allow_null=True, help_text="when searches last switched to it")
+
+
+class VersionBuildOutput(serializers.Serializer):
+    task_id = serializers.CharField()
+    status_url = serializers.CharField(help_text="GET it to follow the build")
+    version = VersionOutput()

@@ -8,7 +8,8 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,12 +17,15 @@ from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import Storage
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Max, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
+from knowledge.errors import VersionConflict
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -55,30 +59,43 @@ def create_knowledge_base(
     description: str = "",
 ) -> KnowledgeBase:
     """A KB with an empty active version 1, sized for its embedding model."""
-    embedder = get_embedder(embedding_model)
-    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
     kb = KnowledgeBase.objects.create(
         tenant=tenant,
         name=name,
         description=description,
-        embedding_model=embedder.model_name,
-        embedding_dim=embedder.dimension,
-        chunk_size=size,
-        chunk_overlap=min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
-        languages=list(embedder.languages) if languages is None else languages,
+        **index_settings(embedding_model, chunk_size, chunk_overlap, languages),
     )
     activate_first_version(kb)
     return kb
 
 
+def index_settings(
+    embedding_model: str | None, chunk_size: int | None, chunk_overlap: int | None, languages: list[str] | None
+) -> dict:
+    """Model, dimension, chunking (capped for the model) and languages of a KB or version; omitted
+    values take the service defaults. Loads the model: ``EmbeddingError`` for an unusable one."""
+    embedder = get_embedder(embedding_model)
+    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    return {
+        "embedding_model": embedder.model_name,
+        "embedding_dim": embedder.dimension,
+        "chunk_size": size,
+        "chunk_overlap": min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+        "languages": list(embedder.languages) if languages is None else languages,
+    }
+
+
+VERSION_SETTINGS = ("embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages")
+
+
 def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
-    """Version 1, empty and active, with the vector index its dimension needs."""
+    """Version 1, empty and active, with the KB's settings and the vector index its dimension needs."""
     version = KnowledgeBaseVersion.objects.create(
         knowledge_base=kb,
         number=1,
         status=KnowledgeBaseVersion.Status.ACTIVE,
-        embedding_model=kb.embedding_model,
-        embedding_dim=kb.embedding_dim,
+        activated_at=timezone.now(),
+        **{name: getattr(kb, name) for name in VERSION_SETTINGS},
     )
     kb.active_version = version
     kb.save(update_fields=["active_version"])
@@ -205,23 +222,29 @@ class _PendingDocument:
 
 
 class Ingester:
-    """Ingests files into one KB's active version; each document's chunks are swapped atomically.
+    """Ingests files into one KB version (the active one by default) with that version's model and
+    chunking; each document's chunks are swapped atomically.
 
-    ``keep_originals``: store each new or changed file (``Document.original``) so the KB can be rebuilt
-    from it. ``raise_embedding_errors``: an embedder failure raises (a task retries it: what was written
-    before is unchanged by MD5 the next time) instead of marking the pending documents failed.
+    Given another ``version`` (a new version being built), it fills that version with the chunks of
+    documents the KB already has, and leaves the documents (status, MD5, labels) as they are: they
+    describe what the active version serves. ``keep_originals``: store each new or changed file
+    (``Document.original``) so the KB can be rebuilt from it. ``raise_embedding_errors``: an embedder
+    failure raises (a task retries it: what was written before is unchanged by MD5 the next time)
+    instead of marking the pending documents failed.
     """
 
     def __init__(
         self,
         kb: KnowledgeBase,
         *,
+        version: KnowledgeBaseVersion | None = None,
         on_progress: Callable[[int], None] | None = None,
         keep_originals: bool = False,
         raise_embedding_errors: bool = False,
     ):
         self.kb = kb
-        self.version = kb.active_version
+        self.version = version or kb.active_version
+        self._fills_new_version = self.version.pk != kb.active_version_id
         self.report = IngestReport()
         self._on_progress = on_progress or (lambda done: None)
         self._keep_originals = keep_originals
@@ -233,7 +256,7 @@ class Ingester:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = get_embedder(self.kb.embedding_model)
+            self._embedder = get_embedder(self.version.embedding_model)
         return self._embedder
 
     def ingest(self, files: list[SourceFile]) -> IngestReport:
@@ -256,7 +279,9 @@ class Ingester:
             data = source.path.read_bytes()
             md5 = hashlib.md5(data).hexdigest()
             labels = source.labels if source.labels is not None else _read_sidecar(source.path)
-            if _unchanged(existing, md5, labels):
+            if self._fills_new_version and existing is None:
+                raise ParseError("the document was deleted")
+            if not self._fills_new_version and _unchanged(existing, md5, labels):
                 self.report.unchanged += 1
                 self._on_progress(1)
                 return
@@ -264,8 +289,8 @@ class Ingester:
             drafts = chunk_sections(
                 parsed.sections,
                 count_tokens=self.embedder.count_tokens,
-                chunk_size=self.kb.chunk_size,
-                chunk_overlap=self.kb.chunk_overlap,
+                chunk_size=self.version.chunk_size,
+                chunk_overlap=self.version.chunk_overlap,
                 max_tokens=self.embedder.max_tokens,
             )
         except (OSError, ParseError) as exc:
@@ -284,7 +309,8 @@ class Ingester:
         )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
-        reason = record_failure(self.kb, source.source_uri, existing, reason).error
+        if not self._fills_new_version:  # a new version's failure must not touch what searches see
+            reason = record_failure(self.kb, source.source_uri, existing, reason).error
         self.report.failed += 1
         self.report.failures.append((source.source_uri, reason))
         self._on_progress(1)
@@ -306,8 +332,8 @@ class Ingester:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
         with transaction.atomic():
-            documents = self._upsert_documents(pending)
-            Chunk.objects.filter(document__in=[document.pk for document in documents]).delete()
+            documents = self._lock_documents(pending) if self._fills_new_version else self._upsert_documents(pending)
+            Chunk.objects.filter(document__in=[document.pk for document in documents], kb_version=self.version).delete()
             batches, offset = [], 0
             for document, doc in zip(documents, pending, strict=True):
                 batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
@@ -322,6 +348,12 @@ class Ingester:
             self.report.replaced += not added
             self.report.chunks += len(doc.drafts)
             self._on_progress(1)
+
+    def _lock_documents(self, pending: list[_PendingDocument]) -> list[Document]:
+        """The existing rows, locked like an upsert locks them: two writers of one document's chunks in
+        a version (a build and an upload landing in it) take turns, so it never gets two chunk sets."""
+        locked = Document.objects.select_for_update().in_bulk([doc.existing.pk for doc in pending])
+        return [locked[doc.existing.pk] for doc in pending]
 
     def _upsert_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """One INSERT .. ON CONFLICT for the group (a concurrent ingester of the same file updates
@@ -364,7 +396,9 @@ class Ingester:
             for document, doc in zip(documents, pending, strict=True)
             for ordinal, text in enumerate(doc.analyzed)
         }
-        rows = Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal")
+        rows = Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
+            "id", "document_id", "ordinal"
+        )
         get_lexical_index().replace_documents(
             self.version.pk,
             [document.pk for document in documents],
@@ -381,7 +415,9 @@ class Ingester:
 # A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}.
 
 
-def queue_uploads(kb: KnowledgeBase, uploads: Sequence[File], labels: _Labels | None) -> tuple[KnowledgeTask, list[Document]]:
+def queue_uploads(
+    kb: KnowledgeBase, uploads: Sequence[File], labels: _Labels | None
+) -> tuple[KnowledgeTask, list[Document]]:
     """Keep each uploaded file and queue one ingestion task for them. A new file's document is
     ``pending`` until the task ingests it; a replaced one stays as it is (searchable) until then; a
     file of an unsupported type is recorded ``failed`` at once."""
@@ -428,11 +464,22 @@ def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTa
 
 
 def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
-    """What an ingestion task runs: the stored originals through the Ingester; an embedder failure
-    raises so the task retries (documents written before it are then unchanged by MD5)."""
+    """What an ingestion task runs: the stored originals through the Ingester into the active version,
+    then into any version being built (so it does not miss them). An embedder failure raises so the
+    task retries (documents written before it are then unchanged by MD5)."""
+    with _stored_sources(files) as sources:
+        report = Ingester(kb, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+        for version in kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING):
+            Ingester(kb, version=version, raise_embedding_errors=True).ingest(sources)
+    return report
+
+
+@contextmanager
+def _stored_sources(files: list[dict]) -> Iterator[list[SourceFile]]:
+    """Task files as local sources (copies in a scratch folder when the storage has no local paths)."""
     storage = originals_storage()
     with tempfile.TemporaryDirectory(prefix="ingest-") as scratch:
-        sources = [
+        yield [
             SourceFile(
                 _local_copy(storage, item["original"], Path(scratch) / str(position)),
                 item["source_uri"],
@@ -441,7 +488,6 @@ def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Ca
             )
             for position, item in enumerate(files)
         ]
-        return Ingester(kb, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
 
 
 def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
@@ -452,15 +498,125 @@ def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
 
 
 def _queue_ingestion(kb: KnowledgeBase, files: list[dict]) -> KnowledgeTask:
-    """Record the task for its tenant, then send it once the transaction commits (the worker must
-    see the rows). Imported here: the tasks module imports this one."""
-    from knowledge.tasks import ingest_documents
+    from knowledge.tasks import ingest_documents  # here: the tasks module imports this one
 
-    task = KnowledgeTask.objects.create(
-        task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=KnowledgeTask.Kind.INGEST
+    return _queue_task(kb, KnowledgeTask.Kind.INGEST, ingest_documents, (kb.pk, files))
+
+
+def _queue_task(kb: KnowledgeBase, kind: str, task, args: tuple) -> KnowledgeTask:
+    """Record the task for its tenant, then send it once the transaction commits (the worker must
+    see the rows)."""
+    record = KnowledgeTask.objects.create(
+        task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=kind
     )
-    transaction.on_commit(lambda: ingest_documents.apply_async((kb.pk, files), task_id=task.task_id))
-    return task
+    transaction.on_commit(lambda: task.apply_async(args, task_id=record.task_id))
+    return record
+
+
+# --- versions (blue-green) --------------------------------------------------------------------------
+
+
+def start_version_build(
+    kb: KnowledgeBase,
+    *,
+    activate: bool,
+    embedding_model: str | None = None,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    languages: list[str] | None = None,
+) -> tuple[KnowledgeBaseVersion, KnowledgeTask]:
+    """A new version (settings omitted: the active version's; languages: the new model's when the model
+    changes), built by a task from the stored originals while searches keep reading the active version;
+    ``activate``: switch to it once it validates. One version builds at a time."""
+    active = kb.active_version
+    if embedding_model is None:
+        embedding_model, languages = active.embedding_model, active.languages if languages is None else languages
+    index = index_settings(
+        embedding_model,
+        chunk_size or active.chunk_size,
+        active.chunk_overlap if chunk_overlap is None else chunk_overlap,
+        languages,
+    )
+    vector_index().ensure_index(index["embedding_dim"])
+    from knowledge.tasks import build_version  # here: the tasks module imports this one
+
+    with transaction.atomic():
+        KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()  # version numbers one at a time
+        building = kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING).first()
+        if building is not None:
+            raise VersionConflict(f"version {building.number} is still building")
+        number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
+        version = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=number, **index)
+        task = _queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, build_version, (version.pk, activate))
+    return version, task
+
+
+def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
+    """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
+    documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
+    return [
+        _task_file(doc.source_uri, doc.original, _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
+        for doc in documents.exclude(original="").order_by("pk")
+    ]
+
+
+def fill_version(
+    version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
+) -> KnowledgeBaseVersion:
+    """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
+    ``ready`` when every ready document of the KB has chunks in it, else ``failed`` naming them."""
+    kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
+    with _stored_sources(files) as sources:
+        report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+    missing = list(
+        Document.objects.filter(knowledge_base=kb, status=Document.Status.READY)
+        .exclude(pk__in=Chunk.objects.filter(kb_version=version).values("document_id"))
+        .order_by("source_uri")
+        .values_list("source_uri", flat=True)
+    )
+    reasons = dict(report.failures)
+    version.error = "; ".join(f"{uri}: {reasons.get(uri, 'no stored original')}" for uri in missing[:20])
+    version.status = KnowledgeBaseVersion.Status.FAILED if missing else KnowledgeBaseVersion.Status.READY
+    version.finished_at = timezone.now()
+    version.save(update_fields=["status", "error", "finished_at"])
+    return version
+
+
+def fail_version(version_id: int, reason: str) -> None:
+    """A build that gave up: its version is ``failed`` (never activated), with the reason."""
+    KnowledgeBaseVersion.objects.filter(pk=version_id, status=KnowledgeBaseVersion.Status.BUILDING).update(
+        status=KnowledgeBaseVersion.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+
+
+def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+    """Switch the KB's searches to ``version`` in one transaction: the active one is retired (kept, so
+    activating it again is the rollback: instant, nothing re-embedded). The KB takes the version's
+    model and chunking; both versions' revisions move on, so no cached answer of either is reused."""
+    with transaction.atomic():
+        kb = KnowledgeBase.objects.select_for_update().get(pk=version.knowledge_base_id)
+        version = KnowledgeBaseVersion.objects.select_for_update().get(pk=version.pk)
+        if version.pk == kb.active_version_id:
+            return version
+        if version.status not in (KnowledgeBaseVersion.Status.READY, KnowledgeBaseVersion.Status.RETIRED):
+            raise VersionConflict(
+                f"version {version.number} is {version.status}: only a ready or retired one can be activated"
+            )
+        previous = kb.active_version_id
+        KnowledgeBaseVersion.objects.filter(pk=previous).update(status=KnowledgeBaseVersion.Status.RETIRED)
+        version.status, version.activated_at = KnowledgeBaseVersion.Status.ACTIVE, timezone.now()
+        version.save(update_fields=["status", "activated_at"])
+        for name in VERSION_SETTINGS:
+            setattr(kb, name, getattr(version, name))
+        kb.active_version = version
+        kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
+        chunks = Chunk.objects.filter(kb_version=version, document=OuterRef("pk")).order_by().values("document")
+        Document.objects.filter(knowledge_base=kb).update(
+            chunk_count=Coalesce(Subquery(chunks.annotate(n=Count("id")).values("n")[:1]), 0)
+        )
+        KnowledgeBaseVersion.objects.filter(pk__in=[previous, version.pk]).update(revision=F("revision") + 1)
+    return version
+
 
 
 def _task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:

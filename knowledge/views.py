@@ -6,6 +6,7 @@ from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import permissions, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import MultiPartParser
@@ -25,6 +26,8 @@ from knowledge.selectors import (
     knowledge_bases_of,
     task_status,
     tenant_stats,
+    version_of,
+    versions_of,
 )
 from knowledge.serializers import (
     DocumentOutput,
@@ -34,8 +37,18 @@ from knowledge.serializers import (
     TaskOutput,
     UploadInput,
     UploadOutput,
+    VersionBuildOutput,
+    VersionInput,
+    VersionOutput,
 )
-from knowledge.services import create_knowledge_base, delete_document, labels_from, queue_uploads
+from knowledge.services import (
+    activate_version,
+    create_knowledge_base,
+    delete_document,
+    labels_from,
+    queue_uploads,
+    start_version_build,
+)
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -71,6 +84,11 @@ class StatsView(APIView):
 
 
 ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
+
+
+VERSION_CONFLICT = OpenApiResponse(
+    description="A version is still building, or this one is building or failed (`version_conflict`)."
+)
 
 
 class KnowledgePagination(LimitOffsetPagination):
@@ -125,7 +143,9 @@ KB_EXAMPLE = {
         },
         examples=[
             OpenApiExample("Create", request_only=True, value={"name": "handbook", "chunk_size": 200}),
-            OpenApiExample("Created", response_only=True, status_codes=["201"], value={**KB_EXAMPLE, "document_count": 0}),
+            OpenApiExample(
+                "Created", response_only=True, status_codes=["201"], value={**KB_EXAMPLE, "document_count": 0}
+            ),
         ],
     ),
 )
@@ -148,13 +168,14 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
         except EmbeddingError as exc:
             raise InvalidEmbeddingModel(str(exc)) from exc
-        return Response(KnowledgeBaseOutput(knowledge_base_of(request.tenant, kb.pk)).data, status=status.HTTP_201_CREATED)
+        body = KnowledgeBaseOutput(knowledge_base_of(request.tenant, kb.pk)).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 @extend_schema_view(
     list=extend_schema(
         summary="Documents of a knowledge base",
-        description="Each with its status (`pending`, `ready`, `failed`), chunk count and the error of its last ingestion.",
+        description="Each with its status (`pending`, `ready`, `failed`), chunks and the error of its last ingestion.",
         responses={200: DocumentOutput(many=True), **error_responses(401, 403, 404, 429)},
     ),
     retrieve=extend_schema(
@@ -221,10 +242,71 @@ class DocumentViewSet(KnowledgeApiViewSet):
         task, documents = queue_uploads(kb, uploads, labels)
         body = {
             "task_id": task.task_id,
-            "status_url": reverse("task-detail", kwargs={"pk": task.task_id}),
+            "status_url": status_url(task),
             "documents": documents,
         }
         return Response(UploadOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Versions of a knowledge base",
+        description="Newest first: status, settings, documents and chunks each holds, build and activation times.",
+        responses={200: VersionOutput(many=True), **error_responses(401, 403, 404, 429)},
+    ),
+    create=extend_schema(
+        summary="Build a new version",
+        description=(
+            "Answers 202 with the task that builds it from the stored originals (re-parse, re-chunk, re-embed, new "
+            "keyword index) while searches keep reading the active version. Omitted settings are the active "
+            "version's. It is `ready` when every ready document has chunks in it, else `failed` (`error` names "
+            "them); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
+        ),
+        request=VersionInput,
+        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 429), 409: VERSION_CONFLICT},
+        examples=[OpenApiExample("Rechunk", request_only=True, value={"chunk_size": 120, "activate": "auto"})],
+    ),
+    activate=extend_schema(
+        summary="Switch searches to a version",
+        description=(
+            "In one transaction: the active version is retired (kept), this one becomes active. Activating a "
+            "retired version is the rollback: instant, nothing is re-embedded. No cached answer of either version "
+            "is served afterwards. Needs `ingest`."
+        ),
+        request=None,
+        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+    ),
+)
+class VersionViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/versions``: blue-green versions, by number."""
+
+    lookup_field = "number"
+
+    def list(self, request: Request, kb_id: int) -> Response:
+        return self.paginated(versions_of(knowledge_base_of(request.tenant, kb_id)), VersionOutput)
+
+    def create(self, request: Request, kb_id: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        params = VersionInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        options = dict(params.validated_data)
+        activate = options.pop("activate") == "auto"
+        try:
+            version, task = start_version_build(kb, activate=activate, **options)
+        except EmbeddingError as exc:
+            raise InvalidEmbeddingModel(str(exc)) from exc
+        body = {
+            "task_id": task.task_id,
+            "status_url": status_url(task),
+            "version": version_of(kb, version.number),
+        }
+        return Response(VersionBuildOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"])
+    def activate(self, request: Request, kb_id: int, number: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        activate_version(version_of(kb, number))
+        return Response(VersionOutput(version_of(kb, number)).data)
 
 
 @extend_schema_view(
@@ -255,6 +337,10 @@ class TaskViewSet(KnowledgeApiViewSet):
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(TaskOutput(task_status(request.tenant, pk)).data)
+
+
+def status_url(task) -> str:
+    return reverse("task-detail", kwargs={"pk": task.task_id})
 
 
 def _check_size(size: int, limit: int, what: str) -> None:

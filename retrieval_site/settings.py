@@ -330,3 +330,8 @@ STORAGES["originals"] = {
 # Uploads (POST /api/v1/knowledge-bases/{id}/documents); MAX_REQUEST_BYTES bounds the other bodies.
 UPLOAD_MAX_FILE_BYTES = env_int("UPLOAD_MAX_FILE_BYTES", 20 * 1024 * 1024)
 UPLOAD_MAX_REQUEST_BYTES = env_int("UPLOAD_MAX_REQUEST_BYTES", 100 * 1024 * 1024)
+# Documents and versions both have a "status": their enums get names of their own in the OpenAPI schema.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    "DocumentStatusEnum": "knowledge.models.Document.Status",
+    "VersionStatusEnum": "knowledge.models.KnowledgeBaseVersion.Status",
+}

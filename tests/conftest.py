@@ -84,9 +84,8 @@ def originals_dir(tmp_path_factory):
     from django.test.utils import override_settings
 
     location = tmp_path_factory.mktemp("originals")
-    override = override_settings(
-        STORAGES={**settings.STORAGES, "originals": {**settings.STORAGES["originals"], "OPTIONS": {"location": str(location)}}}
-    )
+    originals = {**settings.STORAGES["originals"], "OPTIONS": {"location": str(location)}}
+    override = override_settings(STORAGES={**settings.STORAGES, "originals": originals})
     override.enable()
     yield location
     override.disable()

@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -222,3 +224,26 @@ def test_search_sees_only_the_callers_tenant(kb, tmp_path):
     ingest(other_kb, tmp_path / "secret.txt")
     hits = search(kb.tenant, SearchRequest(mode="vector", query="secret launch date", top_k=10)).results
     assert hits == []
+
+
+# --- versions ----------------------------------------------------------------------------------------
+
+
+def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_on_commit_callbacks):
+    from django.core.files.base import ContentFile
+
+    from knowledge.services import start_version_build
+
+    with django_capture_on_commit_callbacks(execute=False):  # the build task is recorded, never sent
+        building, _ = start_version_build(kb, activate=False, chunk_size=64)
+    data = b"Returns are accepted within 30 days of delivery."
+    original = services.keep_original(kb, "a.txt", hashlib.md5(data).hexdigest(), ContentFile(data))
+    files = [{"source_uri": "a.txt", "original": original, "labels": None}]  # an ingestion task's arguments
+    services.ingest_stored_files(kb, files, on_progress=lambda done: None)
+    document = Document.objects.get(knowledge_base=kb)
+    assert document.chunks.filter(kb_version=kb.active_version).exists()
+    assert document.chunks.filter(kb_version=building).exists()
+    services.ingest_stored_files(kb, files, on_progress=lambda done: None)  # again: still one chunk set in each
+    for version in (kb.active_version, building):
+        ordinals = list(document.chunks.filter(kb_version=version).values_list("ordinal", flat=True))
+        assert sorted(ordinals) == list(range(len(ordinals)))

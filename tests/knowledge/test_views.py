@@ -7,6 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from knowledge.models import Document
+from tenants.models import RateTier
 from tenants.services import create_api_key
 from tests.factories import KnowledgeBaseFactory, TenantFactory
 
@@ -21,11 +22,15 @@ def client_with(tenant, *scopes: str) -> APIClient:
 
 @pytest.fixture
 def writer(tenant) -> APIClient:
+    """A key that may read and write, on a tier that lets tests poll tasks as fast as they like."""
+    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_minute=10**6)
+    tenant.save()
     return client_with(tenant, "ingest", "search")
 
 
 def upload(client, kb_id, *files, **fields):
-    return client.post(f"/api/v1/knowledge-bases/{kb_id}/documents", {"files": list(files), **fields}, format="multipart")
+    url = f"/api/v1/knowledge-bases/{kb_id}/documents"
+    return client.post(url, {"files": list(files), **fields}, format="multipart")
 
 
 def text_file(name: str, text: str) -> SimpleUploadedFile:
@@ -43,7 +48,7 @@ def poll(client, status_url: str, timeout_s: float = 120) -> list[dict]:
             answers.append(body)
         if body["state"] in ("SUCCESS", "FAILURE"):
             return answers
-        time.sleep(0.05)
+        time.sleep(0.1)
     raise AssertionError(f"the task did not end within {timeout_s} s: {answers[-1]}")
 
 
@@ -73,7 +78,8 @@ def test_knowledge_base_errors_are_json(writer, tenant, embedder):
     assert writer.post("/api/v1/knowledge-bases", {"name": "a"}, format="json").status_code == 201
     duplicate = writer.post("/api/v1/knowledge-bases", {"name": "a"}, format="json")
     assert (duplicate.status_code, duplicate.json()["error"]["code"]) == (409, "knowledge_base_exists")
-    unknown_model = writer.post("/api/v1/knowledge-bases", {"name": "b", "embedding_model": "/no/such/model"}, format="json")
+    body = {"name": "b", "embedding_model": "/no/such/model"}
+    unknown_model = writer.post("/api/v1/knowledge-bases", body, format="json")
     assert (unknown_model.status_code, unknown_model.json()["error"]["code"]) == (400, "invalid_embedding_model")
     invalid = writer.post("/api/v1/knowledge-bases", {"name": "", "chunk_size": 0}, format="json")
     assert (invalid.status_code, invalid.json()["error"]["code"]) == (400, "invalid_request")
@@ -159,7 +165,8 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
     for answer in answers[:-1]:  # every earlier answer is a state on the way, never an error
         assert answer["state"] in ("PENDING", "STARTED", "PROGRESS") and answer["error"] is None
 
-    documents = {doc["name"]: doc for doc in writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents").json()["results"]}
+    listed = writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents").json()["results"]
+    documents = {doc["name"]: doc for doc in listed}
     assert {name: doc["status"] for name, doc in documents.items()} == {
         "lock.md": "ready", "kettle.txt": "ready", "broken.pdf": "failed", "photo.png": "failed",
     }  # fmt: skip
@@ -189,3 +196,94 @@ def test_a_task_is_visible_to_its_tenant_only(writer, tenant, embedder, django_c
     assert writer.get(f"/api/v1/tasks/{task_id}").json()["state"] == "PENDING"
     stranger = client_with(TenantFactory(), "search", "ingest").get(f"/api/v1/tasks/{task_id}")
     assert (stranger.status_code, stranger.json()["error"]["code"]) == (404, "task_not_found")
+
+
+# --- versions ----------------------------------------------------------------------------------------
+
+
+def search_chunk_ids(client, kb_id: int, query: str) -> tuple[set[int], bool]:
+    response = client.post("/api/v1/retrieval/bm25", {"query": query, "kb_ids": [kb_id]}, format="json")
+    assert response.status_code == 200, response.content
+    return {hit["chunk_id"] for hit in response.json()["results"]}, response.json()["cached"]
+
+
+@pytest.fixture
+def uploaded_kb(celery_worker, writer) -> dict:
+    """A KB with two documents ingested through the API and the worker."""
+    kb = writer.post("/api/v1/knowledge-bases", {"name": "manuals", "chunk_size": 200}, format="json").json()
+    text = " ".join(f"Step {n}: tighten the PPR-9087 lock screw number {n} by a quarter turn." for n in range(40))
+    queued = upload(writer, kb["id"], text_file("lock.txt", text), text_file("kettle.txt", "The kettle boils water."))
+    assert poll(writer, queued.json()["status_url"])[-1]["state"] == "SUCCESS"
+    return kb
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_version_builds_beside_the_active_one_then_switches_and_rolls_back(uploaded_kb, writer):
+    from knowledge.models import Chunk
+
+    kb_id = uploaded_kb["id"]
+    versions_url = f"/api/v1/knowledge-bases/{kb_id}/versions"
+    v1_chunks = set(Chunk.objects.filter(knowledge_base_id=kb_id, kb_version__number=1).values_list("id", flat=True))
+    before, _ = search_chunk_ids(writer, kb_id, "PPR-9087 lock screw")
+    assert before and before <= v1_chunks
+
+    response = writer.post(versions_url, {"chunk_size": 48, "activate": "manual"}, format="json")
+    assert response.status_code == 202, response.content
+    assert (response.json()["version"]["number"], response.json()["version"]["chunk_size"]) == (2, 48)
+    assert poll(writer, response.json()["status_url"])[-1]["result"]["status"] == "ready"
+    versions = {v["number"]: v for v in writer.get(versions_url).json()["results"]}
+    assert (versions[1]["status"], versions[2]["status"]) == ("active", "ready")
+    assert versions[2]["document_count"] == 2 and versions[2]["chunk_count"] > versions[1]["chunk_count"]
+    assert search_chunk_ids(writer, kb_id, "PPR-9087 lock screw") == (before, True)  # still version 1, cached
+
+    switched = writer.post(f"{versions_url}/2/activate")
+    assert (switched.status_code, switched.json()["status"]) == (200, "active")
+    kb = writer.get(f"/api/v1/knowledge-bases/{kb_id}").json()
+    assert (kb["active_version"], kb["chunk_size"]) == (2, 48)
+    after, cached = search_chunk_ids(writer, kb_id, "PPR-9087 lock screw")
+    assert after and not (after & v1_chunks) and cached is False
+
+    rolled_back = writer.post(f"{versions_url}/1/activate")
+    assert (rolled_back.status_code, rolled_back.json()["status"]) == (200, "active")
+    assert writer.get(versions_url).json()["results"][0]["status"] == "retired"
+    again, cached = search_chunk_ids(writer, kb_id, "PPR-9087 lock screw")
+    assert again == before and cached is False  # version 1's chunks, kept; no answer cached before the switches
+    kept = Chunk.objects.filter(knowledge_base_id=kb_id, kb_version__number=1).values_list("id", flat=True)
+    assert set(kept) == v1_chunks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_auto_version_activates_itself_and_a_failed_one_never_does(uploaded_kb, writer):
+    kb_id = uploaded_kb["id"]
+    versions_url = f"/api/v1/knowledge-bases/{kb_id}/versions"
+    response = writer.post(versions_url, {"chunk_size": 64, "activate": "auto"}, format="json")
+    assert poll(writer, response.json()["status_url"])[-1]["result"]["status"] == "active"
+    assert writer.get(f"/api/v1/knowledge-bases/{kb_id}").json()["active_version"] == 2
+
+    Document.objects.filter(knowledge_base_id=kb_id, source_uri="kettle.txt").update(original="")  # lost original
+    response = writer.post(versions_url, {"activate": "auto"}, format="json")
+    assert poll(writer, response.json()["status_url"])[-1]["result"]["status"] == "failed"
+    failed = writer.get(versions_url).json()["results"][0]
+    assert failed["number"] == 3 and "kettle.txt" in failed["error"]
+    refused = writer.post(f"{versions_url}/3/activate")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "version_conflict")
+    assert writer.get(f"/api/v1/knowledge-bases/{kb_id}").json()["active_version"] == 2
+
+
+@pytest.mark.django_db
+def test_version_requests_are_checked(writer, tenant, django_capture_on_commit_callbacks):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    versions_url = f"/api/v1/knowledge-bases/{kb.pk}/versions"
+    with django_capture_on_commit_callbacks(execute=False):  # the build is recorded, never sent
+        assert writer.post(versions_url, {}, format="json").status_code == 202
+    busy = writer.post(versions_url, {}, format="json")
+    assert (busy.status_code, busy.json()["error"]["code"]) == (409, "version_conflict")
+    building = writer.post(f"{versions_url}/2/activate")
+    assert (building.status_code, building.json()["error"]["code"]) == (409, "version_conflict")
+    unknown = writer.post(f"{versions_url}/9/activate")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "version_not_found")
+    bad = writer.post(versions_url, {"activate": "sometimes"}, format="json")
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_request")
+    reader = client_with(tenant, "search")
+    assert reader.get(versions_url).status_code == 200
+    assert reader.post(f"{versions_url}/1/activate").status_code == 403

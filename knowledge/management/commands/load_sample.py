@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from tenants.models import Tenant
+from tenants.models import Scope, Tenant
 from tenants.services import create_api_key
 
 SAMPLE_DIR = Path(settings.BASE_DIR) / "sample_kb"
@@ -38,7 +38,8 @@ class Command(BaseCommand):
         admin.save()
 
         owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME).raw_key
+        # search and ingest: the README's examples search, upload and build versions with this key.
+        raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME, scopes=[Scope.SEARCH, Scope.INGEST]).raw_key
         kb_id = owner.knowledge_bases.get(name=kb).pk
         self.stdout.write(
             "\n".join(
