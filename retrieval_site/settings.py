@@ -317,6 +317,12 @@ CELERY_RESULT_EXPIRES = env_int("TASK_RESULT_TTL_S", 7 * 24 * 3600)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_CONCURRENCY", 1)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON log lines of LOGGING
+# A task taken by a worker that died (kill -9, lost machine) is handed out again this long after it was
+# taken: longer than the longest task (a rebuild), or a slow task would run twice at once.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600),
+    "unacked_restore_throttle": 1,  # look for such tasks every 10 s (and when a worker starts)
+}
 # Transient failures (database, Redis, remote embedder) retry with exponential backoff and jitter.
 TASK_MAX_RETRIES = env_int("TASK_MAX_RETRIES", 5)
 TASK_RETRY_BACKOFF_MAX_S = env_int("TASK_RETRY_BACKOFF_MAX_S", 300)

@@ -104,10 +104,17 @@ def celery_app():
 def celery_worker(celery_app, transactional_db, embedder):
     """A real Celery worker in a thread of this process, consuming the real broker. Its tasks use their
     own database connection, so tests using it need committed rows (``transactional_db``)."""
+    import logging
+
     from celery.contrib.testing.worker import start_worker
 
-    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=60) as worker:
+    # Celery's test worker sets the root logger to its own level (ERROR), which would silence later tests.
+    root_level = logging.getLogger().level
+    with start_worker(
+        celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=60, loglevel=root_level
+    ) as worker:
         yield worker
+    logging.getLogger().setLevel(root_level)
 
 
 @pytest.fixture
@@ -115,6 +122,7 @@ def embedding_server(embedder):
     """A remote ``/v1/embeddings`` over a real socket, answering with the real model's vectors."""
     from tests.peers import EmbeddingServer
 
+    embedder.embed_documents(["warm up"])  # a cold first call can outlast the clients' short timeouts
     with EmbeddingServer(embedder) as server:
         yield server
 

@@ -16,6 +16,7 @@ from django.db import connection
 from knowledge import tasks
 from knowledge.models import Chunk, Document, originals_storage
 from knowledge.services import create_knowledge_base, discover_files, queue_files
+from retrieval_site.celery import app
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -111,35 +112,49 @@ def test_an_unknown_knowledge_base_fails_at_once_without_retrying(celery_worker)
 # --- a worker in a process of its own --------------------------------------------------------------
 
 
-def test_database_url() -> str:
+def database_url_of_test_run() -> str:
     """The service's database URL naming the test database instead."""
     parts = urlsplit(settings.DATABASE_URL)
     return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
 
 
-@pytest.fixture
-def worker_process(celery_app, transactional_db, lexical_index_dir, originals_dir, tmp_path):
-    """``celery -A retrieval_site worker`` as operators run it, on the test database; stopped after."""
+def start_worker_process(log_path: Path, **env: str) -> tuple[subprocess.Popen, str]:
+    """``celery -A retrieval_site worker`` as operators run it, on the test database and this run's
+    keyword indexes and originals; returns once it answers a ping."""
     name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    env = {
+    environment = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
-        "LEXICAL_INDEX_DIR": str(lexical_index_dir),
-        "ORIGINALS_DIR": str(originals_dir),
+        "DATABASE_URL": database_url_of_test_run(),
+        "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
+        "ORIGINALS_DIR": settings.STORAGES["originals"]["OPTIONS"]["location"],
         "LOG_LEVEL": "WARNING",
+        **env,
     }
     command = [sys.executable, "-m", "celery", "-A", "retrieval_site", "worker", "--pool", "solo", "-n", name]
-    with open(tmp_path / "worker.log", "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not app.control.ping(destination=[name], timeout=0.5):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the worker did not start:\n{log_path.read_text()}")
+    return process, name
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()  # warm shutdown: finishes the current task, then exits
     try:
-        deadline = time.monotonic() + 60
-        while not celery_app.control.ping(destination=[name], timeout=0.5):
-            assert process.poll() is None, (tmp_path / "worker.log").read_text()
-            assert time.monotonic() < deadline, "the worker did not answer a ping within 60 s"
-        yield process
-    finally:
-        process.terminate()  # warm shutdown: finishes the current task, then exits
         process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def worker_process(celery_app, transactional_db, tmp_path):
+    process, _ = start_worker_process(tmp_path / "worker.log")
+    yield process
+    stop(process)
 
 
 def test_a_worker_process_ingests_into_the_test_database(worker_process, kb, files):
@@ -147,3 +162,44 @@ def test_a_worker_process_ingests_into_the_test_database(worker_process, kb, fil
     assert (result["added"], result["failed"]) == (2, 1)
     assert Document.objects.filter(knowledge_base=kb, status=Document.Status.READY).count() == 2
     assert worker_process.poll() is None
+
+
+def test_a_worker_killed_mid_task_leaves_every_document_exactly_once(celery_app, kb, tmp_path):
+    """kill -9 while the task runs; the next worker gets it again (``acks_late``) and finishes it."""
+    from engines import get_lexical_index
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(60):
+        sentences = " ".join(f"Part {n}-{m} of the manual explains step {m} of procedure {n}." for m in range(12))
+        (folder / f"doc-{n:02d}.txt").write_text(sentences)
+    visibility = {"CELERY_VISIBILITY_TIMEOUT_S": "2"}
+    first, _ = start_worker_process(tmp_path / "worker.log", **visibility)
+    try:
+        task = queue_files(kb, discover_files([folder]))
+        deadline = time.monotonic() + TASK_TIMEOUT_S
+        while AsyncResult(task.task_id).state not in ("STARTED", "PROGRESS"):
+            assert time.monotonic() < deadline, "the worker never started the task"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        first.kill()
+        first.wait()
+    finally:
+        stop(first)
+    assert AsyncResult(task.task_id).state not in ("SUCCESS", "FAILURE"), "finished before the kill: no crash tested"
+    time.sleep(2.5)  # past the visibility timeout: the next worker takes the task again at start
+    second, _ = start_worker_process(tmp_path / "worker.log", **visibility)
+    try:
+        result = wait(task.task_id)
+    finally:
+        stop(second)
+
+    assert result["failed"] == 0 and result["added"] + result["replaced"] + result["unchanged"] == 60
+    version = kb.active_version
+    documents = Document.objects.filter(knowledge_base=kb)
+    assert documents.count() == 60 and not documents.exclude(status=Document.Status.READY).exists()
+    for document in documents:
+        ordinals = sorted(document.chunks.filter(kb_version=version).values_list("ordinal", flat=True))
+        assert ordinals == list(range(document.chunk_count)), document.source_uri  # one chunk set, complete
+    chunks = Chunk.objects.filter(kb_version=version).count()
+    assert get_lexical_index().state(version.pk).num_docs == chunks  # the keyword index equals the rows
