@@ -1,13 +1,22 @@
 import hashlib
 
 import pytest
+from django.core.files.base import ContentFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import Chunk, Document
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.services import (
+    Ingester,
+    activate_version,
+    create_knowledge_base,
+    discover_files,
+    fill_version,
+    start_version_build,
+    version_build_files,
+)
 from retrieval.selectors import SearchRequest, search
 from tests.factories import TenantFactory
 
@@ -230,10 +239,6 @@ def test_search_sees_only_the_callers_tenant(kb, tmp_path):
 
 
 def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_on_commit_callbacks):
-    from django.core.files.base import ContentFile
-
-    from knowledge.services import start_version_build
-
     with django_capture_on_commit_callbacks(execute=False):  # the build task is recorded, never sent
         building, _ = start_version_build(kb, activate=False, chunk_size=64)
     data = b"Returns are accepted within 30 days of delivery."
@@ -247,3 +252,27 @@ def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_o
     for version in (kb.active_version, building):
         ordinals = list(document.chunks.filter(kb_version=version).values_list("ordinal", flat=True))
         assert sorted(ordinals) == list(range(len(ordinals)))
+
+
+def test_a_new_model_answers_searches_only_after_the_switch(
+    kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
+):
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
+        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    assert version.status == version.Status.READY
+
+    def vector_search() -> list[int]:
+        embedding_server.requests.clear()
+        request = SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[kb.pk])
+        return [hit.chunk_id for hit in search(kb.tenant, request).results]
+
+    before = vector_search()
+    assert embedding_server.requests == []  # the active version's local model embeds the query
+    assert set(before) <= set(Chunk.objects.filter(kb_version=kb.active_version).values_list("id", flat=True))
+    activate_version(version)
+    after = vector_search()
+    assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
+    assert after and set(after) <= set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
