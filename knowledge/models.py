@@ -65,6 +65,9 @@ class KnowledgeBaseVersion(models.Model):
     error = models.TextField(blank=True, help_text="Why the build failed.")
     finished_at = models.DateTimeField(null=True, blank=True, help_text="When its build ended.")
     activated_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(
+        null=True, blank=True, help_text="When another version replaced it; purged KB_VERSION_RETENTION_DAYS later."
+    )
     analyzer_version = models.CharField(max_length=64, blank=True)
     revision = models.PositiveIntegerField(
         default=0, help_text="Bumped by every content change; caches and vocabularies key on it."

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from datetime import timedelta
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,7 @@ from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import Storage
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, OuterRef, Subquery
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from psycopg import sql
@@ -603,7 +604,9 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
                 f"version {version.number} is {version.status}: only a ready or retired one can be activated"
             )
         previous = kb.active_version_id
-        KnowledgeBaseVersion.objects.filter(pk=previous).update(status=KnowledgeBaseVersion.Status.RETIRED)
+        KnowledgeBaseVersion.objects.filter(pk=previous).update(
+            status=KnowledgeBaseVersion.Status.RETIRED, retired_at=timezone.now()
+        )
         version.status, version.activated_at = KnowledgeBaseVersion.Status.ACTIVE, timezone.now()
         version.save(update_fields=["status", "activated_at"])
         for name in VERSION_SETTINGS:
@@ -642,6 +645,23 @@ def _local_copy(storage: Storage, name: str, scratch: Path) -> Path:
         with storage.open(name) as stored, open(local, "wb") as copy:
             shutil.copyfileobj(stored, copy)
         return local
+
+
+def purge_old_versions(retention_days: int) -> int:
+    """Delete versions retired, or failed, more than ``retention_days`` ago: their chunks and keyword
+    index go with them (no rollback to them any more). Returns how many were purged."""
+    cutoff = timezone.now() - timedelta(days=retention_days)
+    old = KnowledgeBaseVersion.objects.filter(
+        Q(status=KnowledgeBaseVersion.Status.RETIRED, retired_at__lt=cutoff)
+        | Q(status=KnowledgeBaseVersion.Status.FAILED, finished_at__lt=cutoff)
+    )
+    purged = 0
+    for version in old:
+        with transaction.atomic():
+            get_lexical_index().drop(version.pk)
+            version.delete()  # its chunks cascade
+        purged += 1
+    return purged
 
 
 def bump_revision(version: KnowledgeBaseVersion) -> None:

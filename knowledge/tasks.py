@@ -25,6 +25,7 @@ from knowledge.services import (
     fail_version,
     fill_version,
     ingest_stored_files,
+    purge_old_versions,
     version_build_files,
 )
 
@@ -99,6 +100,12 @@ def build_version(self, version_id: int, activate: bool) -> dict:
         if activate and version.status == KnowledgeBaseVersion.Status.READY:
             version = activate_version(version)
     return _build_result(version, progress)
+
+
+@shared_task(**RETRIES)
+def purge_versions() -> int:
+    """Beat runs it hourly: versions retired or failed more than KB_VERSION_RETENTION_DAYS ago go."""
+    return purge_old_versions(settings.KB_VERSION_RETENTION_DAYS)
 
 
 def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict:

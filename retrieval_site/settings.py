@@ -341,3 +341,10 @@ SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "DocumentStatusEnum": "knowledge.models.Document.Status",
     "VersionStatusEnum": "knowledge.models.KnowledgeBaseVersion.Status",
 }
+# Versions retired (or failed) longer than this are purged by the hourly beat task; until then a retired
+# version can be activated again (rollback).
+KB_VERSION_RETENTION_DAYS = env_int("KB_VERSION_RETENTION_DAYS", 7)
+CELERY_BEAT_SCHEDULE = {
+    "purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -54,6 +54,15 @@ class Migration(migrations.Migration):
             name="activated_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
+        migrations.AddField(
+            model_name="knowledgebaseversion",
+            name="retired_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When another version replaced it; purged KB_VERSION_RETENTION_DAYS later.",
+                null=True,
+            ),
+        ),
         migrations.RunPython(copy_settings_from_knowledge_bases, migrations.RunPython.noop),
         migrations.AlterField(
             model_name="knowledgebaseversion",

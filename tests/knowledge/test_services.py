@@ -1,13 +1,15 @@
 import hashlib
+from datetime import timedelta
 
 import pytest
 from django.core.files.base import ContentFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
-from knowledge.models import Chunk, Document
+from knowledge.models import Chunk, Document, KnowledgeBaseVersion
 from knowledge.services import (
     Ingester,
     activate_version,
@@ -18,7 +20,7 @@ from knowledge.services import (
     version_build_files,
 )
 from retrieval.selectors import SearchRequest, search
-from tests.factories import TenantFactory
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -276,3 +278,32 @@ def test_a_new_model_answers_searches_only_after_the_switch(
     after = vector_search()
     assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
     assert after and set(after) <= set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
+
+
+def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    document = DocumentFactory(knowledge_base=kb)
+    first = kb.active_version
+    ChunkFactory(document=document)
+    settings_of = {"embedding_model": first.embedding_model, "embedding_dim": first.embedding_dim,
+                   "chunk_size": first.chunk_size, "chunk_overlap": first.chunk_overlap}  # fmt: skip
+    second = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
+    ChunkFactory(document=document, kb_version=second)
+    activate_version(second)
+    long_ago = timezone.now() - timedelta(days=8)
+    failed = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb, number=3, status="failed", finished_at=long_ago, **settings_of
+    )
+    recent = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb, number=4, status="retired", retired_at=timezone.now(), **settings_of
+    )
+    assert services.purge_old_versions(retention_days=7) == 1  # the failed one; version 1 was retired just now
+    assert not KnowledgeBaseVersion.objects.filter(pk=failed.pk).exists()
+    assert Chunk.objects.filter(kb_version_id=first.pk).exists()
+    KnowledgeBaseVersion.objects.filter(pk=first.pk).update(retired_at=long_ago)
+
+    assert services.purge_old_versions(retention_days=7) == 1
+    remaining = set(KnowledgeBaseVersion.objects.filter(knowledge_base=kb).values_list("pk", flat=True))
+    assert remaining == {second.pk, recent.pk}
+    assert not Chunk.objects.filter(kb_version_id=first.pk).exists()
+    assert Chunk.objects.filter(kb_version=second).count() == 1

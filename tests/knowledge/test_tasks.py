@@ -203,3 +203,7 @@ def test_a_worker_killed_mid_task_leaves_every_document_exactly_once(celery_app,
         assert ordinals == list(range(document.chunk_count)), document.source_uri  # one chunk set, complete
     chunks = Chunk.objects.filter(kb_version=version).count()
     assert get_lexical_index().state(version.pk).num_docs == chunks  # the keyword index equals the rows
+
+
+def test_the_purge_task_runs_on_the_worker(celery_worker, kb):
+    assert tasks.purge_versions.delay().get(timeout=TASK_TIMEOUT_S) == 0  # nothing old enough yet
