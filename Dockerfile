@@ -8,6 +8,6 @@ COPY . .
 RUN DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost/0 \
     python manage.py collectstatic --noinput \
     && python manage.py shell -c "from engines.embedders import get_embedder; get_embedder()" \
-    && useradd --create-home app && mkdir -p var && chown app var
+    && useradd --create-home app && mkdir -p var/originals && chown -R app var
 USER app
 EXPOSE 8000

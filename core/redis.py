@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
@@ -85,6 +86,18 @@ class EmbeddedRedisConnectionFactory(ConnectionFactory):
         if url == embedded_redis_location(settings.EMBEDDED_REDIS_DIR):
             start_embedded_redis(settings.EMBEDDED_REDIS_DIR)
         return super().connect(url)
+
+
+def celery_redis_url(url: str, database: int) -> str:
+    """``url``'s Redis server on another logical database, spelled as Celery's broker and result
+    backend expect: ``unix://<socket>?db=0`` becomes ``redis+socket://<socket>?virtual_host=<database>``,
+    ``redis://host:port/0`` becomes ``redis://host:port/<database>`` (other query options are kept)."""
+    parts = urlsplit(url)
+    query = [(name, value) for name, value in parse_qsl(parts.query) if name not in ("db", "virtual_host")]
+    if parts.scheme == "unix":
+        query.append(("virtual_host", str(database)))
+        return f"redis+socket://{parts.path}?{urlencode(query)}"  # urlunsplit would drop the empty authority
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", urlencode(query), ""))
 
 
 def stop_embedded_redis(data_dir: Path) -> bool:

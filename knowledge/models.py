@@ -1,9 +1,15 @@
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.core.files.storage import Storage, storages
 from django.db import models
 from pgvector.django import VectorField
 
 from tenants.models import Tenant
+
+
+def originals_storage() -> Storage:
+    """Where uploaded and ingested files are kept for rebuilds (``STORAGES["originals"]``)."""
+    return storages["originals"]
 
 
 class KnowledgeBase(models.Model):
@@ -37,18 +43,31 @@ class KnowledgeBase(models.Model):
 
 
 class KnowledgeBaseVersion(models.Model):
-    """A complete index set of a knowledge base; searches read the KB's active version only."""
+    """A complete index set of a knowledge base, built with its own model and chunking; searches read
+    the KB's active version only. A new version is *building*, then *ready* (or *failed*); activating
+    it retires the active one, which stays for a rollback."""
 
     class Status(models.TextChoices):
         BUILDING = "building"
+        READY = "ready"
         ACTIVE = "active"
         RETIRED = "retired"
+        FAILED = "failed"
 
     knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.BUILDING)
     embedding_model = models.CharField(max_length=255)
     embedding_dim = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField(help_text="Chunk length in tokens of the embedding model's tokenizer.")
+    chunk_overlap = models.PositiveIntegerField()
+    languages = ArrayField(models.CharField(max_length=8), default=list, blank=True)
+    error = models.TextField(blank=True, help_text="Why the build failed.")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="When its build ended.")
+    activated_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(
+        null=True, blank=True, help_text="When another version replaced it; purged KB_VERSION_RETENTION_DAYS later."
+    )
     analyzer_version = models.CharField(max_length=64, blank=True)
     revision = models.PositiveIntegerField(
         default=0, help_text="Bumped by every content change; caches and vocabularies key on it."
@@ -87,6 +106,9 @@ class Document(models.Model):
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    original = models.CharField(
+        max_length=1024, blank=True, help_text="Name in the originals storage of the file its chunks were cut from."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -135,6 +157,30 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
+
+
+class KnowledgeTask(models.Model):
+    """A Celery task started for a tenant: ``GET /api/v1/tasks/{task_id}`` answers only its owner.
+    State and progress live in Celery's result backend; this row records who may read them."""
+
+    class Kind(models.TextChoices):
+        INGEST = "ingest"
+        BUILD_VERSION = "build_version"
+
+    # Celery state of a running task that reported {"done", "total", "unit"}; its result repeats the last.
+    PROGRESS = "PROGRESS"
+
+    task_id = models.CharField(max_length=64, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="knowledge_tasks")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="tasks")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.task_id}"
 
 
 class DictionaryTerm(models.Model):

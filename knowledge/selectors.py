@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from celery.result import AsyncResult
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from core.usage import query_counts
 
-from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.errors import KnowledgeBaseNotFound
+from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
+from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, TaskNotFound, VersionNotFound
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -56,6 +57,71 @@ def _check_found(kb_ids: list[int] | None, found: set[int]) -> None:
         raise KnowledgeBaseNotFound(
             f"unknown knowledge base id(s): {', '.join(map(str, missing))}", details={"kb_ids": missing}
         )
+
+
+def knowledge_bases_of(tenant: Tenant) -> QuerySet[KnowledgeBase]:
+    """The tenant's KBs with their active version and document count (``GET /api/v1/knowledge-bases``)."""
+    return (
+        KnowledgeBase.objects.filter(tenant=tenant)
+        .select_related("active_version")
+        .annotate(document_count=Count("documents"))
+        .order_by("name")
+    )
+
+
+def knowledge_base_of(tenant: Tenant, kb_id: int) -> KnowledgeBase:
+    """One of the tenant's KBs; another tenant's is reported exactly like one that does not exist."""
+    kb = knowledge_bases_of(tenant).filter(pk=kb_id).first()
+    if kb is None:
+        raise KnowledgeBaseNotFound(f"unknown knowledge base id: {kb_id}", details={"kb_ids": [kb_id]})
+    return kb
+
+
+def documents_of(kb: KnowledgeBase) -> QuerySet[Document]:
+    return Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id).order_by("source_uri", "id")
+
+
+def document_of(kb: KnowledgeBase, document_id: int) -> Document:
+    document = documents_of(kb).filter(pk=document_id).first()
+    if document is None:
+        raise DocumentNotFound(f"knowledge base {kb.pk} has no document {document_id}")
+    return document
+
+
+def versions_of(kb: KnowledgeBase) -> QuerySet[KnowledgeBaseVersion]:
+    """A KB's versions, newest first, with the documents and chunks each holds (counted now)."""
+    return (
+        KnowledgeBaseVersion.objects.filter(knowledge_base=kb)
+        .annotate(chunk_count=Count("chunks"), document_count=Count("chunks__document", distinct=True))
+        .order_by("-number")
+    )
+
+
+def version_of(kb: KnowledgeBase, number: int) -> KnowledgeBaseVersion:
+    version = versions_of(kb).filter(number=number).first()
+    if version is None:
+        raise VersionNotFound(f"knowledge base {kb.pk} has no version {number}")
+    return version
+
+
+def task_status(tenant: Tenant, task_id: str) -> dict:
+    """State, progress, result and error of a task the tenant started (``GET /api/v1/tasks/{id}``);
+    another tenant's task is reported exactly like one that does not exist."""
+    record = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id).first()
+    if record is None:
+        raise TaskNotFound(f"unknown task id: {task_id}")
+    meta = AsyncResult(task_id).backend.get_task_meta(task_id)  # one read: state and info must agree
+    state, info = meta["status"], meta["result"]
+    status = {"task_id": task_id, "kind": record.kind, "knowledge_base": record.knowledge_base_id, "state": state}
+    status.update(progress=None, result=None, error=None)
+    if state == KnowledgeTask.PROGRESS:
+        status["progress"] = info
+    elif state == "SUCCESS":
+        status["result"] = dict(info)
+        status["progress"] = status["result"].pop("progress", None)
+    elif isinstance(info, BaseException):  # FAILURE, or RETRY after a transient error
+        status["error"] = f"{type(info).__name__}: {info}"
+    return status
 
 
 def analyzer_for_tenant(tenant_id: int) -> "Analyzer":

@@ -1,6 +1,8 @@
 """Output shapes of the knowledge endpoints."""
 from rest_framework import serializers
 
+from knowledge.models import Document, KnowledgeBaseVersion
+
 
 class DocumentCountsOutput(serializers.Serializer):
     total = serializers.IntegerField()
@@ -19,3 +21,138 @@ class StatsOutput(serializers.Serializer):
     documents = DocumentCountsOutput()
     chunks = serializers.IntegerField(help_text="searchable chunks (in the active version of each knowledge base)")
     queries = QueryCountsOutput(allow_null=True, help_text="null while the cache (Redis) is unreachable")
+
+
+# --- knowledge bases, documents, tasks (the knowledge REST API) ------------------------------------
+
+
+class IndexSettingsInput(serializers.Serializer):
+    """How a KB or a new version is built; omitted: the service defaults (a KB) or the active version's."""
+
+    embedding_model = serializers.CharField(
+        required=False, max_length=255, help_text="a bundled model name, a model folder, or remote:<name>"
+    )
+    chunk_size = serializers.IntegerField(
+        required=False, min_value=16, max_value=8192, help_text="tokens; capped at the model's limit"
+    )
+    chunk_overlap = serializers.IntegerField(
+        required=False, min_value=0, max_value=4096, help_text="tokens; at most half the chunk size"
+    )
+    languages = serializers.ListField(
+        child=serializers.CharField(max_length=8),
+        required=False,
+        max_length=20,
+        help_text="languages the model covers (default: known for the model)",
+    )
+
+
+class KnowledgeBaseInput(IndexSettingsInput):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class IndexSettingsOutput(serializers.Serializer):
+    embedding_model = serializers.CharField()
+    embedding_dim = serializers.IntegerField()
+    chunk_size = serializers.IntegerField()
+    chunk_overlap = serializers.IntegerField()
+    languages = serializers.ListField(child=serializers.CharField())
+
+
+class KnowledgeBaseOutput(IndexSettingsOutput):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    active_version = serializers.IntegerField(
+        source="active_version.number", allow_null=True, help_text="number of the version searches read"
+    )
+    document_count = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+
+
+class DocumentOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField(source="source_uri")
+    title = serializers.CharField()
+    doc_type = serializers.CharField()
+    status = serializers.ChoiceField(choices=Document.Status.choices)
+    error = serializers.CharField(help_text="why the last ingestion failed; empty when it did not")
+    chunk_count = serializers.IntegerField()
+    tags = serializers.ListField(child=serializers.CharField())
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class UploadInput(serializers.Serializer):
+    files = serializers.ListField(child=serializers.FileField(), allow_empty=False, max_length=100)
+    metadata = serializers.JSONField(
+        required=False,
+        binary=True,
+        help_text='labels for every file, as a sidecar file sets them: {"title", "tags": [..], "metadata": {..}}',
+    )
+
+    def validate_files(self, files):
+        names = [upload.name for upload in files]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise serializers.ValidationError(f"file names must be unique in a request: {', '.join(duplicates)}")
+        return files
+
+
+class UploadedDocumentOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField(source="source_uri")
+    status = serializers.ChoiceField(
+        choices=Document.Status.choices,
+        help_text="pending: new, queued; ready: a replaced document, searchable until the task swaps its chunks; "
+        "failed: not accepted (the error says why)",
+    )
+    error = serializers.CharField()
+
+
+class UploadOutput(serializers.Serializer):
+    task_id = serializers.CharField()
+    status_url = serializers.CharField(help_text="GET it to follow the task")
+    documents = UploadedDocumentOutput(many=True)
+
+
+class TaskProgressOutput(serializers.Serializer):
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+    unit = serializers.CharField(help_text="what is counted, e.g. documents")
+
+
+class TaskOutput(serializers.Serializer):
+    task_id = serializers.CharField()
+    kind = serializers.CharField(help_text="ingest")
+    knowledge_base = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["PENDING", "STARTED", "PROGRESS", "SUCCESS", "FAILURE", "RETRY"])
+    progress = TaskProgressOutput(allow_null=True)
+    result = serializers.DictField(allow_null=True, help_text="counts of a finished ingestion")
+    error = serializers.CharField(allow_null=True, help_text="why it failed, or why it is being retried")
+
+
+class VersionInput(IndexSettingsInput):
+    activate = serializers.ChoiceField(
+        choices=["auto", "manual"],
+        default="manual",
+        help_text="auto: switch searches to it once it validates; manual: wait for POST .../activate",
+    )
+
+
+class VersionOutput(IndexSettingsOutput):
+    number = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=KnowledgeBaseVersion.Status.choices)
+    document_count = serializers.IntegerField(help_text="documents with chunks in this version")
+    chunk_count = serializers.IntegerField()
+    error = serializers.CharField(help_text="why the build failed: the documents it could not build")
+    created_at = serializers.DateTimeField(help_text="when its build started")
+    finished_at = serializers.DateTimeField(allow_null=True, help_text="when its build ended")
+    activated_at = serializers.DateTimeField(allow_null=True, help_text="when searches last switched to it")
+
+
+class VersionBuildOutput(serializers.Serializer):
+    task_id = serializers.CharField()
+    status_url = serializers.CharField(help_text="GET it to follow the build")
+    version = VersionOutput()

@@ -4,22 +4,40 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.core.files.base import ContentFile, File
+from django.core.files.storage import Storage
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, PendingLexicalChange
+from knowledge.errors import VersionConflict
+from knowledge.models import (
+    Chunk,
+    Document,
+    KnowledgeBase,
+    KnowledgeBaseVersion,
+    KnowledgeTask,
+    PendingLexicalChange,
+    originals_storage,
+)
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -53,30 +71,43 @@ def create_knowledge_base(
     description: str = "",
 ) -> KnowledgeBase:
     """A KB with an empty active version 1, sized for its embedding model."""
-    embedder = get_embedder(embedding_model)
-    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
     kb = KnowledgeBase.objects.create(
         tenant=tenant,
         name=name,
         description=description,
-        embedding_model=embedder.model_name,
-        embedding_dim=embedder.dimension,
-        chunk_size=size,
-        chunk_overlap=min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
-        languages=list(embedder.languages) if languages is None else languages,
+        **index_settings(embedding_model, chunk_size, chunk_overlap, languages),
     )
     activate_first_version(kb)
     return kb
 
 
+def index_settings(
+    embedding_model: str | None, chunk_size: int | None, chunk_overlap: int | None, languages: list[str] | None
+) -> dict:
+    """Model, dimension, chunking (capped for the model) and languages of a KB or version; omitted
+    values take the service defaults. Loads the model: ``EmbeddingError`` for an unusable one."""
+    embedder = get_embedder(embedding_model)
+    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    return {
+        "embedding_model": embedder.model_name,
+        "embedding_dim": embedder.dimension,
+        "chunk_size": size,
+        "chunk_overlap": min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+        "languages": list(embedder.languages) if languages is None else languages,
+    }
+
+
+VERSION_SETTINGS = ("embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages")
+
+
 def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
-    """Version 1, empty and active, with the vector index its dimension needs."""
+    """Version 1, empty and active, with the KB's settings and the vector index its dimension needs."""
     version = KnowledgeBaseVersion.objects.create(
         knowledge_base=kb,
         number=1,
         status=KnowledgeBaseVersion.Status.ACTIVE,
-        embedding_model=kb.embedding_model,
-        embedding_dim=kb.embedding_dim,
+        activated_at=timezone.now(),
+        **{name: getattr(kb, name) for name in VERSION_SETTINGS},
     )
     kb.active_version = version
     kb.save(update_fields=["active_version"])
@@ -119,10 +150,32 @@ def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tup
 # --- ingestion ------------------------------------------------------------------------------------
 
 
+def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File) -> str:
+    """Store a file's bytes for rebuilds; returns its storage name. Addressed by KB and content, so
+    storing the same file again (a retried upload, an unchanged re-ingest) writes nothing."""
+    storage = originals_storage()
+    path = f"kb-{kb.pk}/{md5}/{storage.get_valid_name(name)}"
+    return path if storage.exists(path) else storage.save(path, content)
+
+
+@dataclass
+class _Labels:
+    """What a document's sidecar (``<file>.meta.json``) may set: title, tags and metadata."""
+
+    title: str | None = None
+    tags: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class SourceFile:
+    """A file to ingest. ``labels`` given (an upload's): they replace the sidecar; ``original``: the
+    stored copy the file already is (else the Ingester keeps one when asked to)."""
+
     path: Path
     source_uri: str
+    labels: _Labels | None = None
+    original: str = ""
 
 
 @dataclass
@@ -167,15 +220,6 @@ def discover_files(paths: Iterable[Path]) -> list[SourceFile]:
     return list(found.values())
 
 
-@dataclass
-class _Labels:
-    """What a document's sidecar (``<file>.meta.json``) may set: title, tags and metadata."""
-
-    title: str | None = None
-    tags: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-
-
 def _read_sidecar(path: Path) -> _Labels:
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
     if not sidecar.exists():
@@ -184,15 +228,20 @@ def _read_sidecar(path: Path) -> _Labels:
         data = json.loads(sidecar.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ParseError(f"metadata file {sidecar.name} is not valid JSON: {exc}") from exc
+    return labels_from(data, where=f"metadata file {sidecar.name}")
+
+
+def labels_from(data: object, *, where: str = "metadata") -> _Labels:
+    """Title, tags and metadata from a sidecar's or an upload's JSON; ``ParseError`` names what is wrong."""
     if not isinstance(data, dict):
-        raise ParseError(f"metadata file {sidecar.name} must hold a JSON object")
+        raise ParseError(f"{where} must hold a JSON object")
     tags, metadata, title = data.get("tags", []), data.get("metadata", {}), data.get("title")
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise ParseError(f"metadata file {sidecar.name}: 'tags' must be a list of strings")
+        raise ParseError(f"{where}: 'tags' must be a list of strings")
     if not isinstance(metadata, dict):
-        raise ParseError(f"metadata file {sidecar.name}: 'metadata' must be an object")
+        raise ParseError(f"{where}: 'metadata' must be an object")
     if title is not None and not isinstance(title, str):
-        raise ParseError(f"metadata file {sidecar.name}: 'title' must be a string")
+        raise ParseError(f"{where}: 'title' must be a string")
     return _Labels(title=title, tags=tags, metadata=metadata)
 
 
@@ -206,16 +255,37 @@ class _PendingDocument:
     labels: _Labels
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
+    original: str  # its stored copy, or "" when none is kept
 
 
 class Ingester:
-    """Ingests files into one KB's active version; each document's chunks are swapped atomically."""
+    """Ingests files into one KB version (the active one by default) with that version's model and
+    chunking; each document's chunks are swapped atomically.
 
-    def __init__(self, kb: KnowledgeBase, *, on_progress: Callable[[int], None] | None = None):
+    Given another ``version`` (a new version being built), it fills that version with the chunks of
+    documents the KB already has, and leaves the documents (status, MD5, labels) as they are: they
+    describe what the active version serves. ``keep_originals``: store each new or changed file
+    (``Document.original``) so the KB can be rebuilt from it. ``raise_embedding_errors``: an embedder
+    failure raises (a task retries it: what was written before is unchanged by MD5 the next time)
+    instead of marking the pending documents failed.
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        version: KnowledgeBaseVersion | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        keep_originals: bool = False,
+        raise_embedding_errors: bool = False,
+    ):
         self.kb = kb
-        self.version = kb.active_version
+        self.version = version or kb.active_version
+        self._fills_new_version = self.version.pk != kb.active_version_id
         self.report = IngestReport()
         self._on_progress = on_progress or (lambda done: None)
+        self._keep_originals = keep_originals
+        self._raise_embedding_errors = raise_embedding_errors
         self._pending: list[_PendingDocument] = []
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
@@ -223,7 +293,7 @@ class Ingester:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = get_embedder(self.kb.embedding_model)
+            self._embedder = get_embedder(self.version.embedding_model)
         return self._embedder
 
     def ingest(self, files: list[SourceFile]) -> IngestReport:
@@ -246,8 +316,10 @@ class Ingester:
         try:
             data = source.path.read_bytes()
             md5 = hashlib.md5(data).hexdigest()
-            labels = _read_sidecar(source.path)
-            if _unchanged(existing, md5, labels):
+            labels = source.labels if source.labels is not None else _read_sidecar(source.path)
+            if self._fills_new_version and existing is None:
+                raise ParseError("the document was deleted")
+            if not self._fills_new_version and _unchanged(existing, md5, labels):
                 self.report.unchanged += 1
                 self._on_progress(1)
                 return
@@ -255,8 +327,8 @@ class Ingester:
             drafts = chunk_sections(
                 parsed.sections,
                 count_tokens=self.embedder.count_tokens,
-                chunk_size=self.kb.chunk_size,
-                chunk_overlap=self.kb.chunk_overlap,
+                chunk_size=self.version.chunk_size,
+                chunk_overlap=self.version.chunk_overlap,
                 max_tokens=self.embedder.max_tokens,
             )
         except (OSError, ParseError) as exc:
@@ -267,23 +339,16 @@ class Ingester:
             return
         title = labels.title or parsed.title
         analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
-        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed))
+        original = source.original
+        if not original and self._keep_originals:
+            original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
+        self._pending.append(
+            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, original)
+        )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
-        """Record the failure; a previously ingested version of the file stays searchable."""
-        if existing is not None and existing.chunk_count:
-            reason = f"{reason} (the previously ingested version stays searchable)"
-        Document.objects.update_or_create(
-            knowledge_base=self.kb,
-            source_uri=source.source_uri,
-            defaults={
-                "tenant_id": self.kb.tenant_id,
-                "doc_type": _doc_type_or_unknown(source.path),
-                "title": existing.title if existing else source.path.stem,
-                "status": Document.Status.FAILED,
-                "error": reason,
-            },
-        )
+        if not self._fills_new_version:  # a new version's failure must not touch what searches see
+            reason = record_failure(self.kb, source.source_uri, existing, reason).error
         self.report.failed += 1
         self.report.failures.append((source.source_uri, reason))
         self._on_progress(1)
@@ -299,12 +364,14 @@ class Ingester:
         try:
             vectors = self.embedder.embed_documents(texts)
         except EmbeddingError as exc:
+            if self._raise_embedding_errors:
+                raise
             for doc in pending:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
         with transaction.atomic():
-            documents = self._upsert_documents(pending)
-            Chunk.objects.filter(document__in=[document.pk for document in documents]).delete()
+            documents = self._lock_documents(pending) if self._fills_new_version else self._upsert_documents(pending)
+            Chunk.objects.filter(document__in=[document.pk for document in documents], kb_version=self.version).delete()
             batches, offset = [], 0
             for document, doc in zip(documents, pending, strict=True):
                 batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
@@ -317,10 +384,18 @@ class Ingester:
         pause_at("rows_committed")
         apply_pending_lexical_changes(self.version.pk, analyzed)
         for doc in pending:
-            self.report.added += doc.existing is None
-            self.report.replaced += doc.existing is not None
+            # An upload's pending row was never ingested: its first chunks are an addition.
+            added = doc.existing is None or doc.existing.status == Document.Status.PENDING
+            self.report.added += added
+            self.report.replaced += not added
             self.report.chunks += len(doc.drafts)
             self._on_progress(1)
+
+    def _lock_documents(self, pending: list[_PendingDocument]) -> list[Document]:
+        """The existing rows, locked like an upsert locks them: two writers of one document's chunks in
+        a version (a build and an upload landing in it) take turns, so it never gets two chunk sets."""
+        locked = Document.objects.select_for_update().in_bulk([doc.existing.pk for doc in pending])
+        return [locked[doc.existing.pk] for doc in pending]
 
     def _upsert_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """One INSERT .. ON CONFLICT for the group (a concurrent ingester of the same file updates
@@ -339,6 +414,7 @@ class Ingester:
                 tags=doc.labels.tags,
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
+                original=doc.original,
             )
             for doc in pending
         ]
@@ -348,7 +424,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "doc_type", "content_md5", "chunker_version", "status", "error", "tags", "metadata",
-                "chunk_count", "updated_at",
+                "chunk_count", "original", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -364,8 +440,262 @@ class Ingester:
             for document, doc in zip(documents, pending, strict=True)
             for ordinal, text in enumerate(doc.analyzed)
         }
-        rows = Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal")
+        rows = Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
+            "id", "document_id", "ordinal"
+        )
         return {chunk_id: analyzed[(doc_id, ordinal)] for chunk_id, doc_id, ordinal in rows}
+
+
+# --- ingestion through the worker ---------------------------------------------------------------
+# A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}.
+
+
+def queue_uploads(
+    kb: KnowledgeBase, uploads: Sequence[File], labels: _Labels | None
+) -> tuple[KnowledgeTask, list[Document]]:
+    """Keep each uploaded file and queue one ingestion task for them. A new file's document is
+    ``pending`` until the task ingests it; a replaced one stays as it is (searchable) until then; a
+    file of an unsupported type is recorded ``failed`` at once."""
+    documents, files = [], []
+    with transaction.atomic():
+        existing = {
+            doc.source_uri: doc
+            for doc in Document.objects.filter(knowledge_base=kb, source_uri__in=[upload.name for upload in uploads])
+        }
+        for upload in uploads:
+            name = upload.name
+            try:
+                doc_type = doc_type_for(Path(name))
+            except ParseError as exc:
+                documents.append(record_failure(kb, name, existing.get(name), str(exc)))
+                continue
+            original = keep_original(kb, name, _md5_of(upload), upload)
+            document, _ = Document.objects.get_or_create(
+                knowledge_base=kb,
+                source_uri=name,
+                defaults={"tenant_id": kb.tenant_id, "title": Path(name).stem, "doc_type": doc_type},
+            )  # a new document is pending (the model's default) until the task ingests it
+            documents.append(document)
+            files.append(_task_file(name, original, labels))
+        task = _queue_ingestion(kb, files)
+    return task, documents
+
+
+def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTask:
+    """Keep local files (``manage.py ingest --async``) and queue their ingestion with their sidecar
+    labels; a file that cannot be read, or whose sidecar is invalid, is recorded failed at once."""
+    files = []
+    with transaction.atomic():
+        for source in sources:
+            try:
+                data, labels = source.path.read_bytes(), _read_sidecar(source.path)
+            except (OSError, ParseError) as exc:
+                existing = Document.objects.filter(knowledge_base=kb, source_uri=source.source_uri).first()
+                record_failure(kb, source.source_uri, existing, str(exc))
+                continue
+            original = keep_original(kb, source.path.name, hashlib.md5(data).hexdigest(), ContentFile(data))
+            files.append(_task_file(source.source_uri, original, labels))
+        return _queue_ingestion(kb, files)
+
+
+def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
+    """What an ingestion task runs: the stored originals through the Ingester into the active version,
+    then into any version being built (so it does not miss them). An embedder failure raises so the
+    task retries (documents written before it are then unchanged by MD5)."""
+    with _stored_sources(files) as sources:
+        report = Ingester(kb, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+        for version in kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING):
+            Ingester(kb, version=version, raise_embedding_errors=True).ingest(sources)
+    return report
+
+
+@contextmanager
+def _stored_sources(files: list[dict]) -> Iterator[list[SourceFile]]:
+    """Task files as local sources (copies in a scratch folder when the storage has no local paths)."""
+    storage = originals_storage()
+    with tempfile.TemporaryDirectory(prefix="ingest-") as scratch:
+        yield [
+            SourceFile(
+                _local_copy(storage, item["original"], Path(scratch) / str(position)),
+                item["source_uri"],
+                labels=_Labels(**item["labels"]) if item["labels"] is not None else None,
+                original=item["original"],
+            )
+            for position, item in enumerate(files)
+        ]
+
+
+def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
+    """After a task gave up: its documents still ``pending`` are failed, so none waits forever."""
+    Document.objects.filter(
+        knowledge_base_id=kb_id, source_uri__in=[item["source_uri"] for item in files], status=Document.Status.PENDING
+    ).update(status=Document.Status.FAILED, error=reason)
+
+
+def _queue_ingestion(kb: KnowledgeBase, files: list[dict]) -> KnowledgeTask:
+    from knowledge.tasks import ingest_documents  # here: the tasks module imports this one
+
+    return _queue_task(kb, KnowledgeTask.Kind.INGEST, ingest_documents, (kb.pk, files))
+
+
+def _queue_task(kb: KnowledgeBase, kind: str, task, args: tuple) -> KnowledgeTask:
+    """Record the task for its tenant, then send it once the transaction commits (the worker must
+    see the rows)."""
+    record = KnowledgeTask.objects.create(
+        task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=kind
+    )
+    transaction.on_commit(lambda: task.apply_async(args, task_id=record.task_id))
+    return record
+
+
+# --- versions (blue-green) --------------------------------------------------------------------------
+
+
+def start_version_build(
+    kb: KnowledgeBase,
+    *,
+    activate: bool,
+    embedding_model: str | None = None,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    languages: list[str] | None = None,
+) -> tuple[KnowledgeBaseVersion, KnowledgeTask]:
+    """A new version (settings omitted: the active version's; languages: the new model's when the model
+    changes), built by a task from the stored originals while searches keep reading the active version;
+    ``activate``: switch to it once it validates. One version builds at a time."""
+    active = kb.active_version
+    if embedding_model is None:
+        embedding_model, languages = active.embedding_model, active.languages if languages is None else languages
+    index = index_settings(
+        embedding_model,
+        chunk_size or active.chunk_size,
+        active.chunk_overlap if chunk_overlap is None else chunk_overlap,
+        languages,
+    )
+    vector_index().ensure_index(index["embedding_dim"])
+    from knowledge.tasks import build_version  # here: the tasks module imports this one
+
+    with transaction.atomic():
+        KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()  # version numbers one at a time
+        building = kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING).first()
+        if building is not None:
+            raise VersionConflict(f"version {building.number} is still building")
+        number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
+        version = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=number, **index)
+        task = _queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, build_version, (version.pk, activate))
+    return version, task
+
+
+def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
+    """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
+    documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
+    return [
+        _task_file(doc.source_uri, doc.original, _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
+        for doc in documents.exclude(original="").order_by("pk")
+    ]
+
+
+def fill_version(
+    version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
+) -> KnowledgeBaseVersion:
+    """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
+    ``ready`` when every ready document of the KB has chunks in it, else ``failed`` naming them."""
+    kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
+    with _stored_sources(files) as sources:
+        report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+    missing = list(
+        Document.objects.filter(knowledge_base=kb, status=Document.Status.READY)
+        .exclude(pk__in=Chunk.objects.filter(kb_version=version).values("document_id"))
+        .order_by("source_uri")
+        .values_list("source_uri", flat=True)
+    )
+    reasons = dict(report.failures)
+    version.error = "; ".join(f"{uri}: {reasons.get(uri, 'no stored original')}" for uri in missing[:20])
+    version.status = KnowledgeBaseVersion.Status.FAILED if missing else KnowledgeBaseVersion.Status.READY
+    version.finished_at = timezone.now()
+    version.save(update_fields=["status", "error", "finished_at"])
+    return version
+
+
+def fail_version(version_id: int, reason: str) -> None:
+    """A build that gave up: its version is ``failed`` (never activated), with the reason."""
+    KnowledgeBaseVersion.objects.filter(pk=version_id, status=KnowledgeBaseVersion.Status.BUILDING).update(
+        status=KnowledgeBaseVersion.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+
+
+def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+    """Switch the KB's searches to ``version`` in one transaction: the active one is retired (kept, so
+    activating it again is the rollback: instant, nothing re-embedded). The KB takes the version's
+    model and chunking; both versions' revisions move on, so no cached answer of either is reused."""
+    with transaction.atomic():
+        kb = KnowledgeBase.objects.select_for_update().get(pk=version.knowledge_base_id)
+        version = KnowledgeBaseVersion.objects.select_for_update().get(pk=version.pk)
+        if version.pk == kb.active_version_id:
+            return version
+        if version.status not in (KnowledgeBaseVersion.Status.READY, KnowledgeBaseVersion.Status.RETIRED):
+            raise VersionConflict(
+                f"version {version.number} is {version.status}: only a ready or retired one can be activated"
+            )
+        previous = kb.active_version_id
+        KnowledgeBaseVersion.objects.filter(pk=previous).update(
+            status=KnowledgeBaseVersion.Status.RETIRED, retired_at=timezone.now()
+        )
+        version.status, version.activated_at = KnowledgeBaseVersion.Status.ACTIVE, timezone.now()
+        version.save(update_fields=["status", "activated_at"])
+        for name in VERSION_SETTINGS:
+            setattr(kb, name, getattr(version, name))
+        kb.active_version = version
+        kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
+        chunks = Chunk.objects.filter(kb_version=version, document=OuterRef("pk")).order_by().values("document")
+        Document.objects.filter(knowledge_base=kb).update(
+            chunk_count=Coalesce(Subquery(chunks.annotate(n=Count("id")).values("n")[:1]), 0)
+        )
+        KnowledgeBaseVersion.objects.filter(pk__in=[previous, version.pk]).update(revision=F("revision") + 1)
+    return version
+
+
+
+def _task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:
+    return {"source_uri": source_uri, "original": original, "labels": asdict(labels) if labels else None}
+
+
+def _md5_of(upload: File) -> str:
+    digest = hashlib.md5()
+    for block in upload.chunks():
+        digest.update(block)
+    upload.seek(0)
+    return digest.hexdigest()
+
+
+def _local_copy(storage: Storage, name: str, scratch: Path) -> Path:
+    """A local path of a stored file: the file itself on a filesystem storage, else a copy in ``scratch``
+    (named like the original: parsing reads its suffix)."""
+    try:
+        return Path(storage.path(name))
+    except NotImplementedError:
+        scratch.mkdir(parents=True)
+        local = scratch / Path(name).name
+        with storage.open(name) as stored, open(local, "wb") as copy:
+            shutil.copyfileobj(stored, copy)
+        return local
+
+
+def purge_old_versions(retention_days: int) -> int:
+    """Delete versions retired, or failed, more than ``retention_days`` ago: their chunks and keyword
+    index go with them (no rollback to them any more). Returns how many were purged."""
+    cutoff = timezone.now() - timedelta(days=retention_days)
+    old = KnowledgeBaseVersion.objects.filter(
+        Q(status=KnowledgeBaseVersion.Status.RETIRED, retired_at__lt=cutoff)
+        | Q(status=KnowledgeBaseVersion.Status.FAILED, finished_at__lt=cutoff)
+    )
+    purged = 0
+    for version in old:
+        with transaction.atomic():
+            get_lexical_index().drop(version.pk)
+            version.delete()  # its chunks cascade
+        purged += 1
+    return purged
 
 
 def bump_revision(version: KnowledgeBaseVersion) -> None:
@@ -427,6 +757,25 @@ def _versions_holding(document: Document) -> list[int]:
 
 def _bump_revisions(version_ids: list[int]) -> None:
     KnowledgeBaseVersion.objects.filter(pk__in=version_ids).update(revision=F("revision") + 1)
+
+
+def record_failure(kb: KnowledgeBase, source_uri: str, existing: Document | None, reason: str) -> Document:
+    """Mark a file's document failed with a readable reason; a previously ingested version stays searchable."""
+    if existing is not None and existing.chunk_count:
+        reason = f"{reason} (the previously ingested version stays searchable)"
+    path = Path(source_uri)
+    document, _ = Document.objects.update_or_create(
+        knowledge_base=kb,
+        source_uri=source_uri,
+        defaults={
+            "tenant_id": kb.tenant_id,
+            "doc_type": _doc_type_or_unknown(path),
+            "title": existing.title if existing else path.stem,
+            "status": Document.Status.FAILED,
+            "error": reason,
+        },
+    )
+    return document
 
 
 def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:

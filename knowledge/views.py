@@ -1,15 +1,54 @@
-"""Endpoints over a tenant's knowledge: ``GET /api/v1/stats``."""
+"""Endpoints over a tenant's knowledge: knowledge bases, their documents, ingestion tasks, and
+``GET /api/v1/stats``. Thin: selectors read, services write, the exception handler maps errors."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from django.conf import settings
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
-from knowledge.selectors import tenant_stats
-from knowledge.serializers import StatsOutput
+from engines.embedders import EmbeddingError
+from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists, UploadTooLarge
+from knowledge.parsing import ParseError
+from knowledge.selectors import (
+    document_of,
+    documents_of,
+    knowledge_base_of,
+    knowledge_bases_of,
+    task_status,
+    tenant_stats,
+    version_of,
+    versions_of,
+)
+from knowledge.serializers import (
+    DocumentOutput,
+    KnowledgeBaseInput,
+    KnowledgeBaseOutput,
+    StatsOutput,
+    TaskOutput,
+    UploadInput,
+    UploadOutput,
+    VersionBuildOutput,
+    VersionInput,
+    VersionOutput,
+)
+from knowledge.services import (
+    activate_version,
+    create_knowledge_base,
+    delete_document,
+    labels_from,
+    queue_uploads,
+    start_version_build,
+)
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -48,3 +87,278 @@ class StatsView(RateLimitedMixin, APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(StatsOutput(tenant_stats(request.tenant)).data)
+
+
+ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
+
+
+VERSION_CONFLICT = OpenApiResponse(
+    description="A version is still building, or this one is building or failed (`version_conflict`)."
+)
+
+
+class KnowledgePagination(LimitOffsetPagination):
+    default_limit = 100
+    max_limit = 1000
+
+
+class KnowledgeApiViewSet(RateLimitedMixin, viewsets.GenericViewSet):
+    """Reads need the ``search`` or ``ingest`` scope and count as ``knowledge`` requests; writes need
+    ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``)."""
+
+    permission_classes = [HasTenant, HasScope]
+    pagination_class = KnowledgePagination
+    lookup_value_regex = ID_PATTERN
+
+    def scopes_for(self, request) -> list[str]:
+        if request.method in permissions.SAFE_METHODS:
+            return [Scope.SEARCH, Scope.INGEST]
+        return [Scope.INGEST]
+
+    def rate_limit_endpoint(self, request) -> str:
+        return "knowledge" if request.method in permissions.SAFE_METHODS else "ingest"
+
+    def paginated(self, queryset, output) -> Response:
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(output(page, many=True).data)
+
+
+KB_EXAMPLE = {
+    "id": 3, "name": "handbook", "description": "", "embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 384,
+    "chunk_size": 200, "chunk_overlap": 32, "languages": ["en"], "active_version": 1, "document_count": 12,
+    "created_at": "2026-12-01T05:30:00Z",
+}  # fmt: skip
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="The tenant's knowledge bases",
+        responses={200: KnowledgeBaseOutput(many=True), **error_responses(401, 403, 429)},
+    ),
+    retrieve=extend_schema(
+        summary="One knowledge base", responses={200: KnowledgeBaseOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    create=extend_schema(
+        summary="Create a knowledge base",
+        description="Needs the `ingest` scope. The embedding model, chunking and languages are fixed per version.",
+        request=KnowledgeBaseInput,
+        responses={
+            201: KnowledgeBaseOutput,
+            **error_responses(400, 401, 403, 429),
+            409: OpenApiResponse(description="The tenant already has a knowledge base of that name."),
+        },
+        examples=[
+            OpenApiExample("Create", request_only=True, value={"name": "handbook", "chunk_size": 200}),
+            OpenApiExample(
+                "Created", response_only=True, status_codes=["201"], value={**KB_EXAMPLE, "document_count": 0}
+            ),
+        ],
+    ),
+)
+class KnowledgeBaseViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases``: list, read and create the tenant's knowledge bases."""
+
+    def list(self, request: Request) -> Response:
+        return self.paginated(knowledge_bases_of(request.tenant), KnowledgeBaseOutput)
+
+    def retrieve(self, request: Request, pk: int) -> Response:
+        return Response(KnowledgeBaseOutput(knowledge_base_of(request.tenant, pk)).data)
+
+    def create(self, request: Request) -> Response:
+        params = KnowledgeBaseInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        name = params.validated_data["name"]
+        if knowledge_bases_of(request.tenant).filter(name=name).exists():
+            raise KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
+        try:
+            kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
+        except EmbeddingError as exc:
+            raise InvalidEmbeddingModel(str(exc)) from exc
+        body = KnowledgeBaseOutput(knowledge_base_of(request.tenant, kb.pk)).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Documents of a knowledge base",
+        description="Each with its status (`pending`, `ready`, `failed`), chunks and the error of its last ingestion.",
+        responses={200: DocumentOutput(many=True), **error_responses(401, 403, 404, 429)},
+    ),
+    retrieve=extend_schema(
+        summary="One document", responses={200: DocumentOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    destroy=extend_schema(
+        summary="Delete a document",
+        description="Its chunks leave every search at once (the database rows and the keyword index together).",
+        responses={204: None, **error_responses(401, 403, 404, 429)},
+    ),
+    create=extend_schema(
+        summary="Upload documents for ingestion",
+        description=(
+            "Multipart: one or more `files` and an optional `metadata` field (JSON: `title`, `tags`, `metadata`, as a "
+            "sidecar file sets them). Answers 202 with the task that ingests them: follow it at `status_url`. A file "
+            "of an unsupported type is `failed` at once; one that cannot be parsed is marked `failed` by the task, "
+            "with the reason. Limits: `UPLOAD_MAX_FILE_BYTES` per file, `UPLOAD_MAX_REQUEST_BYTES` per request "
+            "(413). Needs the `ingest` scope."
+        ),
+        request={"multipart/form-data": UploadInput},
+        responses={202: UploadOutput, **error_responses(400, 401, 403, 404, 413, 429)},
+        examples=[
+            OpenApiExample(
+                "Queued",
+                response_only=True,
+                status_codes=["202"],
+                value={
+                    "task_id": "0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e",
+                    "status_url": "/api/v1/tasks/0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e",
+                    "documents": [
+                        {"id": 41, "name": "guide.md", "status": "pending", "error": ""},
+                        {"id": 42, "name": "photo.png", "status": "failed", "error": "unsupported file type .png"},
+                    ],
+                },
+            )
+        ],
+    ),
+)
+class DocumentViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/documents``: upload, list, read and delete documents."""
+
+    parser_classes = [MultiPartParser]
+
+    def list(self, request: Request, kb_id: int) -> Response:
+        return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
+
+    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+        return Response(DocumentOutput(document_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+
+    def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
+        delete_document(document_of(knowledge_base_of(request.tenant, kb_id), pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def create(self, request: Request, kb_id: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        _check_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+        params = UploadInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        uploads = params.validated_data["files"]
+        for upload in uploads:
+            _check_size(upload.size, settings.UPLOAD_MAX_FILE_BYTES, upload.name)
+        _check_size(sum(upload.size for upload in uploads), settings.UPLOAD_MAX_REQUEST_BYTES, "the files together")
+        labels = _labels(params.validated_data.get("metadata"))
+        task, documents = queue_uploads(kb, uploads, labels)
+        body = {
+            "task_id": task.task_id,
+            "status_url": status_url(task),
+            "documents": documents,
+        }
+        return Response(UploadOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Versions of a knowledge base",
+        description="Newest first: status, settings, documents and chunks each holds, build and activation times.",
+        responses={200: VersionOutput(many=True), **error_responses(401, 403, 404, 429)},
+    ),
+    create=extend_schema(
+        summary="Build a new version",
+        description=(
+            "Answers 202 with the task that builds it from the stored originals (re-parse, re-chunk, re-embed, new "
+            "keyword index) while searches keep reading the active version. Omitted settings are the active "
+            "version's. It is `ready` when every ready document has chunks in it, else `failed` (`error` names "
+            "them); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
+        ),
+        request=VersionInput,
+        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 429), 409: VERSION_CONFLICT},
+        examples=[OpenApiExample("Rechunk", request_only=True, value={"chunk_size": 120, "activate": "auto"})],
+    ),
+    activate=extend_schema(
+        summary="Switch searches to a version",
+        description=(
+            "In one transaction: the active version is retired (kept), this one becomes active. Activating a "
+            "retired version is the rollback: instant, nothing is re-embedded. No cached answer of either version "
+            "is served afterwards. Needs `ingest`."
+        ),
+        request=None,
+        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+    ),
+)
+class VersionViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/versions``: blue-green versions, by number."""
+
+    lookup_field = "number"
+
+    def list(self, request: Request, kb_id: int) -> Response:
+        return self.paginated(versions_of(knowledge_base_of(request.tenant, kb_id)), VersionOutput)
+
+    def create(self, request: Request, kb_id: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        params = VersionInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        options = dict(params.validated_data)
+        activate = options.pop("activate") == "auto"
+        try:
+            version, task = start_version_build(kb, activate=activate, **options)
+        except EmbeddingError as exc:
+            raise InvalidEmbeddingModel(str(exc)) from exc
+        body = {
+            "task_id": task.task_id,
+            "status_url": status_url(task),
+            "version": version_of(kb, version.number),
+        }
+        return Response(VersionBuildOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"])
+    def activate(self, request: Request, kb_id: int, number: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        activate_version(version_of(kb, number))
+        return Response(VersionOutput(version_of(kb, number)).data)
+
+
+@extend_schema_view(
+    retrieve=extend_schema(
+        summary="State and progress of a task",
+        description=(
+            "Only for tasks of the caller's tenant. `state`: PENDING (queued), STARTED, PROGRESS (see `progress`), "
+            "SUCCESS (see `result`), FAILURE or RETRY (see `error`)."
+        ),
+        responses={200: TaskOutput, **error_responses(401, 403, 404, 429)},
+        examples=[
+            OpenApiExample(
+                "Running",
+                response_only=True,
+                value={
+                    "task_id": "0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e", "kind": "ingest", "knowledge_base": 3,
+                    "state": "PROGRESS", "progress": {"done": 3, "total": 10, "unit": "documents"},
+                    "result": None, "error": None,
+                },  # fmt: skip
+            )
+        ],
+    ),
+)
+class TaskViewSet(KnowledgeApiViewSet):
+    """``/api/v1/tasks/{task_id}``."""
+
+    lookup_value_regex = "[0-9a-f-]{1,64}"
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(TaskOutput(task_status(request.tenant, pk)).data)
+
+
+def status_url(task) -> str:
+    return reverse("task-detail", kwargs={"pk": task.task_id})
+
+
+def _check_size(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise UploadTooLarge(f"{what} is larger than the allowed maximum of {limit} bytes", details={"limit": limit})
+
+
+def _labels(data):
+    """The upload's ``metadata`` field as labels; a 400 naming what is wrong."""
+    if data is None:
+        return None
+    try:
+        return labels_from(data, where="metadata")
+    except ParseError as exc:
+        raise ValidationError({"metadata": [str(exc)]}) from exc

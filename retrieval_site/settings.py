@@ -27,7 +27,7 @@ from pydantic import PositiveInt, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
-from core.redis import embedded_redis_location
+from core.redis import celery_redis_url, embedded_redis_location
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -198,6 +198,31 @@ class Environment(BaseSettings):
     # Total time each optional remote stage of a search may take (reranker, LLM expander, Elasticsearch):
     # connect, send, every read and every retry together. A stage that misses it is degraded ("deadline").
     SEARCH_DEADLINE_MS: PositiveInt = 2000
+
+    # --- Celery: broker and results on the cache's Redis (embedded by default), each in its own logical
+    # database, unless given URLs of their own.
+    CELERY_BROKER_URL: str = ""
+    CELERY_RESULT_BACKEND: str = ""
+    CELERY_BROKER_DB: NonNegativeInt = 1
+    CELERY_RESULT_DB: NonNegativeInt = 2
+    CELERY_CONCURRENCY: PositiveInt = 1  # worker processes of `./run serve`'s worker
+    # A task taken by a worker that died (kill -9, lost machine) is handed out again this long after it
+    # was taken: longer than the longest task (a version build), or a slow task would run twice at once.
+    CELERY_VISIBILITY_TIMEOUT_S: PositiveInt = 3600
+    TASK_RESULT_TTL_S: PositiveInt = 7 * 24 * 3600
+    # Transient failures (database, Redis, remote embedder) retry with exponential backoff and jitter.
+    TASK_MAX_RETRIES: NonNegativeInt = 5
+    TASK_RETRY_BACKOFF_MAX_S: PositiveInt = 300
+    # Originals of ingested files, kept so a knowledge base can be rebuilt without its clients: any Django
+    # storage backend (e.g. S3-compatible through django-storages); unset, files under ORIGINALS_DIR.
+    ORIGINALS_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "originals")
+    ORIGINALS_STORAGE_BACKEND: str = ""
+    # Uploads (POST /api/v1/knowledge-bases/{id}/documents); MAX_REQUEST_BYTES bounds the other bodies.
+    UPLOAD_MAX_FILE_BYTES: PositiveInt = 20 * 1024 * 1024
+    UPLOAD_MAX_REQUEST_BYTES: PositiveInt = 100 * 1024 * 1024
+    # Versions retired (or failed) longer than this are purged by the hourly beat task; until then a
+    # retired version can be activated again (rollback).
+    KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7
 
     # --- Redis circuit breaker: after this many timeouts or connection errors within the window, Redis
     # is skipped (cache, rate limits per RATE_LIMIT_FAIL_OPEN, idempotency, counters) for the cool-down.
@@ -433,3 +458,32 @@ if (env.OTEL_EXPORTER_OTLP_ENDPOINT or env.OTEL_TRACES_EXPORTER) and env.OTEL_TR
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["core.parsers.StrictJSONParser"]
 # Every Redis command goes through the circuit breaker (core.redis).
 CACHES["default"]["OPTIONS"]["REDIS_CLIENT_CLASS"] = "core.redis.GuardedRedis"
+
+# --- Celery -------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env.CELERY_BROKER_URL or celery_redis_url(REDIS_URL, env.CELERY_BROKER_DB)
+CELERY_RESULT_BACKEND = env.CELERY_RESULT_BACKEND or celery_redis_url(REDIS_URL, env.CELERY_RESULT_DB)
+CELERY_TASK_SERIALIZER = CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True  # a task is acknowledged when it ends: a killed worker's task runs again
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # long tasks: a worker reserves one at a time
+CELERY_TASK_TRACK_STARTED = True  # STARTED between PENDING and PROGRESS
+CELERY_RESULT_EXPIRES = env.TASK_RESULT_TTL_S
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_CONCURRENCY = env.CELERY_CONCURRENCY
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON log lines of LOGGING
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.CELERY_VISIBILITY_TIMEOUT_S,
+    "unacked_restore_throttle": 1,  # look for such tasks every 10 s (and when a worker starts)
+}
+CELERY_BEAT_SCHEDULE = {"purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0}}
+CELERY_BEAT_SCHEDULE_FILENAME = str(env.VAR_DIR / "celerybeat-schedule")
+STORAGES["originals"] = {
+    "BACKEND": env.ORIGINALS_STORAGE_BACKEND or "django.core.files.storage.FileSystemStorage",
+    "OPTIONS": {} if env.ORIGINALS_STORAGE_BACKEND else {"location": str(env.ORIGINALS_DIR)},
+}
+# Documents and versions both have a "status": their enums get names of their own in the OpenAPI schema.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    "DocumentStatusEnum": "knowledge.models.Document.Status",
+    "VersionStatusEnum": "knowledge.models.KnowledgeBaseVersion.Status",
+}

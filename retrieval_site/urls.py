@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/v1/retrieval/", include("retrieval.urls")),
     path("api/v1/dify/retrieval", DifyRetrievalView.as_view(), name="dify-retrieval"),  # Dify: endpoint …/api/v1/dify
     path("api/v1/stats", StatsView.as_view(), name="stats"),
+    path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),

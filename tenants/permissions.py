@@ -1,4 +1,6 @@
-"""Scopes: a view names the scope it needs (``required_scope``); the caller's API key must carry it."""
+"""Scopes: a view names the scope it needs (``required_scope``), or the scopes any one of which will
+do for a request (``scopes_for(request)``: reads and writes of one resource); the caller's API key must
+carry it."""
 from __future__ import annotations
 
 from rest_framework import permissions, status
@@ -14,10 +16,12 @@ class InsufficientScope(DomainError):
 
 
 class HasScope(permissions.BasePermission):
-    """Use after ``HasTenant``: the key must carry ``view.required_scope``."""
+    """Use after ``HasTenant``: the key must carry ``view.required_scope`` or one of ``view.scopes_for(request)``;
+    ``details.required_scope`` names the first of those."""
 
     def has_permission(self, request, view) -> bool:
-        scope = view.required_scope
-        if not request.auth.has_scope(scope):
-            raise InsufficientScope(f"This API key lacks the '{scope}' scope.", details={"required_scope": scope})
+        scopes = view.scopes_for(request) if hasattr(view, "scopes_for") else [view.required_scope]
+        if not any(request.auth.has_scope(scope) for scope in scopes):
+            names = " or ".join(f"'{scope}'" for scope in scopes)
+            raise InsufficientScope(f"This API key lacks the {names} scope.", details={"required_scope": scopes[0]})
         return True

@@ -90,6 +90,67 @@ def lexical_index_dir(tmp_path_factory):
     get_lexical_index.cache_clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def originals_dir(tmp_path_factory):
+    """Stored originals of ingested files go to the test run's own folder."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    location = tmp_path_factory.mktemp("originals")
+    originals = {**settings.STORAGES["originals"], "OPTIONS": {"location": str(location)}}
+    override = override_settings(STORAGES={**settings.STORAGES, "originals": originals})
+    override.enable()
+    yield location
+    override.disable()
+
+
+@pytest.fixture(scope="session")
+def celery_app():
+    """The project's Celery app on the embedded Redis, its queue emptied of tasks an interrupted run left."""
+    from retrieval_site.celery import app
+
+    app.control.purge()
+    return app
+
+
+@pytest.fixture
+def celery_worker(celery_app, transactional_db, embedder):
+    """A real Celery worker in a thread of this process, consuming the real broker. Its tasks use their
+    own database connection, so tests using it need committed rows (``transactional_db``)."""
+    import logging
+
+    from celery.contrib.testing.worker import start_worker
+
+    # Celery's test worker sets the root logger to its own level (ERROR), which would silence later tests.
+    root_level = logging.getLogger().level
+    with start_worker(
+        celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=60, loglevel=root_level
+    ) as worker:
+        yield worker
+    logging.getLogger().setLevel(root_level)
+
+
+@pytest.fixture
+def embedding_server(embedder):
+    """A remote ``/v1/embeddings`` over a real socket, answering with the real model's vectors."""
+    from tests.peers import EmbeddingServer
+
+    embedder.embed_documents(["warm up"])  # a cold first call can outlast the clients' short timeouts
+    with EmbeddingServer(embedder) as server:
+        yield server
+
+
+@pytest.fixture
+def remote_model(settings, embedding_server):
+    """Register ``remote:minilm`` as this process's embedder for the endpoint above."""
+    from engines import embedders
+
+    settings.EMBEDDING_URL = embedding_server.url
+    settings.EMBEDDING_TIMEOUT_S = 1.0
+    yield embedders.get_embedder("remote:minilm")
+    embedders._embedders.pop("remote:minilm", None)
+
+
 @pytest.fixture(scope="session")
 def embedder():
     from engines.embedders import get_embedder

@@ -133,3 +133,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class EmbeddingServer(Peer):
+    """``POST /v1/embeddings`` backed by the real local model; ``mode`` injects faults, ``outage``
+    answers that many requests with a 500 first (a transient outage)."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.mode = "ok"
+        self.outage = 0
+        super().__init__(self.embeddings)
+
+    def embeddings(self, request: PeerRequest) -> Reply:
+        if self.outage > 0:
+            self.outage -= 1
+            return Reply(500, {"error": "temporarily unavailable"})
+        if self.mode == "500":
+            return Reply(500, {"error": "boom"})
+        if self.mode == "garbage":
+            return Reply(body=b"<html>not json</html>")
+        vectors = self.embedder.embed_documents(request.json()["input"])
+        data = [{"index": i, "embedding": vector.tolist()} for i, vector in enumerate(vectors)]
+        if self.mode == "short":
+            data = data[:-1]
+        data.reverse()  # clients must order by "index", not by position
+        delay_s, drip_s = (1.5 if self.mode == "slow" else 0.0), (0.05 if self.mode == "drip" else 0.0)
+        return Reply(body={"object": "list", "data": data}, delay_s=delay_s, drip_s=drip_s)

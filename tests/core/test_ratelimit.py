@@ -186,9 +186,14 @@ def test_redis_down_and_failing_closed_still_answers_a_missing_or_bad_key_first(
 
 
 def test_tiers_limit_exactly_the_counters_the_api_counts():
-    """A tier may only hold limits that something counts: one counter per search mode, and stats'."""
-    from knowledge.views import StatsView
+    """A tier may only hold limits that something counts: one counter per search mode, stats', and the
+    knowledge API's for reads and writes."""
+    from rest_framework.test import APIRequestFactory
+
+    from knowledge.views import KnowledgeApiViewSet, StatsView
     from retrieval.serializers import ModeSearchInput
 
-    counters = set(ModeSearchInput().fields["mode"].choices) | {StatsView().rate_limit_endpoint(None)}
+    requests = APIRequestFactory()
+    knowledge = {KnowledgeApiViewSet().rate_limit_endpoint(requests.generic(method, "/")) for method in ("GET", "POST")}
+    counters = set(ModeSearchInput().fields["mode"].choices) | {StatsView().rate_limit_endpoint(None)} | knowledge
     assert counters == set(RATE_LIMITED_ENDPOINTS)

@@ -10,42 +10,12 @@ import pytest
 
 from knowledge.models import Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
-from engines import embedders
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
-from tests.peers import Peer, PeerRequest, Reply
 
 pytestmark = pytest.mark.slow
-
-
-class EmbeddingServer(Peer):
-    """``POST /v1/embeddings`` backed by the real local model; ``mode`` injects faults."""
-
-    def __init__(self, embedder):
-        self.embedder = embedder
-        self.mode = "ok"
-        super().__init__(self.embeddings)
-
-    def embeddings(self, request: PeerRequest) -> Reply:
-        if self.mode == "500":
-            return Reply(500, {"error": "boom"})
-        if self.mode == "garbage":
-            return Reply(body=b"<html>not json</html>")
-        vectors = self.embedder.embed_documents(request.json()["input"])
-        data = [{"index": i, "embedding": vector.tolist()} for i, vector in enumerate(vectors)]
-        if self.mode == "short":
-            data = data[:-1]
-        data.reverse()  # clients must order by "index", not by position
-        delay_s, drip_s = (1.5 if self.mode == "slow" else 0.0), (0.05 if self.mode == "drip" else 0.0)
-        return Reply(body={"object": "list", "data": data}, delay_s=delay_s, drip_s=drip_s)
-
-
-@pytest.fixture
-def embedding_server(embedder):
-    with EmbeddingServer(embedder) as server:
-        yield server
 
 
 def remote(server, **overrides) -> OpenAICompatibleEmbedder:
@@ -116,15 +86,6 @@ def test_refused_connection_raises_embedding_error(embedding_server):
     embedding_server.close()
     with pytest.raises(EmbeddingError, match="embedding endpoint"):
         OpenAICompatibleEmbedder("remote:minilm", url=url, api_key="", timeout_s=1.0, batch_size=4, token_counter=len)
-
-
-@pytest.fixture
-def remote_model(settings, embedding_server):
-    """Register ``remote:minilm`` as this process's embedder for the endpoint above."""
-    settings.EMBEDDING_URL = embedding_server.url
-    settings.EMBEDDING_TIMEOUT_S = 1.0
-    yield get_embedder("remote:minilm")
-    embedders._embedders.pop("remote:minilm", None)
 
 
 @pytest.mark.django_db

@@ -399,7 +399,7 @@ def test_only_listed_versions_and_the_scope_dimension_are_searched():
     v1 = kb.active_version
     v2 = KnowledgeBaseVersion.objects.create(
         knowledge_base=kb, number=2, status=KnowledgeBaseVersion.Status.BUILDING,
-        embedding_model=kb.embedding_model, embedding_dim=DIMENSION,
+        embedding_model=kb.embedding_model, embedding_dim=DIMENSION, chunk_size=kb.chunk_size, chunk_overlap=0,
     )
     document = DocumentFactory(knowledge_base=kb)
     active = add_chunks(document, [unit_vector(seed) for seed in range(200, 240)])

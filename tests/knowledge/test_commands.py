@@ -122,3 +122,17 @@ def test_check_kb_reports_ready_documents_without_chunks_even_after_repair(check
 def test_check_kb_without_a_match_is_an_error(db):
     with pytest.raises(CommandError, match="no matching knowledge base"):
         call_command("check_kb", kb="nowhere", stdout=io.StringIO())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ingest_async_queues_the_files_for_the_worker(celery_worker, tenant, tmp_path):
+    from celery.result import AsyncResult
+
+    (tmp_path / "returns.txt").write_text("Returns are accepted within 30 days of delivery.")
+    (tmp_path / "returns.txt.meta.json").write_text(json.dumps({"tags": ["policy"]}))
+    out = io.StringIO()
+    call_command("ingest", str(tmp_path), tenant=tenant.name, kb="handbook", run_async=True, stdout=out)
+    task_id = re.search(r"task (\S+)$", out.getvalue().strip()).group(1)
+    assert AsyncResult(task_id).get(timeout=120)["added"] == 1
+    document = Document.objects.get(knowledge_base__name="handbook", tenant=tenant)
+    assert (document.status, document.tags) == (Document.Status.READY, ["policy"])

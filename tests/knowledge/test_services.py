@@ -1,15 +1,28 @@
+import hashlib
+from datetime import timedelta
+
 import pytest
+from django.core.files.base import ContentFile
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from engines import get_lexical_index
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.services import (
+    Ingester,
+    activate_version,
+    create_knowledge_base,
+    discover_files,
+    fill_version,
+    start_version_build,
+    version_build_files,
+)
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
-from tests.factories import ChunkFactory, DocumentFactory, TenantFactory
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -255,3 +268,75 @@ def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_ca
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         services.delete_knowledge_base(KnowledgeBase.objects.get(pk=kb_id))
     assert len(callbacks) == 1 and get_lexical_index().state(version_id) is None
+
+
+# --- versions ----------------------------------------------------------------------------------------
+
+
+def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):  # the build task is recorded, never sent
+        building, _ = start_version_build(kb, activate=False, chunk_size=64)
+    data = b"Returns are accepted within 30 days of delivery."
+    original = services.keep_original(kb, "a.txt", hashlib.md5(data).hexdigest(), ContentFile(data))
+    files = [{"source_uri": "a.txt", "original": original, "labels": None}]  # an ingestion task's arguments
+    services.ingest_stored_files(kb, files, on_progress=lambda done: None)
+    document = Document.objects.get(knowledge_base=kb)
+    assert document.chunks.filter(kb_version=kb.active_version).exists()
+    assert document.chunks.filter(kb_version=building).exists()
+    services.ingest_stored_files(kb, files, on_progress=lambda done: None)  # again: still one chunk set in each
+    for version in (kb.active_version, building):
+        ordinals = list(document.chunks.filter(kb_version=version).values_list("ordinal", flat=True))
+        assert sorted(ordinals) == list(range(len(ordinals)))
+
+
+def test_a_new_model_answers_searches_only_after_the_switch(
+    kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
+):
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
+        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    assert version.status == version.Status.READY
+
+    def vector_search() -> list[int]:
+        embedding_server.requests.clear()
+        request = SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[kb.pk])
+        return [hit.chunk_id for hit in search(kb.tenant, request).results]
+
+    before = vector_search()
+    assert embedding_server.requests == []  # the active version's local model embeds the query
+    assert set(before) <= set(Chunk.objects.filter(kb_version=kb.active_version).values_list("id", flat=True))
+    activate_version(version)
+    after = vector_search()
+    assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
+    assert after and set(after) <= set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
+
+
+def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    document = DocumentFactory(knowledge_base=kb)
+    first = kb.active_version
+    ChunkFactory(document=document)
+    settings_of = {"embedding_model": first.embedding_model, "embedding_dim": first.embedding_dim,
+                   "chunk_size": first.chunk_size, "chunk_overlap": first.chunk_overlap}  # fmt: skip
+    second = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
+    ChunkFactory(document=document, kb_version=second)
+    activate_version(second)
+    long_ago = timezone.now() - timedelta(days=8)
+    failed = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb, number=3, status="failed", finished_at=long_ago, **settings_of
+    )
+    recent = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb, number=4, status="retired", retired_at=timezone.now(), **settings_of
+    )
+    assert services.purge_old_versions(retention_days=7) == 1  # the failed one; version 1 was retired just now
+    assert not KnowledgeBaseVersion.objects.filter(pk=failed.pk).exists()
+    assert Chunk.objects.filter(kb_version_id=first.pk).exists()
+    KnowledgeBaseVersion.objects.filter(pk=first.pk).update(retired_at=long_ago)
+
+    assert services.purge_old_versions(retention_days=7) == 1
+    remaining = set(KnowledgeBaseVersion.objects.filter(knowledge_base=kb).values_list("pk", flat=True))
+    assert remaining == {second.pk, recent.pk}
+    assert not Chunk.objects.filter(kb_version_id=first.pk).exists()
+    assert Chunk.objects.filter(kb_version=second).count() == 1

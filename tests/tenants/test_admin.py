@@ -29,7 +29,8 @@ def test_tiers_are_editable_in_the_admin_for_endpoints_that_exist(admin_client):
             {"name": FREE_TIER, "requests_per_window": 120, "endpoint_limits": limits},
         )
         assert rejected.status_code == 200
-        assert "must map endpoint names (vector, bm25, hybrid, stats) to positive integers" in rejected.content.decode()
+        message = "must map endpoint names (vector, bm25, hybrid, stats, knowledge, ingest) to positive integers"
+        assert message in rejected.content.decode()
     free.refresh_from_db()
     assert free.endpoint_limits == {"hybrid": 60}
 

@@ -3,7 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from knowledge.services import Ingester, discover_files, get_or_create_knowledge_base
+from knowledge.services import Ingester, discover_files, get_or_create_knowledge_base, queue_files
 from tenants.selectors import TenantNotFound, tenant_by_name
 
 
@@ -21,8 +21,16 @@ class Command(BaseCommand):
             "--languages", default=None, help="languages the model covers, e.g. zh,en (default: known for the model)"
         )
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument(
+            "--async",
+            action="store_true",
+            dest="run_async",
+            help="queue the files for a Celery worker and print the task id instead of ingesting here",
+        )
 
-    def handle(self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, languages, no_progress, **options):
+    def handle(
+        self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, languages, no_progress, run_async, **options
+    ):
         try:
             owner = tenant_by_name(tenant)
             files = discover_files(paths)
@@ -41,8 +49,12 @@ class Command(BaseCommand):
                 f"created knowledge base {kb} (id {knowledge_base.pk}, model {knowledge_base.embedding_model}, "
                 f"{knowledge_base.chunk_size} tokens per chunk)"
             )
+        if run_async:
+            task = queue_files(knowledge_base, files)
+            self.stdout.write(f"queued {len(files)} files; task {task.task_id}")
+            return
         with tqdm(total=len(files), unit="doc", disable=no_progress, file=self.stderr) as bar:
-            report = Ingester(knowledge_base, on_progress=bar.update).ingest(files)
+            report = Ingester(knowledge_base, on_progress=bar.update, keep_originals=True).ingest(files)
         for source_uri, reason in report.failures:
             self.stderr.write(f"failed: {source_uri}: {reason}")
         summary = report.as_dict()

@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from tenants.models import Scope
 from tenants.services import create_api_key, get_or_create_tenant, revoke_api_key
 
 SAMPLE_DIR = Path(settings.BASE_DIR) / "sample_kb"
@@ -37,7 +38,8 @@ class Command(BaseCommand):
 
         for previous in owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True):
             revoke_api_key(previous)
-        raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME).raw_key
+        # search and ingest: the README examples search, upload and build versions with this key.
+        raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME, scopes=[Scope.SEARCH, Scope.INGEST]).raw_key
         kb_id = owner.knowledge_bases.get(name=kb).pk
         self.stdout.write(
             "\n".join(

@@ -1,0 +1,113 @@
+"""Celery tasks of the knowledge lifecycle: thin shells around ``knowledge.services``.
+
+Declared with ``@shared_task`` (they bind to the app ``retrieval_site.celery`` loads), so this app
+never imports the wiring. Transient failures (database, Redis, embedder, a busy keyword index) retry
+with exponential backoff and jitter, up to ``TASK_MAX_RETRIES``; anything else (a deleted knowledge
+base, a bug) fails at once. Bad files never fail a task: their documents are marked failed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from celery import Task, shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from engines.base import LexicalIndexError
+from engines.embedders import EmbeddingError
+from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
+from knowledge.services import (
+    activate_version,
+    fail_pending_documents,
+    fail_version,
+    fill_version,
+    ingest_stored_files,
+    purge_old_versions,
+    version_build_files,
+)
+
+TRANSIENT_ERRORS = (
+    OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError, EmbeddingError, LexicalIndexError,
+)  # fmt: skip
+
+
+class Progress:
+    """Reports a task's progress (``update_state``), readable through ``GET /api/v1/tasks/{id}``."""
+
+    def __init__(self, task: Task, total: int, unit: str):
+        self.task, self.done, self.total, self.unit = task, 0, total, unit
+        self._report()
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        self._report()
+
+    def as_dict(self) -> dict:
+        return {"done": self.done, "total": self.total, "unit": self.unit}
+
+    def _report(self) -> None:
+        self.task.update_state(state=KnowledgeTask.PROGRESS, meta=self.as_dict())
+
+
+@contextmanager
+def when_giving_up(task: Task, record: Callable[[Exception], None]) -> Iterator[None]:
+    """Run ``record`` when the task fails for good (an error not retried, or the last retry), before
+    the failure is stored: whoever sees the task failed sees what it left recorded too."""
+    try:
+        yield
+    except Exception as exc:
+        if not isinstance(exc, TRANSIENT_ERRORS) or task.request.retries >= task.max_retries:
+            record(exc)
+        raise
+
+
+RETRIES = {
+    "autoretry_for": TRANSIENT_ERRORS,
+    "retry_backoff": True,
+    "retry_backoff_max": settings.TASK_RETRY_BACKOFF_MAX_S,
+    "retry_jitter": True,
+    "max_retries": settings.TASK_MAX_RETRIES,
+}
+
+
+@shared_task(bind=True, **RETRIES)
+def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
+    """Parse, chunk, embed and write stored files into a KB's active version; progress in documents.
+    Given up, its documents still pending are failed, so none waits forever."""
+    with when_giving_up(self, lambda exc: fail_pending_documents(kb_id, files, f"ingestion failed: {exc}")):
+        kb = KnowledgeBase.objects.select_related("active_version").get(pk=kb_id)
+        progress = Progress(self, total=len(files), unit="documents")
+        report = ingest_stored_files(kb, files, on_progress=progress.advance)
+    failures = [{"name": name, "error": error} for name, error in report.failures]
+    return {**report.as_dict(), "failures": failures, "progress": progress.as_dict()}
+
+
+@shared_task(bind=True, **RETRIES)
+def build_version(self, version_id: int, activate: bool) -> dict:
+    """Build a new KB version from the stored originals while searches read the active one; with
+    ``activate``, switch to it once it validates. Progress in documents. Given up, the version is
+    failed, so it is never activated and another build may start."""
+    with when_giving_up(self, lambda exc: fail_version(version_id, f"build failed: {exc}")):
+        version = KnowledgeBaseVersion.objects.get(pk=version_id)
+        if version.status != KnowledgeBaseVersion.Status.BUILDING:  # a redelivered finished build does nothing
+            return _build_result(version, progress=None)
+        files = version_build_files(version)
+        progress = Progress(self, total=len(files), unit="documents")
+        version = fill_version(version, files, on_progress=progress.advance)
+        if activate and version.status == KnowledgeBaseVersion.Status.READY:
+            version = activate_version(version)
+    return _build_result(version, progress)
+
+
+@shared_task(**RETRIES)
+def purge_versions() -> int:
+    """Beat runs it hourly: versions retired or failed more than KB_VERSION_RETENTION_DAYS ago go."""
+    return purge_old_versions(settings.KB_VERSION_RETENTION_DAYS)
+
+
+def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict:
+    done = progress.as_dict() if progress else None
+    return {"version": version.number, "status": version.status, "error": version.error, "progress": done}
