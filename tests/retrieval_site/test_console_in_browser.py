@@ -94,3 +94,31 @@ def test_an_api_key_is_created_with_its_secret_shown_once(logged_in, live_server
     message = page.locator(".messagelist").inner_text()
     assert re.search(r"shown this once \(copy it now\): rk_[0-9a-f]+_\S+", message)
     screenshot(page, "api-keys")
+
+
+def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_server, order_kb, tmp_path, screenshot):
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
+    page.fill("input[name=query]", "consignment")
+    page.select_option("select[name=mode]", "bm25")
+    page.click("input[value=Search]")
+    expect(page.locator("p.empty").first).to_contain_text("No hits")
+
+    csv_file = tmp_path / "synonyms.csv"
+    csv_file.write_text('terms,replacements,weight,active\n"consignment, order",,0.8,true\n', encoding="utf-8")
+    page.goto(f"{live_server.url}/admin/knowledge/synonym/")
+    page.click("a.import-link")
+    page.select_option("select[name=tenant]", label=order_kb.tenant.name)
+    page.set_input_files("input[name=file]", str(csv_file))
+    page.click("input[name=preview]")
+    expect(page.locator("#plan-summary")).to_contain_text("1 to add, 0 to update, 0 unchanged, 0 lines with errors")
+    expect(page.locator("#plan-add")).to_contain_text("consignment, order")
+    screenshot(page, "synonyms-import")
+    page.click("input[name=apply]")
+    expect(page.locator(".messagelist")).to_contain_text("1 added")
+
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
+    page.click("#history button:text('Re-run')")
+    assert "order (synonym, weight 0.8)" in page.locator("table.summary").inner_text()
+    assert page.locator("li.hit").count() > 0
+    assert "order" in [mark.lower() for mark in page.locator("li.hit").first.locator("mark").all_inner_texts()]

@@ -1,0 +1,69 @@
+"""Bulk import and export of synonyms and protected terms through the admin's views."""
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from knowledge.models import DictionaryTerm, Synonym
+
+pytestmark = pytest.mark.django_db
+
+SYNONYMS = "/admin/knowledge/synonym/"
+TERMS = "/admin/knowledge/dictionaryterm/"
+CSV = 'terms,replacements,weight,active\n"退货, 退换货",,0.6,\nlaptop,notebook,,\n'
+
+
+def test_the_change_lists_link_the_import(admin_client):
+    for url in (SYNONYMS, TERMS):
+        assert f'href="{url}import/" class="import-link"' in admin_client.get(url).content.decode()
+
+
+def test_an_uploaded_csv_is_previewed_then_applied(admin_client, tenant):
+    upload = SimpleUploadedFile("synonyms.csv", CSV.encode())
+    preview = admin_client.post(f"{SYNONYMS}import/", {"tenant": tenant.pk, "format": "synonyms-csv", "file": upload})
+    assert preview.status_code == 200
+    plan = preview.context["plan"]
+    assert (len(plan.add), plan.errors) == (2, [])
+    assert not Synonym.objects.exists()
+    assert preview.context["form"]["text"].value() == CSV  # the lines travel to the apply step
+    applied = admin_client.post(f"{SYNONYMS}import/", {"tenant": tenant.pk, "format": "synonyms-csv", "text": CSV,
+                                                       "apply": "Apply"})  # fmt: skip
+    assert applied.status_code == 302 and applied.url == SYNONYMS
+    assert sorted(map(str, Synonym.objects.filter(tenant=tenant))) == ["laptop => notebook", "退货, 退换货"]
+
+
+def test_lines_with_errors_are_listed_and_nothing_is_applied(admin_client, tenant):
+    text = "value,kind,note\nPPR-9087,term,\nA(,pattern,\nX,colour,\n"
+    page = admin_client.post(f"{TERMS}import/", {"tenant": tenant.pk, "format": "terms-csv", "text": text,
+                                                 "apply": "Apply"})  # fmt: skip
+    assert page.status_code == 200
+    assert [number for number, _ in page.context["plan"].errors] == [3, 4]
+    html = page.content.decode()
+    assert "not a valid regular expression" in html and 'name="apply"' not in html
+    assert not DictionaryTerm.objects.exists()
+
+
+def test_an_empty_import_and_a_format_of_the_other_model_are_form_errors(admin_client, tenant):
+    empty = admin_client.post(f"{TERMS}import/", {"tenant": tenant.pk, "format": "terms-csv", "text": " "})
+    assert "upload a file or paste some lines" in empty.content.decode()
+    other = admin_client.post(f"{TERMS}import/", {"tenant": tenant.pk, "format": "synonyms-solr", "text": "a, b"})
+    assert "format" in other.context["form"].errors and other.context["plan"] is None
+
+
+def test_staff_without_add_permission_cannot_import(client, tenant):
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_synonym"))
+    client.force_login(user)
+    assert client.get(f"{SYNONYMS}import/").status_code == 403
+
+
+def test_the_export_actions_download_the_selected_rules(admin_client, tenant):
+    kept = Synonym.objects.create(tenant=tenant, terms=["tv", "television"])
+    Synonym.objects.create(tenant=tenant, terms=["phone", "mobile"])
+    csv = admin_client.post(SYNONYMS, {"action": "export_csv", "_selected_action": [kept.pk]})
+    assert csv["Content-Disposition"] == 'attachment; filename="synonyms.csv"'
+    assert csv.content.decode() == 'terms,replacements,weight,active\n"tv, television",,0.5,true\n'
+    solr = admin_client.post(SYNONYMS, {"action": "export_solr", "_selected_action": [kept.pk]})
+    assert solr.content.decode() == "tv, television\n"
+    term = DictionaryTerm.objects.create(tenant=tenant, value="PPR-9087")
+    terms = admin_client.post(TERMS, {"action": "export_csv", "_selected_action": [term.pk]})
+    assert terms.content.decode() == "value,kind,note\nPPR-9087,term,\n"
