@@ -1,5 +1,9 @@
 from django import forms
 from django.contrib import admin, messages
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from tenants import console
 
 from tenants.models import ApiKey, RateTier, Scope, Tenant
 from tenants.services import create_api_key, revoke_api_key
@@ -29,10 +33,23 @@ class ApiKeyInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "is_active", "rate_tier", "created_at"]
+    list_display = ["name", "is_active", "rate_tier", "created_at", "dashboard"]
     list_filter = ["rate_tier", "is_active"]
     search_fields = ["name"]
     inlines = [ApiKeyInline]
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.dashboard_view)
+        return [path("<int:tenant_id>/dashboard/", view, name="tenants_tenant_dashboard"), *super().get_urls()]
+
+    def dashboard_view(self, request, tenant_id: int):
+        context = {**self.admin_site.each_context(request), "opts": self.opts}
+        return console.dashboard_view(request, context, tenant_id)
+
+    @admin.display(description="Dashboard")
+    def dashboard(self, tenant: Tenant) -> str:
+        url = reverse("admin:tenants_tenant_dashboard", args=[tenant.pk])
+        return format_html('<a href="{}" class="dashboard-link">queries, latency, limits</a>', url)
 
 
 @admin.register(RateTier)
