@@ -105,6 +105,14 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
         "created_at",
     ]  # fmt: skip
 
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.glance_view)
+        return [path("glance/", view, name="knowledge_knowledgebase_glance"), *super().get_urls()]
+
+    def glance_view(self, request):
+        title = "Knowledge bases at a glance"
+        return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
+
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:
             kwargs["form"] = self.add_form

@@ -1,5 +1,6 @@
-"""The console's bulk import of synonyms and protected terms: upload or paste, preview what changes
-(and every line that cannot be used), then apply. Registered as admin views by ``knowledge.admin``."""
+"""The console's knowledge pages: the knowledge bases at a glance, and the bulk import of synonyms and
+protected terms (upload or paste, preview what changes and every line that cannot be used, then
+apply). Registered as admin views by ``knowledge.admin``."""
 from __future__ import annotations
 
 from django import forms
@@ -8,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 
+from knowledge.selectors import knowledge_bases_at_a_glance
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
 from tenants.models import Tenant
 from tenants.selectors import tenants_visible_to
@@ -64,3 +66,10 @@ def import_view(request, context: dict, *, model_admin, formats: list[str]) -> T
         form = VocabularyImportForm({**data.dict(), "text": text}, tenants=tenants, formats=formats)
     context.update(form=form, plan=plan, has_tenants=tenants.exists())
     return TemplateResponse(request, "admin/knowledge/import.html", context)
+
+
+def glance_view(request, context: dict) -> TemplateResponse:
+    """Per knowledge base of the tenants the user sees: documents by status, chunks, the active
+    version's model and chunking, the latest failures."""
+    context.update(glances=knowledge_bases_at_a_glance(tenants_visible_to(request.user)))
+    return TemplateResponse(request, "admin/knowledge/glance.html", context)

@@ -4,6 +4,7 @@ from django.contrib.auth.models import Permission, User
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from knowledge.models import DictionaryTerm, Synonym
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -67,3 +68,29 @@ def test_the_export_actions_download_the_selected_rules(admin_client, tenant):
     term = DictionaryTerm.objects.create(tenant=tenant, value="PPR-9087")
     terms = admin_client.post(TERMS, {"action": "export_csv", "_selected_action": [term.pk]})
     assert terms.content.decode() == "value,kind,note\nPPR-9087,term,\n"
+
+
+GLANCE = "/admin/knowledge/knowledgebase/glance/"
+
+
+def test_knowledge_bases_at_a_glance(admin_client):
+    kb = KnowledgeBaseFactory()
+    ChunkFactory.create_batch(3, document=DocumentFactory(knowledge_base=kb))
+    DocumentFactory(knowledge_base=kb, status="pending")
+    DocumentFactory(knowledge_base=kb, status="failed", source_uri="bad.pdf", error="cannot parse <b>bad.pdf</b>")
+    assert f'href="{GLANCE}" class="glance-link"' in admin_client.get("/admin/knowledge/knowledgebase/").content.decode()
+    page = admin_client.get(GLANCE)
+    (glance,) = [glance for glance in page.context["glances"] if glance.kb == kb]
+    assert glance.documents_by_status == {"pending": 1, "ready": 1, "failed": 1}
+    assert glance.chunks == 3
+    assert [document.source_uri for document in glance.last_errors] == ["bad.pdf"]
+    html = page.content.decode()
+    assert "cannot parse &lt;b&gt;bad.pdf&lt;/b&gt;" in html
+    assert f"v{kb.active_version.number}: {kb.embedding_model} ({kb.embedding_dim} d)" in html
+
+
+def test_the_glance_shows_only_what_the_user_may_see(client):
+    KnowledgeBaseFactory()
+    client.force_login(User.objects.create_user("curator", is_staff=True))
+    page = client.get(GLANCE)
+    assert page.context["glances"] == [] and "ask a superuser" in page.content.decode()

@@ -84,7 +84,7 @@ def test_compare_shows_two_settings_side_by_side(logged_in, live_server, order_k
     screenshot(page, "compare")
 
 
-def test_an_api_key_is_created_with_its_secret_shown_once(logged_in, live_server, order_kb, screenshot):
+def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, live_server, order_kb, screenshot):
     page = logged_in
     page.goto(f"{live_server.url}/admin/tenants/apikey/add/")
     page.select_option("#id_tenant", label=order_kb.tenant.name)
@@ -94,6 +94,21 @@ def test_an_api_key_is_created_with_its_secret_shown_once(logged_in, live_server
     message = page.locator(".messagelist").inner_text()
     assert re.search(r"shown this once \(copy it now\): rk_[0-9a-f]+_\S+", message)
     screenshot(page, "api-keys")
+
+    page.goto(f"{live_server.url}/admin/tenants/tenant/")
+    page.click("a.dashboard-link")
+    expect(page.locator("#content h1")).to_have_text(f"Dashboard: {order_kb.tenant.name}")
+    assert page.locator("#daily tr").count() == 15  # a header and 14 days
+    expect(page.locator("h2", has_text="Rate tier")).to_contain_text(order_kb.tenant.rate_tier.name)
+    screenshot(page, "tenant-dashboard")
+
+    page.goto(f"{live_server.url}/admin/knowledge/knowledgebase/")
+    page.click("a.glance-link")
+    row = page.locator("tr.kb", has_text="troubleshooting")
+    files = len(discover_files([SAMPLE_TROUBLESHOOTING]))
+    assert row.locator(".statuses").inner_text() == f"pending 0, ready {files}, failed 0"
+    assert int(row.locator(".chunks").inner_text()) == order_kb.active_version.chunks.count()
+    screenshot(page, "knowledge-bases")
 
 
 def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_server, order_kb, tmp_path, screenshot):
