@@ -92,13 +92,19 @@ def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, liv
     page.click("input[name=_save]")
     expect(page.locator(".messagelist")).to_contain_text("shown this once")
     message = page.locator(".messagelist").inner_text()
-    assert re.search(r"shown this once \(copy it now\): rk_[0-9a-f]+_\S+", message)
+    raw_key = re.search(r"shown this once \(copy it now\): (rk_[0-9a-f]+_\S+)", message).group(1)
     screenshot(page, "api-keys")
+    for query in (ORDER_QUERY, ORDER_QUERY, "firmware update failed", "consignment"):
+        search = page.request.post(f"{live_server.url}/api/v1/retrieval/bm25", data={"query": query},
+                                   headers={"Authorization": f"Bearer {raw_key}"})  # fmt: skip
+        assert search.ok, search.text()
 
     page.goto(f"{live_server.url}/admin/tenants/tenant/")
     page.click("a.dashboard-link")
     expect(page.locator("#content h1")).to_have_text(f"Dashboard: {order_kb.tenant.name}")
     assert page.locator("#daily tr").count() == 15  # a header and 14 days
+    assert page.locator("#top-queries tr").first.inner_text().split("\t") == [ORDER_QUERY.casefold(), "2"]
+    assert page.locator("#no-result-queries").inner_text().split("\t") == ["consignment", "1"]
     expect(page.locator("h2", has_text="Rate tier")).to_contain_text(order_kb.tenant.rate_tier.name)
     screenshot(page, "tenant-dashboard")
 
