@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.urls import path
 
+from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import console, vocabulary
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
@@ -186,7 +187,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(admin.ModelAdmin):
+class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: a chunk's text, vector and index entry come from its document. Edit the document's
     labels, re-ingest its file, or delete the document."""
 
@@ -196,15 +197,6 @@ class ChunkAdmin(admin.ModelAdmin):
     search_fields = ["content"]
     exclude = ["embedding"]
     list_select_related = ["document"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 admin.site.unregister(Tenant)

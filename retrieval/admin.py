@@ -3,12 +3,13 @@
 from django.contrib import admin
 from django.urls import path
 
+from core.admin import ReadOnlyAdminMixin
 from retrieval import console
 from retrieval.models import RetrievalRun
 
 
 @admin.register(RetrievalRun)
-class RetrievalTestingAdmin(admin.ModelAdmin):
+class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Any staff user may test; what they can search is what ``tenants_visible_to`` lets them see.
     Runs are made by the page and seen only by their own user."""
 
@@ -17,15 +18,6 @@ class RetrievalTestingAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None) -> bool:
         return self.has_module_permission(request) and (obj is None or obj.user_id == request.user.pk)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_urls(self):
         compare = self.admin_site.admin_view(self.compare_view)

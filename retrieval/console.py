@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -210,7 +211,9 @@ def testing_view(request, context: dict) -> TemplateResponse:
     tenants = tenants_visible_to(request.user)
     data = request.POST if request.method == "POST" else None
     if data is not None and "rerun" in data:
-        run = get_object_or_404(request.user.retrieval_runs, pk=data["rerun"])
+        if not data["rerun"].isdigit():
+            raise Http404("no such run")
+        run = get_object_or_404(request.user.retrieval_runs, pk=int(data["rerun"]))
         data = MultiValueDict(run.params)
     form = RetrievalTestForm(data, tenants=tenants)
     outcome = _run(request, form) if data is not None else None
@@ -233,9 +236,9 @@ def compare_view(request, context: dict) -> TemplateResponse:
     form = RetrievalTestForm(data, tenants=tenants)
     other = SearchSettingsForm(data, prefix="b", initial={"mode": "bm25"})
     sides = None
-    if data is not None and other.is_valid():
-        left = _run(request, form)
-        right = _run(request, form, replace(form.search_request(), **other.search_options())) if left else None
+    left = _run(request, form) if data is not None else None
+    if left is not None and other.is_valid():
+        right = _run(request, form, replace(form.search_request(), **other.search_options()))
         if right is not None:
             tenant = form.cleaned_data["tenant"]
             moved, dropped = movements(left.response, right.response)

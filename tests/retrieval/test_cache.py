@@ -170,6 +170,7 @@ NOT_RANKING = {
     "RERANKER_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_RETRIES": "retries of the same request",
     "RANKING_SETTINGS": "the group itself",
+    "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
 }
 
 

@@ -109,6 +109,7 @@ def test_a_run_is_rerun_with_one_click_and_only_by_its_user(admin_client, staff_
     assert [row["hit"].chunk_id for row in page.context["outcome"]["hits"]] == [chunk.pk]
     assert RetrievalRun.objects.count() == 2
     assert staff_client.post(TESTING, {"rerun": run.pk}).status_code == 404
+    assert admin_client.post(TESTING, {"rerun": "1 OR 1=1"}).status_code == 404
 
 
 def test_curation_links_prefill_a_protected_term_and_a_synonym(admin_client, sample_kb):
@@ -119,6 +120,13 @@ def test_curation_links_prefill_a_protected_term_and_a_synonym(admin_client, sam
     assert protect.context["adminform"].form.initial == {"tenant": str(sample_kb.tenant.pk), "value": "ORD-2026-000817"}
     synonym = admin_client.get(links["订单"]["synonym"])
     assert synonym.context["adminform"].form.initial["terms"] == "订单"
+
+
+def test_compare_shows_the_errors_of_both_settings(admin_client):
+    tenant = KnowledgeBaseFactory().tenant
+    page = admin_client.post(COMPARE, {**form(tenant, "kettle", filters="[1]"), "b-mode": "graph", "b-top_k": 5})
+    assert page.status_code == 200 and page.context["sides"] is None
+    assert "filters" in page.context["form"].errors and "mode" in page.context["other"].errors
 
 
 def test_compare_marks_hits_that_moved(admin_client, sample_kb):
