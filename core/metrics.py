@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 
 from core.errors import error_body
 from core.logging import tenant_of
-from core.usage import count_query
+from core.usage import ServedQuery, count_query
 
 # URL names of the search endpoints (retrieval/urls.py): their 200s are queries served.
 SEARCH_ENDPOINTS = frozenset({"retrieval-vector", "retrieval-bm25", "retrieval-hybrid", "retrieval-search"})
@@ -111,8 +111,21 @@ class MetricsMiddleware:
                 record_cache(bool(cached))
             tenant = tenant_of(request)
             if tenant is not None:
-                count_query(tenant.pk, cached=bool(cached))
+                count_query(tenant.pk, _served(payload, endpoint))
         return response
+
+
+def _served(payload: dict, endpoint: str) -> ServedQuery:
+    """What the usage counters keep of a search response (``retrieval.views.SearchView``'s body)."""
+    queries = payload.get("queries") or [{}]
+    return ServedQuery(
+        mode=str(payload.get("mode") or endpoint),
+        cached=bool(payload.get("cached")),
+        latency_ms=float(payload.get("latency_ms") or 0),
+        query=str(queries[0].get("text", "")),
+        hits=int(payload.get("total") or 0),
+        degraded_stages=tuple(str(item.get("stage")) for item in payload.get("degraded") or ()),
+    )
 
 
 def _client_allowed(remote_addr: str) -> bool:

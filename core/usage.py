@@ -1,28 +1,74 @@
-"""Per-tenant query counters in Redis, shared by every worker and machine.
+"""Per-tenant query counters in Redis, shared by every worker and machine, and what the console's
+tenant dashboard shows: queries per day and mode, cache hits, latencies, degradations by stage, the
+top queries and those with no result, and the current rate-limit window's searches per mode.
 
-They count from when that Redis started (the embedded one keeps nothing on disk). With Redis down a
-search is served uncounted and :func:`query_counts` answers None.
+Every structure is bounded: daily hashes expire after ``DAYS_KEPT``, window hashes after two
+windows, latencies keep the latest ``LATENCIES_KEPT``, each query ranking its ``QUERIES_KEPT`` most
+frequent (the rarest drop out). They count from when that Redis started (the embedded one keeps
+nothing on disk). With Redis down a search is served uncounted and the readers answer None.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
 from django.core.cache import cache
 from django_redis import get_redis_connection
 
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
+DAYS_KEPT = 30
+LATENCIES_KEPT = 1000
+QUERIES_KEPT = 500
+QUERY_CHARS_KEPT = 200
+
+
+@dataclass(frozen=True)
+class ServedQuery:
+    """One search served to a tenant, as its response tells it."""
+
+    mode: str
+    cached: bool  # answered from the response cache
+    latency_ms: float
+    query: str
+    hits: int
+    degraded_stages: tuple[str, ...] = ()
+
+
 def _key(tenant_id: int, counter: str) -> str:
     return f"stats:{counter}:{tenant_id}"
 
 
-def count_query(tenant_id: int, *, cached: bool) -> None:
-    """One search served to the tenant (``cached``: answered from the response cache)."""
-    counters = ("queries", "cache_hits") if cached else ("queries",)
+def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None) -> None:
+    """Record one search served to the tenant, in one round trip."""
+    now = time.time() if now is None else now
+
+    def key(name: str) -> str:
+        return cache.make_key(_key(tenant_id, name))
+
     try:
-        # One round trip; INCR starts a missing counter at 0, and django-redis stores integers as
-        # plain Redis integers, so cache.get_many reads them back.
+        # INCR starts a missing counter at 0, and django-redis stores integers as plain Redis
+        # integers, so cache.get_many reads them back.
         pipeline = get_redis_connection("default").pipeline(transaction=False)
-        for counter in counters:
-            pipeline.incr(cache.make_key(_key(tenant_id, counter)))
+        for counter in ("queries", "cache_hits") if served.cached else ("queries",):
+            pipeline.incr(key(counter))
+        daily = key(f"daily:{_day(now)}")
+        pipeline.hincrby(daily, served.mode, 1)
+        if served.cached:
+            pipeline.hincrby(daily, "cache_hits", 1)
+        pipeline.expire(daily, DAYS_KEPT * 86400)
+        window = key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}")
+        pipeline.hincrby(window, served.mode, 1)
+        pipeline.expire(window, 2 * settings.RATE_LIMIT_WINDOW_S)
+        for stage in served.degraded_stages:
+            pipeline.hincrby(key("degraded"), stage, 1)
+        pipeline.lpush(key("latency"), round(served.latency_ms, 3))
+        pipeline.ltrim(key("latency"), 0, LATENCIES_KEPT - 1)
+        query = " ".join(served.query.split()).casefold()[:QUERY_CHARS_KEPT]
+        for ranking in ("top", "no_result") if served.hits == 0 else ("top",):
+            pipeline.zincrby(key(ranking), 1, query)
+            pipeline.zremrangebyrank(key(ranking), 0, -QUERIES_KEPT - 1)
         pipeline.execute()
     except REDIS_ERRORS as exc:  # an outage must not turn a served search into an error
         warn_redis_unavailable("query counters", exc)
@@ -36,4 +82,67 @@ def query_counts(tenant_id: int) -> dict | None:
         warn_redis_unavailable("query counters", exc)
         return None
     queries, hits = (values.get(keys[counter], 0) for counter in ("queries", "cache_hits"))
-    return {"served": queries, "cache_hits": hits, "cache_hit_ratio": round(hits / queries, 4) if queries else None}
+    return {"served": queries, "cache_hits": hits, "cache_hit_ratio": _ratio(hits, queries)}
+
+
+def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | None = None) -> dict | None:
+    """The dashboard's numbers: ``daily`` (oldest first: date, per-mode counts, cache hit ratio),
+    ``latency_ms`` (p50/p95 over the latest searches), ``degraded`` (stage -> count), ``top_queries``
+    and ``no_result_queries`` ((query, count), most frequent first), ``window`` (mode -> searches in
+    the current rate-limit window)."""
+    now = time.time() if now is None else now
+    dates = [_day(now - 86400 * back) for back in range(days - 1, -1, -1)]
+
+    def key(name: str) -> str:
+        return cache.make_key(_key(tenant_id, name))
+
+    try:
+        pipeline = get_redis_connection("default").pipeline(transaction=False)
+        for date in dates:
+            pipeline.hgetall(key(f"daily:{date}"))
+        pipeline.lrange(key("latency"), 0, -1)
+        pipeline.hgetall(key("degraded"))
+        pipeline.zrevrange(key("top"), 0, top - 1, withscores=True)
+        pipeline.zrevrange(key("no_result"), 0, top - 1, withscores=True)
+        pipeline.hgetall(key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}"))
+        *daily, latencies, degraded, top_queries, no_result, window = pipeline.execute()
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("query counters", exc)
+        return None
+    return {
+        "daily": [_daily_row(date, _ints(counts)) for date, counts in zip(dates, daily, strict=True)],
+        "latency_ms": _percentiles(sorted(float(value) for value in latencies)),
+        "degraded": _ints(degraded),
+        "top_queries": [(query.decode(), int(count)) for query, count in top_queries],
+        "no_result_queries": [(query.decode(), int(count)) for query, count in no_result],
+        "window": _ints(window),
+    }
+
+
+def _day(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(timestamp))
+
+
+def _ints(mapping: dict) -> dict[str, int]:
+    return {name.decode(): int(value) for name, value in sorted(mapping.items())}
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _daily_row(date: str, counts: dict[str, int]) -> dict:
+    cache_hits = counts.pop("cache_hits", 0)
+    total = sum(counts.values())
+    return {"date": date, "modes": counts, "total": total, "cache_hit_ratio": _ratio(cache_hits, total)}
+
+
+def _percentiles(latencies: list[float]) -> dict:
+    """Nearest-rank percentiles; empty when nothing was served yet."""
+    if not latencies:
+        return {}
+
+    def rank(share: int) -> float:
+        return latencies[max(0, -(-len(latencies) * share // 100) - 1)]
+
+    return {"p50": rank(50), "p95": rank(95), "searches": len(latencies)}

@@ -59,6 +59,9 @@ _ASCII_WORDS = re.compile(rf"[a-z0-9]+(?:{_SEPARATOR}[a-z0-9]+)*")  # the same o
 _SEPARATORS = re.compile(_SEPARATOR)
 _HAN_CHAR = re.compile(f"[{_HAN}]")
 _HAN_RUNS = re.compile(f"([{_HAN}]+)")
+# The runs of raw text the analyzer tokenizes apart (a Han run, or a word or compound such as sky-10023908):
+# a caller maps tokens back onto text through them (highlighting).
+TEXT_RUNS = re.compile(f"[{_HAN}]+|{_WORDS.pattern}")
 # A protected match never starts or ends between two letters/digits: `ppr-9087` is not found inside
 # `xppr-90871`. For terms the start is checked after consuming the first character, so the candidate
 # regex begins with a character class and the regex engine can skip ahead to possible starts.

@@ -4,8 +4,12 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+from django.urls import path
 
+from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
+from knowledge import console, vocabulary
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.services import (
     create_knowledge_base,
@@ -102,6 +106,14 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
         "created_at",
     ]  # fmt: skip
 
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.glance_view)
+        return [path("glance/", view, name="knowledge_knowledgebase_glance"), *super().get_urls()]
+
+    def glance_view(self, request):
+        title = "Knowledge bases at a glance"
+        return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
+
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:
             kwargs["form"] = self.add_form
@@ -175,7 +187,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(admin.ModelAdmin):
+class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: a chunk's text, vector and index entry come from its document. Edit the document's
     labels, re-ingest its file, or delete the document."""
 
@@ -185,15 +197,6 @@ class ChunkAdmin(admin.ModelAdmin):
     search_fields = ["content"]
     exclude = ["embedding"]
     list_select_related = ["document"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 admin.site.unregister(Tenant)
@@ -212,18 +215,56 @@ class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
             delete_tenant(tenant)
 
 
+class BulkImportExport:
+    """An ``Import`` link on the change list (``knowledge.console.import_view``) and export actions."""
+
+    import_formats: list[str] = []
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.import_view)
+        name = f"{self.opts.app_label}_{self.opts.model_name}_import"
+        return [path("import/", view, name=name), *super().get_urls()]
+
+    def import_view(self, request):
+        title = f"Import {self.opts.verbose_name_plural}"
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
+        return console.import_view(request, context, model_admin=self, formats=self.import_formats)
+
+    def _download(self, text: str, filename: str) -> HttpResponse:
+        content_type = "text/csv" if filename.endswith(".csv") else "text/plain"
+        response = HttpResponse(text, content_type=f"{content_type}; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+
+
 @admin.register(DictionaryTerm)
-class DictionaryTermAdmin(admin.ModelAdmin):
+class DictionaryTermAdmin(BulkImportExport, admin.ModelAdmin):
     """Protected terms change tokenization: rebuild the keyword index afterwards
     (``manage.py rebuild_lexical_index``); searches say so until then."""
 
     list_display = ["value", "kind", "tenant", "note", "created_at"]
     list_filter = ["kind", "tenant"]
     search_fields = ["value", "note"]
+    import_formats = [vocabulary.TERMS_CSV]
+    actions = ["export_csv"]
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(self, request, queryset):
+        return self._download(vocabulary.export_terms_csv(queryset), "protected-terms.csv")
 
 
 @admin.register(Synonym)
-class SynonymAdmin(admin.ModelAdmin):
+class SynonymAdmin(BulkImportExport, admin.ModelAdmin):
     list_display = ["__str__", "kind", "weight", "is_active", "tenant"]
     list_filter = ["kind", "is_active", "tenant"]
     search_fields = ["terms", "replacements"]
+    import_formats = [vocabulary.SYNONYMS_CSV, vocabulary.SYNONYMS_SOLR]
+    actions = ["export_csv", "export_solr"]
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(self, request, queryset):
+        return self._download(vocabulary.export_synonyms_csv(queryset), "synonyms.csv")
+
+    @admin.action(description="Export selected in Solr format (active rules)", permissions=["view"])
+    def export_solr(self, request, queryset):
+        return self._download(vocabulary.export_synonyms_solr(queryset), "synonyms.txt")

@@ -1,6 +1,7 @@
 """Reads for knowledge bases."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
@@ -146,3 +147,35 @@ def tenant_stats(tenant: Tenant) -> dict:
         "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
         "queries": query_counts(tenant.pk),
     }
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseGlance:
+    """One KB as the console's overview shows it."""
+
+    kb: KnowledgeBase
+    documents_by_status: dict[str, int]
+    chunks: int  # in the active version
+    last_errors: list[Document]  # failed documents, the latest first
+
+
+def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5) -> list[KnowledgeBaseGlance]:
+    """The tenants' KBs with their documents by status, active chunks and latest failures."""
+    kbs = list(
+        KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
+        .order_by("tenant__name", "name")
+    )  # fmt: skip
+    statuses: dict[int, dict[str, int]] = {kb.pk: dict.fromkeys(Document.Status.values, 0) for kb in kbs}
+    rows = Document.objects.filter(knowledge_base__in=kbs).order_by().values_list("knowledge_base", "status")
+    for kb_id, status, count in rows.annotate(Count("id")):
+        statuses[kb_id][status] = count
+    chunks = dict(
+        Chunk.objects.filter(kb_version__in=[kb.active_version_id for kb in kbs if kb.active_version_id])
+        .order_by().values_list("knowledge_base").annotate(Count("id"))
+    )  # fmt: skip
+    failed = Document.objects.filter(knowledge_base__in=kbs, status=Document.Status.FAILED).order_by("-updated_at")
+    errors: dict[int, list[Document]] = {}
+    for document in failed.only("knowledge_base", "source_uri", "error", "updated_at"):
+        if len(errors.setdefault(document.knowledge_base_id, [])) < errors_shown:
+            errors[document.knowledge_base_id].append(document)
+    return [KnowledgeBaseGlance(kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, [])) for kb in kbs]

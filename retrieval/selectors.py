@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from knowledge.models import Chunk
 from retrieval.filters import CompiledFilter
+from retrieval.models import RetrievalRun
 from tenants.models import Tenant
 
 
@@ -37,3 +38,8 @@ def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chu
     """The chunks to show as hits, with their documents; a missing id was replaced by a re-ingest."""
     chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related("document")
     return {chunk.pk: chunk for chunk in chunks}
+
+
+def recent_runs(user, limit: int = 20) -> list[RetrievalRun]:
+    """The user's latest retrieval tests in the console, newest first."""
+    return list(RetrievalRun.objects.filter(user=user).select_related("tenant")[:limit])

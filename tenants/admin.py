@@ -1,7 +1,12 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from tenants import console
 
 from tenants.models import ApiKey, RateTier, Scope, Tenant
+from tenants.services import create_api_key, revoke_api_key
 
 
 class ApiKeyForm(forms.ModelForm):
@@ -23,15 +28,28 @@ class ApiKeyInline(admin.TabularInline):
     can_delete = False
 
     def has_add_permission(self, request, obj=None) -> bool:
-        return False  # keys are issued by `manage.py create_api_key` (tenants.services.create_api_key)
+        return False  # keys are issued by create_api_key (API keys > Add, or `manage.py create_api_key`)
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "is_active", "rate_tier", "created_at"]
+    list_display = ["name", "is_active", "rate_tier", "created_at", "dashboard"]
     list_filter = ["rate_tier", "is_active"]
     search_fields = ["name"]
     inlines = [ApiKeyInline]
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.dashboard_view)
+        return [path("<int:tenant_id>/dashboard/", view, name="tenants_tenant_dashboard"), *super().get_urls()]
+
+    def dashboard_view(self, request, tenant_id: int):
+        context = {**self.admin_site.each_context(request), "opts": self.opts}
+        return console.dashboard_view(request, context, tenant_id)
+
+    @admin.display(description="Dashboard")
+    def dashboard(self, tenant: Tenant) -> str:
+        url = reverse("admin:tenants_tenant_dashboard", args=[tenant.pk])
+        return format_html('<a href="{}" class="dashboard-link">queries, latency, limits</a>', url)
 
 
 @admin.register(RateTier)
@@ -40,14 +58,68 @@ class RateTierAdmin(admin.ModelAdmin):
     search_fields = ["name"]
 
 
+class ApiKeyCreationForm(forms.ModelForm):
+    """The arguments of ``create_api_key``, which makes the secret."""
+
+    scopes = forms.MultipleChoiceField(choices=Scope.choices, widget=forms.CheckboxSelectMultiple, initial=["search"])
+
+    class Meta:
+        model = ApiKey
+        fields = ["tenant", "name", "scopes", "expires_at"]
+
+    def create(self) -> ApiKey:
+        data = self.cleaned_data
+        self.issued = create_api_key(
+            tenant=data["tenant"], name=data["name"], expires_at=data["expires_at"], scopes=data["scopes"]
+        )
+        return self.issued.api_key
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are issued by ``create_api_key`` (the secret is shown once, then only its hash is kept) and
+    revoked by ``revoke_api_key``, here as from ``manage.py create_api_key``."""
+
     form = ApiKeyForm
+    add_form = ApiKeyCreationForm
     list_display = ["prefix", "tenant", "name", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at"]
     list_filter = ["tenant"]
     search_fields = ["prefix", "name", "tenant__name"]
     readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+    actions = ["revoke"]
 
-    def has_add_permission(self, request) -> bool:
-        # Keys are issued by `manage.py create_api_key`, which shows the secret once.
-        return False
+    def get_form(self, request, obj=None, **kwargs):
+        if obj is None:
+            kwargs["form"] = self.add_form
+        return super().get_form(request, obj, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return self.add_form._meta.fields if obj is None else super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else self.readonly_fields
+
+    def save_form(self, request, form, change):
+        if change:
+            return super().save_form(request, form, change)
+        api_key = form.create()
+        messages.warning(
+            request, f"The key {api_key.prefix}'s secret, shown this once (copy it now): {form.issued.raw_key}"
+        )
+        return api_key
+
+    def save_model(self, request, obj, form, change):
+        if change:  # an added key was saved by create_api_key
+            super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        if change:  # an added key has nothing more to save
+            super().save_related(request, form, formsets, change)
+
+    @admin.action(description="Revoke selected API keys", permissions=["change"])
+    def revoke(self, request, queryset):
+        revoked = 0
+        for api_key in queryset.filter(revoked_at__isnull=True):
+            revoke_api_key(api_key)
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} API key(s).")

@@ -7,6 +7,7 @@ import threading
 from cachetools import TTLCache
 from django.conf import settings
 from django.db import connection
+from django.db.models import QuerySet
 
 from tenants.models import ApiKey, Tenant
 from tenants.services import hash_api_key, split_api_key
@@ -76,3 +77,11 @@ _ACCESS_SQL = (
 )
 _usable_keys: TTLCache = TTLCache(maxsize=10_000, ttl=max(settings.API_KEY_CACHE_TTL_S, 1))
 _usable_keys_lock = threading.Lock()
+
+
+def tenants_visible_to(user) -> QuerySet[Tenant]:
+    """The tenants a console user may search and inspect: every tenant for a superuser or for staff
+    granted the ``tenants.view_tenant`` model permission, none for other staff."""
+    if user.is_active and user.is_staff and user.has_perm("tenants.view_tenant"):
+        return Tenant.objects.order_by("name")
+    return Tenant.objects.none()

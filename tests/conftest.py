@@ -18,6 +18,14 @@ SAMPLE_TENANT = "sample-tenant"
 SAMPLE_KB = "sample"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--console-screenshots",
+        metavar="DIR",
+        help="write the browser tests' screenshots of the console pages here (docs/console in the README)",
+    )
+
+
 def pytest_unconfigure(config):
     """Stop the embedded servers this test run started (CI starts from a clean clone)."""
     from django.conf import settings

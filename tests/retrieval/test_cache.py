@@ -173,6 +173,7 @@ NOT_RANKING = {
     "RERANKER_RETRIES": "retries of the same request",
     "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
+    "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
 }
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tenants.models import FREE_TIER, ApiKey, RateTier
-from tenants.services import create_api_key
+from tenants.services import create_api_key, hash_api_key
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +56,54 @@ def test_keys_are_not_added_on_the_tenant_page(admin_client, tenant):
     )
     assert response.status_code == 302, response.content
     assert not ApiKey.objects.filter(tenant=tenant).exists()
-    assert admin_client.get(f"{ADMIN}/apikey/add/").status_code == 403
+
+
+def test_a_key_added_in_the_admin_is_issued_by_the_service_and_its_secret_shown_once(admin_client, tenant):
+    page = admin_client.get(f"{ADMIN}/apikey/add/")
+    assert list(page.context["adminform"].form.fields) == ["tenant", "name", "scopes", "expires_at"]
+    response = admin_client.post(
+        f"{ADMIN}/apikey/add/",
+        {"tenant": tenant.pk, "name": "ci", "scopes": ["search", "ingest"], "expires_at_0": "2099-01-01",
+         "expires_at_1": "00:00:00"},
+        follow=True,
+    )  # fmt: skip
+    assert response.status_code == 200
+    key = ApiKey.objects.get(tenant=tenant)
+    assert (key.name, key.scopes, key.expires_at.year) == ("ci", ["search", "ingest"], 2099)
+    (shown,) = [m.message for m in response.context["messages"] if "shown this once" in m.message]
+    raw_key = shown.rsplit(" ", 1)[-1]
+    assert hash_api_key(raw_key) == key.key_hash
+    search = admin_client.post(
+        "/api/v1/retrieval/bm25", data=json.dumps({"query": "hello"}), content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw_key}",
+    )  # fmt: skip
+    assert search.status_code == 200, search.content
+    assert raw_key not in admin_client.get(f"{ADMIN}/apikey/{key.pk}/change/").content.decode()
+
+
+def test_an_unknown_scope_is_a_form_error(admin_client, tenant):
+    response = admin_client.post(f"{ADMIN}/apikey/add/", {"tenant": tenant.pk, "scopes": ["root"]})
+    assert response.status_code == 200
+    assert "scopes" in response.context["adminform"].form.errors
+    assert not ApiKey.objects.exists()
+
+
+def test_the_revoke_action_revokes_through_the_service(admin_client, tenant):
+    keys = [create_api_key(tenant=tenant, name=name) for name in ("a", "b", "kept")]
+    response = admin_client.post(
+        f"{ADMIN}/apikey/",
+        {"action": "revoke", "_selected_action": [keys[0].api_key.pk, keys[1].api_key.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    revoked = dict(ApiKey.objects.values_list("name", "revoked_at"))
+    assert revoked["a"] and revoked["b"] and revoked["kept"] is None
+    assert "Revoked 2 API key(s)." in response.content.decode()
+    search = admin_client.post(
+        "/api/v1/retrieval/bm25", data=json.dumps({"query": "hello"}), content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {keys[0].raw_key}",
+    )  # fmt: skip
+    assert search.status_code == 403 and search.json()["error"]["code"] == "invalid_api_key"
 
 
 def test_the_key_list_shows_when_each_key_was_last_used(admin_client, tenant):

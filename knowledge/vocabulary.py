@@ -1,0 +1,179 @@
+"""Synonyms and protected terms in bulk: parse a file into a plan (what it adds, updates or leaves
+as is, and the lines it cannot use, each with its line number), then apply the plan in one
+transaction and expire the tenant's cached answers once.
+
+Formats: synonyms as CSV (``terms,replacements,weight,active``; terms and replacements are
+comma-separated inside their cell) or in Solr's synonyms format (``a, b, c`` a two-way group,
+``a, b => c`` a one-way rule, ``#`` comments); protected terms as CSV (``value,kind,note``).
+An import adds and updates, never deletes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from knowledge.models import DictionaryTerm, Synonym
+from knowledge.services import expire_cached_answers
+from tenants.models import Tenant
+
+SYNONYMS_CSV, SYNONYMS_SOLR, TERMS_CSV = "synonyms-csv", "synonyms-solr", "terms-csv"
+FORMATS = {
+    SYNONYMS_CSV: "Synonyms, CSV (terms,replacements,weight,active)",
+    SYNONYMS_SOLR: "Synonyms, Solr format (a, b, c / a => b)",
+    TERMS_CSV: "Protected terms, CSV (value,kind,note)",
+}
+SYNONYM_COLUMNS = ["terms", "replacements", "weight", "active"]
+TERM_COLUMNS = ["value", "kind", "note"]
+_TRUE, _FALSE = {"", "1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+@dataclass
+class Plan:
+    """What an import would do; ``errors`` are (line number, message)."""
+
+    model: type
+    add: list = field(default_factory=list)
+    update: list = field(default_factory=list)  # existing rows with the file's values set, unsaved
+    unchanged: list = field(default_factory=list)
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def changes(self) -> int:
+        return len(self.add) + len(self.update)
+
+
+def plan_import(tenant: Tenant, file_format: str, text: str) -> Plan:
+    """Parse ``text`` and compare it with what the tenant has; nothing is written."""
+    if file_format == TERMS_CSV:
+        return _plan(tenant, DictionaryTerm, _csv_rows(text, TERM_COLUMNS, _term), _term_key, ["note"])
+    rows = _csv_rows(text, SYNONYM_COLUMNS, _synonym) if file_format == SYNONYMS_CSV else _solr_rows(text)
+    return _plan(tenant, Synonym, rows, _synonym_key, ["weight", "is_active"])
+
+
+@transaction.atomic
+def apply_import(tenant: Tenant, plan: Plan) -> None:
+    """Write a plan without errors; cached answers of the tenant expire once, after the writes."""
+    if plan.errors:
+        raise ValueError("a plan with errors is not applied: fix the lines it names")
+    plan.model.objects.bulk_create(plan.add)
+    for row in plan.update:
+        row.save()
+    expire_cached_answers(tenant.pk)
+
+
+def export_synonyms_csv(synonyms) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SYNONYM_COLUMNS)
+    for synonym in synonyms:
+        writer.writerow([", ".join(synonym.terms), ", ".join(synonym.replacements), synonym.weight,
+                         "true" if synonym.is_active else "false"])  # fmt: skip
+    return out.getvalue()
+
+
+def export_synonyms_solr(synonyms) -> str:
+    """Solr's format has no weights nor switches: active rules only, as ``str(rule)`` writes them."""
+    return "".join(f"{synonym}\n" for synonym in synonyms if synonym.is_active)
+
+
+def export_terms_csv(terms) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TERM_COLUMNS)
+    writer.writerows([term.value, term.kind, term.note] for term in terms)
+    return out.getvalue()
+
+
+# --- parsing: (line number, unsaved instance or error message) ----------------------------------------
+
+
+def _csv_rows(text: str, columns: list[str], build) -> list[tuple[int, object]]:
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    missing = [name for name in columns[:1] if name not in (reader.fieldnames or [])]
+    if missing:
+        return [(1, f"the header must name the columns {', '.join(columns)}")]
+    rows = []
+    for record in reader:
+        values = {name: (record.get(name) or "").strip() for name in columns}
+        if any(values.values()):
+            rows.append((reader.line_num, build(values)))
+    return rows
+
+
+def _solr_rows(text: str) -> list[tuple[int, object]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        terms, arrow, replacements = line.partition("=>")
+        if arrow and not replacements.strip():
+            rows.append((number, "a one-way rule needs replacements after =>"))
+        else:
+            rows.append((number, _synonym({"terms": terms, "replacements": replacements})))
+    return rows
+
+
+def _synonym(values: dict) -> Synonym | str:
+    replacements = _split(values["replacements"])
+    active = values.get("active", "").lower()
+    if active not in _TRUE | _FALSE:
+        return f"active must be true or false, not {values['active']!r}"
+    try:
+        weight = float(values["weight"]) if values.get("weight") else Synonym._meta.get_field("weight").default
+    except ValueError:
+        return f"weight must be a number, not {values['weight']!r}"
+    kind = Synonym.Kind.EXPLICIT if replacements else Synonym.Kind.EQUIVALENT
+    return Synonym(kind=kind, terms=_split(values["terms"]), replacements=replacements, weight=weight,
+                   is_active=active in _TRUE)  # fmt: skip
+
+
+def _term(values: dict) -> DictionaryTerm:
+    return DictionaryTerm(value=values["value"], kind=values["kind"] or DictionaryTerm.Kind.TERM, note=values["note"])
+
+
+def _split(cell: str) -> list[str]:
+    return [term.strip() for term in cell.split(",") if term.strip()]
+
+
+def _synonym_key(synonym: Synonym) -> tuple:
+    return synonym.kind, tuple(sorted(synonym.terms)), tuple(sorted(synonym.replacements))
+
+
+def _term_key(term: DictionaryTerm) -> tuple:
+    return term.kind, term.value
+
+
+def _plan(tenant: Tenant, model: type, rows: list[tuple[int, object]], key, updatable: list[str]) -> Plan:
+    plan = Plan(model)
+    existing = {key(row): row for row in model.objects.filter(tenant=tenant)}
+    seen: dict[tuple, int] = {}
+    for number, row in rows:
+        if isinstance(row, str):
+            plan.errors.append((number, row))
+            continue
+        row.tenant = tenant
+        try:
+            row.full_clean(exclude=["tenant"], validate_unique=False, validate_constraints=False)
+        except ValidationError as exc:
+            messages = (f"{name}: {' '.join(texts)}" for name, texts in exc.message_dict.items())
+            plan.errors.append((number, "; ".join(messages)))
+            continue
+        if key(row) in seen:
+            plan.errors.append((number, f"repeats line {seen[key(row)]}"))
+            continue
+        seen[key(row)] = number
+        current = existing.get(key(row))
+        if current is None:
+            plan.add.append(row)
+        elif all(getattr(current, name) == getattr(row, name) for name in updatable):
+            plan.unchanged.append(current)
+        else:
+            for name in updatable:
+                setattr(current, name, getattr(row, name))
+            plan.update.append(current)
+    return plan

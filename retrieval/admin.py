@@ -1,0 +1,33 @@
+"""The console's retrieval testing, as the admin page of the runs it keeps: the index lists it as
+"Retrieval testing"; its list is the testing page (with the user's history), ``compare/`` beside it."""
+from django.contrib import admin
+from django.urls import path
+
+from core.admin import ReadOnlyAdminMixin
+from retrieval import console
+from retrieval.models import RetrievalRun
+
+
+@admin.register(RetrievalRun)
+class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Any staff user may test; what they can search is what ``tenants_visible_to`` lets them see.
+    Runs are made by the page and seen only by their own user."""
+
+    def has_module_permission(self, request) -> bool:
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self.has_module_permission(request) and (obj is None or obj.user_id == request.user.pk)
+
+    def get_urls(self):
+        compare = self.admin_site.admin_view(self.compare_view)
+        return [path("compare/", compare, name="retrieval_retrievalrun_compare"), *super().get_urls()]
+
+    def changelist_view(self, request, extra_context=None):
+        return console.testing_view(request, self._context(request, "Retrieval testing"))
+
+    def compare_view(self, request):
+        return console.compare_view(request, self._context(request, "Compare retrieval settings"))
+
+    def _context(self, request, title: str) -> dict:
+        return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title}

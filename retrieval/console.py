@@ -1,0 +1,274 @@
+"""The console's retrieval testing: a form over the API's search options, the same cached search the
+API runs, and every hit explained (per-leg ranks and raw scores, the variant that matched, the
+matched terms highlighted by the analyzer). Registered as admin views by ``retrieval.admin``."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from urllib.parse import urlencode
+
+from django import forms
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.datastructures import MultiValueDict
+
+from core.errors import DomainError
+from knowledge.models import KnowledgeBase
+from knowledge.selectors import analyzer_for_tenant
+from retrieval.cache import cached_search
+from retrieval.errors import InvalidFilter
+from retrieval.expansion import ExpansionOptions
+from retrieval.filters import compile_filters
+from retrieval.highlight import highlight, terms
+from retrieval.selectors import recent_runs
+from retrieval.serializers import MAX_CANDIDATES, MAX_QUERY_CHARS
+from retrieval.services.console import record_run
+from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
+from tenants.models import Tenant
+from tenants.selectors import tenants_visible_to
+
+
+class SearchSettingsForm(forms.Form):
+    """How to rank: the API's options (``retrieval.serializers.SearchInput``); blank takes the default."""
+
+    mode = forms.ChoiceField(choices=[(mode, mode) for mode in MODES], initial="hybrid")
+    top_k = forms.IntegerField(min_value=1, max_value=100, initial=10)
+    weight_vector = forms.FloatField(min_value=0, max_value=100, required=False, help_text="blank: default")
+    weight_bm25 = forms.FloatField(min_value=0, max_value=100, required=False, help_text="blank: default")
+    candidates = forms.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False, help_text="per leg")
+    rrf_k = forms.IntegerField(min_value=1, max_value=1000, required=False, label="RRF k")
+    expand_synonyms = forms.BooleanField(required=False, initial=True, label="synonyms")
+    expand_spelling = forms.BooleanField(required=False, label="spelling")
+    expand_llm = forms.BooleanField(required=False, label="LLM rewriting")
+    max_expansions = forms.IntegerField(min_value=0, max_value=10, initial=3)
+    rerank = forms.BooleanField(required=False)
+
+    def clean(self):
+        data = super().clean()
+        top_k, candidates = data.get("top_k"), data.get("candidates")
+        if top_k and candidates and candidates < top_k:
+            self.add_error("candidates", f"must be at least top k ({top_k})")
+        return data
+
+    def search_options(self) -> dict:
+        """The ``SearchRequest`` fields these settings decide."""
+        data = self.cleaned_data
+        weights = {name: data[f"weight_{name}"] for name in RETRIEVERS if data[f"weight_{name}"] is not None}
+        return {
+            "mode": data["mode"],
+            "top_k": data["top_k"],
+            "weights": weights or None,
+            "candidates": data["candidates"],
+            "rrf_k": data["rrf_k"],
+            "rerank": data["rerank"],
+            "expand": ExpansionOptions(
+                synonyms=data["expand_synonyms"],
+                spelling=data["expand_spelling"],
+                llm=data["expand_llm"],
+                max_expansions=data["max_expansions"],
+            ),
+        }
+
+
+class RetrievalTestForm(SearchSettingsForm):
+    """What to search (tenant, query, knowledge bases, filters) and how to rank it."""
+
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
+    query = forms.CharField(max_length=MAX_QUERY_CHARS, widget=forms.TextInput(attrs={"size": 80, "autofocus": True}))
+    knowledge_bases = forms.ModelMultipleChoiceField(
+        queryset=KnowledgeBase.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="none ticked: all of the tenant's",
+    )
+    filters = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60, "placeholder": '{"doc_type": {"in": ["pdf", "md"]}}'}),
+        help_text="JSON, as in the API",
+    )
+
+    field_order = ["tenant", "query", "knowledge_bases", "filters"]
+
+    def __init__(self, *args, tenants, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants
+        self.fields["knowledge_bases"].queryset = KnowledgeBase.objects.filter(tenant__in=tenants).select_related(
+            "tenant"
+        ).order_by("tenant__name", "name")
+        self.fields["knowledge_bases"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
+        if len(tenants) == 1:
+            self.fields["tenant"].widget = forms.HiddenInput()
+            self.fields["tenant"].initial = tenants[0].pk
+
+    def clean_filters(self) -> dict | None:
+        text = self.cleaned_data["filters"].strip()
+        if not text:
+            return None
+        try:
+            filters = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+        try:
+            compile_filters(filters)
+        except InvalidFilter as exc:
+            raise forms.ValidationError(exc.message) from None
+        return filters
+
+    def clean(self):
+        data = super().clean()
+        tenant, kbs = data.get("tenant"), data.get("knowledge_bases") or []
+        foreign = [kb.name for kb in kbs if tenant and kb.tenant_id != tenant.pk]
+        if foreign:
+            self.add_error("knowledge_bases", f"not knowledge bases of {tenant.name}: {', '.join(foreign)}")
+        return data
+
+    def search_request(self) -> SearchRequest:
+        data = self.cleaned_data
+        kb_ids = [kb.pk for kb in data["knowledge_bases"]]
+        return SearchRequest(
+            query=data["query"], kb_ids=kb_ids or None, filters=data["filters"], **self.search_options()
+        )
+
+    def submitted(self) -> dict[str, list[str]]:
+        """The submitted values of this form's fields, as a run's ``params`` keeps them."""
+        return {name: self.data.getlist(name) for name in self.fields if name in self.data}
+
+
+# --- presentation ---------------------------------------------------------------------------------
+
+
+def explain(tenant: Tenant, response: SearchResponse) -> list[dict]:
+    """The hits as the page shows them: the passage escaped with the terms of any query variant used
+    marked, and per leg its rank, raw score and a bar relative to the best score of that leg here."""
+    analyzer = analyzer_for_tenant(tenant.pk)
+    query_tokens = {token for query in response.queries for token in analyzer.tokens(query["text"])}
+    best = {
+        leg: max((hit.retrievers[leg]["score"] for hit in response.results if leg in hit.retrievers), default=0)
+        for leg in RETRIEVERS
+    }
+    return [
+        {
+            "hit": hit,
+            "passage": highlight(analyzer, hit.content, query_tokens),
+            "metadata": json.dumps(hit.metadata, ensure_ascii=False, sort_keys=True),
+            "legs": [
+                {
+                    "name": leg,
+                    **hit.retrievers[leg],
+                    "bar": round(100 * max(hit.retrievers[leg]["score"], 0) / best[leg]) if best[leg] > 0 else 0,
+                }
+                for leg in RETRIEVERS
+                if leg in hit.retrievers
+            ],
+        }
+        for hit in response.results
+    ]
+
+
+def curation_links(tenant: Tenant, query: str) -> list[dict]:
+    """Per term of the query as written: prefilled admin forms adding it as a protected term or
+    starting a synonym rule (saving either expires the tenant's cached answers)."""
+    analyzer = analyzer_for_tenant(tenant.pk)
+    surfaces = dict.fromkeys(term.surface(query) for term in terms(analyzer, query))
+    return [
+        {
+            "term": surface,
+            "protect": _prefilled("admin:knowledge_dictionaryterm_add", tenant=tenant.pk, value=surface),
+            "synonym": _prefilled("admin:knowledge_synonym_add", tenant=tenant.pk, terms=surface),
+        }
+        for surface in surfaces
+    ]
+
+
+def movements(before: SearchResponse, after: SearchResponse) -> tuple[dict[int, str], set[int]]:
+    """How each hit of ``after`` moved from ``before`` (chunk id -> "new", "=", "↑n" or "↓n"), and the
+    chunk ids of ``before`` that ``after`` dropped."""
+    ranks = {hit.chunk_id: hit.rank for hit in before.results}
+    moved = {}
+    for hit in after.results:
+        was = ranks.get(hit.chunk_id)
+        if was is None:
+            moved[hit.chunk_id] = "new"
+        elif was == hit.rank:
+            moved[hit.chunk_id] = "="
+        else:
+            moved[hit.chunk_id] = f"↑{was - hit.rank}" if was > hit.rank else f"↓{hit.rank - was}"
+    return moved, set(ranks) - {hit.chunk_id for hit in after.results}
+
+
+def _prefilled(url_name: str, **initial) -> str:
+    return f"{reverse(url_name)}?{urlencode(initial)}"
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+
+def testing_view(request, context: dict) -> TemplateResponse:
+    """Run a retrieval test (POST), re-run one from the history (POST ``rerun``), or show the form."""
+    tenants = tenants_visible_to(request.user)
+    data = request.POST if request.method == "POST" else None
+    if data is not None and "rerun" in data:
+        if not data["rerun"].isdigit():
+            raise Http404("no such run")
+        run = get_object_or_404(request.user.retrieval_runs, pk=int(data["rerun"]))
+        data = MultiValueDict(run.params)
+    form = RetrievalTestForm(data, tenants=tenants)
+    outcome = _run(request, form) if data is not None else None
+    if outcome is not None:
+        tenant = form.cleaned_data["tenant"]
+        record_run(request.user, tenant, form.submitted(), outcome.response)
+        outcome = _outcome_context(tenant, outcome)
+        outcome["curation"] = curation_links(tenant, form.cleaned_data["query"])
+    context.update(
+        form=form, outcome=outcome, runs=recent_runs(request.user), has_tenants=tenants.exists(),
+        compare_url=reverse("admin:retrieval_retrievalrun_compare"),
+    )  # fmt: skip
+    return TemplateResponse(request, "admin/retrieval/testing.html", context)
+
+
+def compare_view(request, context: dict) -> TemplateResponse:
+    """One query under two settings side by side; the right column marks how each hit moved."""
+    tenants = tenants_visible_to(request.user)
+    data = request.POST if request.method == "POST" else None
+    form = RetrievalTestForm(data, tenants=tenants)
+    other = SearchSettingsForm(data, prefix="b", initial={"mode": "bm25"})
+    sides = None
+    left = _run(request, form) if data is not None else None
+    if left is not None and other.is_valid():
+        right = _run(request, form, replace(form.search_request(), **other.search_options()))
+        if right is not None:
+            tenant = form.cleaned_data["tenant"]
+            moved, dropped = movements(left.response, right.response)
+            sides = [_outcome_context(tenant, left), _outcome_context(tenant, right)]
+            for row in sides[0]["hits"]:
+                row["moved"] = "dropped" if row["hit"].chunk_id in dropped else ""
+            for row in sides[1]["hits"]:
+                row["moved"] = moved[row["hit"].chunk_id]
+    context.update(form=form, other=other, sides=sides, has_tenants=tenants.exists())
+    return TemplateResponse(request, "admin/retrieval/compare.html", context)
+
+
+def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None = None):
+    """The cached search of the form's request (or ``search_request``), or None with the reason shown:
+    invalid input stays on the form, a failed search (all legs down) becomes a form error."""
+    if not form.is_valid():
+        return None
+    try:
+        return cached_search(form.cleaned_data["tenant"], search_request or form.search_request())
+    except DomainError as exc:
+        form.add_error(None, f"The search failed: {exc.message}")
+        messages.error(request, "The search failed; see the message above the form.")
+        return None
+
+
+def _outcome_context(tenant: Tenant, outcome) -> dict:
+    response = outcome.response
+    return {
+        "response": response,
+        "cached": outcome.cached,
+        "hits": explain(tenant, response),
+        "timings": sorted(response.timings_ms.items(), key=lambda item: item[0] == "total"),
+    }

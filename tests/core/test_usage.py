@@ -1,0 +1,56 @@
+"""The per-tenant usage counters in the real Redis: what the dashboard reads, and their bounds."""
+import pytest
+
+from core import usage
+from core.usage import ServedQuery, count_query, query_usage
+
+DAY = 86400
+NOW = 1_780_000_000.0  # a fixed instant, so days and windows are known
+
+
+def served(query="kettle", mode="hybrid", cached=False, latency_ms=10.0, hits=3, degraded=()):
+    return ServedQuery(mode, cached, latency_ms, query, hits, tuple(degraded))
+
+
+def test_queries_are_counted_per_day_and_mode_with_cache_hits():
+    count_query(1, served(mode="bm25"), now=NOW - DAY)
+    count_query(1, served(mode="hybrid"), now=NOW)
+    count_query(1, served(mode="hybrid", cached=True), now=NOW)
+    count_query(2, served(mode="vector"), now=NOW)  # another tenant
+    daily = query_usage(1, days=3, now=NOW)["daily"]
+    assert [row["date"] for row in daily] == ["2026-05-26", "2026-05-27", "2026-05-28"]
+    assert [(row["modes"], row["total"], row["cache_hit_ratio"]) for row in daily] == [
+        ({}, 0, None), ({"bm25": 1}, 1, 0.0), ({"hybrid": 2}, 2, 0.5),
+    ]  # fmt: skip
+    assert usage.query_counts(1) == {"served": 3, "cache_hits": 1, "cache_hit_ratio": 0.3333}
+
+
+def test_latency_percentiles_degradations_and_query_rankings():
+    for latency in range(1, 101):
+        count_query(1, served(latency_ms=float(latency)), now=NOW)
+    count_query(1, served(query="  Where   is MY order ", hits=0, degraded=["rerank", "vector"]), now=NOW)
+    count_query(1, served(query="where is my order", hits=0, degraded=["rerank"]), now=NOW)
+    numbers = query_usage(1, now=NOW)
+    assert numbers["latency_ms"] == {"p50": 49.0, "p95": 95.0, "searches": 102}  # 1..100 and two 10s
+    assert numbers["degraded"] == {"rerank": 2, "vector": 1}
+    assert numbers["top_queries"] == [("kettle", 100), ("where is my order", 2)]
+    assert numbers["no_result_queries"] == [("where is my order", 2)]
+    assert numbers["window"] == {"hybrid": 102}
+    assert query_usage(1, now=NOW + 2 * 60)["window"] == {}  # a later window starts at zero
+
+
+def test_rankings_and_latencies_stay_bounded(monkeypatch):
+    monkeypatch.setattr(usage, "QUERIES_KEPT", 3)
+    monkeypatch.setattr(usage, "LATENCIES_KEPT", 4)
+    for repeat, query in [(5, "a"), (4, "b"), (3, "c"), (1, "d"), (1, "e")]:
+        for _ in range(repeat):
+            count_query(1, served(query=query), now=NOW)
+    numbers = query_usage(1, now=NOW)
+    assert [query for query, _ in numbers["top_queries"]][:3] == ["a", "b", "c"]
+    assert len(numbers["top_queries"]) == 3 and numbers["latency_ms"]["searches"] == 4
+
+
+def test_with_redis_down_nothing_is_counted_and_the_reader_answers_none(private_redis):
+    private_redis()
+    count_query(1, served(), now=NOW)  # no error
+    assert query_usage(1, now=NOW) is None

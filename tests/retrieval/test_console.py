@@ -1,0 +1,145 @@
+"""The console's retrieval testing and compare pages through Django's test client, on the real search."""
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from retrieval.models import RetrievalRun
+from tenants.models import Tenant
+from tests.factories import ChunkFactory, KnowledgeBaseFactory
+
+pytestmark = pytest.mark.django_db
+
+TESTING = "/admin/retrieval/retrievalrun/"
+COMPARE = "/admin/retrieval/retrievalrun/compare/"
+ORDER_QUERY = "帮我查下订单 ORD-2026-000817 的进度"
+
+
+def form(tenant, query: str, **overrides) -> dict:
+    """The testing form as a browser submits it: defaults, the synonyms box ticked."""
+    return {"tenant": tenant.pk, "query": query, "mode": "hybrid", "top_k": 5, "max_expansions": 3,
+            "expand_synonyms": "on", **overrides}  # fmt: skip
+
+
+def hit_titles(html: str) -> list[str]:
+    return [unescape(title).strip() for title in re.findall(r'<li class="hit"[^>]*>\s*<h3>#\d+ ([^<]*)<span', html)]
+
+
+@pytest.fixture
+def staff_client(client):
+    """A staff user who is not a superuser and holds no model permission yet."""
+    user = User.objects.create_user("curator", password="pw", is_staff=True)
+    client.force_login(user)
+    client.user = user
+    return client
+
+
+def test_the_index_links_retrieval_testing(admin_client):
+    html = admin_client.get("/admin/").content.decode()
+    assert f'<a href="{TESTING}">Retrieval testing</a>' in html
+
+
+def test_without_a_tenant_to_see_the_pages_say_what_to_do(staff_client):
+    KnowledgeBaseFactory()  # a tenant exists, but this user may not see it
+    for url in (TESTING, COMPARE):
+        page = staff_client.get(url)
+        assert page.status_code == 200
+        assert "No tenant to search" in page.content.decode()
+
+
+def test_the_order_query_finds_the_order_status_passage_first_highlighted_with_leg_bars(admin_client, sample_kb):
+    page = admin_client.post(TESTING, form(sample_kb.tenant, ORDER_QUERY))
+    assert page.status_code == 200
+    first = page.context["outcome"]["hits"][0]
+    assert first["hit"].source_uri.endswith("troubleshooting/order-status.md")
+    assert "<mark>ORD-2026-000817</mark>" in first["passage"]
+    html = page.content.decode()
+    assert html.count('class="leg leg-bm25"') == len(page.context["outcome"]["hits"])
+    assert re.search(r'<span style="width: 100%"></span>', html)  # the best BM25 hit fills its bar
+    assert "Timings (ms)" in html and "Candidates" in html
+    run = RetrievalRun.objects.get()
+    assert run.query == ORDER_QUERY and run.tenant == sample_kb.tenant
+    assert run.top_hits[0]["chunk_id"] == first["hit"].chunk_id
+
+
+def test_a_passage_is_escaped_around_its_marks(admin_client):
+    chunk = ChunkFactory(content='<script>alert("x")</script> kettle descaling guide')
+    page = admin_client.post(TESTING, form(chunk.tenant, "kettle", mode="vector"))
+    html = page.content.decode()
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; <mark>kettle</mark> descaling guide" in html
+
+
+def test_invalid_filters_are_shown_on_the_form(admin_client):
+    tenant = KnowledgeBaseFactory().tenant
+    page = admin_client.post(TESTING, form(tenant, "kettle", filters="{not json"))
+    assert page.status_code == 200
+    assert "not valid JSON" in str(page.context["form"].errors["filters"])
+    page = admin_client.post(TESTING, form(tenant, "kettle", filters=json.dumps({"colour": "red"})))
+    assert "colour" in str(page.context["form"].errors["filters"])
+    assert page.context["outcome"] is None and not RetrievalRun.objects.exists()
+
+
+def test_a_kb_of_another_tenant_is_refused(admin_client):
+    mine, theirs = KnowledgeBaseFactory(), KnowledgeBaseFactory()
+    page = admin_client.post(TESTING, form(mine.tenant, "kettle", knowledge_bases=[theirs.pk]))
+    assert f"not knowledge bases of {mine.tenant.name}" in str(page.context["form"].errors["knowledge_bases"])
+
+
+def test_staff_see_tenants_only_with_the_view_tenant_permission(staff_client):
+    KnowledgeBaseFactory()
+    assert staff_client.get(TESTING).context["has_tenants"] is False
+    staff_client.user.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    page = staff_client.get(TESTING)
+    assert page.context["has_tenants"] is True
+    assert list(page.context["form"].fields["tenant"].queryset) == list(Tenant.objects.order_by("name"))
+
+
+def test_a_run_is_rerun_with_one_click_and_only_by_its_user(admin_client, staff_client):
+    chunk = ChunkFactory(content="the kettle warranty lasts two years")
+    admin_client.post(TESTING, form(chunk.tenant, "warranty", mode="vector"))
+    run = RetrievalRun.objects.get()
+    page = admin_client.post(TESTING, {"rerun": run.pk})
+    assert page.status_code == 200
+    assert page.context["form"].cleaned_data["query"] == "warranty"
+    assert [row["hit"].chunk_id for row in page.context["outcome"]["hits"]] == [chunk.pk]
+    assert RetrievalRun.objects.count() == 2
+    assert staff_client.post(TESTING, {"rerun": run.pk}).status_code == 404
+    assert admin_client.post(TESTING, {"rerun": "1 OR 1=1"}).status_code == 404
+
+
+def test_curation_links_prefill_a_protected_term_and_a_synonym(admin_client, sample_kb):
+    page = admin_client.post(TESTING, form(sample_kb.tenant, ORDER_QUERY))
+    links = {item["term"]: item for item in page.context["outcome"]["curation"]}
+    assert "ORD-2026-000817" in links
+    protect = admin_client.get(links["ORD-2026-000817"]["protect"])
+    assert protect.context["adminform"].form.initial == {"tenant": str(sample_kb.tenant.pk), "value": "ORD-2026-000817"}
+    synonym = admin_client.get(links["订单"]["synonym"])
+    assert synonym.context["adminform"].form.initial["terms"] == "订单"
+
+
+def test_compare_shows_the_errors_of_both_settings(admin_client):
+    tenant = KnowledgeBaseFactory().tenant
+    page = admin_client.post(COMPARE, {**form(tenant, "kettle", filters="[1]"), "b-mode": "graph", "b-top_k": 5})
+    assert page.status_code == 200 and page.context["sides"] is None
+    assert "filters" in page.context["form"].errors and "mode" in page.context["other"].errors
+
+
+def test_compare_marks_hits_that_moved(admin_client, sample_kb):
+    data = {**form(sample_kb.tenant, "How should I store the lithium battery pack?"), "b-mode": "bm25", "b-top_k": 5,
+            "b-max_expansions": 3}  # fmt: skip
+    page = admin_client.post(COMPARE, data)
+    assert page.status_code == 200
+    left, right = page.context["sides"]
+    assert left["response"].mode == "hybrid" and right["response"].mode == "bm25"
+    before = {row["hit"].chunk_id: row["hit"].rank for row in left["hits"]}
+    for row in right["hits"]:
+        was = before.get(row["hit"].chunk_id)
+        expected = "new" if was is None else "=" if was == row["hit"].rank else None
+        assert row["moved"] == expected or (expected is None and row["moved"][0] in "↑↓")
+    after = {row["hit"].chunk_id for row in right["hits"]}
+    assert all((row["moved"] == "dropped") == (row["hit"].chunk_id not in after) for row in left["hits"])

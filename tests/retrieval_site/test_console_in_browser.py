@@ -1,0 +1,145 @@
+"""The admin console in a real browser (Chromium through Playwright) against a live server: log in,
+run retrieval tests, curate, and see every console page render."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from knowledge.models import DictionaryTerm
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from tenants.services import create_tenant
+
+pytestmark = pytest.mark.slow
+
+SAMPLE_TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "sample_kb" / "troubleshooting"
+ORDER_QUERY = "帮我查下订单 ORD-2026-000817 的进度"
+PASSWORD = "console-test-password"
+
+
+@pytest.fixture
+def order_kb(live_server, embedder):
+    """The sample's troubleshooting folder (the order-status passage among others) in a fresh tenant.
+    Not the session's ``sample_kb``: a live server's test flushes the database after it."""
+    kb = create_knowledge_base(tenant=create_tenant("shop"), name="troubleshooting")
+    Ingester(kb).ingest(discover_files([SAMPLE_TROUBLESHOOTING]))
+    return kb
+
+
+@pytest.fixture
+def logged_in(page, live_server):
+    User.objects.create_superuser("admin", password=PASSWORD)
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    return page
+
+
+def test_the_order_query_shows_the_order_status_passage_first_highlighted_with_leg_bars(
+    logged_in, live_server, order_kb, screenshot
+):
+    page = logged_in
+    screenshot(page, "index")
+    page.click("text=Retrieval testing")
+    assert page.locator("text=No runs yet").is_visible()
+    page.fill("input[name=query]", ORDER_QUERY)
+    page.click("input[value=Search]")
+    first = page.locator("li.hit").first
+    assert "order-status.md" in first.locator(".source").inner_text()
+    assert "ORD-2026-000817" in first.locator(".passage mark").all_inner_texts()
+    assert first.locator(".leg-bm25 .bar span").get_attribute("style") == "width: 100%"
+    assert page.locator("table.summary").inner_text().count("Timings (ms)") == 1
+    screenshot(page, "retrieval-testing")
+
+    # The run is in the history; one click runs it again.
+    assert page.locator("#history tbody tr, #history tr").filter(has_text=ORDER_QUERY).count() == 1
+    page.click("#history button:text('Re-run')")
+    assert page.locator("#history tr").filter(has_text=ORDER_QUERY).count() == 2
+    assert "ORD-2026-000817" in page.locator("li.hit").first.locator(".passage mark").all_inner_texts()
+
+    # Curating: protecting the order number opens the add form prefilled from the query.
+    page.locator("span.term").filter(has_text="ORD-2026-000817").locator("a.add-protected").click()
+    assert page.input_value("#id_value") == "ORD-2026-000817"
+    page.click("input[name=_save]")
+    expect(page.locator(".messagelist")).to_contain_text("was added successfully")
+    assert DictionaryTerm.objects.get(tenant=order_kb.tenant).value == "ORD-2026-000817"
+
+
+def test_compare_shows_two_settings_side_by_side(logged_in, live_server, order_kb, screenshot):
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/compare/")
+    page.fill("input[name=query]", "order refund pending")
+    page.select_option("select[name=b-mode]", "bm25")
+    page.click("input[value=Compare]")
+    left, right = page.locator(".side-1"), page.locator(".side-2")
+    assert left.locator("li.hit").count() > 0 and right.locator("li.hit").count() > 0
+    assert right.locator(".summary").inner_text().startswith("Queries")
+    marks = right.locator(".moved").all_inner_texts()
+    assert marks and all(re.fullmatch(r"new|=|[↑↓]\d+", mark) for mark in marks)
+    screenshot(page, "compare")
+
+
+def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, live_server, order_kb, screenshot):
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/tenants/apikey/add/")
+    page.select_option("#id_tenant", label=order_kb.tenant.name)
+    page.fill("#id_name", "browser")
+    page.click("input[name=_save]")
+    expect(page.locator(".messagelist")).to_contain_text("shown this once")
+    message = page.locator(".messagelist").inner_text()
+    raw_key = re.search(r"shown this once \(copy it now\): (rk_[0-9a-f]+_\S+)", message).group(1)
+    screenshot(page, "api-keys")
+    for query in (ORDER_QUERY, ORDER_QUERY, "firmware update failed", "consignment"):
+        search = page.request.post(f"{live_server.url}/api/v1/retrieval/bm25", data={"query": query},
+                                   headers={"Authorization": f"Bearer {raw_key}"})  # fmt: skip
+        assert search.ok, search.text()
+
+    page.goto(f"{live_server.url}/admin/tenants/tenant/")
+    page.click("a.dashboard-link")
+    expect(page.locator("#content h1")).to_have_text(f"Dashboard: {order_kb.tenant.name}")
+    assert page.locator("#daily tr").count() == 15  # a header and 14 days
+    assert page.locator("#top-queries tr").first.inner_text().split("\t") == [ORDER_QUERY.casefold(), "2"]
+    assert page.locator("#no-result-queries").inner_text().split("\t") == ["consignment", "1"]
+    expect(page.locator("h2", has_text="Rate tier")).to_contain_text(order_kb.tenant.rate_tier.name)
+    screenshot(page, "tenant-dashboard")
+
+    page.goto(f"{live_server.url}/admin/knowledge/knowledgebase/")
+    page.click("a.glance-link")
+    row = page.locator("tr.kb", has_text="troubleshooting")
+    files = len(discover_files([SAMPLE_TROUBLESHOOTING]))
+    assert row.locator(".statuses").inner_text() == f"pending 0, ready {files}, failed 0"
+    assert int(row.locator(".chunks").inner_text()) == order_kb.active_version.chunks.count()
+    screenshot(page, "knowledge-bases")
+
+
+def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_server, order_kb, tmp_path, screenshot):
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
+    page.fill("input[name=query]", "consignment")
+    page.select_option("select[name=mode]", "bm25")
+    page.click("input[value=Search]")
+    expect(page.locator("p.empty").first).to_contain_text("No hits")
+
+    csv_file = tmp_path / "synonyms.csv"
+    csv_file.write_text('terms,replacements,weight,active\n"consignment, order",,0.8,true\n', encoding="utf-8")
+    page.goto(f"{live_server.url}/admin/knowledge/synonym/")
+    page.click("a.import-link")
+    page.select_option("select[name=tenant]", label=order_kb.tenant.name)
+    page.set_input_files("input[name=file]", str(csv_file))
+    page.click("input[name=preview]")
+    expect(page.locator("#plan-summary")).to_contain_text("1 to add, 0 to update, 0 unchanged, 0 lines with errors")
+    expect(page.locator("#plan-add")).to_contain_text("consignment, order")
+    screenshot(page, "synonyms-import")
+    page.click("input[name=apply]")
+    expect(page.locator(".messagelist")).to_contain_text("1 added")
+
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
+    page.click("#history button:text('Re-run')")
+    assert "order (synonym, weight 0.8)" in page.locator("table.summary").inner_text()
+    assert page.locator("li.hit").count() > 0
+    assert "order" in [mark.lower() for mark in page.locator("li.hit").first.locator("mark").all_inner_texts()]

@@ -1,0 +1,46 @@
+"""The tenant dashboard through the admin, fed by real searches through the API."""
+import json
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.conftest import client_for
+from tests.factories import ChunkFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def dashboard(client, tenant):
+    return client.get(f"/admin/tenants/tenant/{tenant.pk}/dashboard/")
+
+
+def test_a_tenant_without_searches_says_how_to_get_some(admin_client, tenant):
+    page = dashboard(admin_client, tenant)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "No searches yet" in html and f'href="/admin/tenants/tenant/{tenant.pk}/dashboard/"' not in html
+    listing = admin_client.get("/admin/tenants/tenant/").content.decode()
+    assert f'href="/admin/tenants/tenant/{tenant.pk}/dashboard/" class="dashboard-link"' in listing
+
+
+def test_searches_through_the_api_show_on_the_dashboard(admin_client):
+    chunk = ChunkFactory(content="kettle descaling")  # in pgvector only: BM25 finds nothing
+    api = client_for(chunk.tenant)
+    for query, mode in [("kettle", "vector"), ("kettle", "vector"), ("teapot", "bm25")]:
+        response = api.post(f"/api/v1/retrieval/{mode}", data=json.dumps({"query": query}),
+                            content_type="application/json")  # fmt: skip
+        assert response.status_code == 200
+    usage = dashboard(admin_client, chunk.tenant).context["usage"]
+    today = usage["daily"][-1]
+    assert (today["modes"], today["cache_hit_ratio"]) == ({"bm25": 1, "vector": 2}, round(1 / 3, 4))
+    assert usage["top_queries"] == [("kettle", 2), ("teapot", 1)]
+    assert usage["no_result_queries"] == [("teapot", 1)]
+    assert usage["latency_ms"]["searches"] == 3
+    limits = {row["endpoint"]: row for row in dashboard(admin_client, chunk.tenant).context["limits"]}
+    assert (limits["vector"]["used"], limits["bm25"]["used"], limits["hybrid"]["used"]) == (2, 1, 0)
+    assert limits["bm25"]["limit"] == chunk.tenant.rate_tier.limit_for("bm25")
+
+
+def test_staff_without_the_tenant_permission_get_a_404(client, tenant):
+    client.force_login(User.objects.create_user("curator", is_staff=True))
+    assert dashboard(client, tenant).status_code == 404
