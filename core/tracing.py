@@ -73,16 +73,24 @@ def configure_tracing(exporter: SpanExporter | None = None, *, batch: bool = Tru
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
     shutdown_tracing()
     provider = TracerProvider(resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME}))
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     _provider, _tracer = provider, provider.get_tracer("retrieval-service")
+    # Celery tasks: a span for sending one (its trace context travels in the message headers) and one
+    # for running it in the worker, child of the sender's; the stages inside are spans of their own.
+    CeleryInstrumentor().instrument(tracer_provider=provider)
 
 
 def shutdown_tracing() -> None:
     """Flush and stop: tracing is off afterwards."""
     global _tracer, _provider
     if _provider is not None:
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+        CeleryInstrumentor().uninstrument()
         _provider.shutdown()
     _provider = _tracer = None
 

@@ -46,6 +46,7 @@ from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
 from engines.base import LexicalDocument
 from core.metrics import record_ingest
+from core.tracing import span
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -304,7 +305,8 @@ class Ingester:
             for doc in Document.objects.filter(knowledge_base=self.kb, source_uri__in=[f.source_uri for f in files])
         }
         for source in files:
-            self._prepare(source, existing.get(source.source_uri))
+            with span("ingest.parse", document=source.source_uri):  # read, parse, chunk, analyze
+                self._prepare(source, existing.get(source.source_uri))
             if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
                 self._flush()
         self._flush()
@@ -362,14 +364,15 @@ class Ingester:
             return
         texts = [draft.text for doc in pending for draft in doc.drafts]
         try:
-            vectors = self.embedder.embed_documents(texts)
+            with span("ingest.embed", chunks=len(texts)):
+                vectors = self.embedder.embed_documents(texts)
         except EmbeddingError as exc:
             if self._raise_embedding_errors:
                 raise
             for doc in pending:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
-        with transaction.atomic():
+        with span("ingest.write", documents=len(pending)), transaction.atomic():
             documents = self._lock_documents(pending) if self._fills_new_version else self._upsert_documents(pending)
             Chunk.objects.filter(document__in=[document.pk for document in documents], kb_version=self.version).delete()
             batches, offset = [], 0
@@ -382,7 +385,8 @@ class Ingester:
             bump_revision(self.version)
             pause_at("rows_written")
         pause_at("rows_committed")
-        apply_pending_lexical_changes(self.version.pk, analyzed)
+        with span("ingest.index"):
+            apply_pending_lexical_changes(self.version.pk, analyzed)
         for doc in pending:
             # An upload's pending row was never ingested: its first chunks are an addition.
             added = doc.existing is None or doc.existing.status == Document.Status.PENDING

@@ -190,6 +190,19 @@ def database_url_of_this_run() -> str:
     return f"postgresql://{quote(params['user'], safe='')}@{host}{port}/{params['dbname']}"
 
 
+@pytest.fixture
+def spans():
+    """Tracing on (core.tracing), into memory, one span exported as it ends."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from core import tracing
+
+    exporter = InMemorySpanExporter()
+    tracing.configure_tracing(exporter, batch=False)
+    yield exporter
+    tracing.shutdown_tracing()
+
+
 def client_for(tenant) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant).raw_key}")

@@ -12,7 +12,6 @@ from django.conf import settings as django_settings
 from django.core.exceptions import MiddlewareNotUsed
 from django.http import HttpResponse
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from core import tracing
@@ -22,15 +21,6 @@ from tests.peers import Peer, Reply
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
-
-
-@pytest.fixture
-def spans():
-    """Tracing on, into memory, one span exported as it ends."""
-    exporter = InMemorySpanExporter()
-    tracing.configure_tracing(exporter, batch=False)
-    yield exporter
-    tracing.shutdown_tracing()
 
 
 def only(finished, name: str):

@@ -70,6 +70,19 @@ def test_a_task_ingests_files_marks_the_bad_one_failed_and_reports_progress(cele
             assert original.read() == (files / Path(name).name).read_bytes()
 
 
+def test_a_task_is_traced_from_its_sender_through_each_ingestion_stage(celery_worker, kb, files, spans):
+    wait(queue_files(kb, discover_files([files])).task_id)
+    finished = spans.get_finished_spans()
+    by_name = {span.name: span for span in finished}
+    sent, run = by_name["apply_async/knowledge.tasks.ingest_documents"], by_name["run/knowledge.tasks.ingest_documents"]
+    assert run.parent.span_id == sent.context.span_id  # the trace context travelled in the message
+    stages = [span for span in finished if span.name.startswith("ingest.")]
+    assert {span.name for span in stages} == {"ingest.parse", "ingest.embed", "ingest.write", "ingest.index"}
+    assert all(span.parent.span_id == run.context.span_id for span in stages)
+    assert len([span for span in stages if span.name == "ingest.parse"]) == 3  # one per file
+    assert {span.context.trace_id for span in finished} == {sent.context.trace_id}
+
+
 def test_queueing_the_same_files_again_changes_nothing(celery_worker, kb, files):
     wait(queue_files(kb, discover_files([files])).task_id)
     chunk_ids = set(Chunk.objects.filter(knowledge_base=kb).values_list("id", flat=True))
