@@ -17,13 +17,13 @@ from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.selectors import analyzer_for_tenant
-from knowledge.stores import vector_index
+from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant
+from knowledge.stores import graph_store, vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
-from engines.base import LexicalDocument
+from engines.base import Extraction, LexicalDocument
 from core.metrics import record_ingest
 from tenants.models import Tenant
 
@@ -203,6 +203,7 @@ class _PendingDocument:
     labels: _Labels
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
+    extractions: list[Extraction]  # each draft's entities and relations for the graph
 
 
 class Ingester:
@@ -216,6 +217,7 @@ class Ingester:
         self._pending: list[_PendingDocument] = []
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
+        self.extractor = entity_extractor_for_tenant(kb.tenant_id)
 
     @property
     def embedder(self) -> Embedder:
@@ -263,7 +265,10 @@ class Ingester:
             return
         title = labels.title or parsed.title
         analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
-        self._pending.append(_PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed))
+        extractions = [self.extractor.extract(draft.text) for draft in drafts]
+        self._pending.append(
+            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, extractions)
+        )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
         """Record the failure; a previously ingested version of the file stays searchable."""
@@ -300,13 +305,22 @@ class Ingester:
             return
         with transaction.atomic():
             documents = self._upsert_documents(pending)
-            Chunk.objects.filter(document__in=[document.pk for document in documents]).delete()
+            replaced = Chunk.objects.filter(document__in=[document.pk for document in documents])
+            # while the replaced chunks exist: the graph forgets what only they mentioned
+            replaced_ids = list(replaced.values_list("id", flat=True))
+            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, replaced_ids, {})
+            replaced.delete()
             batches, offset = [], 0
             for document, doc in zip(documents, pending, strict=True):
                 batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
                 offset += len(doc.drafts)
             _copy_chunks(self.kb, self.version, batches)
-            self._index_lexically(documents, pending)
+            rows = list(Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal"))
+            by_document = dict(zip((document.pk for document in documents), pending, strict=True))
+            self._index_lexically(documents, by_document, rows)
+            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, [], {
+                chunk_id: by_document[doc_id].extractions[ordinal] for chunk_id, doc_id, ordinal in rows
+            })  # fmt: skip
             bump_revision(self.version)
         for doc in pending:
             self.report.added += doc.existing is None
@@ -348,18 +362,18 @@ class Ingester:
                 document.created_at = doc.existing.created_at
         return documents
 
-    def _index_lexically(self, documents: list[Document], pending: list[_PendingDocument]) -> None:
-        analyzed = {
-            (document.pk, ordinal): text
-            for document, doc in zip(documents, pending, strict=True)
-            for ordinal, text in enumerate(doc.analyzed)
-        }
-        rows = Chunk.objects.filter(document__in=documents).values_list("id", "document_id", "ordinal")
+    def _index_lexically(
+        self, documents: list[Document], by_document: dict[int, _PendingDocument], rows: list[tuple[int, int, int]]
+    ) -> None:
+        """``rows``: (chunk id, document id, ordinal) of the documents' new chunks."""
         get_lexical_index().replace_documents(
             self.version.pk,
             [document.pk for document in documents],
             [
-                LexicalDocument(chunk_id=chunk_id, doc_id=doc_id, tenant_id=self.kb.tenant_id, text=analyzed[(doc_id, ordinal)])
+                LexicalDocument(
+                    chunk_id=chunk_id, doc_id=doc_id, tenant_id=self.kb.tenant_id,
+                    text=by_document[doc_id].analyzed[ordinal],
+                )
                 for chunk_id, doc_id, ordinal in rows
             ],
             analyzer_version=self.analyzer.version,
@@ -380,10 +394,12 @@ def expire_cached_answers(tenant_id: int) -> None:
 
 @transaction.atomic
 def delete_document(document: Document) -> None:
-    """Remove a document with its chunks from the database and the lexical index together."""
+    """Remove a document with its chunks from the database, the lexical index and the graph together."""
     version_ids = _versions_holding(document)
     for version_id in version_ids:
         get_lexical_index().delete_documents(version_id, [document.pk])
+        chunk_ids = list(document.chunks.filter(kb_version_id=version_id).values_list("id", flat=True))
+        graph_store().replace_chunks(document.tenant_id, version_id, chunk_ids, {})
     document.delete()
     _bump_revisions(version_ids)
 
