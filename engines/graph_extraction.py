@@ -69,7 +69,8 @@ class EntityExtractor:
         for size in range(1, QUERY_NGRAM_WORDS + 1):
             for start in range(len(words) - size + 1):
                 gram = words[start : start + size]
-                joined = "".join(word for word, _ in gram) if all(han for _, han in gram) else " ".join(w for w, _ in gram)
+                separator = "" if all(han for _, han in gram) else " "
+                joined = separator.join(word for word, _ in gram)
                 if size > 1 or joined not in self._stopwords:
                     names.setdefault(self._resolve(joined))
         return list(names)
@@ -80,7 +81,7 @@ class EntityExtractor:
     def _mentions(self, text: str) -> list[_Mention]:
         text = unicodedata.normalize("NFKC", text)
         folded = normalize(text)
-        mentions = [*self._protected(folded), *self._han(folded), *self._codes(folded), *self._names(text)]
+        mentions = [*self._protected(folded), *self._han(folded), *self._codes(text), *self._names(text)]
         mentions += self._key_phrases(folded)
         # a protected code is also a compound, a protected dish also a jieba word: one mention each
         unique = {(mention.name, mention.position): mention for mention in reversed(mentions)}
@@ -108,11 +109,11 @@ class EntityExtractor:
                 offset += len(word)
         return found
 
-    def _codes(self, folded: str) -> list[_Mention]:
+    def _codes(self, text: str) -> list[_Mention]:
         """Compounds that start with a letter and hold a digit: product codes, model numbers."""
         return [
             self._mention(match.group(), "code", match.start())
-            for match in latin_compounds(folded)
+            for match in latin_compounds(text)
             if match.group()[0].isalpha() and any(char.isdigit() for char in match.group())
         ]
 

@@ -105,8 +105,9 @@ class PostgresGraphStore(GraphStore):
         cursor.execute(statement.format(**self._tables).as_string(cursor.cursor), params)
 
     def _fetch(self, statement: sql.SQL, params: list) -> list[tuple]:
+        """Reads in a savepoint: a failed one must not abort the caller's transaction."""
         try:
-            with connection.cursor() as cursor:
+            with transaction.atomic(), connection.cursor() as cursor:
                 self._execute(cursor, statement, params)
                 return cursor.fetchall()
         except DatabaseError as exc:
@@ -157,7 +158,9 @@ _MENTIONS = sql.SQL(
 )
 _CHUNK_TOTAL = sql.SQL("SELECT count(*) FROM {chunks} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _PING = sql.SQL("SELECT 1 FROM {entities} LIMIT 1")
-_DELETE_RELATIONS = sql.SQL("DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s)")
+_DELETE_RELATIONS = sql.SQL(
+    "DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s)"
+)
 _DELETE_MENTIONS = sql.SQL(
     "DELETE FROM {mentions} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s) RETURNING entity_id"
 )

@@ -5,6 +5,7 @@ from retrieval.types import MODES, RETRIEVERS
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100
 MAX_CANDIDATES = 200
+MAX_HOPS = 3
 
 
 class ExpandInput(serializers.Serializer):
@@ -24,11 +25,17 @@ class SearchInput(serializers.Serializer):
     )
     filters = serializers.JSONField(required=False)
     weights = serializers.DictField(
-        child=serializers.FloatField(min_value=0, max_value=100), required=False, help_text="per retriever: vector, bm25"
+        child=serializers.FloatField(min_value=0, max_value=100),
+        required=False,
+        help_text="per retriever: vector, bm25, graph (hybrid: a graph weight > 0 adds the graph leg)",
     )
     candidates = serializers.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False)
     rrf_k = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     rerank = serializers.BooleanField(default=False)
+    graph = serializers.BooleanField(default=False, help_text="hybrid: fuse the graph leg as a third list")
+    hops = serializers.IntegerField(
+        min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
+    )
     expand = ExpandInput(required=False)
 
     def validate_weights(self, weights):
@@ -52,6 +59,15 @@ class ContributionOutput(serializers.Serializer):
     rank = serializers.IntegerField()
     score = serializers.FloatField()
     query = serializers.CharField()
+    entities = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="graph only: the query's entities it matched"
+    )
+    path = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="graph only: the entities from a query entity to one this passage mentions",
+    )
+    hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 
 
 class SearchHitOutput(serializers.Serializer):

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 # The counters a tier limits: one per search mode (retrieval's MODES; a test keeps the two equal).
 # A mode joins here when it exists, so no tier can hold a limit that nothing counts.
-RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid")
+RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid", "graph")
 _ENDPOINT_NAMES = ", ".join(RATE_LIMITED_ENDPOINTS)
 
 # New tenants get the free tier; recreated with the limits the migrations give it if it was deleted.
