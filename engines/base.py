@@ -203,6 +203,10 @@ class GraphStore(ABC):
         each chunk's extraction in ``graphs`` (chunk id -> extraction)."""
 
     @abstractmethod
+    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
+        """Forget the whole graph of these KB versions (no-op for versions without one)."""
+
+    @abstractmethod
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         """The entities in scope with one of these normalized names."""
 

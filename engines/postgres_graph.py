@@ -41,6 +41,11 @@ class PostgresGraphStore(GraphStore):
                 self._execute(cursor, _RECOUNT, [tenant_id, version_id, list(touched)])
                 self._execute(cursor, _DROP_UNMENTIONED, [tenant_id, version_id, list(touched)])
 
+    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            for statement in (_DROP_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
+                self._execute(cursor, statement, [tenant_id, version_ids])
+
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_NAME, [scope.tenant_id, list(scope.version_ids), names])
 
@@ -195,3 +200,6 @@ _RECOUNT = sql.SQL(
 _DROP_UNMENTIONED = sql.SQL(
     "DELETE FROM {entities} WHERE tenant_id = %s AND kb_version_id = %s AND id = ANY(%s) AND chunk_count = 0"
 )
+_DROP_RELATIONS = sql.SQL("DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+_DROP_MENTIONS = sql.SQL("DELETE FROM {mentions} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+_DROP_ENTITIES = sql.SQL("DELETE FROM {entities} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")

@@ -82,14 +82,17 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
 
 
 def delete_knowledge_base(kb: KnowledgeBase) -> None:
-    """Remove a KB with its versions, documents and chunks, then each version's lexical index.
+    """Remove a KB with its versions, documents and chunks, then each version's lexical index and graph.
 
     The indexes go once the rows are gone for good (after the commit), so a rolled-back delete
     leaves a searchable KB; an index that fails to drop is logged, and nothing searches it again."""
     version_ids = list(kb.versions.values_list("pk", flat=True))
+    tenant_id = kb.tenant_id
     with transaction.atomic():
         kb.delete()
         transaction.on_commit(lambda: _drop_lexical_indexes(version_ids), robust=True)
+        # the PostgreSQL graph went with the rows; another backend keeps it until told
+        transaction.on_commit(lambda: graph_store().drop_versions(tenant_id, version_ids), robust=True)
 
 
 @transaction.atomic

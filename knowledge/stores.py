@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from django.conf import settings
+
+from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
 from engines.postgres_graph import PostgresGraphStore
 from knowledge.models import Chunk, GraphEntity, GraphMention, GraphRelation
@@ -15,8 +18,12 @@ def vector_index() -> PgVectorIndex:
 
 
 @lru_cache(maxsize=1)
-def graph_store() -> PostgresGraphStore:
-    """Entities, relations and mentions in this app's graph tables."""
+def graph_store() -> GraphStore:
+    """Entities, relations and mentions: in Neo4j when ``NEO4J_URL`` is set, else in this app's tables."""
+    if settings.NEO4J_URL:
+        from engines.neo4j_graph import Neo4jGraphStore  # neomodel loads only where it is used
+
+        return Neo4jGraphStore(settings.NEO4J_URL, timeout_s=settings.NEO4J_TIMEOUT_S)
     return PostgresGraphStore(
         entities=GraphEntity._meta.db_table,
         mentions=GraphMention._meta.db_table,

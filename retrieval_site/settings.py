@@ -175,6 +175,8 @@ class Environment(BaseSettings):
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
+    NEO4J_URL: str = ""  # neo4j://user:password@host:7687: the graph in Neo4j; unset: PostgreSQL tables
+    NEO4J_TIMEOUT_S: PositiveFloat = 2.0  # connect, acquire and per-query transaction deadline
 
     # --- Query expansion ----------------------------------------------------------------------
     SPELLING_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.7

@@ -1,9 +1,10 @@
 """Contract of the graph stores: what a KB version's graph holds after passages are added and
 replaced, k-hop walks with their strongest paths, and scoping by tenant and KB version. Runs on the
-PostgreSQL tables (real chunks, real FKs); no other backend exists yet."""
+PostgreSQL tables (real chunks, real FKs) always, on Neo4j where ``NEO4J_URL`` points at a server."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -12,9 +13,22 @@ from knowledge.stores import graph_store
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 
-@pytest.fixture(params=["postgres"])
+@pytest.fixture(params=["postgres", "neo4j"])
 def store(request, db) -> GraphStore:
-    return graph_store()
+    if request.param == "postgres":
+        yield graph_store()
+        return
+    url = os.environ.get("NEO4J_URL")
+    if not url:
+        pytest.skip("NEO4J_URL is not set: no Neo4j server on this machine")
+    from engines.neo4j_graph import Neo4jGraphStore
+    from knowledge.models import KnowledgeBaseVersion
+
+    neo4j = Neo4jGraphStore(url, timeout_s=10)
+    yield neo4j
+    # test databases reuse ids: forget what this test wrote
+    for tenant_id, version_id in KnowledgeBaseVersion.objects.values_list("knowledge_base__tenant_id", "pk"):
+        neo4j.drop_versions(tenant_id, [version_id])
 
 
 def chain(*names: str, weight: float = 1.0) -> Extraction:
@@ -118,5 +132,17 @@ def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
     assert {step.entity_id for step in reached} == {ids["a"], ids["b"]}
 
 
+def test_dropping_versions_forgets_their_graph(store, kb):
+    other = KnowledgeBaseFactory()
+    (mine,), (theirs,) = chunks_of(kb, 1), chunks_of(other, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: chain("a", "b")})
+    store.replace_chunks(other.tenant_id, other.active_version_id, [], {theirs: chain("a", "b")})
+    a = ids_by_name(store, kb, "a")["a"]
+    store.drop_versions(kb.tenant_id, [kb.active_version_id])
+    assert store.find_entities(scope_of(kb), ["a", "b"]) == []
+    assert store.mentions(scope_of(kb), [a], per_entity=5) == []
+    assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
+
+
 def test_ping_names_the_backend(store):
-    assert store.ping()
+    assert store.name in store.ping()
