@@ -9,6 +9,8 @@ KB version and parameterized.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
@@ -110,9 +112,11 @@ class PostgresGraphStore(GraphStore):
         cursor.execute(statement.format(**self._tables).as_string(cursor.cursor), params)
 
     def _fetch(self, statement: sql.SQL, params: list) -> list[tuple]:
-        """Reads in a savepoint: a failed one must not abort the caller's transaction."""
+        """Inside a caller's transaction a read gets a savepoint, so a failed one does not abort it;
+        outside one (a search, in autocommit) it needs none, and BEGIN/COMMIT would cost two round trips."""
+        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
+            with savepoint, connection.cursor() as cursor:
                 self._execute(cursor, statement, params)
                 return cursor.fetchall()
         except DatabaseError as exc:

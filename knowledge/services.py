@@ -90,9 +90,7 @@ def delete_knowledge_base(kb: KnowledgeBase) -> None:
     tenant_id = kb.tenant_id
     with transaction.atomic():
         kb.delete()
-        transaction.on_commit(lambda: _drop_lexical_indexes(version_ids), robust=True)
-        # the PostgreSQL graph went with the rows; another backend keeps it until told
-        transaction.on_commit(lambda: graph_store().drop_versions(tenant_id, version_ids), robust=True)
+        transaction.on_commit(lambda: _drop_version_indexes(tenant_id, version_ids), robust=True)
 
 
 @transaction.atomic
@@ -104,7 +102,10 @@ def delete_tenant(tenant: Tenant) -> None:
     tenant.delete()
 
 
-def _drop_lexical_indexes(version_ids: list[int]) -> None:
+def _drop_version_indexes(tenant_id: int, version_ids: list[int]) -> None:
+    """The versions' graphs (the PostgreSQL one went with the rows; Neo4j keeps it until told), then
+    their lexical indexes."""
+    graph_store().drop_versions(tenant_id, version_ids)
     for version_id in version_ids:
         get_lexical_index().drop(version_id)
 
