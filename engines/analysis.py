@@ -31,6 +31,7 @@ from functools import wraps
 from typing import TypeVar
 
 import jieba
+import jieba.posseg
 import opencc
 import Stemmer
 
@@ -106,6 +107,12 @@ def _segmenter() -> jieba.Tokenizer:
 
 
 @_once
+def _pos_tagger() -> jieba.posseg.POSTokenizer:
+    """jieba's part-of-speech tagger over the private segmenter (graph extraction reads its tags)."""
+    return jieba.posseg.POSTokenizer(_segmenter())
+
+
+@_once
 def _t2s() -> opencc.OpenCC:
     """Shared converter; safe across threads: the binding holds the GIL and Convert() is const."""
     return opencc.OpenCC("t2s")
@@ -129,6 +136,26 @@ def _normalize(text: str) -> tuple[str, bool]:
     if _HAN_CHAR.search(text):
         return _t2s().convert(text), True
     return text, False
+
+
+def normalize(text: str) -> str:
+    """Text as the analyzer compares it (NFKC, casefold, Traditional -> Simplified), still untokenized."""
+    return _normalize(text)[0]
+
+
+def han_runs(text: str) -> Iterator[re.Match]:
+    """The runs of Han characters in ``text``, in order."""
+    return _HAN_RUNS.finditer(text)
+
+
+def latin_compounds(text: str) -> Iterator[re.Match]:
+    """Words and compounds (``PPR-9087-BAT``, ``v2.3``) outside Han runs, as the analyzer cuts them."""
+    return _WORDS.finditer(text)
+
+
+def part_of_speech(han_text: str) -> list[tuple[str, str]]:
+    """(word, jieba POS flag) for a Han text: ``nr`` person, ``ns`` place, ``nt`` organisation, ``n`` noun..."""
+    return [(pair.word, pair.flag) for pair in _pos_tagger().cut(han_text, HMM=True)]
 
 
 def _is_word_char(char: str) -> bool:
@@ -302,6 +329,11 @@ class Analyzer:
         return self._version
 
     @property
+    def stopwords(self) -> frozenset[str]:
+        """Normalized words dropped from tokens."""
+        return self._stopwords
+
+    @property
     def dictionary_fingerprint(self) -> str:
         """Stable short hash of the dictionary ("" when empty): a change also means a rebuild."""
         return self._dictionary_fingerprint
@@ -327,6 +359,10 @@ class Analyzer:
             else:
                 self._scan(segment, has_han, pieces)
         return "".join(pieces)[:-1]  # every piece ends with a space
+
+    def protected_terms(self, text: str) -> list[str]:
+        """The tenant's protected terms found in ``text``, normalized, each as its token."""
+        return [segment for segment, protected in self._segments(_normalize(text)[0]) if protected]
 
     def latin_words(self, text: str) -> list[str]:
         """Lowercased alphabetic words as written (unstemmed, stopwords kept), for spelling correction.

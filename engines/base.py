@@ -135,3 +135,103 @@ class LexicalIndex(ABC):
     def ping(self) -> str:
         """A short description of the backend when it can serve (for ``/ready``); raises
         ``LexicalIndexError`` when it cannot. Cheap: readiness probes call it every few seconds."""
+
+
+# --- graph ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entity:
+    name: str  # normalized: the key of the entity in a KB version
+    label: str  # as first written
+    kind: str  # person, place, organisation, proper, noun, code, name, phrase or term
+    count: int  # mentions in the passage
+
+
+@dataclass(frozen=True)
+class Relation:
+    source: str  # entity names, source < target; relations are undirected
+    target: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What one passage adds to its KB version's graph."""
+
+    entities: tuple[Entity, ...]
+    relations: tuple[Relation, ...]
+
+
+@dataclass(frozen=True)
+class GraphScope:
+    """What a graph query may read: one tenant's KB versions."""
+
+    tenant_id: int
+    version_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    entity_id: int
+    version_id: int
+    name: str
+    label: str
+    kind: str
+    chunk_count: int  # passages that mention it: the entity's document frequency
+
+
+@dataclass(frozen=True)
+class GraphStep:
+    """An entity reached from a seed entity, with the strongest path to it."""
+
+    entity_id: int
+    hops: int
+    strength: float  # product of the path's edge strengths w / (w + 1), in (0, 1]; a seed has 1
+    path: tuple[int, ...]  # entity ids, the seed first and this entity last
+
+
+class GraphStoreError(ComponentError):
+    """The graph backend cannot serve; ``cause`` is for ``degraded``."""
+
+
+class GraphStore(ABC):
+    """Entities, co-occurrence relations and their mentions in passages, per tenant and KB version."""
+
+    name: str
+
+    @abstractmethod
+    def replace_chunks(
+        self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
+    ) -> None:
+        """Forget what ``removed_chunk_ids`` added (entities no passage mentions any more go too) and add
+        each chunk's extraction in ``graphs`` (chunk id -> extraction)."""
+
+    @abstractmethod
+    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
+        """Forget the whole graph of these KB versions (no-op for versions without one)."""
+
+    @abstractmethod
+    def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
+        """The entities in scope with one of these normalized names."""
+
+    @abstractmethod
+    def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
+        """The entities in scope with these ids."""
+
+    @abstractmethod
+    def neighbourhood(self, scope: GraphScope, seed_ids: list[int], hops: int, fanout: int) -> list[GraphStep]:
+        """Every entity within ``hops`` of a seed (the seeds included, at 0 hops), each once with its
+        strongest path; a walk follows only the ``fanout`` strongest relations of each entity."""
+
+    @abstractmethod
+    def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
+        """(entity id, chunk id, mention count): the ``per_entity`` chunks mentioning each entity most."""
+
+    @abstractmethod
+    def chunk_total(self, scope: GraphScope) -> int:
+        """How many passages the scope holds (the N of an entity's inverse document frequency)."""
+
+    @abstractmethod
+    def ping(self) -> str:
+        """A short description of the backend when it can serve; raises ``GraphStoreError`` when not."""

@@ -275,3 +275,45 @@ class PendingLexicalChange(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.kb_version_id}: documents {self.document_ids}"
+
+
+# --- graph (read and written by engines.postgres_graph through knowledge.stores.graph_store) ----------
+
+
+class GraphEntity(models.Model):
+    """An entity of a KB version's graph: one per normalized name (``engines.graph_extraction``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="graph_entities")
+    name = models.CharField(max_length=200)
+    label = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16)
+    chunk_count = models.PositiveIntegerField(default=0, help_text="Passages that mention it.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kb_version", "name"], name="unique_entity_name_per_version")]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class GraphMention(models.Model):
+    """An entity mentioned in a passage, ``count`` times; graph hits map back to passages through it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
+    entity = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="mentions")
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
+    count = models.PositiveIntegerField()
+
+
+class GraphRelation(models.Model):
+    """Co-occurrence of two entities in one passage, stored in both directions so a walk follows
+    ``source`` only; an entity pair's strength is the sum of its passages' weights."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
+    source = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+")
+    target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
+    weight = models.FloatField()

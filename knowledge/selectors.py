@@ -10,12 +10,21 @@ from django.db.models import Count, QuerySet
 
 from core.usage import query_counts
 
-from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, TaskNotFound, VersionNotFound
+from knowledge.models import (
+    Chunk,
+    DictionaryTerm,
+    Document,
+    KnowledgeBase,
+    KnowledgeBaseVersion,
+    KnowledgeTask,
+    Synonym,
+)
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
     from engines.analysis import Analyzer
+    from engines.graph_extraction import EntityExtractor
 
 
 def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
@@ -131,6 +140,21 @@ def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
 
     entries = DictionaryTerm.objects.filter(tenant_id=tenant_id).values_list("kind", "value")
     return analyzer_for(DictionaryEntry(kind=kind, value=value) for kind, value in entries)
+
+
+def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
+    """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
+    named by its first term (the others are its aliases)."""
+    from engines.analysis import normalize
+    from engines.graph_extraction import EntityExtractor
+
+    aliases: dict[str, str] = {}
+    groups = Synonym.objects.filter(tenant_id=tenant_id, kind=Synonym.Kind.EQUIVALENT, is_active=True)
+    for terms in groups.order_by("id").values_list("terms", flat=True):
+        names = [normalize(term) for term in terms]
+        for alias in names[1:]:
+            aliases.setdefault(alias, names[0])
+    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases)
 
 
 def tenant_stats(tenant: Tenant) -> dict:

@@ -38,13 +38,13 @@ from knowledge.models import (
     PendingLexicalChange,
     originals_storage,
 )
-from knowledge.selectors import analyzer_for_tenant
-from knowledge.stores import vector_index
+from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant
+from knowledge.stores import graph_store, vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
-from engines.base import LexicalDocument
+from engines.base import Extraction, LexicalDocument
 from core.metrics import record_ingest
 from core.tracing import span
 from tenants.models import Tenant
@@ -117,14 +117,15 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
 
 
 def delete_knowledge_base(kb: KnowledgeBase) -> None:
-    """Remove a KB with its versions, documents and chunks, then each version's lexical index.
+    """Remove a KB with its versions, documents and chunks, then each version's lexical index and graph.
 
     The indexes go once the rows are gone for good (after the commit), so a rolled-back delete
     leaves a searchable KB; an index that fails to drop is logged, and nothing searches it again."""
     version_ids = list(kb.versions.values_list("pk", flat=True))
+    tenant_id = kb.tenant_id
     with transaction.atomic():
         kb.delete()
-        transaction.on_commit(lambda: _drop_lexical_indexes(version_ids), robust=True)
+        transaction.on_commit(lambda: _drop_version_indexes(tenant_id, version_ids), robust=True)
 
 
 @transaction.atomic
@@ -136,7 +137,10 @@ def delete_tenant(tenant: Tenant) -> None:
     tenant.delete()
 
 
-def _drop_lexical_indexes(version_ids: list[int]) -> None:
+def _drop_version_indexes(tenant_id: int, version_ids: list[int]) -> None:
+    """The versions' graphs (the PostgreSQL one went with the rows; Neo4j keeps it until told), then
+    their lexical indexes."""
+    graph_store().drop_versions(tenant_id, version_ids)
     for version_id in version_ids:
         get_lexical_index().drop(version_id)
 
@@ -256,6 +260,7 @@ class _PendingDocument:
     labels: _Labels
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
+    extractions: list[Extraction]  # each draft's entities and relations for the graph
     original: str  # its stored copy, or "" when none is kept
 
 
@@ -290,6 +295,7 @@ class Ingester:
         self._pending: list[_PendingDocument] = []
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
+        self.extractor = entity_extractor_for_tenant(kb.tenant_id)
 
     @property
     def embedder(self) -> Embedder:
@@ -341,11 +347,12 @@ class Ingester:
             return
         title = labels.title or parsed.title
         analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
+        extractions = [self.extractor.extract(draft.text) for draft in drafts]
         original = source.original
         if not original and self._keep_originals:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
-            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, original)
+            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, extractions, original)
         )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
@@ -374,13 +381,26 @@ class Ingester:
             return
         with span("ingest.write", documents=len(pending)), transaction.atomic():
             documents = self._lock_documents(pending) if self._fills_new_version else self._upsert_documents(pending)
-            Chunk.objects.filter(document__in=[document.pk for document in documents], kb_version=self.version).delete()
+            replaced = Chunk.objects.filter(document__in=[doc.pk for doc in documents], kb_version=self.version)
+            # while the replaced chunks exist: the graph forgets what only they mentioned
+            replaced_ids = list(replaced.values_list("id", flat=True))
+            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, replaced_ids, {})
+            replaced.delete()
             batches, offset = [], 0
             for document, doc in zip(documents, pending, strict=True):
                 batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
                 offset += len(doc.drafts)
             _copy_chunks(self.kb, self.version, batches)
-            analyzed = self._analyzed_by_chunk_id(documents, pending)
+            rows = list(
+                Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
+                    "id", "document_id", "ordinal"
+                )
+            )
+            analyzed = self._analyzed_by_chunk_id(documents, pending, rows)
+            by_document = dict(zip((document.pk for document in documents), pending, strict=True))
+            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, [], {
+                chunk_id: by_document[doc_id].extractions[ordinal] for chunk_id, doc_id, ordinal in rows
+            })  # fmt: skip
             _record_lexical_change(self.version.pk, [document.pk for document in documents])
             bump_revision(self.version)
             pause_at("rows_written")
@@ -436,17 +456,16 @@ class Ingester:
                 document.created_at = doc.existing.created_at
         return documents
 
-    def _analyzed_by_chunk_id(self, documents: list[Document], pending: list[_PendingDocument]) -> dict[int, str]:
-        """The analyzed text of each chunk just written, by its new id (so the index write after the
-        commit need not analyze again)."""
+    def _analyzed_by_chunk_id(
+        self, documents: list[Document], pending: list[_PendingDocument], rows: list[tuple[int, int, int]]
+    ) -> dict[int, str]:
+        """The analyzed text of each chunk just written (``rows``: id, document id, ordinal), by its new
+        id (so the index write after the commit need not analyze again)."""
         analyzed = {
             (document.pk, ordinal): text
             for document, doc in zip(documents, pending, strict=True)
             for ordinal, text in enumerate(doc.analyzed)
         }
-        rows = Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
-            "id", "document_id", "ordinal"
-        )
         return {chunk_id: analyzed[(doc_id, ordinal)] for chunk_id, doc_id, ordinal in rows}
 
 
@@ -714,11 +733,14 @@ def expire_cached_answers(tenant_id: int) -> None:
 
 
 def delete_document(document: Document) -> None:
-    """Remove a document with its chunks, then its keyword-index entries once the delete is committed."""
+    """Remove a document with its chunks and their graph mentions, then its keyword-index entries once
+    the delete is committed."""
     with transaction.atomic():
         version_ids = _versions_holding(document)
         for version_id in version_ids:
             _record_lexical_change(version_id, [document.pk])
+            chunk_ids = list(document.chunks.filter(kb_version_id=version_id).values_list("id", flat=True))
+            graph_store().replace_chunks(document.tenant_id, version_id, chunk_ids, {})
         document.delete()
         _bump_revisions(version_ids)
     for version_id in version_ids:

@@ -3,11 +3,30 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from django.conf import settings
+
+from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
-from knowledge.models import Chunk
+from engines.postgres_graph import PostgresGraphStore
+from knowledge.models import Chunk, GraphEntity, GraphMention, GraphRelation
 
 
 @lru_cache(maxsize=1)
 def vector_index() -> PgVectorIndex:
     """Dense search over the chunk table (pgvector)."""
     return PgVectorIndex(Chunk._meta.db_table)
+
+
+@lru_cache(maxsize=1)
+def graph_store() -> GraphStore:
+    """Entities, relations and mentions: in Neo4j when ``NEO4J_URL`` is set, else in this app's tables."""
+    if settings.NEO4J_URL:
+        from engines.neo4j_graph import Neo4jGraphStore  # neomodel loads only where it is used
+
+        return Neo4jGraphStore(settings.NEO4J_URL, timeout_s=settings.NEO4J_TIMEOUT_S)
+    return PostgresGraphStore(
+        entities=GraphEntity._meta.db_table,
+        mentions=GraphMention._meta.db_table,
+        relations=GraphRelation._meta.db_table,
+        chunks=Chunk._meta.db_table,
+    )

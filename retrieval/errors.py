@@ -23,3 +23,8 @@ class LexicalIndexUnavailable(DomainError):
 class VectorIndexUnavailable(DomainError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     code = "vector_index_unavailable"
+
+
+class GraphUnavailable(DomainError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "graph_unavailable"

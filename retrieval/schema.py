@@ -60,7 +60,7 @@ RESPONSE_EXAMPLE = {
     "total": 1,
     "mode": "hybrid",
     "queries": [{"text": "How should I store the lithium battery pack?", "weight": 1.0, "origin": "original"}],
-    "weights": {"vector": 1.0, "bm25": 1.0},
+    "weights": {"vector": 1.0, "bm25": 1.0, "graph": 0.0},
     "reranked": False,
     "degraded": [],
     "notes": [],
@@ -71,10 +71,42 @@ RESPONSE_EXAMPLE = {
 }
 
 
+GRAPH_CONTRIBUTION = {
+    "rank": 4,
+    "score": 1.27,
+    "query": "Which battery pack does the PPR-9087 use?",
+    "entities": ["Battery Pack", "PPR-9087"],
+    "path": ["PPR-9087", "锂电池"],
+    "hops": 1,
+}
+GRAPH_HIT_EXAMPLE = {
+    **HIT_EXAMPLE,
+    "content": "基本信息\n\n型号：PPR-9087\n售价：1699 元（含标准上门安装一次）\n保修：锁体及电子部件 36 个月 ...",
+    "title": "PortaLock Pro 智能门锁（PPR-9087）产品介绍",
+    "source_uri": "sample_kb/products/ppr-9087-smart-lock.md",
+    "doc_type": "md",
+    "rank": 4,
+    "source": "graph",
+    "score": GRAPH_CONTRIBUTION["score"],
+    "retrievers": {"graph": GRAPH_CONTRIBUTION},
+    "matched_queries": [GRAPH_CONTRIBUTION["query"]],
+}
+
+
 def response_example(mode: str) -> dict:
     """The sample answer as ``mode`` returns it: one retriever's list shows that list's raw score."""
     if mode == "hybrid":
         return RESPONSE_EXAMPLE
+    if mode == "graph":
+        return {
+            **RESPONSE_EXAMPLE,
+            "results": [GRAPH_HIT_EXAMPLE],
+            "mode": "graph",
+            "queries": [{"text": GRAPH_CONTRIBUTION["query"], "weight": 1.0, "origin": "original"}],
+            "weights": {"vector": 0.0, "bm25": 0.0, "graph": 1.0},
+            "timings_ms": {"expand": 0.3, "graph": 4.1, "fuse": 0.4, "total": 5.2},
+            "candidates": {"graph": 40, "fused": 40},
+        }
     contribution = HIT_EXAMPLE["retrievers"][mode]
     skipped = {"vector": {"bm25"}, "bm25": {"embed", "vector"}}[mode]
     hit = {**HIT_EXAMPLE, "source": mode, "score": contribution["score"], "retrievers": {mode: contribution}}
@@ -82,7 +114,7 @@ def response_example(mode: str) -> dict:
         **RESPONSE_EXAMPLE,
         "results": [hit],
         "mode": mode,
-        "weights": {retriever: float(retriever == mode) for retriever in ("vector", "bm25")},
+        "weights": {retriever: float(retriever == mode) for retriever in ("vector", "bm25", "graph")},
         "timings_ms": {stage: ms for stage, ms in RESPONSE_EXAMPLE["timings_ms"].items() if stage not in skipped},
         "candidates": {mode: RESPONSE_EXAMPLE["candidates"][mode], "fused": RESPONSE_EXAMPLE["candidates"][mode]},
     }
@@ -113,16 +145,23 @@ REQUEST_EXAMPLES = {
              "candidates": 50, "rerank": True, "expand": {"synonyms": True, "spelling": False}},
         ),
     ],
+    "graph": [
+        ("Entities and their neighbours", {"query": "Which battery pack does the PPR-9087 use?", "top_k": 5}),
+        ("Two hops, Chinese", {"query": "鱼香肉丝", "top_k": 5, "hops": 2}),
+    ],
     None: [
         ("Keyword mode", {"query": "PPR-9087", "mode": "bm25", "top_k": 5}),
+        ("Three-way hybrid",
+         {"query": "Which restaurant serves 鱼香肉丝 in the partner program?", "mode": "hybrid", "graph": True}),
         ("Hybrid mode with KB scope", {"query": "refund within 30 days", "mode": "hybrid", "kb_ids": [1]}),
     ],
 }  # fmt: skip
 SUMMARIES = {
     "vector": "Dense (vector) search",
     "bm25": "Keyword (BM25) search; never embeds the query",
-    "hybrid": "Hybrid search: BM25 and dense lists fused by weighted RRF",
-    None: "Search in the mode the body names (vector, bm25 or hybrid; default hybrid)",
+    "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused by weighted RRF",
+    "graph": "Graph search: passages mentioning the query's entities and their neighbours; never embeds",
+    None: "Search in the mode the body names (vector, bm25, hybrid or graph; default hybrid)",
 }
 DESCRIPTION = (
     "Searches the knowledge bases of the API key's tenant (or `kb_ids`), pre-filtered by `filters`. "

@@ -33,7 +33,8 @@ class QueryField(StrictCharField):
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
-        "description": "RRF weight per retriever (default 1.0 each); 0 skips a leg, but not every leg named",
+        "description": "RRF weight per retriever (default 1.0 each; hybrid: a graph weight > 0 adds the graph leg); "
+        "0 skips a leg, but not every leg named",
     }
 )
 class WeightsField(serializers.DictField):
@@ -58,6 +59,7 @@ class WeightsField(serializers.DictField):
 )
 class FiltersField(serializers.JSONField):
     pass
+MAX_HOPS = 3
 
 
 class ExpandInput(serializers.Serializer):
@@ -85,6 +87,10 @@ class SearchInput(serializers.Serializer):
     )
     rrf_k = StrictIntegerField(min_value=1, max_value=1000, required=False)
     rerank = StrictBooleanField(default=False)
+    graph = StrictBooleanField(default=False, help_text="hybrid: fuse the graph leg as a third list")
+    hops = StrictIntegerField(
+        min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
+    )
     expand = ExpandInput(required=False)
 
     def validate(self, data):
@@ -101,6 +107,15 @@ class ContributionOutput(serializers.Serializer):
     rank = serializers.IntegerField()
     score = serializers.FloatField()
     query = serializers.CharField()
+    entities = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="graph only: the query's entities it matched"
+    )
+    path = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="graph only: the entities from a query entity to one this passage mentions",
+    )
+    hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 
 
 class SearchHitOutput(serializers.Serializer):

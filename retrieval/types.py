@@ -12,8 +12,8 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
 from retrieval.fusion import RankedList
 
-MODES = ("vector", "bm25", "hybrid")
-RETRIEVERS = ("vector", "bm25")
+MODES = ("vector", "bm25", "hybrid", "graph")
+RETRIEVERS = ("vector", "bm25", "graph")
 
 
 @dataclass
@@ -27,6 +27,8 @@ class SearchRequest:
     candidates: int | None = None
     rrf_k: int | None = None
     rerank: bool = False
+    graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)
+    hops: int | None = None  # the graph leg's neighbourhood; None: GRAPH_HOPS
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 
@@ -84,7 +86,7 @@ class ModelGroup:
 class Degradation:
     """An optional stage that failed: the search answers without it and names it in ``degraded``."""
 
-    stage: str  # "expand", "bm25", "vector" or "rerank"
+    stage: str  # "expand", "bm25", "vector", "graph" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
 
@@ -114,6 +116,7 @@ class LegResult:
     lists: list[RankedList] = field(default_factory=list)
     content_hashes: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
     failure: Degradation | None = None
     unavailable: DomainError | None = None
 

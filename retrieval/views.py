@@ -19,7 +19,7 @@ DEFAULT_MODE = "hybrid"  # of /search when the body names none (ModeSearchInput'
 
 
 class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
-    """``POST /api/v1/retrieval/search``: one endpoint, ``mode`` = vector | bm25 | hybrid."""
+    """``POST /api/v1/retrieval/search``: one endpoint, ``mode`` = vector | bm25 | hybrid | graph."""
 
     input_serializer = ModeSearchInput
     mode: str | None = None
@@ -69,10 +69,17 @@ class Bm25SearchView(SearchView):
 
 
 class HybridSearchView(SearchView):
-    """``POST /api/v1/retrieval/hybrid``: BM25 and dense lists fused by weighted RRF."""
+    """``POST /api/v1/retrieval/hybrid``: BM25 and dense lists (and the graph's) fused by weighted RRF."""
 
     input_serializer = SearchInput
     mode = "hybrid"
+
+
+class GraphSearchView(SearchView):
+    """``POST /api/v1/retrieval/graph``: passages reached from the query's entities; never embeds."""
+
+    input_serializer = SearchInput
+    mode = "graph"
 
 
 def _requested_mode(body: bytes) -> str:

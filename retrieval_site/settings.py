@@ -175,8 +175,17 @@ class Environment(BaseSettings):
     SEARCH_CANDIDATES: Annotated[PositiveInt, Ranks] = 100  # per-retriever depth (tuned: docs/BENCHMARKS.md)
     SEARCH_WEIGHT_VECTOR: NonNegativeFloat = 1.0  # read as SEARCH_WEIGHTS (below)
     SEARCH_WEIGHT_BM25: NonNegativeFloat = 1.0
+    SEARCH_WEIGHT_GRAPH: NonNegativeFloat = 1.0  # the graph leg's weight when a hybrid search asks for it
     # Dense weight for queries in a language the KB's embedding model does not cover (0 skips the leg).
     DENSE_WEIGHT_FLOOR: Annotated[NonNegativeFloat, Ranks] = 0.0
+
+    # --- Graph retrieval ----------------------------------------------------------------------
+    GRAPH_HOPS: Annotated[int, Field(ge=0, le=3), Ranks] = 2  # default neighbourhood of the query's entities
+    GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
+    GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
+    GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
+    NEO4J_URL: str = ""  # neo4j://user:password@host:7687: the graph in Neo4j; unset: PostgreSQL tables
+    NEO4J_TIMEOUT_S: PositiveFloat = 2.0  # connect, acquire and per-query transaction deadline
 
     # --- Query expansion ----------------------------------------------------------------------
     SPELLING_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.7
@@ -421,7 +430,11 @@ CORS_EXPOSE_HEADERS = [
 ]
 
 # --- Search ---------------------------------------------------------------------------------
-SEARCH_WEIGHTS = {"vector": env.SEARCH_WEIGHT_VECTOR, "bm25": env.SEARCH_WEIGHT_BM25}  # default retriever weights
+SEARCH_WEIGHTS = {  # default retriever weights
+    "vector": env.SEARCH_WEIGHT_VECTOR,
+    "bm25": env.SEARCH_WEIGHT_BM25,
+    "graph": env.SEARCH_WEIGHT_GRAPH,
+}
 # What the search cache key includes: every field marked Ranks and the settings made from them.
 RANKING_SETTINGS = (*Environment.ranking(), "SEARCH_WEIGHTS")
 

@@ -3,10 +3,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-# The counters a tier limits: one per search mode (retrieval's MODES), the stats endpoint's, and the
+# The counters a tier limits: one per search mode (retrieval's MODES, graph included), the stats endpoint's, and the
 # knowledge API's reads and writes (a test keeps them equal to what the views count). A counter joins
 # here when something counts it, so no tier holds a dead limit.
-RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid", "stats", "knowledge", "ingest")
+RATE_LIMITED_ENDPOINTS = ("vector", "bm25", "hybrid", "graph", "stats", "knowledge", "ingest")
 _ENDPOINT_NAMES = ", ".join(RATE_LIMITED_ENDPOINTS)
 
 # New tenants get the free tier; recreated with the limits the migrations give it if it was deleted.

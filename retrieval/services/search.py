@@ -1,6 +1,6 @@
 """The search pipeline behind every retrieval endpoint, one function per stage.
 
-expand the query -> weigh the retrievers -> retrieve (BM25 while the query embeds, then pgvector),
+expand the query -> weigh the retrievers -> retrieve (BM25 and the graph while the query embeds, then pgvector),
 each leg scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF ->
 rerank the head -> hydrate. Stages hand each other plain values; timings go through
 :class:`~retrieval.services.timings.StageTimings`.
@@ -29,11 +29,12 @@ from knowledge.models import KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
 from knowledge.stores import vector_index
 from retrieval import selectors
-from retrieval.errors import EmbedderUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
+from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
 from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.services.graph import rank_by_graph
 from retrieval.services.timings import StageTimings
 from retrieval.types import (
     RETRIEVERS,
@@ -67,8 +68,9 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         with timings.stage("expand"):
             expansion = expand(tenant, request, version_ids)
         weights = weigh(request, groups)
+        hops = settings.GRAPH_HOPS if request.hops is None else request.hops
         legs, known_hashes = _retrieve(
-            tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, timings
+            tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, hops, timings
         )
         lists = [ranked for leg in legs for ranked in leg.lists]
         for leg in legs:
@@ -76,8 +78,14 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         with timings.stage("fuse"):
             fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
         reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
+        explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
         results = hydrate(
-            tenant, request.mode, reranked.candidates[: request.top_k], reranked.scores, single_list=len(lists) == 1
+            tenant,
+            request.mode,
+            reranked.candidates[: request.top_k],
+            reranked.scores,
+            single_list=len(lists) == 1,
+            explanations=explanations,
         )
     response = SearchResponse(
         results=results,
@@ -122,6 +130,8 @@ def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
     mode = request.mode
     base = {**settings.SEARCH_WEIGHTS, **(request.weights or {})}
     weights = {name: (base.get(name, 1.0) if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
+    if mode == "hybrid" and not request.graph and "graph" not in (request.weights or {}):
+        weights["graph"] = 0.0  # three-way hybrid is asked for: "graph": true or a graph weight
     notes = []
     if mode == "hybrid" and weights["vector"] > 0 and groups:
         language = detect_language(request.query)
@@ -197,6 +207,27 @@ def _bm25_hits_of_existing_chunks(
             list(version_ids), len(hits) - len(kept),
         )  # fmt: skip
     return kept
+
+
+def retrieve_graph(
+    tenant: Tenant,
+    version_ids: tuple[int, ...],
+    query: str,
+    weight: float,
+    compiled: CompiledFilter,
+    candidates: int,
+    hops: int,
+) -> LegResult:
+    """One list from the query's entities and their neighbourhood (the original query only: synonym
+    groups are already entity aliases); each hit keeps the path that found it."""
+    ranking = rank_by_graph(tenant.pk, version_ids, query, hops=hops)
+    hits = ranking.hits
+    if compiled.q and hits:
+        passing = selectors.chunk_ids_passing(tenant, [chunk_id for chunk_id, _ in hits], compiled)
+        hits = [hit for hit in hits if hit[0] in passing]
+    hits = hits[:candidates]
+    explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
+    return LegResult("graph", lists=[RankedList("graph", query, weight, hits)], explanations=explanations)
 
 
 def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
@@ -275,9 +306,12 @@ def hydrate(
     rerank_scores: dict[int, float] | None,
     *,
     single_list: bool,
+    explanations: dict[str, dict[int, dict]] | None = None,
 ) -> list[SearchHit]:
     """The hits as the API shows them. One retriever and one query (``single_list``): its raw score
-    (cosine or BM25) is the most useful score to show."""
+    (cosine or BM25) is the most useful score to show. ``explanations``: retriever -> chunk id -> what
+    that retriever adds to the hit's entry in ``retrievers`` (the graph: its path)."""
+    explanations = explanations or {}
     by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
     results = []
     for candidate in candidates:
@@ -307,7 +341,12 @@ def hydrate(
                 fused_score=round(candidate.fused_score, 6),
                 rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
                 retrievers={
-                    name: {"rank": c.rank, "score": round(float(c.score), 6), "query": c.query}
+                    name: {
+                        "rank": c.rank,
+                        "score": round(float(c.score), 6),
+                        "query": c.query,
+                        **explanations.get(name, {}).get(candidate.chunk_id, {}),
+                    }
                     for name, c in candidate.retrievers.items()
                 },
                 matched_queries=candidate.matched_queries,
@@ -327,10 +366,11 @@ def _retrieve(
     weights: dict[str, float],
     compiled: CompiledFilter,
     candidates: int,
+    hops: int,
     timings: StageTimings,
 ) -> tuple[list[LegResult], dict[int, str]]:
-    """The legs that ran, and the content hashes of the BM25 hits, looked up while the query embeds
-    (BM25 runs meanwhile too). Raises the last failed leg's error when no leg answers."""
+    """The legs that ran, and the content hashes of the BM25 and graph hits, looked up while the query
+    embeds (BM25 and the graph run meanwhile too). Raises the last failed leg's error when no leg answers."""
     embedding: Future | None = None
     if weights["vector"] > 0:
         # In the request's context, so the embedding thread's log lines carry its request id.
@@ -343,6 +383,13 @@ def _retrieve(
                 legs.append(retrieve_bm25(tenant, version_ids, variants, weights["bm25"], compiled, candidates))
             except Exception as exc:
                 legs.append(_failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable"))
+    if weights["graph"] > 0:
+        with timings.stage("graph"):
+            try:
+                original = variants[0].text
+                legs.append(retrieve_graph(tenant, version_ids, original, weights["graph"], compiled, candidates, hops))
+            except Exception as exc:
+                legs.append(_failed_leg("graph", exc, GraphUnavailable, "graph search is unavailable"))
     known_hashes: dict[int, str] = {}
     if embedding is not None:
         # While the query is still embedding: size the vector scope, look up the BM25 hits' hashes.

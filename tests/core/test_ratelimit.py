@@ -142,7 +142,7 @@ def test_the_free_tier_is_recreated_for_new_tenants_if_deleted():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "limits", [{"hybrid": 0}, {"hybrid": "50"}, {"hybrid": True}, ["hybrid"], {"graph": 20}, {"search": 5}]
+    "limits", [{"hybrid": 0}, {"hybrid": "50"}, {"hybrid": True}, ["hybrid"], {"graph": -2}, {"search": 5}]
 )
 def test_endpoint_limits_map_existing_endpoints_to_positive_integers(limits):
     with pytest.raises(ValidationError, match="endpoint_limits"):
@@ -197,3 +197,12 @@ def test_tiers_limit_exactly_the_counters_the_api_counts():
     knowledge = {KnowledgeApiViewSet().rate_limit_endpoint(requests.generic(method, "/")) for method in ("GET", "POST")}
     counters = set(ModeSearchInput().fields["mode"].choices) | {StatsView().rate_limit_endpoint(None)} | knowledge
     assert counters == set(RATE_LIMITED_ENDPOINTS)
+
+
+@pytest.mark.django_db
+def test_the_graph_limit_counts_graph_searches_on_either_endpoint(api_client, tenant):
+    tenant.rate_tier = RateTier.objects.create(name="graph-1", requests_per_window=5, endpoint_limits={"graph": 1})
+    tenant.save(update_fields=["rate_tier"])
+    assert post(api_client, "graph").status_code == 200
+    assert_rate_limited(post(api_client, "search", body=json.dumps({"query": "x", "mode": "graph"})))
+    assert post(api_client, "bm25").status_code == 200

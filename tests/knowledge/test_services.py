@@ -10,7 +10,16 @@ from django.utils import timezone
 from engines import get_lexical_index
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
+from knowledge.models import (
+    Chunk,
+    Document,
+    GraphEntity,
+    GraphMention,
+    GraphRelation,
+    KnowledgeBase,
+    KnowledgeBaseVersion,
+    Synonym,
+)
 from knowledge.services import (
     Ingester,
     activate_version,
@@ -340,3 +349,45 @@ def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
     assert remaining == {second.pk, recent.pk}
     assert not Chunk.objects.filter(kb_version_id=first.pk).exists()
     assert Chunk.objects.filter(kb_version=second).count() == 1
+
+
+def graph_names(kb) -> dict[str, int]:
+    """Entity name -> passages mentioning it in the KB's active version."""
+    return dict(GraphEntity.objects.filter(kb_version=kb.active_version).values_list("name", "chunk_count"))
+
+
+def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_path):
+    path = tmp_path / "lock.txt"
+    path.write_text("The PortaLock Pro lock PPR-9087 is made by Skyline Home.")
+    (tmp_path / "sensor.txt").write_text("The AirSense monitor SKY-30452 is made by Skyline Home.")
+    ingest(kb, tmp_path)
+    names = graph_names(kb)
+    assert {"ppr-9087", "portalock pro", "sky-30452"} <= names.keys()
+    assert names["skyline home"] == 2
+    mentions = GraphMention.objects.filter(kb_version=kb.active_version, entity__name="ppr-9087")
+    mentioned = mentions.values_list("chunk__document__source_uri", flat=True)
+    assert [uri.rsplit("/", 1)[-1] for uri in mentioned] == ["lock.txt"]
+    path.write_text("The PortaLock Max lock PPR-9100 is made by Skyline Home.")
+    ingest(kb, tmp_path)
+    names = graph_names(kb)
+    assert "ppr-9087" not in names and "ppr-9100" in names and names["skyline home"] == 2
+    lock = GraphRelation.objects.filter(kb_version=kb.active_version, chunk__document__source_uri__endswith="/lock.txt")
+    assert {"ppr-9100", "skyline home"} <= set(lock.values_list("source__name", flat=True))
+
+
+def test_deleting_a_document_removes_its_part_of_the_graph(kb, tmp_path):
+    (tmp_path / "lock.txt").write_text("The PortaLock Pro lock PPR-9087 is made by Skyline Home.")
+    (tmp_path / "sensor.txt").write_text("The AirSense monitor SKY-30452 is made by Skyline Home.")
+    ingest(kb, tmp_path)
+    services.delete_document(Document.objects.get(knowledge_base=kb, source_uri__endswith="/lock.txt"))
+    names = graph_names(kb)
+    assert "ppr-9087" not in names and names["skyline home"] == 1 and "sky-30452" in names
+
+
+def test_synonym_groups_make_one_entity(kb, tmp_path):
+    Synonym.objects.create(tenant=kb.tenant, terms=["PortaLock Pro", "PPR-9087"])
+    (tmp_path / "a.txt").write_text("Skyline Home sells the PortaLock Pro door lock.")
+    (tmp_path / "b.txt").write_text("The door lock PPR-9087 ships with two keys.")
+    ingest(kb, tmp_path)
+    names = graph_names(kb)
+    assert names["portalock pro"] == 2 and "ppr-9087" not in names

@@ -750,7 +750,8 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
 @pytest.mark.parametrize(
     "path, body, needles",
     [
-        ("/api/v1/retrieval/search", {"mode": "graph"}, ["mode", "graph"]),
+        ("/api/v1/retrieval/search", {"mode": "sparse"}, ["mode", "sparse"]),
+        ("/api/v1/retrieval/graph", {"hops": 4}, ["hops"]),
         ("/api/v1/retrieval/hybrid", {"weights": {"sparse": 1}}, ["weights", "sparse"]),
         ("/api/v1/retrieval/hybrid", {"weights": {"bm25": -1}}, ["weights"]),
         ("/api/v1/retrieval/hybrid", {"weights": {"vector": 0, "bm25": 0.0}}, ["weights", "at least one weight"]),
@@ -893,3 +894,57 @@ def test_searches_answer_while_redis_is_down(private_redis, corpus):
         response = post_mode(corpus, mode)
         assert file_names(ok_results(response))[0] == "kettle.txt"
         assert response.json()["degraded"] == [] and response.json()["cached"] is False
+
+
+# --- graph retrieval ------------------------------------------------------------------------------
+
+GRAPH_QUESTION = "Which battery pack does the PPR-9087 use?"
+
+
+def post_to(client, path: str, body: dict):
+    return client.post(f"/api/v1/retrieval/{path}", data=json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_graph_endpoint_explains_each_hit_and_never_embeds(sample_kb):
+    response = post_to(client_for(sample_kb.tenant), "graph", {"query": GRAPH_QUESTION, "top_k": 10})
+    results = ok_results(response)
+    body = response.json()
+    assert body["mode"] == "graph" and "embed" not in body["timings_ms"] and "graph" in body["timings_ms"]
+    assert SearchOutput(data=body).is_valid(), SearchOutput(data=body).errors
+    paths = [hit["retrievers"]["graph"] for hit in results]
+    assert all(path["entities"] and path["path"][0] in path["entities"] for path in paths)
+    assert any(path["hops"] >= 1 for path in paths)
+    assert any("PPR-9087-BAT" in hit["content"] for hit in results)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_hybrid_fuses_the_graph_only_when_asked(sample_kb):
+    client = client_for(sample_kb.tenant)
+    two_way = post_to(client, "search", {"query": GRAPH_QUESTION, "mode": "hybrid"}).json()
+    assert two_way["weights"]["graph"] == 0 and "graph" not in two_way["candidates"]
+    for extra in ({"graph": True}, {"weights": {"graph": 0.5}}):
+        three_way = post_to(client, "hybrid", {"query": GRAPH_QUESTION, **extra}).json()
+        assert three_way["weights"]["graph"] == extra.get("weights", {}).get("graph", 1.0)
+        assert three_way["candidates"]["graph"] > 0
+        assert {"vector", "bm25", "graph"} <= {name for hit in three_way["results"] for name in hit["retrievers"]}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_failing_graph_leg_degrades_hybrid_and_fails_graph_mode(sample_kb):
+    from django.db import connection
+
+    from knowledge.models import GraphEntity
+
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute(f"ALTER TABLE {GraphEntity._meta.db_table} RENAME TO graph_entity_gone")
+    client = client_for(sample_kb.tenant)
+    response = post_to(client, "hybrid", {"query": GRAPH_QUESTION, "graph": True})
+    ok_results(response)
+    body = response.json()
+    assert [(d["stage"], d["cause"]) for d in body["degraded"]] == [("graph", "graph_unavailable")]
+    assert body["results"]
+    assert_error(post_to(client, "graph", {"query": GRAPH_QUESTION}), 503, "graph_unavailable")

@@ -16,10 +16,15 @@ from retrieval_site.settings import Environment
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
-SERVERS = {"db": "pgvector/pgvector:", "redis": "redis:", "elasticsearch": "docker.elastic.co/elasticsearch/"}
+SERVERS = {
+    "db": "pgvector/pgvector:",
+    "redis": "redis:",
+    "elasticsearch": "docker.elastic.co/elasticsearch/",
+    "neo4j": "neo4j:",
+}
 # Read by something other than settings.py: compose itself, the web command, prometheus_client, the JVM.
 NOT_SETTINGS = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD", "WEB_PORT", "WEB_WORKERS", "WEB_THREADS",
-                "PROMETHEUS_MULTIPROC_DIR", "ES_JAVA_OPTS"}  # fmt: skip
+                "PROMETHEUS_MULTIPROC_DIR", "ES_JAVA_OPTS", "NEO4J_PASSWORD", "NEO4J_HEAP"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +52,7 @@ def test_the_stack_runs_web_against_postgres_redis_and_elasticsearch(compose):
     assert "@db:5432/" in environment["DATABASE_URL"]
     assert environment["REDIS_URL"].startswith("redis://redis:6379")
     assert environment["ELASTICSEARCH_URL"] == "http://elasticsearch:9200"
+    assert environment["NEO4J_URL"].startswith("neo4j://neo4j:") and environment["NEO4J_URL"].endswith("@neo4j:7687")
     assert services["migrate"]["command"][-3:] == ["manage.py", "migrate", "--noinput"]
     assert services["migrate"]["image"] == web["image"]
 
@@ -66,7 +72,9 @@ def test_web_starts_after_healthy_servers_and_applied_migrations(compose):
 
 
 def test_stateful_servers_keep_their_data_in_named_volumes(compose):
-    for service, path in [("db", "/var/lib/postgresql/data"), ("elasticsearch", "/usr/share/elasticsearch/data")]:
+    for service, path in [
+        ("db", "/var/lib/postgresql/data"), ("elasticsearch", "/usr/share/elasticsearch/data"), ("neo4j", "/data")
+    ]:  # fmt: skip
         volume = next(v.split(":")[0] for v in compose["services"][service]["volumes"] if v.endswith(path))
         assert volume in compose["volumes"], service
 

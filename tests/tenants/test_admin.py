@@ -23,13 +23,14 @@ def test_tiers_are_editable_in_the_admin_for_endpoints_that_exist(admin_client):
     assert response.status_code == 302, response.content
     free.refresh_from_db()
     assert (free.requests_per_window, free.endpoint_limits) == (120, {"hybrid": 60})
-    for limits in ('{"hybrid": -1}', '{"graph": 20}'):
+    for limits in ('{"hybrid": -1}', '{"rerank": 20}'):
         rejected = admin_client.post(
             f"{ADMIN}/ratetier/{free.pk}/change/",
             {"name": FREE_TIER, "requests_per_window": 120, "endpoint_limits": limits},
         )
         assert rejected.status_code == 200
-        message = "must map endpoint names (vector, bm25, hybrid, stats, knowledge, ingest) to positive integers"
+        names = "vector, bm25, hybrid, graph, stats, knowledge, ingest"
+        message = f"must map endpoint names ({names}) to positive integers"
         assert message in rejected.content.decode()
     free.refresh_from_db()
     assert free.endpoint_limits == {"hybrid": 60}

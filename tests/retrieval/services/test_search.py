@@ -72,7 +72,7 @@ def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
     assert top.fused_score == pytest.approx(expected, abs=1e-6)
     assert top.score == top.fused_score
     assert top.matched_queries == ["How should I store the lithium battery pack?"]
-    assert response.weights == {"vector": 1.0, "bm25": 1.0}
+    assert response.weights == {"vector": 1.0, "bm25": 1.0, "graph": 0.0}
     assert {"expand", "embed", "vector", "bm25", "fuse", "total"} <= set(response.timings_ms)
     assert response.candidates["fused"] >= response.candidates["vector"] >= 5
     assert response.reranked is False and response.degraded == []
@@ -121,7 +121,7 @@ def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):
 
 def test_vector_mode_keeps_the_dense_leg_whatever_the_language(sample_kb):
     response = run(sample_kb, "鱼香肉丝", mode="vector", top_k=3)
-    assert response.weights == {"vector": 1.0, "bm25": 0.0} and len(response.results) == 3
+    assert response.weights == {"vector": 1.0, "bm25": 0.0, "graph": 0.0} and len(response.results) == 3
 
 
 # --- expansion ------------------------------------------------------------------------------------

@@ -1,0 +1,79 @@
+"""Graph retrieval on the sample KB: extraction's share of ingestion, graph leg latency, and recall@10
+of two-way vs three-way hybrid on a small multi-hop set (questions whose answer document is named
+only through an entity one or two hops from the question's entities).
+
+    .venv/bin/python bench/graph.py
+
+Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results go to docs/BENCHMARKS.md by hand.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import _common
+
+# question -> the document that answers it (its file name); built by hand from sample_kb/
+MULTI_HOP = {
+    "Which restaurant in the partner program serves 鱼香肉丝?": "restaurant-partner-program.html",
+    "What discount do partners get on the air monitor used by the kitchen that serves 鱼香肉丝?":
+        "restaurant-partner-program.html",
+    "How do I pair the gateway that arms the PPR-9087 when I leave home?": "sky-10023908-hub-pro.md",
+    "What error codes can the AirSense monitor in 蜀香小馆's kitchen show?": "error-codes.html",
+    "How should the battery pack of the PortaLock Pro be stored?": "safety-datasheet-ppr-9087-battery.pdf",
+    "What warranty does the gateway that works with the PortaLock Pro have?": "warranty-policy.md",
+}  # fmt: skip
+LATENCY_QUERIES = [
+    "PPR-9087", "鱼香肉丝", "SKY-30452 air monitor", "Skyline Home warranty", "蜀香小馆的招牌菜",
+    "firmware update E-221", "退货政策", "Which battery pack does the PPR-9087 use?",
+]  # fmt: skip
+REPEATS = 20
+
+
+def main() -> None:
+    _common.setup_django()
+    from knowledge.models import Chunk
+    from knowledge.selectors import entity_extractor_for_tenant
+    from knowledge.services import Ingester, create_knowledge_base, delete_tenant, discover_files
+    from retrieval.services.search import search
+    from retrieval.types import SearchRequest
+    from tenants.services import create_tenant
+
+    print("load average:", os.getloadavg())
+    tenant = create_tenant(_common.unique_name("bench-graph"))
+    try:
+        kb = create_knowledge_base(tenant=tenant, name="sample")
+        report = Ingester(kb).ingest(discover_files([Path("sample_kb")]))
+        texts = list(Chunk.objects.filter(kb_version=kb.active_version).values_list("content", flat=True))
+        extractor = entity_extractor_for_tenant(tenant.pk)
+        extractor.extract("warm-up 鱼香肉丝")  # jieba's POS tables load once per process
+        started = time.perf_counter()
+        for text in texts:
+            extractor.extract(text)
+        extraction_s = time.perf_counter() - started
+        print(f"ingestion: {report.chunks} chunks in {report.seconds:.2f} s; extraction alone {extraction_s:.3f} s "
+              f"= {1000 * extraction_s / len(texts):.2f} s per 1,000 chunks, {100 * extraction_s / report.seconds:.1f} %"
+              " of ingestion")  # fmt: skip
+
+        seconds = []
+        for _ in range(REPEATS):
+            for query in LATENCY_QUERIES:
+                response = search(tenant, SearchRequest(query=query, mode="graph", top_k=10))
+                seconds.append(response.timings_ms["graph"] / 1000)
+        summary = _common.summarize_ms(seconds)
+        print(f"graph leg over {len(seconds)} searches: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms")
+
+        for label, extra in (("two-way", {}), ("three-way", {"graph": True})):
+            found = 0
+            for question, answer in MULTI_HOP.items():
+                response = search(tenant, SearchRequest(query=question, mode="hybrid", top_k=10, **extra))
+                found += any(Path(hit.source_uri).name == answer for hit in response.results)
+            print(f"multi-hop recall@10 ({label}): {found}/{len(MULTI_HOP)} = {found / len(MULTI_HOP):.3f}")
+    finally:
+        delete_tenant(tenant)
+    print("load average:", os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Entities and co-occurrence relations of a passage: deterministic, no model to download.
+
+Chinese goes through jieba's part-of-speech tagger (people, places, organisations, other proper nouns,
+nouns of two or more characters); Latin script gives identifiers and codes (the analyzer's compounds
+with letters and digits, ``PPR-9087``), capitalized multi-word names (``PortaLock Pro``) and a few
+RAKE-style key phrases; the tenant's protected terms are entities too. Every name is normalized like
+the analyzer normalizes text (NFKC, casefold, Traditional -> Simplified) and mapped through the
+aliases (synonym groups), so one entity per KB version stands for all its spellings. Two entities are
+related when they occur near each other in a passage: each pair of mentions within
+``RELATION_WINDOW`` characters adds ``1 - distance / RELATION_WINDOW``.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engines.analysis import Analyzer, han_runs, latin_compounds, normalize, part_of_speech
+from engines.base import Entity, Extraction, Relation
+
+RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
+MAX_ENTITIES_PER_PASSAGE = 24  # the most frequent; bounds the relations a passage adds (n^2)
+KEY_PHRASES_PER_PASSAGE = 3
+MAX_PHRASE_WORDS = 3
+QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
+
+# jieba POS flags kept, by prefix; plain nouns ("n") only from two characters on
+_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
+_CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
+_LATIN_WORD = re.compile(r"[^\W\d_]+")
+_PHRASE_BREAK = re.compile(r"[^\w\s'-]|\d")
+
+
+@dataclass(frozen=True)
+class _Mention:
+    name: str
+    label: str
+    kind: str
+    position: int
+
+
+class EntityExtractor:
+    """Extraction with one tenant's analyzer (its protected terms) and aliases (alias -> canonical name,
+    both normalized)."""
+
+    def __init__(self, analyzer: Analyzer, aliases: Mapping[str, str] | None = None):
+        self.analyzer = analyzer
+        self.aliases = dict(aliases or {})
+        self._stopwords = analyzer.stopwords
+
+    def extract(self, text: str) -> Extraction:
+        mentions = self._mentions(text)
+        counts = Counter(mention.name for mention in mentions)
+        kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
+        first: dict[str, _Mention] = {}
+        for mention in mentions:
+            if mention.name in kept:
+                first.setdefault(mention.name, mention)
+        entities = tuple(Entity(name, m.label, m.kind, counts[name]) for name, m in first.items())
+        return Extraction(entities, self._relations([m for m in mentions if m.name in kept]))
+
+    def query_names(self, text: str) -> list[str]:
+        """Names an entity of the query may have: its extracted entities, then its word n-grams (Latin
+        words joined by a space, Chinese words joined together), normalized and resolved through aliases."""
+        names = dict.fromkeys(entity.name for entity in self.extract(text).entities)
+        words = self._words(normalize(text))
+        for size in range(1, QUERY_NGRAM_WORDS + 1):
+            for start in range(len(words) - size + 1):
+                gram = words[start : start + size]
+                separator = "" if all(han for _, han in gram) else " "
+                joined = separator.join(word for word, _ in gram)
+                if size > 1 or joined not in self._stopwords:
+                    names.setdefault(self._resolve(joined))
+        return list(names)
+
+    def _resolve(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def _mentions(self, text: str) -> list[_Mention]:
+        text = unicodedata.normalize("NFKC", text)
+        folded = normalize(text)
+        mentions = [*self._protected(folded), *self._han(folded), *self._codes(text), *self._names(text)]
+        mentions += self._key_phrases(folded)
+        # a protected code is also a compound, a protected dish also a jieba word: one mention each
+        unique = {(mention.name, mention.position): mention for mention in reversed(mentions)}
+        return sorted(unique.values(), key=lambda mention: mention.position)
+
+    def _mention(self, label: str, kind: str, position: int) -> _Mention:
+        return _Mention(self._resolve(normalize(label)), label, kind, position)
+
+    def _protected(self, folded: str) -> list[_Mention]:
+        found, position = [], 0
+        for term in self.analyzer.protected_terms(folded):
+            at = folded.find(term.replace("_", " "), position)  # terms come in text order
+            position = max(at, position)
+            found.append(_Mention(self._resolve(term), term, "term", position))
+        return found
+
+    def _han(self, folded: str) -> list[_Mention]:
+        found = []
+        for run in han_runs(folded):
+            offset = run.start()
+            for word, flag in part_of_speech(run.group()):
+                kind = _HAN_KINDS.get(flag[:2]) or ("noun" if flag == "n" else None)
+                if kind and len(word) >= 2 and word not in self._stopwords:
+                    found.append(self._mention(word, kind, offset))
+                offset += len(word)
+        return found
+
+    def _codes(self, text: str) -> list[_Mention]:
+        """Compounds that start with a letter and hold a digit: product codes, model numbers."""
+        return [
+            self._mention(match.group(), "code", match.start())
+            for match in latin_compounds(text)
+            if match.group()[0].isalpha() and any(char.isdigit() for char in match.group())
+        ]
+
+    def _names(self, text: str) -> list[_Mention]:
+        """Runs of two or more capitalized words, leading stopwords ("The", "If") dropped."""
+        found = []
+        for match in _CAPITALIZED_NAME.finditer(text):
+            words = match.group().split()
+            while words and words[0].lower() in self._stopwords:
+                words.pop(0)
+            if len(words) >= 2:
+                found.append(self._mention(" ".join(words), "name", match.start()))
+        return found
+
+    def _key_phrases(self, folded: str) -> list[_Mention]:
+        """RAKE: phrases are runs of non-stopwords; a phrase scores the sum of its words' degree /
+        frequency; the best few phrases of two or more words are kept, with every occurrence."""
+        phrases: list[tuple[str, int]] = []
+        for piece in _PHRASE_BREAK.split(folded):
+            if not piece.isascii():
+                continue
+            run: list[re.Match] = []
+            for match in [*_LATIN_WORD.finditer(piece), None]:
+                if match is None or match.group() in self._stopwords or len(run) == MAX_PHRASE_WORDS:
+                    if len(run) >= 2:
+                        phrases.append((" ".join(m.group() for m in run), folded.find(piece) + run[0].start()))
+                    run = [] if match is None or match.group() in self._stopwords else [match]
+                else:
+                    run.append(match)
+        frequency: Counter[str] = Counter()
+        degree: Counter[str] = Counter()
+        for phrase, _ in phrases:
+            words = phrase.split()
+            frequency.update(words)
+            for word in words:
+                degree[word] += len(words)
+        score = {phrase: sum(degree[w] / frequency[w] for w in phrase.split()) for phrase, _ in phrases}
+        best = set(sorted(score, key=lambda phrase: (-score[phrase], phrase))[:KEY_PHRASES_PER_PASSAGE])
+        return [self._mention(phrase, "phrase", position) for phrase, position in phrases if phrase in best]
+
+    def _words(self, folded: str) -> list[tuple[str, bool]]:
+        """(word, is_han) in text order: jieba's words for Han runs, the analyzer's compounds elsewhere."""
+        words: list[tuple[int, str, bool]] = [
+            (match.start(), match.group(), False) for match in latin_compounds(folded)
+        ]
+        for run in han_runs(folded):
+            offset = run.start()
+            for word, _ in part_of_speech(run.group()):
+                words.append((offset, word, True))
+                offset += len(word)
+        return [(word, han) for _, word, han in sorted(words)]
+
+    @staticmethod
+    def _relations(mentions: list[_Mention]) -> tuple[Relation, ...]:
+        weights: Counter[tuple[str, str]] = Counter()
+        for index, left in enumerate(mentions):  # sorted by position
+            for right in mentions[index + 1 :]:
+                distance = right.position - left.position
+                if distance >= RELATION_WINDOW:
+                    break
+                if left.name != right.name:
+                    pair = (min(left.name, right.name), max(left.name, right.name))
+                    weights[pair] += 1 - distance / RELATION_WINDOW
+        return tuple(Relation(source, target, round(weight, 4)) for (source, target), weight in weights.items())

@@ -1,0 +1,222 @@
+"""The entity graph in Neo4j, through neomodel (``NEO4J_URL``, e.g. ``neo4j://user:password@host:7687``).
+
+``(:GraphEntity)-[:MENTIONED_IN {count}]->(:GraphPassage)`` and ``(:GraphEntity)-[:RELATED {chunk_id,
+weight}]->(:GraphEntity)`` (one edge per passage and direction), the tenant and KB version on every
+node and edge and in every query. Entity ids are a hash of (tenant, version, name), so both backends
+hand out plain integers. Walks expand one hop per query (the ``fanout`` strongest relations of each
+frontier entity) and keep every simple path, as the PostgreSQL CTE does. Every query runs with a
+transaction timeout, and the driver with connection and acquisition timeouts: a total deadline.
+"""
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import urlsplit, urlunsplit
+
+import neo4j
+from neo4j.exceptions import DriverError, Neo4jError
+from neomodel import IntegerProperty, StringProperty, StructuredNode, db
+
+from engines.base import Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
+
+
+class GraphEntityNode(StructuredNode):
+    """Declares the indexes neomodel installs on startup; queries are plain Cypher."""
+
+    __label__ = "GraphEntity"
+    tenant_id = IntegerProperty(index=True)
+    version_id = IntegerProperty(index=True)
+    entity_id = IntegerProperty(index=True)
+    name = StringProperty(index=True)
+
+
+class GraphPassageNode(StructuredNode):
+    __label__ = "GraphPassage"
+    tenant_id = IntegerProperty(index=True)
+    version_id = IntegerProperty(index=True)
+    chunk_id = IntegerProperty(index=True)
+
+
+def entity_id(tenant_id: int, version_id: int, name: str) -> int:
+    """A stable positive 63-bit id for an entity of one KB version."""
+    digest = hashlib.blake2b(f"{tenant_id}/{version_id}/{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class Neo4jGraphStore(GraphStore):
+    name = "neo4j"
+
+    def __init__(self, url: str, *, timeout_s: float):
+        parts = urlsplit(url)
+        auth = (parts.username, parts.password or "") if parts.username else None
+        address = urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""), "", "", ""))
+        self.address, self.timeout_s = address, timeout_s
+        self._driver = neo4j.GraphDatabase.driver(
+            address,
+            auth=auth,
+            connection_timeout=timeout_s,
+            connection_acquisition_timeout=timeout_s,
+            max_transaction_retry_time=0,
+        )
+        db.set_connection(driver=self._driver)
+        try:
+            for node in (GraphEntityNode, GraphPassageNode):
+                db.install_labels(node)
+        except (DriverError, Neo4jError, OSError) as exc:
+            raise GraphStoreError("graph_unavailable", f"Neo4j at {address} did not answer: {exc}") from exc
+
+    def replace_chunks(
+        self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
+    ) -> None:
+        scope = {"tenant": tenant_id, "version": version_id}
+        touched: set[int] = set()
+        if removed_chunk_ids:
+            self._run(_DELETE_RELATIONS, {**scope, "chunks": removed_chunk_ids})
+            rows = self._run(_DELETE_PASSAGES, {**scope, "chunks": removed_chunk_ids})
+            touched.update(rows[0][0] if rows else [])
+        if graphs:
+            passages = [
+                {
+                    "chunk_id": chunk_id,
+                    "entities": [
+                        {"id": entity_id(tenant_id, version_id, e.name), "name": e.name, "label": e.label,
+                         "kind": e.kind, "count": e.count}
+                        for e in extraction.entities
+                    ],
+                }
+                for chunk_id, extraction in graphs.items()
+            ]  # fmt: skip
+            relations = [
+                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight}
+                for chunk_id, extraction in graphs.items()
+                for r in extraction.relations
+            ]
+            self._run(_ADD_PASSAGES, {**scope, "passages": passages})
+            self._run(_ADD_RELATIONS, {**scope, "relations": relations})
+            touched.update(e["id"] for passage in passages for e in passage["entities"])
+        if touched:
+            self._run(_RECOUNT, {**scope, "ids": list(touched)})
+
+    def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
+        return self._nodes(_FIND, {**_params(scope), "names": names, "ids": None})
+
+    def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
+        return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
+
+    def neighbourhood(self, scope: GraphScope, seed_ids: list[int], hops: int, fanout: int) -> list[GraphStep]:
+        seeds = {node.entity_id for node in self.entities(scope, seed_ids)}
+        walks = [GraphStep(seed, 0, 1.0, (seed,)) for seed in sorted(seeds)]
+        frontier = walks
+        for hop in range(1, hops + 1):
+            sources = sorted({walk.entity_id for walk in frontier})
+            edges: dict[int, list[tuple[int, float]]] = {}
+            for source, target, weight in self._run(_STRONGEST, {**_params(scope), "ids": sources, "fanout": fanout}):
+                edges.setdefault(source, []).append((target, weight))
+            frontier = [
+                GraphStep(target, hop, walk.strength * weight / (weight + 1), (*walk.path, target))
+                for walk in frontier
+                for target, weight in edges.get(walk.entity_id, [])
+                if target not in walk.path
+            ]
+            walks += frontier
+        best: dict[int, GraphStep] = {}
+        for walk in walks:  # the strongest path, then the shortest, then the lowest ids (as the CTE orders)
+            kept = best.get(walk.entity_id)
+            if kept is None or (-walk.strength, walk.hops, walk.path) < (-kept.strength, kept.hops, kept.path):
+                best[walk.entity_id] = walk
+        return [best[entity] for entity in sorted(best)]
+
+    def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
+        rows = self._run(_MENTIONS, {**_params(scope), "ids": entity_ids, "per": per_entity})
+        return [tuple(row) for row in rows]
+
+    def chunk_total(self, scope: GraphScope) -> int:
+        return self._run(_CHUNK_TOTAL, _params(scope))[0][0]
+
+    def ping(self) -> str:
+        self._run("RETURN 1", {})
+        return f"neo4j at {self.address}"
+
+    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
+        self._run(_DROP_VERSIONS, {"tenant": tenant_id, "versions": version_ids})
+
+    def _run(self, cypher: str, params: dict) -> list[list]:
+        try:
+            records, _, _ = self._driver.execute_query(neo4j.Query(cypher, timeout=self.timeout_s), params)
+        except (DriverError, Neo4jError, OSError) as exc:
+            raise GraphStoreError("graph_unavailable", f"Neo4j did not answer: {exc}") from exc
+        return [list(record.values()) for record in records]
+
+    def _nodes(self, cypher: str, params: dict) -> list[GraphNode]:
+        return [GraphNode(*row) for row in self._run(cypher, params)]
+
+
+def _params(scope: GraphScope) -> dict:
+    return {"tenant": scope.tenant_id, "versions": list(scope.version_ids)}
+
+
+_DELETE_RELATIONS = """
+MATCH (:GraphEntity {tenant_id: $tenant, version_id: $version})-[r:RELATED]->()
+WHERE r.tenant_id = $tenant AND r.version_id = $version AND r.chunk_id IN $chunks
+DELETE r
+"""
+_DELETE_PASSAGES = """
+MATCH (p:GraphPassage {tenant_id: $tenant, version_id: $version}) WHERE p.chunk_id IN $chunks
+OPTIONAL MATCH (n:GraphEntity {tenant_id: $tenant, version_id: $version})-[:MENTIONED_IN]->(p)
+WITH collect(DISTINCT n.entity_id) AS touched, collect(DISTINCT p) AS passages
+FOREACH (passage IN passages | DETACH DELETE passage)
+RETURN touched
+"""
+_ADD_PASSAGES = """
+UNWIND $passages AS passage
+MERGE (p:GraphPassage {tenant_id: $tenant, version_id: $version, chunk_id: passage.chunk_id})
+WITH p, passage
+UNWIND passage.entities AS e
+MERGE (n:GraphEntity {tenant_id: $tenant, version_id: $version, name: e.name})
+  ON CREATE SET n.entity_id = e.id, n.label = e.label, n.kind = e.kind, n.chunk_count = 0
+CREATE (n)-[:MENTIONED_IN {tenant_id: $tenant, version_id: $version, count: e.count}]->(p)
+"""
+_ADD_RELATIONS = """
+UNWIND $relations AS r
+MATCH (a:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.source})
+MATCH (b:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.target})
+CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(b)
+CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(a)
+"""
+_RECOUNT = """
+MATCH (n:GraphEntity {tenant_id: $tenant, version_id: $version}) WHERE n.entity_id IN $ids
+OPTIONAL MATCH (n)-[m:MENTIONED_IN {tenant_id: $tenant, version_id: $version}]->()
+WITH n, count(m) AS mentions
+SET n.chunk_count = mentions
+WITH n, mentions WHERE mentions = 0
+DETACH DELETE n
+"""
+_FIND = """
+MATCH (n:GraphEntity {tenant_id: $tenant})
+WHERE n.version_id IN $versions AND ($names IS NULL OR n.name IN $names) AND ($ids IS NULL OR n.entity_id IN $ids)
+RETURN n.entity_id, n.version_id, n.name, n.label, n.kind, n.chunk_count ORDER BY n.entity_id
+"""
+_STRONGEST = """
+MATCH (s:GraphEntity {tenant_id: $tenant})-[r:RELATED {tenant_id: $tenant}]->(t:GraphEntity {tenant_id: $tenant})
+WHERE s.entity_id IN $ids AND s.version_id IN $versions AND r.version_id IN $versions
+WITH s.entity_id AS source, t.entity_id AS target, sum(r.weight) AS weight
+ORDER BY source, weight DESC, target
+WITH source, collect([target, weight])[..$fanout] AS strongest
+UNWIND strongest AS edge
+RETURN source, edge[0], edge[1]
+"""
+_MENTIONS = """
+UNWIND $ids AS id
+MATCH (n:GraphEntity {tenant_id: $tenant, entity_id: id})-[m:MENTIONED_IN {tenant_id: $tenant}]->(p:GraphPassage)
+WHERE n.version_id IN $versions
+WITH id, p.chunk_id AS chunk_id, m.count AS count ORDER BY id, count DESC, chunk_id
+WITH id, collect([chunk_id, count])[..$per] AS top
+UNWIND top AS hit
+RETURN id, hit[0], hit[1]
+"""
+_DROP_VERSIONS = """
+MATCH (n) WHERE (n:GraphEntity OR n:GraphPassage) AND n.tenant_id = $tenant AND n.version_id IN $versions
+DETACH DELETE n
+"""
+_CHUNK_TOTAL = """
+MATCH (p:GraphPassage {tenant_id: $tenant}) WHERE p.version_id IN $versions RETURN count(p)
+"""

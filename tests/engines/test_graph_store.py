@@ -1,0 +1,148 @@
+"""Contract of the graph stores: what a KB version's graph holds after passages are added and
+replaced, k-hop walks with their strongest paths, and scoping by tenant and KB version. Runs on the
+PostgreSQL tables (real chunks, real FKs) always, on Neo4j where ``NEO4J_URL`` points at a server."""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from engines.base import Entity, Extraction, GraphScope, GraphStore, Relation
+from knowledge.stores import graph_store
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
+
+
+@pytest.fixture(params=["postgres", "neo4j"])
+def store(request, db) -> GraphStore:
+    if request.param == "postgres":
+        yield graph_store()
+        return
+    url = os.environ.get("NEO4J_URL")
+    if not url:
+        pytest.skip("NEO4J_URL is not set: no Neo4j server on this machine")
+    from engines.neo4j_graph import Neo4jGraphStore
+    from knowledge.models import KnowledgeBaseVersion
+
+    neo4j = Neo4jGraphStore(url, timeout_s=10)
+    yield neo4j
+    # test databases reuse ids: forget what this test wrote
+    for tenant_id, version_id in KnowledgeBaseVersion.objects.values_list("knowledge_base__tenant_id", "pk"):
+        neo4j.drop_versions(tenant_id, [version_id])
+
+
+def chain(*names: str, weight: float = 1.0) -> Extraction:
+    """A passage mentioning ``names`` once each, each related to the next."""
+    entities = tuple(Entity(name, name.upper(), "noun", 1) for name in names)
+    relations = tuple(Relation(*sorted((a, b)), weight) for a, b in zip(names, names[1:]))
+    return Extraction(entities, relations)
+
+
+@pytest.fixture
+def kb():
+    return KnowledgeBaseFactory()
+
+
+def chunks_of(kb, count: int) -> list[int]:
+    document = DocumentFactory(knowledge_base=kb)
+    return [ChunkFactory(document=document).pk for _ in range(count)]
+
+
+def scope_of(kb) -> GraphScope:
+    return GraphScope(kb.tenant_id, (kb.active_version_id,))
+
+
+def ids_by_name(store, kb, *names) -> dict[str, int]:
+    return {node.name: node.entity_id for node in store.find_entities(scope_of(kb), list(names))}
+
+
+def test_entities_are_one_per_name_with_their_passage_counts(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("a", "b"), second: chain("b", "c")})
+    nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "missing"])}
+    assert {name: node.chunk_count for name, node in nodes.items()} == {"a": 1, "b": 2, "c": 1}
+    assert nodes["b"].label == "B" and nodes["b"].version_id == kb.active_version_id
+    assert [n.name for n in store.entities(scope_of(kb), [nodes["c"].entity_id])] == ["c"]
+    assert store.chunk_total(scope_of(kb)) == 2
+
+
+def test_mentions_map_entities_back_to_passages(store, kb):
+    first, second = chunks_of(kb, 2)
+    extraction = Extraction((Entity("a", "a", "noun", 3),), ())
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: extraction, second: chain("a")})
+    a = ids_by_name(store, kb, "a")["a"]
+    assert store.mentions(scope_of(kb), [a], per_entity=5) == [(a, first, 3), (a, second, 1)]
+    assert store.mentions(scope_of(kb), [a], per_entity=1) == [(a, first, 3)]
+
+
+def test_neighbourhood_walks_up_to_hops_with_the_strongest_path(store, kb):
+    (chunk,) = chunks_of(kb, 1)
+    # a - b - c - d, and a weaker shortcut a - c
+    extraction = chain("a", "b", "c", "d", weight=3.0)
+    extraction = Extraction(extraction.entities, (*extraction.relations, Relation("a", "c", 0.5)))
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: extraction})
+    ids = ids_by_name(store, kb, "a", "b", "c", "d")
+    steps = {step.entity_id: step for step in store.neighbourhood(scope_of(kb), [ids["a"]], hops=2, fanout=10)}
+    assert set(steps) == {ids["a"], ids["b"], ids["c"], ids["d"]}
+    assert steps[ids["a"]].hops == 0 and steps[ids["a"]].strength == 1.0
+    # via b: 0.75 * 0.75 beats the direct 0.5 / 1.5
+    assert steps[ids["c"]].path == (ids["a"], ids["b"], ids["c"])
+    assert math.isclose(steps[ids["c"]].strength, 0.75 * 0.75)
+    assert steps[ids["d"]].path == (ids["a"], ids["c"], ids["d"]) and steps[ids["d"]].hops == 2
+    one_hop = store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=10)
+    assert {step.entity_id for step in one_hop} == {ids["a"], ids["b"], ids["c"]}
+    strongest_only = store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=1)
+    assert {step.entity_id for step in strongest_only} == {ids["a"], ids["b"]}
+
+
+def test_relation_weights_add_up_over_passages(store, kb):
+    first, second = chunks_of(kb, 2)
+    graphs = {first: chain("a", "b", weight=1.0), second: chain("a", "b", weight=1.0)}
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    ids = ids_by_name(store, kb, "a", "b")
+    steps = {s.entity_id: s for s in store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=5)}
+    assert math.isclose(steps[ids["b"]].strength, 2 / 3)
+
+
+def test_replacing_passages_replaces_their_part_of_the_graph(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("a", "b"), second: chain("b", "c")})
+    (third,) = chunks_of(kb, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [first], {third: chain("b", "d")})
+    nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "d"])}
+    assert set(nodes) == {"b", "c", "d"}  # nothing mentions a any more
+    assert nodes["b"].chunk_count == 2
+    reached = store.neighbourhood(scope_of(kb), [nodes["b"].entity_id], hops=1, fanout=10)
+    assert {step.entity_id for step in reached} == {nodes[name].entity_id for name in "bcd"}
+
+
+def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
+    other = KnowledgeBaseFactory()
+    (mine,), (theirs,) = chunks_of(kb, 1), chunks_of(other, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: chain("a", "b")})
+    store.replace_chunks(other.tenant_id, other.active_version_id, [], {theirs: chain("a", "c")})
+    ids = ids_by_name(store, kb, "a", "b", "c")
+    assert set(ids) == {"a", "b"}
+    their_ids = ids_by_name(store, other, "a", "c")
+    wrong_tenant = GraphScope(other.tenant_id, (kb.active_version_id,))
+    assert store.find_entities(wrong_tenant, ["a"]) == []
+    assert store.neighbourhood(scope_of(kb), [their_ids["a"]], hops=2, fanout=10) == []
+    assert store.mentions(scope_of(kb), [their_ids["a"]], per_entity=10) == []
+    reached = store.neighbourhood(scope_of(kb), [ids["a"]], hops=2, fanout=10)
+    assert {step.entity_id for step in reached} == {ids["a"], ids["b"]}
+
+
+def test_dropping_versions_forgets_their_graph(store, kb):
+    other = KnowledgeBaseFactory()
+    (mine,), (theirs,) = chunks_of(kb, 1), chunks_of(other, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: chain("a", "b")})
+    store.replace_chunks(other.tenant_id, other.active_version_id, [], {theirs: chain("a", "b")})
+    a = ids_by_name(store, kb, "a")["a"]
+    store.drop_versions(kb.tenant_id, [kb.active_version_id])
+    assert store.find_entities(scope_of(kb), ["a", "b"]) == []
+    assert store.mentions(scope_of(kb), [a], per_entity=5) == []
+    assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
+
+
+def test_ping_names_the_backend(store):
+    assert store.name in store.ping()

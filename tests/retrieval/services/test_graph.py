@@ -1,0 +1,67 @@
+"""The graph leg on ingested passages: entities of the query, their neighbours one or two hops away,
+the passages that mention them, and the path each hit explains itself by."""
+from __future__ import annotations
+
+import pytest
+
+from knowledge.services import Ingester, create_knowledge_base, discover_files
+from retrieval.services.graph import rank_by_graph
+from tests.factories import TenantFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+# The answer passage (recall.txt) shares no word with the question "What did the maker of the
+# PPR-9087 recall?" but names Skyline Home, which lock.txt relates to the PPR-9087.
+FILES = {
+    "lock.txt": "The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.",
+    "recall.txt": "In 2025 Skyline Home recalled the AirSense monitor SKY-30452 over a faulty fan.",
+    "menu.txt": "蜀香小馆的招牌菜是鱼香肉丝，主厨是王师傅。",
+    "award.txt": "王师傅在成都美食节获得金奖。",
+    "noise.txt": "Tomato seedlings need six hours of direct sunlight every day.",
+}
+
+
+@pytest.fixture
+def kb(tmp_path, embedder):
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    kb = create_knowledge_base(tenant=TenantFactory(), name="graph", chunk_size=120, chunk_overlap=0)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    return kb
+
+
+def ranked_files(kb, query: str, hops: int) -> list[str]:
+    from knowledge.models import Chunk
+
+    ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), query, hops=hops)
+    names = dict(Chunk.objects.filter(pk__in=[c for c, _ in ranking.hits]).values_list("pk", "document__source_uri"))
+    return [names[chunk_id].rsplit("/", 1)[-1] for chunk_id, _ in ranking.hits]
+
+
+def test_one_hop_reaches_the_passage_that_names_a_neighbour(kb):
+    assert ranked_files(kb, "What did the maker of the PPR-9087 recall?", hops=0) == ["lock.txt"]
+    reached = ranked_files(kb, "What did the maker of the PPR-9087 recall?", hops=1)
+    assert reached[0] == "lock.txt" and "recall.txt" in reached and "noise.txt" not in reached
+
+
+def test_chinese_entities_hop_to_the_award(kb):
+    assert "award.txt" not in ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=0)
+    assert "award.txt" in ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=2)
+
+
+def test_each_hit_explains_its_path(kb):
+    ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087 recall", hops=2)
+    paths = list(ranking.paths.values())
+    assert all(path["entities"] == ["PPR-9087"] for path in paths)
+    assert {path["hops"] for path in paths} >= {0, 1}
+    for path in paths:
+        assert path["path"][0] == "PPR-9087" and len(path["path"]) == path["hops"] + 1
+
+
+def test_a_query_without_known_entities_finds_nothing(kb):
+    assert rank_by_graph(kb.tenant_id, (kb.active_version_id,), "quantum chromodynamics", hops=2).hits == []
+
+
+def test_another_tenant_sees_nothing(kb):
+    other = TenantFactory()
+    assert rank_by_graph(other.pk, (kb.active_version_id,), "PPR-9087", hops=2).hits == []
