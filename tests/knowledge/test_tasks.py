@@ -6,17 +6,16 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from celery.result import AsyncResult
 from django.conf import settings
-from django.db import connection
 
 from knowledge import tasks
 from knowledge.models import Chunk, Document, originals_storage
 from knowledge.services import create_knowledge_base, discover_files, queue_files
 from retrieval_site.celery import app
+from tests.conftest import database_url_of_this_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -125,19 +124,13 @@ def test_an_unknown_knowledge_base_fails_at_once_without_retrying(celery_worker)
 # --- a worker in a process of its own --------------------------------------------------------------
 
 
-def database_url_of_test_run() -> str:
-    """The service's database URL naming the test database instead."""
-    parts = urlsplit(settings.DATABASE_URL)
-    return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
-
-
 def start_worker_process(log_path: Path, **env: str) -> tuple[subprocess.Popen, str]:
     """``celery -A retrieval_site worker`` as operators run it, on the test database and this run's
     keyword indexes and originals; returns once it answers a ping."""
     name = f"test-{uuid.uuid4().hex[:8]}@localhost"
     environment = {
         **os.environ,
-        "DATABASE_URL": database_url_of_test_run(),
+        "DATABASE_URL": database_url_of_this_run(),
         "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
         "ORIGINALS_DIR": settings.STORAGES["originals"]["OPTIONS"]["location"],
         "LOG_LEVEL": "WARNING",

@@ -25,7 +25,7 @@ def client_with(tenant, *scopes: str) -> APIClient:
 @pytest.fixture
 def writer(tenant) -> APIClient:
     """A key that may read and write, on a tier that lets tests poll tasks as fast as they like."""
-    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_minute=10**6)
+    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_window=10**6)
     tenant.save()
     return client_with(tenant, "ingest", "search")
 

@@ -188,7 +188,7 @@ def test_the_schema_states_the_rules_the_service_enforces(openapi):
     assert search["query"]["minLength"] == 1 and query.fullmatch("  kettle ")
     assert not query.fullmatch(" \t ") and not query.fullmatch("a\x00")
     weights = search["weights"]
-    assert set(weights["properties"]) == {"vector", "bm25"} and weights["additionalProperties"] is False
+    assert set(weights["properties"]) == {"vector", "bm25", "graph"} and weights["additionalProperties"] is False
     assert weights["not"]["properties"]["vector"] == {"enum": [0]}
     assert "raised to top_k" in search["candidates"]["description"] and search["filters"]["type"] == "object"
     parameters = openapi["paths"]["/api/v1/retrieval/search"]["post"]["parameters"]
