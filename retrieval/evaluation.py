@@ -26,6 +26,7 @@ from django.conf import settings
 from knowledge.models import KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.services import (
+    SIDECAR_SUFFIX,
     IngestReport,
     Ingester,
     SourceFile,
@@ -46,6 +47,8 @@ DEPTH = 100  # results per query: enough for Recall@100
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 EXPANDERS = ("synonyms", "spelling", "llm")
 DOC_SUFFIX = ".txt"
+# How the corpus is written as files (2: titles in sidecars, not in the text); part of the KB's name.
+CORPUS_LAYOUT = "2"
 
 Judgments = dict[str, int]  # corpus id -> relevance grade
 
@@ -175,16 +178,20 @@ def corpus_id_from_uri(source_uri: str) -> str:
 
 
 def corpus_folder(dataset: BeirDataset) -> Path:
-    """``var/eval/<dataset>-<hash8>/``, one ``.txt`` (title, blank line, text) per corpus document.
-    Written once into a temporary folder and renamed, so a folder that exists is complete."""
-    folder = Path(settings.VAR_DIR) / "eval" / f"{dataset.name}-{dataset.corpus_sha256[:8]}"
+    """``var/eval/<dataset>-<hash8>-<layout>/``, one ``.txt`` of text per corpus document, its title in
+    a ``.meta.json`` sidecar (the document's title, as a user would label it). Written once into a
+    temporary folder and renamed, so a folder that exists is complete."""
+    folder = Path(settings.VAR_DIR) / "eval" / f"{dataset.name}-{dataset.corpus_sha256[:8]}-{CORPUS_LAYOUT}"
     if folder.is_dir():
         return folder
     staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     staging.mkdir(parents=True)
     for corpus_id, (title, text) in dataset.corpus.items():
-        body = f"{title}\n\n{text}" if title.strip() else text
-        (staging / doc_filename(corpus_id)).write_text(body, encoding="utf-8")
+        path = staging / doc_filename(corpus_id)
+        path.write_text(text, encoding="utf-8")
+        if title.strip():
+            sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+            sidecar.write_text(json.dumps({"title": title.strip()}, ensure_ascii=False), encoding="utf-8")
     staging.rename(folder)
     return folder
 
@@ -206,7 +213,9 @@ class KbSettings:
     chunk_overlap: int | None = None
 
     def kb_name(self, dataset: BeirDataset) -> str:
-        key = json.dumps([dataset.corpus_sha256, self.model, self.languages, self.chunk_size, self.chunk_overlap])
+        key = json.dumps(
+            [dataset.corpus_sha256, CORPUS_LAYOUT, self.model, self.languages, self.chunk_size, self.chunk_overlap]
+        )
         short_model = Path(self.model).name.lower()
         return f"{dataset.name}-{short_model}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"[:100]
 

@@ -1,3 +1,6 @@
+import json
+
+import numpy as np
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -6,7 +9,7 @@ from engines import get_lexical_index
 from knowledge import services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.services import Ingester, create_knowledge_base, discover_files, rebuild_lexical_index
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.factories import ChunkFactory, DocumentFactory, TenantFactory
@@ -255,3 +258,39 @@ def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_ca
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         services.delete_knowledge_base(KnowledgeBase.objects.get(pk=kb_id))
     assert len(callbacks) == 1 and get_lexical_index().state(version_id) is None
+
+
+def test_every_chunk_is_embedded_and_indexed_with_its_documents_title(kb, tmp_path, embedder):
+    body = "\n\n".join(f"Paragraph {i}: the hinge is adjusted with a 4 mm hex key, turn by turn." * 3 for i in range(6))
+    (tmp_path / "hinge.md").write_text(f"# Cabinet door hinge guide\n\n{body}")
+    (tmp_path / "notes.txt").write_text("The hinge is adjusted with a hex key.")
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb, source_uri__endswith="hinge.md")
+    chunks = list(document.chunks.order_by("ordinal"))
+    assert document.context == document.title == "Cabinet door hinge guide" and len(chunks) > 1
+    # Stored once: the later chunks' text does not carry the title, their vectors do.
+    assert not any(chunk.content.startswith("Cabinet door") for chunk in chunks[1:])
+    for chunk in chunks:
+        expected = embedder.embed_documents([f"{document.context}\n\n{chunk.content}"])[0]
+        assert float(np.dot(np.asarray(chunk.embedding, dtype=float), expected)) > 0.999
+    # A title without a parsed one (the file name) is no context.
+    assert Document.objects.get(source_uri__endswith="notes.txt").context == ""
+    # BM25 finds every chunk by a word that is only in the title, also after an index rebuild.
+    for _ in range(2):
+        request = SearchRequest(mode="bm25", query="cabinet", top_k=50, kb_ids=[kb.pk])
+        assert {hit.chunk_id for hit in search(kb.tenant, request).results} == {chunk.pk for chunk in chunks}
+        assert rebuild_lexical_index(kb.active_version) == kb.active_version.chunks.count()
+
+
+def test_a_chunk_and_its_title_fit_the_models_window(tenant, tmp_path, embedder):
+    kb = create_knowledge_base(tenant=tenant, name="wide", chunk_size=embedder.max_tokens, chunk_overlap=16)
+    title = "Warranty terms for the outdoor kettle range sold in shops and online in every region " * 2
+    sentences = " ".join(f"Clause {i} covers the heating element and the lid seal for two years." for i in range(80))
+    (tmp_path / "w.txt").write_text(sentences)
+    (tmp_path / "w.txt.meta.json").write_text(json.dumps({"title": title}))
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    context_tokens = embedder.count_tokens(document.context)
+    assert context_tokens > 20
+    for chunk in document.chunks.all():
+        assert chunk.token_count + context_tokens <= embedder.max_tokens

@@ -6,6 +6,7 @@ import math
 import pytest
 from django.core.management import call_command
 
+from knowledge.models import Document
 from retrieval.evaluation import (
     DEPTH,
     build_variants,
@@ -205,6 +206,10 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     assert report["dataset"]["judged_queries"] == 3
     assert report["dataset"]["judged_docs_missing_from_corpus"] == 1
     assert report["ingestion"]["added"] == 5
+    # Titles are the documents' own (their chunks' context), not a line of their text.
+    documents = Document.objects.filter(knowledge_base__name=report["knowledge_base"]["name"])
+    texts = {row["title"]: row["text"] for row in TINY_CORPUS}
+    assert {(d.title, d.context, d.chunks.get().content) for d in documents} == {(t, t, texts[t]) for t in texts}
     assert [run["label"] for run in report["runs"]] == [
         "vector cand=100",
         "bm25 cand=100",
