@@ -102,6 +102,31 @@ def score_query(ranking: Sequence[str], judgments: Judgments) -> dict[str, float
     }
 
 
+def threshold_curve(judged_scores: Sequence[tuple[float, bool]], steps: int = 20) -> dict:
+    """How a ``relevance`` threshold splits hits judged relevant (True) and not: the share of relevant hits
+    kept and of the others dropped at thresholds 0, 1/steps, ..., 1, and the share of relevant hits kept
+    at the threshold that drops half of the others (their median score)."""
+    relevant = np.array([score for score, judged in judged_scores if judged])
+    others = np.array([score for score, judged in judged_scores if not judged])
+    if not len(relevant) or not len(others):
+        return {"relevant_hits": len(relevant), "other_hits": len(others), "curve": []}
+    half = float(np.median(others))
+    return {
+        "relevant_hits": len(relevant),
+        "other_hits": len(others),
+        "threshold_dropping_half_of_others": round(half, 4),
+        "relevant_kept_there": round(float(np.mean(relevant >= half)), 4),
+        "curve": [
+            {
+                "threshold": round(t, 4),
+                "relevant_kept": round(float(np.mean(relevant >= t)), 4),
+                "others_dropped": round(float(np.mean(others < t)), 4),
+            }
+            for t in (i / steps for i in range(steps + 1))
+        ],
+    }
+
+
 # --- datasets ---------------------------------------------------------------------------------------
 
 
@@ -348,6 +373,7 @@ class RunResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # metrics + latency_ms
     degraded_queries: int = 0
     dense_skipped_queries: int = 0
+    judged_relevance: list[tuple[float, bool]] = field(default_factory=list)  # top-10 documents' relevance
 
     def summary(self) -> dict:
         latencies = [scores["latency_ms"] for scores in self.per_query.values()]
@@ -366,6 +392,7 @@ class RunResult:
             },
             "degraded_queries": self.degraded_queries,
             "dense_skipped_queries": self.dense_skipped_queries,
+            "relevance_threshold": threshold_curve(self.judged_relevance),
         }
 
     def as_dict(self) -> dict:
@@ -390,6 +417,11 @@ def run_variant(
         response = search(tenant, variant.request(dataset.queries[qid], kb.pk))
         latency_ms = (time.perf_counter() - started) * 1000
         ranking = [corpus_id_from_uri(hit.source_uri) for hit in response.results]
+        best = {}  # each document of the top 10 at its best chunk, as the metrics rank it
+        for corpus_id, hit in zip(ranking, response.results):
+            best.setdefault(corpus_id, hit.relevance)
+        judgments = dataset.qrels[qid]
+        result.judged_relevance += [(best[doc], judgments.get(doc, 0) > 0) for doc in distinct(ranking)[:10]]
         scores = {name: round(value, 6) for name, value in score_query(ranking, dataset.qrels[qid]).items()}
         result.per_query[qid] = {**scores, "latency_ms": round(latency_ms, 2)}
         result.degraded_queries += bool(response.degraded)

@@ -1,6 +1,10 @@
 """The search's reads of the chunk table, always scoped to the tenant where the ids come from an index."""
 from __future__ import annotations
 
+import numpy as np
+from django.db.models import TextField
+from django.db.models.functions import MD5, Cast
+
 from knowledge.models import Chunk
 from retrieval.filters import CompiledFilter
 from tenants.models import Tenant
@@ -37,3 +41,17 @@ def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chu
     """The chunks to show as hits, with their documents; a missing id was replaced by a re-ingest."""
     chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related("document")
     return {chunk.pk: chunk for chunk in chunks}
+
+
+def embedding_sample(version_id: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``size`` chunk vectors of a version and their document ids, spread over the version by a
+    hash of the chunk ids (the same sample every time for the same chunks)."""
+    rows = list(
+        Chunk.objects.filter(kb_version_id=version_id)
+        .annotate(spread=MD5(Cast("id", TextField())))
+        .order_by("spread")
+        .values_list("embedding", "document_id")[:size]
+    )
+    if not rows:
+        return np.empty((0, 0), dtype=np.float32), np.empty(0, dtype=np.int64)
+    return np.stack([np.asarray(vector, dtype=np.float32) for vector, _ in rows]), np.array([d for _, d in rows])

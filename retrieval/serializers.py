@@ -29,6 +29,9 @@ class SearchInput(serializers.Serializer):
     candidates = serializers.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False)
     rrf_k = serializers.IntegerField(min_value=1, max_value=1000, required=False)
     rerank = serializers.BooleanField(default=False)
+    score_threshold = serializers.FloatField(
+        min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
+    )
     expand = ExpandInput(required=False)
 
     def validate_weights(self, weights):
@@ -66,6 +69,10 @@ class SearchHitOutput(serializers.Serializer):
     source_uri = serializers.CharField()
     doc_type = serializers.CharField()
     metadata = serializers.DictField()
+    relevance = serializers.FloatField(
+        help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
+        "the query's highest possible one and the cosine above the KB's random-pair background"
+    )
     fused_score = serializers.FloatField()
     rerank_score = serializers.FloatField(allow_null=True)
     retrievers = serializers.DictField(child=ContributionOutput())

@@ -27,6 +27,7 @@ class SearchRequest:
     candidates: int | None = None
     rrf_k: int | None = None
     rerank: bool = False
+    score_threshold: float = 0.0  # hits with a lower ``relevance`` are dropped
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 
@@ -43,6 +44,7 @@ class SearchHit:
     source_uri: str
     doc_type: str
     metadata: dict
+    relevance: float = 0.0  # in [0, 1], comparable across queries of a KB (retrieval.relevance)
     fused_score: float | None = None
     rerank_score: float | None = None
     retrievers: dict = field(default_factory=dict)
@@ -113,6 +115,7 @@ class LegResult:
     retriever: str
     lists: list[RankedList] = field(default_factory=list)
     content_hashes: dict[int, str] = field(default_factory=dict)
+    ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     notes: list[str] = field(default_factory=list)
     failure: Degradation | None = None
     unavailable: DomainError | None = None

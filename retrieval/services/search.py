@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
@@ -33,6 +34,7 @@ from retrieval.errors import EmbedderUnavailable, LexicalIndexUnavailable, Vecto
 from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
+from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.services.timings import StageTimings
 from retrieval.types import (
@@ -60,7 +62,9 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
     timings = StageTimings()
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        groups = model_groups(searchable_knowledge_bases(tenant, request.kb_ids))
+        kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+        revisions = {kb.active_version.pk: kb.active_version.revision for kb in kbs}
+        groups = model_groups(kbs)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
         candidates = request.candidates or settings.SEARCH_CANDIDATES
 
@@ -76,8 +80,15 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         with timings.stage("fuse"):
             fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
         reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
+        ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
         results = hydrate(
-            tenant, request.mode, reranked.candidates[: request.top_k], reranked.scores, single_list=len(lists) == 1
+            tenant,
+            request.mode,
+            reranked.candidates[: request.top_k],
+            reranked.scores,
+            single_list=len(lists) == 1,
+            scales=RelevanceScales(ceilings, revisions),
+            threshold=request.score_threshold,
         )
     response = SearchResponse(
         results=results,
@@ -154,19 +165,20 @@ def retrieve_bm25(
     if compiled.q:
         allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
         depth = candidates if allowed is not None else candidates * 10
-    lists = []
+    lists, ceilings = [], {}
     for variant in variants:
         tokens = analyzer.tokens(variant.text)
         hits = []
         for version_id in version_ids:
             hits += index.search(version_id, tenant.pk, tokens, depth, allowed)
+            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
         hits.sort(key=lambda hit: -hit.score)
         if compiled.q and allowed is None:
             passing = selectors.chunk_ids_passing(tenant, [hit.chunk_id for hit in hits], compiled)
             hits = [hit for hit in hits if hit.chunk_id in passing]
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-    return LegResult("bm25", lists=lists, notes=notes)
+    return LegResult("bm25", lists=lists, ceilings=ceilings, notes=notes)
 
 
 def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
@@ -238,6 +250,23 @@ def rerank(
     return Reranked(reordered, by_chunk, [])
 
 
+@dataclass(frozen=True)
+class RelevanceScales:
+    """What maps a hit's raw scores onto ``relevance`` (``retrieval.relevance``): the BM25 ceiling per
+    (query variant, KB version), and each searched version's revision (its dense background's key)."""
+
+    ceilings: dict[tuple[str, int], float]
+    revisions: dict[int, int]
+
+    def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
+        dense = lexical = None
+        if (vector := candidate.retrievers.get("vector")) is not None:
+            dense = dense_relevance(vector.score, dense_background(version_id, self.revisions[version_id]))
+        if (bm25 := candidate.retrievers.get("bm25")) is not None:
+            lexical = lexical_relevance(bm25.score, self.ceilings.get((bm25.query, version_id), 0.0))
+        return combined_relevance(dense, lexical)
+
+
 def hydrate(
     tenant: Tenant,
     mode: str,
@@ -245,14 +274,19 @@ def hydrate(
     rerank_scores: dict[int, float] | None,
     *,
     single_list: bool,
+    scales: RelevanceScales,
+    threshold: float = 0.0,
 ) -> list[SearchHit]:
-    """The hits as the API shows them. One retriever and one query (``single_list``): its raw score
-    (cosine or BM25) is the most useful score to show."""
+    """The hits as the API shows them, those under the ``relevance`` threshold left out. One retriever
+    and one query (``single_list``): its raw score (cosine or BM25) is the most useful score to show."""
     by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
     results = []
     for candidate in candidates:
         chunk = by_id.get(candidate.chunk_id)
         if chunk is None:  # replaced by a concurrent re-ingest between two reads
+            continue
+        relevance = round(scales.relevance(candidate, chunk.kb_version_id), 6)  # as shown, as thresholded
+        if relevance < threshold:
             continue
         rerank_score = rerank_scores.get(candidate.chunk_id) if rerank_scores else None
         if rerank_score is not None:
@@ -274,6 +308,7 @@ def hydrate(
                 source_uri=chunk.document.source_uri,
                 doc_type=chunk.doc_type,
                 metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
+                relevance=relevance,
                 fused_score=round(candidate.fused_score, 6),
                 rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
                 retrievers={

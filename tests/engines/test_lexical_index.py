@@ -600,3 +600,20 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
     assert ids(search(reader, "new")) == [2]
     write(reader, [doc(3, "more words")])  # the reader's cached handle follows the switch for writes too
     assert ids(search(writer, "words")) == [2, 3] or ids(search(writer, "words")) == [3, 2]
+
+
+# --- the score ceiling ----------------------------------------------------------------------------
+
+
+def test_the_score_ceiling_bounds_every_hit_and_is_approached_by_repetition(index, backend):
+    write(index, [doc(1, "kettle lid"), doc(2, "kettle " * 40 + "lid " * 40), doc(3, "toaster"), doc(4, "lamp")])
+    ceiling = index.max_score(VERSION, ["kettle", "lid"])
+    # Lucene's idf of each token (held by 2 of 4 documents), scaled like the engine's scores
+    assert ceiling == pytest.approx(2 * backend.scale * math.log(1 + (4 - 2 + 0.5) / (2 + 0.5)))
+    hits = search(index, "kettle lid")
+    assert all(hit.score <= ceiling for hit in hits)
+    assert hits[0].chunk_id == 2 and hits[0].score > 0.8 * ceiling
+    # A token no document holds counts as the rarest possible: no passage gets the whole ceiling.
+    absent = backend.scale * math.log(1 + (4 + 0.5) / 0.5)
+    assert index.max_score(VERSION, ["kettle", "lid", "absent"]) == pytest.approx(ceiling + absent)
+    assert index.max_score(VERSION + 1, ["kettle"]) == 0.0
