@@ -81,7 +81,7 @@ class Document(models.Model):
         max_length=500,
         blank=True,
         help_text="What every chunk was embedded and indexed with before its text (the title at ingestion; "
-        "empty when the title was only the file name). A new title applies at the next ingestion.",
+        "empty when the title was only the file name). A title edited later applies when the file is re-chunked.",
     )
     doc_type = models.CharField(max_length=16)
     content_md5 = models.CharField(max_length=32, blank=True)

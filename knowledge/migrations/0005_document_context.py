@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='document',
             name='context',
-            field=models.CharField(blank=True, help_text='What every chunk was embedded and indexed with before its text (the title at ingestion; empty when the title was only the file name). A new title applies at the next ingestion.', max_length=500),
+            field=models.CharField(blank=True, help_text='What every chunk was embedded and indexed with before its text (the title at ingestion; empty when the title was only the file name). A title edited later applies when the file is re-chunked.', max_length=500),
         ),
     ]
