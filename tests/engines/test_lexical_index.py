@@ -411,6 +411,19 @@ def test_es_search_request(fake):
     }
 
 
+def test_es_score_ceiling_reads_document_frequencies_from_term_vectors(fake):
+    vectors = {"field_statistics": {"doc_count": 10}, "terms": {"a": {"doc_freq": 2, "term_freq": 2}}}
+    fake.route("(GET|POST)", "/unit-kbv-3/_termvectors", body={"found": True, "term_vectors": {"body": vectors}})
+    ceiling = es_index(fake.url).max_score(3, ["a", "b", "a"])
+    # Lucene's idf (no k1 + 1 factor), "b" in no document counts as the rarest, "a" twice as searched
+    idf_a, idf_b = math.log(1 + (10 - 2 + 0.5) / 2.5), math.log(1 + (10 + 0.5) / 0.5)
+    assert ceiling == pytest.approx(2 * idf_a + idf_b)
+    (request,) = fake.requests
+    assert request.path == "/unit-kbv-3/_termvectors" and request.json()["doc"] == {"body": "a b a"}
+    fake.route("(GET|POST)", "/unit-kbv-4/_termvectors", 404, NOT_FOUND)
+    assert es_index(fake.url).max_score(4, ["a"]) == 0.0
+
+
 def test_es_search_without_candidates_sends_nothing(fake):
     index = es_index(fake.url)
     assert index.search(3, TENANT, ["a"], 10, []) == []
