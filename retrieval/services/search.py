@@ -34,8 +34,8 @@ from retrieval.errors import EmbedderUnavailable, LexicalIndexUnavailable, Vecto
 from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
-from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.services.timings import StageTimings
 from retrieval.types import (
     RETRIEVERS,
