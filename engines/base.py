@@ -1,6 +1,7 @@
 """Interfaces of the retrieval engines; one module per implementation beside this one."""
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -81,6 +82,17 @@ class IndexState:
     num_docs: int
 
 
+BM25_K1 = 1.2  # both lexical engines score with k1 = 1.2, b = 0.75
+
+
+def bm25_ceiling(doc_count: int, doc_frequencies: list[int], *, scale: float) -> float:
+    """The most BM25 can give these query tokens: Lucene's idf, ln(1 + (N - df + 0.5) / (df + 0.5)), of
+    each token, times ``scale`` (the engine's k1 + 1, or 1 where Lucene dropped it). A token no document
+    holds counts as the rarest (df = 0): a passage missing query words is a weaker match, whether or not
+    another passage has them."""
+    return scale * sum(math.log(1 + (doc_count - df + 0.5) / (df + 0.5)) for df in doc_frequencies)
+
+
 class LexicalIndexError(ComponentError):
     """The lexical backend cannot serve (down, missing or incompatible index); ``cause`` is for ``degraded``."""
 
@@ -130,6 +142,12 @@ class LexicalIndex(ABC):
         self, version_id: int, tenant_id: int, tokens: list[str], limit: int, allowed_chunk_ids: list[int] | None
     ) -> list[LexicalHit]:
         """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given."""
+
+    @abstractmethod
+    def max_score(self, version_id: int, tokens: list[str]) -> float:
+        """The highest score any chunk of the version could reach for ``tokens`` (as ``search`` scores
+        them, a repeated token twice): each token's BM25 weight as its frequency grows without bound,
+        summed (``bm25_ceiling``). 0.0 without an index."""
 
     @abstractmethod
     def ping(self) -> str:

@@ -30,7 +30,7 @@ from elasticsearch.dsl.field import Long, Text
 from elasticsearch.dsl.query import Bool, Query, Term, Terms
 from elasticsearch.helpers import BulkIndexError, bulk, scan
 
-from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
+from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError, bm25_ceiling
 from engines.deadline import DeadlineExceeded, within
 
 SIMILARITY = "retrieval_bm25"
@@ -203,6 +203,31 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             except DeadlineExceeded as exc:
                 raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
+
+    def max_score(self, version_id, tokens):
+        """Document frequencies from the term vectors of an artificial document made of the tokens
+        (one shard per index, so they are the index's own)."""
+        if not tokens:
+            return 0.0
+        with _translated_errors("read term statistics"):
+            try:
+                response = self.client.termvectors(
+                    index=self._alias(version_id),
+                    doc={"body": " ".join(tokens)},
+                    fields=["body"],
+                    term_statistics=True,
+                    field_statistics=True,
+                    positions=False,
+                    offsets=False,
+                )
+            except NotFoundError:
+                return 0.0
+        vectors = response.get("term_vectors", {}).get("body")
+        if not vectors:
+            return 0.0
+        terms = vectors.get("terms", {})
+        frequencies = [terms.get(token, {}).get("doc_freq", 0) for token in tokens]
+        return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=1.0)
 
     # --- internals ------------------------------------------------------------------------------
 

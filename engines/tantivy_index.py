@@ -23,7 +23,15 @@ from pathlib import Path
 
 import tantivy
 
-from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
+from engines.base import (
+    BM25_K1,
+    IndexState,
+    LexicalDocument,
+    LexicalHit,
+    LexicalIndex,
+    LexicalIndexError,
+    bm25_ceiling,
+)
 
 POINTER_FILE = "CURRENT"
 STATE_FILE = "analyzer.json"
@@ -140,6 +148,15 @@ class TantivyLexicalIndex(LexicalIndex):
     def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
         with _reading(version_id):
             return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids)
+
+    def max_score(self, version_id, tokens):
+        with _reading(version_id):
+            generation = self._generation(version_id)
+            if generation is None or not tokens:
+                return 0.0
+            searcher = self._searcher(generation)
+            frequencies = [searcher.doc_freq("body", token) for token in tokens]
+            return bm25_ceiling(searcher.num_docs, frequencies, scale=BM25_K1 + 1)
 
     # --- internals ------------------------------------------------------------------------------
 

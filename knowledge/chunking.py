@@ -11,6 +11,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
@@ -19,8 +20,9 @@ from knowledge.parsing import Section
 SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", "!", "?", ";", ". ", "，", ",", "、", " ", ""]
 # A passage this short is a heading or a stray line: it answers nothing on its own.
 SHORT_PASSAGE_TOKENS = 32
-# Bumped whenever chunk boundaries change, so re-ingesting an unchanged file re-chunks it.
-CHUNKER_VERSION = "2"
+# Bumped whenever chunk boundaries or what the indexes read of a chunk change, so re-ingesting an
+# unchanged file re-chunks it (3: the document's title is embedded and indexed with every chunk).
+CHUNKER_VERSION = "3"
 
 
 @dataclass
@@ -36,6 +38,18 @@ class ChunkDraft:
 
 def content_hash(text: str) -> str:
     return hashlib.md5(text.encode()).hexdigest()
+
+
+def document_context(title: str, path: Path) -> str:
+    """The context every chunk of a document is embedded and indexed with: its title, unless the title
+    is only the file's name (the parser's fallback), which in a corpus of ids would be noise."""
+    return "" if title == path.stem else title.strip()
+
+
+def contextual_text(context: str, text: str) -> str:
+    """What the embedder and the lexical index read for a chunk: the document's context, then the
+    chunk. The context is stored once on the document, never in the chunk's ``content``."""
+    return f"{context}\n\n{text}" if context else text
 
 
 def chunk_sections(

@@ -96,6 +96,12 @@ class Document(models.Model):
     knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
     source_uri = models.CharField(max_length=1024)
     title = models.CharField(max_length=500, blank=True)
+    context = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="What every chunk was embedded and indexed with before its text (the title at ingestion; "
+        "empty when the title was only the file name). A title edited later applies when the file is re-chunked.",
+    )
     doc_type = models.CharField(max_length=16)
     content_md5 = models.CharField(max_length=32, blank=True)
     chunker_version = models.CharField(

@@ -27,7 +27,7 @@ from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections
+from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections, contextual_text, document_context
 from knowledge.errors import VersionConflict
 from knowledge.models import (
     Chunk,
@@ -256,6 +256,7 @@ class _PendingDocument:
     existing: Document | None
     md5: str
     title: str
+    context: str  # embedded and indexed before each chunk (knowledge.chunking.contextual_text)
     doc_type: str
     labels: _Labels
     drafts: list[ChunkDraft]
@@ -332,12 +333,18 @@ class Ingester:
                 self._on_progress(1)
                 return
             parsed = parse_file(source.path)
+            title = (labels.title or parsed.title)[:500]
+            context = document_context(title, source.path)
+            # The context is read before every chunk: the chunk gets what is left of the model's window
+            # (at least half of it; a longer title is cut by the model at the chunk's end instead).
+            window = self.embedder.max_tokens
+            budget = max(window - self.embedder.count_tokens(context), window // 2) if context else window
             drafts = chunk_sections(
                 parsed.sections,
                 count_tokens=self.embedder.count_tokens,
-                chunk_size=self.version.chunk_size,
+                chunk_size=min(self.version.chunk_size, budget),
                 chunk_overlap=self.version.chunk_overlap,
-                max_tokens=self.embedder.max_tokens,
+                max_tokens=budget,
             )
         except (OSError, ParseError) as exc:
             self._fail(source, existing, str(exc))
@@ -345,14 +352,15 @@ class Ingester:
         if not drafts:
             self._fail(source, existing, "no text found")
             return
-        title = labels.title or parsed.title
-        analyzed = [self.analyzer.analyze(draft.text) for draft in drafts]
+        analyzed = [self.analyzer.analyze(contextual_text(context, draft.text)) for draft in drafts]
         extractions = [self.extractor.extract(draft.text) for draft in drafts]
         original = source.original
         if not original and self._keep_originals:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
-            _PendingDocument(source, existing, md5, title, parsed.doc_type, labels, drafts, analyzed, extractions, original)
+            _PendingDocument(
+                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, extractions, original
+            )
         )
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
@@ -369,7 +377,7 @@ class Ingester:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        texts = [draft.text for doc in pending for draft in doc.drafts]
+        texts = [contextual_text(doc.context, draft.text) for doc in pending for draft in doc.drafts]
         try:
             with span("ingest.embed", chunks=len(texts)):
                 vectors = self.embedder.embed_documents(texts)
@@ -429,7 +437,8 @@ class Ingester:
                 knowledge_base=self.kb,
                 tenant_id=self.kb.tenant_id,
                 source_uri=doc.source.source_uri,
-                title=doc.title[:500],
+                title=doc.title,
+                context=doc.context,
                 doc_type=doc.doc_type,
                 content_md5=doc.md5,
                 chunker_version=CHUNKER_VERSION,
@@ -447,8 +456,8 @@ class Ingester:
             update_conflicts=True,
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
-                "title", "doc_type", "content_md5", "chunker_version", "status", "error", "tags", "metadata",
-                "chunk_count", "original", "updated_at",
+                "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
+                "metadata", "chunk_count", "original", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -898,14 +907,14 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
         covered = list(PendingLexicalChange.objects.filter(kb_version=version).values_list("pk", flat=True))
         rows = (
             Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
-            .values_list("id", "document_id", "content")
+            .values_list("id", "document_id", "document__context", "content")
             .iterator(chunk_size=2000)
         )
         count = get_lexical_index().rebuild(
             version.pk,
             (
-                LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(content))
-                for chunk_id, doc_id, content in rows
+                LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(contextual_text(context, content)))
+                for chunk_id, doc_id, context, content in rows
             ),
             analyzer_version=analyzer.version,
             dictionary_fingerprint=analyzer.dictionary_fingerprint,
@@ -954,8 +963,10 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
         analyzer = analyzer_for_tenant(tenant_id)
         rows = Chunk.objects.filter(kb_version_id=version_id, document_id__in=document_ids)
         entries = [
-            LexicalDocument(chunk_id, doc_id, tenant_id, analyzed.get(chunk_id) or analyzer.analyze(content))
-            for chunk_id, doc_id, content in rows.values_list("id", "document_id", "content")
+            LexicalDocument(
+                chunk_id, doc_id, tenant_id, analyzed.get(chunk_id) or analyzer.analyze(contextual_text(context, content))
+            )
+            for chunk_id, doc_id, context, content in rows.values_list("id", "document_id", "document__context", "content")
         ]
         get_lexical_index().replace_documents(
             version_id,

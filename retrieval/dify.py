@@ -14,10 +14,9 @@ malformed ``Authorization`` header, 1002 (403) a key that is unknown, expired, r
 (any string that is not a positive integer included). Every other error keeps its HTTP status and uses
 that status as ``error_code`` (400 a bad body or filter, 429 rate limited, 503 no retriever can answer).
 
-Scores (``records[].score``, what ``score_threshold`` compares against) are in [0, 1]: a hit the dense leg
-found scores its cosine similarity to the query (negative values as 0), which means the same from query
-to query; a hit only the keyword leg found scores its BM25 score divided by the best BM25 score among the
-answer's hits, which is relative to this query (1.0: the best keyword match).
+Scores (``records[].score``, what ``score_threshold`` compares against) are each hit's ``relevance``
+(``retrieval.relevance``): in [0, 1] and comparable from query to query of a knowledge base, the same
+number the search endpoints return and threshold.
 """
 from __future__ import annotations
 
@@ -154,12 +153,11 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
             top_k=setting["top_k"],
             kb_ids=[knowledge_base_id(data["knowledge_id"])],
             filters=filters_from_metadata_condition(data.get("metadata_condition")),
+            score_threshold=setting["score_threshold"] or 0.0,
             expand=ExpansionOptions(),
         )
         hits = cached_search(request.tenant, search_request).response.results
-        threshold = setting["score_threshold"] or 0.0
-        records = [record(hit, score) for hit, score in zip(hits, dify_scores(hits)) if score >= threshold]
-        return Response({"records": records})
+        return Response({"records": [record(hit) for hit in hits]})
 
 
 def dify_exception_handler(exc, context):
@@ -184,22 +182,7 @@ def knowledge_base_id(knowledge_id: str) -> int:
     return int(knowledge_id)
 
 
-def dify_scores(hits: list[SearchHit]) -> list[float]:
-    """Scores in [0, 1] (module docs): the dense cosine similarity, else BM25 relative to the best BM25 hit."""
-    best_bm25 = max((hit.retrievers["bm25"]["score"] for hit in hits if "bm25" in hit.retrievers), default=0.0)
-    scores = []
-    for hit in hits:
-        if "vector" in hit.retrievers:
-            score = hit.retrievers["vector"]["score"]
-        elif best_bm25 > 0 and "bm25" in hit.retrievers:
-            score = hit.retrievers["bm25"]["score"] / best_bm25
-        else:
-            score = 0.0
-        scores.append(round(min(1.0, max(0.0, score)), 6))
-    return scores
-
-
-def record(hit: SearchHit, score: float) -> dict:
+def record(hit: SearchHit) -> dict:
     metadata = {
         **hit.metadata,
         "path": hit.source_uri,
@@ -209,7 +192,7 @@ def record(hit: SearchHit, score: float) -> dict:
         "kb_id": hit.kb_id,
         "doc_type": hit.doc_type,
     }
-    return {"content": hit.content, "score": score, "title": hit.title or hit.source_uri, "metadata": metadata}
+    return {"content": hit.content, "score": hit.relevance, "title": hit.title or hit.source_uri, "metadata": metadata}
 
 
 # --- metadata_condition -> the filter language ------------------------------------------------------

@@ -26,6 +26,7 @@ from django.conf import settings
 from knowledge.models import KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.services import (
+    SIDECAR_SUFFIX,
     IngestReport,
     Ingester,
     SourceFile,
@@ -46,6 +47,8 @@ DEPTH = 100  # results per query: enough for Recall@100
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 EXPANDERS = ("synonyms", "spelling", "llm")
 DOC_SUFFIX = ".txt"
+# How the corpus is written as files (2: titles in sidecars, not in the text); part of the KB's name.
+CORPUS_LAYOUT = "2"
 
 Judgments = dict[str, int]  # corpus id -> relevance grade
 
@@ -96,6 +99,31 @@ def score_query(ranking: Sequence[str], judgments: Judgments) -> dict[str, float
         "recall@10": recall_at_k(ranking, judgments, 10),
         "recall@100": recall_at_k(ranking, judgments, 100),
         "mrr@10": mrr_at_k(ranking, judgments, 10),
+    }
+
+
+def threshold_curve(judged_scores: Sequence[tuple[float, bool]], steps: int = 20) -> dict:
+    """How a ``relevance`` threshold splits hits judged relevant (True) and not: the share of relevant hits
+    kept and of the others dropped at thresholds 0, 1/steps, ..., 1, and the share of relevant hits kept
+    at the threshold that drops half of the others (their median score)."""
+    relevant = np.array([score for score, judged in judged_scores if judged])
+    others = np.array([score for score, judged in judged_scores if not judged])
+    if not len(relevant) or not len(others):
+        return {"relevant_hits": len(relevant), "other_hits": len(others), "curve": []}
+    half = float(np.median(others))
+    return {
+        "relevant_hits": len(relevant),
+        "other_hits": len(others),
+        "threshold_dropping_half_of_others": round(half, 4),
+        "relevant_kept_there": round(float(np.mean(relevant >= half)), 4),
+        "curve": [
+            {
+                "threshold": round(t, 4),
+                "relevant_kept": round(float(np.mean(relevant >= t)), 4),
+                "others_dropped": round(float(np.mean(others < t)), 4),
+            }
+            for t in (i / steps for i in range(steps + 1))
+        ],
     }
 
 
@@ -175,16 +203,20 @@ def corpus_id_from_uri(source_uri: str) -> str:
 
 
 def corpus_folder(dataset: BeirDataset) -> Path:
-    """``var/eval/<dataset>-<hash8>/``, one ``.txt`` (title, blank line, text) per corpus document.
-    Written once into a temporary folder and renamed, so a folder that exists is complete."""
-    folder = Path(settings.VAR_DIR) / "eval" / f"{dataset.name}-{dataset.corpus_sha256[:8]}"
+    """``var/eval/<dataset>-<hash8>-<layout>/``, one ``.txt`` of text per corpus document, its title in
+    a ``.meta.json`` sidecar (the document's title, as a user would label it). Written once into a
+    temporary folder and renamed, so a folder that exists is complete."""
+    folder = Path(settings.VAR_DIR) / "eval" / f"{dataset.name}-{dataset.corpus_sha256[:8]}-{CORPUS_LAYOUT}"
     if folder.is_dir():
         return folder
     staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     staging.mkdir(parents=True)
     for corpus_id, (title, text) in dataset.corpus.items():
-        body = f"{title}\n\n{text}" if title.strip() else text
-        (staging / doc_filename(corpus_id)).write_text(body, encoding="utf-8")
+        path = staging / doc_filename(corpus_id)
+        path.write_text(text, encoding="utf-8")
+        if title.strip():
+            sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+            sidecar.write_text(json.dumps({"title": title.strip()}, ensure_ascii=False), encoding="utf-8")
     staging.rename(folder)
     return folder
 
@@ -206,7 +238,9 @@ class KbSettings:
     chunk_overlap: int | None = None
 
     def kb_name(self, dataset: BeirDataset) -> str:
-        key = json.dumps([dataset.corpus_sha256, self.model, self.languages, self.chunk_size, self.chunk_overlap])
+        key = json.dumps(
+            [dataset.corpus_sha256, CORPUS_LAYOUT, self.model, self.languages, self.chunk_size, self.chunk_overlap]
+        )
         short_model = Path(self.model).name.lower()
         return f"{dataset.name}-{short_model}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"[:100]
 
@@ -339,6 +373,7 @@ class RunResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # metrics + latency_ms
     degraded_queries: int = 0
     dense_skipped_queries: int = 0
+    judged_relevance: list[tuple[float, bool]] = field(default_factory=list)  # top-10 documents' relevance
 
     def summary(self) -> dict:
         latencies = [scores["latency_ms"] for scores in self.per_query.values()]
@@ -357,6 +392,7 @@ class RunResult:
             },
             "degraded_queries": self.degraded_queries,
             "dense_skipped_queries": self.dense_skipped_queries,
+            "relevance_threshold": threshold_curve(self.judged_relevance),
         }
 
     def as_dict(self) -> dict:
@@ -381,6 +417,11 @@ def run_variant(
         response = search(tenant, variant.request(dataset.queries[qid], kb.pk))
         latency_ms = (time.perf_counter() - started) * 1000
         ranking = [corpus_id_from_uri(hit.source_uri) for hit in response.results]
+        best = {}  # each document of the top 10 at its best chunk, as the metrics rank it
+        for corpus_id, hit in zip(ranking, response.results):
+            best.setdefault(corpus_id, hit.relevance)
+        judgments = dataset.qrels[qid]
+        result.judged_relevance += [(best[doc], judgments.get(doc, 0) > 0) for doc in distinct(ranking)[:10]]
         scores = {name: round(value, 6) for name, value in score_query(ranking, dataset.qrels[qid]).items()}
         result.per_query[qid] = {**scores, "latency_ms": round(latency_ms, 2)}
         result.degraded_queries += bool(response.degraded)

@@ -47,6 +47,7 @@ HIT_EXAMPLE = {
     "source_uri": "sample_kb/products/safety-datasheet-ppr-9087-battery.pdf",
     "doc_type": "pdf",
     "metadata": {"page": 1, "shop_id": 102, "lang": "en", "tags": ["safety", "en"], "ordinal": 0},
+    "relevance": 0.562,
     "fused_score": 0.032522,
     "rerank_score": None,
     "retrievers": {
@@ -226,7 +227,7 @@ DIFY_ERRORS = {
 DIFY_REQUEST_EXAMPLE = {
     "knowledge_id": "1",
     "query": "How should I store the lithium battery pack?",
-    "retrieval_setting": {"top_k": 3, "score_threshold": 0.5},
+    "retrieval_setting": {"top_k": 3, "score_threshold": 0.2},
     "metadata_condition": {
         "logical_operator": "and",
         "conditions": [{"name": ["category"], "comparison_operator": "is", "value": "product"}],
@@ -236,7 +237,7 @@ DIFY_RESPONSE_EXAMPLE = {
     "records": [
         {
             "content": HIT_EXAMPLE["content"],
-            "score": 0.613,
+            "score": HIT_EXAMPLE["relevance"],
             "title": HIT_EXAMPLE["title"],
             "metadata": {
                 **HIT_EXAMPLE["metadata"],
@@ -291,8 +292,8 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 description=(
                     "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
                     "knowledge base id as the external knowledge ID. Errors use Dify's shape "
-                    "`{error_code, error_msg}`. `score` is the dense cosine similarity of the hit, or for a hit "
-                    "only the keyword leg found its BM25 score relative to the best one in the answer."
+                    "`{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, comparable across "
+                    "queries of the knowledge base; see the search endpoints), `score_threshold` drops hits below it."
                 ),
                 tags=["dify"],
                 request=DifyRetrievalInput,

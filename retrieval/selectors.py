@@ -1,6 +1,10 @@
 """The search's reads of the chunk table, always scoped to the tenant where the ids come from an index."""
 from __future__ import annotations
 
+import numpy as np
+from django.db.models import TextField
+from django.db.models.functions import MD5, Cast
+
 from knowledge.models import Chunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
@@ -43,3 +47,17 @@ def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chu
 def recent_runs(user, limit: int = 20) -> list[RetrievalRun]:
     """The user's latest retrieval tests in the console, newest first."""
     return list(RetrievalRun.objects.filter(user=user).select_related("tenant")[:limit])
+
+
+def embedding_sample(version_id: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``size`` chunk vectors of a version and their document ids, spread over the version by a
+    hash of the chunk ids (the same sample every time for the same chunks)."""
+    rows = list(
+        Chunk.objects.filter(kb_version_id=version_id)
+        .annotate(spread=MD5(Cast("id", TextField())))
+        .order_by("spread")
+        .values_list("embedding", "document_id")[:size]
+    )
+    if not rows:
+        return np.empty((0, 0), dtype=np.float32), np.empty(0, dtype=np.int64)
+    return np.stack([np.asarray(vector, dtype=np.float32) for vector, _ in rows]), np.array([d for _, d in rows])

@@ -91,6 +91,9 @@ class SearchInput(serializers.Serializer):
     hops = StrictIntegerField(
         min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
     )
+    score_threshold = StrictFloatField(
+        min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
+    )
     expand = ExpandInput(required=False)
 
     def validate(self, data):
@@ -130,6 +133,10 @@ class SearchHitOutput(serializers.Serializer):
     source_uri = serializers.CharField()
     doc_type = serializers.CharField()
     metadata = serializers.DictField()
+    relevance = serializers.FloatField(
+        help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
+        "the query's highest possible one and the cosine above the KB's random-pair background"
+    )
     fused_score = serializers.FloatField()
     rerank_score = serializers.FloatField(allow_null=True)
     retrievers = serializers.DictField(child=ContributionOutput())

@@ -29,6 +29,7 @@ class SearchRequest:
     rerank: bool = False
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)
     hops: int | None = None  # the graph leg's neighbourhood; None: GRAPH_HOPS
+    score_threshold: float = 0.0  # hits with a lower ``relevance`` are dropped
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 
@@ -45,6 +46,7 @@ class SearchHit:
     source_uri: str
     doc_type: str
     metadata: dict
+    relevance: float = 0.0  # in [0, 1], comparable across queries of a KB (retrieval.relevance)
     fused_score: float | None = None
     rerank_score: float | None = None
     retrievers: dict = field(default_factory=dict)
@@ -115,6 +117,7 @@ class LegResult:
     retriever: str
     lists: list[RankedList] = field(default_factory=list)
     content_hashes: dict[int, str] = field(default_factory=dict)
+    ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     notes: list[str] = field(default_factory=list)
     explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
     failure: Degradation | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
@@ -35,6 +36,7 @@ from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.services.graph import rank_by_graph
+from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.services.timings import StageTimings
 from retrieval.types import (
     RETRIEVERS,
@@ -61,7 +63,9 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
     timings = StageTimings()
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        groups = model_groups(searchable_knowledge_bases(tenant, request.kb_ids))
+        kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+        revisions = {kb.active_version.pk: kb.active_version.revision for kb in kbs}
+        groups = model_groups(kbs)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
         candidates = request.candidates or settings.SEARCH_CANDIDATES
 
@@ -79,6 +83,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
         reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
         explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
+        ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
         results = hydrate(
             tenant,
             request.mode,
@@ -86,6 +91,8 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             reranked.scores,
             single_list=len(lists) == 1,
             explanations=explanations,
+            scales=RelevanceScales(ceilings, revisions),
+            threshold=request.score_threshold,
         )
     response = SearchResponse(
         results=results,
@@ -164,16 +171,18 @@ def retrieve_bm25(
     if compiled.q:
         allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
         depth = candidates if allowed is not None else candidates * 10
-    lists = []
+    lists, ceilings = [], {}
     for variant in variants:
         tokens = analyzer.tokens(variant.text)
         if allowed is None:
             hits = _bm25_hits_of_existing_chunks(index, tenant, version_ids, tokens, depth, compiled, candidates)
         else:
             hits = _bm25_hits(index, tenant, version_ids, tokens, depth, allowed)
+        for version_id in version_ids:
+            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-    return LegResult("bm25", lists=lists, notes=notes)
+    return LegResult("bm25", lists=lists, ceilings=ceilings, notes=notes)
 
 
 def _bm25_hits(index, tenant: Tenant, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
@@ -299,6 +308,23 @@ def rerank(
     return Reranked(reordered, by_chunk, [])
 
 
+@dataclass(frozen=True)
+class RelevanceScales:
+    """What maps a hit's raw scores onto ``relevance`` (``retrieval.relevance``): the BM25 ceiling per
+    (query variant, KB version), and each searched version's revision (its dense background's key)."""
+
+    ceilings: dict[tuple[str, int], float]
+    revisions: dict[int, int]
+
+    def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
+        dense = lexical = None
+        if (vector := candidate.retrievers.get("vector")) is not None:
+            dense = dense_relevance(vector.score, dense_background(version_id, self.revisions[version_id]))
+        if (bm25 := candidate.retrievers.get("bm25")) is not None:
+            lexical = lexical_relevance(bm25.score, self.ceilings.get((bm25.query, version_id), 0.0))
+        return combined_relevance(dense, lexical)
+
+
 def hydrate(
     tenant: Tenant,
     mode: str,
@@ -306,17 +332,23 @@ def hydrate(
     rerank_scores: dict[int, float] | None,
     *,
     single_list: bool,
+    scales: RelevanceScales,
+    threshold: float = 0.0,
     explanations: dict[str, dict[int, dict]] | None = None,
 ) -> list[SearchHit]:
-    """The hits as the API shows them. One retriever and one query (``single_list``): its raw score
-    (cosine or BM25) is the most useful score to show. ``explanations``: retriever -> chunk id -> what
-    that retriever adds to the hit's entry in ``retrievers`` (the graph: its path)."""
+    """The hits as the API shows them, those under the ``relevance`` threshold left out. One retriever
+    and one query (``single_list``): its raw score (cosine or BM25) is the most useful score to show.
+    ``explanations``: retriever -> chunk id -> what that retriever adds to the hit's entry in
+    ``retrievers`` (the graph: its path)."""
     explanations = explanations or {}
     by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
     results = []
     for candidate in candidates:
         chunk = by_id.get(candidate.chunk_id)
         if chunk is None:  # replaced by a concurrent re-ingest between two reads
+            continue
+        relevance = round(scales.relevance(candidate, chunk.kb_version_id), 6)  # as shown, as thresholded
+        if relevance < threshold:
             continue
         rerank_score = rerank_scores.get(candidate.chunk_id) if rerank_scores else None
         if rerank_score is not None:
@@ -338,6 +370,7 @@ def hydrate(
                 source_uri=chunk.document.source_uri,
                 doc_type=chunk.doc_type,
                 metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
+                relevance=relevance,
                 fused_score=round(candidate.fused_score, 6),
                 rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
                 retrievers={

@@ -71,6 +71,7 @@ def test_every_mode_returns_typed_results_equal_to_the_json_answer(service):
                             headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
             assert [hit.chunk_id for hit in result.results] == [hit["chunk_id"] for hit in raw["results"]]
             assert [hit.score for hit in result.results] == [hit["score"] for hit in raw["results"]]
+            assert [hit.relevance for hit in result.results] == [hit["relevance"] for hit in raw["results"]]
         searched = client.search(KETTLE_QUERY, mode="bm25", top_k=1, filters={"tags": "product"})
         assert searched.mode == "bm25" and source_names(searched) == ["kettle.txt"]
 
@@ -116,7 +117,8 @@ def test_the_langchain_retriever_returns_documents_with_scores_and_explanation(s
     assert [doc.page_content for doc in documents] == [hit.content for hit in hits]
     first = documents[0].metadata
     assert Path(first["source"]).name == "kettle.txt" and first["title"] == "Kettle manual"
-    assert first["score"] == hits[0].score and first["rank"] == 1 and documents[0].id == str(hits[0].chunk_id)
+    assert first["score"] == hits[0].score and first["relevance"] == hits[0].relevance
+    assert first["rank"] == 1 and documents[0].id == str(hits[0].chunk_id)
     assert set(first["explanation"]["retrievers"]) == set(hits[0].retrievers)
     assert first["explanation"]["matched_queries"] == hits[0].matched_queries
     assert first["region"] == "us"  # the document's own metadata

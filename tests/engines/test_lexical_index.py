@@ -412,6 +412,19 @@ def test_es_search_request(fake):
     }
 
 
+def test_es_score_ceiling_reads_document_frequencies_from_term_vectors(fake):
+    vectors = {"field_statistics": {"doc_count": 10}, "terms": {"a": {"doc_freq": 2, "term_freq": 2}}}
+    fake.route("(GET|POST)", "/unit-kbv-3/_termvectors", body={"found": True, "term_vectors": {"body": vectors}})
+    ceiling = es_index(fake.url).max_score(3, ["a", "b", "a"])
+    # Lucene's idf (no k1 + 1 factor), "b" in no document counts as the rarest, "a" twice as searched
+    idf_a, idf_b = math.log(1 + (10 - 2 + 0.5) / 2.5), math.log(1 + (10 + 0.5) / 0.5)
+    assert ceiling == pytest.approx(2 * idf_a + idf_b)
+    (request,) = fake.requests
+    assert request.path == "/unit-kbv-3/_termvectors" and request.json()["doc"] == {"body": "a b a"}
+    fake.route("(GET|POST)", "/unit-kbv-4/_termvectors", 404, NOT_FOUND)
+    assert es_index(fake.url).max_score(4, ["a"]) == 0.0
+
+
 def test_es_search_without_candidates_sends_nothing(fake):
     index = es_index(fake.url)
     assert index.search(3, TENANT, ["a"], 10, []) == []
@@ -649,3 +662,20 @@ def test_es_chunk_ids_scrolls_ids_without_sources(fake):
 def test_es_chunk_ids_of_a_missing_index_is_empty(fake):
     fake.route("POST", "/unit-kbv-3/_search", 404, NOT_FOUND)
     assert es_index(fake.url).chunk_ids(3) == []
+
+
+# --- the score ceiling ----------------------------------------------------------------------------
+
+
+def test_the_score_ceiling_bounds_every_hit_and_is_approached_by_repetition(index, backend):
+    write(index, [doc(1, "kettle lid"), doc(2, "kettle " * 40 + "lid " * 40), doc(3, "toaster"), doc(4, "lamp")])
+    ceiling = index.max_score(VERSION, ["kettle", "lid"])
+    # Lucene's idf of each token (held by 2 of 4 documents), scaled like the engine's scores
+    assert ceiling == pytest.approx(2 * backend.scale * math.log(1 + (4 - 2 + 0.5) / (2 + 0.5)))
+    hits = search(index, "kettle lid")
+    assert all(hit.score <= ceiling for hit in hits)
+    assert hits[0].chunk_id == 2 and hits[0].score > 0.8 * ceiling
+    # A token no document holds counts as the rarest possible: no passage gets the whole ceiling.
+    absent = backend.scale * math.log(1 + (4 + 0.5) / 0.5)
+    assert index.max_score(VERSION, ["kettle", "lid", "absent"]) == pytest.approx(ceiling + absent)
+    assert index.max_score(VERSION + 1, ["kettle"]) == 0.0

@@ -1,6 +1,8 @@
 import hashlib
+import json
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.core.files.base import ContentFile
 from django.db import connection, transaction
@@ -26,6 +28,7 @@ from knowledge.services import (
     create_knowledge_base,
     discover_files,
     fill_version,
+    rebuild_lexical_index,
     start_version_build,
     version_build_files,
 )
@@ -391,3 +394,39 @@ def test_synonym_groups_make_one_entity(kb, tmp_path):
     ingest(kb, tmp_path)
     names = graph_names(kb)
     assert names["portalock pro"] == 2 and "ppr-9087" not in names
+
+
+def test_every_chunk_is_embedded_and_indexed_with_its_documents_title(kb, tmp_path, embedder):
+    body = "\n\n".join(f"Paragraph {i}: the hinge is adjusted with a 4 mm hex key, turn by turn." * 3 for i in range(6))
+    (tmp_path / "hinge.md").write_text(f"# Cabinet door hinge guide\n\n{body}")
+    (tmp_path / "notes.txt").write_text("The hinge is adjusted with a hex key.")
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb, source_uri__endswith="hinge.md")
+    chunks = list(document.chunks.order_by("ordinal"))
+    assert document.context == document.title == "Cabinet door hinge guide" and len(chunks) > 1
+    # Stored once: the later chunks' text does not carry the title, their vectors do.
+    assert not any(chunk.content.startswith("Cabinet door") for chunk in chunks[1:])
+    for chunk in chunks:
+        expected = embedder.embed_documents([f"{document.context}\n\n{chunk.content}"])[0]
+        assert float(np.dot(np.asarray(chunk.embedding, dtype=float), expected)) > 0.999
+    # A title without a parsed one (the file name) is no context.
+    assert Document.objects.get(source_uri__endswith="notes.txt").context == ""
+    # BM25 finds every chunk by a word that is only in the title, also after an index rebuild.
+    for _ in range(2):
+        request = SearchRequest(mode="bm25", query="cabinet", top_k=50, kb_ids=[kb.pk])
+        assert {hit.chunk_id for hit in search(kb.tenant, request).results} == {chunk.pk for chunk in chunks}
+        assert rebuild_lexical_index(kb.active_version) == kb.active_version.chunks.count()
+
+
+def test_a_chunk_and_its_title_fit_the_models_window(tenant, tmp_path, embedder):
+    kb = create_knowledge_base(tenant=tenant, name="wide", chunk_size=embedder.max_tokens, chunk_overlap=16)
+    title = "Warranty terms for the outdoor kettle range sold in shops and online in every region " * 2
+    sentences = " ".join(f"Clause {i} covers the heating element and the lid seal for two years." for i in range(80))
+    (tmp_path / "w.txt").write_text(sentences)
+    (tmp_path / "w.txt.meta.json").write_text(json.dumps({"title": title}))
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb)
+    context_tokens = embedder.count_tokens(document.context)
+    assert context_tokens > 20
+    for chunk in document.chunks.all():
+        assert chunk.token_count + context_tokens <= embedder.max_tokens

@@ -6,6 +6,7 @@ import math
 import pytest
 from django.core.management import call_command
 
+from knowledge.models import Document
 from retrieval.evaluation import (
     DEPTH,
     build_variants,
@@ -18,6 +19,7 @@ from retrieval.evaluation import (
     parse_weight_grid,
     recall_at_k,
     score_query,
+    threshold_curve,
 )
 
 LOG2_3 = math.log2(3)  # 1.5849625, the discount at rank 2
@@ -205,6 +207,10 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     assert report["dataset"]["judged_queries"] == 3
     assert report["dataset"]["judged_docs_missing_from_corpus"] == 1
     assert report["ingestion"]["added"] == 5
+    # Titles are the documents' own (their chunks' context), not a line of their text.
+    documents = Document.objects.filter(knowledge_base__name=report["knowledge_base"]["name"])
+    texts = {row["title"]: row["text"] for row in TINY_CORPUS}
+    assert {(d.title, d.context, d.chunks.get().content) for d in documents} == {(t, t, texts[t]) for t in texts}
     assert [run["label"] for run in report["runs"]] == [
         "vector cand=100",
         "bm25 cand=100",
@@ -215,6 +221,10 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
         assert run["queries"] == 3 and set(run["per_query"]) == {"q-photo", "q-tide", "q-music"}
         assert all(0.0 <= value <= 1.0 for value in run["metrics"].values())
         assert run["latency_ms"]["p50"] > 0 and run["degraded_queries"] == 0
+        judged = run["relevance_threshold"]
+        assert judged["relevant_hits"] == 3  # each found relevant document once, at its best chunk
+        if run["mode"] != "bm25":  # dense search ranks all 5 documents for each of the 3 queries
+            assert judged["other_hits"] == 12 and judged["curve"]
         # the music query has one of its two relevant documents missing from the corpus
         assert run["per_query"]["q-music"]["recall@100"] == 0.5
         if run["mode"] != "vector":
@@ -228,3 +238,15 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     out = io.StringIO()
     call_command("evaluate", compare=[first, second], stdout=out)
     assert "bm25 cand=100" in out.getvalue() and "+0.0000" in out.getvalue()
+
+
+def test_threshold_curve_counts_relevant_hits_kept_where_half_of_the_others_drop():
+    relevant, others = [0.9, 0.6, 0.3], [0.5, 0.2, 0.1, 0.4, 0.3]
+    judged = [(score, True) for score in relevant] + [(score, False) for score in others]
+    curve = threshold_curve(judged, steps=4)
+    # the others' median is 0.3: the relevant hits at 0.9, 0.6 and 0.3 all stay
+    assert curve["threshold_dropping_half_of_others"] == 0.3 and curve["relevant_kept_there"] == 1.0
+    at_half = {"threshold": 0.5, "relevant_kept": pytest.approx(2 / 3, abs=1e-4), "others_dropped": 0.8}
+    assert curve["curve"][2] == at_half
+    assert curve["curve"][0]["relevant_kept"] == 1.0 and curve["curve"][-1]["relevant_kept"] == 0.0
+    assert threshold_curve([(0.5, True)]) == {"relevant_hits": 1, "other_hits": 0, "curve": []}

@@ -31,7 +31,7 @@ from tests.factories import KnowledgeBaseFactory, TenantFactory
 URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
-    "title", "source_uri", "doc_type", "metadata",
+    "title", "source_uri", "doc_type", "metadata", "relevance",
     "fused_score", "rerank_score", "retrievers", "matched_queries",
 }  # fmt: skip
 RESPONSE_KEYS = {
@@ -168,6 +168,7 @@ def test_response_has_the_documented_shape(corpus):
         assert set(hit) == HIT_KEYS
         assert hit["source"] == "vector"
         assert isinstance(hit["score"], float) and -1.0 <= hit["score"] <= 1.0
+        assert isinstance(hit["relevance"], float) and 0.0 <= hit["relevance"] <= 1.0
 
     top = results[0]
     returns = corpus.doc("returns.md")
@@ -769,6 +770,7 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
         ("/api/v1/retrieval/hybrid", {"expand": {"spelling": "true"}}, ["spelling", "valid boolean"]),
         ("/api/v1/retrieval/hybrid", {"candidates": 201}, ["candidates"]),
         ("/api/v1/retrieval/hybrid", {"rrf_k": 0}, ["rrf_k"]),
+        ("/api/v1/retrieval/hybrid", {"score_threshold": 1.5}, ["score_threshold"]),
         ("/api/v1/retrieval/hybrid", {"rerank": "maybe"}, ["rerank"]),
         ("/api/v1/retrieval/hybrid", {"expand": {"max_expansions": 11}}, ["max_expansions"]),
         ("/api/v1/retrieval/hybrid", {"expand": "yes"}, ["expand"]),

@@ -18,6 +18,13 @@ def _ints(spec: str) -> list[int]:
         raise CommandError(f"expected comma-separated integers, got {spec!r}") from None
 
 
+def _relevant_kept(curve: dict) -> str:
+    """Share of relevant top-10 hits a ``relevance`` threshold keeps where it drops half of the others."""
+    if "relevant_kept_there" not in curve:
+        return "-"
+    return f"{curve['relevant_kept_there']:.3f} at {curve['threshold_dropping_half_of_others']:.3f}"
+
+
 def _names(spec: str | None) -> list[str]:
     return [name.strip() for name in (spec or "").split(",") if name.strip()]
 
@@ -117,7 +124,7 @@ class Command(BaseCommand):
         self.stdout.write(f"report: {output}")
 
     def _print_runs(self, dataset, runs: list[dict]) -> None:
-        header = ["run", *evaluation.METRICS, "p50 ms", "p95 ms", "dense skipped"]
+        header = ["run", *evaluation.METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]
         rows = [
             [
                 run["label"],
@@ -125,6 +132,7 @@ class Command(BaseCommand):
                 f"{run['latency_ms']['p50']}",
                 f"{run['latency_ms']['p95']}",
                 f"{run['dense_skipped_queries']}" if run["mode"] == "hybrid" else "-",
+                _relevant_kept(run["relevance_threshold"]),
             ]
             for run in runs
         ]

@@ -70,7 +70,7 @@ class RetrievalClient(_BaseClient):
 
     def search(self, query: str, *, mode: str = "hybrid", **options: Any) -> SearchResult:
         """``POST /api/v1/retrieval/search``. Options as the API's body: ``top_k``, ``kb_ids``, ``filters``,
-        ``weights``, ``candidates``, ``rrf_k``, ``rerank``, ``expand``."""
+        ``weights``, ``candidates``, ``rrf_k``, ``rerank``, ``score_threshold``, ``expand``."""
         return self._search(None, query, {"mode": mode, **options})
 
     def hybrid(self, query: str, **options: Any) -> SearchResult:

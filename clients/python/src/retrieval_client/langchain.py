@@ -67,6 +67,7 @@ def document(hit: SearchHit) -> Document:
         "doc_type": hit.doc_type,
         "rank": hit.rank,
         "score": hit.score,
+        "relevance": hit.relevance,
         "fused_score": hit.fused_score,
         "rerank_score": hit.rerank_score,
         "explanation": {

@@ -33,6 +33,7 @@ class SearchHit:
     doc_type: str = ""
     source: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    relevance: float | None = None  # 0 to 1, comparable across queries (None from a server without it)
     fused_score: float | None = None
     rerank_score: float | None = None
     retrievers: dict[str, Contribution] = field(default_factory=dict)
