@@ -38,6 +38,9 @@ class SearchSettingsForm(forms.Form):
     top_k = forms.IntegerField(min_value=1, max_value=100, initial=10)
     weight_vector = forms.FloatField(min_value=0, max_value=100, required=False, help_text="blank: default")
     weight_bm25 = forms.FloatField(min_value=0, max_value=100, required=False, help_text="blank: default")
+    weight_graph = forms.FloatField(
+        min_value=0, max_value=100, required=False, help_text="blank: default; in hybrid, above 0 adds the graph leg"
+    )
     candidates = forms.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False, help_text="per leg")
     rrf_k = forms.IntegerField(min_value=1, max_value=1000, required=False, label="RRF k")
     expand_synonyms = forms.BooleanField(required=False, initial=True, label="synonyms")

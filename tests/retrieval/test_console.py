@@ -124,7 +124,7 @@ def test_curation_links_prefill_a_protected_term_and_a_synonym(admin_client, sam
 
 def test_compare_shows_the_errors_of_both_settings(admin_client):
     tenant = KnowledgeBaseFactory().tenant
-    page = admin_client.post(COMPARE, {**form(tenant, "kettle", filters="[1]"), "b-mode": "graph", "b-top_k": 5})
+    page = admin_client.post(COMPARE, {**form(tenant, "kettle", filters="[1]"), "b-mode": "semantic", "b-top_k": 5})
     assert page.status_code == 200 and page.context["sides"] is None
     assert "filters" in page.context["form"].errors and "mode" in page.context["other"].errors
 

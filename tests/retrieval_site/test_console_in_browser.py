@@ -47,6 +47,8 @@ def test_the_order_query_shows_the_order_status_passage_first_highlighted_with_l
     screenshot(page, "index")
     page.click("text=Retrieval testing")
     assert page.locator("text=No runs yet").is_visible()
+    if page.locator("select[name=tenant]").count():  # other tests' tenants may exist: pick this one's
+        page.select_option("select[name=tenant]", str(order_kb.tenant.pk))
     page.fill("input[name=query]", ORDER_QUERY)
     page.click("input[value=Search]")
     first = page.locator("li.hit").first
