@@ -74,6 +74,15 @@ def test_every_mode_returns_typed_results_equal_to_the_json_answer(service):
             assert [hit.relevance for hit in result.results] == [hit["relevance"] for hit in raw["results"]]
         searched = client.search(KETTLE_QUERY, mode="bm25", top_k=1, filters={"tags": "product"})
         assert searched.mode == "bm25" and source_names(searched) == ["kettle.txt"]
+        graph = client.graph("stainless steel electric kettle", hops=1)
+        raw = http.post("/api/v1/retrieval/graph", json={"query": "stainless steel electric kettle", "hops": 1},
+                        headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
+        assert graph.mode == "graph" and source_names(graph)[0] == "kettle.txt"
+        assert [hit.chunk_id for hit in graph.results] == [hit["chunk_id"] for hit in raw["results"]]
+        explained = [hit.retrievers["graph"].explanation for hit in graph.results]
+        assert explained[0]["entities"] and "hops" in explained[0]
+        assert explained == [{k: v for k, v in h["retrievers"]["graph"].items() if k not in ("rank", "score", "query")}
+                             for h in raw["results"]]  # fmt: skip
 
 
 @pytest.mark.slow

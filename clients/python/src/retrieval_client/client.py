@@ -82,6 +82,10 @@ class RetrievalClient(_BaseClient):
     def vector(self, query: str, **options: Any) -> SearchResult:
         return self._search("vector", query, options)
 
+    def graph(self, query: str, **options: Any) -> SearchResult:
+        """Passages reached through the query's entities (``hops`` sets the neighbourhood)."""
+        return self._search("graph", query, options)
+
     def _search(self, mode: str | None, query: str, options: dict[str, Any]) -> SearchResult:
         path, body = self._request(mode, query, options)
         deadline = time.monotonic() + self.timeout
@@ -125,6 +129,9 @@ class AsyncRetrievalClient(_BaseClient):
 
     async def vector(self, query: str, **options: Any) -> SearchResult:
         return await self._search("vector", query, options)
+
+    async def graph(self, query: str, **options: Any) -> SearchResult:
+        return await self._search("graph", query, options)
 
     async def _search(self, mode: str | None, query: str, options: dict[str, Any]) -> SearchResult:
         path, body = self._request(mode, query, options)

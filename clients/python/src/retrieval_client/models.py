@@ -13,11 +13,13 @@ def _known(cls, data: dict) -> dict:
 
 @dataclass(frozen=True)
 class Contribution:
-    """One retriever's part in a hit: its rank and raw score in that list, and the query variant used."""
+    """One retriever's part in a hit: its rank and raw score in that list, the query variant used, and
+    whatever else that retriever explains (the graph leg: ``entities``, ``path``, ``hops``)."""
 
     rank: int
     score: float
     query: str
+    explanation: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,11 @@ class SearchHit:
     def from_dict(cls, data: dict) -> SearchHit:
         values = _known(cls, data)
         values["retrievers"] = {
-            name: Contribution(**_known(Contribution, part)) for name, part in (data.get("retrievers") or {}).items()
+            name: Contribution(
+                part["rank"], part["score"], part["query"],
+                {key: value for key, value in part.items() if key not in ("rank", "score", "query")},
+            )
+            for name, part in (data.get("retrievers") or {}).items()
         }
         return cls(**values)
 
