@@ -28,10 +28,11 @@ def filtered_chunk_ids(
     return ids if len(ids) <= limit else None
 
 
-def chunk_ids_passing(tenant: Tenant, chunk_ids: list[int], compiled: CompiledFilter) -> set[int]:
-    """Those of ``chunk_ids`` that pass the filters."""
+def hashes_of_chunks_passing(tenant: Tenant, chunk_ids: list[int], compiled: CompiledFilter) -> dict[int, str]:
+    """Chunk id -> content hash of those of ``chunk_ids`` that exist and pass the filters (the hashes
+    come along so fusion's dedup need not read the same rows again)."""
     scoped = compiled.apply(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids))
-    return set(scoped.values_list("id", flat=True))
+    return dict(scoped.values_list("id", "content_hash"))
 
 
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:

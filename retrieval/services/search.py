@@ -171,18 +171,18 @@ def retrieve_bm25(
     if compiled.q:
         allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
         depth = candidates if allowed is not None else candidates * 10
-    lists, ceilings = [], {}
+    lists, ceilings, hashes = [], {}, {}
     for variant in variants:
         tokens = analyzer.tokens(variant.text)
         if allowed is None:
-            hits = _bm25_hits_of_existing_chunks(index, tenant, version_ids, tokens, depth, compiled, candidates)
+            hits = _bm25_hits_of_existing_chunks(index, tenant, version_ids, tokens, depth, compiled, candidates, hashes)
         else:
             hits = _bm25_hits(index, tenant, version_ids, tokens, depth, allowed)
         for version_id in version_ids:
             ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-    return LegResult("bm25", lists=lists, ceilings=ceilings, notes=notes)
+    return LegResult("bm25", lists=lists, content_hashes=hashes, ceilings=ceilings, notes=notes)
 
 
 def _bm25_hits(index, tenant: Tenant, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
@@ -194,21 +194,30 @@ def _bm25_hits(index, tenant: Tenant, version_ids, tokens: list[str], depth: int
 
 
 def _bm25_hits_of_existing_chunks(
-    index, tenant: Tenant, version_ids, tokens: list[str], depth: int, compiled: CompiledFilter, candidates: int
+    index,
+    tenant: Tenant,
+    version_ids,
+    tokens: list[str],
+    depth: int,
+    compiled: CompiledFilter,
+    candidates: int,
+    hashes: dict[int, str],
 ) -> list[LexicalHit]:
-    """BM25 hits whose chunk exists (and passes the filters), checked against the chunk table.
+    """BM25 hits whose chunk exists (and passes the filters), checked against the chunk table; the
+    kept hits' content hashes are added to ``hashes``.
 
     An index entry whose chunk is gone (a change committed but not yet applied to the keyword index,
     see ``knowledge.services.apply_pending_lexical_changes``) is dropped, and without filters the
     search goes deeper by as many entries, so such an entry never takes a real chunk's place."""
     while True:
         hits = _bm25_hits(index, tenant, version_ids, tokens, depth, None)
-        passing = selectors.chunk_ids_passing(tenant, [hit.chunk_id for hit in hits], compiled)
+        passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
         kept = [hit for hit in hits if hit.chunk_id in passing]
         deeper = candidates + len(hits) - len(kept)
         if compiled.q or len(kept) >= candidates or deeper <= depth:
             break
         depth = deeper
+    hashes.update(passing)
     if not compiled.q and len(kept) < len(hits):
         logger.warning(
             "the keyword index of KB versions %s holds %d entries for chunks not in the database; "
@@ -230,13 +239,15 @@ def retrieve_graph(
     """One list from the query's entities and their neighbourhood (the original query only: synonym
     groups are already entity aliases); each hit keeps the path that found it."""
     ranking = rank_by_graph(tenant.pk, version_ids, query, hops=hops)
-    hits = ranking.hits
+    hits, passing = ranking.hits, {}
     if compiled.q and hits:
-        passing = selectors.chunk_ids_passing(tenant, [chunk_id for chunk_id, _ in hits], compiled)
+        passing = selectors.hashes_of_chunks_passing(tenant, [chunk_id for chunk_id, _ in hits], compiled)
         hits = [hit for hit in hits if hit[0] in passing]
     hits = hits[:candidates]
     explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
-    return LegResult("graph", lists=[RankedList("graph", query, weight, hits)], explanations=explanations)
+    return LegResult(
+        "graph", lists=[RankedList("graph", query, weight, hits)], content_hashes=passing, explanations=explanations
+    )
 
 
 def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
@@ -433,9 +444,10 @@ def _retrieve(
                 plans = plan_vector(tenant, groups, compiled)
             except Exception as exc:
                 plan_error = exc
-        with timings.stage("fuse"):
+        with timings.stage("fuse"):  # hashes the legs did not bring along
+            known = {chunk_id for leg in legs for chunk_id in leg.content_hashes}
             known_hashes = selectors.content_hashes(
-                {chunk_id for leg in legs for ranked in leg.lists for chunk_id, _ in ranked.hits}
+                {chunk_id for leg in legs for ranked in leg.lists for chunk_id, _ in ranked.hits} - known
             )
         try:
             vectors = embedding.result()

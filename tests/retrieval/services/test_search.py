@@ -81,8 +81,8 @@ def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
 
 
 def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, embedder, tmp_path):
-    """Vector hits carry their content hash; the BM25 hits' hashes are looked up once, while the
-    query embeds. Two files with the same text still give one hit."""
+    """Vector hits carry their content hash; the BM25 hits' hashes come with the one query that checks
+    those chunks exist, while the query embeds. Two files with the same text still give one hit."""
     kb = create_knowledge_base(tenant=tenant, name="copies")
     same = "The SKY-20031 bulb resets after three power cycles of ten seconds each."
     for name, text in {"a.txt": same, "b.txt": same, "c.txt": "Kettles boil water in four minutes."}.items():
@@ -92,7 +92,7 @@ def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, emb
         response = run(kb, "How do I reset the SKY-20031 bulb?", mode="hybrid", top_k=5)
     assert sorted(names(response)) in (["a.txt", "c.txt"], ["b.txt", "c.txt"])
     assert set(response.results[0].retrievers) == {"vector", "bm25"}
-    lookup = '"content_hash" FROM "knowledge_chunk" WHERE "knowledge_chunk"."id" IN'
+    lookup = '"content_hash" FROM "knowledge_chunk" WHERE ("knowledge_chunk"."id" IN'
     [sql] = [q["sql"] for q in captured.captured_queries if lookup in q["sql"]]
     looked_up = {int(i) for i in re.search(r"IN \(([\d, ]+)\)", sql).group(1).split(",")}
     kettle = response.results[-1]
