@@ -28,7 +28,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections, contextual_text, document_context
-from knowledge.errors import VersionConflict
+from knowledge.errors import UploadTooLarge, VersionConflict
 from knowledge.models import (
     Chunk,
     Document,
@@ -175,12 +175,14 @@ class _Labels:
 @dataclass(frozen=True)
 class SourceFile:
     """A file to ingest. ``labels`` given (an upload's): they replace the sidecar; ``original``: the
-    stored copy the file already is (else the Ingester keeps one when asked to)."""
+    stored copy the file already is (else the Ingester keeps one when asked to); ``force``: re-chunk
+    and re-embed it even when unchanged (a re-ingest asked for)."""
 
     path: Path
     source_uri: str
     labels: _Labels | None = None
     original: str = ""
+    force: bool = False
 
 
 @dataclass
@@ -328,7 +330,7 @@ class Ingester:
             labels = source.labels if source.labels is not None else _read_sidecar(source.path)
             if self._fills_new_version and existing is None:
                 raise ParseError("the document was deleted")
-            if not self._fills_new_version and _unchanged(existing, md5, labels):
+            if not self._fills_new_version and not source.force and _unchanged(existing, md5, labels):
                 self.report.unchanged += 1
                 self._on_progress(1)
                 return
@@ -482,6 +484,19 @@ class Ingester:
 # A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}.
 
 
+def check_upload_size(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise UploadTooLarge(f"{what} is larger than the allowed maximum of {limit} bytes", details={"limit": limit})
+
+
+def check_upload_sizes(uploads: Sequence[File]) -> None:
+    """The upload limits: ``UploadTooLarge`` (413) for a file above ``UPLOAD_MAX_FILE_BYTES``, or files
+    together above ``UPLOAD_MAX_REQUEST_BYTES``."""
+    for upload in uploads:
+        check_upload_size(upload.size, settings.UPLOAD_MAX_FILE_BYTES, upload.name)
+    check_upload_size(sum(upload.size for upload in uploads), settings.UPLOAD_MAX_REQUEST_BYTES, "the files together")
+
+
 def queue_uploads(
     kb: KnowledgeBase, uploads: Sequence[File], labels: _Labels | None
 ) -> tuple[KnowledgeTask, list[Document]]:
@@ -505,8 +520,11 @@ def queue_uploads(
             document, _ = Document.objects.get_or_create(
                 knowledge_base=kb,
                 source_uri=name,
-                defaults={"tenant_id": kb.tenant_id, "title": Path(name).stem, "doc_type": doc_type},
-            )  # a new document is pending (the model's default) until the task ingests it
+                defaults={
+                    "tenant_id": kb.tenant_id, "title": Path(name).stem, "doc_type": doc_type, "original": original,
+                },  # fmt: skip
+            )  # a new document is pending (the model's default) until the task ingests it; its original is
+            # recorded at once, so it can be re-ingested even if this ingestion fails
             documents.append(document)
             files.append(_task_file(name, original, labels))
         task = _queue_ingestion(kb, files)
@@ -528,6 +546,26 @@ def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTa
             original = keep_original(kb, source.path.name, hashlib.md5(data).hexdigest(), ContentFile(data))
             files.append(_task_file(source.source_uri, original, labels))
         return _queue_ingestion(kb, files)
+
+
+def reingest_documents(kb: KnowledgeBase, documents: Iterable[Document]) -> tuple[KnowledgeTask | None, list[Document]]:
+    """Queue one task that runs the KB's ``documents`` again from their stored originals, re-chunked and
+    re-embedded even when unchanged (a failed one gets another try; an edited title reaches its chunks).
+    A document ingested before keeps its labels; one never ingested takes its file's. Returns the task
+    (None when nothing could be queued) and the documents skipped: those without a stored original."""
+    files, skipped = [], []
+    for doc in documents:
+        if doc.knowledge_base_id != kb.pk:
+            raise ValueError(f"document {doc.pk} is not in knowledge base {kb.pk}")
+        if not doc.original:
+            skipped.append(doc)
+            continue
+        labels = _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata) if doc.content_md5 else None
+        files.append({**_task_file(doc.source_uri, doc.original, labels), "force": True})
+    if not files:
+        return None, skipped
+    with transaction.atomic():
+        return _queue_ingestion(kb, files), skipped
 
 
 def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
@@ -552,6 +590,7 @@ def _stored_sources(files: list[dict]) -> Iterator[list[SourceFile]]:
                 item["source_uri"],
                 labels=_Labels(**item["labels"]) if item["labels"] is not None else None,
                 original=item["original"],
+                force=item.get("force", False),
             )
             for position, item in enumerate(files)
         ]
@@ -686,6 +725,24 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
         KnowledgeBaseVersion.objects.filter(pk__in=[previous, version.pk]).update(revision=F("revision") + 1)
     return version
 
+
+
+def retire_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+    """Set aside a ready version that will not be activated: it is purged KB_VERSION_RETENTION_DAYS
+    later and can be activated until then. The active version is retired only by activating another;
+    a building one cannot be stopped."""
+    with transaction.atomic():
+        version = KnowledgeBaseVersion.objects.select_for_update().get(pk=version.pk)
+        if version.status == KnowledgeBaseVersion.Status.RETIRED:
+            return version
+        if version.status != KnowledgeBaseVersion.Status.READY:
+            hint = {"active": ": activate another version instead"}.get(version.status, "")
+            raise VersionConflict(
+                f"version {version.number} is {version.status}: only a ready one can be retired{hint}"
+            )
+        version.status, version.retired_at = KnowledgeBaseVersion.Status.RETIRED, timezone.now()
+        version.save(update_fields=["status", "retired_at"])
+    return version
 
 
 def _task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:

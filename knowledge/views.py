@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
 from engines.embedders import EmbeddingError
-from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists, UploadTooLarge
+from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
 from knowledge.parsing import ParseError
 from knowledge.selectors import (
     document_of,
@@ -43,6 +43,8 @@ from knowledge.serializers import (
 )
 from knowledge.services import (
     activate_version,
+    check_upload_size,
+    check_upload_sizes,
     create_knowledge_base,
     delete_document,
     labels_from,
@@ -237,13 +239,12 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     def create(self, request: Request, kb_id: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
-        _check_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+        request_bytes = int(request.META.get("CONTENT_LENGTH") or 0)
+        check_upload_size(request_bytes, settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
         params = UploadInput(data=request.data)
         params.is_valid(raise_exception=True)
         uploads = params.validated_data["files"]
-        for upload in uploads:
-            _check_size(upload.size, settings.UPLOAD_MAX_FILE_BYTES, upload.name)
-        _check_size(sum(upload.size for upload in uploads), settings.UPLOAD_MAX_REQUEST_BYTES, "the files together")
+        check_upload_sizes(uploads)
         labels = _labels(params.validated_data.get("metadata"))
         task, documents = queue_uploads(kb, uploads, labels)
         body = {
@@ -347,11 +348,6 @@ class TaskViewSet(KnowledgeApiViewSet):
 
 def status_url(task) -> str:
     return reverse("task-detail", kwargs={"pk": task.task_id})
-
-
-def _check_size(size: int, limit: int, what: str) -> None:
-    if size > limit:
-        raise UploadTooLarge(f"{what} is larger than the allowed maximum of {limit} bytes", details={"limit": limit})
 
 
 def _labels(data):

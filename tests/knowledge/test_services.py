@@ -430,3 +430,77 @@ def test_a_chunk_and_its_title_fit_the_models_window(tenant, tmp_path, embedder)
     assert context_tokens > 20
     for chunk in document.chunks.all():
         assert chunk.token_count + context_tokens <= embedder.max_tokens
+
+
+def test_a_ready_version_is_retired_and_can_still_be_activated(tenant):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    first = kb.active_version
+    settings_of = {name: getattr(first, name) for name in services.VERSION_SETTINGS}
+    ready = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
+    building = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=3, **settings_of)
+    retired = services.retire_version(ready)
+    assert retired.status == "retired" and retired.retired_at is not None
+    assert services.retire_version(retired).retired_at == retired.retired_at  # again: nothing changes
+    for version, says in ((first, "is active: .* activate another version instead"), (building, "building")):
+        with pytest.raises(services.VersionConflict, match=says):
+            services.retire_version(version)
+        version.refresh_from_db()
+        assert version.status in ("active", "building")
+    activate_version(retired)
+    kb.refresh_from_db()
+    assert kb.active_version_id == ready.pk
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    """The ingestion tasks the services queue, recorded (their arguments) instead of sent to a worker."""
+    from knowledge import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.ingest_documents, "apply_async", lambda args, task_id: sent.append(args))
+    return sent
+
+
+def test_reingesting_rechunks_a_document_even_unchanged_and_skips_one_without_its_file(
+    kb, tmp_path, queued, django_capture_on_commit_callbacks
+):
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    document = Document.objects.get(knowledge_base=kb)
+    services.update_document_labels(document, title="Lock manual")  # applies when the file is re-chunked
+    assert Document.objects.get(pk=document.pk).context == ""
+    unstored = DocumentFactory(knowledge_base=kb, source_uri="gone.txt", original="")
+    with django_capture_on_commit_callbacks(execute=True):
+        task, skipped = services.reingest_documents(kb, [document, unstored])
+    assert task.kind == "ingest" and skipped == [unstored]
+    ((kb_id, files),) = queued
+    assert kb_id == kb.pk and [item["source_uri"] for item in files] == [document.source_uri]
+    unforced = [{**item, "force": False} for item in files]
+    assert services.ingest_stored_files(kb, unforced, on_progress=lambda done: None).unchanged == 1
+    report = services.ingest_stored_files(kb, files, on_progress=lambda done: None)
+    assert (report.unchanged, report.replaced) == (0, 1)
+    document.refresh_from_db()
+    assert (document.title, document.context, document.status) == ("Lock manual", "Lock manual", "ready")
+    assert services.reingest_documents(kb, [unstored]) == (None, [unstored])
+    with pytest.raises(ValueError, match="not in knowledge base"):
+        services.reingest_documents(kb, [DocumentFactory()])
+
+
+def test_an_uploaded_document_records_its_original_at_once_so_a_failed_one_can_be_reingested(
+    kb, queued, django_capture_on_commit_callbacks
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("returns.txt", b"Returns are accepted within 30 days of delivery.")
+    with django_capture_on_commit_callbacks(execute=True):
+        _, (document,) = services.queue_uploads(kb, [upload], None)
+    assert document.status == "pending" and document.original
+    ((_, files),) = queued
+    services.fail_pending_documents(kb.pk, files, "ingestion failed: the worker gave up")  # as a task giving up does
+    with django_capture_on_commit_callbacks(execute=True):
+        services.reingest_documents(kb, [Document.objects.get(pk=document.pk)])
+    ((_, again),) = queued[1:]
+    assert again[0]["labels"] is None  # never ingested: the file's own labels
+    services.ingest_stored_files(kb, again, on_progress=lambda done: None)
+    document.refresh_from_db()
+    assert (document.status, document.error, document.chunk_count > 0) == ("ready", "", True)
