@@ -107,12 +107,21 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     ]  # fmt: skip
 
     def get_urls(self):
-        view = self.admin_site.admin_view(self.glance_view)
-        return [path("glance/", view, name="knowledge_knowledgebase_glance"), *super().get_urls()]
+        view = self.admin_site.admin_view
+        return [
+            path("glance/", view(self.glance_view), name="knowledge_knowledgebase_glance"),
+            path("<int:kb_id>/lifecycle/", view(self.lifecycle_view), name="knowledge_knowledgebase_lifecycle"),
+            path("tasks/<str:task_id>/", view(console.task_view), name="knowledge_knowledgebase_task"),
+            *super().get_urls(),
+        ]
 
     def glance_view(self, request):
         title = "Knowledge bases at a glance"
         return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
+
+    def lifecycle_view(self, request, kb_id: int):
+        context = {**self.admin_site.each_context(request), "opts": self.opts}
+        return console.knowledge_base_view(request, context, model_admin=self, kb_id=kb_id)
 
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:
@@ -165,6 +174,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     list_filter = ["status", "doc_type", "knowledge_base__tenant", "knowledge_base"]
     search_fields = ["source_uri", "title"]
     form = DocumentForm
+    actions = ["reingest"]
     readonly_fields = [
         "knowledge_base", "tenant", "source_uri", "doc_type", "status", "error", "content_md5", "chunker_version",
         "chunk_count", "created_at", "updated_at",
@@ -184,6 +194,14 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for document in queryset:
             delete_document(document)
+
+    @admin.action(description="Re-ingest selected documents from their stored files", permissions=["change"])
+    def reingest(self, request, queryset):
+        by_kb: dict[KnowledgeBase, list[Document]] = {}
+        for document in queryset.select_related("knowledge_base"):
+            by_kb.setdefault(document.knowledge_base, []).append(document)
+        for kb, documents in by_kb.items():
+            console.report_reingest(request, kb, documents)
 
 
 @admin.register(Chunk)

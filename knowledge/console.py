@@ -1,15 +1,42 @@
-"""The console's knowledge pages: the knowledge bases at a glance, and the bulk import of synonyms and
+"""The console's knowledge pages: the knowledge bases at a glance, one knowledge base's lifecycle
+(uploads with their progress, versions built, activated, rolled back and retired, documents
+re-ingested, all through the services the REST API calls), and the bulk import of synonyms and
 protected terms (upload or paste, preview what changes and every line that cannot be used, then
 apply). Registered as admin views by ``knowledge.admin``."""
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
-from knowledge.selectors import knowledge_bases_at_a_glance
+from core.errors import DomainError
+from core.redis import REDIS_ERRORS
+from engines.embedders import EmbeddingError
+from knowledge.errors import TaskNotFound
+from knowledge.models import Document, KnowledgeBase, KnowledgeTask
+from knowledge.parsing import SUPPORTED_SUFFIXES
+from knowledge.selectors import (
+    documents_of,
+    knowledge_bases_at_a_glance,
+    recent_tasks_of,
+    task_status,
+    version_of,
+    versions_of,
+)
+from knowledge.serializers import UploadInput
+from knowledge.services import (
+    activate_version,
+    check_upload_sizes,
+    queue_uploads,
+    reingest_documents,
+    retire_version,
+    start_version_build,
+)
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
 from tenants.models import Tenant
 from tenants.selectors import tenants_visible_to
@@ -70,6 +97,196 @@ def import_view(request, context: dict, *, model_admin, formats: list[str]) -> T
 
 def glance_view(request, context: dict) -> TemplateResponse:
     """Per knowledge base of the tenants the user sees: documents by status, chunks, the active
-    version's model and chunking, the latest failures."""
-    context.update(glances=knowledge_bases_at_a_glance(tenants_visible_to(request.user)))
+    version's model and chunking, versions in build with their progress, the latest failures."""
+    glances = knowledge_bases_at_a_glance(tenants_visible_to(request.user))
+    _with_status([task for glance in glances for _, task in glance.building if task is not None])
+    context.update(glances=glances)
     return TemplateResponse(request, "admin/knowledge/glance.html", context)
+
+
+# --- one knowledge base's lifecycle -----------------------------------------------------------------
+
+DOCUMENTS_SHOWN = 100
+
+
+class VersionBuildForm(forms.Form):
+    """``POST /api/v1/knowledge-bases/{id}/versions``'s options; blank takes the active version's."""
+
+    embedding_model = forms.CharField(required=False, max_length=255, help_text="blank: the active version's")
+    chunk_size = forms.IntegerField(required=False, min_value=16, max_value=8192, help_text="tokens")
+    chunk_overlap = forms.IntegerField(required=False, min_value=0, max_value=4096, help_text="tokens")
+    languages = forms.CharField(required=False, max_length=200, help_text="comma-separated, e.g. zh,en")
+    activate = forms.ChoiceField(
+        choices=[("manual", "manual: activate it here when ready"), ("auto", "auto: once it validates")],
+        initial="manual",
+    )
+
+    def __init__(self, *args, kb: KnowledgeBase, **kwargs):
+        super().__init__(*args, **kwargs)
+        active = {**{name: getattr(kb, name) for name in ("embedding_model", "chunk_size", "chunk_overlap")},
+                  "languages": ",".join(kb.languages)}  # fmt: skip
+        for name, value in active.items():
+            self.fields[name].widget.attrs["placeholder"] = value
+
+    def build_options(self) -> dict:
+        data = self.cleaned_data
+        options = {name: data[name] for name in ("chunk_size", "chunk_overlap") if data[name] is not None}
+        if data["embedding_model"].strip():
+            options["embedding_model"] = data["embedding_model"].strip()
+        if data["languages"].strip():
+            options["languages"] = [code.strip() for code in data["languages"].split(",") if code.strip()]
+        return options
+
+
+def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> TemplateResponse:
+    """GET: one KB's lifecycle page. POST ``action``: upload, build, activate, retire or reingest, then
+    back here with a message (an upload sent by the page's script follows the same redirect)."""
+    if not model_admin.has_view_or_change_permission(request):
+        raise PermissionDenied
+    kb = _visible_knowledge_base(request.user, kb_id)
+    build_form = VersionBuildForm(kb=kb)
+    if request.method == "POST":
+        if not model_admin.has_change_permission(request):
+            raise PermissionDenied
+        action = request.POST.get("action")
+        if action == "build":
+            build_form = VersionBuildForm(request.POST, kb=kb)
+            if build_form.is_valid() and _build(request, kb, build_form):
+                return redirect(request.path)
+        elif action in ACTIONS:
+            ACTIONS[action](request, kb)
+            if request.headers.get("X-Requested-With") == "XMLHttpRequest":  # the upload's script goes there itself
+                return JsonResponse({"location": request.path})
+            return redirect(request.path)
+        else:
+            messages.error(request, f"Unknown action: {action!r}.")
+            return redirect(request.path)
+    (glance,) = knowledge_bases_at_a_glance(Tenant.objects.filter(pk=kb.tenant_id), kb_id=kb.pk)
+    tasks = _with_status(recent_tasks_of(kb))
+    _with_status([task for _, task in glance.building if task is not None])
+    documents = documents_of(kb).order_by("-updated_at", "-id")
+    context.update(
+        kb=kb,
+        glance=glance,
+        versions=list(versions_of(kb)),
+        title=f"{kb.name} ({kb.tenant.name})",
+        tasks=tasks,
+        documents=documents[:DOCUMENTS_SHOWN],
+        document_count=documents.count(),
+        build_form=build_form,
+        can_change=model_admin.has_change_permission(request),
+        suffixes=sorted(SUPPORTED_SUFFIXES),
+        retention_days=settings.KB_VERSION_RETENTION_DAYS,
+    )
+    return TemplateResponse(request, "admin/knowledge/knowledge_base.html", context)
+
+
+def task_view(request, task_id: str) -> JsonResponse:
+    """``GET /api/v1/tasks/{id}``'s answer for the console's progress bars: a task of a tenant the user sees."""
+    record = KnowledgeTask.objects.filter(task_id=task_id, tenant__in=tenants_visible_to(request.user)).first()
+    if record is None:
+        raise Http404("no such task")
+    return JsonResponse(_status_of(record))
+
+
+def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
+    kb = (
+        KnowledgeBase.objects.filter(pk=kb_id, tenant__in=tenants_visible_to(user))
+        .select_related("tenant", "active_version").first()
+    )  # fmt: skip
+    if kb is None:
+        raise Http404("no such knowledge base")
+    return kb
+
+
+def _status_of(task: KnowledgeTask) -> dict:
+    """The task's status as ``task_status`` reads it, with ``finished`` and ``percent`` done; state
+    ``UNKNOWN`` while Redis (the result backend) cannot be read."""
+    try:
+        status = task_status(task.tenant, task.task_id)
+    except (TaskNotFound, *REDIS_ERRORS):
+        status = {"task_id": task.task_id, "kind": task.kind, "state": "UNKNOWN", "progress": None, "error": None}
+    progress, finished = status["progress"], status["state"] in ("SUCCESS", "FAILURE")
+    percent = 100 * progress["done"] // progress["total"] if progress and progress["total"] else None
+    return {**status, "finished": finished, "percent": 100 if finished else percent}
+
+
+def _with_status(tasks: list[KnowledgeTask]) -> list[KnowledgeTask]:
+    for task in tasks:
+        task.status = _status_of(task)  # read by the templates' progress bars
+    return tasks
+
+
+def _upload(request, kb: KnowledgeBase) -> None:
+    params = UploadInput(data={"files": request.FILES.getlist("files")})
+    if not params.is_valid():
+        messages.error(request, "; ".join(str(error) for errors in params.errors.values() for error in errors))
+        return
+    uploads = params.validated_data["files"]
+    try:
+        check_upload_sizes(uploads)
+    except DomainError as exc:
+        messages.error(request, str(exc))
+        return
+    task, documents = queue_uploads(kb, uploads, None)
+    refused = [f"{document.source_uri}: {document.error}" for document in documents if document.status == "failed"]
+    messages.success(request, f"Queued {len(documents) - len(refused)} file(s) for ingestion (task {task.task_id}).")
+    if refused:
+        messages.warning(request, "Not accepted: " + "; ".join(refused))
+
+
+def _build(request, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
+    try:
+        version, task = start_version_build(
+            kb, activate=form.cleaned_data["activate"] == "auto", **form.build_options()
+        )
+    except EmbeddingError as exc:
+        form.add_error("embedding_model", str(exc))
+        return False
+    except DomainError as exc:
+        messages.error(request, str(exc))
+        return True
+    messages.success(request, f"Building version {version.number} (task {task.task_id}).")
+    return True
+
+
+def _version_action(change, done: str):
+    def act(request, kb: KnowledgeBase) -> None:
+        try:
+            version = change(version_of(kb, int(request.POST.get("version", ""))))
+        except ValueError:
+            messages.error(request, "No such version.")
+        except DomainError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Version {version.number} {done}.")
+
+    return act
+
+
+def _reingest(request, kb: KnowledgeBase) -> None:
+    ids = [int(value) for value in request.POST.getlist("documents") if value.isdigit()]
+    documents = list(documents_of(kb).filter(pk__in=ids))
+    if not documents:
+        messages.error(request, "Select the documents to re-ingest.")
+        return
+    report_reingest(request, kb, documents)
+
+
+def report_reingest(request, kb: KnowledgeBase, documents: list[Document]) -> None:
+    """Re-ingest a KB's documents and say what was queued (this page, and the documents' change list)."""
+    task, skipped = reingest_documents(kb, documents)
+    if task is not None:
+        count = len(documents) - len(skipped)
+        messages.success(request, f"Re-ingesting {count} document(s) of {kb.name} (task {task.task_id}).")
+    if skipped:
+        names = ", ".join(document.source_uri for document in skipped)
+        messages.warning(request, f"No stored original to re-ingest (upload the file again): {names}")
+
+
+ACTIONS = {
+    "upload": _upload,
+    "activate": _version_action(activate_version, "is active: searches use it now"),
+    "retire": _version_action(retire_version, "is retired"),
+    "reingest": _reingest,
+}

@@ -181,18 +181,18 @@ class KnowledgeBaseGlance:
     documents_by_status: dict[str, int]
     chunks: int  # in the active version
     last_errors: list[Document]  # failed documents, the latest first
+    building: list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]  # versions in build, with their task
 
 
-def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5) -> list[KnowledgeBaseGlance]:
-    """The tenants' KBs with their documents by status, active chunks and latest failures."""
-    kbs = list(
-        KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
-        .order_by("tenant__name", "name")
-    )  # fmt: skip
+def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, kb_id: int | None = None) -> list[KnowledgeBaseGlance]:
+    """The tenants' KBs (or the one ``kb_id`` of theirs) with their documents by status, active chunks,
+    latest failures and versions in build."""
+    kbs = KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
+    kbs = list((kbs if kb_id is None else kbs.filter(pk=kb_id)).order_by("tenant__name", "name"))
     statuses: dict[int, dict[str, int]] = {kb.pk: dict.fromkeys(Document.Status.values, 0) for kb in kbs}
     rows = Document.objects.filter(knowledge_base__in=kbs).order_by().values_list("knowledge_base", "status")
-    for kb_id, status, count in rows.annotate(Count("id")):
-        statuses[kb_id][status] = count
+    for kb_id_, status, count in rows.annotate(Count("id")):
+        statuses[kb_id_][status] = count
     chunks = dict(
         Chunk.objects.filter(kb_version__in=[kb.active_version_id for kb in kbs if kb.active_version_id])
         .order_by().values_list("knowledge_base").annotate(Count("id"))
@@ -202,4 +202,28 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5) -> list[Knowledg
     for document in failed.only("knowledge_base", "source_uri", "error", "updated_at"):
         if len(errors.setdefault(document.knowledge_base_id, [])) < errors_shown:
             errors[document.knowledge_base_id].append(document)
-    return [KnowledgeBaseGlance(kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, [])) for kb in kbs]
+    building = _versions_in_build(kbs)
+    return [
+        KnowledgeBaseGlance(kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, []), building.get(kb.pk, []))
+        for kb in kbs
+    ]
+
+
+def _versions_in_build(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]]:
+    """Each KB's building versions with the task building them: its latest build task (one builds at a time)."""
+    versions = KnowledgeBaseVersion.objects.filter(knowledge_base__in=kbs, status=KnowledgeBaseVersion.Status.BUILDING)
+    tasks = {
+        task.knowledge_base_id: task
+        for task in KnowledgeTask.objects.filter(knowledge_base__in=kbs, kind=KnowledgeTask.Kind.BUILD_VERSION)
+        .select_related("tenant").order_by("knowledge_base_id", "-created_at").distinct("knowledge_base_id")
+    }  # fmt: skip
+    building: dict[int, list] = {}
+    for version in versions.order_by("number"):
+        building.setdefault(version.knowledge_base_id, []).append((version, tasks.get(version.knowledge_base_id)))
+    return building
+
+
+def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
+    """The KB's latest ingestion and build tasks, newest first."""
+    tasks = KnowledgeTask.objects.filter(knowledge_base=kb).select_related("tenant")
+    return list(tasks.order_by("-created_at")[:count])

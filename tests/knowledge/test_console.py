@@ -1,9 +1,15 @@
 """Bulk import and export of synonyms and protected terms through the admin's views."""
+import re
+import uuid
+
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
 
-from knowledge.models import DictionaryTerm, Synonym
+from knowledge.models import DictionaryTerm, Document, KnowledgeBaseVersion, KnowledgeTask, Synonym
+from knowledge.services import VERSION_SETTINGS
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 pytestmark = pytest.mark.django_db
@@ -94,3 +100,172 @@ def test_the_glance_shows_only_what_the_user_may_see(client):
     client.force_login(User.objects.create_user("curator", is_staff=True))
     page = client.get(GLANCE)
     assert page.context["glances"] == [] and "ask a superuser" in page.content.decode()
+
+
+# --- one knowledge base's lifecycle -------------------------------------------------------------------
+
+
+def lifecycle(kb) -> str:
+    return f"/admin/knowledge/knowledgebase/{kb.pk}/lifecycle/"
+
+
+def other_version(kb, number: int, status: str, **fields) -> KnowledgeBaseVersion:
+    settings_of = {name: getattr(kb.active_version, name) for name in VERSION_SETTINGS}
+    return KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=number, status=status, **settings_of, **fields)
+
+
+def messages_of(response) -> list[str]:
+    """The messages the page a response leads to shows (the page it redirects to, once followed)."""
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def act(client, kb, data: dict) -> list[str]:
+    """POST an action of the lifecycle page as its form does; the messages of the page it goes back to."""
+    response = client.post(lifecycle(kb), data, follow=True)
+    assert response.redirect_chain == [(lifecycle(kb), 302)]
+    return messages_of(response)
+
+
+@pytest.fixture
+def staff(client):
+    """A staff user who may see every tenant (``view_tenant``) and holds the permissions granted to it."""
+    user = User.objects.create_user("curator", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client.force_login(user)
+
+    def grant(*codenames):
+        user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+        return client
+
+    return grant
+
+
+def test_the_glance_links_each_kb_to_its_lifecycle_page_which_says_what_to_do_when_empty(admin_client):
+    kb = KnowledgeBaseFactory()
+    assert f'href="{lifecycle(kb)}" class="lifecycle-link"' in admin_client.get(GLANCE).content.decode()
+    page = admin_client.get(lifecycle(kb))
+    assert page.status_code == 200 and page.context["kb"] == kb
+    html = page.content.decode()
+    assert "No documents yet: upload files above" in html and "No tasks yet" in html
+    assert f"python manage.py ingest FOLDER --tenant {kb.tenant.name} --kb {kb.name}" in html
+    assert [version.number for version in page.context["versions"]] == [1]
+
+
+def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_client):
+    kb = KnowledgeBaseFactory()
+    ChunkFactory.create_batch(2, document=DocumentFactory(knowledge_base=kb, source_uri="a.txt"))
+    DocumentFactory(knowledge_base=kb, status="failed", source_uri="bad.pdf", error="cannot parse <b>bad.pdf</b>")
+    other_version(kb, 2, "ready")
+    other_version(kb, 3, "failed", error="b.txt: broken")
+    page = admin_client.get(lifecycle(kb))
+    html = page.content.decode()
+    assert page.context["glance"].documents_by_status == {"pending": 0, "ready": 1, "failed": 1}
+    assert [doc.source_uri for doc in page.context["documents"]] == ["bad.pdf", "a.txt"]  # the latest first
+    assert "cannot parse &lt;b&gt;bad.pdf&lt;/b&gt;" in html and "b.txt: broken" in html
+    rows = dict(re.findall(r'<tr class="version" data-version="(\d+)">(.*?)</tr>', html, re.S))
+    assert 'value="Activate"' in rows["2"] and 'value="Retire"' in rows["2"]
+    assert "<form" not in rows["1"] and "<form" not in rows["3"]  # the active one and a failed one: no action
+    assert 'name="documents" value=' in html and 'value="Re-ingest selected"' in html
+
+
+def test_who_may_see_and_act_on_a_knowledge_base(client, staff):
+    kb = KnowledgeBaseFactory()
+    anonymous = Client().get(lifecycle(kb))
+    assert anonymous.status_code == 302 and anonymous.url.startswith("/admin/login/")
+    assert staff().get(lifecycle(kb)).status_code == 403  # no permission on knowledge bases
+    viewer = staff("view_knowledgebase")
+    page = viewer.get(lifecycle(kb))
+    assert page.status_code == 200 and page.context["can_change"] is False
+    assert 'id="upload-form"' not in page.content.decode() and 'id="build-form"' not in page.content.decode()
+    assert viewer.post(lifecycle(kb), {"action": "retire", "version": 1}).status_code == 403
+    curator = User.objects.create_user("no-tenants", is_staff=True)  # may not see any tenant
+    granted = Permission.objects.filter(codename__in=["view_knowledgebase", "change_knowledgebase"])
+    curator.user_permissions.add(*granted)
+    client.force_login(curator)
+    assert client.get(lifecycle(kb)).status_code == 404
+    assert client.post(lifecycle(kb), {"action": "upload"}).status_code == 404
+
+
+def test_files_uploaded_in_the_console_are_queued_like_the_apis(admin_client, settings, embedder):
+    kb = KnowledgeBaseFactory()
+    files = [SimpleUploadedFile("lock.md", b"# Lock\n\nFits doors 35 to 80 mm."), SimpleUploadedFile("x.png", b"png")]
+    response = admin_client.post(
+        lifecycle(kb), {"action": "upload", "files": files}, HTTP_X_REQUESTED_WITH="XMLHttpRequest"
+    )
+    assert response.json() == {"location": lifecycle(kb)}  # the page's script goes back there itself
+    documents = {doc.source_uri: doc for doc in Document.objects.filter(knowledge_base=kb)}
+    assert documents["lock.md"].status == "pending" and documents["lock.md"].original
+    assert documents["x.png"].status == "failed"
+    task = KnowledgeTask.objects.get(knowledge_base=kb)
+    assert task.kind == "ingest"
+    (queued, refused) = messages_of(admin_client.get(response.json()["location"]))  # shown where the script goes
+    assert f"Queued 1 file(s) for ingestion (task {task.task_id})" in queued and "x.png: unsupported" in refused
+
+    settings.UPLOAD_MAX_FILE_BYTES = 8
+    big = act(admin_client, kb, {"action": "upload", "files": [SimpleUploadedFile("big.txt", b"0123456789")]})
+    assert big == ["big.txt is larger than the allowed maximum of 8 bytes"]
+    assert act(admin_client, kb, {"action": "upload"}) == ["This list may not be empty."]
+    assert KnowledgeTask.objects.filter(knowledge_base=kb).count() == 1
+
+
+def test_a_version_is_built_from_the_console_and_shown_in_build_with_its_progress(admin_client, embedder):
+    kb = KnowledgeBaseFactory()
+    bad = admin_client.post(lifecycle(kb), {"action": "build", "embedding_model": "no-such", "activate": "manual"})
+    assert bad.status_code == 200 and "embedding_model" in bad.context["build_form"].errors
+    built = act(admin_client, kb, {"action": "build", "chunk_size": 64, "activate": "manual"})
+    version = kb.versions.get(number=2)
+    assert (version.status, version.chunk_size, version.embedding_model) == ("building", 64, kb.embedding_model)
+    task = KnowledgeTask.objects.get(knowledge_base=kb, kind="build_version")
+    assert built == [f"Building version 2 (task {task.task_id})."]
+    assert act(admin_client, kb, {"action": "build", "activate": "manual"}) == ["version 2 is still building"]
+    (glance,) = [glance for glance in admin_client.get(GLANCE).context["glances"] if glance.kb == kb]
+    assert glance.building == [(version, task)]
+    html = admin_client.get(GLANCE).content.decode()
+    assert f'data-url="/admin/knowledge/knowledgebase/tasks/{task.task_id}/"' in html
+
+
+def test_activate_roll_back_and_retire_from_the_console(admin_client):
+    kb = KnowledgeBaseFactory()
+    first, second, third = kb.active_version, other_version(kb, 2, "ready"), other_version(kb, 3, "ready")
+    assert act(admin_client, kb, {"action": "activate", "version": 2}) == ["Version 2 is active: searches use it now."]
+    kb.refresh_from_db()
+    assert kb.active_version == second
+    act(admin_client, kb, {"action": "activate", "version": 1})  # the rollback
+    kb.refresh_from_db()
+    assert kb.active_version == first and kb.versions.get(number=2).status == "retired"
+    assert act(admin_client, kb, {"action": "retire", "version": 3}) == ["Version 3 is retired."]
+    (refused,) = act(admin_client, kb, {"action": "retire", "version": 1})
+    assert "only a ready one can be retired" in refused
+    assert act(admin_client, kb, {"action": "activate", "version": "x"}) == ["No such version."]
+    assert act(admin_client, kb, {"action": "activate", "version": 9}) == [f"knowledge base {kb.pk} has no version 9"]
+    assert act(admin_client, kb, {"action": "delete"}) == ["Unknown action: 'delete'."]
+    statuses = [KnowledgeBaseVersion.objects.get(pk=version.pk).status for version in (first, second, third)]
+    assert statuses == ["active", "retired", "retired"]
+
+
+def test_documents_are_reingested_from_the_page_and_the_change_list(admin_client):
+    kb = KnowledgeBaseFactory()
+    stored = DocumentFactory(knowledge_base=kb, original=f"kb-{kb.pk}/0/a.txt")
+    unstored = DocumentFactory(knowledge_base=kb, original="")
+    done, skipped = act(admin_client, kb, {"action": "reingest", "documents": [stored.pk, unstored.pk]})
+    task = KnowledgeTask.objects.get(knowledge_base=kb)
+    assert done == f"Re-ingesting 1 document(s) of {kb.name} (task {task.task_id})."
+    assert skipped.endswith(unstored.source_uri)
+    other = DocumentFactory(original="kb-0/0/b.txt")  # of another KB: never taken from this page
+    nothing = act(admin_client, kb, {"action": "reingest", "documents": [other.pk]})
+    assert nothing == ["Select the documents to re-ingest."]
+    selected = {"action": "reingest", "_selected_action": [stored.pk, other.pk]}
+    listed = admin_client.post("/admin/knowledge/document/", selected)
+    assert listed.status_code == 302
+    assert KnowledgeTask.objects.filter(kind="ingest").count() == 3  # one more per knowledge base
+
+
+def test_a_task_status_is_read_only_for_tenants_the_user_sees(admin_client, client, staff):
+    kb = KnowledgeBaseFactory()
+    task = KnowledgeTask.objects.create(task_id=str(uuid.uuid4()), tenant=kb.tenant, knowledge_base=kb, kind="ingest")
+    url = f"/admin/knowledge/knowledgebase/tasks/{task.task_id}/"
+    status = admin_client.get(url).json()
+    assert (status["task_id"], status["state"]) == (task.task_id, "PENDING")  # queued: no worker runs here
+    assert (status["finished"], status["percent"]) == (False, None)
+    client.force_login(User.objects.create_user("no-tenants", is_staff=True))
+    assert client.get(url).status_code == 404
