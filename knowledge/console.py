@@ -200,15 +200,17 @@ def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
 
 
 def _status_of(task: KnowledgeTask) -> dict:
-    """The task's status as ``task_status`` reads it, with ``finished`` and ``percent`` done; state
-    ``UNKNOWN`` while Redis (the result backend) cannot be read."""
+    """The task's status as ``task_status`` reads it, with ``finished``, ``percent`` done and its result
+    in words (``summary``); state ``UNKNOWN`` while Redis (the result backend) cannot be read."""
     try:
         status = task_status(task.tenant, task.task_id)
     except (TaskNotFound, *REDIS_ERRORS):
         status = {"task_id": task.task_id, "kind": task.kind, "state": "UNKNOWN", "progress": None, "error": None}
     progress, finished = status["progress"], status["state"] in ("SUCCESS", "FAILURE")
     percent = 100 * progress["done"] // progress["total"] if progress and progress["total"] else None
-    return {**status, "finished": finished, "percent": 100 if finished else percent}
+    result = status.get("result") or {}
+    summary = ", ".join(f"{name} {value}" for name, value in result.items() if name != "failures" and value != "")
+    return {**status, "finished": finished, "percent": 100 if finished else percent, "summary": summary}
 
 
 def _with_status(tasks: list[KnowledgeTask]) -> list[KnowledgeTask]:

@@ -49,6 +49,7 @@ from knowledge.services import (
     delete_document,
     labels_from,
     queue_uploads,
+    retire_version,
     start_version_build,
 )
 from tenants.authentication import HasTenant
@@ -283,6 +284,16 @@ class DocumentViewSet(KnowledgeApiViewSet):
         request=None,
         responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
     ),
+    retire=extend_schema(
+        summary="Set aside a ready version",
+        description=(
+            "For a version built but not to be activated: it is `retired`, purged `KB_VERSION_RETENTION_DAYS` "
+            "later, and can be activated until then. The active version is retired by activating another; a "
+            "building one cannot be stopped (409). Needs `ingest`."
+        ),
+        request=None,
+        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+    ),
 )
 class VersionViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/versions``: blue-green versions, by number."""
@@ -313,6 +324,12 @@ class VersionViewSet(KnowledgeApiViewSet):
     def activate(self, request: Request, kb_id: int, number: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
         activate_version(version_of(kb, number))
+        return Response(VersionOutput(version_of(kb, number)).data)
+
+    @action(detail=True, methods=["post"])
+    def retire(self, request: Request, kb_id: int, number: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        retire_version(version_of(kb, number))
         return Response(VersionOutput(version_of(kb, number)).data)
 
 

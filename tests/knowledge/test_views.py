@@ -7,7 +7,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from knowledge.models import Document
+from knowledge.models import Document, KnowledgeBaseVersion
+from knowledge.services import VERSION_SETTINGS
 from tenants.models import RateTier
 from tenants.services import create_api_key
 from tests.factories import KnowledgeBaseFactory, TenantFactory
@@ -289,6 +290,22 @@ def test_version_requests_are_checked(writer, tenant, django_capture_on_commit_c
     reader = client_with(tenant, "search")
     assert reader.get(versions_url).status_code == 200
     assert reader.post(f"{versions_url}/1/activate").status_code == 403
+    assert reader.post(f"{versions_url}/1/retire").status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_ready_version_is_retired_and_the_active_one_is_refused(writer, tenant):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    settings_of = {name: getattr(kb.active_version, name) for name in VERSION_SETTINGS}
+    KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
+    versions_url = f"/api/v1/knowledge-bases/{kb.pk}/versions"
+    retired = writer.post(f"{versions_url}/2/retire")
+    assert (retired.status_code, retired.json()["number"], retired.json()["status"]) == (200, 2, "retired")
+    active = writer.post(f"{versions_url}/1/retire")
+    assert (active.status_code, active.json()["error"]["code"]) == (409, "version_conflict")
+    assert "activate another version instead" in active.json()["error"]["message"]
+    other = KnowledgeBaseFactory()
+    assert writer.post(f"/api/v1/knowledge-bases/{other.pk}/versions/1/retire").status_code == 404
 
 
 # --- stats ----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from knowledge.models import DictionaryTerm
+from knowledge.models import DictionaryTerm, Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from tenants.services import create_tenant
 
@@ -145,3 +145,71 @@ def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_ser
     assert "order (synonym, weight 0.8)" in page.locator("table.summary").inner_text()
     assert page.locator("li.hit").count() > 0
     assert "order" in [mark.lower() for mark in page.locator("li.hit").first.locator("mark").all_inner_texts()]
+
+
+# --- a knowledge base's lifecycle, with a real worker -------------------------------------------------
+
+LOCK = "# PPR-9087 lock\n\nThe PPR-9087 lock fits doors 35 to 80 mm thick. Fit it with the two screws supplied."
+RETURNS = "Returns are accepted within 30 days of delivery with the receipt; refunds take five working days."
+
+
+@pytest.fixture
+def manuals(tmp_path):
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "lock.md").write_text(LOCK, encoding="utf-8")
+    (folder / "returns.txt").write_text(RETURNS, encoding="utf-8")
+    return folder
+
+
+def open_lifecycle(page, live_server, kb):
+    page.goto(f"{live_server.url}/admin/knowledge/knowledgebase/glance/")
+    page.locator("tr.kb", has_text=kb.tenant.name).locator("a.lifecycle-link").click()
+    expect(page.locator("#content h1")).to_have_text(f"{kb.name} ({kb.tenant.name})")
+
+
+def test_a_file_uploaded_in_the_console_reaches_ready(logged_in, live_server, celery_worker, manuals):
+    kb = create_knowledge_base(tenant=create_tenant("uploads"), name="manuals")
+    page = logged_in
+    open_lifecycle(page, live_server, kb)
+    expect(page.locator("#documents .empty")).to_contain_text("No documents yet: upload files above")
+    page.set_input_files("input[name=files]", [str(manuals / "lock.md"), str(manuals / "returns.txt")])
+    with page.expect_response(lambda response: response.request.method == "POST") as sent:
+        page.click("#upload-form input[type=submit]")
+    # Sent by the page's script (which shows the upload's progress), answered with where to go (a form: 302).
+    assert sent.value.request.headers["x-requested-with"] == "XMLHttpRequest" and sent.value.status == 200
+    expect(page.locator(".messagelist")).to_contain_text("Queued 2 file(s) for ingestion")
+    for name in ("lock.md", "returns.txt"):  # the page follows the task and reloads when it ends
+        expect(page.locator(f'tr.document[data-name="{name}"] .status')).to_have_text("ready", timeout=120_000)
+    task = page.locator("#tasks tr.task-row").first
+    expect(task.locator(".task-state")).to_have_text("SUCCESS 2/2 documents")
+    assert task.locator("progress").get_attribute("value") == "100"
+    expect(page.locator("#summary .statuses")).to_have_text("pending 0, ready 2, failed 0")
+    assert Document.objects.filter(knowledge_base=kb, status="ready").count() == 2
+
+
+def test_a_version_is_built_activated_and_rolled_back_in_the_console(
+    logged_in, live_server, celery_worker, manuals, screenshot
+):
+    kb = create_knowledge_base(tenant=create_tenant("versions"), name="manuals")
+    Ingester(kb, keep_originals=True).ingest(discover_files([manuals]))  # a build re-reads the stored files
+    page = logged_in
+    open_lifecycle(page, live_server, kb)
+    page.fill("#build-form input[name=chunk_size]", "64")
+    page.click("#build-form input[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("Building version 2")
+    version_2 = page.locator('tr.version[data-version="2"]')
+    expect(version_2.locator(".status")).to_have_text("ready", timeout=120_000)  # reloaded when the build ends
+
+    version_2.locator("input[value=Activate]").click()
+    expect(page.locator(".messagelist")).to_contain_text("Version 2 is active: searches use it now.")
+    expect(page.locator("#summary .active-version")).to_contain_text("v2: ")
+    expect(page.locator("#summary .active-version")).to_contain_text("chunks of 64 tokens")
+    expect(page.locator('tr.version[data-version="1"] .status')).to_have_text("retired")
+    screenshot(page, "knowledge-base")
+
+    page.locator('tr.version[data-version="1"]').locator("input[value='Roll back to v1']").click()
+    expect(page.locator(".messagelist")).to_contain_text("Version 1 is active")
+    expect(page.locator('tr.version[data-version="2"] .status')).to_have_text("retired")
+    kb.refresh_from_db()
+    assert kb.active_version.number == 1 and kb.chunk_size != 64
