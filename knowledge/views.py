@@ -100,6 +100,13 @@ VERSION_CONFLICT = OpenApiResponse(
 )
 
 
+# A POST changing one version: no body; the version as it is afterwards.
+VERSION_CHANGE = {
+    "request": None,
+    "responses": {200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+}
+
+
 class KnowledgePagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
@@ -281,8 +288,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
             "retired version is the rollback: instant, nothing is re-embedded. No cached answer of either version "
             "is served afterwards. Needs `ingest`."
         ),
-        request=None,
-        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+        **VERSION_CHANGE,
     ),
     retire=extend_schema(
         summary="Set aside a ready version",
@@ -291,8 +297,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
             "later, and can be activated until then. The active version is retired by activating another; a "
             "building one cannot be stopped (409). Needs `ingest`."
         ),
-        request=None,
-        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+        **VERSION_CHANGE,
     ),
 )
 class VersionViewSet(KnowledgeApiViewSet):
@@ -322,14 +327,16 @@ class VersionViewSet(KnowledgeApiViewSet):
 
     @action(detail=True, methods=["post"])
     def activate(self, request: Request, kb_id: int, number: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
-        activate_version(version_of(kb, number))
-        return Response(VersionOutput(version_of(kb, number)).data)
+        return self._change(request, kb_id, number, activate_version)
 
     @action(detail=True, methods=["post"])
     def retire(self, request: Request, kb_id: int, number: int) -> Response:
+        return self._change(request, kb_id, number, retire_version)
+
+    def _change(self, request: Request, kb_id: int, number: int, change) -> Response:
+        """Apply a version service to one of the tenant's versions; the version as it is afterwards."""
         kb = knowledge_base_of(request.tenant, kb_id)
-        retire_version(version_of(kb, number))
+        change(version_of(kb, number))
         return Response(VersionOutput(version_of(kb, number)).data)
 
 
