@@ -95,6 +95,15 @@ def test_stats_endpoint_is_documented(openapi):
     assert {"401", "403"} <= set(operation["responses"])
 
 
+def test_the_version_changes_are_documented(openapi):
+    for change in ("activate", "retire"):
+        (path,) = [path for path in openapi["paths"] if path.endswith(f"/versions/{{number}}/{change}")]
+        operation = openapi["paths"][path]["post"]
+        assert "requestBody" not in operation
+        assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("VersionOutput")
+        assert {"404", "409"} <= set(operation["responses"])
+
+
 def test_schema_is_served_without_an_api_key_and_as_yaml_by_default(client):
     response = client.get("/api/schema/")
     assert response.status_code == 200
