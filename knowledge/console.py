@@ -5,6 +5,8 @@ protected terms (upload or paste, preview what changes and every line that canno
 apply). Registered as admin views by ``knowledge.admin``."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -12,12 +14,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.utils import timezone
 
 from core.errors import DomainError
 from core.redis import REDIS_ERRORS
 from engines.embedders import EmbeddingError
-from knowledge.errors import TaskNotFound
 from knowledge.models import Document, KnowledgeBase, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.selectors import (
@@ -201,16 +202,20 @@ def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
 
 def _status_of(task: KnowledgeTask) -> dict:
     """The task's status as ``task_status`` reads it, with ``finished``, ``percent`` done and its result
-    in words (``summary``); state ``UNKNOWN`` while Redis (the result backend) cannot be read."""
+    in words (``summary``); state ``UNKNOWN`` while Redis (the result backend) cannot be read, ``EXPIRED``
+    for a task older than its state is kept (``TASK_RESULT_TTL_S``: Celery then says PENDING forever)."""
     try:
         status = task_status(task.tenant, task.task_id)
-    except (TaskNotFound, *REDIS_ERRORS):
+    except REDIS_ERRORS:
         status = {"task_id": task.task_id, "kind": task.kind, "state": "UNKNOWN", "progress": None, "error": None}
-    progress, finished = status["progress"], status["state"] in ("SUCCESS", "FAILURE")
-    percent = 100 * progress["done"] // progress["total"] if progress and progress["total"] else None
+    kept_since = timezone.now() - timedelta(seconds=settings.CELERY_RESULT_EXPIRES)
+    if status["state"] == "PENDING" and task.created_at < kept_since:
+        status["state"] = "EXPIRED"
+    progress, ended = status["progress"], status["state"] in ("SUCCESS", "FAILURE")
+    percent = 100 if ended else 100 * progress["done"] // progress["total"] if progress and progress["total"] else None
     result = status.get("result") or {}
     summary = ", ".join(f"{name} {value}" for name, value in result.items() if name != "failures" and value != "")
-    return {**status, "finished": finished, "percent": 100 if finished else percent, "summary": summary}
+    return {**status, "finished": ended or status["state"] == "EXPIRED", "percent": percent, "summary": summary}
 
 
 def _with_status(tasks: list[KnowledgeTask]) -> list[KnowledgeTask]:

@@ -1,12 +1,14 @@
 """Bulk import and export of synonyms and protected terms through the admin's views."""
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
 from knowledge.models import DictionaryTerm, Document, KnowledgeBaseVersion, KnowledgeTask, Synonym
 from knowledge.services import VERSION_SETTINGS
@@ -170,8 +172,13 @@ def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_cli
 
 def test_who_may_see_and_act_on_a_knowledge_base(client, staff):
     kb = KnowledgeBaseFactory()
-    anonymous = Client().get(lifecycle(kb))
-    assert anonymous.status_code == 302 and anonymous.url.startswith("/admin/login/")
+    not_staff = Client()
+    for url in (lifecycle(kb), GLANCE):
+        anonymous = not_staff.get(url)
+        assert anonymous.status_code == 302 and anonymous.url.startswith("/admin/login/")
+    not_staff.force_login(User.objects.create_user("reader"))
+    assert not_staff.get(lifecycle(kb)).url.startswith("/admin/login/")
+    assert not_staff.post(lifecycle(kb), {"action": "retire", "version": 1}).url.startswith("/admin/login/")
     assert staff().get(lifecycle(kb)).status_code == 403  # no permission on knowledge bases
     viewer = staff("view_knowledgebase")
     page = viewer.get(lifecycle(kb))
@@ -269,3 +276,14 @@ def test_a_task_status_is_read_only_for_tenants_the_user_sees(admin_client, clie
     assert (status["finished"], status["percent"]) == (False, None)
     client.force_login(User.objects.create_user("no-tenants", is_staff=True))
     assert client.get(url).status_code == 404
+
+
+def test_a_task_older_than_its_kept_state_is_expired_and_not_followed(admin_client, settings):
+    kb = KnowledgeBaseFactory()
+    task = KnowledgeTask.objects.create(task_id=str(uuid.uuid4()), tenant=kb.tenant, knowledge_base=kb, kind="ingest")
+    KnowledgeTask.objects.filter(pk=task.pk).update(created_at=timezone.now() - timedelta(seconds=61))
+    settings.CELERY_RESULT_EXPIRES = 60
+    status = admin_client.get(f"/admin/knowledge/knowledgebase/tasks/{task.task_id}/").json()
+    assert (status["state"], status["finished"], status["percent"]) == ("EXPIRED", True, None)
+    html = admin_client.get(lifecycle(kb)).content.decode()
+    assert re.search(rf'data-task="{task.task_id}"[^>]* data-finished>', html)  # the page's script leaves it
