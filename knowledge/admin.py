@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpResponse
-from django.urls import path
+from django.urls import path, re_path
 
 from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
@@ -18,6 +18,7 @@ from knowledge.services import (
     delete_tenant,
     update_document_labels,
 )
+from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant
 
@@ -107,11 +108,11 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     ]  # fmt: skip
 
     def get_urls(self):
-        view = self.admin_site.admin_view
+        view, name = self.admin_site.admin_view, "knowledge_knowledgebase"
         return [
-            path("glance/", view(self.glance_view), name="knowledge_knowledgebase_glance"),
-            path("<int:kb_id>/lifecycle/", view(self.lifecycle_view), name="knowledge_knowledgebase_lifecycle"),
-            path("tasks/<str:task_id>/", view(console.task_view), name="knowledge_knowledgebase_task"),
+            path("glance/", view(self.glance_view), name=f"{name}_glance"),
+            re_path(rf"^(?P<kb_id>{ID_PATTERN})/lifecycle/$", view(self.lifecycle_view), name=f"{name}_lifecycle"),
+            path("tasks/<str:task_id>/", view(console.task_view), name=f"{name}_task"),
             *super().get_urls(),
         ]
 
@@ -119,9 +120,9 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
         title = "Knowledge bases at a glance"
         return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
 
-    def lifecycle_view(self, request, kb_id: int):
+    def lifecycle_view(self, request, kb_id: str):
         context = {**self.admin_site.each_context(request), "opts": self.opts}
-        return console.knowledge_base_view(request, context, model_admin=self, kb_id=kb_id)
+        return console.knowledge_base_view(request, context, model_admin=self, kb_id=int(kb_id))
 
     def get_form(self, request, obj=None, **kwargs):
         if obj is None:

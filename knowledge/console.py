@@ -5,6 +5,7 @@ protected terms (upload or paste, preview what changes and every line that canno
 apply). Registered as admin views by ``knowledge.admin``."""
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django import forms
@@ -38,6 +39,7 @@ from knowledge.services import (
     retire_version,
     start_version_build,
 )
+from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
 from tenants.models import Tenant
 from tenants.selectors import tenants_visible_to
@@ -129,13 +131,19 @@ class VersionBuildForm(forms.Form):
         for name, value in active.items():
             self.fields[name].widget.attrs["placeholder"] = value
 
+    def clean_languages(self) -> str:
+        codes = [code.strip() for code in self.cleaned_data["languages"].split(",") if code.strip()]
+        if len(codes) > 20 or any(len(code) > 8 for code in codes):
+            raise forms.ValidationError("at most 20 language codes of at most 8 characters each")
+        return ",".join(codes)
+
     def build_options(self) -> dict:
         data = self.cleaned_data
         options = {name: data[name] for name in ("chunk_size", "chunk_overlap") if data[name] is not None}
         if data["embedding_model"].strip():
             options["embedding_model"] = data["embedding_model"].strip()
-        if data["languages"].strip():
-            options["languages"] = [code.strip() for code in data["languages"].split(",") if code.strip()]
+        if data["languages"]:
+            options["languages"] = data["languages"].split(",")
         return options
 
 
@@ -162,7 +170,7 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
         else:
             messages.error(request, f"Unknown action: {action!r}.")
             return redirect(request.path)
-    (glance,) = knowledge_bases_at_a_glance(Tenant.objects.filter(pk=kb.tenant_id), kb_id=kb.pk)
+    (glance,) = knowledge_bases_at_a_glance(Tenant.objects.filter(pk=kb.tenant_id), only=kb.pk)
     tasks = _with_status(recent_tasks_of(kb))
     _with_status([task for _, task in glance.building if task is not None])
     documents = documents_of(kb).order_by("-updated_at", "-id")
@@ -188,6 +196,11 @@ def task_view(request, task_id: str) -> JsonResponse:
     if record is None:
         raise Http404("no such task")
     return JsonResponse(_status_of(record))
+
+
+def _ids(values: list[str]) -> list[int]:
+    """The values that are ids (bigints): anything else is left out, never a database error."""
+    return [int(value) for value in values if re.fullmatch(ID_PATTERN, value)]
 
 
 def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
@@ -260,7 +273,8 @@ def _build(request, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
 def _version_action(change, done: str):
     def act(request, kb: KnowledgeBase) -> None:
         try:
-            version = change(version_of(kb, int(request.POST.get("version", ""))))
+            (number,) = _ids([request.POST.get("version", "")])
+            version = change(version_of(kb, number))
         except ValueError:
             messages.error(request, "No such version.")
         except DomainError as exc:
@@ -272,8 +286,7 @@ def _version_action(change, done: str):
 
 
 def _reingest(request, kb: KnowledgeBase) -> None:
-    ids = [int(value) for value in request.POST.getlist("documents") if value.isdigit()]
-    documents = list(documents_of(kb).filter(pk__in=ids))
+    documents = list(documents_of(kb).filter(pk__in=_ids(request.POST.getlist("documents"))))
     if not documents:
         messages.error(request, "Select the documents to re-ingest.")
         return

@@ -184,15 +184,15 @@ class KnowledgeBaseGlance:
     building: list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]  # versions in build, with their task
 
 
-def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, kb_id: int | None = None) -> list[KnowledgeBaseGlance]:
-    """The tenants' KBs (or the one ``kb_id`` of theirs) with their documents by status, active chunks,
+def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None = None) -> list[KnowledgeBaseGlance]:
+    """The tenants' KBs (or the one of id ``only``) with their documents by status, active chunks,
     latest failures and versions in build."""
     kbs = KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
-    kbs = list((kbs if kb_id is None else kbs.filter(pk=kb_id)).order_by("tenant__name", "name"))
+    kbs = list((kbs if only is None else kbs.filter(pk=only)).order_by("tenant__name", "name"))
     statuses: dict[int, dict[str, int]] = {kb.pk: dict.fromkeys(Document.Status.values, 0) for kb in kbs}
     rows = Document.objects.filter(knowledge_base__in=kbs).order_by().values_list("knowledge_base", "status")
-    for kb_id_, status, count in rows.annotate(Count("id")):
-        statuses[kb_id_][status] = count
+    for kb_id, status, count in rows.annotate(Count("id")):
+        statuses[kb_id][status] = count
     chunks = dict(
         Chunk.objects.filter(kb_version__in=[kb.active_version_id for kb in kbs if kb.active_version_id])
         .order_by().values_list("knowledge_base").annotate(Count("id"))

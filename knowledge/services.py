@@ -481,7 +481,8 @@ class Ingester:
 
 
 # --- ingestion through the worker ---------------------------------------------------------------
-# A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}.
+# A task gets JSON: the KB id and, per file, {"source_uri", "original" (storage name), "labels"}, and
+# "force": true for a re-ingest (re-chunked and re-embedded even when unchanged).
 
 
 def check_upload_size(size: int, limit: int, what: str) -> None:

@@ -191,6 +191,7 @@ def test_who_may_see_and_act_on_a_knowledge_base(client, staff):
     client.force_login(curator)
     assert client.get(lifecycle(kb)).status_code == 404
     assert client.post(lifecycle(kb), {"action": "upload"}).status_code == 404
+    assert client.get(f"/admin/knowledge/knowledgebase/{'9' * 30}/lifecycle/").status_code != 500
 
 
 def test_files_uploaded_in_the_console_are_queued_like_the_apis(admin_client, settings, embedder):
@@ -219,6 +220,8 @@ def test_a_version_is_built_from_the_console_and_shown_in_build_with_its_progres
     kb = KnowledgeBaseFactory()
     bad = admin_client.post(lifecycle(kb), {"action": "build", "embedding_model": "no-such", "activate": "manual"})
     assert bad.status_code == 200 and "embedding_model" in bad.context["build_form"].errors
+    codes = admin_client.post(lifecycle(kb), {"action": "build", "languages": "en, zh-Hans-CN", "activate": "manual"})
+    assert "at most 8 characters" in str(codes.context["build_form"].errors["languages"])
     built = act(admin_client, kb, {"action": "build", "chunk_size": 64, "activate": "manual"})
     version = kb.versions.get(number=2)
     assert (version.status, version.chunk_size, version.embedding_model) == ("building", 64, kb.embedding_model)
@@ -243,7 +246,8 @@ def test_activate_roll_back_and_retire_from_the_console(admin_client):
     assert act(admin_client, kb, {"action": "retire", "version": 3}) == ["Version 3 is retired."]
     (refused,) = act(admin_client, kb, {"action": "retire", "version": 1})
     assert "only a ready one can be retired" in refused
-    assert act(admin_client, kb, {"action": "activate", "version": "x"}) == ["No such version."]
+    for number in ("x", "9" * 30):
+        assert act(admin_client, kb, {"action": "activate", "version": number}) == ["No such version."]
     assert act(admin_client, kb, {"action": "activate", "version": 9}) == [f"knowledge base {kb.pk} has no version 9"]
     assert act(admin_client, kb, {"action": "delete"}) == ["Unknown action: 'delete'."]
     statuses = [KnowledgeBaseVersion.objects.get(pk=version.pk).status for version in (first, second, third)]
@@ -259,7 +263,7 @@ def test_documents_are_reingested_from_the_page_and_the_change_list(admin_client
     assert done == f"Re-ingesting 1 document(s) of {kb.name} (task {task.task_id})."
     assert skipped.endswith(unstored.source_uri)
     other = DocumentFactory(original="kb-0/0/b.txt")  # of another KB: never taken from this page
-    nothing = act(admin_client, kb, {"action": "reingest", "documents": [other.pk]})
+    nothing = act(admin_client, kb, {"action": "reingest", "documents": [other.pk, "9" * 30, "1 OR 1=1"]})
     assert nothing == ["Select the documents to re-ingest."]
     selected = {"action": "reingest", "_selected_action": [stored.pk, other.pk]}
     listed = admin_client.post("/admin/knowledge/document/", selected)
