@@ -1,11 +1,6 @@
-"""
-ASGI config for retrieval_site project.
-
-It exposes the ASGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/asgi/
-"""
+"""ASGI entry point, the one ``./run serve`` and docker-compose serve (gunicorn's asyncio worker,
+``core.gunicorn_worker``): Django behind :class:`core.asgi.BoundedRequest`, which bounds request bodies
+in time and size and reads chunked ones."""
 
 import os
 
@@ -13,4 +8,6 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
 
-application = get_asgi_application()
+from core.asgi import BoundedRequest  # noqa: E402  (after the settings module is named)
+
+application = BoundedRequest(get_asgi_application())

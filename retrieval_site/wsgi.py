@@ -1,4 +1,5 @@
-"""WSGI entry point (gunicorn ``retrieval_site.wsgi``): Django, reading chunked request bodies too."""
+"""WSGI entry point for ``manage.py runserver`` (development). The served entry point is
+``retrieval_site.asgi`` under gunicorn's asyncio worker (``retrieval_site/gunicorn.conf.py``)."""
 
 import os
 
@@ -6,6 +7,4 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
 
-from core.chunked import ChunkedBodyMiddleware  # noqa: E402  (after the settings module is named)
-
-application = ChunkedBodyMiddleware(get_wsgi_application())
+application = get_wsgi_application()
