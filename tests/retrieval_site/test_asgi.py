@@ -313,3 +313,21 @@ def test_request_ids_idempotency_rate_limits_and_metrics_work_when_served(server
     status, _, metrics = exchange(server_url, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     assert status == 200
     assert b'retrieval_request_latency_seconds_count{endpoint="retrieval-bm25",mode="bm25"}' in metrics
+
+
+def test_a_served_search_is_traced_in_the_callers_trace(django_db_setup, tmp_path, raw_key):
+    """Tracing on (OTLP to a local collector over a real socket): the request's server span is exported
+    from the served process, in the trace the caller's ``traceparent`` names."""
+    from tests.peers import Peer, Reply
+
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with Peer(lambda request: Reply(body=b"")) as collector, served(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=collector.url) as address:
+        head = request_head(raw_key, "Content-Length: 19", f"traceparent: 00-{trace_id}-00f067aa0ba902b7-01")
+        assert exchange(address, head + b'{"query": "kettle"}')[0] == 200
+        for _ in range(300):  # spans leave in batches, every few seconds
+            exported = b"".join(r.body for r in collector.requests if r.path == "/v1/traces")
+            if bytes.fromhex(trace_id) in exported:
+                break
+            time.sleep(0.1)
+    assert bytes.fromhex(trace_id) in exported
+    assert b"/api/v1/retrieval/bm25" in exported
