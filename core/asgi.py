@@ -1,25 +1,34 @@
-"""ASGI middleware in front of Django: a request body arrives in time and within bounds, chunked ones too.
+"""The served application's ASGI layer: Django's WSGI handler behind a server that reads requests on
+an event loop (gunicorn's asyncio worker, ``core.gunicorn_worker``).
 
-The server reads on the event loop, so a slow client costs a coroutine, not a thread; this wrapper
-makes it cost a bounded one:
+:class:`WSGIOnThreads` hands a request to Django on one of a fixed pool of threads only once its body
+has arrived whole, so a slow client costs a coroutine, not a thread; the threads live as long as the
+worker, so each keeps its database connection (``DB_CONN_MAX_AGE``) as the threaded worker's did.
+(Django's own ASGI handler was measured slower here: a thread per request and two hops back to the
+event loop around the middleware, docs/BENCHMARKS.md "Slow clients".)
+
+:class:`BoundedRequest`, in front of it, bounds what a slow client can cost:
 
 * the whole body must arrive within ``REQUEST_BODY_TIMEOUT_S`` of the first read (a client dripping a
   byte a second gets a 408, however often it sends);
 * a body over ``UPLOAD_MAX_REQUEST_BYTES`` (the largest any endpoint takes) is a 413 as soon as it is
-  announced or read, before Django spools it to disk;
+  announced or read, before it is buffered;
 * a ``Transfer-Encoding: chunked`` body has no ``Content-Length``, and Django checks
   ``MAX_REQUEST_BYTES`` against that header: such a body is read here (at most one byte past the limit,
   so a larger one still gets Django's 413) and handed on with its length.
 
-These answers are the service's JSON errors with a request id. After the body, ``receive`` is passed
-through untouched (Django listens on it for the client going away while the view runs).
+These answers are the service's JSON errors with a request id.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
+from asgiref.sync import sync_to_async
+from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 
 from core.errors import error_document
@@ -28,6 +37,24 @@ from core.request_id import REQUEST_ID_HEADER, accepted_request_id
 logger = logging.getLogger(__name__)
 
 DISCONNECT = {"type": "http.disconnect"}
+
+
+class WSGIOnThreads:
+    """An ASGI application running a WSGI one on ``threads`` threads, each request once its body is read."""
+
+    def __init__(self, wsgi_application, threads: int):
+        self.wsgi_application = wsgi_application
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="request")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # lifespan: nothing to start or stop
+            return
+        instance = WsgiToAsgiInstance(self.wsgi_application)
+        # asgiref reads the body on the loop, then runs the app through ``run_wsgi_app``; by default on a
+        # thread per request context, here on this pool (``func``: the undecorated method).
+        run = functools.partial(vars(WsgiToAsgiInstance)["run_wsgi_app"].func, instance)
+        instance.run_wsgi_app = sync_to_async(run, thread_sensitive=False, executor=self.executor)
+        await instance(scope, receive, send)
 
 
 class BoundedRequest:

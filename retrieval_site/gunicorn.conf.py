@@ -4,12 +4,10 @@ import os
 # Web workers answer many small queries at once: one torch thread each beats two fighting over 2
 # cores (measured under load: ~9 vs ~1 vector queries/s). Ingestion commands keep all cores.
 os.environ.setdefault("TORCH_THREADS", "1")
-# Each request runs on a thread of its own under ASGI, so database connections come from a pool
-# (README: Configuration) instead of living as long as a thread.
-os.environ.setdefault("DB_POOL_MAX_SIZE", "8")
 
-# The asyncio worker reads requests on its event loop: a slow or idle client holds a coroutine, not a
-# thread (README: Reliability). It answers malformed HTTP with the service's JSON errors.
+# The asyncio worker reads requests on its event loop and hands them whole to Django's WEB_THREADS
+# threads: a slow or idle client holds a coroutine, not a thread (README: Reliability). It answers
+# malformed HTTP with the service's JSON errors.
 wsgi_app = "retrieval_site.asgi:application"
 worker_class = "core.gunicorn_worker.Worker"
 worker_connections = 1000  # open connections per worker, slow ones included

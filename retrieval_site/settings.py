@@ -113,15 +113,11 @@ class Environment(BaseSettings):
     DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
     EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
     DB_CONN_MAX_AGE: NonNegativeInt = 60
-    # > 0: connections come from a pool of at most this many per process (psycopg_pool) and go back to it
-    # after each request; DB_CONN_MAX_AGE is then ignored. The ASGI server (gunicorn.conf.py) needs it:
-    # each request runs on a thread of its own, so per-thread persistent connections would pile up.
-    DB_POOL_MAX_SIZE: NonNegativeInt = 0
-    DB_POOL_TIMEOUT_S: PositiveFloat = 10.0  # a request waits this long for a pooled connection
     TEST_DATABASE_NAME: str = "test_retrieval"
 
-    # --- Slow clients (the ASGI server) ---------------------------------------------------------
-    # A connection's request headers, and then its body, must arrive within these (else 408).
+    # --- Serving (retrieval_site.asgi under gunicorn's asyncio worker) -------------------------
+    WEB_THREADS: PositiveInt = 4  # threads per worker that run Django, each on a request already read
+    # A connection's request headers, and then a request's body, must arrive within these (else 408).
     REQUEST_HEADER_TIMEOUT_S: PositiveFloat = 10.0
     REQUEST_BODY_TIMEOUT_S: PositiveFloat = 60.0
 
@@ -365,13 +361,6 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the SQL filters.
 DATABASES["default"]["OPTIONS"]["options"] = "-c hnsw.iterative_scan=relaxed_order"
 DATABASES["default"]["TEST"] = {"NAME": env.TEST_DATABASE_NAME}
-if env.DB_POOL_MAX_SIZE:
-    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool: a connection goes back after each request
-    DATABASES["default"]["OPTIONS"]["pool"] = {
-        "min_size": 1,
-        "max_size": env.DB_POOL_MAX_SIZE,
-        "timeout": env.DB_POOL_TIMEOUT_S,
-    }
 
 # --- Redis: result cache, rate-limit counters, idempotency records ----------------------------
 REDIS_URL = env.REDIS_URL or embedded_redis_location(env.EMBEDDED_REDIS_DIR)

@@ -1,5 +1,5 @@
-"""WSGI entry point for ``manage.py runserver`` (development). The served entry point is
-``retrieval_site.asgi`` under gunicorn's asyncio worker (``retrieval_site/gunicorn.conf.py``)."""
+"""WSGI entry point for ``manage.py runserver`` (development) and WSGI servers. ``./run serve`` serves
+``retrieval_site.asgi``, the same Django handler behind an event loop that reads requests first."""
 
 import os
 

@@ -29,9 +29,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(log_dir, **environment):
+def served(log_dir, *options: str, **environment):
     """gunicorn started like ``./run serve`` (its config file, one worker) on 127.0.0.1, on the test
-    database and Redis; ``environment`` adds variables (shorter read timeouts)."""
+    database and Redis; ``options`` add to its command line, ``environment`` to its variables."""
     port = free_port()
     env = {
         "PATH": "/usr/bin:/bin",
@@ -45,7 +45,7 @@ def served(log_dir, **environment):
     log = log_dir / "gunicorn.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--config", "retrieval_site/gunicorn.conf.py",
-         "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+         "--bind", f"127.0.0.1:{port}", "--workers", "1", *options],
         cwd=settings.BASE_DIR, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -67,7 +67,9 @@ def served(log_dir, **environment):
 
 @pytest.fixture(scope="module")
 def server_url(django_db_setup, tmp_path_factory):
-    with served(tmp_path_factory.mktemp("gunicorn")) as address:
+    """Patient with slow and idle clients (a loaded machine must not close them mid-test)."""
+    patient = {"REQUEST_HEADER_TIMEOUT_S": "600", "REQUEST_BODY_TIMEOUT_S": "600"}
+    with served(tmp_path_factory.mktemp("gunicorn"), "--keep-alive", "600", **patient) as address:
         yield address
 
 
