@@ -1,4 +1,4 @@
-"""Slow clients against the served process: the threaded WSGI worker (before) vs the asyncio ASGI worker
+"""Slow clients against the served process: the threaded WSGI worker (before) vs the asyncio worker
 (after, ``./run serve`` today), both up at once and measured in alternation.
 
     .venv/bin/python bench/slow_clients.py
@@ -8,7 +8,7 @@ KB: the repo's ``sample_kb/`` ingested into a throwaway bench tenant (own rate t
 Servers, one worker each, on 127.0.0.1, result cache off (every search runs):
   * before: ``gunicorn retrieval_site.wsgi --config retrieval_site/gunicorn.conf.py -k gthread --threads 4``
     with persistent database connections (``DB_POOL_MAX_SIZE=0``), as ``./run serve`` ran until now;
-  * after: ``gunicorn --config retrieval_site/gunicorn.conf.py`` (asyncio worker, database pool).
+  * after: ``gunicorn --config retrieval_site/gunicorn.conf.py`` (asyncio worker, Django on 4 threads).
 Per round and server (the two interleaved, so load drifts hit both):
   * ``quiet``: ``--requests`` sequential ``GET /health`` and ``POST /api/v1/retrieval/hybrid`` (fresh
     SciFact queries) on new connections;
@@ -36,7 +36,7 @@ SERVERS = {
     "before (gthread 1x4, WSGI)": (
         ("retrieval_site.wsgi:application", "-k", "gthread", "--threads", "4"), {"DB_POOL_MAX_SIZE": "0"}
     ),
-    "after (asyncio, ASGI)": ((), {}),
+    "after (asyncio + WSGI on 4 threads)": ((), {}),
 }
 
 

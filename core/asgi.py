@@ -4,8 +4,8 @@ an event loop (gunicorn's asyncio worker, ``core.gunicorn_worker``).
 :class:`WSGIOnThreads` hands a request to Django on one of a fixed pool of threads only once its body
 has arrived whole, so a slow client costs a coroutine, not a thread; the threads live as long as the
 worker, so each keeps its database connection (``DB_CONN_MAX_AGE``) as the threaded worker's did.
-(Django's own ASGI handler was measured slower here: a thread per request and two hops back to the
-event loop around the middleware, docs/BENCHMARKS.md "Slow clients".)
+(Django's own ASGI handler was measured slower here: a thread per request, hops between the event loop
+and threads around the middleware, and a connection pool; docs/BENCHMARKS.md "Slow clients".)
 
 :class:`BoundedRequest`, in front of it, bounds what a slow client can cost:
 
@@ -22,12 +22,13 @@ These answers are the service's JSON errors with a request id.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from tempfile import SpooledTemporaryFile
 
-from asgiref.sync import sync_to_async
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
 
@@ -37,10 +38,16 @@ from core.request_id import REQUEST_ID_HEADER, accepted_request_id
 logger = logging.getLogger(__name__)
 
 DISCONNECT = {"type": "http.disconnect"}
+BODY_IN_MEMORY_BYTES = 1024 * 1024  # a larger body (an upload) waits for its thread in a temporary file
 
 
 class WSGIOnThreads:
-    """An ASGI application running a WSGI one on ``threads`` threads, each request once its body is read."""
+    """An ASGI application running a WSGI one on ``threads`` threads, each request once its body is read.
+
+    One hand-over each way: the thread runs the whole request (the response joined, then closed, which
+    ends Django's request and returns its database connection), and the loop sends the answer. Answers
+    here are JSON and pages, never large, so holding one whole costs nothing a stream would save.
+    """
 
     def __init__(self, wsgi_application, threads: int):
         self.wsgi_application = wsgi_application
@@ -49,12 +56,38 @@ class WSGIOnThreads:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":  # lifespan: nothing to start or stop
             return
-        instance = WsgiToAsgiInstance(self.wsgi_application)
-        # asgiref reads the body on the loop, then runs the app through ``run_wsgi_app``; by default on a
-        # thread per request context, here on this pool (``func``: the undecorated method).
-        run = functools.partial(vars(WsgiToAsgiInstance)["run_wsgi_app"].func, instance)
-        instance.run_wsgi_app = sync_to_async(run, thread_sensitive=False, executor=self.executor)
-        await instance(scope, receive, send)
+        with SpooledTemporaryFile(max_size=BODY_IN_MEMORY_BYTES) as body:
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away (or was answered for being too slow)
+                body.write(message.get("body", b""))
+                more = message.get("more_body", False)
+            body.seek(0)
+            run = functools.partial(self._respond, scope, body)
+            status, headers, content = await asyncio.get_running_loop().run_in_executor(
+                self.executor, contextvars.copy_context().run, run
+            )
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _respond(self, scope, body) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        adapter = WsgiToAsgiInstance(self.wsgi_application)  # asgiref's ASGI scope -> WSGI environ
+        adapter.scope = scope
+        environ = adapter.build_environ(scope, body)
+        started = []
+
+        def start_response(status, headers, exc_info=None):
+            started[:] = [int(status.split(" ", 1)[0]), [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]]
+
+        result = self.wsgi_application(environ, start_response)
+        try:
+            content = b"".join(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+        return started[0], started[1], content
 
 
 class BoundedRequest:
