@@ -91,6 +91,8 @@ class WSGIOnThreads:
 
 
 class BoundedRequest:
+    """Bounds each HTTP request's body in time and size, and gives a chunked one its length (see above)."""
+
     def __init__(self, app):
         self.app = app
 
