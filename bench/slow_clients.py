@@ -7,7 +7,7 @@
 KB: the repo's ``sample_kb/`` ingested into a throwaway bench tenant (own rate tier, huge limit).
 Servers, one worker each, on 127.0.0.1, result cache off (every search runs):
   * before: ``gunicorn retrieval_site.wsgi --config retrieval_site/gunicorn.conf.py -k gthread --threads 4``
-    with persistent database connections (``DB_POOL_MAX_SIZE=0``), as ``./run serve`` ran until now;
+    as ``./run serve`` ran until now;
   * after: ``gunicorn --config retrieval_site/gunicorn.conf.py`` (asyncio worker, Django on 4 threads).
 Per round and server (the two interleaved, so load drifts hit both):
   * ``quiet``: ``--requests`` sequential ``GET /health`` and ``POST /api/v1/retrieval/hybrid`` (fresh
@@ -34,7 +34,7 @@ import _common
 GIVE_UP_AFTER_TIMEOUTS = 3  # a stuck server is stuck: stop the scenario there
 SERVERS = {
     "before (gthread 1x4, WSGI)": (
-        ("retrieval_site.wsgi:application", "-k", "gthread", "--threads", "4"), {"DB_POOL_MAX_SIZE": "0"}
+        ("retrieval_site.wsgi:application", "-k", "gthread", "--threads", "4"), {}
     ),
     "after (asyncio + WSGI on 4 threads)": ((), {}),
 }
