@@ -18,7 +18,7 @@ Measured, per TORCH_THREADS config (OPENBLAS_NUM_THREADS=1 as retrieval_site set
   * in-process raw engine calls on real SciFact queries: ``get_embedder().embed_query``,
     ``PgVectorIndex.search`` (depth SEARCH_CANDIDATES), ``TantivyLexicalIndex.search`` with the
     analyzer's tokens, ``reciprocal_rank_fusion`` of the two lists;
-  * HTTP through gunicorn (``--config retrieval_site/gunicorn.conf.py --workers 1 --threads 4``,
+  * HTTP through gunicorn (``--config retrieval_site/gunicorn.conf.py --workers 1``,
     SEARCH_CACHE_TTL_S=0, bench tenant on a rate tier with a huge limit): /bm25 and /hybrid
     (rerank false), sequential, interleaved query by query, fresh queries per config.
 Cleanup (always): stop gunicorn, drop the version's lexical index, delete the tenant and its tier.
@@ -44,14 +44,15 @@ import numpy as np  # noqa: E402
 import _common
 
 
-def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, threads: int = 4):
+def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, extra_args=()):
+    """gunicorn as ``./run serve`` starts it; ``extra_args`` override its config (another worker class)."""
     import subprocess
 
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [str(_common.REPO_ROOT / ".venv" / "bin" / "gunicorn"), "retrieval_site.wsgi",
+        [str(_common.REPO_ROOT / ".venv" / "bin" / "gunicorn"),
          "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--timeout", "120"],
+         "--workers", str(workers), "--timeout", "120", *extra_args],
         cwd=_common.REPO_ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
              **extra_env},

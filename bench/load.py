@@ -6,7 +6,7 @@
 
 Small KB: the repo's ``sample_kb/`` ingested with ``call_command("ingest", ...)`` into a throwaway
 bench tenant (on its own rate tier with a huge limit, so no 429s). One gunicorn on 127.0.0.1, free
-port: ``--config retrieval_site/gunicorn.conf.py --workers 2 --threads 8`` (model warmed per worker),
+port: ``--config retrieval_site/gunicorn.conf.py --workers 2`` (asyncio workers, model warmed per worker),
 result cache ON (production default). Clients: asyncio + one ``httpx.AsyncClient`` per scenario,
 N tasks issuing requests back to back; each scenario is bounded by --max-requests and --max-seconds.
 Throughput scenarios send real SciFact queries, each text used once in the whole run, so every one is
@@ -77,7 +77,6 @@ def main() -> int:
     parser.add_argument("--max-seconds", type=float, default=20)
     parser.add_argument("--cache-requests", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--torch-threads", default=None, help="TORCH_THREADS for the server (default: unset = nproc)")
     parser.add_argument("--top-k", type=int, default=10)
     args = parser.parse_args()
@@ -123,7 +122,7 @@ def main() -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prom")
         (workdir / "prom").mkdir()
         t0 = time.perf_counter()
-        proc = hybrid_search.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers, threads=args.threads)
+        proc = hybrid_search.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers)
         vs.wait_ready(proc, base)
         result["gunicorn_ready_s"] = round(time.perf_counter() - t0, 1)
 

@@ -115,8 +115,7 @@ def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str]) -> subp
     config_args = ["--config", str(conf.relative_to(_common.REPO_ROOT))] if conf.exists() else []
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [str(gunicorn), "retrieval_site.wsgi", *config_args, "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--threads", "4", "--timeout", "120"],
+        [str(gunicorn), *config_args, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--timeout", "120"],
         cwd=_common.REPO_ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **extra_env},
         stdout=log,

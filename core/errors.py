@@ -51,7 +51,12 @@ _DRF_CODES = {
 
 
 def error_body(code: str, message: str, request, details=None) -> dict:
-    error = {"code": code, "message": printable(message), "request_id": request_id_of(request)}
+    return error_document(code, message, request_id_of(request), details)
+
+
+def error_document(code: str, message: str, request_id: str, details=None) -> dict:
+    """The error shape, for answers made before Django has a request (the server, :mod:`core.asgi`)."""
+    error = {"code": code, "message": printable(message), "request_id": request_id}
     if details:
         error["details"] = printable(details)
     return {"error": error}

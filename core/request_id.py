@@ -14,13 +14,17 @@ def request_id_of(request) -> str:
     return getattr(request, "request_id", "")
 
 
+def accepted_request_id(incoming: str) -> str:
+    """The client's ``X-Request-ID`` when it is sane, else a new one."""
+    return incoming if _VALID_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+
+
 class RequestIdMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        request.request_id = incoming if _VALID_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        request.request_id = accepted_request_id(request.headers.get(REQUEST_ID_HEADER, ""))
         token = request_id_var.set(request.request_id)  # every log line of the request carries it
         try:
             response = self.get_response(request)

@@ -1,16 +1,15 @@
-"""
-ASGI config for retrieval_site project.
-
-It exposes the ASGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/asgi/
-"""
+"""The entry point ``./run serve`` and docker-compose serve (``retrieval_site/gunicorn.conf.py``: gunicorn's
+asyncio worker, ``core.gunicorn_worker``): Django's WSGI handler on ``WEB_THREADS`` threads, each request
+handed over once it has arrived whole, with bodies bounded in time and size and chunked ones read
+(:mod:`core.asgi`)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
+from django.conf import settings
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
 
-application = get_asgi_application()
+from core.asgi import BoundedRequest, WSGIOnThreads  # noqa: E402  (after the settings module is named)
+
+application = BoundedRequest(WSGIOnThreads(get_wsgi_application(), settings.WEB_THREADS))

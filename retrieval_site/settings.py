@@ -115,6 +115,12 @@ class Environment(BaseSettings):
     DB_CONN_MAX_AGE: NonNegativeInt = 60
     TEST_DATABASE_NAME: str = "test_retrieval"
 
+    # --- Serving (retrieval_site.asgi under gunicorn's asyncio worker) -------------------------
+    WEB_THREADS: PositiveInt = 4  # threads per worker that run Django, each on a request already read
+    # A connection's request headers, and then a request's body, must arrive within these (else 408).
+    REQUEST_HEADER_TIMEOUT_S: PositiveFloat = 10.0
+    REQUEST_BODY_TIMEOUT_S: PositiveFloat = 60.0
+
     # --- Redis: result cache, rate-limit counters, idempotency records ------------------------
     REDIS_URL: Annotated[str, _url("redis", "rediss", "unix")] = ""  # unset: the embedded server
     EMBEDDED_REDIS_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "redis")

@@ -1,4 +1,5 @@
-"""WSGI entry point (gunicorn ``retrieval_site.wsgi``): Django, reading chunked request bodies too."""
+"""WSGI entry point for ``manage.py runserver`` (development) and WSGI servers. ``./run serve`` serves
+``retrieval_site.asgi``, the same Django handler behind an event loop that reads requests first."""
 
 import os
 
@@ -6,6 +7,4 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
 
-from core.chunked import ChunkedBodyMiddleware  # noqa: E402  (after the settings module is named)
-
-application = ChunkedBodyMiddleware(get_wsgi_application())
+application = get_wsgi_application()

@@ -61,6 +61,7 @@ def _load(model_name: str) -> Embedder:
             url=settings.EMBEDDING_URL,
             api_key=settings.EMBEDDING_API_KEY,
             timeout_s=settings.EMBEDDING_TIMEOUT_S,
+            query_deadline_s=settings.SEARCH_DEADLINE_MS / 1000,
             batch_size=settings.EMBEDDING_BATCH_SIZE,
             token_counter=_stand_in_token_counter(),
         )

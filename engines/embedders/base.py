@@ -21,12 +21,20 @@ class Embedder(ABC):
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         """A (len(texts), dimension) float32 array."""
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """A search's query vectors: like :meth:`embed_documents`, but a remote embedder bounds the
+        whole call by the search's deadline rather than the ingestion timeout."""
+        return self.embed_documents(texts)
+
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_documents([text])[0]
+        return self.embed_queries([text])[0]
 
 
 class EmbeddingError(Exception):
     """The embedder could not produce vectors (remote endpoint down, bad answer, model missing or
-    failing to load or run); ``cause`` is for a search's ``degraded`` list."""
+    failing to load or run); ``cause`` is for a search's ``degraded`` list: ``deadline`` when a remote
+    call ran out of time, else ``embedder_unavailable``."""
 
-    cause = "embedder_unavailable"
+    def __init__(self, message: str, cause: str = "embedder_unavailable") -> None:
+        super().__init__(message)
+        self.cause = cause

@@ -253,7 +253,7 @@ def retrieve_graph(
 def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
     """The query variants' vectors under each group's model (runs on the embedding pool)."""
     with timings.stage("embed"):
-        return {group.model_name: get_embedder(group.model_name).embed_documents(texts) for group in groups}
+        return {group.model_name: get_embedder(group.model_name).embed_queries(texts) for group in groups}
 
 
 def plan_vector(tenant: Tenant, groups: list[ModelGroup], compiled: CompiledFilter) -> list[object | None]:

@@ -121,3 +121,50 @@ def test_remote_outage_fails_documents_and_searches_cleanly(tenant, tmp_path, re
     response = api_client.post("/api/v1/retrieval/vector", {"query": "returns"}, format="json")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "embedder_unavailable"
+
+
+def test_a_query_embedding_obeys_the_search_deadline_not_the_ingestion_timeout(embedding_server):
+    """The peer answers after 1.5 s: within the 5 s an ingestion batch may take, past a 0.3 s search deadline."""
+    client = remote(embedding_server, timeout_s=5.0, query_deadline_s=0.3)
+    embedding_server.mode = "slow"
+    assert client.embed_documents(["hello"]).shape == (1, 384)
+    with pytest.raises(EmbeddingError, match="deadline") as caught:
+        client.embed_queries(["hello"])
+    assert caught.value.cause == "deadline"
+
+
+def test_a_query_embedding_budget_spans_its_batches(embedding_server):
+    """Two batches of a dripping peer: the second gets what the first left of the budget, not a budget of its own."""
+    client = remote(embedding_server, timeout_s=5.0, batch_size=1, query_deadline_s=0.5)
+    embedding_server.mode = "drip"
+    embedding_server.requests.clear()
+    with pytest.raises(EmbeddingError) as caught:
+        client.embed_queries(["one", "two"])
+    assert caught.value.cause == "deadline"
+    assert [r.json()["input"] for r in embedding_server.requests] == [["one"]]
+
+
+@pytest.fixture
+def short_search_deadline(settings):
+    settings.SEARCH_DEADLINE_MS = 300  # read when the remote embedder loads (remote_model, after this)
+
+
+@pytest.mark.django_db
+def test_a_late_query_embedding_degrades_a_hybrid_search_and_fails_a_vector_one(
+    tenant, tmp_path, short_search_deadline, remote_model, embedding_server, api_client
+):
+    kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    embedding_server.mode = "slow"  # answers after 1.5 s, past the 0.3 s search deadline
+
+    response = api_client.post("/api/v1/retrieval/hybrid", {"query": "PPR-9087 lock"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert [(d["stage"], d["cause"]) for d in body["degraded"]] == [("vector", "deadline")]
+    assert body["results"] and all("vector" not in hit["retrievers"] for hit in body["results"])
+
+    response = api_client.post("/api/v1/retrieval/vector", {"query": "PPR-9087 lock"}, format="json")
+    assert response.status_code == 503, response.content
+    error = response.json()["error"]
+    assert error["code"] == "embedder_unavailable" and "deadline" in error["message"]

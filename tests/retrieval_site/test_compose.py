@@ -23,7 +23,7 @@ SERVERS = {
     "neo4j": "neo4j:",
 }
 # Read by something other than settings.py: compose itself, the web command, prometheus_client, the JVM.
-NOT_SETTINGS = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD", "WEB_PORT", "WEB_WORKERS", "WEB_THREADS",
+NOT_SETTINGS = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD", "WEB_PORT", "WEB_WORKERS",
                 "PROMETHEUS_MULTIPROC_DIR", "ES_JAVA_OPTS", "NEO4J_PASSWORD", "NEO4J_HEAP"}  # fmt: skip
 
 
@@ -47,7 +47,7 @@ def test_the_stack_runs_web_against_postgres_redis_and_elasticsearch(compose):
     for name, image in SERVERS.items():
         assert services[name]["image"].startswith(image), name
     web = services["web"]
-    assert "gunicorn retrieval_site.wsgi --config retrieval_site/gunicorn.conf.py" in " ".join(web["command"].split())
+    assert "gunicorn --config retrieval_site/gunicorn.conf.py" in " ".join(web["command"].split())
     environment = web["environment"]
     assert "@db:5432/" in environment["DATABASE_URL"]
     assert environment["REDIS_URL"].startswith("redis://redis:6379")

@@ -18,7 +18,7 @@ from core.redis import stop_embedded_redis
 from retrieval_site.settings import BASE_DIR, Environment, read_environment
 
 # Read by ./run (the shell) or by prometheus_client, not by the settings module.
-READ_OUTSIDE_SETTINGS = {"HOST", "PORT", "WEB_WORKERS", "WEB_THREADS", "PROMETHEUS_MULTIPROC_DIR"}
+READ_OUTSIDE_SETTINGS = {"HOST", "PORT", "WEB_WORKERS", "PROMETHEUS_MULTIPROC_DIR"}
 
 
 @pytest.fixture

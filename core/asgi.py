@@ -1,0 +1,178 @@
+"""The served application's ASGI layer: Django's WSGI handler behind a server that reads requests on
+an event loop (gunicorn's asyncio worker, ``core.gunicorn_worker``).
+
+:class:`WSGIOnThreads` hands a request to Django on one of a fixed pool of threads only once its body
+has arrived whole, so a slow client costs a coroutine, not a thread; the threads live as long as the
+worker, so each keeps its database connection (``DB_CONN_MAX_AGE``) as the threaded worker's did.
+(Django's own ASGI handler was measured slower here: a thread per request, hops between the event loop
+and threads around the middleware, and a connection pool; docs/BENCHMARKS.md "Slow clients".)
+
+:class:`BoundedRequest`, in front of it, bounds what a slow client can cost:
+
+* the whole body must arrive within ``REQUEST_BODY_TIMEOUT_S`` of the first read (a client dripping a
+  byte a second gets a 408, however often it sends);
+* a body over ``UPLOAD_MAX_REQUEST_BYTES`` (the largest any endpoint takes) is a 413 as soon as it is
+  announced or read, before it is buffered;
+* a ``Transfer-Encoding: chunked`` body has no ``Content-Length``, and Django checks
+  ``MAX_REQUEST_BYTES`` against that header: such a body is read here (at most one byte past the limit,
+  so a larger one still gets Django's 413) and handed on with its length.
+
+These answers are the service's JSON errors with a request id.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from tempfile import SpooledTemporaryFile
+
+from asgiref.wsgi import WsgiToAsgiInstance
+from django.conf import settings
+
+from core.errors import error_document
+from core.request_id import REQUEST_ID_HEADER, accepted_request_id
+
+logger = logging.getLogger(__name__)
+
+DISCONNECT = {"type": "http.disconnect"}
+BODY_IN_MEMORY_BYTES = 1024 * 1024  # a larger body (an upload) waits for its thread in a temporary file
+
+
+class WSGIOnThreads:
+    """An ASGI application running a WSGI one on ``threads`` threads, each request once its body is read.
+
+    One hand-over each way: the thread runs the whole request (the response joined, then closed, which
+    ends Django's request and returns its database connection), and the loop sends the answer. Answers
+    here are JSON and pages, never large, so holding one whole costs nothing a stream would save.
+    """
+
+    def __init__(self, wsgi_application, threads: int):
+        self.wsgi_application = wsgi_application
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="request")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # lifespan: nothing to start or stop
+            return
+        with SpooledTemporaryFile(max_size=BODY_IN_MEMORY_BYTES) as body:
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away (or was answered for being too slow)
+                body.write(message.get("body", b""))
+                more = message.get("more_body", False)
+            body.seek(0)
+            run = functools.partial(self._respond, scope, body)
+            status, headers, content = await asyncio.get_running_loop().run_in_executor(
+                self.executor, contextvars.copy_context().run, run
+            )
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    def _respond(self, scope, body) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        adapter = WsgiToAsgiInstance(self.wsgi_application)  # asgiref's ASGI scope -> WSGI environ
+        adapter.scope = scope
+        environ = adapter.build_environ(scope, body)
+        started = []
+
+        def start_response(status, headers, exc_info=None):
+            started[:] = [int(status.split(" ", 1)[0]), [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]]
+
+        result = self.wsgi_application(environ, start_response)
+        try:
+            content = b"".join(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+        return started[0], started[1], content
+
+
+class BoundedRequest:
+    """Bounds each HTTP request's body in time and size, and gives a chunked one its length (see above)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        return await _Request(self.app, scope, receive, send).run()
+
+
+class _Request:
+    def __init__(self, app, scope, receive, send):
+        self.app, self.scope, self._receive, self._send = app, scope, receive, send
+        self.headers = {name.lower(): value for name, value in scope["headers"]}
+        self.ends_at: float | None = None  # set on the first read of the body
+        self.read = 0
+        self.body_done = False
+        self.answered = False
+
+    async def run(self):
+        length = self.headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > settings.UPLOAD_MAX_REQUEST_BYTES:
+            return await self.error(413, "payload_too_large", "The request body is larger than the allowed maximum.")
+        if b"chunked" in self.headers.get(b"transfer-encoding", b"").lower() and not length:
+            return await self.run_chunked()
+        return await self.app(self.scope, self.receive, self._send)
+
+    async def run_chunked(self):
+        body, more = b"", True
+        while more and len(body) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            message = await self.receive()
+            if message["type"] != "http.request":
+                return None  # the client went away, or it was too slow and has its 408
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        scope = {**self.scope, "headers": [*self.scope["headers"], (b"content-length", str(len(body)).encode())]}
+        replayed = False
+
+        async def receive():
+            nonlocal replayed
+            if replayed:
+                return await self.receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, receive, self._send)
+
+    async def receive(self):
+        """The server's ``receive``, bounded in time and size until the body is complete."""
+        if self.answered:
+            return DISCONNECT
+        if self.body_done:
+            return await self._receive()
+        loop = asyncio.get_running_loop()
+        if self.ends_at is None:
+            self.ends_at = loop.time() + settings.REQUEST_BODY_TIMEOUT_S
+        try:
+            async with asyncio.timeout_at(self.ends_at):
+                message = await self._receive()
+        except TimeoutError:
+            await self.error(408, "request_timeout", "The request body did not arrive in time.")
+            return DISCONNECT
+        if message["type"] == "http.request":
+            self.read += len(message.get("body", b""))
+            if self.read > settings.UPLOAD_MAX_REQUEST_BYTES:
+                await self.error(413, "payload_too_large", "The request body is larger than the allowed maximum.")
+                return DISCONNECT
+            self.body_done = not message.get("more_body", False)
+        return message
+
+    async def error(self, status: int, code: str, message: str):
+        """Answers for Django, which then sees the client gone and answers nothing more."""
+        self.answered = True
+        request_id = accepted_request_id(self.headers.get(REQUEST_ID_HEADER.lower().encode(), b"").decode("latin-1"))
+        logger.warning("request refused before Django", extra={"status": status, "code": code, "request_id": request_id})
+        body = json.dumps(error_document(code, message, request_id)).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (REQUEST_ID_HEADER.lower().encode(), request_id.encode()),
+            (b"connection", b"close"),
+        ]
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body})
