@@ -19,11 +19,14 @@ from core.schema import error_responses
 from engines.embedders import EmbeddingError
 from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists, UploadTooLarge
 from knowledge.parsing import ParseError
+from knowledge.sources import create_source, delete_source, queue_sync
 from knowledge.selectors import (
     document_of,
     documents_of,
     knowledge_base_of,
     knowledge_bases_of,
+    source_of,
+    sources_of,
     task_status,
     tenant_stats,
     version_of,
@@ -33,6 +36,9 @@ from knowledge.serializers import (
     DocumentOutput,
     KnowledgeBaseInput,
     KnowledgeBaseOutput,
+    SourceInput,
+    SourceOutput,
+    SourceSyncOutput,
     StatsOutput,
     TaskOutput,
     UploadInput,
@@ -189,7 +195,10 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     ),
     destroy=extend_schema(
         summary="Delete a document",
-        description="Its chunks leave every search at once (the database rows and the keyword index together).",
+        description=(
+            "Its chunks leave every search at once (the database rows and the keyword index together); the "
+            "document is `removed` until a task purges its row and stored original, moments later."
+        ),
         responses={204: None, **error_responses(401, 403, 404, 429)},
     ),
     create=extend_schema(
@@ -343,6 +352,96 @@ class TaskViewSet(KnowledgeApiViewSet):
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(TaskOutput(task_status(request.tenant, pk)).data)
+
+
+SOURCE_EXAMPLE = {
+    "id": 5, "kind": "folder", "path": "/srv/retrieval/var/sources/handbook", "urls": [],
+    "schedule": {"interval_seconds": 60},
+    "runs": [{
+        "id": 812, "trigger": "schedule", "status": "succeeded", "started_at": "2026-12-01T08:01:00Z",
+        "finished_at": "2026-12-01T08:01:02Z", "added": 0, "replaced": 1, "unchanged": 11, "removed": 0,
+        "failed": 0, "failures": [], "error": "",
+    }],
+    "document_count": 12, "created_at": "2026-12-01T07:30:00Z",
+}  # fmt: skip
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Sources of a knowledge base",
+        description="Each with its schedule and latest runs. Needs the `admin` scope.",
+        responses={200: SourceOutput(many=True), **error_responses(401, 403, 404, 429)},
+        examples=[OpenApiExample("Sources", response_only=True, value=[SOURCE_EXAMPLE])],
+    ),
+    retrieve=extend_schema(
+        summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    create=extend_schema(
+        summary="Register a folder or a list of URLs as a source",
+        description=(
+            "Beat syncs it every `interval_seconds` or on a five-field `crontab` (UTC): new files are ingested, "
+            "changed ones re-ingested (their old chunks answer until the new ones commit), files gone from the "
+            "source leave search at once and are purged after `SOURCE_REMOVAL_GRACE_HOURS`. A folder must lie under "
+            "`KNOWLEDGE_SOURCE_ROOTS` (a relative path is taken from the first root); `..`, a path outside the roots, "
+            "a symbolic link out of them, or a folder another tenant's source reads is a 400 `invalid_source_path` "
+            "whose `details.rule` names the rule. URLs are fetched with `SOURCE_URL_TIMEOUT_S` and "
+            "`SOURCE_URL_MAX_BYTES`, never from (or redirected to) non-public addresses, and conditionally "
+            "(ETag / Last-Modified). Needs the `admin` scope."
+        ),
+        request=SourceInput,
+        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[
+            OpenApiExample("Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}),
+            OpenApiExample(
+                "URLs",
+                request_only=True,
+                value={"kind": "urls", "urls": ["https://example.com/faq.html"], "crontab": "*/15 * * * *"},
+            ),
+            OpenApiExample("Registered", response_only=True, status_codes=["201"], value={**SOURCE_EXAMPLE, "runs": []}),
+        ],
+    ),
+    destroy=extend_schema(
+        summary="Stop syncing a source",
+        description="The source and its schedule go; the documents it brought stay in the knowledge base.",
+        responses={204: None, **error_responses(401, 403, 404, 429)},
+    ),
+    sync=extend_schema(
+        summary="Sync a source now",
+        description="Answers 202 with the task that syncs it (its run is recorded like a scheduled one).",
+        request=None,
+        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 429)},
+    ),
+)
+class SourceViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/sources``: folders and URL lists kept in sync by beat; every
+    method needs the ``admin`` scope (a folder source reads the server's disk)."""
+
+    def scopes_for(self, request) -> list[str]:
+        return [Scope.ADMIN]
+
+    def list(self, request: Request, kb_id: int) -> Response:
+        return self.paginated(sources_of(knowledge_base_of(request.tenant, kb_id)), SourceOutput)
+
+    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+        return Response(SourceOutput(source_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+
+    def create(self, request: Request, kb_id: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        params = SourceInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        source = create_source(kb, **params.validated_data)
+        return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
+        delete_source(source_of(knowledge_base_of(request.tenant, kb_id), pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, kb_id: int, pk: int) -> Response:
+        source = source_of(knowledge_base_of(request.tenant, kb_id), pk)
+        task = queue_sync(source)
+        body = {"task_id": task.task_id, "status_url": status_url(task), "source": source.pk}
+        return Response(SourceSyncOutput(body).data, status=status.HTTP_202_ACCEPTED)
 
 
 def status_url(task) -> str:

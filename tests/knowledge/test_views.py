@@ -7,7 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from knowledge.models import Document
+from knowledge.models import Document, originals_storage
 from tenants.models import RateTier
 from tenants.services import create_api_key
 from tests.factories import KnowledgeBaseFactory, TenantFactory
@@ -184,10 +184,15 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
         return [hit["doc_id"] for hit in response.json()["results"]]
 
     assert lock["id"] in bm25_hits()
+    original = Document.objects.get(pk=lock["id"]).original
     assert writer.delete(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}").status_code == 204
-    assert lock["id"] not in bm25_hits()
-    gone = writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")
+    assert lock["id"] not in bm25_hits()  # at once; the row and its original go by a task
+    deadline = time.monotonic() + 60
+    while (gone := writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")).status_code == 200:
+        assert gone.json()["status"] == "removed" and time.monotonic() < deadline, gone.json()
+        time.sleep(0.1)
     assert (gone.status_code, gone.json()["error"]["code"]) == (404, "document_not_found")
+    assert not originals_storage().exists(original)
 
 
 @pytest.mark.django_db
