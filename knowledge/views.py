@@ -14,8 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists, UploadTooLarge
 from knowledge.parsing import ParseError
@@ -99,7 +100,8 @@ ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, nev
 
 
 VERSION_CONFLICT = OpenApiResponse(
-    description="A version is still building, or this one is building or failed (`version_conflict`)."
+    description="A version is still building, or this one is building or failed (`version_conflict`); or a "
+    "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
 )
 
 
@@ -108,9 +110,10 @@ class KnowledgePagination(LimitOffsetPagination):
     max_limit = 1000
 
 
-class KnowledgeApiViewSet(RateLimitedMixin, viewsets.GenericViewSet):
+class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):
     """Reads need the ``search`` or ``ingest`` scope and count as ``knowledge`` requests; writes need
-    ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``)."""
+    ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``).
+    A POST with an ``Idempotency-Key`` runs once; its retries get the first answer (``core.idempotency``)."""
 
     permission_classes = [HasTenant, HasScope]
     pagination_class = KnowledgePagination
@@ -148,10 +151,14 @@ KB_EXAMPLE = {
         summary="Create a knowledge base",
         description="Needs the `ingest` scope. The embedding model, chunking and languages are fixed per version.",
         request=KnowledgeBaseInput,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={
             201: KnowledgeBaseOutput,
-            **error_responses(400, 401, 403, 429),
-            409: OpenApiResponse(description="The tenant already has a knowledge base of that name."),
+            **error_responses(400, 401, 403, 422, 429),
+            409: OpenApiResponse(
+                description="The tenant already has a knowledge base of that name (`knowledge_base_exists`), or a "
+                "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
+            ),
         },
         examples=[
             OpenApiExample("Create", request_only=True, value={"name": "handbook", "chunk_size": 200}),
@@ -211,7 +218,8 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             "(413). Needs the `ingest` scope."
         ),
         request={"multipart/form-data": UploadInput},
-        responses={202: UploadOutput, **error_responses(400, 401, 403, 404, 413, 429)},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: UploadOutput, **error_responses(400, 401, 403, 404, 409, 413, 422, 429)},
         examples=[
             OpenApiExample(
                 "Queued",
@@ -234,6 +242,10 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     parser_classes = [MultiPartParser]
 
+    def before_idempotency(self, request: Request) -> None:
+        """A body too large is refused before an ``Idempotency-Key`` reads it for its fingerprint."""
+        _check_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+
     def list(self, request: Request, kb_id: int) -> Response:
         return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
 
@@ -246,7 +258,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     def create(self, request: Request, kb_id: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
-        _check_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+        self.before_idempotency(request)
         params = UploadInput(data=request.data)
         params.is_valid(raise_exception=True)
         uploads = params.validated_data["files"]
@@ -278,7 +290,8 @@ class DocumentViewSet(KnowledgeApiViewSet):
             "them); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
         ),
         request=VersionInput,
-        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 429), 409: VERSION_CONFLICT},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
         examples=[OpenApiExample("Rechunk", request_only=True, value={"chunk_size": 120, "activate": "auto"})],
     ),
     activate=extend_schema(
@@ -289,7 +302,8 @@ class DocumentViewSet(KnowledgeApiViewSet):
             "is served afterwards. Needs `ingest`."
         ),
         request=None,
-        responses={200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={200: VersionOutput, **error_responses(401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
     ),
 )
 class VersionViewSet(KnowledgeApiViewSet):
@@ -389,7 +403,8 @@ SOURCE_EXAMPLE = {
             "(ETag / Last-Modified). Needs the `admin` scope."
         ),
         request=SourceInput,
-        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 429)},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
         examples=[
             OpenApiExample("Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}),
             OpenApiExample(
@@ -409,7 +424,8 @@ SOURCE_EXAMPLE = {
         summary="Sync a source now",
         description="Answers 202 with the task that syncs it (its run is recorded like a scheduled one).",
         request=None,
-        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 429)},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 409, 422, 429)},
     ),
 )
 class SourceViewSet(KnowledgeApiViewSet):

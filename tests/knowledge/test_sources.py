@@ -334,3 +334,15 @@ def test_a_source_deleted_before_its_sync_is_skipped(celery_worker, kb, roots):
     delete_source(source)
     result = tasks.sync_source.delay(source_id).get(timeout=TASK_TIMEOUT_S)
     assert result == {"skipped": "the source was deleted"}
+
+
+@pytest.mark.django_db
+def test_a_sync_requested_twice_with_one_key_queues_one_task(admin_key, kb, roots, django_capture_on_commit_callbacks):
+    from knowledge.models import KnowledgeTask
+
+    source = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
+    with django_capture_on_commit_callbacks(execute=False):  # queued, never sent: no worker needed
+        first = admin_key.post(f"{sources_url(kb)}/{source.pk}/sync", HTTP_IDEMPOTENCY_KEY="sync-1")
+        again = admin_key.post(f"{sources_url(kb)}/{source.pk}/sync", HTTP_IDEMPOTENCY_KEY="sync-1")
+    assert first.status_code == again.status_code == 202 and again.json() == first.json()
+    assert KnowledgeTask.objects.filter(knowledge_base=kb, kind=KnowledgeTask.Kind.SYNC_SOURCE).count() == 1
