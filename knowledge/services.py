@@ -44,8 +44,9 @@ from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, pars
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
-from engines.base import Extraction, LexicalDocument
+from engines.base import Extraction, LexicalDocument, SearchScope, SqlFilter
 from core.metrics import record_ingest
+from core.usage import frequent_queries
 from core.tracing import span
 from tenants.models import Tenant
 
@@ -639,7 +640,8 @@ def fill_version(
     version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
 ) -> KnowledgeBaseVersion:
     """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
-    ``ready`` when every ready document of the KB has chunks in it, else ``failed`` naming them."""
+    ``ready`` when every ready document of the KB has chunks in it and a sample of the tenant's recent
+    queries is answered by it without error, else ``failed`` naming what is missing or failed."""
     kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
     with _stored_sources(files) as sources:
         report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
@@ -651,10 +653,33 @@ def fill_version(
     )
     reasons = dict(report.failures)
     version.error = "; ".join(f"{uri}: {reasons.get(uri, 'no stored original')}" for uri in missing[:20])
-    version.status = KnowledgeBaseVersion.Status.FAILED if missing else KnowledgeBaseVersion.Status.READY
+    if not missing:
+        version.error = _sample_queries_failure(kb, version)
+    version.status = KnowledgeBaseVersion.Status.FAILED if version.error else KnowledgeBaseVersion.Status.READY
     version.finished_at = timezone.now()
     version.save(update_fields=["status", "error", "finished_at"])
     return version
+
+
+# A new version must answer this many of the tenant's most frequent recent queries (core.usage) before it is ready.
+VALIDATION_QUERIES = 20
+
+
+def _sample_queries_failure(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> str:
+    """Each sampled query through both legs of the new version (its model embeds the query for its
+    vectors; its keyword index takes the analyzed tokens): '' when all answer, else why the first failed."""
+    queries = frequent_queries(kb.tenant_id, VALIDATION_QUERIES)
+    if not queries:
+        return ""
+    embedder, analyzer = get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id)
+    scope = SearchScope(kb.tenant_id, (version.pk,), version.embedding_dim)
+    for query in queries:
+        try:
+            vector_index().search(scope, embedder.embed_query(query), 10, SqlFilter())
+            get_lexical_index().search(version.pk, kb.tenant_id, analyzer.tokens(query), 10, None)
+        except Exception as exc:  # any failure of the new version keeps it from searches
+            return f"the recent query {query!r} failed on this version: {type(exc).__name__}: {exc}"
+    return ""
 
 
 def fail_version(version_id: int, reason: str) -> None:
