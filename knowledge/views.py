@@ -286,8 +286,9 @@ class DocumentViewSet(KnowledgeApiViewSet):
         description=(
             "Answers 202 with the task that builds it from the stored originals (re-parse, re-chunk, re-embed, new "
             "keyword index) while searches keep reading the active version. Omitted settings are the active "
-            "version's. It is `ready` when every ready document has chunks in it, else `failed` (`error` names "
-            "them); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
+            "version's. It is `ready` when every ready document has chunks in it and it answers the tenant's "
+            "most frequent recent queries without error, else `failed` (`error` names the documents or the "
+            "query); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
         ),
         request=VersionInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],

@@ -346,3 +346,43 @@ def test_a_sync_requested_twice_with_one_key_queues_one_task(admin_key, kb, root
         again = admin_key.post(f"{sources_url(kb)}/{source.pk}/sync", HTTP_IDEMPOTENCY_KEY="sync-1")
     assert first.status_code == again.status_code == 202 and again.json() == first.json()
     assert KnowledgeTask.objects.filter(knowledge_base=kb, kind=KnowledgeTask.Kind.SYNC_SOURCE).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_beat_process_picks_up_an_edited_file(celery_worker, tenant, kb, roots, tmp_path):
+    """``celery beat`` as ``./run serve`` starts it (DatabaseScheduler, a process of its own, on the test
+    database) sends a 10-second source's syncs to the worker; an edited file reaches search."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import database_url_of_this_run
+    from tests.knowledge.test_tasks import ROOT
+
+    source = create_source(kb, kind="folder", path="handbook", interval_seconds=10)
+    command = [
+        sys.executable, "-m", "celery", "-A", "retrieval_site", "beat",
+        "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler", "--pidfile", str(tmp_path / "beat.pid"),
+    ]  # fmt: skip
+    environment = {**os.environ, "DATABASE_URL": database_url_of_this_run(), "LOG_LEVEL": "WARNING"}
+    log_path = tmp_path / "beat.log"
+
+    def wait_for_run(done) -> SourceRun:
+        deadline = time.monotonic() + 90
+        while not (run := SourceRun.objects.filter(source=source, status="succeeded").order_by("-id").first()) or not done(run):
+            assert beat.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, f"no such run in time:\n{log_path.read_text()}"
+            time.sleep(0.5)
+        return run
+
+    with open(log_path, "ab") as log:
+        beat = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_run(lambda run: run.added == 2)
+        (roots[0] / "handbook" / "lock.md").write_text("# PPR-9087 lock\n\nThe PPR-9087 lock now fits doors 30 to 90 mm.")
+        run = wait_for_run(lambda run: run.replaced == 1)
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+    assert run.trigger == "schedule" and run.unchanged == 1
+    assert any("30 to 90 mm" in hit for hit in bm25_hits(tenant, kb, "PPR-9087 doors"))
