@@ -308,6 +308,10 @@ class KnowledgeSourceAdmin(admin.ModelAdmin):
         if change:  # only the schedule changes; an added source was saved by save_form
             set_schedule(obj, **form.schedule())
 
+    def save_related(self, request, form, formsets, change):
+        if change:  # an added source has no inlines, and the service saved all it has
+            super().save_related(request, form, formsets, change)
+
     def delete_model(self, request, obj):
         delete_source(obj)
 
