@@ -272,6 +272,7 @@ class KnowledgeSourceAdmin(admin.ModelAdmin):
     form = KnowledgeSourceForm
     list_display = ["__str__", "knowledge_base", "kind", "schedule", "last_run"]
     list_filter = ["kind", "knowledge_base__tenant"]
+    list_select_related = ["knowledge_base__tenant", "periodic_task__interval", "periodic_task__crontab"]
     inlines = [SourceRunInline]
     actions = ["sync_now"]
     fixed_after_creation = ["knowledge_base", "kind", "path", "urls", "created_at"]

@@ -131,7 +131,7 @@ class TaskProgressOutput(serializers.Serializer):
 
 class TaskOutput(serializers.Serializer):
     task_id = serializers.CharField()
-    kind = serializers.CharField(help_text="ingest")
+    kind = serializers.CharField(help_text="ingest, build_version or sync_source")
     knowledge_base = serializers.IntegerField()
     state = serializers.ChoiceField(choices=["PENDING", "STARTED", "PROGRESS", "SUCCESS", "FAILURE", "RETRY"])
     progress = TaskProgressOutput(allow_null=True)

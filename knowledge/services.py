@@ -779,15 +779,17 @@ def delete_document(document: Document) -> None:
     row and stored original once the removal is committed."""
     from knowledge.tasks import purge_documents  # here: the tasks module imports this one
 
-    with transaction.atomic():
-        remove_from_search(document.knowledge_base, [document.pk])
-        transaction.on_commit(lambda: purge_documents.delay([document.pk]))
+    remove_from_search(document.knowledge_base, [document.pk], then=lambda ids: purge_documents.delay(ids))
 
 
-def remove_from_search(kb: KnowledgeBase, document_ids: Sequence[int]) -> int:
+def remove_from_search(
+    kb: KnowledgeBase, document_ids: Sequence[int], *, then: Callable[[list[int]], object] | None = None
+) -> int:
     """Deactivate documents of ``kb``: their chunks (rows, graph mentions) leave every version in one
     transaction and their keyword-index entries right after the commit; the documents stay ``removed``
-    (no chunks) until purged. Returns how many were removed (already removed ones are skipped)."""
+    (no chunks) until purged. ``then`` gets the ids removed once that commits (robust: a failure there,
+    say the broker down, leaves them to the hourly purge). Returns how many were removed (already
+    removed ones are skipped)."""
     with transaction.atomic():
         documents = Document.objects.select_for_update().filter(knowledge_base=kb, pk__in=list(document_ids))
         ids = list(documents.exclude(status=Document.Status.REMOVED).values_list("pk", flat=True))
@@ -805,6 +807,8 @@ def remove_from_search(kb: KnowledgeBase, document_ids: Sequence[int]) -> int:
             status=Document.Status.REMOVED, removed_at=timezone.now(), chunk_count=0, error="", updated_at=timezone.now()
         )
         _bump_revisions(list(held))
+        if then is not None and ids:
+            transaction.on_commit(lambda: then(ids), robust=True)
     for version_id in held:
         apply_pending_lexical_changes(version_id)
     return len(ids)
@@ -828,7 +832,8 @@ def purge_document_rows(document_ids: Sequence[int]) -> int:
 
 
 def purge_documents_removed_before(grace_hours: int) -> int:
-    """Purge documents removed more than ``grace_hours`` ago (beat runs it hourly)."""
+    """Purge documents removed more than ``grace_hours`` ago (beat runs it hourly): those gone from their
+    source, and deleted ones whose own purge task was never sent."""
     cutoff = timezone.now() - timedelta(hours=grace_hours)
     old = Document.objects.filter(status=Document.Status.REMOVED, removed_at__lt=cutoff)
     return purge_document_rows(list(old.values_list("pk", flat=True)))
