@@ -55,6 +55,25 @@ class ChunksGoWithTheirDocuments:
         return deleted, counts, perms_needed - {Chunk._meta.verbose_name}, protected
 
 
+class MadeAndDeletedByServices:
+    """For admins whose add form's ``create()`` makes the object through a service (which saves all it
+    has, so no inline follows an add) and whose deletes go through ``delete_with_service``."""
+
+    def save_form(self, request, form, change):
+        return super().save_form(request, form, change) if change else form.create()
+
+    def save_related(self, request, form, formsets, change):
+        if change:
+            super().save_related(request, form, formsets, change)
+
+    def delete_model(self, request, obj):
+        self.delete_with_service(obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_with_service(obj)
+
+
 class KnowledgeBaseCreationForm(forms.ModelForm):
     """The arguments of ``create_knowledge_base``; a blank one takes the service's default."""
 
@@ -106,7 +125,7 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
 
 @admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
+class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, admin.ModelAdmin):
     list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
@@ -141,24 +160,12 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     def get_inlines(self, request, obj):
         return [] if obj is None else [VersionInline]
 
-    def save_form(self, request, form, change):
-        """A new KB is made by the service (its first version, sized for its model), not by the form."""
-        return super().save_form(request, form, change) if change else form.create()
+    # A new KB is made by the service (its first version, sized for its model), not by the form.
+    delete_with_service = staticmethod(delete_knowledge_base)
 
     def save_model(self, request, obj, form, change):
         if change:  # name and description only; an added KB was saved by save_form
             super().save_model(request, obj, form, change)
-
-    def save_related(self, request, form, formsets, change):
-        if change:  # an added KB has no inlines, and the service saved all it has
-            super().save_related(request, form, formsets, change)
-
-    def delete_model(self, request, obj):
-        delete_knowledge_base(obj)
-
-    def delete_queryset(self, request, queryset):
-        for kb in queryset:
-            delete_knowledge_base(kb)
 
 
 class DocumentForm(forms.ModelForm):
@@ -265,7 +272,7 @@ class KnowledgeSourceForm(forms.ModelForm):
 
 
 @admin.register(KnowledgeSource)
-class KnowledgeSourceAdmin(admin.ModelAdmin):
+class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     """Folders and URL lists kept in sync by beat: their schedule, last runs, and a "sync now" action
     (the same task as ``POST .../sources/{id}/sync``)."""
 
@@ -301,24 +308,12 @@ class KnowledgeSourceAdmin(admin.ModelAdmin):
         counts = f"+{run.added} ~{run.replaced} ={run.unchanged} -{run.removed} !{run.failed}"
         return f"{run.started_at:%Y-%m-%d %H:%M:%S} {run.status} ({counts})"
 
-    def save_form(self, request, form, change):
-        """A new source is made by the service (with its beat entry), not by the form."""
-        return super().save_form(request, form, change) if change else form.create()
+    # A new source is made by the service (with its beat entry), not by the form.
+    delete_with_service = staticmethod(delete_source)
 
     def save_model(self, request, obj, form, change):
         if change:  # only the schedule changes; an added source was saved by save_form
             set_schedule(obj, **form.schedule())
-
-    def save_related(self, request, form, formsets, change):
-        if change:  # an added source has no inlines, and the service saved all it has
-            super().save_related(request, form, formsets, change)
-
-    def delete_model(self, request, obj):
-        delete_source(obj)
-
-    def delete_queryset(self, request, queryset):
-        for source in queryset:
-            delete_source(source)
 
     @admin.action(description="Sync selected sources now", permissions=["change"])
     def sync_now(self, request, queryset):
