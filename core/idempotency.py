@@ -94,7 +94,11 @@ class IdempotentPostMixin:
         super().initial(request, *args, **kwargs)
         key = request.headers.get(IDEMPOTENCY_HEADER)
         if request.method == "POST" and key is not None:
+            self.before_idempotency(request)
             self._claim = _claim_key(request, key)
+
+    def before_idempotency(self, request) -> None:
+        """Checks a view makes before the body is read for the key's fingerprint (e.g. its size)."""
 
     def handle_exception(self, exc):
         if isinstance(exc, _Replay):
@@ -162,13 +166,26 @@ def _read_or_lock(claim: _Claim) -> tuple[bytes | None, str | None]:
 
 
 def _fingerprint(request) -> str:
-    """Method, path and body; JSON bodies canonically, so key order and spacing do not matter."""
+    """Method, path and body; JSON bodies canonically, so key order and spacing do not matter; a
+    multipart body by its fields and its files' names and contents (its boundary differs per retry)."""
+    digest = hashlib.sha256(f"{request.method} {request.path}\n".encode())
+    if request.content_type.startswith("multipart/form-data"):
+        for name, value in sorted(request.POST.lists()):
+            digest.update(json.dumps([name, value]).encode())
+        for name, uploads in sorted(request.FILES.lists()):
+            for upload in uploads:
+                digest.update(json.dumps([name, upload.name, upload.size]).encode())
+                for block in upload.chunks():
+                    digest.update(block)
+                upload.seek(0)
+        return digest.hexdigest()
     body = request.body
     try:
         body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
     except (ValueError, RecursionError):  # not JSON (the parser refuses it later): the raw bytes
         pass
-    return hashlib.sha256(f"{request.method} {request.path}\n".encode() + body).hexdigest()
+    digest.update(body)
+    return digest.hexdigest()
 
 
 def _replayed(record: dict) -> HttpResponse:

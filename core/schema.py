@@ -4,8 +4,10 @@ and the API-key security schemes. Extensions register on import: ``CoreConfig.re
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
+
+from core.idempotency import IDEMPOTENCY_KEY_PATTERN
 
 
 class ErrorDetailOutput(serializers.Serializer):
@@ -79,6 +81,17 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
     ),
 }
 REQUEST_ID = "8f0c1b2e3d4a45b6a7c8d9e0f1a2b3c4"
+# Every POST of the API takes it (core.idempotency.IdempotentPostMixin).
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    pattern=IDEMPOTENCY_KEY_PATTERN,
+    description="Makes a retry safe: the same key and body within `IDEMPOTENCY_TTL_S` (a day) replays the "
+    "first response, with `Idempotent-Replayed: true`. The same key with a different body or endpoint is a "
+    "422 `idempotency_key_reused`; while the first request still runs, a 409. A key is 1-255 of "
+    "`A-Z a-z 0-9 . _ : -`.",
+)
 BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."}
 
 

@@ -119,6 +119,17 @@ def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | N
     }
 
 
+def frequent_queries(tenant_id: int, count: int) -> list[str]:
+    """The tenant's ``count`` most frequent recent queries (as counted: whitespace collapsed, case
+    folded), the most frequent first; empty while Redis is unreachable."""
+    try:
+        queries = get_redis_connection("default").zrevrange(cache.make_key(_key(tenant_id, "top")), 0, count - 1)
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("query counters", exc)
+        return []
+    return [query.decode() for query in queries]
+
+
 def _day(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(timestamp))
 

@@ -2,15 +2,28 @@
 and cached answers follow every change; what only a rebuild may change is read-only here."""
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django_celery_beat.validators import crontab_validator
 from django.http import HttpResponse
 from django.urls import path, re_path
 
 from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import console, vocabulary
-from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
+from knowledge.errors import InvalidSourcePath
+from knowledge.models import (
+    Chunk,
+    DictionaryTerm,
+    Document,
+    KnowledgeBase,
+    KnowledgeBaseVersion,
+    KnowledgeSource,
+    SourceRun,
+    Synonym,
+)
+from knowledge.selectors import latest_runs, source_schedule
+from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, set_schedule
 from knowledge.services import (
     create_knowledge_base,
     delete_document,
@@ -41,6 +54,25 @@ class ChunksGoWithTheirDocuments:
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         return deleted, counts, perms_needed - {Chunk._meta.verbose_name}, protected
+
+
+class MadeAndDeletedByServices:
+    """For admins whose add form's ``create()`` makes the object through a service (which saves all it
+    has, so no inline follows an add) and whose deletes go through ``delete_with_service``."""
+
+    def save_form(self, request, form, change):
+        return super().save_form(request, form, change) if change else form.create()
+
+    def save_related(self, request, form, formsets, change):
+        if change:
+            super().save_related(request, form, formsets, change)
+
+    def delete_model(self, request, obj):
+        self.delete_with_service(obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_with_service(obj)
 
 
 class KnowledgeBaseCreationForm(forms.ModelForm):
@@ -94,7 +126,7 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
 
 @admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
+class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, admin.ModelAdmin):
     list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
@@ -138,24 +170,12 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
     def get_inlines(self, request, obj):
         return [] if obj is None else [VersionInline]
 
-    def save_form(self, request, form, change):
-        """A new KB is made by the service (its first version, sized for its model), not by the form."""
-        return super().save_form(request, form, change) if change else form.create()
+    # A new KB is made by the service (its first version, sized for its model), not by the form.
+    delete_with_service = staticmethod(delete_knowledge_base)
 
     def save_model(self, request, obj, form, change):
         if change:  # name and description only; an added KB was saved by save_form
             super().save_model(request, obj, form, change)
-
-    def save_related(self, request, form, formsets, change):
-        if change:  # an added KB has no inlines, and the service saved all it has
-            super().save_related(request, form, formsets, change)
-
-    def delete_model(self, request, obj):
-        delete_knowledge_base(obj)
-
-    def delete_queryset(self, request, queryset):
-        for kb in queryset:
-            delete_knowledge_base(kb)
 
 
 class DocumentForm(forms.ModelForm):
@@ -203,6 +223,122 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
             by_kb.setdefault(document.knowledge_base, []).append(document)
         for kb, documents in by_kb.items():
             console.report_reingest(request, kb, documents)
+
+
+class SourceRunInline(admin.TabularInline):
+    """A source's syncs, the newest first (each sync keeps the latest ``RUNS_KEPT``)."""
+
+    model = SourceRun
+    extra = 0
+    fields = [
+        "started_at", "finished_at", "trigger", "status", "added", "replaced", "unchanged", "removed", "failed",
+        "failures", "error",
+    ]  # fmt: skip
+    readonly_fields = fields
+    can_delete = False
+    ordering = ["-started_at", "-id"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # runs are recorded by the syncs
+
+
+class KnowledgeSourceForm(forms.ModelForm):
+    """The arguments of ``create_source``; afterwards only the schedule changes (``set_schedule``)."""
+
+    interval_seconds = forms.IntegerField(required=False, min_value=10, help_text="Sync every this many seconds,")
+    crontab = forms.CharField(
+        required=False, validators=[crontab_validator], help_text='or on this crontab (UTC), e.g. "*/15 * * * *".'
+    )
+
+    class Meta:
+        model = KnowledgeSource
+        fields = ["knowledge_base", "kind", "path", "urls"]
+        help_texts = {
+            "path": "Folder sources: under KNOWLEDGE_SOURCE_ROOTS (a relative path is taken from the first root).",
+            "urls": "URL sources: comma-separated http(s) URLs.",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial.update(source_schedule(self.instance))
+
+    def clean(self):
+        data = super().clean()
+        if bool(data.get("interval_seconds")) == bool(data.get("crontab")):
+            raise ValidationError("Give an interval or a crontab (one of them).")
+        if self.instance.pk is None:
+            folder = data.get("kind") == KnowledgeSource.Kind.FOLDER
+            if folder and not data.get("path"):
+                raise ValidationError({"path": "A folder source needs a path."})
+            if folder:
+                try:
+                    checked_folder(data["path"])
+                except InvalidSourcePath as exc:
+                    raise ValidationError({"path": exc.message}) from None
+            if not folder and not data.get("urls"):
+                raise ValidationError({"urls": "A URL source needs URLs."})
+        return data
+
+    def schedule(self) -> dict:
+        return {"interval_seconds": self.cleaned_data.get("interval_seconds"), "crontab": self.cleaned_data.get("crontab")}
+
+    def create(self) -> KnowledgeSource:
+        data = self.cleaned_data
+        return create_source(
+            data["knowledge_base"], kind=data["kind"], path=data.get("path", ""), urls=data.get("urls"), **self.schedule()
+        )
+
+
+@admin.register(KnowledgeSource)
+class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
+    """Folders and URL lists kept in sync by beat: their schedule, last runs, and a "sync now" action
+    (the same task as ``POST .../sources/{id}/sync``)."""
+
+    form = KnowledgeSourceForm
+    list_display = ["__str__", "knowledge_base", "kind", "schedule", "last_run"]
+    list_filter = ["kind", "knowledge_base__tenant"]
+    list_select_related = ["knowledge_base__tenant", "periodic_task__interval", "periodic_task__crontab"]
+    inlines = [SourceRunInline]
+    actions = ["sync_now"]
+    fixed_after_creation = ["knowledge_base", "kind", "path", "urls", "created_at"]
+
+    def get_fields(self, request, obj=None):
+        fields = ["interval_seconds", "crontab"]
+        return [*self.form._meta.fields, *fields] if obj is None else [*self.fixed_after_creation, *fields]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [] if obj is None else self.fixed_after_creation
+
+    def get_inlines(self, request, obj):
+        return [] if obj is None else self.inlines
+
+    @admin.display(description="schedule")
+    def schedule(self, source: KnowledgeSource) -> str:
+        schedule = source_schedule(source)
+        return f"every {schedule['interval_seconds']} s" if "interval_seconds" in schedule else schedule.get("crontab", "")
+
+    @admin.display(description="last run")
+    def last_run(self, source: KnowledgeSource) -> str:
+        runs = latest_runs(source, 1)
+        if not runs:
+            return "never"
+        run = runs[0]
+        counts = f"+{run.added} ~{run.replaced} ={run.unchanged} -{run.removed} !{run.failed}"
+        return f"{run.started_at:%Y-%m-%d %H:%M:%S} {run.status} ({counts})"
+
+    # A new source is made by the service (with its beat entry), not by the form.
+    delete_with_service = staticmethod(delete_source)
+
+    def save_model(self, request, obj, form, change):
+        if change:  # only the schedule changes; an added source was saved by save_form
+            set_schedule(obj, **form.schedule())
+
+    @admin.action(description="Sync selected sources now", permissions=["change"])
+    def sync_now(self, request, queryset):
+        for source in queryset:
+            queue_sync(source)
+        self.message_user(request, f"{queryset.count()} sync(s) queued; their runs appear on each source.", messages.SUCCESS)
 
 
 @admin.register(Chunk)

@@ -47,3 +47,15 @@ class VersionConflict(DomainError):
 
     status_code = status.HTTP_409_CONFLICT
     code = "version_conflict"
+
+
+class SourceNotFound(DomainError):
+    status_code = status.HTTP_404_NOT_FOUND
+    code = "source_not_found"
+
+
+class InvalidSourcePath(DomainError):
+    """400: a folder source outside ``KNOWLEDGE_SOURCE_ROOTS``, through ``..``, out of them through a
+    symlink, not a folder, or overlapping another tenant's source; ``details.rule`` names which."""
+
+    code = "invalid_source_path"

@@ -10,14 +10,16 @@ from django.db.models import Count, QuerySet
 
 from core.usage import query_counts
 
-from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, TaskNotFound, VersionNotFound
+from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
     Document,
     KnowledgeBase,
     KnowledgeBaseVersion,
+    KnowledgeSource,
     KnowledgeTask,
+    SourceRun,
     Synonym,
 )
 from tenants.models import Tenant
@@ -96,6 +98,41 @@ def document_of(kb: KnowledgeBase, document_id: int) -> Document:
     if document is None:
         raise DocumentNotFound(f"knowledge base {kb.pk} has no document {document_id}")
     return document
+
+
+RUNS_SHOWN = 5
+
+
+def sources_of(kb: KnowledgeBase) -> QuerySet[KnowledgeSource]:
+    """A KB's sources with their schedule."""
+    return (
+        KnowledgeSource.objects.filter(knowledge_base=kb)
+        .select_related("periodic_task__interval", "periodic_task__crontab")
+        .annotate(document_count=Count("documents"))
+        .order_by("id")
+    )
+
+
+def latest_runs(source: KnowledgeSource, count: int = RUNS_SHOWN) -> list[SourceRun]:
+    return list(source.runs.order_by("-started_at", "-id")[:count])
+
+
+def source_of(kb: KnowledgeBase, source_id: int) -> KnowledgeSource:
+    source = sources_of(kb).filter(pk=source_id).first()
+    if source is None:
+        raise SourceNotFound(f"knowledge base {kb.pk} has no source {source_id}")
+    return source
+
+
+def source_schedule(source: KnowledgeSource) -> dict:
+    """``{"interval_seconds": n}`` or ``{"crontab": "m h dom mon dow"}``, as the API takes it."""
+    task = source.periodic_task
+    if task is None:
+        return {}
+    if task.crontab is not None:
+        cron = task.crontab
+        return {"crontab": " ".join([cron.minute, cron.hour, cron.day_of_month, cron.month_of_year, cron.day_of_week])}
+    return {"interval_seconds": task.interval.every}
 
 
 def versions_of(kb: KnowledgeBase) -> QuerySet[KnowledgeBaseVersion]:

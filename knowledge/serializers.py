@@ -1,7 +1,13 @@
-"""Output shapes of the knowledge endpoints."""
+"""Input and output shapes of the knowledge endpoints."""
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django_celery_beat.validators import crontab_validator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from knowledge.models import Document, KnowledgeBaseVersion
+from knowledge.models import Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
+from knowledge.selectors import latest_runs, source_schedule
 
 
 class DocumentCountsOutput(serializers.Serializer):
@@ -125,7 +131,7 @@ class TaskProgressOutput(serializers.Serializer):
 
 class TaskOutput(serializers.Serializer):
     task_id = serializers.CharField()
-    kind = serializers.CharField(help_text="ingest")
+    kind = serializers.CharField(help_text="ingest, build_version or sync_source")
     knowledge_base = serializers.IntegerField()
     state = serializers.ChoiceField(choices=["PENDING", "STARTED", "PROGRESS", "SUCCESS", "FAILURE", "RETRY"])
     progress = TaskProgressOutput(allow_null=True)
@@ -156,3 +162,96 @@ class VersionBuildOutput(serializers.Serializer):
     task_id = serializers.CharField()
     status_url = serializers.CharField(help_text="GET it to follow the build")
     version = VersionOutput()
+
+
+# --- sources (folders or URLs kept in sync on a schedule) ----------------------------------------------
+
+
+class SourceInput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=KnowledgeSource.Kind.choices)
+    path = serializers.CharField(
+        required=False,
+        max_length=1024,
+        help_text="folder sources: absolute, or relative to the first of KNOWLEDGE_SOURCE_ROOTS, and under one of them",
+    )
+    urls = serializers.ListField(
+        child=serializers.URLField(max_length=2048),
+        required=False,
+        allow_empty=False,
+        max_length=1000,
+        help_text="URL sources: http(s) URLs, each fetched as one document",
+    )
+    interval_seconds = serializers.IntegerField(
+        required=False, min_value=10, max_value=366 * 86400, help_text="sync every this many seconds"
+    )
+    crontab = serializers.CharField(
+        required=False, max_length=200, help_text='or on this five-field crontab, UTC (e.g. "*/15 * * * *")'
+    )
+
+    def validate_urls(self, urls):
+        for url in urls:
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise serializers.ValidationError(f"{url}: only http and https URLs")
+        return urls
+
+    def validate_crontab(self, value):
+        try:
+            crontab_validator(value)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from None
+        return value
+
+    def validate(self, data):
+        folder = data["kind"] == KnowledgeSource.Kind.FOLDER
+        if folder and ("path" not in data or "urls" in data):
+            raise serializers.ValidationError({"path": ["a folder source needs a path (and no urls)"]})
+        if not folder and ("urls" not in data or "path" in data):
+            raise serializers.ValidationError({"urls": ["a URL source needs urls (and no path)"]})
+        if ("interval_seconds" in data) == ("crontab" in data):
+            raise serializers.ValidationError({"interval_seconds": ["give interval_seconds or crontab, not both"]})
+        return data
+
+
+class SourceRunOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    trigger = serializers.ChoiceField(choices=SourceRun.Trigger.choices)
+    status = serializers.ChoiceField(choices=SourceRun.Status.choices)
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    added = serializers.IntegerField()
+    replaced = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    removed = serializers.IntegerField(help_text="documents gone from the source: out of search at once")
+    failed = serializers.IntegerField()
+    failures = serializers.ListField(child=serializers.DictField(child=serializers.CharField()), help_text='[{"name", "error"}]')
+    error = serializers.CharField(help_text="why the whole sync failed; empty when it did not")
+
+
+class SourceScheduleOutput(serializers.Serializer):
+    interval_seconds = serializers.IntegerField(required=False)
+    crontab = serializers.CharField(required=False)
+
+
+class SourceOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=KnowledgeSource.Kind.choices)
+    path = serializers.CharField(help_text="folder sources: the absolute folder; empty otherwise")
+    urls = serializers.ListField(child=serializers.CharField())
+    schedule = serializers.SerializerMethodField(help_text="interval_seconds or crontab")
+    runs = serializers.SerializerMethodField(help_text="its latest syncs, the newest first")
+    document_count = serializers.IntegerField(help_text="documents it keeps (removed ones too, until purged)")
+    created_at = serializers.DateTimeField()
+
+    @extend_schema_field(SourceScheduleOutput)
+    def get_schedule(self, source) -> dict:
+        return source_schedule(source)
+
+    @extend_schema_field(SourceRunOutput(many=True))
+    def get_runs(self, source) -> list:
+        return SourceRunOutput(latest_runs(source), many=True).data
+
+
+class SourceSyncOutput(serializers.Serializer):
+    task_id = serializers.CharField()
+    status_url = serializers.CharField(help_text="GET it to follow the sync")
+    source = serializers.IntegerField()

@@ -44,8 +44,9 @@ from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, pars
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
-from engines.base import Extraction, LexicalDocument
+from engines.base import Extraction, LexicalDocument, SearchScope, SqlFilter
 from core.metrics import record_ingest
+from core.usage import frequent_queries
 from core.tracing import span
 from tenants.models import Tenant
 
@@ -418,8 +419,8 @@ class Ingester:
         with span("ingest.index"):
             apply_pending_lexical_changes(self.version.pk, analyzed)
         for doc in pending:
-            # An upload's pending row was never ingested: its first chunks are an addition.
-            added = doc.existing is None or doc.existing.status == Document.Status.PENDING
+            # An upload's pending row was never ingested, a removed one had left: their chunks are an addition.
+            added = doc.existing is None or doc.existing.status in (Document.Status.PENDING, Document.Status.REMOVED)
             self.report.added += added
             self.report.replaced += not added
             self.report.chunks += len(doc.drafts)
@@ -450,6 +451,7 @@ class Ingester:
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
                 original=doc.original,
+                removed_at=None,
             )
             for doc in pending
         ]
@@ -459,7 +461,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
-                "metadata", "chunk_count", "original", "updated_at",
+                "metadata", "chunk_count", "original", "removed_at", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -527,7 +529,7 @@ def queue_uploads(
             )  # a new document is pending (the model's default) until the task ingests it; its original is
             # recorded at once, so it can be re-ingested even if this ingestion fails
             documents.append(document)
-            files.append(_task_file(name, original, labels))
+            files.append(task_file(name, original, labels))
         task = _queue_ingestion(kb, files)
     return task, documents
 
@@ -535,17 +537,8 @@ def queue_uploads(
 def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTask:
     """Keep local files (``manage.py ingest --async``) and queue their ingestion with their sidecar
     labels; a file that cannot be read, or whose sidecar is invalid, is recorded failed at once."""
-    files = []
     with transaction.atomic():
-        for source in sources:
-            try:
-                data, labels = source.path.read_bytes(), _read_sidecar(source.path)
-            except (OSError, ParseError) as exc:
-                existing = Document.objects.filter(knowledge_base=kb, source_uri=source.source_uri).first()
-                record_failure(kb, source.source_uri, existing, str(exc))
-                continue
-            original = keep_original(kb, source.path.name, hashlib.md5(data).hexdigest(), ContentFile(data))
-            files.append(_task_file(source.source_uri, original, labels))
+        files, _ = store_local_files(kb, sources)
         return _queue_ingestion(kb, files)
 
 
@@ -562,11 +555,27 @@ def reingest_documents(kb: KnowledgeBase, documents: Iterable[Document]) -> tupl
             skipped.append(doc)
             continue
         labels = _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata) if doc.content_md5 else None
-        files.append({**_task_file(doc.source_uri, doc.original, labels), "force": True})
+        files.append({**task_file(doc.source_uri, doc.original, labels), "force": True})
     if not files:
         return None, skipped
     with transaction.atomic():
         return _queue_ingestion(kb, files), skipped
+
+
+def store_local_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Keep local files in the originals storage, as task files with their sidecar labels; a file that
+    cannot be read, or whose sidecar is invalid, is recorded failed. Returns (task files, failures)."""
+    files, failures = [], []
+    for source in sources:
+        try:
+            data, labels = source.path.read_bytes(), _read_sidecar(source.path)
+        except (OSError, ParseError) as exc:
+            existing = Document.objects.filter(knowledge_base=kb, source_uri=source.source_uri).first()
+            failures.append((source.source_uri, record_failure(kb, source.source_uri, existing, str(exc)).error))
+            continue
+        original = keep_original(kb, source.path.name, hashlib.md5(data).hexdigest(), ContentFile(data))
+        files.append(task_file(source.source_uri, original, labels))
+    return files, failures
 
 
 def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
@@ -607,10 +616,10 @@ def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
 def _queue_ingestion(kb: KnowledgeBase, files: list[dict]) -> KnowledgeTask:
     from knowledge.tasks import ingest_documents  # here: the tasks module imports this one
 
-    return _queue_task(kb, KnowledgeTask.Kind.INGEST, ingest_documents, (kb.pk, files))
+    return queue_task(kb, KnowledgeTask.Kind.INGEST, ingest_documents, (kb.pk, files))
 
 
-def _queue_task(kb: KnowledgeBase, kind: str, task, args: tuple) -> KnowledgeTask:
+def queue_task(kb: KnowledgeBase, kind: str, task, args: tuple) -> KnowledgeTask:
     """Record the task for its tenant, then send it once the transaction commits (the worker must
     see the rows)."""
     record = KnowledgeTask.objects.create(
@@ -654,7 +663,7 @@ def start_version_build(
             raise VersionConflict(f"version {building.number} is still building")
         number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
         version = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=number, **index)
-        task = _queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, build_version, (version.pk, activate))
+        task = queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, build_version, (version.pk, activate))
     return version, task
 
 
@@ -662,7 +671,7 @@ def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
     """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
     documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
     return [
-        _task_file(doc.source_uri, doc.original, _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
+        task_file(doc.source_uri, doc.original, _Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
         for doc in documents.exclude(original="").order_by("pk")
     ]
 
@@ -671,7 +680,8 @@ def fill_version(
     version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
 ) -> KnowledgeBaseVersion:
     """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
-    ``ready`` when every ready document of the KB has chunks in it, else ``failed`` naming them."""
+    ``ready`` when every ready document of the KB has chunks in it and a sample of the tenant's recent
+    queries is answered by it without error, else ``failed`` naming what is missing or failed."""
     kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
     with _stored_sources(files) as sources:
         report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
@@ -683,10 +693,33 @@ def fill_version(
     )
     reasons = dict(report.failures)
     version.error = "; ".join(f"{uri}: {reasons.get(uri, 'no stored original')}" for uri in missing[:20])
-    version.status = KnowledgeBaseVersion.Status.FAILED if missing else KnowledgeBaseVersion.Status.READY
+    if not missing:
+        version.error = _sample_queries_failure(kb, version)
+    version.status = KnowledgeBaseVersion.Status.FAILED if version.error else KnowledgeBaseVersion.Status.READY
     version.finished_at = timezone.now()
     version.save(update_fields=["status", "error", "finished_at"])
     return version
+
+
+# A new version must answer this many of the tenant's most frequent recent queries (core.usage) before it is ready.
+VALIDATION_QUERIES = 20
+
+
+def _sample_queries_failure(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> str:
+    """Each sampled query through both legs of the new version (its model embeds the query for its
+    vectors; its keyword index takes the analyzed tokens): '' when all answer, else why the first failed."""
+    queries = frequent_queries(kb.tenant_id, VALIDATION_QUERIES)
+    if not queries:
+        return ""
+    embedder, analyzer = get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id)
+    scope = SearchScope(kb.tenant_id, (version.pk,), version.embedding_dim)
+    for query in queries:
+        try:
+            vector_index().search(scope, embedder.embed_query(query), 10, SqlFilter())
+            get_lexical_index().search(version.pk, kb.tenant_id, analyzer.tokens(query), 10, None)
+        except Exception as exc:  # any failure of the new version keeps it from searches
+            return f"the recent query {query!r} failed on this version: {type(exc).__name__}: {exc}"
+    return ""
 
 
 def fail_version(version_id: int, reason: str) -> None:
@@ -746,7 +779,7 @@ def retire_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
     return version
 
 
-def _task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:
+def task_file(source_uri: str, original: str, labels: _Labels | None) -> dict:
     return {"source_uri": source_uri, "original": original, "labels": asdict(labels) if labels else None}
 
 
@@ -800,18 +833,68 @@ def expire_cached_answers(tenant_id: int) -> None:
 
 
 def delete_document(document: Document) -> None:
-    """Remove a document with its chunks and their graph mentions, then its keyword-index entries once
-    the delete is committed."""
+    """Take a document out of every search at once (see :func:`remove_from_search`); a task purges its
+    row and stored original once the removal is committed."""
+    from knowledge.tasks import purge_documents  # here: the tasks module imports this one
+
+    remove_from_search(document.knowledge_base, [document.pk], then=lambda ids: purge_documents.delay(ids))
+
+
+def remove_from_search(
+    kb: KnowledgeBase, document_ids: Sequence[int], *, then: Callable[[list[int]], object] | None = None
+) -> int:
+    """Deactivate documents of ``kb``: their chunks (rows, graph mentions) leave every version in one
+    transaction and their keyword-index entries right after the commit; the documents stay ``removed``
+    (no chunks) until purged. ``then`` gets the ids removed once that commits (robust: a failure there,
+    say the broker down, leaves them to the hourly purge). Returns how many were removed (already
+    removed ones are skipped)."""
     with transaction.atomic():
-        version_ids = _versions_holding(document)
-        for version_id in version_ids:
-            _record_lexical_change(version_id, [document.pk])
-            chunk_ids = list(document.chunks.filter(kb_version_id=version_id).values_list("id", flat=True))
-            graph_store().replace_chunks(document.tenant_id, version_id, chunk_ids, {})
-        document.delete()
-        _bump_revisions(version_ids)
-    for version_id in version_ids:
+        documents = Document.objects.select_for_update().filter(knowledge_base=kb, pk__in=list(document_ids))
+        ids = list(documents.exclude(status=Document.Status.REMOVED).values_list("pk", flat=True))
+        held: dict[int, list[int]] = {}
+        for version_id, document_id in Chunk.objects.filter(document_id__in=ids).order_by().values_list(
+            "kb_version_id", "document_id"
+        ).distinct():
+            held.setdefault(version_id, []).append(document_id)
+        for version_id, holding in held.items():
+            _record_lexical_change(version_id, holding)
+            chunk_ids = list(Chunk.objects.filter(kb_version_id=version_id, document_id__in=holding).values_list("id", flat=True))
+            graph_store().replace_chunks(kb.tenant_id, version_id, chunk_ids, {})
+        Chunk.objects.filter(document_id__in=ids).delete()
+        Document.objects.filter(pk__in=ids).update(
+            status=Document.Status.REMOVED, removed_at=timezone.now(), chunk_count=0, error="", updated_at=timezone.now()
+        )
+        _bump_revisions(list(held))
+        if then is not None and ids:
+            transaction.on_commit(lambda: then(ids), robust=True)
+    for version_id in held:
         apply_pending_lexical_changes(version_id)
+    return len(ids)
+
+
+def purge_document_rows(document_ids: Sequence[int]) -> int:
+    """Delete documents that are still ``removed`` (one that came back meanwhile stays), and their stored
+    originals unless another document uses the same one. Returns how many rows went."""
+    with transaction.atomic():
+        documents = Document.objects.select_for_update(skip_locked=True).filter(
+            pk__in=list(document_ids), status=Document.Status.REMOVED
+        )
+        purged = list(documents.values_list("pk", "original"))
+        Document.objects.filter(pk__in=[pk for pk, _ in purged]).delete()
+        originals = {original for _, original in purged if original}
+        kept = set(Document.objects.filter(original__in=originals).values_list("original", flat=True))
+        storage = originals_storage()
+        for name in originals - kept:
+            transaction.on_commit(lambda name=name: storage.delete(name), robust=True)
+    return len(purged)
+
+
+def purge_documents_removed_before(grace_hours: int) -> int:
+    """Purge documents removed more than ``grace_hours`` ago (beat runs it hourly): those gone from their
+    source, and deleted ones whose own purge task was never sent."""
+    cutoff = timezone.now() - timedelta(hours=grace_hours)
+    old = Document.objects.filter(status=Document.Status.REMOVED, removed_at__lt=cutoff)
+    return purge_document_rows(list(old.values_list("pk", flat=True)))
 
 
 @transaction.atomic

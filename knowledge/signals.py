@@ -2,7 +2,9 @@
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from knowledge.models import DictionaryTerm, Synonym
+from django_celery_beat.models import PeriodicTask
+
+from knowledge.models import DictionaryTerm, KnowledgeSource, Synonym
 from knowledge.services import expire_cached_answers
 
 
@@ -12,3 +14,10 @@ def expire_answers_on_expansion_change(instance, **kwargs) -> None:
     """Synonyms and protected terms change answers without changing chunks: an edit (admin or code)
     must not be hidden behind cached answers."""
     expire_cached_answers(instance.tenant_id)
+
+
+@receiver(post_delete, sender=KnowledgeSource)
+def delete_schedule_with_source(instance, **kwargs) -> None:
+    """A source's beat entry goes with it, however it is deleted (its KB or tenant deleted too)."""
+    if instance.periodic_task_id is not None:
+        PeriodicTask.objects.filter(pk=instance.periodic_task_id).delete()

@@ -18,14 +18,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from engines.base import LexicalIndexError
 from engines.embedders import EmbeddingError
-from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
+from knowledge import sources
+from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.services import (
     activate_version,
     fail_pending_documents,
     fail_version,
     fill_version,
     ingest_stored_files,
+    purge_document_rows,
     purge_old_versions,
+    purge_documents_removed_before,
     version_build_files,
 )
 
@@ -106,6 +109,39 @@ def build_version(self, version_id: int, activate: bool) -> dict:
 def purge_versions() -> int:
     """Beat runs it hourly: versions retired or failed more than KB_VERSION_RETENTION_DAYS ago go."""
     return purge_old_versions(settings.KB_VERSION_RETENTION_DAYS)
+
+
+@shared_task(bind=True, **RETRIES)
+def sync_source(self, source_id: int, trigger: str = SourceRun.Trigger.SCHEDULE) -> dict:
+    """Beat sends it on the source's schedule (``POST .../sync`` and the admin with ``manual``): the KB
+    made equal to its source, recorded as a run. Progress in documents (known once the source is walked).
+    A source deleted meanwhile, or one another sync is running for, is skipped."""
+    source = KnowledgeSource.objects.filter(pk=source_id).first()
+    if source is None:
+        return {"skipped": "the source was deleted"}
+    progress: list[Progress] = []
+
+    def start_progress(total: int):
+        progress.append(Progress(self, total=total, unit="documents"))
+        return progress[0].advance
+
+    run = sources.sync(source, trigger=trigger, start_progress=start_progress)
+    if run is None:
+        return {"skipped": "another sync of this source is running"}
+    counts = {name: getattr(run, name) for name in ("added", "replaced", "unchanged", "removed", "failed")}
+    return {"run": run.pk, **counts, "failures": run.failures, "progress": progress[0].as_dict() if progress else None}
+
+
+@shared_task(**RETRIES)
+def purge_documents(document_ids: list[int]) -> int:
+    """After a delete: the documents' rows and stored originals (their chunks left search already)."""
+    return purge_document_rows(document_ids)
+
+
+@shared_task(**RETRIES)
+def purge_removed_documents() -> int:
+    """Beat runs it hourly: documents gone from their source more than SOURCE_REMOVAL_GRACE_HOURS ago."""
+    return purge_documents_removed_before(settings.SOURCE_REMOVAL_GRACE_HOURS)
 
 
 def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict:

@@ -1,11 +1,12 @@
 from rest_framework.routers import SimpleRouter
 
-from knowledge.views import ID_PATTERN, DocumentViewSet, KnowledgeBaseViewSet, TaskViewSet, VersionViewSet
+from knowledge.views import ID_PATTERN, DocumentViewSet, KnowledgeBaseViewSet, SourceViewSet, TaskViewSet, VersionViewSet
 
 router = SimpleRouter(trailing_slash=False)
 router.register("knowledge-bases", KnowledgeBaseViewSet, basename="knowledge-base")
 router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/documents", DocumentViewSet, basename="document")
 router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/versions", VersionViewSet, basename="version")
+router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/sources", SourceViewSet, basename="source")
 router.register("tasks", TaskViewSet, basename="task")
 
 urlpatterns = router.urls

@@ -14,16 +14,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
 from knowledge.parsing import ParseError
+from knowledge.sources import create_source, delete_source, queue_sync
 from knowledge.selectors import (
     document_of,
     documents_of,
     knowledge_base_of,
     knowledge_bases_of,
+    source_of,
+    sources_of,
     task_status,
     tenant_stats,
     version_of,
@@ -33,6 +37,9 @@ from knowledge.serializers import (
     DocumentOutput,
     KnowledgeBaseInput,
     KnowledgeBaseOutput,
+    SourceInput,
+    SourceOutput,
+    SourceSyncOutput,
     StatsOutput,
     TaskOutput,
     UploadInput,
@@ -96,14 +103,16 @@ ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, nev
 
 
 VERSION_CONFLICT = OpenApiResponse(
-    description="A version is still building, or this one is building or failed (`version_conflict`)."
+    description="A version is still building, or this one is building or failed (`version_conflict`); or a "
+    "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
 )
 
 
 # A POST changing one version: no body; the version as it is afterwards.
 VERSION_CHANGE = {
     "request": None,
-    "responses": {200: VersionOutput, **error_responses(401, 403, 404, 429), 409: VERSION_CONFLICT},
+    "parameters": [IDEMPOTENCY_KEY_HEADER],
+    "responses": {200: VersionOutput, **error_responses(401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
 }
 
 
@@ -112,9 +121,10 @@ class KnowledgePagination(LimitOffsetPagination):
     max_limit = 1000
 
 
-class KnowledgeApiViewSet(RateLimitedMixin, viewsets.GenericViewSet):
+class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):
     """Reads need the ``search`` or ``ingest`` scope and count as ``knowledge`` requests; writes need
-    ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``)."""
+    ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``).
+    A POST with an ``Idempotency-Key`` runs once; its retries get the first answer (``core.idempotency``)."""
 
     permission_classes = [HasTenant, HasScope]
     pagination_class = KnowledgePagination
@@ -152,10 +162,14 @@ KB_EXAMPLE = {
         summary="Create a knowledge base",
         description="Needs the `ingest` scope. The embedding model, chunking and languages are fixed per version.",
         request=KnowledgeBaseInput,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={
             201: KnowledgeBaseOutput,
-            **error_responses(400, 401, 403, 429),
-            409: OpenApiResponse(description="The tenant already has a knowledge base of that name."),
+            **error_responses(400, 401, 403, 422, 429),
+            409: OpenApiResponse(
+                description="The tenant already has a knowledge base of that name (`knowledge_base_exists`), or a "
+                "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
+            ),
         },
         examples=[
             OpenApiExample("Create", request_only=True, value={"name": "handbook", "chunk_size": 200}),
@@ -199,7 +213,10 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     ),
     destroy=extend_schema(
         summary="Delete a document",
-        description="Its chunks leave every search at once (the database rows and the keyword index together).",
+        description=(
+            "Its chunks leave every search at once (the database rows and the keyword index together); the "
+            "document is `removed` until a task purges its row and stored original, moments later."
+        ),
         responses={204: None, **error_responses(401, 403, 404, 429)},
     ),
     create=extend_schema(
@@ -212,7 +229,8 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             "(413). Needs the `ingest` scope."
         ),
         request={"multipart/form-data": UploadInput},
-        responses={202: UploadOutput, **error_responses(400, 401, 403, 404, 413, 429)},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: UploadOutput, **error_responses(400, 401, 403, 404, 409, 413, 422, 429)},
         examples=[
             OpenApiExample(
                 "Queued",
@@ -235,6 +253,10 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     parser_classes = [MultiPartParser]
 
+    def before_idempotency(self, request: Request) -> None:
+        """A body too large is refused before an ``Idempotency-Key`` reads it for its fingerprint."""
+        check_upload_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+
     def list(self, request: Request, kb_id: int) -> Response:
         return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
 
@@ -247,8 +269,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     def create(self, request: Request, kb_id: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
-        request_bytes = int(request.META.get("CONTENT_LENGTH") or 0)
-        check_upload_size(request_bytes, settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+        self.before_idempotency(request)
         params = UploadInput(data=request.data)
         params.is_valid(raise_exception=True)
         uploads = params.validated_data["files"]
@@ -274,11 +295,13 @@ class DocumentViewSet(KnowledgeApiViewSet):
         description=(
             "Answers 202 with the task that builds it from the stored originals (re-parse, re-chunk, re-embed, new "
             "keyword index) while searches keep reading the active version. Omitted settings are the active "
-            "version's. It is `ready` when every ready document has chunks in it, else `failed` (`error` names "
-            "them); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
+            "version's. It is `ready` when every ready document has chunks in it and it answers the tenant's "
+            "most frequent recent queries without error, else `failed` (`error` names the documents or the "
+            "query); `activate: auto` then switches to it. One version builds at a time (409). Needs `ingest`."
         ),
         request=VersionInput,
-        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 429), 409: VERSION_CONFLICT},
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: VersionBuildOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
         examples=[OpenApiExample("Rechunk", request_only=True, value={"chunk_size": 120, "activate": "auto"})],
     ),
     activate=extend_schema(
@@ -368,6 +391,98 @@ class TaskViewSet(KnowledgeApiViewSet):
 
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(TaskOutput(task_status(request.tenant, pk)).data)
+
+
+SOURCE_EXAMPLE = {
+    "id": 5, "kind": "folder", "path": "/srv/retrieval/var/sources/handbook", "urls": [],
+    "schedule": {"interval_seconds": 60},
+    "runs": [{
+        "id": 812, "trigger": "schedule", "status": "succeeded", "started_at": "2026-12-01T08:01:00Z",
+        "finished_at": "2026-12-01T08:01:02Z", "added": 0, "replaced": 1, "unchanged": 11, "removed": 0,
+        "failed": 0, "failures": [], "error": "",
+    }],
+    "document_count": 12, "created_at": "2026-12-01T07:30:00Z",
+}  # fmt: skip
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Sources of a knowledge base",
+        description="Each with its schedule and latest runs. Needs the `admin` scope.",
+        responses={200: SourceOutput(many=True), **error_responses(401, 403, 404, 429)},
+        examples=[OpenApiExample("Sources", response_only=True, value=[SOURCE_EXAMPLE])],
+    ),
+    retrieve=extend_schema(
+        summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    create=extend_schema(
+        summary="Register a folder or a list of URLs as a source",
+        description=(
+            "Beat syncs it every `interval_seconds` or on a five-field `crontab` (UTC): new files are ingested, "
+            "changed ones re-ingested (their old chunks answer until the new ones commit), files gone from the "
+            "source leave search at once and are purged after `SOURCE_REMOVAL_GRACE_HOURS`. A folder must lie under "
+            "`KNOWLEDGE_SOURCE_ROOTS` (a relative path is taken from the first root); `..`, a path outside the roots, "
+            "a symbolic link out of them, or a folder another tenant's source reads is a 400 `invalid_source_path` "
+            "whose `details.rule` names the rule. URLs are fetched with `SOURCE_URL_TIMEOUT_S` and "
+            "`SOURCE_URL_MAX_BYTES`, never from (or redirected to) non-public addresses, and conditionally "
+            "(ETag / Last-Modified). Needs the `admin` scope."
+        ),
+        request=SourceInput,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
+        examples=[
+            OpenApiExample("Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}),
+            OpenApiExample(
+                "URLs",
+                request_only=True,
+                value={"kind": "urls", "urls": ["https://example.com/faq.html"], "crontab": "*/15 * * * *"},
+            ),
+            OpenApiExample("Registered", response_only=True, status_codes=["201"], value={**SOURCE_EXAMPLE, "runs": []}),
+        ],
+    ),
+    destroy=extend_schema(
+        summary="Stop syncing a source",
+        description="The source and its schedule go; the documents it brought stay in the knowledge base.",
+        responses={204: None, **error_responses(401, 403, 404, 429)},
+    ),
+    sync=extend_schema(
+        summary="Sync a source now",
+        description="Answers 202 with the task that syncs it (its run is recorded like a scheduled one).",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 409, 422, 429)},
+    ),
+)
+class SourceViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/sources``: folders and URL lists kept in sync by beat; every
+    method needs the ``admin`` scope (a folder source reads the server's disk)."""
+
+    def scopes_for(self, request) -> list[str]:
+        return [Scope.ADMIN]
+
+    def list(self, request: Request, kb_id: int) -> Response:
+        return self.paginated(sources_of(knowledge_base_of(request.tenant, kb_id)), SourceOutput)
+
+    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+        return Response(SourceOutput(source_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+
+    def create(self, request: Request, kb_id: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        params = SourceInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        source = create_source(kb, **params.validated_data)
+        return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
+        delete_source(source_of(knowledge_base_of(request.tenant, kb_id), pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @action(detail=True, methods=["post"])
+    def sync(self, request: Request, kb_id: int, pk: int) -> Response:
+        source = source_of(knowledge_base_of(request.tenant, kb_id), pk)
+        task = queue_sync(source)
+        body = {"task_id": task.task_id, "status_url": status_url(task), "source": source.pk}
+        return Response(SourceSyncOutput(body).data, status=status.HTTP_202_ACCEPTED)
 
 
 def status_url(task) -> str:

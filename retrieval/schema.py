@@ -9,23 +9,13 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
-from core.idempotency import IDEMPOTENCY_KEY_PATTERN
-from core.schema import BEARER_SCHEME, REQUEST_ID, error_responses
+from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, error_responses
 from retrieval.serializers import SearchOutput
 
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [
-    OpenApiParameter(
-        "Idempotency-Key",
-        str,
-        OpenApiParameter.HEADER,
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description="Makes a retry safe: the same key and body within `IDEMPOTENCY_TTL_S` (a day) replays the "
-        "first response, with `Idempotent-Replayed: true`. The same key with a different body or endpoint is a "
-        "422 `idempotency_key_reused`; while the first request still runs, a 409. A key is 1-255 of "
-        "`A-Z a-z 0-9 . _ : -`.",
-    ),
+    IDEMPOTENCY_KEY_HEADER,
     OpenApiParameter(
         "X-Request-ID",
         str,

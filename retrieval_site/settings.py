@@ -238,6 +238,18 @@ class Environment(BaseSettings):
     # Versions retired (or failed) longer than this are purged by the hourly beat task; until then a
     # retired version can be activated again (rollback).
     KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7
+    # Folder sources (POST /api/v1/knowledge-bases/{id}/sources) must lie under one of these folders; a
+    # relative source path is taken from the first. Relative roots are taken from the project folder.
+    KNOWLEDGE_SOURCE_ROOTS: CommaList = ["var/sources"]
+    # A document whose file or URL left its source stops being searched at once; its row and stored
+    # original are purged this long after (the hourly beat task), so a file that comes back keeps its id.
+    SOURCE_REMOVAL_GRACE_HOURS: NonNegativeInt = 24
+    # URL sources: each fetch (redirects included) within this total time and size.
+    SOURCE_URL_TIMEOUT_S: PositiveFloat = 30.0
+    SOURCE_URL_MAX_BYTES: PositiveInt = 20 * 1024 * 1024
+    # URL sources never reach private, loopback or link-local addresses (nor redirect there), except
+    # in these networks, e.g. 10.1.0.0/16 for an intranet wiki (tests allow 127.0.0.1/32).
+    SOURCE_URL_ALLOWED_NETWORKS: Annotated[CommaList, AfterValidator(_networks)] = []
 
     # --- Redis circuit breaker: after this many timeouts or connection errors within the window, Redis
     # is skipped (cache, rate limits per RATE_LIMIT_FAIL_OPEN, idempotency, counters) for the cool-down.
@@ -303,6 +315,7 @@ INSTALLED_APPS = [
     "django_prometheus",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_celery_beat",
     "core",
     "tenants",
     "knowledge",
@@ -495,8 +508,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.CELERY_VISIBILITY_TIMEOUT_S,
     "unacked_restore_throttle": 1,  # look for such tasks every 10 s (and when a worker starts)
 }
-CELERY_BEAT_SCHEDULE = {"purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0}}
-CELERY_BEAT_SCHEDULE_FILENAME = str(env.VAR_DIR / "celerybeat-schedule")
+# Beat reads its schedule from the database (django-celery-beat): the entries below are written there
+# when beat starts; each knowledge source adds its own (an interval or a crontab, editable in the admin).
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0},
+    "purge-removed-documents": {"task": "knowledge.tasks.purge_removed_documents", "schedule": 3600.0},
+}
+DJANGO_CELERY_BEAT_TZ_AWARE = True
 STORAGES["originals"] = {
     "BACKEND": env.ORIGINALS_STORAGE_BACKEND or "django.core.files.storage.FileSystemStorage",
     "OPTIONS": {} if env.ORIGINALS_STORAGE_BACKEND else {"location": str(env.ORIGINALS_DIR)},

@@ -143,9 +143,12 @@ class EmbeddingServer(Peer):
         self.embedder = embedder
         self.mode = "ok"
         self.outage = 0
+        self.failing_inputs: set[str] = set()  # a request holding one of these texts gets a 500
         super().__init__(self.embeddings)
 
     def embeddings(self, request: PeerRequest) -> Reply:
+        if self.failing_inputs & set(request.json()["input"]):
+            return Reply(500, {"error": "cannot embed this text"})
         if self.outage > 0:
             self.outage -= 1
             return Reply(500, {"error": "temporarily unavailable"})
@@ -160,3 +163,31 @@ class EmbeddingServer(Peer):
         data.reverse()  # clients must order by "index", not by position
         delay_s, drip_s = (1.5 if self.mode == "slow" else 0.0), (0.05 if self.mode == "drip" else 0.0)
         return Reply(body={"object": "list", "data": data}, delay_s=delay_s, drip_s=drip_s)
+
+
+class Website(Peer):
+    """A small web site on 127.0.0.1: ``pages`` maps a path to its body and content type; each page has
+    an ETag (its content's hash) and a Last-Modified, and answers a matching conditional GET with 304.
+    ``redirects`` maps a path to a Location; any other path is a 404."""
+
+    def __init__(self):
+        import hashlib
+
+        self.pages: dict[str, tuple[bytes, str]] = {}
+        self.redirects: dict[str, str] = {}
+        self.last_modified = "Tue, 01 Dec 2026 07:00:00 GMT"
+        self._etag = lambda body: '"' + hashlib.md5(body).hexdigest() + '"'
+        super().__init__(self.serve)
+
+    def serve(self, request: PeerRequest) -> Reply:
+        if request.path in self.redirects:
+            return Reply(302, b"", {"Location": self.redirects[request.path]})
+        if request.path not in self.pages:
+            return Reply(404, b"not found", {"Content-Type": "text/plain"})
+        body, content_type = self.pages[request.path]
+        validators = {"ETag": self._etag(body), "Last-Modified": self.last_modified}
+        if request.headers.get("if-none-match") == validators["ETag"] or (
+            "if-none-match" not in request.headers and request.headers.get("if-modified-since") == self.last_modified
+        ):
+            return Reply(304, b"", validators)
+        return Reply(200, body, {"Content-Type": content_type, **validators})

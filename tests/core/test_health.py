@@ -206,7 +206,7 @@ def test_stats_count_the_callers_tenant_only(tenant):
     assert response.json() == {
         "tenant": tenant.name,
         "knowledge_bases": 2,
-        "documents": {"total": 3, "by_status": {"pending": 0, "ready": 2, "failed": 1}},
+        "documents": {"total": 3, "by_status": {"pending": 0, "ready": 2, "failed": 1, "removed": 0}},
         "chunks": 3,
         "queries": {"served": 0, "cache_hits": 0, "cache_hit_ratio": None},
     }

@@ -233,7 +233,8 @@ def test_deleting_a_document_removes_its_chunks_from_every_search(admin_client, 
     old_revision = revision(kb)
     response = admin_client.post(f"{ADMIN}/document/{hose.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302, response.content
-    assert not Document.objects.filter(pk=hose.pk).exists() and not Chunk.objects.filter(document_id=hose.pk).exists()
+    assert not Chunk.objects.filter(document_id=hose.pk).exists()
+    assert Document.objects.get(pk=hose.pk).status == Document.Status.REMOVED  # until the purge task runs
     assert revision(kb) == old_revision + 1
     # BM25 reads the lexical index: no entry of the document is left there either.
     assert get_lexical_index().search(kb.active_version_id, kb.tenant_id, ["hose", "reel"], 10, None) == []
@@ -245,7 +246,8 @@ def test_the_bulk_delete_action_goes_through_the_service(admin_client, kb, docum
     old_revision = revision(kb)
     response = bulk_delete(admin_client, "document", ids)
     assert response.status_code == 302, response.content
-    assert not Document.objects.filter(pk__in=ids).exists()
+    assert not Document.objects.filter(pk__in=ids).exclude(status=Document.Status.REMOVED).exists()
+    assert not Chunk.objects.filter(document_id__in=ids).exists()
     assert revision(kb) == old_revision + len(ids)
     assert search(kb.tenant, {"query": "kettle warranty garden hose"})["total"] == 0
 
@@ -291,3 +293,47 @@ def test_deleting_a_tenant_deletes_its_knowledge_through_the_service(
     assert not Tenant.objects.filter(pk=tenant_id).exists()
     assert not Chunk.objects.filter(tenant_id=tenant_id).exists()
     assert get_lexical_index().state(version_id) is None
+
+
+# --- knowledge sources ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def source_root(settings, tmp_path):
+    (tmp_path / "root" / "handbook").mkdir(parents=True)
+    settings.KNOWLEDGE_SOURCE_ROOTS = [str(tmp_path / "root")]
+    return tmp_path / "root"
+
+
+def test_a_source_added_in_the_admin_gets_its_beat_entry(admin_client, kb, source_root):
+    from knowledge.models import KnowledgeSource
+
+    form = {"knowledge_base": kb.pk, "kind": "folder", "path": "handbook", "urls": "", "interval_seconds": 120}
+    response = admin_client.post(f"{ADMIN}/knowledgesource/add/", form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    source = KnowledgeSource.objects.get(knowledge_base=kb)
+    assert (source.path, source.periodic_task.interval.every) == (str(source_root / "handbook"), 120)
+    outside = admin_client.post(f"{ADMIN}/knowledgesource/add/", {**form, "path": "../elsewhere"})
+    assert outside.status_code == 200 and "may not contain" in outside.content.decode()
+
+    changed = admin_client.post(f"{ADMIN}/knowledgesource/{source.pk}/change/", {
+        "interval_seconds": "", "crontab": "*/5 * * * *", "runs-TOTAL_FORMS": 0, "runs-INITIAL_FORMS": 0,
+    })  # fmt: skip
+    assert changed.status_code == 302, changed.content.decode()[:3000]
+    source.periodic_task.refresh_from_db()
+    assert (source.periodic_task.interval, source.periodic_task.crontab.minute) == (None, "*/5")
+    page = admin_client.get(f"{ADMIN}/knowledgesource/").content.decode()
+    assert "*/5 * * * *" in page and "never" in page  # its schedule and last run in the list
+
+
+def test_sync_now_queues_the_same_task_as_the_api(admin_client, kb, source_root, django_capture_on_commit_callbacks):
+    from knowledge.models import KnowledgeTask
+    from knowledge.sources import create_source
+
+    source = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = admin_client.post(
+            f"{ADMIN}/knowledgesource/", {"action": "sync_now", "_selected_action": [source.pk]}
+        )
+    assert response.status_code == 302
+    assert len(callbacks) == 1 and KnowledgeTask.objects.get(knowledge_base=kb).kind == KnowledgeTask.Kind.SYNC_SOURCE

@@ -89,7 +89,7 @@ def test_knowledge_bases_at_a_glance(admin_client):
     assert f'href="{GLANCE}" class="glance-link"' in admin_client.get("/admin/knowledge/knowledgebase/").content.decode()
     page = admin_client.get(GLANCE)
     (glance,) = [glance for glance in page.context["glances"] if glance.kb == kb]
-    assert glance.documents_by_status == {"pending": 1, "ready": 1, "failed": 1}
+    assert glance.documents_by_status == {"pending": 1, "ready": 1, "failed": 1, "removed": 0}
     assert glance.chunks == 3
     assert [document.source_uri for document in glance.last_errors] == ["bad.pdf"]
     html = page.content.decode()

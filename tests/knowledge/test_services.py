@@ -325,6 +325,34 @@ def test_a_new_model_answers_searches_only_after_the_switch(
     assert after and set(after) <= set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
 
 
+def test_a_new_version_must_answer_the_tenants_recent_queries(
+    kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
+):
+    from core.usage import ServedQuery, count_query
+
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    for query in ("door thickness", "PPR-9087 lock", "door thickness"):
+        count_query(kb.tenant_id, ServedQuery(mode="hybrid", cached=False, latency_ms=5.0, query=query, hits=1))
+    embedding_server.failing_inputs = {"door thickness"}  # the new model cannot embed one of them
+    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
+        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    assert version.status == version.Status.FAILED
+    assert "recent query 'door thickness' failed" in version.error and "EmbeddingError" in version.error
+    asked = [request.json()["input"] for request in embedding_server.requests]
+    assert ["door thickness"] in asked  # the most frequent query is tried first
+
+    embedding_server.failing_inputs = set()
+    with django_capture_on_commit_callbacks(execute=False):
+        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
+    embedding_server.requests.clear()
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    assert (version.status, version.error) == (version.Status.READY, "")
+    asked = [request.json()["input"] for request in embedding_server.requests]
+    assert ["door thickness"] in asked and ["ppr-9087 lock"] in asked  # both queries, as counted
+
+
 def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
     kb = KnowledgeBaseFactory(tenant=tenant)
     document = DocumentFactory(knowledge_base=kb)

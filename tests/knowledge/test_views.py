@@ -7,7 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from knowledge.models import Document, KnowledgeBaseVersion
+from knowledge.models import Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
 from knowledge.services import VERSION_SETTINGS
 from tenants.models import RateTier
 from tenants.services import create_api_key
@@ -185,10 +185,15 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
         return [hit["doc_id"] for hit in response.json()["results"]]
 
     assert lock["id"] in bm25_hits()
+    original = Document.objects.get(pk=lock["id"]).original
     assert writer.delete(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}").status_code == 204
-    assert lock["id"] not in bm25_hits()
-    gone = writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")
+    assert lock["id"] not in bm25_hits()  # at once; the row and its original go by a task
+    deadline = time.monotonic() + 60
+    while (gone := writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")).status_code == 200:
+        assert gone.json()["status"] == "removed" and time.monotonic() < deadline, gone.json()
+        time.sleep(0.1)
     assert (gone.status_code, gone.json()["error"]["code"]) == (404, "document_not_found")
+    assert not originals_storage().exists(original)
 
 
 @pytest.mark.django_db
@@ -331,3 +336,51 @@ def test_stats_are_rate_limited_on_their_own_counter(tenant, api_client):
     assert limited.json()["error"]["code"] == "rate_limited" and int(limited["Retry-After"]) > 0
     searched = api_client.post("/api/v1/retrieval/bm25", {"query": "refund"}, format="json")
     assert searched.status_code == 200 and searched["X-RateLimit-Limit"] == "100"
+
+
+# --- Idempotency-Key on the knowledge POSTs (core.idempotency) ---------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_knowledge_base_created_with_a_key_is_created_once(writer, tenant, embedder):
+    key = {"HTTP_IDEMPOTENCY_KEY": "create-handbook-1"}
+    first = writer.post("/api/v1/knowledge-bases", {"name": "handbook"}, format="json", **key)
+    again = writer.post("/api/v1/knowledge-bases", {"name": "handbook"}, format="json", **key)
+    assert (first.status_code, again.status_code) == (201, 201), again.content
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert KnowledgeBase.objects.filter(tenant=tenant, name="handbook").count() == 1
+    other = writer.post("/api/v1/knowledge-bases", {"name": "manuals"}, format="json", **key)
+    assert (other.status_code, other.json()["error"]["code"]) == (422, "idempotency_key_reused")
+    unkeyed = writer.post("/api/v1/knowledge-bases", {"name": "handbook"}, format="json")
+    assert unkeyed.json()["error"]["code"] == "knowledge_base_exists"  # no key: it runs again
+
+
+@pytest.mark.django_db
+def test_an_upload_retried_with_its_key_queues_one_task(writer, tenant, django_capture_on_commit_callbacks):
+    """A retry's multipart body has another boundary: the key's fingerprint is its fields and files."""
+    from django.test.client import encode_multipart
+
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    url = f"/api/v1/knowledge-bases/{kb.pk}/documents"
+
+    def post(boundary: str, text: str, key: str = "upload-1"):
+        body = encode_multipart(boundary, {"files": [text_file("a.txt", text)], "metadata": '{"tags": ["x"]}'})
+        content_type = f"multipart/form-data; boundary={boundary}"
+        return writer.generic("POST", url, body, content_type=content_type, HTTP_IDEMPOTENCY_KEY=key)
+
+    with django_capture_on_commit_callbacks(execute=False):  # queued, never sent: no worker needed
+        first, again = post("first-boundary", "hello"), post("second-boundary", "hello")
+        changed = post("third-boundary", "hello, world")
+    assert (first.status_code, again.status_code) == (202, 202), again.content
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert KnowledgeTask.objects.filter(knowledge_base=kb).count() == 1
+    assert (changed.status_code, changed.json()["error"]["code"]) == (422, "idempotency_key_reused")
+
+
+@pytest.mark.django_db
+def test_a_too_large_upload_is_refused_before_its_key_is_read(writer, tenant, settings):
+    settings.UPLOAD_MAX_REQUEST_BYTES = 100
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    url = f"/api/v1/knowledge-bases/{kb.pk}/documents"
+    response = writer.post(url, {"files": [text_file("a.txt", "x" * 500)]}, format="multipart", HTTP_IDEMPOTENCY_KEY="big")
+    assert (response.status_code, response.json()["error"]["code"]) == (413, "payload_too_large")

@@ -114,7 +114,7 @@ def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, liv
     page.click("a.glance-link")
     row = page.locator("tr.kb", has_text="troubleshooting")
     files = len(discover_files([SAMPLE_TROUBLESHOOTING]))
-    assert row.locator(".statuses").inner_text() == f"pending 0, ready {files}, failed 0"
+    assert row.locator(".statuses").inner_text() == f"pending 0, ready {files}, failed 0, removed 0"
     assert int(row.locator(".chunks").inner_text()) == order_kb.active_version.chunks.count()
     screenshot(page, "knowledge-bases")
 

@@ -54,6 +54,7 @@ def test_the_walk_finds_every_api_endpoint():
     expected |= {"api/v1/knowledge-bases/1/documents", "api/v1/knowledge-bases/1/documents/1"}
     expected |= {"api/v1/knowledge-bases/1/versions", "api/v1/knowledge-bases/1/versions/1/activate", "api/v1/tasks/1"}
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}
+    expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}
     assert expected | PUBLIC_API_ROUTES == routes
 
 
