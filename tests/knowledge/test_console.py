@@ -161,7 +161,7 @@ def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_cli
     other_version(kb, 3, "failed", error="b.txt: broken")
     page = admin_client.get(lifecycle(kb))
     html = page.content.decode()
-    assert page.context["glance"].documents_by_status == {"pending": 0, "ready": 1, "failed": 1}
+    assert page.context["glance"].documents_by_status == {"pending": 0, "ready": 1, "failed": 1, "removed": 0}
     assert [doc.source_uri for doc in page.context["documents"]] == ["bad.pdf", "a.txt"]  # the latest first
     assert "cannot parse &lt;b&gt;bad.pdf&lt;/b&gt;" in html and "b.txt: broken" in html
     rows = dict(re.findall(r'<tr class="version" data-version="(\d+)">(.*?)</tr>', html, re.S))
