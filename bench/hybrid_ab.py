@@ -269,7 +269,7 @@ def main() -> int:
             for mode in modes:
                 for name in names:
                     call(name, mode, query)
-        samples = {name: {mode: {"client": [], "server": [], "stages": {}} for mode in modes} for name in names}
+        samples = {name: {mode: {"client": [], "server": [], "stages": {}, "critical": {}} for mode in modes} for name in names}
         loads = []
         for i, query in enumerate(queries[: args.requests]):
             if i % 25 == 0:
@@ -282,10 +282,13 @@ def main() -> int:
                     sample["server"].append(payload.get("latency_ms", float("nan")))
                     for stage, ms in (payload.get("timings_ms") or {}).items():
                         sample["stages"].setdefault(stage, []).append(ms)
+                    for stage, ms in (payload.get("critical_path_ms") or {}).items():
+                        sample["critical"].setdefault(stage, []).append(ms)
         result["loadavg_1m_during"] = loads
         result["latency"] = {
             name: {mode: {"client": _percentiles(s["client"]), "server": _percentiles(s["server"]),
-                          "stage_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["stages"].items()}}
+                          "stage_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["stages"].items()},
+                          "critical_path_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["critical"].items()}}
                    for mode, s in by_mode.items()}
             for name, by_mode in samples.items()
         }
