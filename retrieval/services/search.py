@@ -3,8 +3,8 @@
 expand the query -> weigh the retrievers -> retrieve (the query embeds and the keyword index searches on
 thread pools while the request thread does the database work: BM25's reads, the vector plan, the graph;
 pgvector as soon as the vectors are there, BM25's check as soon as its hits are), each leg scoped to the
-tenant, its active KB versions and the filters -> fuse by weighted RRF -> rerank the head -> hydrate. Stages hand each other plain values; timings go through
-:class:`~retrieval.services.timings.StageTimings`.
+tenant, its active KB versions and the filters -> fuse by weighted RRF -> rerank the head -> hydrate.
+Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
 leg, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}`` and one warning;
@@ -460,7 +460,9 @@ def _retrieve(
             except Exception as exc:
                 legs["bm25"] = _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
         if query is not None:  # submitted outside the stage, so its span is the search's child like the others
-            lexical = _in_pool(_lexical_pool, timings, "bm25", search_keyword_index, tenant.pk, version_ids, variants, query)
+            lexical = _in_pool(
+                _lexical_pool, timings, "bm25", search_keyword_index, tenant.pk, version_ids, variants, query
+            )
     plans: list[object | None] = []
     plan_error: Exception | None = None
     if embedding is not None:
@@ -489,9 +491,13 @@ def _retrieve(
         stage = pending.pop(future)
         timings.waited(stage, since)
         if stage == "bm25":
-            legs["bm25"] = _finish_bm25(tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, future, timings)
+            legs["bm25"] = _finish_bm25(
+                tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, future, timings
+            )
         else:
-            legs["vector"] = _finish_vector(tenant, groups, variants, weights["vector"], compiled, plans, plan_error, candidates, future, timings)
+            legs["vector"] = _finish_vector(
+                tenant, groups, variants, weights["vector"], compiled, plans, plan_error, candidates, future, timings
+            )
     ran = [legs[name] for name in ("bm25", "graph", "vector") if name in legs]
     if ran and all(leg.failure for leg in ran):
         raise ran[-1].unavailable
@@ -509,7 +515,10 @@ def _in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, functi
     return pool.submit(contextvars.copy_context().run, staged)
 
 
-def _finish_bm25(tenant, version_ids, variants, weight, compiled, candidates, query, searched: Future, timings) -> LegResult:
+def _finish_bm25(
+    tenant, version_ids, variants, weight, compiled, candidates, query, searched: Future, timings
+) -> LegResult:
+    """The BM25 leg once the keyword index answered: its hits checked, or its failure."""
     with timings.stage("bm25"):
         try:
             return check_bm25(tenant, version_ids, variants, weight, compiled, candidates, query, searched.result())
@@ -520,6 +529,7 @@ def _finish_bm25(tenant, version_ids, variants, weight, compiled, candidates, qu
 def _finish_vector(
     tenant, groups, variants, weight, compiled, plans, plan_error: Exception | None, candidates, embedding: Future, timings
 ) -> LegResult:
+    """The vector leg once the query embedded: pgvector searched, or the embedding's (or the plan's) failure."""
     try:
         vectors = embedding.result()
     except Exception as exc:
