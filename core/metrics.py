@@ -13,6 +13,7 @@ import hmac
 import ipaddress
 import time
 from collections.abc import Callable
+from functools import partial
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django_prometheus.exports import ExportToDjangoView
@@ -111,7 +112,10 @@ class MetricsMiddleware:
                 record_cache(bool(cached))
             tenant = tenant_of(request)
             if tenant is not None:
-                count_query(tenant.pk, _served(payload, endpoint))
+                # When the response is closed, i.e. once the server has sent it: the client does not
+                # wait for the dashboard's counters (a Redis round trip). Django's test client and
+                # every WSGI server close each response; Django's own resources close the same way.
+                response._resource_closers.append(partial(count_query, tenant.pk, _served(payload, endpoint)))
         return response
 
 

@@ -177,7 +177,9 @@ class TantivyLexicalIndex(LexicalIndex):
             clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0)))
         searcher = self._searcher(generation)
         result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
-        return [LexicalHit(chunk_id=searcher.doc(address)["chunk_id"][0], score=score) for score, address in result.hits]
+        # The chunk ids from their fast field in one call, not each hit's stored document (~10 µs a hit).
+        chunk_ids = searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
+        return [LexicalHit(chunk_id=chunk_id, score=score) for (score, _), chunk_id in zip(result.hits, chunk_ids)]
 
     def _version_dir(self, version_id: int) -> Path:
         return self.root / f"kbv-{int(version_id)}"

@@ -56,7 +56,8 @@ RESPONSE_EXAMPLE = {
     "degraded": [],
     "notes": [],
     "candidates": {"vector": 50, "bm25": 23, "fused": 61},
-    "timings_ms": {"expand": 0.4, "bm25": 1.1, "embed": 14.8, "vector": 2.3, "fuse": 0.6, "total": 19.9},
+    "timings_ms": {"expand": 0.4, "bm25": 2.7, "embed": 14.8, "vector": 2.3, "fuse": 0.6, "total": 19.9},
+    "critical_path_ms": {"expand": 0.4, "bm25": 0.9, "vector": 2.3, "embed": 11.9, "fuse": 0.6, "rest": 3.8},
     "latency_ms": 21.4,
     "request_id": REQUEST_ID,
 }
@@ -96,6 +97,7 @@ def response_example(mode: str) -> dict:
             "queries": [{"text": GRAPH_CONTRIBUTION["query"], "weight": 1.0, "origin": "original"}],
             "weights": {"vector": 0.0, "bm25": 0.0, "graph": 1.0},
             "timings_ms": {"expand": 0.3, "graph": 4.1, "fuse": 0.4, "total": 5.2},
+            "critical_path_ms": {"expand": 0.3, "graph": 4.1, "fuse": 0.4, "rest": 0.4},
             "candidates": {"graph": 40, "fused": 40},
         }
     contribution = HIT_EXAMPLE["retrievers"][mode]
@@ -107,6 +109,9 @@ def response_example(mode: str) -> dict:
         "mode": mode,
         "weights": {retriever: float(retriever == mode) for retriever in ("vector", "bm25", "graph")},
         "timings_ms": {stage: ms for stage, ms in RESPONSE_EXAMPLE["timings_ms"].items() if stage not in skipped},
+        "critical_path_ms": {
+            stage: ms for stage, ms in RESPONSE_EXAMPLE["critical_path_ms"].items() if stage not in skipped
+        },
         "candidates": {mode: RESPONSE_EXAMPLE["candidates"][mode], "fused": RESPONSE_EXAMPLE["candidates"][mode]},
     }
 

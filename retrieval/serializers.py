@@ -166,6 +166,15 @@ class SearchOutput(serializers.Serializer):
     degraded = DegradationOutput(many=True)
     notes = serializers.ListField(child=serializers.CharField())
     candidates = serializers.DictField(child=serializers.IntegerField())
-    timings_ms = serializers.DictField(child=serializers.FloatField())
+    timings_ms = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="milliseconds per stage; stages run concurrently (the embedding and the keyword index's search "
+        "beside the request thread), so they add up to more than total",
+    )
+    critical_path_ms = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="where the request thread's time went: its own stages, its waits for a stage on another thread "
+        "(counted to that stage) and rest (untimed work: KB lookup, hydration); these add up to total",
+    )
     latency_ms = serializers.FloatField()
     request_id = serializers.CharField()

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import DomainError
+from engines.analysis import Analyzer
+from engines.base import LexicalHit
 from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
 from retrieval.fusion import RankedList
@@ -64,6 +66,9 @@ class SearchResponse:
     notes: list[str]
     candidates: dict[str, int]
     timings_ms: dict[str, float]
+    # Where the request thread's time went (retrieval.services.timings.StageTimings.critical_path):
+    # stages run concurrently, so timings_ms no longer add up to the total; these do.
+    critical_path_ms: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """Shallow: fields and hits are shared, not copied (``asdict`` deep-copies some 600 objects
@@ -129,3 +134,24 @@ class Reranked:
     candidates: list  # FusedCandidate, the reranked head first
     scores: dict[int, float] | None  # chunk id -> rerank score; None: not reranked
     degraded: list[dict]
+
+
+@dataclass(frozen=True)
+class LexicalQuery:
+    """What the BM25 leg reads from the database before the keyword index searches: the tenant's
+    analyzer, and with filters the chunk ids the index may return (None: too many, so the index
+    over-fetches to ``depth`` and its hits are filtered after)."""
+
+    analyzer: Analyzer
+    allowed: list[int] | None
+    depth: int
+
+
+@dataclass(frozen=True)
+class LexicalHits:
+    """The keyword index's answer before the database check: hits per query variant (best first),
+    the BM25 ceiling per (query variant, KB version), and notes on the index."""
+
+    hits: list[list[LexicalHit]]
+    ceilings: dict[tuple[str, int], float]
+    notes: list[str]

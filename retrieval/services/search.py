@@ -1,9 +1,10 @@
 """The search pipeline behind every retrieval endpoint, one function per stage.
 
-expand the query -> weigh the retrievers -> retrieve (BM25 and the graph while the query embeds, then pgvector),
-each leg scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF ->
-rerank the head -> hydrate. Stages hand each other plain values; timings go through
-:class:`~retrieval.services.timings.StageTimings`.
+expand the query -> weigh the retrievers -> retrieve (the query embeds and the keyword index searches on
+thread pools while the request thread does the database work: BM25's reads, the vector plan, the graph;
+pgvector as soon as the vectors are there, BM25's check as soon as its hits are), each leg scoped to the
+tenant, its active KB versions and the filters -> fuse by weighted RRF -> rerank the head -> hydrate.
+Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
 leg, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}`` and one warning;
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +45,8 @@ from retrieval.types import (
     Degradation,
     Expansion,
     LegResult,
+    LexicalHits,
+    LexicalQuery,
     ModelGroup,
     Reranked,
     SearchHit,
@@ -54,8 +58,11 @@ from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
-# Embedding runs beside BM25; torch releases the GIL while it computes.
+# The query's embedding and the keyword index's search run beside the request thread (torch, ONNX
+# Runtime and tantivy release the GIL while they compute); the database work stays on the request
+# thread and its one connection (a test's transaction included).
 _embedding_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
+_lexical_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lexical")
 
 
 def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
@@ -104,6 +111,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         notes=[*weights.notes, *(note for leg in legs for note in leg.notes)],
         candidates={**_candidate_counts(lists), "fused": len(fused)},
         timings_ms=timings.milliseconds,
+        critical_path_ms=timings.critical_path,
     )
     record_search(response.timings_ms, response.degraded)
     return response
@@ -154,41 +162,62 @@ def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
     return Weights(weights, notes)
 
 
-def retrieve_bm25(
+def prepare_bm25(tenant: Tenant, version_ids: tuple[int, ...], compiled: CompiledFilter, candidates: int) -> LexicalQuery:
+    """The BM25 leg's database reads, before the keyword index searches: the tenant's analyzer and,
+    with filters, the chunk ids SQL says match (the source of truth for filters) for the index to
+    search inside; when too many match, the index over-fetches and its hits are filtered after."""
+    allowed, depth = None, candidates
+    if compiled.q:
+        allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
+        depth = candidates if allowed is not None else candidates * 10
+    return LexicalQuery(analyzer_for_tenant(tenant.pk), allowed, depth)
+
+
+def search_keyword_index(
+    tenant_id: int, version_ids: tuple[int, ...], variants: list[QueryVariant], query: LexicalQuery
+) -> LexicalHits:
+    """The keyword index's hits and BM25 ceilings per query variant. No database: it runs on the
+    lexical pool, beside the embedding and the request thread's database work."""
+    index = get_lexical_index()
+    notes = _lexical_index_notes(index, version_ids, query.analyzer)
+    hits, ceilings = [], {}
+    for variant in variants:
+        tokens = query.analyzer.tokens(variant.text)
+        hits.append(_bm25_hits(index, tenant_id, version_ids, tokens, query.depth, query.allowed))
+        for version_id in version_ids:
+            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
+    return LexicalHits(hits, ceilings, notes)
+
+
+def check_bm25(
     tenant: Tenant,
     version_ids: tuple[int, ...],
     variants: list[QueryVariant],
     weight: float,
     compiled: CompiledFilter,
     candidates: int,
+    query: LexicalQuery,
+    found: LexicalHits,
 ) -> LegResult:
-    """One BM25 list per query variant. With filters, BM25 searches inside the chunk ids SQL says
-    match (the source of truth for filters); when too many match, it over-fetches and filters after."""
+    """One BM25 list per query variant, of the index's hits the chunk table confirms (they exist and
+    pass the filters; searched inside the allowed ids, they need no check)."""
     index = get_lexical_index()
-    analyzer = analyzer_for_tenant(tenant.pk)
-    notes = _lexical_index_notes(index, version_ids, analyzer)
-    allowed, depth = None, candidates
-    if compiled.q:
-        allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
-        depth = candidates if allowed is not None else candidates * 10
-    lists, ceilings, hashes = [], {}, {}
-    for variant in variants:
-        tokens = analyzer.tokens(variant.text)
-        if allowed is None:
-            hits = _bm25_hits_of_existing_chunks(index, tenant, version_ids, tokens, depth, compiled, candidates, hashes)
-        else:
-            hits = _bm25_hits(index, tenant, version_ids, tokens, depth, allowed)
-        for version_id in version_ids:
-            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
+    lists, hashes = [], {}
+    for variant, hits in zip(variants, found.hits, strict=True):
+        if query.allowed is None:
+            tokens = query.analyzer.tokens(variant.text)
+            hits = _bm25_hits_of_existing_chunks(
+                index, tenant, version_ids, tokens, hits, query.depth, compiled, candidates, hashes
+            )
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-    return LegResult("bm25", lists=lists, content_hashes=hashes, ceilings=ceilings, notes=notes)
+    return LegResult("bm25", lists=lists, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes)
 
 
-def _bm25_hits(index, tenant: Tenant, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
+def _bm25_hits(index, tenant_id: int, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
     hits = []
     for version_id in version_ids:
-        hits += index.search(version_id, tenant.pk, tokens, depth, allowed)
+        hits += index.search(version_id, tenant_id, tokens, depth, allowed)
     hits.sort(key=lambda hit: -hit.score)
     return hits
 
@@ -198,25 +227,26 @@ def _bm25_hits_of_existing_chunks(
     tenant: Tenant,
     version_ids,
     tokens: list[str],
+    hits: list[LexicalHit],
     depth: int,
     compiled: CompiledFilter,
     candidates: int,
     hashes: dict[int, str],
 ) -> list[LexicalHit]:
-    """BM25 hits whose chunk exists (and passes the filters), checked against the chunk table; the
-    kept hits' content hashes are added to ``hashes``.
+    """Of the index's ``hits`` (searched to ``depth``), those whose chunk exists (and passes the
+    filters), checked against the chunk table; the kept hits' content hashes are added to ``hashes``.
 
     An index entry whose chunk is gone (a change committed but not yet applied to the keyword index,
     see ``knowledge.services.apply_pending_lexical_changes``) is dropped, and without filters the
     search goes deeper by as many entries, so such an entry never takes a real chunk's place."""
     while True:
-        hits = _bm25_hits(index, tenant, version_ids, tokens, depth, None)
         passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
         kept = [hit for hit in hits if hit.chunk_id in passing]
         deeper = candidates + len(hits) - len(kept)
         if compiled.q or len(kept) >= candidates or deeper <= depth:
             break
         depth = deeper
+        hits = _bm25_hits(index, tenant.pk, version_ids, tokens, depth, None)
     hashes.update(passing)
     if not compiled.q and len(kept) < len(hits):
         logger.warning(
@@ -250,10 +280,9 @@ def retrieve_graph(
     )
 
 
-def embed(groups: list[ModelGroup], texts: list[str], timings: StageTimings) -> dict[str, np.ndarray]:
+def embed(groups: list[ModelGroup], texts: list[str]) -> dict[str, np.ndarray]:
     """The query variants' vectors under each group's model (runs on the embedding pool)."""
-    with timings.stage("embed"):
-        return {group.model_name: get_embedder(group.model_name).embed_queries(texts) for group in groups}
+    return {group.model_name: get_embedder(group.model_name).embed_queries(texts) for group in groups}
 
 
 def plan_vector(tenant: Tenant, groups: list[ModelGroup], compiled: CompiledFilter) -> list[object | None]:
@@ -413,61 +442,105 @@ def _retrieve(
     hops: int,
     timings: StageTimings,
 ) -> tuple[list[LegResult], dict[int, str]]:
-    """The legs that ran, and the content hashes of the BM25 and graph hits, looked up while the query
-    embeds (BM25 and the graph run meanwhile too). Raises the last failed leg's error when no leg answers."""
-    embedding: Future | None = None
+    """The legs that ran (BM25, graph, vector, in that order), and the content hashes of the graph's
+    hits, looked up while the others run. The query embeds on the embedding pool and the keyword index
+    searches on the lexical pool while this (the request) thread does the database work: BM25's reads,
+    the vector plan, the graph; then whichever pool answers first is finished first (pgvector as soon
+    as the vectors are there, BM25's check as soon as its hits are). Raises the last failed leg's
+    error when no leg answers."""
+    embedding = lexical = None
     if weights["vector"] > 0:
-        # In the request's context, so the embedding thread's log lines carry its request id.
-        context = contextvars.copy_context()
-        embedding = _embedding_pool.submit(context.run, embed, groups, [v.text for v in variants], timings)
-    legs: list[LegResult] = []
+        embedding = _in_pool(_embedding_pool, timings, "embed", embed, groups, [v.text for v in variants])
+    legs: dict[str, LegResult] = {}
+    query: LexicalQuery | None = None
     if weights["bm25"] > 0:
         with timings.stage("bm25"):
             try:
-                legs.append(retrieve_bm25(tenant, version_ids, variants, weights["bm25"], compiled, candidates))
+                query = prepare_bm25(tenant, version_ids, compiled, candidates)
             except Exception as exc:
-                legs.append(_failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable"))
-    if weights["graph"] > 0:
-        with timings.stage("graph"):
-            try:
-                original = variants[0].text
-                legs.append(retrieve_graph(tenant, version_ids, original, weights["graph"], compiled, candidates, hops))
-            except Exception as exc:
-                legs.append(_failed_leg("graph", exc, GraphUnavailable, "graph search is unavailable"))
-    known_hashes: dict[int, str] = {}
+                legs["bm25"] = _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
+        if query is not None:  # submitted outside the stage, so its span is the search's child like the others
+            lexical = _in_pool(
+                _lexical_pool, timings, "bm25", search_keyword_index, tenant.pk, version_ids, variants, query
+            )
+    plans: list[object | None] = []
+    plan_error: Exception | None = None
     if embedding is not None:
-        # While the query is still embedding: size the vector scope, look up the BM25 hits' hashes.
-        plans: list[object | None] = []
-        plan_error: Exception | None = None
-        with timings.stage("vector"):
+        with timings.stage("vector"):  # sizes the vector scope: needs no query vector
             try:
                 plans = plan_vector(tenant, groups, compiled)
             except Exception as exc:
                 plan_error = exc
-        with timings.stage("fuse"):  # hashes the legs did not bring along
-            known = {chunk_id for leg in legs for chunk_id in leg.content_hashes}
-            known_hashes = selectors.content_hashes(
-                {chunk_id for leg in legs for ranked in leg.lists for chunk_id, _ in ranked.hits} - known
+    known_hashes: dict[int, str] = {}
+    if weights["graph"] > 0:
+        with timings.stage("graph"):
+            try:
+                original = variants[0].text
+                legs["graph"] = retrieve_graph(tenant, version_ids, original, weights["graph"], compiled, candidates, hops)
+            except Exception as exc:
+                legs["graph"] = _failed_leg("graph", exc, GraphUnavailable, "graph search is unavailable")
+        with timings.stage("fuse"):  # the graph hits' hashes the leg did not bring along
+            graph = legs["graph"]
+            hit_ids = {chunk_id for ranked in graph.lists for chunk_id, _ in ranked.hits}
+            known_hashes = selectors.content_hashes(hit_ids - graph.content_hashes.keys())
+    pending = {future: name for future, name in ((embedding, "embed"), (lexical, "bm25")) if future is not None}
+    while pending:
+        since = time.perf_counter()
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        future = next(iter(done))
+        stage = pending.pop(future)
+        timings.waited(stage, since)
+        if stage == "bm25":
+            legs["bm25"] = _finish_bm25(
+                tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, future, timings
             )
-        try:
-            vectors = embedding.result()
-        except Exception as exc:
-            legs.append(_failed_leg("vector", exc, EmbedderUnavailable, "cannot embed the query"))
         else:
-            vector_error = plan_error
-            if vector_error is None:
-                with timings.stage("vector"):
-                    try:
-                        legs.append(retrieve_vector(
-                            tenant, groups, variants, vectors, weights["vector"], compiled, plans, candidates
-                        ))
-                    except Exception as exc:
-                        vector_error = exc
-            if vector_error is not None:
-                legs.append(_failed_leg("vector", vector_error, VectorIndexUnavailable, "vector search is unavailable"))
-    if legs and all(leg.failure for leg in legs):
-        raise legs[-1].unavailable
-    return legs, known_hashes
+            legs["vector"] = _finish_vector(
+                tenant, groups, variants, weights["vector"], compiled, plans, plan_error, candidates, future, timings
+            )
+    ran = [legs[name] for name in ("bm25", "graph", "vector") if name in legs]
+    if ran and all(leg.failure for leg in ran):
+        raise ran[-1].unavailable
+    return ran, known_hashes
+
+
+def _in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, function, *args) -> Future:
+    """``function(*args)`` on ``pool``, timed as ``stage``, in a copy of the request's context (so its
+    log lines carry the request id and its span is the request's child)."""
+
+    def staged():
+        with timings.stage(stage):
+            return function(*args)
+
+    return pool.submit(contextvars.copy_context().run, staged)
+
+
+def _finish_bm25(
+    tenant, version_ids, variants, weight, compiled, candidates, query, searched: Future, timings
+) -> LegResult:
+    """The BM25 leg once the keyword index answered: its hits checked, or its failure."""
+    with timings.stage("bm25"):
+        try:
+            return check_bm25(tenant, version_ids, variants, weight, compiled, candidates, query, searched.result())
+        except Exception as exc:
+            return _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
+
+
+def _finish_vector(
+    tenant, groups, variants, weight, compiled, plans, plan_error: Exception | None, candidates, embedding: Future, timings
+) -> LegResult:
+    """The vector leg once the query embedded: pgvector searched, or the embedding's (or the plan's) failure."""
+    try:
+        vectors = embedding.result()
+    except Exception as exc:
+        return _failed_leg("vector", exc, EmbedderUnavailable, "cannot embed the query")
+    if plan_error is not None:
+        return _failed_leg("vector", plan_error, VectorIndexUnavailable, "vector search is unavailable")
+    with timings.stage("vector"):
+        try:
+            return retrieve_vector(tenant, groups, variants, vectors, weight, compiled, plans, candidates)
+        except Exception as exc:
+            return _failed_leg("vector", exc, VectorIndexUnavailable, "vector search is unavailable")
 
 
 def _failed_leg(retriever: str, exc: Exception, unavailable: type[DomainError], summary: str) -> LegResult:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 
 from core import metrics
 from core.metrics import INGEST_OUTCOMES
+from core.usage import query_counts, query_usage
 from knowledge.models import KnowledgeBase
 from tests.conftest import client_for, corrupt_keyword_index
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
@@ -177,6 +179,21 @@ def test_record_functions_for_callers_outside_a_request():
     metrics.record_cache(True)
     metrics.record_rate_limited("bm25")
     assert (hit.value, limited.value) == (1, 1)
+
+
+@pytest.mark.django_db  # closing a response sends request_finished, which closes old DB connections
+def test_a_served_search_is_counted_for_its_tenant_once_its_response_is_closed():
+    """The dashboard's counters are written after the answer went out (WSGI servers close a response
+    once it is sent), not while the client waits."""
+    request = RequestFactory().post("/api/v1/retrieval/bm25")
+    request.resolver_match = resolve("/api/v1/retrieval/bm25")
+    request.auth = SimpleNamespace(tenant=SimpleNamespace(pk=987_654))
+    body = {"mode": "bm25", "cached": False, "latency_ms": 4.2, "total": 0, "queries": [{"text": "kettle"}]}
+    response = metrics.MetricsMiddleware(lambda _: Response(body))(request)
+    assert query_counts(987_654)["served"] == 0
+    response.close()
+    assert query_counts(987_654)["served"] == 1
+    assert query_usage(987_654)["no_result_queries"] == [("kettle", 1)]
 
 
 def test_responses_without_a_cached_flag_count_no_cache_lookup():

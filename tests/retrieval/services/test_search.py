@@ -1,6 +1,7 @@
 """The search pipeline (retrieval.services.search.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,9 @@ def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, emb
         response = run(kb, "How do I reset the SKY-20031 bulb?", mode="hybrid", top_k=5)
     assert sorted(names(response)) in (["a.txt", "c.txt"], ["b.txt", "c.txt"])
     assert set(response.results[0].retrievers) == {"vector", "bm25"}
-    lookup = '"content_hash" FROM "knowledge_chunk" WHERE ("knowledge_chunk"."id" IN'
+    lookup = 'SELECT id, content_hash FROM "knowledge_chunk" WHERE'
     [sql] = [q["sql"] for q in captured.captured_queries if lookup in q["sql"]]
-    looked_up = {int(i) for i in re.search(r"IN \(([\d, ]+)\)", sql).group(1).split(",")}
+    looked_up = {int(i) for i in re.search(r"id = ANY\('\{([\d,]+)\}'", sql).group(1).split(",")}
     kettle = response.results[-1]
     assert names(response)[-1] == "c.txt" and set(kettle.retrievers) == {"vector"}
     assert kettle.chunk_id not in looked_up  # found by the dense leg only: its hash came with it
@@ -122,6 +123,44 @@ def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):
 def test_vector_mode_keeps_the_dense_leg_whatever_the_language(sample_kb):
     response = run(sample_kb, "鱼香肉丝", mode="vector", top_k=3)
     assert response.weights == {"vector": 1.0, "bm25": 0.0, "graph": 0.0} and len(response.results) == 3
+
+
+def test_the_bm25_leg_runs_while_the_query_embeds_and_the_critical_path_adds_up(
+    tenant, tmp_path, remote_model, embedding_server, spans
+):
+    """The remote embedder holds the query's vector until the BM25 leg is done (its keyword index
+    search on the lexical pool and its check of the hits on the request thread): a pipeline that waited
+    for the embedding before or while running BM25 would never see it done and fail below."""
+    kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
+    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
+    (tmp_path / "kettle.txt").write_text("Kettles boil water in four minutes.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    answer = embedding_server.respond
+
+    def bm25_spans():
+        return [span for span in spans.get_finished_spans() if span.name == "search.bm25"]
+
+    def after_the_bm25_leg(request):
+        deadline = time.monotonic() + 10  # a bound, not a measurement: the search must not wait for it
+        while len(bm25_spans()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return answer(request)
+
+    embedding_server.respond = after_the_bm25_leg
+    spans.clear()
+    response = run(kb, "How thick can the door be for the PPR-9087 lock?", mode="hybrid", top_k=2)
+
+    assert names(response)[0] == "lock.txt" and set(response.results[0].retrievers) == {"vector", "bm25"}
+    [embed] = [span for span in spans.get_finished_spans() if span.name == "search.embed"]
+    prepare, index_search, check = sorted(bm25_spans(), key=lambda span: span.start_time)
+    vector_plan, vector_search = sorted(
+        (span for span in spans.get_finished_spans() if span.name == "search.vector"), key=lambda span: span.start_time
+    )
+    assert embed.start_time < index_search.end_time and check.end_time < embed.end_time  # overlapping legs
+    assert vector_search.start_time >= embed.end_time
+    path = response.critical_path_ms
+    assert {"embed", "bm25", "vector"} <= set(path) and path["embed"] < response.timings_ms["embed"]
+    assert sum(path.values()) == pytest.approx(response.timings_ms["total"], abs=0.05)
 
 
 # --- expansion ------------------------------------------------------------------------------------

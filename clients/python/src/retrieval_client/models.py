@@ -83,6 +83,7 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     candidates: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    critical_path_ms: dict[str, float] = field(default_factory=dict)
     latency_ms: float = 0.0
     request_id: str = ""
 

@@ -1,0 +1,367 @@
+"""Two checkouts of the service side by side at 100k chunks: /bm25, /hybrid and /vector over HTTP,
+interleaved query by query, so "before" and "after" share the machine's load minute by minute.
+
+    LC_ALL=C.UTF-8 .venv/bin/python bench/hybrid_ab.py --tree before=/work/wt/old --tree after=. \\
+        --chunks 100000 --requests 150 --embedding-backend torch
+
+Each tree is a git checkout (a ``git worktree add --detach <dir> <commit>`` of an old commit works)
+with its own ``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas
+may differ between the two. For each tree, a subprocess running that tree's code loads the same data
+as bench/hybrid_search.py (its ``vector_search`` helpers: SciFact passages and real vectors mixed into
+``--chunks`` synthetic rows by COPY, the HNSW index dropped and rebuilt, the keyword index rebuilt)
+into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns serve at once
+(``--workers``/``--threads``, TORCH_THREADS=1, the result cache off unless ``--server-cache``) and
+every query goes to each tree in turn, the order alternating. ``--server-cache`` also measures cache
+hits (one query repeated). ``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients
+per mode and tree (interleaved in slices of a few seconds). Cleanup (always): servers stopped, each
+tree's bench tenant, tier and keyword index deleted, its HNSW index restored. ``--floor`` then times the
+raw engine calls (embed, pgvector, tantivy, RRF) in the last tree's process: the physical floor.
+
+Two trees of the same schema may share one database and Redis (``VAR_DIR=<one tree>/var`` for both)
+and one bench tenant: load it once with ``--in-tree <tree> --step prepare > state.json`` and pass
+``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run).
+Writes bench/results/hybrid_ab-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+
+
+# --- inside one tree (a subprocess running that tree's code) ----------------------------------------
+
+
+def _tree_modules(tree: Path):
+    sys.path.insert(0, str(tree / "bench"))
+    import _common  # the tree's own: REPO_ROOT is that tree
+    import vector_search
+
+    _common.setup_django()
+    return _common, vector_search
+
+
+def _ensure_hnsw() -> None:
+    try:
+        from knowledge.stores import vector_index
+    except ImportError:  # older trees
+        from knowledge.services import ensure_vector_index
+
+        ensure_vector_index(384)
+    else:
+        vector_index().ensure_index(384)
+
+
+def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
+    import numpy as np
+
+    _common, vs = _tree_modules(tree)
+    from django.db import connection
+
+    from knowledge import services
+    from tenants.services import create_api_key, create_tenant
+
+    try:
+        from engines.embedders import get_embedder
+    except ImportError:  # older trees
+        from retrieval.embedders import get_embedder
+
+    passages, queries = _common.scifact_passages_and_queries()
+    real, _, _ = vs.real_vectors(get_embedder(), passages, cache=True)
+    vectors, main_component = vs.synthesize(real, chunks, np.random.default_rng(seed))
+    tenant = create_tenant(_common.unique_name("bench-ab"))
+    tier = vs.unlimited_rate_tier(tenant)
+    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench")
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
+    try:
+        vs.load_synthetic_documents(kb, passages, vectors, main_component, docs)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('maintenance_work_mem', '1GB', false)")
+        _ensure_hnsw()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE knowledge_chunk")
+        cursor.execute("ANALYZE knowledge_document")
+    services.rebuild_lexical_index(kb.active_version)
+    key = create_api_key(tenant=tenant, name="bench").raw_key
+    return {"tenant": tenant.pk, "tier": tier.pk if tier else None, "key": key}
+
+
+def cleanup(tree: Path, state: dict) -> dict:
+    _common, _ = _tree_modules(tree)
+    from tenants.models import RateTier, Tenant
+
+    tenant = Tenant.objects.filter(pk=state["tenant"]).first()
+    tier = RateTier.objects.filter(pk=state["tier"]).first() if state.get("tier") else None
+    return _common.clean_up({}, tenant, tier, tenant_prefix="bench-ab")
+
+
+def floor(tree: Path, state: dict, count: int) -> dict:
+    """The physical floor in this tree's process: the raw engine calls of a hybrid search (embed the
+    query with the configured embedder, pgvector at SEARCH_CANDIDATES, tantivy with the analyzer's
+    tokens, RRF), p50 each and of their sum, over ``count`` SciFact queries. Needs the current API."""
+    import statistics
+
+    _common, _ = _tree_modules(tree)
+    from django.conf import settings
+
+    from engines import get_lexical_index
+    from engines.base import SearchScope
+    from engines.embedders import get_embedder
+    from knowledge.models import KnowledgeBase
+    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.stores import vector_index
+    from retrieval.filters import compile_filters
+    from retrieval.fusion import RankedList, reciprocal_rank_fusion
+
+    version = KnowledgeBase.objects.get(tenant_id=state["tenant"]).active_version
+    scope = SearchScope(state["tenant"], (version.pk,), version.embedding_dim)
+    embedder, vectors, lexical = get_embedder(version.embedding_model), vector_index(), get_lexical_index()
+    analyzer, depth, no_filter = analyzer_for_tenant(state["tenant"]), settings.SEARCH_CANDIDATES, compile_filters(None).sql
+    _, queries = _common.scifact_passages_and_queries()
+    times: dict[str, list[float]] = {name: [] for name in ("embed", "vector", "bm25", "rrf", "sum")}
+    for i, query in enumerate(queries[-10:] + queries[:count]):
+        t0 = time.perf_counter()
+        vector = embedder.embed_query(query)
+        t1 = time.perf_counter()
+        dense = vectors.search(scope, vector, depth, no_filter)
+        t2 = time.perf_counter()
+        keyword = lexical.search(version.pk, state["tenant"], analyzer.tokens(query), depth, None)
+        t3 = time.perf_counter()
+        reciprocal_rank_fusion([RankedList("vector", query, 1.0, [(h.chunk_id, h.score) for h in dense]),
+                                RankedList("bm25", query, 1.0, [(h.chunk_id, h.score) for h in keyword])])
+        t4 = time.perf_counter()
+        if i >= 10:  # the first ten warm up
+            for name, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                times[name].append(seconds * 1000)
+    return {"embedder": embedder.model_name, "backend": settings.EMBEDDING_BACKEND,
+            **{f"{name}_p50_ms": round(statistics.median(values), 2) for name, values in times.items()}}
+
+
+# --- the driver -------------------------------------------------------------------------------------
+
+
+def _in_tree(tree: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    """Run this script's ``--in-tree`` step with the tree's interpreter; its last stdout line is JSON."""
+    out = subprocess.run(
+        [str(tree / ".venv" / "bin" / "python"), str(HERE), "--in-tree", str(tree), *args],
+        cwd=tree, check=True, stdout=subprocess.PIPE, text=True, env={**os.environ, "LC_ALL": "C.UTF-8", **(env or {})},
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _percentiles(values: list[float]) -> dict:
+    ordered = sorted(values)
+    if not ordered:
+        return {"n": 0}
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+    return {"n": len(ordered), "p50_ms": round(rank(50), 2), "p95_ms": round(rank(95), 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--in-tree", help=argparse.SUPPRESS)
+    parser.add_argument("--step", choices=("prepare", "cleanup", "floor"), help=argparse.SUPPRESS)
+    parser.add_argument("--state", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", action="append", default=[], help="NAME=PATH, twice (the first is the baseline)")
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--requests", type=int, default=150, help="timed queries per mode and tree")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--modes", default="bm25,hybrid,vector")
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--embedding-backend", default="", help="EMBEDDING_BACKEND for both servers (empty: each tree's default)")
+    parser.add_argument("--server-cache", action="store_true", help="result cache on; also measure cache hits")
+    parser.add_argument("--throughput-s", type=float, default=0, help="seconds of closed-loop load per mode and tree")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--floor", type=int, default=100,
+                        help="queries for the raw engine calls, in the last tree's process after the HTTP runs (0: skip)")
+    parser.add_argument("--prepared", action="append", default=[],
+                        help="NAME=FILE: that tree's data is already loaded (FILE holds the JSON its prepare step "
+                        "printed); it is neither loaded nor cleaned up (for profiling between runs)")
+    args = parser.parse_args()
+
+    if args.in_tree:
+        tree = Path(args.in_tree)
+        if args.step == "prepare":
+            print(json.dumps(prepare(tree, args.chunks, args.docs, args.seed)))
+        elif args.step == "floor":
+            print(json.dumps(floor(tree, json.loads(args.state), args.floor)))
+        else:
+            print(json.dumps(cleanup(tree, json.loads(args.state))))
+        return 0
+
+    trees = dict(item.split("=", 1) for item in args.tree)
+    trees = {name: Path(path).resolve() for name, path in trees.items()}
+    if len(trees) != 2:
+        raise SystemExit("give --tree NAME=PATH twice")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so `finally` cleans up
+    sys.path.insert(0, str(HERE.parent))
+    import _common
+    import httpx
+    import vector_search as vs
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    result: dict = {"config": vars(args), "machine": _common.machine_info(),
+                    "commits": {name: _git_head(path) for name, path in trees.items()},
+                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    prepared = {name: json.loads(Path(path).read_text()) for name, path in (i.split("=", 1) for i in args.prepared)}
+    states: dict[str, dict] = {}
+    procs: dict[str, subprocess.Popen] = {}
+    logs = Path(os.environ.get("TMPDIR", "/tmp"))
+    try:
+        for name, tree in trees.items():
+            if name in prepared:
+                continue
+            started = time.perf_counter()
+            states[name] = _in_tree(tree, "--step", "prepare", "--chunks", str(args.chunks), "--docs",
+                                    str(args.docs), "--seed", str(args.seed))
+            print(f"{name}: {args.chunks} chunks loaded in {time.perf_counter() - started:.0f} s", flush=True)
+        env = {"TORCH_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "LC_ALL": "C.UTF-8",
+               "SEARCH_CACHE_TTL_S": "3600" if args.server_cache else "0"}
+        if args.embedding_backend:
+            env["EMBEDDING_BACKEND"] = args.embedding_backend
+        servers = {**states, **prepared}
+        bases = {}
+        for name, tree in trees.items():
+            port = vs.free_port()
+            log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")
+            procs[name] = subprocess.Popen(
+                [str(tree / ".venv" / "bin" / "gunicorn"), "retrieval_site.wsgi", "--config",
+                 "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
+                 "--threads", str(args.threads), "--timeout", "120"],
+                cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env},
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            bases[name] = f"http://127.0.0.1:{port}"
+        for name in trees:
+            vs.wait_ready(procs[name], bases[name])
+        passages, queries = _common.scifact_passages_and_queries()
+        clients = {name: httpx.Client(base_url=bases[name], timeout=60,
+                                      headers={"Authorization": f"Bearer {servers[name]['key']}"}) for name in trees}
+        paths = {m: f"/api/v1/retrieval/{m}" for m in modes}
+
+        def call(name: str, mode: str, query: str) -> tuple[float, dict]:
+            t0 = time.perf_counter()
+            response = clients[name].post(paths[mode], json={"query": query, "top_k": args.top_k, "rerank": False})
+            elapsed = time.perf_counter() - t0
+            if response.status_code != 200:
+                raise RuntimeError(f"{name} {mode}: HTTP {response.status_code} {response.text[:300]}")
+            return elapsed * 1000, response.json()
+
+        names = list(trees)
+        for query in queries[-args.warmup:]:
+            for mode in modes:
+                for name in names:
+                    call(name, mode, query)
+        samples = {name: {mode: {"client": [], "server": [], "stages": {}, "critical": {}} for mode in modes} for name in names}
+        loads = []
+        for i, query in enumerate(queries[: args.requests]):
+            if i % 25 == 0:
+                loads.append(round(os.getloadavg()[0], 2))
+            for mode in modes[i % len(modes):] + modes[: i % len(modes)]:
+                for name in names if i % 2 == 0 else names[::-1]:
+                    elapsed, payload = call(name, mode, query)
+                    sample = samples[name][mode]
+                    sample["client"].append(elapsed)
+                    sample["server"].append(payload.get("latency_ms", float("nan")))
+                    for stage, ms in (payload.get("timings_ms") or {}).items():
+                        sample["stages"].setdefault(stage, []).append(ms)
+                    for stage, ms in (payload.get("critical_path_ms") or {}).items():
+                        sample["critical"].setdefault(stage, []).append(ms)
+        result["loadavg_1m_during"] = loads
+        result["latency"] = {
+            name: {mode: {"client": _percentiles(s["client"]), "server": _percentiles(s["server"]),
+                          "stage_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["stages"].items()},
+                          "critical_path_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["critical"].items()}}
+                   for mode, s in by_mode.items()}
+            for name, by_mode in samples.items()
+        }
+        if args.server_cache:
+            hits = {name: [] for name in names}
+            for i in range(args.requests):
+                for name in names if i % 2 == 0 else names[::-1]:
+                    elapsed, payload = call(name, "hybrid", queries[0])
+                    if payload.get("cached"):
+                        hits[name].append(elapsed)
+            result["cache_hit"] = {name: _percentiles(v) for name, v in hits.items()}
+        if args.throughput_s > 0:
+            # Distinct texts (the first words of each SciFact passage), so with the cache on these are misses too.
+            texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
+            result["throughput"] = throughput(call, names, modes, texts, args)
+        for proc in procs.values():
+            vs.stop_gunicorn(proc)
+        if args.floor > 0:
+            last = names[-1]
+            result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
+                                       "--floor", str(args.floor), env=env)
+        print(json.dumps({k: result[k] for k in ("latency", "cache_hit", "throughput", "floor") if k in result}, indent=1))
+        return 0
+    finally:
+        for proc in procs.values():
+            vs.stop_gunicorn(proc)
+        result["cleanup"] = {}
+        for name, state in states.items():
+            try:
+                result["cleanup"][name] = _in_tree(trees[name], "--step", "cleanup", "--state", json.dumps(state))
+            except Exception as exc:  # noqa: BLE001 - report and clean the other tree
+                result["cleanup"][name] = {"error": repr(exc)}
+        result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        print(f"wrote {_common.write_result('hybrid_ab', result)}")
+
+
+def throughput(call, names: list[str], modes: list[str], queries: list[str], args) -> dict:
+    """Requests per second of ``args.clients`` concurrent clients, each mode and tree in turn, in
+    slices of ``args.throughput_s / 4`` seconds so both trees see the same load over time; every
+    request of a tree and mode a text it was not sent before."""
+    counts = {name: {mode: [0, 0.0] for mode in modes} for name in names}
+    sent = {(name, mode): iter(range(10**9)) for name in names for mode in modes}
+    lock = threading.Lock()
+    slice_s = args.throughput_s / 4
+    for round_ in range(4):
+        for mode in modes:
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                stop = time.perf_counter() + slice_s
+                done = [0]
+
+                def client() -> None:
+                    while time.perf_counter() < stop:
+                        with lock:
+                            query = queries[next(sent[name, mode]) % len(queries)]
+                        call(name, mode, query)
+                        with lock:
+                            done[0] += 1
+
+                started = time.perf_counter()
+                workers = [threading.Thread(target=client) for _ in range(args.clients)]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                counts[name][mode][0] += done[0]
+                counts[name][mode][1] += time.perf_counter() - started
+    return {name: {mode: round(n / s, 1) for mode, (n, s) in by_mode.items()} for name, by_mode in counts.items()}
+
+
+def _git_head(tree: Path) -> str:
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                          text=True).stdout.strip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
