@@ -184,7 +184,7 @@ def test_a_file_uploaded_in_the_console_reaches_ready(logged_in, live_server, ce
     task = page.locator("#tasks tr.task-row").first
     expect(task.locator(".task-state")).to_have_text("SUCCESS 2/2 documents")
     assert task.locator("progress").get_attribute("value") == "100"
-    expect(page.locator("#summary .statuses")).to_have_text("pending 0, ready 2, failed 0")
+    expect(page.locator("#summary .statuses")).to_have_text("pending 0, ready 2, failed 0, removed 0")
     assert Document.objects.filter(knowledge_base=kb, status="ready").count() == 2
 
 
