@@ -11,6 +11,7 @@ from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import console, vocabulary
 from knowledge.models import Chunk, DictionaryTerm, Document, KnowledgeBase, KnowledgeBaseVersion, Synonym
+from knowledge.search_settings import clean_search_settings
 from knowledge.services import (
     create_knowledge_base,
     delete_document,
@@ -25,8 +26,11 @@ from tenants.models import Tenant
 class VersionInline(admin.TabularInline):
     model = KnowledgeBaseVersion
     extra = 0
-    fields = ["number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "created_at"]
-    readonly_fields = fields
+    fields = [
+        "number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "search_settings",
+        "created_at",
+    ]  # fmt: skip
+    readonly_fields = fields  # a version's search settings are measured: manage.py evaluate --sweep --write
     can_delete = False
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -83,6 +87,12 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
 
 
 class KnowledgeBaseChangeForm(forms.ModelForm):
+    def clean_search_settings(self) -> dict:
+        try:
+            return clean_search_settings(self.cleaned_data["search_settings"])
+        except ValidationError as exc:
+            raise ValidationError(exc.messages) from None
+
     def clean_name(self) -> str:
         # The tenant is read-only here, so Django skips the (tenant, name) constraint: check it.
         name = self.cleaned_data["name"]
@@ -120,7 +130,8 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        return self.add_form._meta.fields if obj is None else ["name", "description", *self.fixed_after_creation]
+        editable = ["name", "description", "search_settings"]
+        return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
 
     def get_readonly_fields(self, request, obj=None):
         return [] if obj is None else self.fixed_after_creation
@@ -133,7 +144,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
         return super().save_form(request, form, change) if change else form.create()
 
     def save_model(self, request, obj, form, change):
-        if change:  # name and description only; an added KB was saved by save_form
+        if change:  # name, description and search settings; an added KB was saved by save_form
             super().save_model(request, obj, form, change)
 
     def save_related(self, request, form, formsets, change):

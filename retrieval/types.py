@@ -30,6 +30,10 @@ class SearchRequest:
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)
     hops: int | None = None  # the graph leg's neighbourhood; None: GRAPH_HOPS
     score_threshold: float = 0.0  # hits with a lower ``relevance`` are dropped
+    # None: the searched KBs' search settings, else the service's (retrieval.tuning)
+    dense_weight_floor: float | None = None
+    aggregate: str | None = None
+    group_by: str | None = None
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 

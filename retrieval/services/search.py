@@ -27,7 +27,7 @@ from engines.base import LexicalHit, LexicalIndexError, SearchScope
 from engines.embedders import get_embedder
 from engines.rerankers import get_reranker
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
+from knowledge.selectors import analyzer_for_tenant, search_settings_of, searchable_knowledge_bases
 from knowledge.stores import vector_index
 from retrieval import selectors
 from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
@@ -38,6 +38,7 @@ from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.services.graph import rank_by_graph
 from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.services.timings import StageTimings
+from retrieval.tuning import FusionSettings, effective_settings
 from retrieval.types import (
     RETRIEVERS,
     Degradation,
@@ -64,14 +65,15 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
         kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+        fusion = effective_settings(request, [search_settings_of(kb) for kb in kbs])
         revisions = {kb.active_version.pk: kb.active_version.revision for kb in kbs}
         groups = model_groups(kbs)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
-        candidates = request.candidates or settings.SEARCH_CANDIDATES
+        candidates = fusion.candidates
 
         with timings.stage("expand"):
             expansion = expand(tenant, request, version_ids)
-        weights = weigh(request, groups)
+        weights = weigh(request, groups, fusion)
         hops = settings.GRAPH_HOPS if request.hops is None else request.hops
         legs, known_hashes = _retrieve(
             tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, hops, timings
@@ -80,7 +82,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         for leg in legs:
             known_hashes.update(leg.content_hashes)
         with timings.stage("fuse"):
-            fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
+            fused = fuse(lists, known_hashes, fusion.rrf_k)
         reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
         explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
         ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
@@ -101,7 +103,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         weights=weights.by_retriever,
         reranked=reranked.scores is not None,
         degraded=[*expansion.degraded, *(leg.failure.as_dict() for leg in legs if leg.failure), *reranked.degraded],
-        notes=[*weights.notes, *(note for leg in legs for note in leg.notes)],
+        notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
         candidates={**_candidate_counts(lists), "fused": len(fused)},
         timings_ms=timings.milliseconds,
     )
@@ -131,12 +133,11 @@ def expand(tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...])
     return Expansion(expansion.variants, expansion.degraded)
 
 
-def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
-    """Each retriever's weight (0: it does not run); dense retrieval is turned down when the query's
-    language is one no searched model covers."""
+def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettings) -> Weights:
+    """Each retriever's weight (0: it does not run); dense retrieval is turned down to the floor when
+    the query's language is one no searched model covers."""
     mode = request.mode
-    base = {**settings.SEARCH_WEIGHTS, **(request.weights or {})}
-    weights = {name: (base.get(name, 1.0) if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
+    weights = {name: (fusion.weights[name] if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
     if mode == "hybrid" and not request.graph and "graph" not in (request.weights or {}):
         weights["graph"] = 0.0  # three-way hybrid is asked for: "graph": true or a graph weight
     notes = []
@@ -144,7 +145,7 @@ def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
         language = detect_language(request.query)
         uncovered = [g for g in groups if g.languages and language not in g.languages]
         if len(uncovered) == len(groups):
-            weights["vector"] = min(weights["vector"], settings.DENSE_WEIGHT_FLOOR)
+            weights["vector"] = min(weights["vector"], fusion.dense_weight_floor)
             models = ", ".join(sorted({g.model_name for g in uncovered}))
             action = "skipped" if weights["vector"] == 0 else f"weighted {weights['vector']}"
             notes.append(

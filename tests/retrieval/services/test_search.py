@@ -11,7 +11,14 @@ from engines import get_lexical_index
 from engines.base import LexicalDocument
 
 from knowledge.models import DictionaryTerm, Document, Synonym
-from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
+from knowledge.services import (
+    Ingester,
+    create_knowledge_base,
+    delete_document,
+    discover_files,
+    rebuild_lexical_index,
+    update_search_settings,
+)
 from retrieval.expansion import ExpansionOptions
 from engines.rerankers import reset_reranker
 from retrieval.services.search import search
@@ -107,6 +114,29 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
     small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1)
     assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
+
+
+def test_the_kbs_search_settings_apply_and_a_request_overrides_them(sample_kb):
+    query = "firmware update failed"
+    bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
+    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "rrf_k": 1})
+    kb_settings = run(sample_kb, query, mode="hybrid", top_k=5)
+    assert kb_settings.weights["vector"] == 0.0
+    assert [h.chunk_id for h in kb_settings.results] == [h.chunk_id for h in bm25_only.results]
+    assert kb_settings.results[0].fused_score == pytest.approx(1 / (1 + 1))  # k = 1, rank 1, weight 1
+    asked = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 1.0}, rrf_k=60)
+    assert asked.weights["vector"] == 1.0 and "vector" in {r for h in asked.results for r in h.retrievers}
+    # The active version's own settings win over the KB's.
+    update_search_settings(sample_kb, {"weights": {"vector": 0.5}}, version=sample_kb.active_version)
+    assert run(sample_kb, query, mode="hybrid", top_k=5).weights["vector"] == 0.5
+
+
+def test_the_kbs_language_floor_weighs_the_dense_leg_of_uncovered_languages(sample_kb):
+    update_search_settings(sample_kb, {"dense_weight_floor": 0.25})
+    response = run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3)
+    assert response.weights["vector"] == 0.25
+    assert any("weighted 0.25" in note for note in response.notes)
+    assert run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3, dense_weight_floor=0.0).weights["vector"] == 0.0
 
 
 def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):
