@@ -302,6 +302,7 @@ class Variant:
     expand: tuple[str, ...] = ()
     rerank: bool = False
     dense_weight_floor: float | None = None
+    aggregate: str | None = None
 
     @property
     def label(self) -> str:
@@ -312,6 +313,8 @@ class Variant:
             parts.append(f"k={self.rrf_k}")
         if self.dense_weight_floor is not None:
             parts.append(f"floor={self.dense_weight_floor:g}")
+        if self.aggregate is not None:
+            parts.append(f"aggregate={self.aggregate}")
         if self.expand:
             parts.append("expand=" + "+".join(self.expand))
         if self.rerank:
@@ -328,6 +331,7 @@ class Variant:
             candidates=self.candidates,
             rrf_k=self.rrf_k,
             dense_weight_floor=self.dense_weight_floor,
+            aggregate=self.aggregate,
             rerank=self.rerank,
             expand=ExpansionOptions(**{name: name in self.expand for name in EXPANDERS}),
         )
@@ -340,6 +344,7 @@ class Variant:
             "weights": dict(self.weights) if self.weights is not None else None,
             "rrf_k": self.rrf_k,
             "dense_weight_floor": self.dense_weight_floor,
+            "aggregate": self.aggregate,
             "expand": list(self.expand),
             "rerank": self.rerank,
         }
@@ -366,6 +371,7 @@ def build_variants(
     weights: Sequence[tuple[tuple[str, float], ...] | None] = (None,),
     rrf_ks: Sequence[int | None] = (None,),
     floors: Sequence[float | None] = (None,),
+    aggregates: Sequence[str | None] = (None,),
     expand: tuple[str, ...] = (),
     rerank: bool = False,
 ) -> list[Variant]:
@@ -374,8 +380,8 @@ def build_variants(
     variants: list[Variant] = []
     for mode in modes:
         fusion = itertools.product(weights, rrf_ks, floors) if mode == "hybrid" else [(None, None, None)]
-        for (weight, rrf_k, floor), depth in itertools.product(list(fusion), candidates):
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor)
+        for (weight, rrf_k, floor), depth, method in itertools.product(list(fusion), candidates, aggregates):
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method)
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -473,6 +479,8 @@ def suggested_settings(variant: Variant) -> dict:
         suggested["rrf_k"] = variant.rrf_k
     if variant.dense_weight_floor is not None:
         suggested["dense_weight_floor"] = variant.dense_weight_floor
+    if variant.aggregate is not None:
+        suggested["aggregate"] = variant.aggregate
     return suggested
 
 

@@ -35,6 +35,11 @@ def hashes_of_chunks_passing(tenant: Tenant, chunk_ids: list[int], compiled: Com
     return dict(scoped.values_list("id", "content_hash"))
 
 
+def document_ids(tenant: Tenant, chunk_ids: list[int]) -> dict[int, int]:
+    """Chunk id -> its document's id (``retrieval.grouping``)."""
+    return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "document_id"))
+
+
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
 

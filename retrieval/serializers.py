@@ -2,7 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
-from knowledge.search_settings import MAX_CANDIDATES, MAX_RRF_K, MAX_WEIGHT
+from knowledge.search_settings import AGGREGATES, GROUP_BY, MAX_CANDIDATES, MAX_RRF_K, MAX_WEIGHT
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -101,6 +101,19 @@ class SearchInput(serializers.Serializer):
     hops = StrictIntegerField(
         min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
     )
+    aggregate = serializers.ChoiceField(
+        choices=AGGREGATES,
+        required=False,
+        help_text="how the matched chunks of one document add up before top_k is cut: none (each chunk on its "
+        "own), max (the best chunk's score), sum (the best plus a damped sum of the next); default: the KB's, "
+        "else none",
+    )
+    group_by = serializers.ChoiceField(
+        choices=GROUP_BY,
+        required=False,
+        help_text="document: one hit per document (its best chunk, the others in passages); default: the KB's, "
+        "else chunk",
+    )
     score_threshold = StrictFloatField(
         min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
     )
@@ -131,6 +144,13 @@ class ContributionOutput(serializers.Serializer):
     hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 
 
+class PassageOutput(serializers.Serializer):
+    chunk_id = serializers.IntegerField()
+    content = serializers.CharField()
+    ordinal = serializers.IntegerField()
+    fused_score = serializers.FloatField()
+
+
 class SearchHitOutput(serializers.Serializer):
     chunk_id = serializers.IntegerField()
     doc_id = serializers.IntegerField()
@@ -151,6 +171,14 @@ class SearchHitOutput(serializers.Serializer):
     rerank_score = serializers.FloatField(allow_null=True)
     retrievers = serializers.DictField(child=ContributionOutput())
     matched_queries = serializers.ListField(child=serializers.CharField())
+    document_score = serializers.FloatField(
+        allow_null=True, help_text="its document's aggregated score (aggregate max or sum); null otherwise"
+    )
+    passages = PassageOutput(
+        many=True,
+        allow_null=True,
+        help_text="group_by document: up to 3 other matched chunks of the document, best first; null otherwise",
+    )
 
 
 class QueryOutput(serializers.Serializer):

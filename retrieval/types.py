@@ -55,6 +55,8 @@ class SearchHit:
     rerank_score: float | None = None
     retrievers: dict = field(default_factory=dict)
     matched_queries: list[str] = field(default_factory=list)
+    document_score: float | None = None  # its document's aggregated score (retrieval.grouping); None: not aggregated
+    passages: list[dict] | None = None  # group_by "document": the document's other matched chunks; else None
 
 
 @dataclass

@@ -35,6 +35,7 @@ from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.grouping import Grouped, aggregate, group_by_document
 from retrieval.services.graph import rank_by_graph
 from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.services.timings import StageTimings
@@ -83,18 +84,21 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             known_hashes.update(leg.content_hashes)
         with timings.stage("fuse"):
             fused = fuse(lists, known_hashes, fusion.rrf_k)
-        reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
+        documents = order_by_document(tenant, fused, fusion, timings)
+        reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
+        head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
         explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
         ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
         results = hydrate(
             tenant,
             request.mode,
-            reranked.candidates[: request.top_k],
+            head.candidates,
             reranked.scores,
             single_list=len(lists) == 1,
             explanations=explanations,
             scales=RelevanceScales(ceilings, revisions),
             threshold=request.score_threshold,
+            documents=DocumentView(documents.scores, head.passages, {c.chunk_id: c for c in fused}),
         )
     response = SearchResponse(
         results=results,
@@ -298,6 +302,27 @@ def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> l
     return reciprocal_rank_fusion(present, k=rrf_k, dedup_key=hashes.__getitem__)
 
 
+def order_by_document(
+    tenant: Tenant, fused: list[FusedCandidate], fusion: FusionSettings, timings: StageTimings
+) -> DocumentOrder:
+    """The chunks of one document counted together (``retrieval.grouping``); documents are looked up
+    only when the search aggregates or groups."""
+    if fusion.aggregate == "none" and fusion.group_by == "chunk":
+        return DocumentOrder(fused, {}, {})
+    with timings.stage("group"):
+        document_of = selectors.document_ids(tenant, [candidate.chunk_id for candidate in fused])
+        ranked, scores = aggregate(fused, document_of, fusion.aggregate)
+    return DocumentOrder(ranked, scores, document_of)
+
+
+def cut(candidates: list[FusedCandidate], top_k: int, group_by: str, document_of: dict[int, int]) -> Grouped:
+    """The ``top_k`` hits: chunks, or (``group_by`` document) each document's best chunk and its passages."""
+    if group_by == "document":
+        grouped = group_by_document(candidates, document_of)
+        return Grouped(grouped.candidates[:top_k], grouped.passages)
+    return Grouped(candidates[:top_k], {})
+
+
 def rerank(
     tenant: Tenant, query: str, fused: list[FusedCandidate], *, requested: bool, timings: StageTimings
 ) -> Reranked:
@@ -318,6 +343,22 @@ def rerank(
             return Reranked(fused, None, [_failure("rerank", exc).as_dict()])
     reordered = sorted(head, key=lambda candidate: -by_chunk[candidate.chunk_id]) + fused[len(head) :]
     return Reranked(reordered, by_chunk, [])
+
+
+@dataclass(frozen=True)
+class DocumentOrder:
+    candidates: list[FusedCandidate]
+    scores: dict[int, float]  # chunk id -> its document's aggregated score; empty: not aggregated
+    document_of: dict[int, int]  # chunk id -> document id; empty: not looked up
+
+
+@dataclass(frozen=True)
+class DocumentView:
+    """What a hit shows of its document: the aggregated score and (grouped) its other passages."""
+
+    scores: dict[int, float]
+    passages: dict[int, list[int]]  # hit chunk id -> other chunk ids of its document, best first
+    fused: dict[int, FusedCandidate]
 
 
 @dataclass(frozen=True)
@@ -347,13 +388,16 @@ def hydrate(
     scales: RelevanceScales,
     threshold: float = 0.0,
     explanations: dict[str, dict[int, dict]] | None = None,
+    documents: DocumentView | None = None,
 ) -> list[SearchHit]:
     """The hits as the API shows them, those under the ``relevance`` threshold left out. One retriever
     and one query (``single_list``): its raw score (cosine or BM25) is the most useful score to show.
     ``explanations``: retriever -> chunk id -> what that retriever adds to the hit's entry in
     ``retrievers`` (the graph: its path)."""
     explanations = explanations or {}
-    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
+    documents = documents or DocumentView({}, {}, {})
+    passage_ids = [chunk_id for ids in documents.passages.values() for chunk_id in ids]
+    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates] + passage_ids)
     results = []
     for candidate in candidates:
         chunk = by_id.get(candidate.chunk_id)
@@ -384,7 +428,7 @@ def hydrate(
                 metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
                 relevance=relevance,
                 fused_score=round(candidate.fused_score, 6),
-                rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
+                rerank_score=_rounded(rerank_score),
                 retrievers={
                     name: {
                         "rank": c.rank,
@@ -395,9 +439,26 @@ def hydrate(
                     for name, c in candidate.retrievers.items()
                 },
                 matched_queries=candidate.matched_queries,
+                document_score=_rounded(documents.scores.get(candidate.chunk_id)),
+                passages=None
+                if candidate.chunk_id not in documents.passages
+                else [
+                    {
+                        "chunk_id": passage.pk,
+                        "content": passage.content,
+                        "ordinal": passage.ordinal,
+                        "fused_score": round(documents.fused[passage.pk].fused_score, 6),
+                    }
+                    for passage in (by_id.get(i) for i in documents.passages[candidate.chunk_id])
+                    if passage is not None
+                ],
             )
         )
     return results
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
 
 
 # --- the retrieval legs and their failures ----------------------------------------------------------

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
+from knowledge.search_settings import AGGREGATES
 from retrieval import evaluation
 from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
@@ -62,6 +63,9 @@ class Command(BaseCommand):
             "--dense-floor", default=None, help="hybrid: dense weight for uncovered languages; a list sweeps values"
         )
         parser.add_argument(
+            "--aggregate", default=None, help="how a document's chunks add up: none,max,sum; a list sweeps values"
+        )
+        parser.add_argument(
             "--sweep",
             action="store_true",
             help="hybrid over a grid of fusion settings (weights, RRF k and candidates not given take "
@@ -101,8 +105,9 @@ class Command(BaseCommand):
                 options["candidates"] = ",".join(map(str, evaluation.SWEEP_CANDIDATES))
         modes = _names(options["modes"])
         expand = tuple(_names(options["expand"]))
-        if unknown := sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS)):
-            raise CommandError(f"unknown mode or expander: {', '.join(unknown)}")
+        unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
+        if unknown := unknown + sorted(set(_names(options["aggregate"])) - set(AGGREGATES)):
+            raise CommandError(f"unknown mode, expander or aggregate: {', '.join(unknown)}")
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
@@ -115,6 +120,7 @@ class Command(BaseCommand):
             weights=weights,
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
             floors=floors,
+            aggregates=_names(options["aggregate"]) or [None],
             expand=expand,
             rerank=options["rerank"],
         )

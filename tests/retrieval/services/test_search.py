@@ -139,6 +139,68 @@ def test_the_kbs_language_floor_weighs_the_dense_leg_of_uncovered_languages(samp
     assert run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3, dense_weight_floor=0.0).weights["vector"] == 0.0
 
 
+# --- document-aware ranking -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manuals(tenant, embedder, tmp_path):
+    """A long manual cut into several chunks that all speak of the kettle, and two one-chunk notes."""
+    kb = create_knowledge_base(tenant=tenant, name="manuals", chunk_size=40, chunk_overlap=0)
+    sentences = [
+        "The kettle boils water in four minutes.",
+        "Descale the kettle every month with vinegar and water.",
+        "The kettle switches off when the water boils.",
+        "Never fill the kettle above the maximum water mark.",
+        "The kettle base must stay dry; wipe spilled water at once.",
+    ]
+    (tmp_path / "kettle-manual.txt").write_text("\n\n".join(sentence * 3 for sentence in sentences))
+    (tmp_path / "note-kettle.txt").write_text("Kettle water boils fast: the kettle boils water.")
+    (tmp_path / "note-garden.txt").write_text("Water the tomato seedlings every morning.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    assert Document.objects.get(knowledge_base=kb, source_uri__endswith="kettle-manual.txt").chunk_count >= 3
+    return kb
+
+
+def test_grouping_by_document_gives_one_hit_per_document_with_its_passages(manuals):
+    chunks = run(manuals, "kettle water", mode="bm25", top_k=10)
+    assert len(names(chunks)) > len(set(names(chunks)))  # the manual's chunks are several hits
+    grouped = run(manuals, "kettle water", mode="bm25", top_k=10, group_by="document")
+    assert len(names(grouped)) == len(set(names(grouped))) == 3
+    manual = next(hit for hit in grouped.results if names_of([hit]) == ["kettle-manual.txt"])
+    first_manual_chunk = next(hit for hit in chunks.results if names_of([hit]) == ["kettle-manual.txt"])
+    assert manual.chunk_id == first_manual_chunk.chunk_id  # its best chunk is the hit
+    others = [hit.chunk_id for hit in chunks.results if names_of([hit]) == ["kettle-manual.txt"]][1:4]
+    assert [p["chunk_id"] for p in manual.passages] == others
+    assert all(p["content"] and p["fused_score"] > 0 for p in manual.passages)
+    assert run(manuals, "kettle water", mode="bm25", top_k=1, group_by="document").results[0].passages is not None
+    assert all(hit.passages is None for hit in chunks.results)
+
+
+def test_sum_aggregation_scores_a_document_by_all_its_matched_chunks(manuals):
+    plain = run(manuals, "kettle water", mode="hybrid", top_k=20)
+    summed = run(manuals, "kettle water", mode="hybrid", top_k=20, aggregate="sum")
+    assert all(hit.document_score is None for hit in plain.results)
+    by_document: dict[int, list[float]] = {}
+    for hit in plain.results:
+        by_document.setdefault(hit.doc_id, []).append(hit.fused_score)
+    expected = {doc: sum(s * 0.5**i for i, s in enumerate(sorted(scores, reverse=True))) for doc, scores in by_document.items()}
+    assert {hit.doc_id: hit.document_score for hit in summed.results} == pytest.approx(expected, abs=1e-6)
+    scores = [hit.document_score for hit in summed.results]
+    assert scores == sorted(scores, reverse=True)  # ranked by their document's score
+
+
+def test_a_kbs_grouping_applies_unless_the_request_says_otherwise(manuals):
+    update_search_settings(manuals, {"group_by": "document", "aggregate": "max"})
+    grouped = run(manuals, "kettle water", mode="bm25", top_k=10)
+    assert len(names(grouped)) == len(set(names(grouped))) and grouped.results[0].document_score is not None
+    chunks = run(manuals, "kettle water", mode="bm25", top_k=10, group_by="chunk", aggregate="none")
+    assert len(names(chunks)) > len(set(names(chunks)))
+
+
+def names_of(hits) -> list[str]:
+    return [Path(hit.source_uri).name for hit in hits]
+
+
 def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):
     response = run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3)
     assert response.weights["vector"] == 0.0
