@@ -94,7 +94,7 @@ class ModelGroup:
 class Degradation:
     """An optional stage that failed: the search answers without it and names it in ``degraded``."""
 
-    stage: str  # "expand", "bm25", "vector", "graph" or "rerank"
+    stage: str  # "expand", "bm25", "vector", "graph", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
 

@@ -1,13 +1,15 @@
 """The search pipeline behind every retrieval endpoint, one function per stage.
 
-expand the query -> weigh the retrievers -> retrieve (BM25 and the graph while the query embeds, then pgvector),
-each leg scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF ->
-rerank the head -> hydrate. Stages hand each other plain values; timings go through
+resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> expand the query -> weigh
+the retrievers -> retrieve (BM25 and the graph while the query embeds, then pgvector), each leg scoped
+to the tenant, its active KB versions and the filters -> fuse by weighted RRF -> order by document when
+asked (``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) ->
+hydrate. Stages hand each other plain values; timings go through
 :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
-leg, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}`` and one warning;
-only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
+leg, the document stage, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}``
+and one warning; only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
 """
 from __future__ import annotations
 
@@ -98,7 +100,9 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             explanations=explanations,
             scales=RelevanceScales(ceilings, revisions),
             threshold=request.score_threshold,
-            documents=DocumentView(documents.scores, head.passages, {c.chunk_id: c for c in fused}),
+            documents=DocumentView(
+                documents.scores, head.passages, {c.chunk_id: c for c in fused} if head.passages else {}
+            ),
         )
     response = SearchResponse(
         results=results,
@@ -106,7 +110,12 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         queries=[{"text": v.text, "weight": v.weight, "origin": v.origin} for v in expansion.variants],
         weights=weights.by_retriever,
         reranked=reranked.scores is not None,
-        degraded=[*expansion.degraded, *(leg.failure.as_dict() for leg in legs if leg.failure), *reranked.degraded],
+        degraded=[
+            *expansion.degraded,
+            *(leg.failure.as_dict() for leg in legs if leg.failure),
+            *documents.degraded,
+            *reranked.degraded,
+        ],
         notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
         candidates={**_candidate_counts(lists), "fused": len(fused)},
         timings_ms=timings.milliseconds,
@@ -306,13 +315,16 @@ def order_by_document(
     tenant: Tenant, fused: list[FusedCandidate], fusion: FusionSettings, timings: StageTimings
 ) -> DocumentOrder:
     """The chunks of one document counted together (``retrieval.grouping``); documents are looked up
-    only when the search aggregates or groups."""
+    only when the search aggregates or groups. On any failure the fused order, degraded."""
     if fusion.aggregate == "none" and fusion.group_by == "chunk":
-        return DocumentOrder(fused, {}, {})
+        return DocumentOrder(fused, {}, {}, [])
     with timings.stage("group"):
-        document_of = selectors.document_ids(tenant, [candidate.chunk_id for candidate in fused])
-        ranked, scores = aggregate(fused, document_of, fusion.aggregate)
-    return DocumentOrder(ranked, scores, document_of)
+        try:
+            document_of = selectors.document_ids(tenant, [candidate.chunk_id for candidate in fused])
+            ranked, scores = aggregate(fused, document_of, fusion.aggregate)
+        except Exception as exc:
+            return DocumentOrder(fused, {}, {}, [_failure("group", exc).as_dict()])
+    return DocumentOrder(ranked, scores, document_of, [])
 
 
 def cut(candidates: list[FusedCandidate], top_k: int, group_by: str, document_of: dict[int, int]) -> Grouped:
@@ -350,6 +362,7 @@ class DocumentOrder:
     candidates: list[FusedCandidate]
     scores: dict[int, float]  # chunk id -> its document's aggregated score; empty: not aggregated
     document_of: dict[int, int]  # chunk id -> document id; empty: not looked up
+    degraded: list[dict]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
     "title", "source_uri", "doc_type", "metadata", "relevance",
-    "fused_score", "rerank_score", "retrievers", "matched_queries",
+    "fused_score", "rerank_score", "retrievers", "matched_queries", "document_score", "passages",
 }  # fmt: skip
 RESPONSE_KEYS = {
     "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked", "cached",

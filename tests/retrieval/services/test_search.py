@@ -197,6 +197,18 @@ def test_a_kbs_grouping_applies_unless_the_request_says_otherwise(manuals):
     assert len(names(chunks)) > len(set(names(chunks)))
 
 
+def test_a_failing_document_stage_keeps_the_fused_order_and_says_so(manuals, monkeypatch):
+    plain = run(manuals, "kettle water", mode="bm25", top_k=10)
+
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("retrieval.services.search.aggregate", broken)
+    response = run(manuals, "kettle water", mode="bm25", top_k=10, aggregate="sum", group_by="document")
+    assert [d["stage"] for d in response.degraded] == ["group"] and response.degraded[0]["cause"] == "internal_error"
+    assert [hit.chunk_id for hit in response.results] == [hit.chunk_id for hit in plain.results]
+
+
 def names_of(hits) -> list[str]:
     return [Path(hit.source_uri).name for hit in hits]
 
