@@ -62,7 +62,8 @@ def main() -> None:
         summary["p50_ratio"] = round(summary["p50_ms"] / baseline, 3)
         result["configs"][name] = summary
         rows.append([name, summary["p50_ms"], summary["p95_ms"], f"{summary['p50_ratio']:.3f}x"])
-    _common.print_table(["config", "p50 ms", "p95 ms", "p50 / shipped"], rows, title=f"{args.kb}, {len(queries)} queries")
+    headers = ["config", "p50 ms", "p95 ms", "p50 / shipped"]
+    _common.print_table(headers, rows, title=f"{args.kb}, {len(queries)} queries")
     print(_common.write_result("document_ranking", result))
 
 

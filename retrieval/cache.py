@@ -2,7 +2,8 @@
 
 The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
 switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched, the fusion settings the search will use (its KBs' own, ``retrieval.tuning``), the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
+KB version searched, the fusion settings the search will use (its KBs' own, ``retrieval.tuning``),
+the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
 them) and the stored response's field names. Every content change bumps a revision, so a re-ingest
 makes old entries unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
 

@@ -194,7 +194,8 @@ def load_dataset(path: Path, split: str, *, with_corpus: bool = True) -> BeirDat
         for qid, judged in read_qrels(qrels_path).items()
         if queries.get(qid, "").strip() and any(grade > 0 for grade in judged.values())
     }
-    return BeirDataset(path.resolve().name, path, split, digest.hexdigest() if with_corpus else "", corpus, queries, qrels)
+    corpus_sha256 = digest.hexdigest() if with_corpus else ""
+    return BeirDataset(path.resolve().name, path, split, corpus_sha256, corpus, queries, qrels)
 
 
 # --- the evaluation corpus as files ------------------------------------------------------------------

@@ -40,6 +40,15 @@ def document_ids(tenant: Tenant, chunk_ids: list[int]) -> dict[int, int]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "document_id"))
 
 
+def passages(tenant: Tenant, chunk_ids: list[int]) -> dict[int, tuple[str, int]]:
+    """Chunk id -> (content, ordinal): what a grouped hit shows of its document's other chunks (not
+    the whole rows: reading their vectors would cost more than the rest of the answer)."""
+    if not chunk_ids:
+        return {}
+    rows = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content", "ordinal")
+    return {chunk_id: (content, ordinal) for chunk_id, content, ordinal in rows}
+
+
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
 

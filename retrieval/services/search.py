@@ -409,8 +409,8 @@ def hydrate(
     ``retrievers`` (the graph: its path)."""
     explanations = explanations or {}
     documents = documents or DocumentView({}, {}, {})
-    passage_ids = [chunk_id for ids in documents.passages.values() for chunk_id in ids]
-    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates] + passage_ids)
+    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
+    passages = selectors.passages(tenant, [chunk_id for ids in documents.passages.values() for chunk_id in ids])
     results = []
     for candidate in candidates:
         chunk = by_id.get(candidate.chunk_id)
@@ -457,13 +457,13 @@ def hydrate(
                 if candidate.chunk_id not in documents.passages
                 else [
                     {
-                        "chunk_id": passage.pk,
-                        "content": passage.content,
-                        "ordinal": passage.ordinal,
-                        "fused_score": round(documents.fused[passage.pk].fused_score, 6),
+                        "chunk_id": chunk_id,
+                        "content": passages[chunk_id][0],
+                        "ordinal": passages[chunk_id][1],
+                        "fused_score": round(documents.fused[chunk_id].fused_score, 6),
                     }
-                    for passage in (by_id.get(i) for i in documents.passages[candidate.chunk_id])
-                    if passage is not None
+                    for chunk_id in documents.passages[candidate.chunk_id]
+                    if chunk_id in passages  # else replaced by a concurrent re-ingest
                 ],
             )
         )

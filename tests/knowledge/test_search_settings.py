@@ -9,7 +9,9 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
     cleaned = clean_search_settings(
         {"group_by": "document", "rrf_k": 20.0, "weights": {"bm25": 1, "vector": 0.5}, "dense_weight_floor": 0}
     )
-    assert cleaned == {"weights": {"bm25": 1.0, "vector": 0.5}, "rrf_k": 20, "dense_weight_floor": 0.0, "group_by": "document"}
+    assert cleaned == {
+        "weights": {"bm25": 1.0, "vector": 0.5}, "rrf_k": 20, "dense_weight_floor": 0.0, "group_by": "document"
+    }
     assert list(cleaned) == ["weights", "rrf_k", "dense_weight_floor", "group_by"]
     assert type(cleaned["rrf_k"]) is int and type(cleaned["weights"]["bm25"]) is float
     assert clean_search_settings(None) == clean_search_settings("") == {}
@@ -47,5 +49,6 @@ def test_every_bad_key_is_named_at_once():
 def test_later_layers_win_key_by_key_and_weights_retriever_by_retriever():
     kb = {"weights": {"vector": 0.5, "bm25": 2.0}, "rrf_k": 20, "candidates": 50}
     version = {"weights": {"vector": 0.3}, "rrf_k": 10}
-    assert merged_search_settings(kb, version) == {"weights": {"vector": 0.3, "bm25": 2.0}, "rrf_k": 10, "candidates": 50}
+    merged = merged_search_settings(kb, version)
+    assert merged == {"weights": {"vector": 0.3, "bm25": 2.0}, "rrf_k": 10, "candidates": 50}
     assert merged_search_settings({}, None, kb) == kb

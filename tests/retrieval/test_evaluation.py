@@ -261,12 +261,12 @@ def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_sett
     docs = tmp_path / "docs"
     docs.mkdir()
     for row in TINY_CORPUS:
-        (docs / f"{row['_id'].replace('/', '-')}.md").write_text(f"# {row['title']}\n\n{row['text']}\n", encoding="utf-8")
+        text = f"# {row['title']}\n\n{row['text']}\n"
+        (docs / f"{row['_id'].replace('/', '-')}.md").write_text(text, encoding="utf-8")
     call_command("ingest", str(docs), tenant=tenant.name, kb="science", no_progress=True, stdout=io.StringIO())
     # The user's labels name documents by file name (with or without the folder); no corpus.jsonl.
-    labels = write_beir(
-        tmp_path / "labels", [], TINY_QUERIES, [("q-photo", "photo.md", 1), ("q-tide", f"{docs}/tide-2.md", 2), ("q-music", "jazz.md", 1)]
-    )
+    judged = [("q-photo", "photo.md", 1), ("q-tide", f"{docs}/tide-2.md", 2), ("q-music", "jazz.md", 1)]
+    labels = write_beir(tmp_path / "labels", [], TINY_QUERIES, judged)
     (labels / "corpus.jsonl").unlink()
     report_path, out = tmp_path / "sweep.json", io.StringIO()
     call_command(

@@ -185,7 +185,8 @@ class Command(BaseCommand):
         self.stdout.write(f"best: {best.variant.label} (nDCG@10 {ndcg:.4f}); search settings {json.dumps(suggested)}")
         if write:
             stored = evaluation.write_suggested_settings(kb, suggested)
-            self.stdout.write(f"written to {kb.tenant.name}/{kb.name} version {kb.active_version.number}: {json.dumps(stored)}")
+            where = f"{kb.tenant.name}/{kb.name} version {kb.active_version.number}"
+            self.stdout.write(f"written to {where}: {json.dumps(stored)}")
         else:
             self.stdout.write("not written: add --write to store them on the knowledge base's active version")
         return {"best": best.variant.label, "search_settings": suggested, "written": write}

@@ -183,7 +183,9 @@ def test_sum_aggregation_scores_a_document_by_all_its_matched_chunks(manuals):
     by_document: dict[int, list[float]] = {}
     for hit in plain.results:
         by_document.setdefault(hit.doc_id, []).append(hit.fused_score)
-    expected = {doc: sum(s * 0.5**i for i, s in enumerate(sorted(scores, reverse=True))) for doc, scores in by_document.items()}
+    expected = {
+        doc: sum(s * 0.5**i for i, s in enumerate(sorted(scores, reverse=True))) for doc, scores in by_document.items()
+    }
     assert {hit.doc_id: hit.document_score for hit in summed.results} == pytest.approx(expected, abs=1e-6)
     scores = [hit.document_score for hit in summed.results]
     assert scores == sorted(scores, reverse=True)  # ranked by their document's score
