@@ -24,6 +24,7 @@ from knowledge.models import (
 )
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, set_schedule
+from knowledge.search_settings import clean_search_settings
 from knowledge.services import (
     create_knowledge_base,
     delete_document,
@@ -39,8 +40,11 @@ from tenants.models import Tenant
 class VersionInline(admin.TabularInline):
     model = KnowledgeBaseVersion
     extra = 0
-    fields = ["number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "created_at"]
-    readonly_fields = fields
+    fields = [
+        "number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "search_settings",
+        "created_at",
+    ]  # fmt: skip
+    readonly_fields = fields  # a version's search settings are measured: manage.py evaluate --sweep --write
     can_delete = False
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -116,6 +120,12 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
 
 
 class KnowledgeBaseChangeForm(forms.ModelForm):
+    def clean_search_settings(self) -> dict:
+        try:
+            return clean_search_settings(self.cleaned_data["search_settings"])
+        except ValidationError as exc:
+            raise ValidationError(exc.messages) from None
+
     def clean_name(self) -> str:
         # The tenant is read-only here, so Django skips the (tenant, name) constraint: check it.
         name = self.cleaned_data["name"]
@@ -162,7 +172,8 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, a
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        return self.add_form._meta.fields if obj is None else ["name", "description", *self.fixed_after_creation]
+        editable = ["name", "description", "search_settings"]
+        return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
 
     def get_readonly_fields(self, request, obj=None):
         return [] if obj is None else self.fixed_after_creation
@@ -174,7 +185,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, a
     delete_with_service = staticmethod(delete_knowledge_base)
 
     def save_model(self, request, obj, form, change):
-        if change:  # name and description only; an added KB was saved by save_form
+        if change:  # name, description and search settings; an added KB was saved by save_form
             super().save_model(request, obj, form, change)
 
 

@@ -5,6 +5,7 @@ from django.db import models
 from django_celery_beat.models import PeriodicTask
 from pgvector.django import VectorField
 
+from knowledge.search_settings import clean_search_settings
 from tenants.models import Tenant
 
 
@@ -32,6 +33,14 @@ class KnowledgeBase(models.Model):
     )
     active_version = models.OneToOneField(
         "KnowledgeBaseVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    search_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[clean_search_settings],
+        help_text='Fusion defaults of searches of this KB, each key optional, e.g. {"weights": {"vector": 0.5}, '
+        '"rrf_k": 20, "candidates": 100, "dense_weight_floor": 0.3, "aggregate": "sum", "group_by": "chunk"}. '
+        "A request's own values win; then the active version's settings; then these; then the service settings.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -72,6 +81,13 @@ class KnowledgeBaseVersion(models.Model):
     analyzer_version = models.CharField(max_length=64, blank=True)
     revision = models.PositiveIntegerField(
         default=0, help_text="Bumped by every content change; caches and vocabularies key on it."
+    )
+    search_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[clean_search_settings],
+        help_text="Fusion settings measured on this version (manage.py evaluate --sweep --write); they win "
+        "over the KB's own, key by key. Same keys as the KB's.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

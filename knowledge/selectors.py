@@ -1,6 +1,7 @@
 """Reads for knowledge bases."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from django.db.models import Count, QuerySet
 from core.usage import query_counts
 
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
+from knowledge.search_settings import merged_search_settings
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
@@ -44,20 +46,30 @@ def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) 
     return found
 
 
-def searched_version_revisions(tenant: Tenant, kb_ids: list[int] | None = None) -> list[tuple[int, int]]:
-    """(active version id, revision) of each KB a search would cover, sorted: what a cached answer
-    depends on. Same scope and errors as :func:`searchable_knowledge_bases`, a fraction of its cost."""
+def searched_versions(tenant: Tenant, kb_ids: list[int] | None = None) -> list[tuple[int, int, dict]]:
+    """(active version id, revision, search settings) of each KB a search would cover, sorted by
+    version: what a cached answer depends on. The settings are the KB's merged with its version's
+    (:func:`search_settings_of`). Same scope and errors as :func:`searchable_knowledge_bases`, a
+    fraction of its cost."""
     # Raw SQL: this runs on every cached answer, where compiling the ORM query cost more than running it.
     with connection.cursor() as cursor:
         ids = sorted(set(kb_ids)) if kb_ids else None
         cursor.execute(_SEARCHED_VERSIONS_SQL, [tenant.pk, ids, ids])
         rows = cursor.fetchall()
-    _check_found(kb_ids, {kb_id for kb_id, _, _ in rows})
-    return sorted((version_id, revision) for _, version_id, revision in rows)
+    _check_found(kb_ids, {row[0] for row in rows})
+    return sorted(
+        (version_id, revision, merged_search_settings(json.loads(kb_settings), json.loads(version_settings)))
+        for _, version_id, revision, kb_settings, version_settings in rows  # Django reads jsonb as text
+    )
+
+
+def search_settings_of(kb: KnowledgeBase) -> dict:
+    """The KB's search settings with its active version's over them, key by key."""
+    return merged_search_settings(kb.search_settings, kb.active_version.search_settings)
 
 
 _SEARCHED_VERSIONS_SQL = (
-    f"SELECT kb.id, v.id, v.revision FROM {KnowledgeBase._meta.db_table} kb "
+    f"SELECT kb.id, v.id, v.revision, kb.search_settings, v.search_settings FROM {KnowledgeBase._meta.db_table} kb "
     f"JOIN {KnowledgeBaseVersion._meta.db_table} v ON v.id = kb.active_version_id "
     "WHERE kb.tenant_id = %s AND (%s::bigint[] IS NULL OR kb.id = ANY(%s::bigint[]))"
 )

@@ -38,6 +38,7 @@ from knowledge.models import (
     PendingLexicalChange,
     originals_storage,
 )
+from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant
 from knowledge.stores import graph_store, vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
@@ -81,6 +82,21 @@ def create_knowledge_base(
     )
     activate_first_version(kb)
     return kb
+
+
+def update_search_settings(
+    kb: KnowledgeBase, search_settings: dict, *, version: KnowledgeBaseVersion | None = None
+) -> dict:
+    """Replace the KB's search settings, or ``version``'s (one of the KB's); returns them as stored.
+    Validated here (``ValidationError``), so the admin, the API and commands store the same thing.
+    Cached answers need no purge: the search cache key holds the settings a search used."""
+    cleaned = clean_search_settings(search_settings)
+    target = kb if version is None else version
+    if version is not None and version.knowledge_base_id != kb.pk:
+        raise ValueError(f"version {version.pk} is not a version of knowledge base {kb.pk}")
+    target.search_settings = cleaned
+    target.save(update_fields=["search_settings"])
+    return cleaned
 
 
 def index_settings(
@@ -662,7 +678,12 @@ def start_version_build(
         if building is not None:
             raise VersionConflict(f"version {building.number} is still building")
         number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
-        version = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=number, **index)
+        # Settings measured on the active version carry over while the model does (not across models).
+        same_model = index["embedding_model"] == active.embedding_model
+        search_settings = active.search_settings if same_model else {}
+        version = KnowledgeBaseVersion.objects.create(
+            knowledge_base=kb, number=number, search_settings=search_settings, **index
+        )
         task = queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, build_version, (version.pk, activate))
     return version, task
 

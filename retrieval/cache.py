@@ -2,7 +2,8 @@
 
 The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
 switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched, the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
+KB version searched, the fusion settings the search will use (its KBs' own, ``retrieval.tuning``),
+the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
 them) and the stored response's field names. Every content change bumps a revision, so a re-ingest
 makes old entries unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
 
@@ -22,8 +23,9 @@ from dataclasses import asdict, dataclass, fields
 from django.conf import settings
 from django.core.cache import cache
 
-from knowledge.selectors import searched_version_revisions
+from knowledge.selectors import searched_versions
 from retrieval.services.search import search
+from retrieval.tuning import effective_settings
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
@@ -67,7 +69,7 @@ def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
 
 def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
     """Raises ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would."""
-    versions = searched_version_revisions(tenant, request.kb_ids)
+    versions = searched_versions(tenant, request.kb_ids)
     expand = asdict(request.expand)
     for name in _EXPANDERS:
         if expand[name] is None:
@@ -81,7 +83,9 @@ def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
     material = {
         "tenant": tenant.pk,
         "request": normalized,
-        "versions": versions,
+        "versions": [(version_id, revision) for version_id, revision, _ in versions],
+        # The fusion settings the search will run with (the request's, its KBs', the service's).
+        "fusion": effective_settings(request, [search_settings for _, _, search_settings in versions]).as_dict(),
         # A restart with new ranking settings must not serve rankings made under the old ones.
         "settings": {name: getattr(settings, name) for name in settings.RANKING_SETTINGS},
         "shape": _SHAPE,

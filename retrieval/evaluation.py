@@ -24,7 +24,8 @@ import numpy as np
 from django.conf import settings
 
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.search_settings import merged_search_settings
+from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of, search_settings_of
 from knowledge.services import (
     SIDECAR_SUFFIX,
     IngestReport,
@@ -33,6 +34,7 @@ from knowledge.services import (
     discover_files,
     get_or_create_knowledge_base,
     rebuild_lexical_index,
+    update_search_settings,
 )
 from engines.embedders import get_embedder
 from engines import get_lexical_index
@@ -40,6 +42,7 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.services.search import search
 from retrieval.types import MODES, SearchRequest
 from tenants.models import Tenant
+from tenants.selectors import tenant_by_name
 from tenants.services import get_or_create_tenant
 
 EVAL_TENANT = "eval"
@@ -169,24 +172,30 @@ def read_qrels(path: Path) -> dict[str, Judgments]:
     return qrels
 
 
-def load_dataset(path: Path, split: str) -> BeirDataset:
+def load_dataset(path: Path, split: str, *, with_corpus: bool = True) -> BeirDataset:
+    """``with_corpus=False``: the labelled queries of a KB that already holds the documents (no
+    ``corpus.jsonl``); each judgment's corpus id names a document by its file name or source URI
+    and is read as :func:`corpus_id_from_uri` reads a hit's, so both sides match."""
     path = Path(path)
     corpus_path, qrels_path = path / "corpus.jsonl", path / "qrels" / f"{split}.tsv"
-    for required in (corpus_path, path / "queries.jsonl", qrels_path):
+    for required in ([corpus_path] if with_corpus else []) + [path / "queries.jsonl", qrels_path]:
         if not required.is_file():
             raise FileNotFoundError(f"not a BEIR dataset folder: {required} is missing")
     digest = hashlib.sha256()
-    with open(corpus_path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    corpus = {str(row["_id"]): (row.get("title") or "", row.get("text") or "") for row in _read_jsonl(corpus_path)}
+    corpus = {}
+    if with_corpus:
+        with open(corpus_path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        corpus = {str(row["_id"]): (row.get("title") or "", row.get("text") or "") for row in _read_jsonl(corpus_path)}
     queries = {str(row["_id"]): row["text"] for row in _read_jsonl(path / "queries.jsonl")}
     qrels = {
-        qid: judged
+        qid: judged if with_corpus else {corpus_id_from_uri(doc): grade for doc, grade in judged.items()}
         for qid, judged in read_qrels(qrels_path).items()
         if queries.get(qid, "").strip() and any(grade > 0 for grade in judged.values())
     }
-    return BeirDataset(path.resolve().name, path, split, digest.hexdigest(), corpus, queries, qrels)
+    corpus_sha256 = digest.hexdigest() if with_corpus else ""
+    return BeirDataset(path.resolve().name, path, split, corpus_sha256, corpus, queries, qrels)
 
 
 # --- the evaluation corpus as files ------------------------------------------------------------------
@@ -293,6 +302,8 @@ class Variant:
     rrf_k: int | None = None
     expand: tuple[str, ...] = ()
     rerank: bool = False
+    dense_weight_floor: float | None = None
+    aggregate: str | None = None
 
     @property
     def label(self) -> str:
@@ -301,6 +312,10 @@ class Variant:
             parts.append("w=" + ",".join(f"{name}={value:g}" for name, value in self.weights))
         if self.rrf_k is not None:
             parts.append(f"k={self.rrf_k}")
+        if self.dense_weight_floor is not None:
+            parts.append(f"floor={self.dense_weight_floor:g}")
+        if self.aggregate is not None:
+            parts.append(f"aggregate={self.aggregate}")
         if self.expand:
             parts.append("expand=" + "+".join(self.expand))
         if self.rerank:
@@ -316,6 +331,8 @@ class Variant:
             weights=dict(self.weights) if self.weights else None,
             candidates=self.candidates,
             rrf_k=self.rrf_k,
+            dense_weight_floor=self.dense_weight_floor,
+            aggregate=self.aggregate,
             rerank=self.rerank,
             expand=ExpansionOptions(**{name: name in self.expand for name in EXPANDERS}),
         )
@@ -327,6 +344,8 @@ class Variant:
             "candidates": self.candidates,
             "weights": dict(self.weights) if self.weights is not None else None,
             "rrf_k": self.rrf_k,
+            "dense_weight_floor": self.dense_weight_floor,
+            "aggregate": self.aggregate,
             "expand": list(self.expand),
             "rerank": self.rerank,
         }
@@ -352,6 +371,8 @@ def build_variants(
     candidates: Sequence[int],
     weights: Sequence[tuple[tuple[str, float], ...] | None] = (None,),
     rrf_ks: Sequence[int | None] = (None,),
+    floors: Sequence[float | None] = (None,),
+    aggregates: Sequence[str | None] = (None,),
     expand: tuple[str, ...] = (),
     rerank: bool = False,
 ) -> list[Variant]:
@@ -359,9 +380,9 @@ def build_variants(
     row per candidate depth instead of identical repeats."""
     variants: list[Variant] = []
     for mode in modes:
-        fusion = itertools.product(weights, rrf_ks) if mode == "hybrid" else [(None, None)]
-        for (weight, rrf_k), depth in itertools.product(list(fusion), candidates):
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank)
+        fusion = itertools.product(weights, rrf_ks, floors) if mode == "hybrid" else [(None, None, None)]
+        for (weight, rrf_k, floor), depth, method in itertools.product(list(fusion), candidates, aggregates):
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method)
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -430,6 +451,52 @@ def run_variant(
     return result
 
 
+# --- sweeps: the best fusion settings for a KB --------------------------------------------------------
+
+SWEEP_WEIGHTS = "vector=0.3,0.5,0.7,1,1.5,bm25=1"
+SWEEP_RRF_KS = (10, 20, 60)
+SWEEP_CANDIDATES = (50, 100)
+
+
+def best_run(results: Sequence[RunResult]) -> RunResult:
+    """The hybrid run with the highest mean nDCG@10; ties go to the higher Recall@100, then the earlier run."""
+    hybrid = [result for result in results if result.variant.mode == "hybrid"]
+    if not hybrid:
+        raise ValueError("a sweep compares hybrid runs: include the hybrid mode")
+
+    def merit(result: RunResult) -> tuple[float, float]:
+        metrics = result.summary()["metrics"]
+        return metrics["ndcg@10"], metrics["recall@100"]
+
+    return max(hybrid, key=merit)
+
+
+def suggested_settings(variant: Variant) -> dict:
+    """A run's fusion settings as KB search settings (``knowledge.search_settings``): what it set."""
+    suggested: dict = {"candidates": variant.candidates}
+    if variant.weights is not None:
+        suggested["weights"] = dict(variant.weights)
+    if variant.rrf_k is not None:
+        suggested["rrf_k"] = variant.rrf_k
+    if variant.dense_weight_floor is not None:
+        suggested["dense_weight_floor"] = variant.dense_weight_floor
+    if variant.aggregate is not None:
+        suggested["aggregate"] = variant.aggregate
+    return suggested
+
+
+def write_suggested_settings(kb: KnowledgeBase, suggested: dict) -> dict:
+    """Onto the KB's active version (the index they were measured on), over its other settings."""
+    version = kb.active_version
+    return update_search_settings(kb, merged_search_settings(version.search_settings, suggested), version=version)
+
+
+def labelled_knowledge_base(tenant_name: str, kb_name: str) -> tuple[Tenant, KnowledgeBase]:
+    """A tenant's own KB, to evaluate with its labelled queries (``TenantNotFound``, ``KnowledgeBase.DoesNotExist``)."""
+    tenant = tenant_by_name(tenant_name)
+    return tenant, knowledge_bases_of(tenant).get(name=kb_name)
+
+
 # --- reports ----------------------------------------------------------------------------------------
 
 
@@ -455,7 +522,7 @@ def build_report(
     dataset: BeirDataset,
     kb: KnowledgeBase,
     results: list[RunResult],
-    ingestion: IngestReport,
+    ingestion: IngestReport | None,
     *,
     command: str | None,
     commit: str | None,
@@ -473,13 +540,14 @@ def build_report(
             "path": str(dataset.path),
             "split": dataset.split,
             "corpus_sha256": dataset.corpus_sha256,
-            "documents": len(dataset.corpus),
+            "documents": len(dataset.corpus) if dataset.corpus else None,  # None: the KB's own documents
             "judged_queries": len(dataset.qrels),
-            "judged_docs_missing_from_corpus": dataset.missing_judged_docs,
+            "judged_docs_missing_from_corpus": dataset.missing_judged_docs if dataset.corpus else None,
         },
         "knowledge_base": {
-            "tenant": EVAL_TENANT,
+            "tenant": kb.tenant.name,
             "name": kb.name,
+            "search_settings": search_settings_of(kb),
             "chunk_size": kb.chunk_size,
             "chunk_overlap": kb.chunk_overlap,
             "languages": kb.languages,
@@ -497,7 +565,9 @@ def build_report(
             "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND,
             "ONNX_THREADS": settings.ONNX_THREADS,
         },
-        "ingestion": {
+        "ingestion": None
+        if ingestion is None
+        else {
             **ingestion.as_dict(),
             "chunks_per_s": round(ingestion.chunks / ingestion.seconds, 2) if ingestion.chunks else None,
         },

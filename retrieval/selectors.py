@@ -53,6 +53,20 @@ def _id_hash_rows(statement: str, params: list) -> dict[int, str]:
 _CHUNKS = connection.ops.quote_name(Chunk._meta.db_table)
 
 
+def document_ids(tenant: Tenant, chunk_ids: list[int]) -> dict[int, int]:
+    """Chunk id -> its document's id (``retrieval.grouping``)."""
+    return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "document_id"))
+
+
+def passages(tenant: Tenant, chunk_ids: list[int]) -> dict[int, tuple[str, int]]:
+    """Chunk id -> (content, ordinal): what a grouped hit shows of its document's other chunks (not
+    the whole rows: reading their vectors would cost more than the rest of the answer)."""
+    if not chunk_ids:
+        return {}
+    rows = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content", "ordinal")
+    return {chunk_id: (content, ordinal) for chunk_id, content, ordinal in rows}
+
+
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
 

@@ -2,12 +2,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
+from knowledge.search_settings import AGGREGATES, GROUP_BY, MAX_CANDIDATES, MAX_RRF_K, MAX_WEIGHT
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100
-MAX_CANDIDATES = 200
-MAX_WEIGHT = 100
 
 
 @extend_schema_field(
@@ -33,7 +32,8 @@ class QueryField(StrictCharField):
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
-        "description": "RRF weight per retriever (default 1.0 each; hybrid: a graph weight > 0 adds the graph leg); "
+        "description": "RRF weight per retriever (default: the KB's, else SEARCH_WEIGHT_*; hybrid: a graph weight "
+        "> 0 adds the graph leg); "
         "0 skips a leg, but not every leg named",
     }
 )
@@ -83,13 +83,36 @@ class SearchInput(serializers.Serializer):
         min_value=1,
         max_value=MAX_CANDIDATES,
         required=False,
-        help_text="depth of each retriever's list before fusion; a value below top_k is raised to top_k",
+        help_text="depth of each retriever's list before fusion (default: the KB's, else SEARCH_CANDIDATES); "
+        "a value below top_k is raised to top_k",
     )
-    rrf_k = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    rrf_k = StrictIntegerField(
+        min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"
+    )
+    dense_weight_floor = StrictFloatField(
+        min_value=0,
+        max_value=MAX_WEIGHT,
+        required=False,
+        help_text="hybrid: the dense weight for a query in a language the KB's model does not cover (default: "
+        "the KB's, else DENSE_WEIGHT_FLOOR)",
+    )
     rerank = StrictBooleanField(default=False)
     graph = StrictBooleanField(default=False, help_text="hybrid: fuse the graph leg as a third list")
     hops = StrictIntegerField(
         min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
+    )
+    aggregate = serializers.ChoiceField(
+        choices=AGGREGATES,
+        required=False,
+        help_text="how the matched chunks of one document add up before top_k is cut: none (each chunk on its "
+        "own), max (the best chunk's score), sum (the best plus a damped sum of the next); default: the KB's, "
+        "else none",
+    )
+    group_by = serializers.ChoiceField(
+        choices=GROUP_BY,
+        required=False,
+        help_text="document: one hit per document (its best chunk, the others in passages); default: the KB's, "
+        "else chunk",
     )
     score_threshold = StrictFloatField(
         min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
@@ -121,6 +144,13 @@ class ContributionOutput(serializers.Serializer):
     hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 
 
+class PassageOutput(serializers.Serializer):
+    chunk_id = serializers.IntegerField()
+    content = serializers.CharField()
+    ordinal = serializers.IntegerField()
+    fused_score = serializers.FloatField()
+
+
 class SearchHitOutput(serializers.Serializer):
     chunk_id = serializers.IntegerField()
     doc_id = serializers.IntegerField()
@@ -141,6 +171,14 @@ class SearchHitOutput(serializers.Serializer):
     rerank_score = serializers.FloatField(allow_null=True)
     retrievers = serializers.DictField(child=ContributionOutput())
     matched_queries = serializers.ListField(child=serializers.CharField())
+    document_score = serializers.FloatField(
+        allow_null=True, help_text="its document's aggregated score (aggregate max or sum); null otherwise"
+    )
+    passages = PassageOutput(
+        many=True,
+        allow_null=True,
+        help_text="group_by document: up to 3 other matched chunks of the document, best first; null otherwise",
+    )
 
 
 class QueryOutput(serializers.Serializer):

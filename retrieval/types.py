@@ -32,6 +32,10 @@ class SearchRequest:
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)
     hops: int | None = None  # the graph leg's neighbourhood; None: GRAPH_HOPS
     score_threshold: float = 0.0  # hits with a lower ``relevance`` are dropped
+    # None: the searched KBs' search settings, else the service's (retrieval.tuning)
+    dense_weight_floor: float | None = None
+    aggregate: str | None = None
+    group_by: str | None = None
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 
@@ -53,6 +57,8 @@ class SearchHit:
     rerank_score: float | None = None
     retrievers: dict = field(default_factory=dict)
     matched_queries: list[str] = field(default_factory=list)
+    document_score: float | None = None  # its document's aggregated score (retrieval.grouping); None: not aggregated
+    passages: list[dict] | None = None  # group_by "document": the document's other matched chunks; else None
 
 
 @dataclass
@@ -93,7 +99,7 @@ class ModelGroup:
 class Degradation:
     """An optional stage that failed: the search answers without it and names it in ``degraded``."""
 
-    stage: str  # "expand", "bm25", "vector", "graph" or "rerank"
+    stage: str  # "expand", "bm25", "vector", "graph", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
 

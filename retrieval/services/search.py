@@ -1,14 +1,16 @@
 """The search pipeline behind every retrieval endpoint, one function per stage.
 
-expand the query -> weigh the retrievers -> retrieve (the query embeds and the keyword index searches on
-thread pools while the request thread does the database work: BM25's reads, the vector plan, the graph;
-pgvector as soon as the vectors are there, BM25's check as soon as its hits are), each leg scoped to the
-tenant, its active KB versions and the filters -> fuse by weighted RRF -> rerank the head -> hydrate.
+resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> expand the query -> weigh
+the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
+request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
+vectors are there, BM25's check as soon as its hits are), each leg scoped to the tenant, its active KB
+versions and the filters -> fuse by weighted RRF -> order by document when asked
+(``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
-leg, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}`` and one warning;
-only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
+leg, the document stage, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}``
+and one warning; only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from engines.base import LexicalHit, LexicalIndexError, SearchScope
 from engines.embedders import get_embedder
 from engines.rerankers import get_reranker
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
+from knowledge.selectors import analyzer_for_tenant, search_settings_of, searchable_knowledge_bases
 from knowledge.stores import vector_index
 from retrieval import selectors
 from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
@@ -37,9 +39,11 @@ from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.grouping import Grouped, aggregate, group_by_document
 from retrieval.services.graph import rank_by_graph
 from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
 from retrieval.services.timings import StageTimings
+from retrieval.tuning import FusionSettings, effective_settings
 from retrieval.types import (
     RETRIEVERS,
     Degradation,
@@ -71,14 +75,15 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
         kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+        fusion = effective_settings(request, [search_settings_of(kb) for kb in kbs])
         revisions = {kb.active_version.pk: kb.active_version.revision for kb in kbs}
         groups = model_groups(kbs)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
-        candidates = request.candidates or settings.SEARCH_CANDIDATES
+        candidates = fusion.candidates
 
         with timings.stage("expand"):
             expansion = expand(tenant, request, version_ids)
-        weights = weigh(request, groups)
+        weights = weigh(request, groups, fusion)
         hops = settings.GRAPH_HOPS if request.hops is None else request.hops
         legs, known_hashes = _retrieve(
             tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, hops, timings
@@ -87,19 +92,24 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         for leg in legs:
             known_hashes.update(leg.content_hashes)
         with timings.stage("fuse"):
-            fused = fuse(lists, known_hashes, request.rrf_k or settings.RRF_K)
-        reranked = rerank(tenant, request.query, fused, requested=request.rerank, timings=timings)
+            fused = fuse(lists, known_hashes, fusion.rrf_k)
+        documents = order_by_document(tenant, fused, fusion, timings)
+        reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
+        head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
         explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
         ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
         results = hydrate(
             tenant,
             request.mode,
-            reranked.candidates[: request.top_k],
+            head.candidates,
             reranked.scores,
             single_list=len(lists) == 1,
             explanations=explanations,
             scales=RelevanceScales(ceilings, revisions),
             threshold=request.score_threshold,
+            documents=DocumentView(
+                documents.scores, head.passages, {c.chunk_id: c for c in fused} if head.passages else {}
+            ),
         )
     response = SearchResponse(
         results=results,
@@ -107,8 +117,13 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         queries=[{"text": v.text, "weight": v.weight, "origin": v.origin} for v in expansion.variants],
         weights=weights.by_retriever,
         reranked=reranked.scores is not None,
-        degraded=[*expansion.degraded, *(leg.failure.as_dict() for leg in legs if leg.failure), *reranked.degraded],
-        notes=[*weights.notes, *(note for leg in legs for note in leg.notes)],
+        degraded=[
+            *expansion.degraded,
+            *(leg.failure.as_dict() for leg in legs if leg.failure),
+            *documents.degraded,
+            *reranked.degraded,
+        ],
+        notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
         candidates={**_candidate_counts(lists), "fused": len(fused)},
         timings_ms=timings.milliseconds,
         critical_path_ms=timings.critical_path,
@@ -139,12 +154,11 @@ def expand(tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...])
     return Expansion(expansion.variants, expansion.degraded)
 
 
-def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
-    """Each retriever's weight (0: it does not run); dense retrieval is turned down when the query's
-    language is one no searched model covers."""
+def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettings) -> Weights:
+    """Each retriever's weight (0: it does not run); dense retrieval is turned down to the floor when
+    the query's language is one no searched model covers."""
     mode = request.mode
-    base = {**settings.SEARCH_WEIGHTS, **(request.weights or {})}
-    weights = {name: (base.get(name, 1.0) if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
+    weights = {name: (fusion.weights[name] if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
     if mode == "hybrid" and not request.graph and "graph" not in (request.weights or {}):
         weights["graph"] = 0.0  # three-way hybrid is asked for: "graph": true or a graph weight
     notes = []
@@ -152,7 +166,7 @@ def weigh(request: SearchRequest, groups: list[ModelGroup]) -> Weights:
         language = detect_language(request.query)
         uncovered = [g for g in groups if g.languages and language not in g.languages]
         if len(uncovered) == len(groups):
-            weights["vector"] = min(weights["vector"], settings.DENSE_WEIGHT_FLOOR)
+            weights["vector"] = min(weights["vector"], fusion.dense_weight_floor)
             models = ", ".join(sorted({g.model_name for g in uncovered}))
             action = "skipped" if weights["vector"] == 0 else f"weighted {weights['vector']}"
             notes.append(
@@ -326,6 +340,30 @@ def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> l
     return reciprocal_rank_fusion(present, k=rrf_k, dedup_key=hashes.__getitem__)
 
 
+def order_by_document(
+    tenant: Tenant, fused: list[FusedCandidate], fusion: FusionSettings, timings: StageTimings
+) -> DocumentOrder:
+    """The chunks of one document counted together (``retrieval.grouping``); documents are looked up
+    only when the search aggregates or groups. On any failure the fused order, degraded."""
+    if fusion.aggregate == "none" and fusion.group_by == "chunk":
+        return DocumentOrder(fused, {}, {}, [])
+    with timings.stage("group"):
+        try:
+            document_of = selectors.document_ids(tenant, [candidate.chunk_id for candidate in fused])
+            ranked, scores = aggregate(fused, document_of, fusion.aggregate)
+        except Exception as exc:
+            return DocumentOrder(fused, {}, {}, [_failure("group", exc).as_dict()])
+    return DocumentOrder(ranked, scores, document_of, [])
+
+
+def cut(candidates: list[FusedCandidate], top_k: int, group_by: str, document_of: dict[int, int]) -> Grouped:
+    """The ``top_k`` hits: chunks, or (``group_by`` document) each document's best chunk and its passages."""
+    if group_by == "document":
+        grouped = group_by_document(candidates, document_of)
+        return Grouped(grouped.candidates[:top_k], grouped.passages)
+    return Grouped(candidates[:top_k], {})
+
+
 def rerank(
     tenant: Tenant, query: str, fused: list[FusedCandidate], *, requested: bool, timings: StageTimings
 ) -> Reranked:
@@ -346,6 +384,23 @@ def rerank(
             return Reranked(fused, None, [_failure("rerank", exc).as_dict()])
     reordered = sorted(head, key=lambda candidate: -by_chunk[candidate.chunk_id]) + fused[len(head) :]
     return Reranked(reordered, by_chunk, [])
+
+
+@dataclass(frozen=True)
+class DocumentOrder:
+    candidates: list[FusedCandidate]
+    scores: dict[int, float]  # chunk id -> its document's aggregated score; empty: not aggregated
+    document_of: dict[int, int]  # chunk id -> document id; empty: not looked up
+    degraded: list[dict]
+
+
+@dataclass(frozen=True)
+class DocumentView:
+    """What a hit shows of its document: the aggregated score and (grouped) its other passages."""
+
+    scores: dict[int, float]
+    passages: dict[int, list[int]]  # hit chunk id -> other chunk ids of its document, best first
+    fused: dict[int, FusedCandidate]
 
 
 @dataclass(frozen=True)
@@ -375,13 +430,16 @@ def hydrate(
     scales: RelevanceScales,
     threshold: float = 0.0,
     explanations: dict[str, dict[int, dict]] | None = None,
+    documents: DocumentView | None = None,
 ) -> list[SearchHit]:
     """The hits as the API shows them, those under the ``relevance`` threshold left out. One retriever
     and one query (``single_list``): its raw score (cosine or BM25) is the most useful score to show.
     ``explanations``: retriever -> chunk id -> what that retriever adds to the hit's entry in
     ``retrievers`` (the graph: its path)."""
     explanations = explanations or {}
+    documents = documents or DocumentView({}, {}, {})
     by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in candidates])
+    passages = selectors.passages(tenant, [chunk_id for ids in documents.passages.values() for chunk_id in ids])
     results = []
     for candidate in candidates:
         chunk = by_id.get(candidate.chunk_id)
@@ -412,7 +470,7 @@ def hydrate(
                 metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
                 relevance=relevance,
                 fused_score=round(candidate.fused_score, 6),
-                rerank_score=None if rerank_score is None else round(float(rerank_score), 6),
+                rerank_score=_rounded(rerank_score),
                 retrievers={
                     name: {
                         "rank": c.rank,
@@ -423,9 +481,26 @@ def hydrate(
                     for name, c in candidate.retrievers.items()
                 },
                 matched_queries=candidate.matched_queries,
+                document_score=_rounded(documents.scores.get(candidate.chunk_id)),
+                passages=None
+                if candidate.chunk_id not in documents.passages
+                else [
+                    {
+                        "chunk_id": chunk_id,
+                        "content": passages[chunk_id][0],
+                        "ordinal": passages[chunk_id][1],
+                        "fused_score": round(documents.fused[chunk_id].fused_score, 6),
+                    }
+                    for chunk_id in documents.passages[candidate.chunk_id]
+                    if chunk_id in passages  # else replaced by a concurrent re-ingest
+                ],
             )
         )
     return results
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
 
 
 # --- the retrieval legs and their failures ----------------------------------------------------------

@@ -74,6 +74,13 @@ def test_every_mode_returns_typed_results_equal_to_the_json_answer(service):
             assert [hit.relevance for hit in result.results] == [hit["relevance"] for hit in raw["results"]]
         searched = client.search(KETTLE_QUERY, mode="bm25", top_k=1, filters={"tags": "product"})
         assert searched.mode == "bm25" and source_names(searched) == ["kettle.txt"]
+        grouped = client.hybrid(KETTLE_QUERY, top_k=2, aggregate="sum", group_by="document")
+        raw = http.post("/api/v1/retrieval/hybrid", json={"query": KETTLE_QUERY, "top_k": 2, "aggregate": "sum",
+                        "group_by": "document"}, headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
+        assert [(h.document_score, h.passages) for h in grouped.results] == [
+            (h["document_score"], h["passages"]) for h in raw["results"]
+        ]
+        assert all(hit.document_score is not None and hit.passages is not None for hit in grouped.results)
         graph = client.graph("stainless steel electric kettle", hops=1)
         raw = http.post("/api/v1/retrieval/graph", json={"query": "stainless steel electric kettle", "hops": 1},
                         headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip

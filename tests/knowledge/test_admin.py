@@ -127,6 +127,18 @@ def test_editing_a_kb_changes_its_name_and_description_only(admin_client, kb):
     assert list(kb.versions.values()) == versions
 
 
+def test_a_kbs_search_settings_are_edited_in_the_admin_and_checked(admin_client, kb):
+    url = f"{ADMIN}/knowledgebase/{kb.pk}/change/"
+    bad = admin_client.post(url, {"name": kb.name, "search_settings": '{"rrf_k": 0}', **version_rows(kb)})
+    assert bad.status_code == 200 and "rrf_k must be an integer from 1 to 1000" in bad.content.decode()
+    good = admin_client.post(
+        url, {"name": kb.name, "search_settings": '{"rrf_k": 20.0, "weights": {"vector": 0.5}}', **version_rows(kb)}
+    )
+    assert good.status_code == 302, good.content
+    kb.refresh_from_db()
+    assert kb.search_settings == {"weights": {"vector": 0.5}, "rrf_k": 20}
+
+
 def test_renaming_a_kb_to_a_name_its_tenant_uses_is_a_form_error(admin_client, kb, embedder):
     sibling = create_knowledge_base(tenant=kb.tenant, name="sibling")
     url = f"{ADMIN}/knowledgebase/{sibling.pk}/change/"

@@ -301,6 +301,22 @@ def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_o
         assert sorted(ordinals) == list(range(len(ordinals)))
 
 
+def test_a_new_version_keeps_the_measured_search_settings_while_the_model_stays(
+    kb, remote_model, django_capture_on_commit_callbacks
+):
+    measured = services.update_search_settings(kb, {"rrf_k": 20, "weights": {"vector": 0.5}}, version=kb.active_version)
+    with django_capture_on_commit_callbacks(execute=False):  # the build tasks are recorded, never sent
+        same_model, _ = start_version_build(kb, activate=False, chunk_size=64)
+    assert same_model.search_settings == measured
+    same_model.status = same_model.Status.FAILED  # one version builds at a time
+    same_model.save(update_fields=["status"])
+    with django_capture_on_commit_callbacks(execute=False):
+        other_model, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
+    assert other_model.search_settings == {}  # measured on another model's vectors: not carried over
+    with pytest.raises(ValueError):
+        services.update_search_settings(KnowledgeBaseFactory(tenant=kb.tenant), {}, version=other_model)
+
+
 def test_a_new_model_answers_searches_only_after_the_switch(
     kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
 ):

@@ -17,7 +17,8 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.db import connections
 
-from knowledge.models import DictionaryTerm, KnowledgeBaseVersion, Synonym
+from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
+from knowledge.services import update_search_settings
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
@@ -187,6 +188,21 @@ def test_every_setting_the_search_code_reads_is_ranking_or_known_not_to_be():
     }
     assert read - set(django_settings.RANKING_SETTINGS) - NOT_RANKING.keys() == set()
     assert set(django_settings.RANKING_SETTINGS) & NOT_RANKING.keys() == set()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_change_of_the_kbs_search_settings_makes_old_entries_unreachable(client, tenant, pipeline_runs):
+    body = {**QUERY, "weights": {"bm25": 1.0}}
+    post(client, body, path="hybrid")
+    assert post(client, body, path="hybrid")["cached"] is True
+    kb = KnowledgeBase.objects.get(tenant=tenant, name="manuals")
+    update_search_settings(kb, {"weights": {"vector": 0.0}})
+    changed = post(client, body, path="hybrid")
+    assert changed["cached"] is False and changed["weights"]["vector"] == 0.0
+    update_search_settings(kb, {"weights": {"vector": 0.0}}, version=kb.active_version)  # same effective settings
+    assert post(client, body, path="hybrid")["cached"] is True
+    assert len(pipeline_runs) == 2
 
 
 @pytest.mark.slow

@@ -4,9 +4,9 @@ import json
 import math
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
-from knowledge.models import Document
+from knowledge.models import Document, KnowledgeBase
 from retrieval.evaluation import (
     DEPTH,
     build_variants,
@@ -250,3 +250,54 @@ def test_threshold_curve_counts_relevant_hits_kept_where_half_of_the_others_drop
     assert curve["curve"][2] == at_half
     assert curve["curve"][0]["relevant_kept"] == 1.0 and curve["curve"][-1]["relevant_kept"] == 0.0
     assert threshold_curve([(0.5, True)]) == {"relevant_hits": 1, "other_hits": 0, "curve": []}
+
+
+# --- sweeps on a tenant's own knowledge base ----------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_settings(tmp_path, tenant, embedder):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for row in TINY_CORPUS:
+        text = f"# {row['title']}\n\n{row['text']}\n"
+        (docs / f"{row['_id'].replace('/', '-')}.md").write_text(text, encoding="utf-8")
+    call_command("ingest", str(docs), tenant=tenant.name, kb="science", no_progress=True, stdout=io.StringIO())
+    # The user's labels name documents by file name (with or without the folder); no corpus.jsonl.
+    judged = [("q-photo", "photo.md", 1), ("q-tide", f"{docs}/tide-2.md", 2), ("q-music", "jazz.md", 1)]
+    labels = write_beir(tmp_path / "labels", [], TINY_QUERIES, judged)
+    (labels / "corpus.jsonl").unlink()
+    report_path, out = tmp_path / "sweep.json", io.StringIO()
+    call_command(
+        "evaluate", dataset=labels, split="test", tenant=tenant.name, kb="science", sweep=True, write=True,
+        weights="vector=0,1,bm25=1", rrf_k="1,60", candidates="5", output=report_path, no_progress=True, stdout=out,
+    )  # fmt: skip
+    report = json.loads(report_path.read_text())
+    assert report["ingestion"] is None and report["knowledge_base"]["tenant"] == tenant.name
+    runs = report["runs"]
+    assert [run["label"] for run in runs] == [
+        "hybrid cand=5 w=vector=0,bm25=1 k=1",
+        "hybrid cand=5 w=vector=0,bm25=1 k=60",
+        "hybrid cand=5 w=vector=1,bm25=1 k=1",
+        "hybrid cand=5 w=vector=1,bm25=1 k=60",
+    ]
+    assert all(run["queries"] == 3 and run["metrics"]["recall@100"] == 1.0 for run in runs)  # every label matched
+    merit = [(run["metrics"]["ndcg@10"], run["metrics"]["recall@100"]) for run in runs]
+    best = runs[merit.index(max(merit))]
+    assert report["sweep"]["best"] == best["label"] and report["sweep"]["written"] is True
+    expected = {"candidates": 5, "weights": best["weights"], "rrf_k": best["rrf_k"]}
+    assert report["sweep"]["search_settings"] == expected
+    kb = KnowledgeBase.objects.select_related("active_version").get(tenant=tenant, name="science")
+    assert kb.active_version.search_settings == expected and kb.search_settings == {}
+    assert f"best: {best['label']}" in out.getvalue()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"write": True}, "--write stores what --sweep found"), ({"tenant": "acme"}, "name it with --kb")],
+)
+def test_sweep_options_that_cannot_work_are_refused(tmp_path, options, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("evaluate", dataset=tmp_path, **options)

@@ -32,7 +32,7 @@ URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
     "title", "source_uri", "doc_type", "metadata", "relevance",
-    "fused_score", "rerank_score", "retrievers", "matched_queries",
+    "fused_score", "rerank_score", "retrievers", "matched_queries", "document_score", "passages",
 }  # fmt: skip
 RESPONSE_KEYS = {
     "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked", "cached",
@@ -771,6 +771,9 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
         ("/api/v1/retrieval/hybrid", {"candidates": 201}, ["candidates"]),
         ("/api/v1/retrieval/hybrid", {"rrf_k": 0}, ["rrf_k"]),
         ("/api/v1/retrieval/hybrid", {"score_threshold": 1.5}, ["score_threshold"]),
+        ("/api/v1/retrieval/hybrid", {"dense_weight_floor": -0.1}, ["dense_weight_floor"]),
+        ("/api/v1/retrieval/hybrid", {"aggregate": "mean"}, ["aggregate", "not a valid choice"]),
+        ("/api/v1/retrieval/hybrid", {"group_by": "kb"}, ["group_by", "not a valid choice"]),
         ("/api/v1/retrieval/hybrid", {"rerank": "maybe"}, ["rerank"]),
         ("/api/v1/retrieval/hybrid", {"expand": {"max_expansions": 11}}, ["max_expansions"]),
         ("/api/v1/retrieval/hybrid", {"expand": "yes"}, ["expand"]),
@@ -791,6 +794,7 @@ def test_search_options_are_validated(api_client, path, body, needles):
         {"weights": {}},
         {"expand": {"synonyms": None, "max_expansions": 0}},
         {"query": "  kettle  ", "top_k": 1, "rerank": False},
+        {"group_by": "document", "aggregate": "sum", "dense_weight_floor": 0.3},
     ],
 )
 def test_search_options_the_schema_allows_are_accepted(api_client, body):

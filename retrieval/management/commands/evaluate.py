@@ -7,7 +7,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from knowledge.models import KnowledgeBase
+from knowledge.search_settings import AGGREGATES
 from retrieval import evaluation
+from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
 
 
@@ -40,6 +43,12 @@ class Command(BaseCommand):
         parser.add_argument("--split", default="dev")
         parser.add_argument("--modes", default="vector,bm25,hybrid")
         parser.add_argument("--kb", default=None, help="evaluation KB name (default: <dataset>-<model>-<hash8>)")
+        parser.add_argument(
+            "--tenant",
+            default=None,
+            help="evaluate this tenant's own KB --kb with the folder's labelled queries (no corpus.jsonl, nothing "
+            "ingested; a judgment's corpus id is a document's file name or source URI)",
+        )
         parser.add_argument("--model", default=None, help="embedding model name or folder (default: EMBEDDING_MODEL)")
         parser.add_argument("--languages", default=None, help="languages the model covers, e.g. zh,en")
         parser.add_argument("--chunk-size", type=int, default=None)
@@ -50,6 +59,22 @@ class Command(BaseCommand):
             "--weights", default=None, help="hybrid weights, e.g. vector=0.5,bm25=1; vector=0.5,1,bm25=1 sweeps two"
         )
         parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
+        parser.add_argument(
+            "--dense-floor", default=None, help="hybrid: dense weight for uncovered languages; a list sweeps values"
+        )
+        parser.add_argument(
+            "--aggregate", default=None, help="how a document's chunks add up: none,max,sum; a list sweeps values"
+        )
+        parser.add_argument(
+            "--sweep",
+            action="store_true",
+            help="hybrid over a grid of fusion settings (weights, RRF k and candidates not given take "
+            f"{evaluation.SWEEP_WEIGHTS}; {','.join(map(str, evaluation.SWEEP_RRF_KS))}; "
+            f"{','.join(map(str, evaluation.SWEEP_CANDIDATES))}), then the best by nDCG@10",
+        )
+        parser.add_argument(
+            "--write", action="store_true", help="with --sweep: store the best settings on the KB's active version"
+        )
         parser.add_argument(
             "--candidates", default=str(evaluation.DEPTH), help="depth of each retriever's list; a list sweeps values"
         )
@@ -68,13 +93,25 @@ class Command(BaseCommand):
 
     def _evaluate(self, options) -> None:
         commit = evaluation.git_commit()
+        if options["write"] and not options["sweep"]:
+            raise CommandError("--write stores what --sweep found: give --sweep too")
+        if options["tenant"] and not options["kb"]:
+            raise CommandError("--tenant evaluates one of the tenant's knowledge bases: name it with --kb")
+        if options["sweep"]:
+            options["modes"] = "hybrid"
+            options["weights"] = options["weights"] or evaluation.SWEEP_WEIGHTS
+            options["rrf_k"] = options["rrf_k"] or ",".join(map(str, evaluation.SWEEP_RRF_KS))
+            if options["candidates"] == str(evaluation.DEPTH):  # the option's default
+                options["candidates"] = ",".join(map(str, evaluation.SWEEP_CANDIDATES))
         modes = _names(options["modes"])
         expand = tuple(_names(options["expand"]))
-        if unknown := sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS)):
-            raise CommandError(f"unknown mode or expander: {', '.join(unknown)}")
+        unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
+        if unknown := unknown + sorted(set(_names(options["aggregate"])) - set(AGGREGATES)):
+            raise CommandError(f"unknown mode, expander or aggregate: {', '.join(unknown)}")
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
-            dataset = evaluation.load_dataset(options["dataset"], options["split"])
+            floors = [float(value) for value in _names(options["dense_floor"])] or [None]
+            dataset = evaluation.load_dataset(options["dataset"], options["split"], with_corpus=not options["tenant"])
         except (ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
         variants = evaluation.build_variants(
@@ -82,33 +119,18 @@ class Command(BaseCommand):
             candidates=_ints(options["candidates"]),
             weights=weights,
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
+            floors=floors,
+            aggregates=_names(options["aggregate"]) or [None],
             expand=expand,
             rerank=options["rerank"],
         )
-        kb_settings = evaluation.KbSettings(
-            model=options["model"] or settings.EMBEDDING_MODEL,
-            languages=tuple(_names(options["languages"])) if options["languages"] else None,
-            chunk_size=options["chunk_size"],
-            chunk_overlap=options["chunk_overlap"],
-        )
         quiet = options["no_progress"]
-        try:
-            kb, created = evaluation.eval_knowledge_base(dataset, kb_settings, options["kb"])
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {evaluation.EVAL_TENANT}/{kb.name}")
-        files = evaluation.corpus_files(dataset)
-        with tqdm(total=len(files), unit="doc", desc="ingest", disable=quiet, file=self.stderr) as bar:
-            ingestion = evaluation.ingest_corpus(kb, files, bar.update)
-        summary = ingestion.as_dict()
-        rate = f", {ingestion.chunks / ingestion.seconds:.1f} chunks/s" if ingestion.chunks else ""
-        self.stdout.write(
-            "corpus: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
-            "{chunks} chunks in {seconds} s".format(**summary) + rate
-        )
+        if options["tenant"]:
+            tenant, kb, ingestion = *self._labelled_kb(options["tenant"], options["kb"]), None
+        else:
+            tenant, kb, ingestion = evaluation.eval_tenant(), *self._ingested_kb(dataset, options)
 
         query_ids = list(dataset.qrels)[: options["limit"]]
-        tenant = evaluation.eval_tenant()
         results = []
         for variant in variants:
             with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
@@ -116,12 +138,58 @@ class Command(BaseCommand):
 
         command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
         report = evaluation.build_report(dataset, kb, results, ingestion, command=command, commit=commit)
+        if options["sweep"]:
+            report["sweep"] = self._sweep_outcome(kb, results, write=options["write"])
         stamp = report["created_at"].replace(":", "")
         output = options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{stamp}.json"
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         self._print_runs(dataset, [result.summary() for result in results])
         self.stdout.write(f"report: {output}")
+
+    def _labelled_kb(self, tenant_name: str, kb_name: str):
+        try:
+            tenant, kb = evaluation.labelled_knowledge_base(tenant_name, kb_name)
+        except (TenantNotFound, KnowledgeBase.DoesNotExist):
+            raise CommandError(f"tenant {tenant_name!r} has no knowledge base named {kb_name!r}") from None
+        self.stdout.write(f"evaluating knowledge base {tenant.name}/{kb.name} (version {kb.active_version.number})")
+        return tenant, kb
+
+    def _ingested_kb(self, dataset, options):
+        kb_settings = evaluation.KbSettings(
+            model=options["model"] or settings.EMBEDDING_MODEL,
+            languages=tuple(_names(options["languages"])) if options["languages"] else None,
+            chunk_size=options["chunk_size"],
+            chunk_overlap=options["chunk_overlap"],
+        )
+        try:
+            kb, created = evaluation.eval_knowledge_base(dataset, kb_settings, options["kb"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {evaluation.EVAL_TENANT}/{kb.name}")
+        files = evaluation.corpus_files(dataset)
+        with tqdm(total=len(files), unit="doc", desc="ingest", disable=options["no_progress"], file=self.stderr) as bar:
+            ingestion = evaluation.ingest_corpus(kb, files, bar.update)
+        summary = ingestion.as_dict()
+        rate = f", {ingestion.chunks / ingestion.seconds:.1f} chunks/s" if ingestion.chunks else ""
+        self.stdout.write(
+            "corpus: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
+            "{chunks} chunks in {seconds} s".format(**summary) + rate
+        )
+        return kb, ingestion
+
+    def _sweep_outcome(self, kb, results, *, write: bool) -> dict:
+        best = evaluation.best_run(results)
+        suggested = evaluation.suggested_settings(best.variant)
+        ndcg = best.summary()["metrics"]["ndcg@10"]
+        self.stdout.write(f"best: {best.variant.label} (nDCG@10 {ndcg:.4f}); search settings {json.dumps(suggested)}")
+        if write:
+            stored = evaluation.write_suggested_settings(kb, suggested)
+            where = f"{kb.tenant.name}/{kb.name} version {kb.active_version.number}"
+            self.stdout.write(f"written to {where}: {json.dumps(stored)}")
+        else:
+            self.stdout.write("not written: add --write to store them on the knowledge base's active version")
+        return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
     def _print_runs(self, dataset, runs: list[dict]) -> None:
         header = ["run", *evaluation.METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]

@@ -12,7 +12,14 @@ from engines import get_lexical_index
 from engines.base import LexicalDocument
 
 from knowledge.models import DictionaryTerm, Document, Synonym
-from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files, rebuild_lexical_index
+from knowledge.services import (
+    Ingester,
+    create_knowledge_base,
+    delete_document,
+    discover_files,
+    rebuild_lexical_index,
+    update_search_settings,
+)
 from retrieval.expansion import ExpansionOptions
 from engines.rerankers import reset_reranker
 from retrieval.services.search import search
@@ -108,6 +115,105 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
     small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1)
     assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
+
+
+def test_the_kbs_search_settings_apply_and_a_request_overrides_them(sample_kb):
+    query = "firmware update failed"
+    bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
+    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "rrf_k": 1})
+    kb_settings = run(sample_kb, query, mode="hybrid", top_k=5)
+    assert kb_settings.weights["vector"] == 0.0
+    assert [h.chunk_id for h in kb_settings.results] == [h.chunk_id for h in bm25_only.results]
+    assert kb_settings.results[0].fused_score == pytest.approx(1 / (1 + 1))  # k = 1, rank 1, weight 1
+    asked = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 1.0}, rrf_k=60)
+    assert asked.weights["vector"] == 1.0 and "vector" in {r for h in asked.results for r in h.retrievers}
+    # The active version's own settings win over the KB's.
+    update_search_settings(sample_kb, {"weights": {"vector": 0.5}}, version=sample_kb.active_version)
+    assert run(sample_kb, query, mode="hybrid", top_k=5).weights["vector"] == 0.5
+
+
+def test_the_kbs_language_floor_weighs_the_dense_leg_of_uncovered_languages(sample_kb):
+    update_search_settings(sample_kb, {"dense_weight_floor": 0.25})
+    response = run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3)
+    assert response.weights["vector"] == 0.25
+    assert any("weighted 0.25" in note for note in response.notes)
+    assert run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3, dense_weight_floor=0.0).weights["vector"] == 0.0
+
+
+# --- document-aware ranking -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manuals(tenant, embedder, tmp_path):
+    """A long manual cut into several chunks that all speak of the kettle, and two one-chunk notes."""
+    kb = create_knowledge_base(tenant=tenant, name="manuals", chunk_size=40, chunk_overlap=0)
+    sentences = [
+        "The kettle boils water in four minutes.",
+        "Descale the kettle every month with vinegar and water.",
+        "The kettle switches off when the water boils.",
+        "Never fill the kettle above the maximum water mark.",
+        "The kettle base must stay dry; wipe spilled water at once.",
+    ]
+    (tmp_path / "kettle-manual.txt").write_text("\n\n".join(sentence * 3 for sentence in sentences))
+    (tmp_path / "note-kettle.txt").write_text("Kettle water boils fast: the kettle boils water.")
+    (tmp_path / "note-garden.txt").write_text("Water the tomato seedlings every morning.")
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    assert Document.objects.get(knowledge_base=kb, source_uri__endswith="kettle-manual.txt").chunk_count >= 3
+    return kb
+
+
+def test_grouping_by_document_gives_one_hit_per_document_with_its_passages(manuals):
+    chunks = run(manuals, "kettle water", mode="bm25", top_k=10)
+    assert len(names(chunks)) > len(set(names(chunks)))  # the manual's chunks are several hits
+    grouped = run(manuals, "kettle water", mode="bm25", top_k=10, group_by="document")
+    assert len(names(grouped)) == len(set(names(grouped))) == 3
+    manual = next(hit for hit in grouped.results if names_of([hit]) == ["kettle-manual.txt"])
+    first_manual_chunk = next(hit for hit in chunks.results if names_of([hit]) == ["kettle-manual.txt"])
+    assert manual.chunk_id == first_manual_chunk.chunk_id  # its best chunk is the hit
+    others = [hit.chunk_id for hit in chunks.results if names_of([hit]) == ["kettle-manual.txt"]][1:4]
+    assert [p["chunk_id"] for p in manual.passages] == others
+    assert all(p["content"] and p["fused_score"] > 0 for p in manual.passages)
+    assert run(manuals, "kettle water", mode="bm25", top_k=1, group_by="document").results[0].passages is not None
+    assert all(hit.passages is None for hit in chunks.results)
+
+
+def test_sum_aggregation_scores_a_document_by_all_its_matched_chunks(manuals):
+    plain = run(manuals, "kettle water", mode="hybrid", top_k=20)
+    summed = run(manuals, "kettle water", mode="hybrid", top_k=20, aggregate="sum")
+    assert all(hit.document_score is None for hit in plain.results)
+    by_document: dict[int, list[float]] = {}
+    for hit in plain.results:
+        by_document.setdefault(hit.doc_id, []).append(hit.fused_score)
+    expected = {
+        doc: sum(s * 0.5**i for i, s in enumerate(sorted(scores, reverse=True))) for doc, scores in by_document.items()
+    }
+    assert {hit.doc_id: hit.document_score for hit in summed.results} == pytest.approx(expected, abs=1e-6)
+    scores = [hit.document_score for hit in summed.results]
+    assert scores == sorted(scores, reverse=True)  # ranked by their document's score
+
+
+def test_a_kbs_grouping_applies_unless_the_request_says_otherwise(manuals):
+    update_search_settings(manuals, {"group_by": "document", "aggregate": "max"})
+    grouped = run(manuals, "kettle water", mode="bm25", top_k=10)
+    assert len(names(grouped)) == len(set(names(grouped))) and grouped.results[0].document_score is not None
+    chunks = run(manuals, "kettle water", mode="bm25", top_k=10, group_by="chunk", aggregate="none")
+    assert len(names(chunks)) > len(set(names(chunks)))
+
+
+def test_a_failing_document_stage_keeps_the_fused_order_and_says_so(manuals, monkeypatch):
+    plain = run(manuals, "kettle water", mode="bm25", top_k=10)
+
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("retrieval.services.search.aggregate", broken)
+    response = run(manuals, "kettle water", mode="bm25", top_k=10, aggregate="sum", group_by="document")
+    assert [d["stage"] for d in response.degraded] == ["group"] and response.degraded[0]["cause"] == "internal_error"
+    assert [hit.chunk_id for hit in response.results] == [hit.chunk_id for hit in plain.results]
+
+
+def names_of(hits) -> list[str]:
+    return [Path(hit.source_uri).name for hit in hits]
 
 
 def test_chinese_query_skips_the_english_only_dense_leg(sample_kb):

@@ -40,6 +40,8 @@ class SearchHit:
     rerank_score: float | None = None
     retrievers: dict[str, Contribution] = field(default_factory=dict)
     matched_queries: list[str] = field(default_factory=list)
+    document_score: float | None = None  # its document's aggregated score (``aggregate`` max or sum)
+    passages: list[dict[str, Any]] | None = None  # ``group_by="document"``: the document's other matched chunks
 
     @classmethod
     def from_dict(cls, data: dict) -> SearchHit:

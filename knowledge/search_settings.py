@@ -1,0 +1,90 @@
+"""A knowledge base's own search settings: the fusion defaults a search of it starts from.
+
+Stored as a small JSON object on the KB (``KnowledgeBase.search_settings``: its defaults, edited in the
+admin) and on each version (``KnowledgeBaseVersion.search_settings``: what was measured on that index,
+written by ``manage.py evaluate --sweep --write``; a new version built with the same model starts with
+its predecessor's). Every key is optional; a search takes, per key, the request's value, else the
+active version's, else the KB's, else the service setting (``retrieval.tuning``).
+
+Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever), ``rrf_k`` (1..1000),
+``candidates`` (1..200, each retriever's list depth), ``dense_weight_floor`` (0..100, the dense weight
+for a query in a language the model does not cover), ``aggregate`` (``none``, ``max`` or ``sum``: how
+the chunks of one document add up, see ``retrieval.grouping``) and ``group_by`` (``chunk`` or
+``document``).
+"""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+
+RETRIEVERS = ("vector", "bm25", "graph")
+MAX_WEIGHT = 100
+MAX_CANDIDATES = 200
+MAX_RRF_K = 1000
+AGGREGATES = ("none", "max", "sum")
+GROUP_BY = ("chunk", "document")
+
+# key -> (type, minimum, maximum) of the numeric keys
+_NUMBERS = {
+    "rrf_k": (int, 1, MAX_RRF_K),
+    "candidates": (int, 1, MAX_CANDIDATES),
+    "dense_weight_floor": (float, 0, MAX_WEIGHT),
+}
+_CHOICES = {"aggregate": AGGREGATES, "group_by": GROUP_BY}
+KEYS = ("weights", *_NUMBERS, *_CHOICES)
+
+
+def clean_search_settings(value: object) -> dict:
+    """The settings as stored (numbers typed, keys in a fixed order); ``ValidationError`` naming each
+    bad key otherwise."""
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError("search settings must be a JSON object, e.g. {\"weights\": {\"vector\": 0.5}}")
+    errors = [f"unknown key {key!r}; use {', '.join(KEYS)}" for key in value if key not in KEYS]
+    cleaned: dict = {}
+    for key in KEYS:
+        if key not in value:
+            continue
+        if key == "weights":
+            cleaned[key], problems = _clean_weights(value[key])
+        elif key in _NUMBERS:
+            cleaned[key], problems = _clean_number(key, value[key])
+        else:
+            choices = _CHOICES[key]
+            problems = [] if value[key] in choices else [f"{key} must be one of {', '.join(choices)}"]
+            cleaned[key] = value[key]
+        errors += problems
+    if errors:
+        raise ValidationError(errors)
+    return cleaned
+
+
+def merged_search_settings(*layers: dict) -> dict:
+    """Later layers win, key by key (weights retriever by retriever)."""
+    merged: dict = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            merged[key] = {**merged.get(key, {}), **value} if key == "weights" else value
+    return merged
+
+
+def _clean_weights(weights: object) -> tuple[dict, list[str]]:
+    if not isinstance(weights, dict):
+        return {}, ["weights must be an object such as {\"vector\": 0.5, \"bm25\": 1}"]
+    cleaned, errors = {}, []
+    for name, weight in weights.items():
+        if name not in RETRIEVERS:
+            errors.append(f"unknown retriever {name!r} in weights; use {', '.join(RETRIEVERS)}")
+            continue
+        cleaned[name], problems = _clean_number(f"weights.{name}", weight, (float, 0, MAX_WEIGHT))
+        errors += problems
+    return cleaned, errors
+
+
+def _clean_number(name: str, value: object, bounds: tuple | None = None) -> tuple[float | int | None, list[str]]:
+    kind, low, high = bounds or _NUMBERS[name]
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not numeric or (kind is int and value != int(value)) or not low <= value <= high:
+        noun = "an integer" if kind is int else "a number"
+        return None, [f"{name} must be {noun} from {low} to {high}"]
+    return kind(value), []

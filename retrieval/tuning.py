@@ -1,0 +1,76 @@
+"""The fusion settings a search runs with: the request's, else its knowledge bases', else the service's.
+
+Each searched KB brings its search settings (``knowledge.search_settings``: the KB's merged with its
+active version's). A search of several KBs uses a KB value only where every searched KB agrees on it
+(a missing key counts as the service default); where they disagree the service setting applies and a
+note says so. The request's own values win over all of them. The result is part of the search cache key.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+
+from retrieval.types import SearchRequest
+
+# What a search does when neither the request nor any KB sets them (not environment variables).
+DEFAULT_AGGREGATE = "none"
+DEFAULT_GROUP_BY = "chunk"
+
+
+@dataclass(frozen=True)
+class FusionSettings:
+    weights: dict[str, float]  # before the mode and the language floor apply
+    rrf_k: int
+    candidates: int
+    dense_weight_floor: float
+    aggregate: str
+    group_by: str
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def service_defaults() -> dict:
+    return {
+        "weights": dict(settings.SEARCH_WEIGHTS),
+        "rrf_k": settings.RRF_K,
+        "candidates": settings.SEARCH_CANDIDATES,
+        "dense_weight_floor": settings.DENSE_WEIGHT_FLOOR,
+        "aggregate": DEFAULT_AGGREGATE,
+        "group_by": DEFAULT_GROUP_BY,
+    }
+
+
+def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSettings:
+    """``per_kb``: each searched KB's search settings, in any order."""
+    defaults = service_defaults()
+    notes: list[str] = []
+
+    def agreed(label: str, values: set, default):
+        if len(values) > 1:
+            notes.append(f"the searched knowledge bases set different {label}: the service setting applies")
+        return values.pop() if len(values) == 1 else default
+
+    resolved: dict = {
+        key: agreed(f"{key} values", {kb.get(key, default) for kb in per_kb}, default)
+        for key, default in defaults.items()
+        if key != "weights"
+    }
+    resolved["weights"] = {
+        name: agreed(f"{name} weights", {kb.get("weights", {}).get(name, default) for kb in per_kb}, default)
+        for name, default in defaults["weights"].items()
+    }
+    overrides = {
+        "rrf_k": request.rrf_k,
+        "candidates": request.candidates,
+        "dense_weight_floor": request.dense_weight_floor,
+        "aggregate": request.aggregate,
+        "group_by": request.group_by,
+    }
+    resolved.update({key: value for key, value in overrides.items() if value is not None})
+    resolved["weights"].update(request.weights or {})
+    # A list shorter than top_k could not fill the answer (a request's own value is raised likewise).
+    resolved["candidates"] = max(resolved["candidates"], request.top_k)
+    return FusionSettings(**resolved, notes=tuple(notes))

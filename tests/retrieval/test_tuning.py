@@ -1,0 +1,43 @@
+"""Which fusion settings a search runs with: the request's, its knowledge bases', the service's."""
+from retrieval.tuning import effective_settings
+from retrieval.types import SearchRequest
+
+
+def request(**options) -> SearchRequest:
+    return SearchRequest(query="q", **options)
+
+
+def test_without_kb_settings_the_service_settings_apply(settings):
+    fusion = effective_settings(request(), [{}])
+    assert fusion.weights == settings.SEARCH_WEIGHTS
+    assert (fusion.rrf_k, fusion.candidates, fusion.dense_weight_floor) == (
+        settings.RRF_K, settings.SEARCH_CANDIDATES, settings.DENSE_WEIGHT_FLOOR
+    )  # fmt: skip
+    assert fusion.notes == ()
+
+
+def test_a_kb_setting_replaces_the_service_one_and_the_request_replaces_both(settings):
+    kb = {"weights": {"vector": 0.3}, "rrf_k": 20, "candidates": 50, "dense_weight_floor": 0.2, "group_by": "document"}
+    fusion = effective_settings(request(), [kb])
+    assert fusion.weights == {**settings.SEARCH_WEIGHTS, "vector": 0.3}
+    assert (fusion.rrf_k, fusion.candidates, fusion.dense_weight_floor, fusion.group_by) == (20, 50, 0.2, "document")
+    asked = effective_settings(
+        request(weights={"bm25": 2.0}, rrf_k=5, candidates=70, dense_weight_floor=0.0, group_by="chunk"), [kb]
+    )
+    assert asked.weights == {**settings.SEARCH_WEIGHTS, "vector": 0.3, "bm25": 2.0}
+    assert (asked.rrf_k, asked.candidates, asked.dense_weight_floor, asked.group_by) == (5, 70, 0.0, "chunk")
+
+
+def test_kbs_that_disagree_fall_back_to_the_service_setting_with_a_note(settings):
+    fusion = effective_settings(
+        request(), [{"rrf_k": 20, "weights": {"vector": 0.5}}, {"rrf_k": 20, "weights": {"vector": 0.7}}]
+    )
+    assert fusion.rrf_k == 20  # they agree on this one
+    assert fusion.weights["vector"] == settings.SEARCH_WEIGHTS["vector"]
+    assert fusion.notes == ("the searched knowledge bases set different vector weights: the service setting applies",)
+    # A KB without the key counts as the service default.
+    assert effective_settings(request(), [{"rrf_k": 20}, {}]).rrf_k == settings.RRF_K
+
+
+def test_candidates_never_fall_below_top_k():
+    assert effective_settings(request(top_k=80), [{"candidates": 50}]).candidates == 80
