@@ -311,7 +311,7 @@ class VersionViewSet(KnowledgeApiViewSet):
     @action(detail=True, methods=["post"])
     def activate(self, request: Request, kb_id: int, number: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
-        activate_version(version_of(kb, number))
+        activate_version(version_of(kb, number, counted=False))
         return Response(VersionOutput(version_of(kb, number)).data)
 
 
