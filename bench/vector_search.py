@@ -137,6 +137,7 @@ def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n
     with transaction.atomic():
         services._copy_chunks(kb, kb.active_version, batches)
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=100_000)
