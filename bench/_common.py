@@ -10,7 +10,9 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -221,3 +223,71 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
     result["cleanup"] = cleanup
     result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return cleanup
+
+
+# --- servers the HTTP benchmarks start on 127.0.0.1 (each in its own process group) ------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_gunicorn(
+    port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, extra_args=()
+) -> subprocess.Popen:
+    """gunicorn as ``./run serve`` starts it (its config file: the asyncio worker with Django on
+    WEB_THREADS threads, TORCH_THREADS=1 unless the environment says otherwise, the model loaded before
+    the first request), on 127.0.0.1 only; ``extra_args`` override the config (another worker class)."""
+    log = open(log_path, "ab")
+    return subprocess.Popen(
+        [str(REPO_ROOT / ".venv" / "bin" / "gunicorn"),
+         "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--timeout", "120", *extra_args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
+             **extra_env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so stopping it never touches anything else
+    )
+
+
+def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float = 90) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with code {proc.returncode}")
+        try:
+            httpx.post(f"{base_url}/api/v1/retrieval/vector", json={}, timeout=5)
+            return  # any HTTP answer (401 without a key) means it serves
+        except httpx.TransportError:
+            time.sleep(0.25)
+    raise RuntimeError("gunicorn did not answer in time")
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    """SIGTERM (gunicorn and Celery shut down gracefully on it), then SIGKILL to the group this
+    module created for it."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def unlimited_rate_tier(tenant):
+    """Put the bench tenant on its own rate tier with a huge limit (the free tier allows 100 requests a
+    minute, the benchmarks send far more)."""
+    from tenants.models import RateTier
+
+    tier = RateTier.objects.create(name=unique_name("bench"), requests_per_window=10**9, endpoint_limits={})
+    tenant.rate_tier = tier
+    tenant.save(update_fields=["rate_tier"])
+    return tier

@@ -37,6 +37,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 
 
+def _server_args(tree: Path, threads: int) -> list[str]:
+    """A tree serving through the asyncio worker takes its app and worker from its config file (Django
+    on WEB_THREADS threads); an older one is the threaded WSGI worker."""
+    if (tree / "core" / "asgi.py").exists():
+        return []
+    return ["retrieval_site.wsgi", "--threads", str(threads)]
+
+
 # --- inside one tree (a subprocess running that tree's code) ----------------------------------------
 
 
@@ -78,7 +86,8 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
     real, _, _ = vs.real_vectors(get_embedder(), passages, cache=True)
     vectors, main_component = vs.synthesize(real, chunks, np.random.default_rng(seed))
     tenant = create_tenant(_common.unique_name("bench-ab"))
-    tier = vs.unlimited_rate_tier(tenant)
+    tier = getattr(_common, "unlimited_rate_tier", None) or vs.unlimited_rate_tier  # moved in later trees
+    tier = tier(tenant)
     kb = services.create_knowledge_base(tenant=tenant, name="ab-bench")
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
@@ -214,7 +223,6 @@ def main() -> int:
     sys.path.insert(0, str(HERE.parent))
     import _common
     import httpx
-    import vector_search as vs
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
@@ -239,18 +247,19 @@ def main() -> int:
         servers = {**states, **prepared}
         bases = {}
         for name, tree in trees.items():
-            port = vs.free_port()
+            port = _common.free_port()
             log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")
             procs[name] = subprocess.Popen(
-                [str(tree / ".venv" / "bin" / "gunicorn"), "retrieval_site.wsgi", "--config",
+                [str(tree / ".venv" / "bin" / "gunicorn"), *_server_args(tree, args.threads), "--config",
                  "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
-                 "--threads", str(args.threads), "--timeout", "120"],
-                cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env},
+                 "--timeout", "120"],
+                cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env,
+                               "WEB_THREADS": str(args.threads)},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             bases[name] = f"http://127.0.0.1:{port}"
         for name in trees:
-            vs.wait_ready(procs[name], bases[name])
+            _common.wait_ready(procs[name], bases[name])
         passages, queries = _common.scifact_passages_and_queries()
         clients = {name: httpx.Client(base_url=bases[name], timeout=60,
                                       headers={"Authorization": f"Bearer {servers[name]['key']}"}) for name in trees}
@@ -305,7 +314,7 @@ def main() -> int:
             texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
             result["throughput"] = throughput(call, names, modes, texts, args)
         for proc in procs.values():
-            vs.stop_gunicorn(proc)
+            _common.stop_gunicorn(proc)
         if args.floor > 0:
             last = names[-1]
             result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
@@ -314,7 +323,7 @@ def main() -> int:
         return 0
     finally:
         for proc in procs.values():
-            vs.stop_gunicorn(proc)
+            _common.stop_gunicorn(proc)
         result["cleanup"] = {}
         for name, state in states.items():
             try:

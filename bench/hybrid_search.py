@@ -44,23 +44,6 @@ import numpy as np  # noqa: E402
 import _common
 
 
-def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, extra_args=()):
-    """gunicorn as ``./run serve`` starts it; ``extra_args`` override its config (another worker class)."""
-    import subprocess
-
-    log = open(log_path, "ab")
-    return subprocess.Popen(
-        [str(_common.REPO_ROOT / ".venv" / "bin" / "gunicorn"),
-         "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--timeout", "120", *extra_args],
-        cwd=_common.REPO_ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
-             **extra_env},
-        stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -123,7 +106,7 @@ def main() -> int:
             raise SystemExit("--chunks must be a multiple of --docs")
 
         tenant = create_tenant(_common.unique_name("bench-hybrid"))
-        tier = vs.unlimited_rate_tier(tenant)
+        tier = _common.unlimited_rate_tier(tenant)
         kb = services.create_knowledge_base(tenant=tenant, name="hybrid-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
@@ -202,10 +185,10 @@ def main() -> int:
         headers = {"Authorization": f"Bearer {issued.raw_key}"}
         result["http"] = {}
         for ci, config in enumerate(configs):
-            port = vs.free_port()
+            port = _common.free_port()
             base = f"http://127.0.0.1:{port}"
-            proc = start_gunicorn(port, workdir / "gunicorn.log", {"TORCH_THREADS": config, "SEARCH_CACHE_TTL_S": "0"})
-            vs.wait_ready(proc, base)
+            proc = _common.start_gunicorn(port, workdir / "gunicorn.log", {"TORCH_THREADS": config, "SEARCH_CACHE_TTL_S": "0"})
+            _common.wait_ready(proc, base)
             off = 200 + ci * (args.warmup + args.requests)
             cq = [queries[(off + i) % len(queries)] for i in range(args.warmup + args.requests)]
             times = {m: [] for m in endpoints}
@@ -239,7 +222,7 @@ def main() -> int:
                         cached_n[m] += bool(p.get("cached"))
                         for s, ms in (p.get("timings_ms") or {}).items():
                             stages[m].setdefault(s, []).append(ms)
-            vs.stop_gunicorn(proc)
+            _common.stop_process(proc)
             proc = None
             result["http"][config] = {
                 m: {"client": _common.summarize_ms(times[m]), "server_latency": _common.summarize_ms(server[m]),
@@ -263,7 +246,7 @@ def main() -> int:
         return 0
     finally:
         if proc is not None:
-            vs.stop_gunicorn(proc)
+            _common.stop_process(proc)
         cleanup = _common.clean_up(
             result, tenant, tier, tenant_prefix="bench-hybrid", then=restore_hnsw if index_dropped else None
         )

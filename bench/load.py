@@ -86,8 +86,6 @@ def main() -> int:
     from django.core.management import call_command
     from django.urls import reverse
 
-    import hybrid_search
-    import vector_search as vs
     from knowledge.models import KnowledgeBase
     from tenants.services import create_api_key, create_tenant
 
@@ -101,7 +99,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     try:
         tenant = create_tenant(_common.unique_name("bench-load"))
-        tier = vs.unlimited_rate_tier(tenant)
+        tier = _common.unlimited_rate_tier(tenant)
         t0 = time.perf_counter()
         call_command("ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="load-bench",
                      no_progress=True)
@@ -114,7 +112,7 @@ def main() -> int:
         _, queries = _common.scifact_passages_and_queries()
         qiter = iter([f"{q}" for q in queries] + [f"{q} ({i})" for i, q in enumerate(queries * 10)])
 
-        port = vs.free_port()
+        port = _common.free_port()
         base = f"http://127.0.0.1:{port}"
         env = {}
         if args.torch_threads:
@@ -122,8 +120,8 @@ def main() -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prom")
         (workdir / "prom").mkdir()
         t0 = time.perf_counter()
-        proc = hybrid_search.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers)
-        vs.wait_ready(proc, base)
+        proc = _common.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers)
+        _common.wait_ready(proc, base)
         result["gunicorn_ready_s"] = round(time.perf_counter() - t0, 1)
 
         def bodies():
@@ -157,7 +155,7 @@ def main() -> int:
         return 0
     finally:
         if proc is not None:
-            vs.stop_gunicorn(proc)
+            _common.stop_process(proc)
         cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-load")
         path = _common.write_result("load", result)
         print(f"cleanup {cleanup}; wrote {path}")

@@ -110,8 +110,6 @@ def main() -> int:
     _common.setup_django()
     import logging
 
-    import hybrid_search
-    import vector_search as vs
     from django.core.management import call_command
     from tenants.services import create_api_key, create_tenant
 
@@ -123,19 +121,19 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-slow-"))
     try:
         tenant = create_tenant(_common.unique_name("bench-slow"))
-        tier = vs.unlimited_rate_tier(tenant)
+        tier = _common.unlimited_rate_tier(tenant)
         call_command("ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="slow-bench", no_progress=True)
         key = create_api_key(tenant=tenant, name="bench").raw_key
         _, texts = _common.scifact_passages_and_queries()
         queries = iter([f"{q} ({i})" for i, q in enumerate(texts * 20)])
         ports = {}
         for name, (server_args, env) in SERVERS.items():
-            ports[name] = vs.free_port()
-            procs[name] = hybrid_search.start_gunicorn(
+            ports[name] = _common.free_port()
+            procs[name] = _common.start_gunicorn(
                 ports[name], workdir / f"{len(procs)}.log", {"SEARCH_CACHE_TTL_S": "0", **env}, extra_args=server_args
             )
         for name, proc in procs.items():
-            vs.wait_ready(proc, f"http://127.0.0.1:{ports[name]}")
+            _common.wait_ready(proc, f"http://127.0.0.1:{ports[name]}")
             asyncio.run(timed_requests(ports[name], key, queries, 5, 30))  # warm-up
         for round_ in range(args.rounds):
             for kind, drippers in (("quiet", 0), ("slow", args.drippers)):
@@ -162,7 +160,7 @@ def main() -> int:
         return 0
     finally:
         for proc in procs.values():
-            vs.stop_gunicorn(proc)
+            _common.stop_gunicorn(proc)
         cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-slow")
         path = _common.write_result("slow_clients", result)
         print(f"cleanup {cleanup}; wrote {path}")

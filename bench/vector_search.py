@@ -36,12 +36,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,74 +97,6 @@ def synthesize(real: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.n
 # --- gunicorn ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_gunicorn(port: int, log_path: Path, extra_env: dict[str, str]) -> subprocess.Popen:
-    gunicorn = _common.REPO_ROOT / ".venv" / "bin" / "gunicorn"
-    # Like ./run serve: its gunicorn config file when the project has one (it sets TORCH_THREADS=1
-    # unless the environment says otherwise, and loads the model before the first request).
-    conf = _common.REPO_ROOT / "retrieval_site" / "gunicorn.conf.py"
-    config_args = ["--config", str(conf.relative_to(_common.REPO_ROOT))] if conf.exists() else []
-    log = open(log_path, "ab")
-    return subprocess.Popen(
-        [str(gunicorn), *config_args, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--timeout", "120"],
-        cwd=_common.REPO_ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **extra_env},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so stopping it never touches anything else
-    )
-
-
-def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float = 90) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with code {proc.returncode}")
-        try:
-            httpx.post(f"{base_url}/api/v1/retrieval/vector", json={}, timeout=5)
-            return  # any HTTP answer (401 without a key) means it serves
-        except httpx.TransportError:
-            time.sleep(0.25)
-    raise RuntimeError("gunicorn did not answer in time")
-
-
-def stop_gunicorn(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group this script created for it
-        proc.wait(timeout=10)
-
-
-def unlimited_rate_tier(tenant):
-    """Put the bench tenant on its own rate tier with a huge limit (the free tier allows 100 requests a
-    minute, the benchmark sends far more); None when the model has no rate tiers."""
-    try:
-        from tenants.models import RateTier
-    except ImportError:
-        return None
-    if not any(f.name == "rate_tier" for f in type(tenant)._meta.get_fields()):
-        return None
-    tier = RateTier.objects.create(name=_common.unique_name("bench"), requests_per_window=10**9, endpoint_limits={})
-    tenant.rate_tier = tier
-    tenant.save(update_fields=["rate_tier"])
-    return tier
-
-
-# --- main -------------------------------------------------------------------------------------------
-
-
-
 def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n_docs: int) -> None:
     """``n_docs`` documents sharing the rows equally, written with the production COPY in one
     transaction; row ``g`` holds the text of its main component plus a unique suffix (the service
@@ -208,6 +136,7 @@ def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n
         batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
     with transaction.atomic():
         services._copy_chunks(kb, kb.active_version, batches)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +242,7 @@ def main() -> int:
         contents = [p[:1000] for p in passages]
 
         tenant = create_tenant(_common.unique_name("bench-vector"))
-        tier = unlimited_rate_tier(tenant)
+        tier = _common.unlimited_rate_tier(tenant)
         kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
@@ -494,14 +423,14 @@ def main() -> int:
         headers = {"Authorization": f"Bearer {issued.raw_key}"}
         result["http"] = {}
         for config in thread_configs:
-            port = free_port()
+            port = _common.free_port()
             base_url = f"http://127.0.0.1:{port}"
             env = {} if config == "default" else {"TORCH_THREADS": config}
             if not args.server_cache:
                 env["SEARCH_CACHE_TTL_S"] = "0"  # measure searches, not the result cache
-            proc = start_gunicorn(port, workdir / "gunicorn.log", env)
+            proc = _common.start_gunicorn(port, workdir / "gunicorn.log", env)
             started = time.perf_counter()
-            wait_ready(proc, base_url)
+            _common.wait_ready(proc, base_url)
             ready_s = time.perf_counter() - started
             http_times = {name: [] for name in SCENARIOS}
             server_times = {name: [] for name in SCENARIOS}
@@ -548,7 +477,7 @@ def main() -> int:
                         cached[name] += bool(payload.get("cached"))
                         for stage, ms in (payload.get("timings_ms") or {}).items():
                             stages[name].setdefault(stage, []).append(ms)
-            stop_gunicorn(proc)
+            _common.stop_process(proc)
             result["http"][config] = {
                 "torch_threads": config,
                 "gunicorn_ready_s": round(ready_s, 1),
@@ -669,7 +598,7 @@ def main() -> int:
         return 0
     finally:
         if proc is not None:
-            stop_gunicorn(proc)
+            _common.stop_process(proc)
             log_path = workdir / "gunicorn.log"
             if sys.exc_info()[0] is not None and log_path.exists():
                 print("gunicorn log tail:\n" + log_path.read_text(errors="replace")[-3000:], file=sys.stderr)

@@ -156,8 +156,10 @@ def versions_of(kb: KnowledgeBase) -> QuerySet[KnowledgeBaseVersion]:
     )
 
 
-def version_of(kb: KnowledgeBase, number: int) -> KnowledgeBaseVersion:
-    version = versions_of(kb).filter(number=number).first()
+def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> KnowledgeBaseVersion:
+    """A KB's version by number, with what it holds counted (a pass over its chunks) unless not ``counted``."""
+    versions = versions_of(kb) if counted else KnowledgeBaseVersion.objects.filter(knowledge_base=kb)
+    version = versions.filter(number=number).first()
     if version is None:
         raise VersionNotFound(f"knowledge base {kb.pk} has no version {number}")
     return version

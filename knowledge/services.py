@@ -21,8 +21,7 @@ from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import Storage
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -773,13 +772,37 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
             setattr(kb, name, getattr(version, name))
         kb.active_version = version
         kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
-        chunks = Chunk.objects.filter(kb_version=version, document=OuterRef("pk")).order_by().values("document")
-        Document.objects.filter(knowledge_base=kb).update(
-            chunk_count=Coalesce(Subquery(chunks.annotate(n=Count("id")).values("n")[:1]), 0)
-        )
+        _count_chunks_of(kb, version)
         KnowledgeBaseVersion.objects.filter(pk__in=[previous, version.pk]).update(revision=F("revision") + 1)
     return version
 
+
+
+def _count_chunks_of(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> None:
+    """Set each document's chunk count to what ``version`` holds of it, writing only the rows whose
+    count changes. Counted in one pass over the version's chunks, compared here, and written by id:
+    statements whose plans do not depend on statistics, which a version just built has not got yet
+    (a correlated count per document, and the same as one joined UPDATE, planned as nested loops over
+    the fresh rows, took 0.4-2.6 s for 1,000 documents under load, inside the switch's transaction)."""
+    held = dict(
+        Chunk.objects.filter(kb_version=version).order_by().values("document_id").annotate(n=Count("id"))
+        .values_list("document_id", "n")
+    )
+    changed = [
+        (document_id, held.get(document_id, 0))
+        for document_id, count in Document.objects.filter(knowledge_base=kb).values_list("id", "chunk_count")
+        if count != held.get(document_id, 0)
+    ]
+    if changed:
+        ids, counts = zip(*changed)
+        with connection.cursor() as cursor:
+            cursor.execute(_SET_CHUNK_COUNTS_SQL, [list(ids), list(counts)])
+
+
+_SET_CHUNK_COUNTS_SQL = (
+    f"UPDATE {Document._meta.db_table} AS d SET chunk_count = v.n "
+    "FROM unnest(%s::bigint[], %s::integer[]) AS v(id, n) WHERE d.id = v.id"
+)
 
 
 def retire_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:

@@ -359,7 +359,7 @@ class VersionViewSet(KnowledgeApiViewSet):
     def _change(self, request: Request, kb_id: int, number: int, change) -> Response:
         """Apply a version service to one of the tenant's versions; the version as it is afterwards."""
         kb = knowledge_base_of(request.tenant, kb_id)
-        change(version_of(kb, number))
+        change(version_of(kb, number, counted=False))
         return Response(VersionOutput(version_of(kb, number)).data)
 
 

@@ -398,6 +398,34 @@ def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
     assert Chunk.objects.filter(kb_version=second).count() == 1
 
 
+def test_a_switch_sets_each_documents_chunk_count_to_the_new_versions_and_rewrites_only_those_that_change(tenant):
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    first = kb.active_version
+    same, grows, absent = (DocumentFactory(knowledge_base=kb) for _ in range(3))
+    settings_of = {name: getattr(first, name) for name in services.VERSION_SETTINGS}
+    second = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
+    held = {  # chunks of each document in each version
+        (same, first): 2, (same, second): 2, (grows, first): 1, (grows, second): 3, (absent, first): 2,
+    }  # fmt: skip
+    for (document, version), count in held.items():
+        ChunkFactory.create_batch(count, document=document, kb_version=version)
+    Document.objects.filter(knowledge_base=kb).update(chunk_count=2)  # as ingestion into version 1 left them
+    Document.objects.filter(pk=grows.pk).update(chunk_count=1)
+
+    def counts_and_row_versions() -> dict[int, tuple[int, str]]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, chunk_count, xmin::text FROM knowledge_document WHERE knowledge_base_id = %s", [kb.pk])
+            return {pk: (count, xmin) for pk, count, xmin in cursor.fetchall()}
+
+    before = counts_and_row_versions()
+    activate_version(second)
+    after = counts_and_row_versions()
+    assert {pk: count for pk, (count, _) in after.items()} == {same.pk: 2, grows.pk: 3, absent.pk: 0}
+    assert after[same.pk][1] == before[same.pk][1]  # an unchanged count is not rewritten
+    activate_version(first)  # the rollback restores them
+    assert {pk: count for pk, (count, _) in counts_and_row_versions().items()} == {same.pk: 2, grows.pk: 1, absent.pk: 2}
+
+
 def graph_names(kb) -> dict[str, int]:
     """Entity name -> passages mentioning it in the KB's active version."""
     return dict(GraphEntity.objects.filter(kb_version=kb.active_version).values_list("name", "chunk_count"))

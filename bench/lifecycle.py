@@ -1,0 +1,514 @@
+"""Knowledge lifecycle through the real service (issue 10 item 8): ingestion through the API and a
+Celery worker, search latency while a new version builds, and the time to switch and roll back.
+
+    .venv/bin/python bench/lifecycle.py                    # 1,000 SciFact abstracts, all three parts
+    .venv/bin/python bench/lifecycle.py --docs 400 --parts ingest
+
+Servers (started here, 127.0.0.1 only, stopped at the end): one gunicorn like ``./run serve``
+(``retrieval_site/gunicorn.conf.py``, 1 worker x 4 threads, TORCH_THREADS/ONNX_THREADS 1, result
+cache on as in production) and one Celery worker like ``./run serve``'s (``celery -A retrieval_site
+worker --concurrency 1``, default pool, thread settings from the environment), both on this
+checkout's embedded PostgreSQL and Redis. A throwaway tenant on an unlimited rate tier, with a
+``search,ingest`` key; default embedding model (EMBEDDING_MODEL) everywhere.
+
+1. ``ingest``: N SciFact documents (title, blank line, text) as .txt files in blocks of --block-docs.
+   Per block, in an order that rotates from block to block (so a burst of other people's load hits
+   each alike):
+     A  API + worker: ``POST /api/v1/knowledge-bases/{id}/documents`` (multipart, --files-per-request
+        files a request: Django accepts 100 at most), then ``GET /api/v1/tasks/{id}`` every 0.2 s until
+        every task is done; timed from the first POST to the last task seen finished;
+     I  in-process: ``Ingester(kb).ingest(discover_files([block]))`` in this process (what
+        ``manage.py ingest`` runs), its embed calls recorded;
+     R  raw ``embedder.embed_documents`` on the texts I embedded, one call (always right after I).
+   Ratios: chunks/s of A over I (goal >= 0.9) and of I over R. Both paths warmed up first (model,
+   DB path, the worker's model).
+2. ``rebuild``: --search-clients clients send hybrid searches back to back (a fresh SciFact query
+   each, so no cache hit) against the API KB: idle for --idle-s, then while ``POST .../versions``
+   ``{"chunk_size": --rebuild-chunk-size, "activate": "manual"}`` builds version 2 from the stored
+   originals (until its task is done), then idle again. p50/p95 during the build over idle (goal
+   <= 1.5x), errors (goal 0).
+3. ``switch``: searches keep running (a fixed set of --switch-queries queries in a cycle, so the
+   result cache answers most: a cached answer of the replaced version would show), while
+   ``POST .../versions/2/activate`` and ``.../versions/1/activate`` (rollback) alternate --switches
+   times, --switch-gap-s apart, then as many pairs by calling ``activate_version`` in this process.
+   Measured: the activation request as the client sees it, the server's own time for it
+   (``latency_ms`` of its ``retrieval.access`` log line), the service call alone, a cheap request
+   (``GET /api/v1/knowledge-bases/{id}``, before each activation) as a yardstick of what the load
+   does to any request, failed searches, and answers from the wrong version (a search started after
+   an activation answered, whose hits come from another version: the version of every hit is looked
+   up by chunk id).
+Cleanup (always): stop both servers, drop the lexical indexes, delete the tenant, its tier, the files.
+Writes bench/results/lifecycle-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import _common
+import ingest as ingest_bench
+
+PARTS = ("ingest", "rebuild", "switch")
+TASK_DONE = {"SUCCESS", "FAILURE"}
+
+
+def start_worker(log_path: Path, concurrency: int) -> subprocess.Popen:
+    """A Celery worker like ``./run serve``'s, in its own process group."""
+    log = open(log_path, "ab")
+    return subprocess.Popen(
+        [str(_common.REPO_ROOT / ".venv" / "bin" / "celery"), "-A", "retrieval_site", "worker",
+         "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle", "--without-gossip"],
+        cwd=_common.REPO_ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_worker(proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    from retrieval_site.celery import app
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Celery worker exited with code {proc.returncode}")
+        if app.control.ping(timeout=1.0):
+            return
+    raise RuntimeError("the Celery worker did not answer in time")
+
+
+class Api:
+    """The few calls of the knowledge API the benchmark makes (one HTTP client per thread)."""
+
+    def __init__(self, base: str, key: str):
+        import httpx
+
+        self.client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+    def create_kb(self, name: str) -> int:
+        response = self.client.post("/api/v1/knowledge-bases", json={"name": name})
+        response.raise_for_status()
+        return response.json()["id"]
+
+    def upload(self, kb_id: int, paths: list[Path]) -> str:
+        files = [("files", (path.name, path.read_bytes(), "text/plain")) for path in paths]
+        response = self.client.post(f"/api/v1/knowledge-bases/{kb_id}/documents", files=files)
+        if response.status_code != 202:
+            raise RuntimeError(f"upload answered {response.status_code}: {response.text[:300]}")
+        return response.json()["task_id"]
+
+    def wait_tasks(self, task_ids: list[str], poll_s: float = 0.2) -> list[dict]:
+        """Poll each task until it is done; their final states, in order."""
+        done: dict[str, dict] = {}
+        while len(done) < len(task_ids):
+            for task_id in task_ids:
+                if task_id not in done:
+                    state = self.client.get(f"/api/v1/tasks/{task_id}").json()
+                    if state.get("state") in TASK_DONE:
+                        done[task_id] = state
+            if len(done) < len(task_ids):
+                time.sleep(poll_s)
+        return [done[task_id] for task_id in task_ids]
+
+    def build_version(self, kb_id: int, body: dict) -> tuple[str, int]:
+        response = self.client.post(f"/api/v1/knowledge-bases/{kb_id}/versions", json=body)
+        if response.status_code != 202:
+            raise RuntimeError(f"version build answered {response.status_code}: {response.text[:300]}")
+        data = response.json()
+        return data["task_id"], data["version"]["number"]
+
+    def activate(self, kb_id: int, number: int) -> tuple[int, float]:
+        started = time.perf_counter()
+        response = self.client.post(f"/api/v1/knowledge-bases/{kb_id}/versions/{number}/activate")
+        return response.status_code, time.perf_counter() - started
+
+    def read_kb(self, kb_id: int) -> float:
+        """A cheap authenticated request (one KB read), timed: the yardstick for the activation's."""
+        started = time.perf_counter()
+        self.client.get(f"/api/v1/knowledge-bases/{kb_id}").raise_for_status()
+        return time.perf_counter() - started
+
+
+class SearchLoad:
+    """Clients (threads) sending hybrid searches back to back; each answer is recorded with its start
+    and end (perf_counter), status, chunk ids and whether the cache answered."""
+
+    def __init__(self, base: str, key: str, kb_id: int, queries, clients: int, top_k: int = 10):
+        self.base, self.key, self.kb_id, self.clients, self.top_k = base, key, kb_id, clients, top_k
+        self._queries, self._lock = queries, threading.Lock()
+        self.records: list[dict] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _next_query(self) -> str:
+        with self._lock:
+            return next(self._queries)
+
+    def _client(self) -> None:
+        import httpx
+
+        with httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=60) as client:
+            while not self._stop.is_set():
+                body = {"query": self._next_query(), "top_k": self.top_k, "kb_ids": [self.kb_id]}
+                started = time.perf_counter()
+                record = {"start": started, "chunk_ids": [], "cached": False, "degraded": []}
+                try:
+                    response = client.post("/api/v1/retrieval/hybrid", json=body)
+                    record["status"] = response.status_code
+                    if response.status_code == 200:
+                        data = response.json()
+                        record["chunk_ids"] = [hit["chunk_id"] for hit in data["results"]]
+                        record["cached"] = data["cached"]
+                        record["degraded"] = [d["stage"] for d in data["degraded"]]
+                    else:
+                        record["error"] = response.text[:200]
+                except httpx.HTTPError as exc:
+                    record["status"] = type(exc).__name__
+                record["end"] = time.perf_counter()
+                with self._lock:
+                    self.records.append(record)
+
+    def __enter__(self) -> SearchLoad:
+        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(self.clients)]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def latency_summary(records: list[dict]) -> dict:
+    ok = [r["end"] - r["start"] for r in records if r["status"] == 200]
+    failed = [r for r in records if r["status"] != 200]
+    return {
+        **_common.summarize_ms(ok),
+        "errors": len(failed),
+        "error_samples": [f"{r['status']}: {r.get('error', '')}" for r in failed[:5]],
+        "degraded": sum(bool(r["degraded"]) for r in records),
+        "cached": sum(r["cached"] for r in records),
+    }
+
+
+def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[dict, int]:
+    from knowledge.services import Ingester, create_knowledge_base, discover_files
+
+    kb_api = api.create_kb("lifecycle-api")
+    kb_inproc = create_knowledge_base(tenant=tenant, name="lifecycle-inprocess")
+    passes = ["A", "IR"]
+    totals = {"A": 0.0, "W": 0.0, "I": 0.0, "R": 0.0}
+    chunks = {"A": 0, "I": 0}
+    rows = []
+    for k, block in enumerate(blocks):
+        order = passes[k % 2:] + passes[: k % 2]
+        load = os.getloadavg()[0]
+        seconds, counts = {}, {}
+        for p in order:
+            if p == "A":
+                files = sorted(block.iterdir())
+                started = time.perf_counter()
+                task_ids = [
+                    api.upload(kb_api, files[i : i + args.files_per_request])
+                    for i in range(0, len(files), args.files_per_request)
+                ]
+                states = api.wait_tasks(task_ids)
+                seconds["A"] = time.perf_counter() - started
+                failed = [s for s in states if s["state"] != "SUCCESS" or s["result"].get("failed")]
+                if failed:
+                    print(f"WARNING: block {k}: {failed[:2]}", file=sys.stderr)
+                counts["A"] = sum((s["result"] or {}).get("chunks", 0) for s in states)
+                seconds["W"] = sum((s["result"] or {}).get("seconds", 0.0) for s in states)  # the Ingester, in the worker
+            else:
+                groups: list[list[str]] = []
+                with ingest_bench.instrumented(embedder, ingest_bench.Timings(), groups):
+                    started = time.perf_counter()
+                    report = Ingester(kb_inproc).ingest(discover_files([block]))
+                    seconds["I"] = time.perf_counter() - started
+                counts["I"] = report.chunks
+                seconds["R"] = ingest_bench.raw_encode(embedder, [text for group in groups for text in group])
+        for p in totals:
+            totals[p] += seconds[p]
+        for p in chunks:
+            chunks[p] += counts[p]
+        n = counts["I"]
+        rows.append({"block": k, "order": " ".join(order), "loadavg_1m_before": round(load, 2),
+                     "chunks_api": counts["A"], "chunks_inprocess": n,
+                     **{f"{p}_s": round(v, 3) for p, v in seconds.items()}})
+        print(f"block {k} [{' '.join(order)}]: API+worker {counts['A'] / seconds['A']:.1f}, in-process "
+              f"{n / seconds['I']:.1f}, raw encode {n / seconds['R']:.1f} chunks/s; API/in-process "
+              f"{seconds['I'] / seconds['A']:.1%} (load {load:.1f})", flush=True)
+    rate = {"A": chunks["A"] / totals["A"], "I": chunks["I"] / totals["I"], "R": chunks["I"] / totals["R"]}
+    ratio = rate["A"] / rate["I"]
+    result = {
+        "blocks": rows,
+        "chunks_api": chunks["A"],
+        "chunks_inprocess": chunks["I"],
+        "seconds": {p: round(v, 2) for p, v in totals.items()},
+        "chunks_per_s": {"api_worker": round(rate["A"], 2), "inprocess": round(rate["I"], 2),
+                         "raw_encode": round(rate["R"], 2)},
+        "ratio_api_vs_inprocess": round(ratio, 4),
+        "ratio_inprocess_vs_raw": round(rate["I"] / rate["R"], 4),
+        "ratio_api_vs_raw": round(rate["A"] / rate["R"], 4),
+        # The Ingester's own time inside the tasks over the whole API path (uploads, queue, polling).
+        "worker_ingester_share_of_api_s": round(totals["W"] / totals["A"], 4),
+        "per_block_ratio_api_vs_inprocess": [round(r["I_s"] / r["A_s"] * r["chunks_api"] / r["chunks_inprocess"], 4)
+                                             for r in rows],
+        "goal": 0.9,
+        "goal_met": ratio >= 0.9,
+    }
+    _common.print_table(
+        ["path", "seconds", "chunks", "chunks/s", "vs in-process"],
+        [["API + Celery worker", f"{totals['A']:.1f}", chunks["A"], f"{rate['A']:.1f}", f"{ratio:.1%}"],
+         ["  of which the Ingester in the worker", f"{totals['W']:.1f}", "", "", ""],
+         ["in-process Ingester", f"{totals['I']:.1f}", chunks["I"], f"{rate['I']:.1f}", "100.0%"],
+         ["raw embed_documents", f"{totals['R']:.1f}", chunks["I"], f"{rate['R']:.1f}", f"{rate['R'] / rate['I']:.1%}"]],
+        title=f"Ingestion, {len(blocks)} blocks (goal: API + worker >= 90 % of in-process)",
+    )
+    return result, kb_api
+
+
+def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tuple[dict, int]:
+    """Searches idle, during a version build, idle again; returns the summary and the new version."""
+    records: dict[str, list[dict]] = {}
+    loads, build = {}, {}
+    for phase in ("idle before", "build", "idle after"):
+        loads[phase] = round(os.getloadavg()[0], 2)
+        with SearchLoad(base, key, kb_id, queries, args.search_clients) as searches:
+            if phase == "build":
+                started = time.perf_counter()
+                task_id, number = api.build_version(kb_id, {"chunk_size": args.rebuild_chunk_size, "activate": "manual"})
+                state = api.wait_tasks([task_id], poll_s=0.5)[0]
+                build = {"version": number, "seconds": round(time.perf_counter() - started, 1),
+                         "state": state["state"], "result": state["result"], "error": state["error"]}
+            else:
+                time.sleep(args.idle_s)
+        records[phase] = searches.records
+        print(f"{phase}: {latency_summary(searches.records)} (load {loads[phase]})", flush=True)
+    idle = latency_summary(records["idle before"] + records["idle after"])
+    during = latency_summary(records["build"])
+    p50_ratio, p95_ratio = during["p50_ms"] / idle["p50_ms"], during["p95_ms"] / idle["p95_ms"]
+    result = {
+        "build": build,
+        "phases": {phase: latency_summary(rows) for phase, rows in records.items()},
+        "loadavg_1m_before": loads,
+        "idle": idle,
+        "during_build": during,
+        "p50_ratio": round(p50_ratio, 3),
+        "p95_ratio": round(p95_ratio, 3),
+        "goal": 1.5,
+        "goal_met": p50_ratio <= 1.5 and p95_ratio <= 1.5 and during["errors"] == 0,
+    }
+    _common.print_table(
+        ["searches", "n", "p50 ms", "p95 ms", "errors", "degraded"],
+        [[phase, s["n"], s["p50_ms"], s["p95_ms"], s["errors"], s["degraded"]]
+         for phase, s in [("idle (before + after)", idle), ("during the build", during)]]
+        + [["during / idle", "", f"{p50_ratio:.2f}x", f"{p95_ratio:.2f}x", "", ""]],
+        title=f"Search while version {build['version']} builds ({build['seconds']} s, {build['state']}; goal <= 1.5x, no error)",
+    )
+    return result, build["version"]
+
+
+def part_switch(args, api: Api, base: str, key: str, kb_id: int, new: int, old: int, queries: list[str],
+                log_path: Path) -> dict:
+    """Alternate activating ``new`` and ``old`` while searches run, through the API (with a cheap
+    request before each, as a yardstick), then by calling the service in this process; check every
+    answer's version."""
+    from knowledge.models import Chunk, KnowledgeBaseVersion
+    from knowledge.services import activate_version
+
+    log_offset = log_path.stat().st_size
+    activations = []  # {version, sent, answered, status, how}
+    reference_s = []
+    versions = {v.number: v for v in KnowledgeBaseVersion.objects.filter(knowledge_base_id=kb_id, number__in=[new, old])}
+    with SearchLoad(base, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
+        time.sleep(args.switch_gap_s)
+        for _ in range(args.switches):
+            for number in (new, old):
+                reference_s.append(api.read_kb(kb_id))
+                sent = time.perf_counter()
+                status, seconds = api.activate(kb_id, number)
+                activations.append({"version": number, "sent": sent, "answered": sent + seconds, "status": status,
+                                    "how": "api"})
+                time.sleep(args.switch_gap_s)
+        for _ in range(args.switches):
+            for number in (new, old):
+                sent = time.perf_counter()
+                activate_version(versions[number])
+                activations.append({"version": number, "sent": sent, "answered": time.perf_counter(), "status": 200,
+                                    "how": "service"})
+                time.sleep(args.switch_gap_s)
+    records = searches.records
+    version_of = dict(
+        Chunk.objects.filter(id__in={c for r in records for c in r["chunk_ids"]}).values_list("id", "kb_version__number")
+    )
+    # The version a search must show: the last one whose activation was answered before it started
+    # (searches overlapping an activation may show either side).
+    wrong, mixed, unknown = [], 0, 0
+    for record in records:
+        if record["status"] != 200 or not record["chunk_ids"]:
+            continue
+        versions = {version_of.get(chunk_id) for chunk_id in record["chunk_ids"]}
+        unknown += None in versions
+        mixed += len(versions) > 1
+        before = [a for a in activations if a["answered"] <= record["start"]]
+        expected = before[-1]["version"] if before else old
+        if versions != {expected}:
+            during = any(a["sent"] <= record["end"] and a["answered"] >= record["start"] for a in activations)
+            if not during:
+                wrong.append({"expected": expected, "got": sorted(v or 0 for v in versions), "cached": record["cached"]})
+    server_ms, reference_server_ms = [], []
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(log_offset)
+        for line in log:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("latency_ms") is None:
+                continue
+            if entry.get("route") == "version-activate":
+                server_ms.append(entry["latency_ms"])
+            elif entry.get("route") == "knowledge-base-detail":
+                reference_server_ms.append(entry["latency_ms"])
+    over_api = [a for a in activations if a["how"] == "api"]
+    client_ms = [(a["answered"] - a["sent"]) * 1000 for a in over_api]
+    switch_ms = [ms for ms, a in zip(client_ms, over_api) if a["version"] == new]
+    rollback_ms = [ms for ms, a in zip(client_ms, over_api) if a["version"] == old]
+    service_s = [a["answered"] - a["sent"] for a in activations if a["how"] == "service"]
+    searches_summary = latency_summary(records)
+    result = {
+        "activations": len(activations),
+        "client_switch_ms": _common.summarize_ms([ms / 1000 for ms in switch_ms]),
+        "client_rollback_ms": _common.summarize_ms([ms / 1000 for ms in rollback_ms]),
+        "server_ms": _common.summarize_ms([ms / 1000 for ms in server_ms]),
+        "server_ms_all": server_ms,
+        "service_call_ms": _common.summarize_ms(service_s),
+        "reference_kb_read_client_ms": _common.summarize_ms(reference_s),
+        "reference_kb_read_server_ms": _common.summarize_ms([ms / 1000 for ms in reference_server_ms]),
+        "searches": searches_summary,
+        "wrong_version_answers": len(wrong),
+        "wrong_version_samples": wrong[:5],
+        "answers_mixing_versions": mixed,
+        "answers_with_unknown_chunks": unknown,
+        "goal_ms": 100,
+        "goal_met": max(client_ms) < 100 and searches_summary["errors"] == 0 and not wrong and not mixed,
+        "statuses_api": sorted({a["status"] for a in over_api}),
+    }
+    _common.print_table(
+        ["activation", "n", "p50 ms", "p95 ms", "max ms"],
+        [["switch (client)", len(switch_ms), result["client_switch_ms"]["p50_ms"], result["client_switch_ms"]["p95_ms"],
+          result["client_switch_ms"]["max_ms"]],
+         ["rollback (client)", len(rollback_ms), result["client_rollback_ms"]["p50_ms"],
+          result["client_rollback_ms"]["p95_ms"], result["client_rollback_ms"]["max_ms"]],
+         ["both (server, access log)", len(server_ms), result["server_ms"]["p50_ms"], result["server_ms"]["p95_ms"],
+          result["server_ms"]["max_ms"]],
+         ["both (activate_version() in-process)", len(service_s), result["service_call_ms"]["p50_ms"],
+          result["service_call_ms"]["p95_ms"], result["service_call_ms"]["max_ms"]],
+         ["yardstick: GET the KB (client)", len(reference_s), result["reference_kb_read_client_ms"]["p50_ms"],
+          result["reference_kb_read_client_ms"]["p95_ms"], result["reference_kb_read_client_ms"]["max_ms"]],
+         ["yardstick: GET the KB (server)", len(reference_server_ms), result["reference_kb_read_server_ms"]["p50_ms"],
+          result["reference_kb_read_server_ms"]["p95_ms"], result["reference_kb_read_server_ms"]["max_ms"]]],
+        title=(f"Switch {old} -> {new} and roll back, x{args.switches}, searches meanwhile: {searches_summary['n']} "
+               f"({searches_summary['errors']} failed, {len(wrong)} from the wrong version, {mixed} mixing versions, "
+               f"{searches_summary['cached']} cached; goal < 100 ms, no failed search)"),
+    )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma list of: " + ", ".join(PARTS))
+    parser.add_argument("--docs", type=int, default=1000, help="SciFact documents (default 1000)")
+    parser.add_argument("--block-docs", type=int, default=200)
+    parser.add_argument("--files-per-request", type=int, default=100)
+    parser.add_argument("--worker-concurrency", type=int, default=1)
+    parser.add_argument("--web-threads", type=int, default=4)
+    parser.add_argument("--search-clients", type=int, default=1)
+    parser.add_argument("--idle-s", type=float, default=30, help="seconds of idle searches before and after the build")
+    parser.add_argument("--rebuild-chunk-size", type=int, default=160)
+    parser.add_argument("--switches", type=int, default=10, help="switch + rollback pairs")
+    parser.add_argument("--switch-gap-s", type=float, default=1.5)
+    parser.add_argument("--switch-queries", type=int, default=20)
+    parser.add_argument("--tag", default="", help="store the result under this key in the JSON file")
+    args = parser.parse_args()
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if set(parts) - set(PARTS) or ("ingest" not in parts and parts):
+        parser.error(f"--parts: a comma list of {', '.join(PARTS)}, starting with ingest (the others need its KB)")
+    if "switch" in parts and "rebuild" not in parts:
+        parser.error("--parts: switch needs rebuild (it switches to the version the rebuild built)")
+
+    _common.setup_django()
+    import logging
+
+    from engines.embedders import get_embedder
+    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from tenants.services import create_api_key, create_tenant
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    result: dict = {"config": vars(args), "machine": _common.machine_info(),
+                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+                    "code": _common.code_fingerprint(["knowledge/services.py", "knowledge/tasks.py", "knowledge/views.py",
+                                                      "retrieval/services/search.py", "retrieval/cache.py"])}
+    tenant = tier = web = worker = None
+    workdir = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
+    try:
+        rows = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl", limit=args.docs)
+        (workdir / "corpus").mkdir()
+        blocks, corpus_bytes = ingest_bench.write_corpus(rows, workdir / "corpus", args.block_docs)
+        result["corpus"] = {"dataset": "scifact", "docs": len(rows), "bytes": corpus_bytes, "blocks": len(blocks)}
+        tenant = create_tenant(_common.unique_name("bench-lifecycle"))
+        tier = _common.unlimited_rate_tier(tenant)
+        key = create_api_key(tenant=tenant, name="bench", scopes=["search", "ingest"]).raw_key
+        embedder = get_embedder()
+        result["model"] = embedder.model_name
+
+        port = _common.free_port()
+        base = f"http://127.0.0.1:{port}"
+        web_log = workdir / "gunicorn.log"
+        web = _common.start_gunicorn(port, web_log, {"WEB_THREADS": str(args.web_threads)}, workers=1)
+        worker = start_worker(workdir / "worker.log", args.worker_concurrency)
+        _common.wait_ready(web, base)
+        wait_worker(worker)
+        api = Api(base, key)
+
+        # Warm-up, untimed: the worker's model and both ingestion paths' DB path.
+        warm = sorted(blocks[0].iterdir())[:8]
+        api.wait_tasks([api.upload(api.create_kb("warm-up-api"), warm)])
+        warm_kb = create_knowledge_base(tenant=tenant, name="warm-up-inprocess")
+        Ingester(warm_kb).ingest(discover_files(warm))
+        embedder.embed_documents([path.read_text() for path in warm])
+
+        result["ingest"], kb_id = part_ingest(args, api, blocks, tenant, embedder)
+        _, query_texts = _common.scifact_passages_and_queries()
+        fresh = iter(query_texts + [f"{q} ({i})" for i, q in enumerate(query_texts * 20)])
+        if "rebuild" in parts:
+            result["rebuild"], new = part_rebuild(args, api, base, key, kb_id, fresh)
+            if "switch" in parts:
+                result["switch"] = part_switch(args, api, base, key, kb_id, new, 1,
+                                               query_texts[-args.switch_queries:], web_log)
+        result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        return 0
+    finally:
+        for proc in (web, worker):
+            if proc is not None:
+                _common.stop_process(proc)
+        cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-lifecycle")
+        path = _common.write_result("lifecycle", result, key=args.tag or None)
+        print(f"cleanup {cleanup}; wrote {path}")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
