@@ -209,6 +209,26 @@ class GraphStep:
     path: tuple[int, ...]  # entity ids, the seed first and this entity last
 
 
+@dataclass(frozen=True)
+class Community:
+    """A community of a KB version's entity graph (``engines.graph_communities``) with its summary.
+
+    ``number`` is unique per version and level; ``parent`` is the number of the community one level up
+    that holds it (None at level 0). ``analyzed``: the summary as the analyzer tokenizes it (BM25 over
+    summaries); ``embedding``: the summary's vector by the version's model (empty when not embedded)."""
+
+    version_id: int
+    level: int
+    number: int
+    parent: int | None
+    entity_ids: tuple[int, ...]  # the most central first
+    key_entities: tuple[str, ...]  # labels of the most central entities
+    summary: str
+    analyzed: str
+    chunk_ids: tuple[int, ...]  # supporting passages, the best first
+    embedding: tuple[float, ...] = ()
+
+
 class GraphStoreError(ComponentError):
     """The graph backend cannot serve; ``cause`` is for ``degraded``."""
 
@@ -249,6 +269,18 @@ class GraphStore(ABC):
     @abstractmethod
     def chunk_total(self, scope: GraphScope) -> int:
         """How many passages the scope holds (the N of an entity's inverse document frequency)."""
+
+    @abstractmethod
+    def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
+        """The version's entity graph as undirected edges (source id < target id, summed weight), sorted."""
+
+    @abstractmethod
+    def replace_communities(self, tenant_id: int, version_id: int, communities: list[Community]) -> None:
+        """The version's communities from now on (the previous ones are forgotten)."""
+
+    @abstractmethod
+    def communities(self, scope: GraphScope, level: int | None = None) -> list[Community]:
+        """The communities in scope (of one level, or every level), by version, level and number."""
 
     @abstractmethod
     def ping(self) -> str:

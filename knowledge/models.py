@@ -323,3 +323,29 @@ class GraphRelation(models.Model):
     target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
     weight = models.FloatField()
+
+
+class GraphCommunity(models.Model):
+    """A community of a KB version's entity graph with its summary (``knowledge.communities`` builds
+    them, ``engines.graph_communities`` finds them); global graph search ranks these."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="graph_communities")
+    level = models.PositiveSmallIntegerField(help_text="0: the coarsest partition; each level splits the one above.")
+    number = models.PositiveIntegerField(help_text="Unique per version and level; the bigger communities first.")
+    parent = models.PositiveIntegerField(null=True, blank=True, help_text="The number of the community one level up.")
+    entity_ids = ArrayField(models.BigIntegerField(), help_text="Its entities, the most central first.")
+    key_entities = ArrayField(models.CharField(max_length=200))
+    summary = models.TextField()
+    analyzed = models.TextField(help_text="The summary as the analyzer tokenizes it (BM25 over summaries).")
+    chunk_ids = ArrayField(models.BigIntegerField(), help_text="Supporting passages, the best first.")
+    embedding = ArrayField(models.FloatField(), default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kb_version", "level", "number"], name="unique_community_per_version")
+        ]
+        verbose_name_plural = "graph communities"
+
+    def __str__(self) -> str:
+        return f"L{self.level} #{self.number}: {', '.join(self.key_entities[:3])}"

@@ -184,6 +184,11 @@ class Environment(BaseSettings):
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
+    # Communities (Leiden), rebuilt by a task after each ingestion and version build.
+    GRAPH_COMMUNITY_LEVELS: Annotated[int, Field(ge=1, le=4)] = 2  # levels of the hierarchy
+    GRAPH_COMMUNITY_SPLIT_SIZE: PositiveInt = 30  # a community above this many entities gets a level below
+    GRAPH_COMMUNITY_MIN_SIZE: Annotated[int, Field(ge=2)] = 3  # smaller groups of entities are no community
+    GRAPH_COMMUNITY_RESOLUTION: PositiveFloat = 1.0  # Leiden's resolution: higher, smaller communities
     NEO4J_URL: str = ""  # neo4j://user:password@host:7687: the graph in Neo4j; unset: PostgreSQL tables
     NEO4J_TIMEOUT_S: PositiveFloat = 2.0  # connect, acquire and per-query transaction deadline
 

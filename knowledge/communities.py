@@ -1,0 +1,86 @@
+"""Service: the communities of a KB version's entity graph, each with a summary (GraphRAG's global side).
+
+A task runs it after each ingestion and version build (``knowledge.tasks.detect_communities``), and
+``manage.py graph_communities`` on demand. It reads the version's graph from the graph store, finds the
+Leiden hierarchy (``engines.graph_communities``), picks each community's supporting passages (those
+that mention its most central entities most), summarizes it (extractive by default; by the optional
+LLM, ``GRAPH_LLM``, when configured), analyzes and embeds the summaries, and replaces the version's
+communities in one write.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+
+from engines.base import Community, GraphScope
+from engines.embedders import get_embedder
+from engines.graph_communities import Partition, detect_communities, extractive_summary
+from knowledge.models import Chunk, KnowledgeBaseVersion
+from knowledge.selectors import analyzer_for_tenant
+from knowledge.stores import graph_store
+
+KEY_ENTITIES = 8  # the most central entities named in a summary and used to pick its passages
+SUPPORTING_CHUNKS = 5  # passages kept per community
+SUMMARY_SENTENCES = 3
+SUMMARY_MAX_CHARS = 800
+
+
+def rebuild_communities(version: KnowledgeBaseVersion) -> int:
+    """Replace the version's communities with those of its current graph; returns how many there are."""
+    tenant_id = version.knowledge_base.tenant_id
+    store = graph_store()
+    scope = GraphScope(tenant_id, (version.pk,))
+    partitions = detect_communities(
+        store.edges(tenant_id, version.pk),
+        levels=settings.GRAPH_COMMUNITY_LEVELS,
+        split_size=settings.GRAPH_COMMUNITY_SPLIT_SIZE,
+        min_size=settings.GRAPH_COMMUNITY_MIN_SIZE,
+        resolution=settings.GRAPH_COMMUNITY_RESOLUTION,
+    )
+    keys = sorted({entity for partition in partitions for entity in partition.members[:KEY_ENTITIES]})
+    nodes = {node.entity_id: node for node in store.entities(scope, keys)}
+    mentions: dict[int, list[int]] = {}
+    for entity, chunk, _ in store.mentions(scope, keys, SUPPORTING_CHUNKS):
+        mentions.setdefault(entity, []).append(chunk)
+    supporting = [_supporting_chunks(partition, mentions) for partition in partitions]
+    texts = dict(
+        Chunk.objects.filter(tenant_id=tenant_id, kb_version=version, pk__in={c for ids in supporting for c in ids})
+        .values_list("id", "content")
+    )
+    summaries = [
+        extractive_summary(
+            [(nodes[e].name, nodes[e].label) for e in partition.members[:KEY_ENTITIES]],
+            (texts[chunk] for chunk in chunks if chunk in texts),
+            sentences=SUMMARY_SENTENCES,
+            max_chars=SUMMARY_MAX_CHARS,
+        )
+        for partition, chunks in zip(partitions, supporting, strict=True)
+    ]
+    analyzer = analyzer_for_tenant(tenant_id)
+    vectors = get_embedder(version.embedding_model).embed_documents(summaries) if summaries else []
+    communities = [
+        Community(
+            version_id=version.pk,
+            level=partition.level,
+            number=partition.number,
+            parent=partition.parent,
+            entity_ids=partition.members,
+            key_entities=tuple(nodes[e].label for e in partition.members[:KEY_ENTITIES]),
+            summary=summary,
+            analyzed=analyzer.analyze(summary),
+            chunk_ids=tuple(chunk for chunk in chunks if chunk in texts),
+            embedding=tuple(float(x) for x in vector),
+        )
+        for partition, chunks, summary, vector in zip(partitions, supporting, summaries, vectors, strict=True)
+    ]
+    store.replace_communities(tenant_id, version.pk, communities)
+    return len(communities)
+
+
+def _supporting_chunks(partition: Partition, mentions: dict[int, list[int]]) -> list[int]:
+    """The passages that mention the community's most central entities: an entity ranked i adds
+    1 / (1 + i) to each of its passages; the best ``SUPPORTING_CHUNKS``."""
+    scores: dict[int, float] = {}
+    for rank, entity in enumerate(partition.members[:KEY_ENTITIES]):
+        for chunk in mentions.get(entity, []):
+            scores[chunk] = scores.get(chunk, 0.0) + 1 / (1 + rank)
+    return sorted(scores, key=lambda chunk: (-scores[chunk], chunk))[:SUPPORTING_CHUNKS]
