@@ -254,6 +254,12 @@ class GraphStore(ABC):
         """The entities in scope with one of these normalized names."""
 
     @abstractmethod
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        """For each of ``names`` (normalized, Latin script), the entity in scope whose name is the most
+        similar one and at least ``min_similarity`` (0 to 1) similar, if any: a misspelt name finds
+        its entity. PostgreSQL: pg_trgm's trigram similarity; Neo4j: Lucene's fuzzy match."""
+
+    @abstractmethod
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         """The entities in scope with these ids."""
 

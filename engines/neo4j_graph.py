@@ -11,6 +11,7 @@ transaction timeout, and the driver with connection and acquisition timeouts: a 
 from __future__ import annotations
 
 import hashlib
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 import neo4j
@@ -69,6 +70,7 @@ class Neo4jGraphStore(GraphStore):
         try:
             for node in (GraphEntityNode, GraphPassageNode, GraphCommunityNode):
                 db.install_labels(node)
+            self._run(_NAME_INDEX, {})
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j at {address} did not answer: {exc}") from exc
 
@@ -106,6 +108,20 @@ class Neo4jGraphStore(GraphStore):
 
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": names, "ids": None})
+
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        """Lucene's fuzzy match on the entity-name full-text index: each word within an edit distance
+        of ``round(2 * (1 - min_similarity))``; the best-scored entity in scope per name."""
+        found: dict[int, GraphNode] = {}
+        edits = max(0, min(2, round(2 * (1 - min_similarity))))
+        for name in names:
+            words = [_LUCENE_SPECIAL.sub(r"\\\g<0>", word) for word in name.split()]
+            if not words:
+                continue
+            query = " AND ".join(f"{word}~{edits}" for word in words)
+            for node in self._nodes(_FIND_FUZZY, {**_params(scope), "query": query}):
+                found.setdefault(node.entity_id, node)
+        return [found[entity] for entity in sorted(found)]
 
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
@@ -177,6 +193,9 @@ class Neo4jGraphStore(GraphStore):
 
     def _nodes(self, cypher: str, params: dict) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._run(cypher, params)]
+
+
+_LUCENE_SPECIAL = re.compile(r'[+\-&|!(){}\[\]^"~*?:\\/]')
 
 
 def _params(scope: GraphScope) -> dict:
@@ -269,4 +288,13 @@ WHERE c.version_id IN $versions AND ($level IS NULL OR c.level = $level)
 RETURN c.version_id, c.level, c.number, c.parent, c.entity_ids, c.key_entities, c.summary, c.analyzed, c.chunk_ids,
        c.embedding
 ORDER BY c.version_id, c.level, c.number
+"""
+_NAME_INDEX = """
+CREATE FULLTEXT INDEX graph_entity_names IF NOT EXISTS FOR (n:GraphEntity) ON EACH [n.name]
+"""
+_FIND_FUZZY = """
+CALL db.index.fulltext.queryNodes('graph_entity_names', $query) YIELD node, score
+WHERE node.tenant_id = $tenant AND node.version_id IN $versions
+RETURN node.entity_id, node.version_id, node.name, node.label, node.kind, node.chunk_count
+ORDER BY score DESC, node.entity_id LIMIT 1
 """

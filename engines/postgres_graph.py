@@ -53,6 +53,12 @@ class PostgresGraphStore(GraphStore):
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_NAME, [scope.tenant_id, list(scope.version_ids), names])
 
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        if not names:
+            return []
+        tenant, versions = scope.tenant_id, list(scope.version_ids)
+        return self._nodes(_FIND_SIMILAR, [names, tenant, versions, min_similarity])
+
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_ID, [scope.tenant_id, list(scope.version_ids), entity_ids])
 
@@ -154,6 +160,20 @@ _NODE_COLUMNS = "id, kb_version_id, name, label, kind, chunk_count"
 _FIND_BY_NAME = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND name = ANY(%s) "
     "ORDER BY id"
+)
+# The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator, at its threshold 0.3)
+# lets the GIN trigram index find the candidates (so a min_similarity below 0.3 acts as 0.3).
+_FIND_SIMILAR = sql.SQL(
+    """
+    SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
+    FROM unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
+        SELECT e.id, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count, similarity(e.name, q.wanted) AS score
+        FROM {entities} AS e
+        WHERE e.tenant_id = %s AND e.kb_version_id = ANY(%s) AND e.name %% q.wanted
+        ORDER BY score DESC, e.id LIMIT 1
+    ) AS best
+    WHERE best.score >= %s ORDER BY best.id
+    """
 )
 _FIND_BY_ID = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND id = ANY(%s) "

@@ -298,6 +298,8 @@ class GraphEntity(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["kb_version", "name"], name="unique_entity_name_per_version")]
+        # pg_trgm: a query's misspelt Latin name finds its entity (GraphStore.find_similar)
+        indexes = [GinIndex(fields=["name"], opclasses=["gin_trgm_ops"], name="graph_entity_name_trgm")]
 
     def __str__(self) -> str:
         return self.label

@@ -184,6 +184,8 @@ class Environment(BaseSettings):
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
+    # A misspelt Latin name of the query finds the entity this similar (trigrams, 0-1); 0: exact names only.
+    GRAPH_FUZZY_SIMILARITY: Annotated[float, Field(ge=0, le=1), Ranks] = 0.6
     # Communities (Leiden), rebuilt by a task after each ingestion and version build.
     GRAPH_COMMUNITY_LEVELS: Annotated[int, Field(ge=1, le=4)] = 2  # levels of the hierarchy
     GRAPH_COMMUNITY_SPLIT_SIZE: PositiveInt = 30  # a community above this many entities gets a level below

@@ -196,3 +196,16 @@ def test_communities_are_scoped_to_the_tenant_and_version_and_dropped_with_it(st
 
 def test_ping_names_the_backend(store):
     assert store.name in store.ping()
+
+
+def test_a_misspelt_name_finds_the_most_similar_entity_in_scope(store, kb):
+    (chunk,) = chunks_of(kb, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: chain("portalock pro", "skyline home")})
+    ids = ids_by_name(store, kb, "portalock pro", "skyline home")
+    found = store.find_similar(scope_of(kb), ["portalok pro", "skyline hom", "tomato seedlings"], 0.6)
+    assert {node.entity_id for node in found} == {ids["portalock pro"], ids["skyline home"]}
+    assert store.find_similar(scope_of(kb), ["portalok pro"], 0.95) == []  # not that similar
+    assert store.find_similar(scope_of(kb), [], 0.6) == []
+    other = KnowledgeBaseFactory()
+    assert store.find_similar(scope_of(other), ["portalok pro"], 0.6) == []
+    assert store.find_similar(GraphScope(other.tenant_id, (kb.active_version_id,)), ["portalok pro"], 0.6) == []
