@@ -171,6 +171,7 @@ class Relation:
     source: str  # entity names, source < target; relations are undirected
     target: str
     weight: float
+    kind: str = ""  # "": co-occurrence; else the relation an LLM named (made_by, located_in, ...)
 
 
 @dataclass(frozen=True)

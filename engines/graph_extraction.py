@@ -90,6 +90,10 @@ class EntityExtractor:
             and not any(name in known or known in name for known in resolved)
         ]
 
+    def entity_name(self, label: str) -> str:
+        """The entity name a label stands for: normalized and resolved through the aliases."""
+        return self._resolve(normalize(unicodedata.normalize("NFKC", label)).strip())
+
     def _resolve(self, name: str) -> str:
         return self.aliases.get(name, name)
 

@@ -1,7 +1,7 @@
 """The entity graph in Neo4j, through neomodel (``NEO4J_URL``, e.g. ``neo4j://user:password@host:7687``).
 
 ``(:GraphEntity)-[:MENTIONED_IN {count}]->(:GraphPassage)`` and ``(:GraphEntity)-[:RELATED {chunk_id,
-weight}]->(:GraphEntity)`` (one edge per passage and direction), ``(:GraphCommunity {level, number,
+weight, kind}]->(:GraphEntity)`` (one edge per passage and direction), ``(:GraphCommunity {level, number,
 ...})`` holding its members' ids and summary as properties, the tenant and KB version on every
 node and edge and in every query. Entity ids are a hash of (tenant, version, name), so both backends
 hand out plain integers. Walks expand one hop per query (the ``fanout`` strongest relations of each
@@ -96,7 +96,7 @@ class Neo4jGraphStore(GraphStore):
                 for chunk_id, extraction in graphs.items()
             ]  # fmt: skip
             relations = [
-                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight}
+                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight, "kind": r.kind}
                 for chunk_id, extraction in graphs.items()
                 for r in extraction.relations
             ]
@@ -227,8 +227,8 @@ _ADD_RELATIONS = """
 UNWIND $relations AS r
 MATCH (a:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.source})
 MATCH (b:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.target})
-CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(b)
-CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(a)
+CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(b)
+CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(a)
 """
 _RECOUNT = """
 MATCH (n:GraphEntity {tenant_id: $tenant, version_id: $version}) WHERE n.entity_id IN $ids

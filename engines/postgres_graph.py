@@ -3,7 +3,7 @@
 Tables (``knowledge.models`` defines them): communities (``level, number, parent``, entity and
 chunk id arrays, summary, analyzed summary, embedding), entities (``id, tenant_id, kb_version_id, name, label,
 kind, chunk_count``, unique per version and name), mentions (``tenant_id, kb_version_id, entity_id,
-chunk_id, count``) and relations (``tenant_id, kb_version_id, source_id, target_id, chunk_id, weight``,
+chunk_id, count``) and relations (``tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind``,
 one row per passage and direction). Relations and mentions belong to a passage, so replacing a
 document's passages replaces exactly its part of the graph. Every statement is scoped by tenant and
 KB version and parameterized.
@@ -125,7 +125,7 @@ class PostgresGraphStore(GraphStore):
             for entity in extraction.entities
         ]
         relations = [
-            (ids[a[:MAX_NAME_CHARS]], ids[b[:MAX_NAME_CHARS]], chunk_id, relation.weight)
+            (ids[a[:MAX_NAME_CHARS]], ids[b[:MAX_NAME_CHARS]], chunk_id, relation.weight, relation.kind)
             for chunk_id, extraction in graphs.items()
             for relation in extraction.relations
             for a, b in ((relation.source, relation.target), (relation.target, relation.source))
@@ -234,9 +234,10 @@ _INSERT_MENTIONS = sql.SQL(
 )
 _INSERT_RELATIONS = sql.SQL(
     """
-    INSERT INTO {relations} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight)
-    SELECT %s, %s, source_id, target_id, chunk_id, weight
-    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[]) AS r(source_id, target_id, chunk_id, weight)
+    INSERT INTO {relations} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind)
+    SELECT %s, %s, source_id, target_id, chunk_id, weight, kind
+    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+        AS r(source_id, target_id, chunk_id, weight, kind)
     """
 )
 _RECOUNT = sql.SQL(

@@ -3,9 +3,9 @@
 A task runs it after each ingestion and version build (``knowledge.tasks.detect_communities``), and
 ``manage.py graph_communities`` on demand. It reads the version's graph from the graph store, finds the
 Leiden hierarchy (``engines.graph_communities``), picks each community's supporting passages (those
-that mention its most central entities most), summarizes it (extractive by default; by the optional
-LLM, ``GRAPH_LLM``, when configured), analyzes and embeds the summaries, and replaces the version's
-communities in one write.
+that mention its most central entities most), summarizes it (extractive: its key entities and the
+passages' sentences covering the most of them), analyzes and embeds the summaries, and replaces the
+version's communities in one write.
 """
 from __future__ import annotations
 

@@ -316,8 +316,9 @@ class GraphMention(models.Model):
 
 
 class GraphRelation(models.Model):
-    """Co-occurrence of two entities in one passage, stored in both directions so a walk follows
-    ``source`` only; an entity pair's strength is the sum of its passages' weights."""
+    """Co-occurrence of two entities in one passage (or a typed relation an LLM found there), stored in
+    both directions so a walk follows ``source`` only; an entity pair's strength is the sum of its
+    passages' weights."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -325,6 +326,9 @@ class GraphRelation(models.Model):
     target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
     weight = models.FloatField()
+    kind = models.CharField(
+        max_length=64, blank=True, default="", help_text="Empty: co-occurrence; else the relation an LLM named."
+    )
 
 
 class GraphCommunity(models.Model):

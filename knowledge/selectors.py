@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, QuerySet
 
@@ -25,6 +26,7 @@ from tenants.models import Tenant
 if TYPE_CHECKING:
     from engines.analysis import Analyzer
     from engines.graph_extraction import EntityExtractor
+    from engines.llm_triples import TripleExtractor
 
 
 def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
@@ -155,6 +157,24 @@ def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
         for alias in names[1:]:
             aliases.setdefault(alias, names[0])
     return EntityExtractor(analyzer_for_tenant(tenant_id), aliases)
+
+
+def triple_extractor() -> "TripleExtractor | None":
+    """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
+    if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
+        return None
+    from engines.llm import chat_client
+    from engines.llm_triples import TripleExtractor, TripleLimits
+
+    limits = TripleLimits(
+        timeout_s=settings.LLM_TIMEOUT_S,
+        deadline_s=settings.GRAPH_LLM_DEADLINE_S,
+        max_input_chars=settings.GRAPH_LLM_MAX_INPUT_CHARS,
+        max_output_tokens=settings.GRAPH_LLM_MAX_OUTPUT_TOKENS,
+    )
+    return TripleExtractor(
+        chat_client, url=settings.LLM_URL, api_key=settings.LLM_API_KEY, model=settings.LLM_MODEL, limits=limits
+    )
 
 
 def tenant_stats(tenant: Tenant) -> dict:
