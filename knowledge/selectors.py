@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from celery.result import AsyncResult
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, QuerySet, Sum
 
 from core.usage import query_counts
 
@@ -16,6 +17,10 @@ from knowledge.models import (
     Chunk,
     DictionaryTerm,
     Document,
+    GraphCommunity,
+    GraphEntity,
+    GraphMention,
+    GraphRelation,
     KnowledgeBase,
     KnowledgeBaseVersion,
     KnowledgeTask,
@@ -223,3 +228,34 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5) -> list[Knowledg
         if len(errors.setdefault(document.knowledge_base_id, [])) < errors_shown:
             errors[document.knowledge_base_id].append(document)
     return [KnowledgeBaseGlance(kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, [])) for kb in kbs]
+
+
+def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
+    """An entity's strongest neighbours in its own tenant and version: label, summed weight, passages
+    relating them and the relation kinds an LLM named ("" is co-occurrence)."""
+    rows = (
+        GraphRelation.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, source=entity)
+        .values("target_id", "target__label")
+        .annotate(weight=Sum("weight"), passages=Count("chunk_id", distinct=True), kinds=ArrayAgg("kind", distinct=True))
+        .order_by("-weight", "target_id")[:limit]
+    )
+    return [
+        {"entity_id": row["target_id"], "label": row["target__label"], "weight": row["weight"],
+         "passages": row["passages"], "kinds": [kind for kind in row["kinds"] if kind]}
+        for row in rows
+    ]  # fmt: skip
+
+
+def entity_mentions(entity: GraphEntity, limit: int = 30) -> list[GraphMention]:
+    """The passages mentioning an entity most, with their documents (its own tenant and version)."""
+    mentions = GraphMention.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity)
+    return list(mentions.select_related("chunk__document").order_by("-count", "chunk_id")[:limit])
+
+
+def community_chunks(community: GraphCommunity) -> list[Chunk]:
+    """A community's supporting passages with their documents, in its order (its own tenant and version)."""
+    chunks = Chunk.objects.filter(
+        tenant_id=community.tenant_id, kb_version_id=community.kb_version_id, pk__in=community.chunk_ids
+    ).select_related("document")
+    by_id = {chunk.pk: chunk for chunk in chunks}
+    return [by_id[chunk_id] for chunk_id in community.chunk_ids if chunk_id in by_id]
