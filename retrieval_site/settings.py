@@ -191,6 +191,8 @@ class Environment(BaseSettings):
     GRAPH_LLM_DEADLINE_S: PositiveFloat = 30.0  # the whole call of one document
     GRAPH_LLM_MAX_INPUT_CHARS: PositiveInt = 12_000  # passages sent per document; the rest keep co-occurrence
     GRAPH_LLM_MAX_OUTPUT_TOKENS: PositiveInt = 2_000  # the answer's cap (max_tokens)
+    GRAPH_LLM_SUMMARIES: bool = False  # community summaries by the LLM instead of extractive ones
+    GRAPH_LLM_MAX_SUMMARIES: PositiveInt = 200  # per rebuild: the biggest communities first; the rest extractive
     # Communities (Leiden), rebuilt by a task after each ingestion and version build.
     GRAPH_COMMUNITY_LEVELS: Annotated[int, Field(ge=1, le=4)] = 2  # levels of the hierarchy
     GRAPH_COMMUNITY_SPLIT_SIZE: PositiveInt = 30  # a community above this many entities gets a level below

@@ -11,6 +11,7 @@ from knowledge.models import Chunk, Document, GraphEntity
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from knowledge.stores import graph_store
+from tests.peers import Reply
 
 LOCKS = [
     "The PortaLock Pro lock PPR-9087 is made by Skyline Home. The PPR-9087 takes the PPR-9087-BAT battery pack.",
@@ -81,3 +82,34 @@ def test_a_version_without_relations_has_no_communities(tenant, embedder, tmp_pa
     kb = create_knowledge_base(tenant=tenant, name="empty")
     assert rebuild_communities(kb.active_version) == 0
     assert communities_of(kb) == []
+
+
+@pytest.fixture
+def summary_server(settings):
+    from tests.engines.test_llm_triples import ChatServer
+
+    with ChatServer() as server:
+        server.reply = Reply(body=server.completion("These entities are about smart locks and their batteries."))
+        settings.GRAPH_LLM_SUMMARIES, settings.LLM_URL, settings.LLM_MODEL = True, server.url, "tiny"
+        settings.LLM_TIMEOUT_S, settings.GRAPH_LLM_DEADLINE_S = 0.5, 1.0
+        yield server
+
+
+def test_the_llm_writes_the_summaries_of_the_biggest_communities_when_configured(kb, summary_server, settings):
+    settings.GRAPH_LLM_MAX_SUMMARIES = 1
+    rebuild_communities(kb.active_version)
+    communities = communities_of(kb)
+    by_llm = [c for c in communities if c.summary.endswith("about smart locks and their batteries.")]
+    assert len(by_llm) == len(summary_server.requests) == 1  # the cap: the rest stay extractive
+    assert by_llm[0].summary.startswith("Key entities: " + ", ".join(by_llm[0].key_entities) + ". These")
+    prompt = summary_server.requests[0].json()["messages"][1]["content"]
+    assert prompt.startswith("Key entities: ") and "Passages:" in prompt
+
+
+@pytest.mark.parametrize("reply", [Reply(500, {"error": "down"}), Reply(body=b"garbage")])
+def test_an_llm_that_fails_leaves_every_summary_extractive_after_one_call(kb, summary_server, reply):
+    summary_server.reply = reply
+    rebuild_communities(kb.active_version)
+    communities = communities_of(kb)
+    assert len(communities) > 1 and len(summary_server.requests) == 1
+    assert all("smart locks" not in c.summary for c in communities)
