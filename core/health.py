@@ -1,7 +1,8 @@
 """The readiness checks behind ``/ready``: can this process serve searches now?
 
-``/ready`` checks the database, the pgvector extension, Redis, the configured keyword index, and that
-the default embedder is loaded. gunicorn workers load the model before they take requests
+``/ready`` checks the database, the pgvector extension, Redis, the configured keyword index, that
+the default embedder is loaded, and what the wiring layer registers (``register_check``: the graph
+store, which this floor cannot import). gunicorn workers load the model before they take requests
 (``retrieval.warmup``); under any other server the first probe starts loading it in a background
 thread (3-6 s) and ``/ready`` answers 503 "loading" until it is done, so a probe never waits for it.
 """
@@ -99,9 +100,22 @@ CHECKS: dict[str, Callable[[], str]] = {
 }
 
 
+_OPTIONAL: set[str] = set()  # registered checks whose failure degrades the service instead
+
+
+def register_check(name: str, check: Callable[[], str], *, required: bool) -> None:
+    """Add a readiness check from a floor above (``check`` returns a description or raises)."""
+    CHECKS[name] = check
+    if not required:
+        _OPTIONAL.add(name)
+
+
 def _required(name: str) -> bool:
     """Searches go on without Redis (uncached, rate limits failing open), so a Redis outage makes the
-    service degraded, not unready: taking every worker out of rotation would be the bigger outage."""
+    service degraded, not unready: taking every worker out of rotation would be the bigger outage.
+    Likewise for an optional registered check (the graph store: only opt-in searches use it)."""
+    if name in _OPTIONAL:
+        return False
     return name != "cache" or not settings.RATE_LIMIT_FAIL_OPEN
 
 

@@ -171,6 +171,7 @@ class Relation:
     source: str  # entity names, source < target; relations are undirected
     target: str
     weight: float
+    kind: str = ""  # "": co-occurrence; else the relation an LLM named (made_by, located_in, ...)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,26 @@ class GraphStep:
     path: tuple[int, ...]  # entity ids, the seed first and this entity last
 
 
+@dataclass(frozen=True)
+class Community:
+    """A community of a KB version's entity graph (``engines.graph_communities``) with its summary.
+
+    ``number`` is unique per version and level; ``parent`` is the number of the community one level up
+    that holds it (None at level 0). ``analyzed``: the summary as the analyzer tokenizes it (BM25 over
+    summaries); ``embedding``: the summary's vector by the version's model (empty when not embedded)."""
+
+    version_id: int
+    level: int
+    number: int
+    parent: int | None
+    entity_ids: tuple[int, ...]  # the most central first
+    key_entities: tuple[str, ...]  # labels of the most central entities
+    summary: str
+    analyzed: str
+    chunk_ids: tuple[int, ...]  # supporting passages, the best first
+    embedding: tuple[float, ...] = ()
+
+
 class GraphStoreError(ComponentError):
     """The graph backend cannot serve; ``cause`` is for ``degraded``."""
 
@@ -234,6 +255,12 @@ class GraphStore(ABC):
         """The entities in scope with one of these normalized names."""
 
     @abstractmethod
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        """For each of ``names`` (normalized, Latin script), the entity in scope whose name is the most
+        similar one and at least ``min_similarity`` (0 to 1) similar, if any: a misspelt name finds
+        its entity. PostgreSQL: pg_trgm's trigram similarity; Neo4j: Lucene's fuzzy match."""
+
+    @abstractmethod
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         """The entities in scope with these ids."""
 
@@ -249,6 +276,18 @@ class GraphStore(ABC):
     @abstractmethod
     def chunk_total(self, scope: GraphScope) -> int:
         """How many passages the scope holds (the N of an entity's inverse document frequency)."""
+
+    @abstractmethod
+    def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
+        """The version's entity graph as undirected edges (source id < target id, summed weight), sorted."""
+
+    @abstractmethod
+    def replace_communities(self, tenant_id: int, version_id: int, communities: list[Community]) -> None:
+        """The version's communities from now on (the previous ones are forgotten)."""
+
+    @abstractmethod
+    def communities(self, scope: GraphScope, level: int | None = None) -> list[Community]:
+        """The communities in scope (of one level, or every level), by version, level and number."""
 
     @abstractmethod
     def ping(self) -> str:

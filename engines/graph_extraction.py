@@ -25,12 +25,14 @@ MAX_ENTITIES_PER_PASSAGE = 24  # the most frequent; bounds the relations a passa
 KEY_PHRASES_PER_PASSAGE = 3
 MAX_PHRASE_WORDS = 3
 QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
+FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
 # jieba POS flags kept, by prefix; plain nouns ("n") only from two characters on
 _HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
 _CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 _PHRASE_BREAK = re.compile(r"[^\w\s'-]|\d")
+_LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  # normalized: lower case
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,23 @@ class EntityExtractor:
                 if size > 1 or joined not in self._stopwords:
                     names.setdefault(self._resolve(joined))
         return list(names)
+
+    def fuzzy_candidates(self, names: list[str], resolved: set[str]) -> list[str]:
+        """Of a query's candidate ``names``, those worth a fuzzy match: Latin letters only (codes and
+        numbers must match exactly), ``FUZZY_MIN_CHARS`` or longer, not a stopword, and neither part
+        of nor holding a name already ``resolved`` exactly."""
+        return [
+            name
+            for name in names
+            if len(name) >= FUZZY_MIN_CHARS
+            and _LATIN_NAME.fullmatch(name)
+            and name not in self._stopwords
+            and not any(name in known or known in name for known in resolved)
+        ]
+
+    def entity_name(self, label: str) -> str:
+        """The entity name a label stands for: normalized and resolved through the aliases."""
+        return self._resolve(normalize(unicodedata.normalize("NFKC", label)).strip())
 
     def _resolve(self, name: str) -> str:
         return self.aliases.get(name, name)

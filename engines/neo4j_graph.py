@@ -1,7 +1,8 @@
 """The entity graph in Neo4j, through neomodel (``NEO4J_URL``, e.g. ``neo4j://user:password@host:7687``).
 
 ``(:GraphEntity)-[:MENTIONED_IN {count}]->(:GraphPassage)`` and ``(:GraphEntity)-[:RELATED {chunk_id,
-weight}]->(:GraphEntity)`` (one edge per passage and direction), the tenant and KB version on every
+weight, kind}]->(:GraphEntity)`` (one edge per passage and direction), ``(:GraphCommunity {level, number,
+...})`` holding its members' ids and summary as properties, the tenant and KB version on every
 node and edge and in every query. Entity ids are a hash of (tenant, version, name), so both backends
 hand out plain integers. Walks expand one hop per query (the ``fanout`` strongest relations of each
 frontier entity) and keep every simple path, as the PostgreSQL CTE does. Every query runs with a
@@ -10,13 +11,14 @@ transaction timeout, and the driver with connection and acquisition timeouts: a 
 from __future__ import annotations
 
 import hashlib
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 import neo4j
 from neo4j.exceptions import DriverError, Neo4jError
 from neomodel import IntegerProperty, StringProperty, StructuredNode, db
 
-from engines.base import Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
+from engines.base import Community, Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
 
 
 class GraphEntityNode(StructuredNode):
@@ -34,6 +36,13 @@ class GraphPassageNode(StructuredNode):
     tenant_id = IntegerProperty(index=True)
     version_id = IntegerProperty(index=True)
     chunk_id = IntegerProperty(index=True)
+
+
+class GraphCommunityNode(StructuredNode):
+    __label__ = "GraphCommunity"
+    tenant_id = IntegerProperty(index=True)
+    version_id = IntegerProperty(index=True)
+    level = IntegerProperty(index=True)
 
 
 def entity_id(tenant_id: int, version_id: int, name: str) -> int:
@@ -59,8 +68,9 @@ class Neo4jGraphStore(GraphStore):
         )
         db.set_connection(driver=self._driver)
         try:
-            for node in (GraphEntityNode, GraphPassageNode):
+            for node in (GraphEntityNode, GraphPassageNode, GraphCommunityNode):
                 db.install_labels(node)
+            self._run(_NAME_INDEX, {})
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j at {address} did not answer: {exc}") from exc
 
@@ -86,7 +96,7 @@ class Neo4jGraphStore(GraphStore):
                 for chunk_id, extraction in graphs.items()
             ]  # fmt: skip
             relations = [
-                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight}
+                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight, "kind": r.kind}
                 for chunk_id, extraction in graphs.items()
                 for r in extraction.relations
             ]
@@ -98,6 +108,20 @@ class Neo4jGraphStore(GraphStore):
 
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": names, "ids": None})
+
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        """Lucene's fuzzy match on the entity-name full-text index: each word within an edit distance
+        of ``round(2 * (1 - min_similarity))``; the best-scored entity in scope per name."""
+        found: dict[int, GraphNode] = {}
+        edits = max(0, min(2, round(2 * (1 - min_similarity))))
+        for name in names:
+            words = [_LUCENE_SPECIAL.sub(r"\\\g<0>", word) for word in name.split()]
+            if not words:
+                continue
+            query = " AND ".join(f"{word}~{edits}" for word in words)
+            for node in self._nodes(_FIND_FUZZY, {**_params(scope), "query": query}):
+                found.setdefault(node.entity_id, node)
+        return [found[entity] for entity in sorted(found)]
 
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
@@ -132,6 +156,27 @@ class Neo4jGraphStore(GraphStore):
     def chunk_total(self, scope: GraphScope) -> int:
         return self._run(_CHUNK_TOTAL, _params(scope))[0][0]
 
+    def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
+        rows = self._run(_EDGES, {"tenant": tenant_id, "version": version_id})
+        return [(a, b, float(weight)) for a, b, weight in rows]
+
+    def replace_communities(self, tenant_id: int, version_id: int, communities: list[Community]) -> None:
+        rows = [
+            {"level": c.level, "number": c.number, "parent": c.parent, "entity_ids": list(c.entity_ids),
+             "key_entities": list(c.key_entities), "summary": c.summary, "analyzed": c.analyzed,
+             "chunk_ids": list(c.chunk_ids), "embedding": list(c.embedding)}
+            for c in communities
+        ]  # fmt: skip
+        self._run(_REPLACE_COMMUNITIES, {"tenant": tenant_id, "version": version_id, "rows": rows})
+
+    def communities(self, scope: GraphScope, level: int | None = None) -> list[Community]:
+        rows = self._run(_COMMUNITIES, {**_params(scope), "level": level})
+        return [
+            Community(version, lvl, number, parent, tuple(entities), tuple(keys), summary, analyzed, tuple(chunks),
+                      tuple(embedding or ()))
+            for version, lvl, number, parent, entities, keys, summary, analyzed, chunks, embedding in rows
+        ]  # fmt: skip
+
     def ping(self) -> str:
         self._run("RETURN 1", {})
         return f"neo4j at {self.address}"
@@ -148,6 +193,9 @@ class Neo4jGraphStore(GraphStore):
 
     def _nodes(self, cypher: str, params: dict) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._run(cypher, params)]
+
+
+_LUCENE_SPECIAL = re.compile(r'[+\-&|!(){}\[\]^"~*?:\\/]')
 
 
 def _params(scope: GraphScope) -> dict:
@@ -179,8 +227,8 @@ _ADD_RELATIONS = """
 UNWIND $relations AS r
 MATCH (a:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.source})
 MATCH (b:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.target})
-CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(b)
-CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight}]->(a)
+CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(b)
+CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(a)
 """
 _RECOUNT = """
 MATCH (n:GraphEntity {tenant_id: $tenant, version_id: $version}) WHERE n.entity_id IN $ids
@@ -214,9 +262,39 @@ UNWIND top AS hit
 RETURN id, hit[0], hit[1]
 """
 _DROP_VERSIONS = """
-MATCH (n) WHERE (n:GraphEntity OR n:GraphPassage) AND n.tenant_id = $tenant AND n.version_id IN $versions
+MATCH (n) WHERE (n:GraphEntity OR n:GraphPassage OR n:GraphCommunity) AND n.tenant_id = $tenant AND n.version_id IN $versions
 DETACH DELETE n
 """
 _CHUNK_TOTAL = """
 MATCH (p:GraphPassage {tenant_id: $tenant}) WHERE p.version_id IN $versions RETURN count(p)
+"""
+_EDGES = """
+MATCH (a:GraphEntity {tenant_id: $tenant, version_id: $version})-[r:RELATED {tenant_id: $tenant, version_id: $version}]->
+      (b:GraphEntity {tenant_id: $tenant, version_id: $version})
+WHERE a.entity_id < b.entity_id
+RETURN a.entity_id, b.entity_id, sum(r.weight) ORDER BY a.entity_id, b.entity_id
+"""
+_REPLACE_COMMUNITIES = """
+OPTIONAL MATCH (old:GraphCommunity {tenant_id: $tenant, version_id: $version})
+DETACH DELETE old
+WITH count(*) AS dropped
+UNWIND $rows AS row
+CREATE (c:GraphCommunity {tenant_id: $tenant, version_id: $version})
+SET c += row
+"""
+_COMMUNITIES = """
+MATCH (c:GraphCommunity {tenant_id: $tenant})
+WHERE c.version_id IN $versions AND ($level IS NULL OR c.level = $level)
+RETURN c.version_id, c.level, c.number, c.parent, c.entity_ids, c.key_entities, c.summary, c.analyzed, c.chunk_ids,
+       c.embedding
+ORDER BY c.version_id, c.level, c.number
+"""
+_NAME_INDEX = """
+CREATE FULLTEXT INDEX graph_entity_names IF NOT EXISTS FOR (n:GraphEntity) ON EACH [n.name]
+"""
+_FIND_FUZZY = """
+CALL db.index.fulltext.queryNodes('graph_entity_names', $query) YIELD node, score
+WHERE node.tenant_id = $tenant AND node.version_id IN $versions
+RETURN node.entity_id, node.version_id, node.name, node.label, node.kind, node.chunk_count
+ORDER BY score DESC, node.entity_id LIMIT 1
 """

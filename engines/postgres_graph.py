@@ -1,8 +1,9 @@
 """The entity graph in PostgreSQL tables whose names the caller gives; k-hop walks by recursive CTE.
 
-Tables (``knowledge.models`` defines them): entities (``id, tenant_id, kb_version_id, name, label,
+Tables (``knowledge.models`` defines them): communities (``level, number, parent``, entity and
+chunk id arrays, summary, analyzed summary, embedding), entities (``id, tenant_id, kb_version_id, name, label,
 kind, chunk_count``, unique per version and name), mentions (``tenant_id, kb_version_id, entity_id,
-chunk_id, count``) and relations (``tenant_id, kb_version_id, source_id, target_id, chunk_id, weight``,
+chunk_id, count``) and relations (``tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind``,
 one row per passage and direction). Relations and mentions belong to a passage, so replacing a
 document's passages replaces exactly its part of the graph. Every statement is scoped by tenant and
 KB version and parameterized.
@@ -14,7 +15,7 @@ from contextlib import nullcontext
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
-from engines.base import Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
+from engines.base import Community, Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
 
@@ -22,8 +23,9 @@ MAX_NAME_CHARS = 200  # the entity table's name and label columns
 class PostgresGraphStore(GraphStore):
     name = "postgres"
 
-    def __init__(self, *, entities: str, mentions: str, relations: str, chunks: str):
+    def __init__(self, *, entities: str, mentions: str, relations: str, communities: str, chunks: str):
         self._tables = {
+            "communities": sql.Identifier(communities),
             "entities": sql.Identifier(entities),
             "mentions": sql.Identifier(mentions),
             "relations": sql.Identifier(relations),
@@ -45,11 +47,17 @@ class PostgresGraphStore(GraphStore):
 
     def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
-            for statement in (_DROP_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
+            for statement in (_DROP_COMMUNITIES, _DROP_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
                 self._execute(cursor, statement, [tenant_id, version_ids])
 
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_NAME, [scope.tenant_id, list(scope.version_ids), names])
+
+    def find_similar(self, scope: GraphScope, names: list[str], min_similarity: float) -> list[GraphNode]:
+        if not names:
+            return []
+        tenant, versions = scope.tenant_id, list(scope.version_ids)
+        return self._nodes(_FIND_SIMILAR, [names, tenant, versions, min_similarity])
 
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_ID, [scope.tenant_id, list(scope.version_ids), entity_ids])
@@ -64,6 +72,28 @@ class PostgresGraphStore(GraphStore):
 
     def chunk_total(self, scope: GraphScope) -> int:
         return self._fetch(_CHUNK_TOTAL, [scope.tenant_id, list(scope.version_ids)])[0][0]
+
+    def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
+        return [(a, b, float(weight)) for a, b, weight in self._fetch(_EDGES, [tenant_id, version_id])]
+
+    def replace_communities(self, tenant_id: int, version_id: int, communities: list[Community]) -> None:
+        rows = [
+            (tenant_id, version_id, c.level, c.number, c.parent, list(c.entity_ids), list(c.key_entities),
+             c.summary, c.analyzed, list(c.chunk_ids), list(c.embedding))
+            for c in communities
+        ]  # fmt: skip
+        with transaction.atomic(), connection.cursor() as cursor:
+            self._execute(cursor, _DROP_COMMUNITIES, [tenant_id, [version_id]])
+            if rows:
+                cursor.executemany(_INSERT_COMMUNITY.format(**self._tables).as_string(cursor.cursor), rows)
+
+    def communities(self, scope: GraphScope, level: int | None = None) -> list[Community]:
+        rows = self._fetch(_COMMUNITIES, [scope.tenant_id, list(scope.version_ids), level, level])
+        return [
+            Community(version, lvl, number, parent, tuple(entities), tuple(keys), summary, analyzed, tuple(chunks),
+                      tuple(embedding))
+            for version, lvl, number, parent, entities, keys, summary, analyzed, chunks, embedding in rows
+        ]  # fmt: skip
 
     def ping(self) -> str:
         self._fetch(_PING, [])
@@ -95,7 +125,7 @@ class PostgresGraphStore(GraphStore):
             for entity in extraction.entities
         ]
         relations = [
-            (ids[a[:MAX_NAME_CHARS]], ids[b[:MAX_NAME_CHARS]], chunk_id, relation.weight)
+            (ids[a[:MAX_NAME_CHARS]], ids[b[:MAX_NAME_CHARS]], chunk_id, relation.weight, relation.kind)
             for chunk_id, extraction in graphs.items()
             for relation in extraction.relations
             for a, b in ((relation.source, relation.target), (relation.target, relation.source))
@@ -130,6 +160,20 @@ _NODE_COLUMNS = "id, kb_version_id, name, label, kind, chunk_count"
 _FIND_BY_NAME = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND name = ANY(%s) "
     "ORDER BY id"
+)
+# The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator, at its threshold 0.3)
+# lets the GIN trigram index find the candidates (so a min_similarity below 0.3 acts as 0.3).
+_FIND_SIMILAR = sql.SQL(
+    """
+    SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
+    FROM unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
+        SELECT e.id, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count, similarity(e.name, q.wanted) AS score
+        FROM {entities} AS e
+        WHERE e.tenant_id = %s AND e.kb_version_id = ANY(%s) AND e.name %% q.wanted
+        ORDER BY score DESC, e.id LIMIT 1
+    ) AS best
+    WHERE best.score >= %s ORDER BY best.id
+    """
 )
 _FIND_BY_ID = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND id = ANY(%s) "
@@ -190,9 +234,10 @@ _INSERT_MENTIONS = sql.SQL(
 )
 _INSERT_RELATIONS = sql.SQL(
     """
-    INSERT INTO {relations} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight)
-    SELECT %s, %s, source_id, target_id, chunk_id, weight
-    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[]) AS r(source_id, target_id, chunk_id, weight)
+    INSERT INTO {relations} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind)
+    SELECT %s, %s, source_id, target_id, chunk_id, weight, kind
+    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+        AS r(source_id, target_id, chunk_id, weight, kind)
     """
 )
 _RECOUNT = sql.SQL(
@@ -205,5 +250,28 @@ _DROP_UNMENTIONED = sql.SQL(
     "DELETE FROM {entities} WHERE tenant_id = %s AND kb_version_id = %s AND id = ANY(%s) AND chunk_count = 0"
 )
 _DROP_RELATIONS = sql.SQL("DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+_DROP_COMMUNITIES = sql.SQL("DELETE FROM {communities} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+# Each relation is stored once per passage and direction: one direction, summed over passages.
+_EDGES = sql.SQL(
+    """
+    SELECT source_id, target_id, sum(weight) FROM {relations}
+    WHERE tenant_id = %s AND kb_version_id = %s AND source_id < target_id
+    GROUP BY source_id, target_id ORDER BY source_id, target_id
+    """
+)
+_INSERT_COMMUNITY = sql.SQL(
+    """
+    INSERT INTO {communities} (tenant_id, kb_version_id, level, number, parent, entity_ids, key_entities, summary,
+                               analyzed, chunk_ids, embedding)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    """
+)
+_COMMUNITIES = sql.SQL(
+    """
+    SELECT kb_version_id, level, number, parent, entity_ids, key_entities, summary, analyzed, chunk_ids, embedding
+    FROM {communities} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND (%s::int IS NULL OR level = %s)
+    ORDER BY kb_version_id, level, number
+    """
+)
 _DROP_MENTIONS = sql.SQL("DELETE FROM {mentions} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _DROP_ENTITIES = sql.SQL("DELETE FROM {entities} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")

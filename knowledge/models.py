@@ -390,6 +390,8 @@ class GraphEntity(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["kb_version", "name"], name="unique_entity_name_per_version")]
+        # pg_trgm: a query's misspelt Latin name finds its entity (GraphStore.find_similar)
+        indexes = [GinIndex(fields=["name"], opclasses=["gin_trgm_ops"], name="graph_entity_name_trgm")]
 
     def __str__(self) -> str:
         return self.label
@@ -406,8 +408,9 @@ class GraphMention(models.Model):
 
 
 class GraphRelation(models.Model):
-    """Co-occurrence of two entities in one passage, stored in both directions so a walk follows
-    ``source`` only; an entity pair's strength is the sum of its passages' weights."""
+    """Co-occurrence of two entities in one passage (or a typed relation an LLM found there), stored in
+    both directions so a walk follows ``source`` only; an entity pair's strength is the sum of its
+    passages' weights."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -415,3 +418,32 @@ class GraphRelation(models.Model):
     target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
     weight = models.FloatField()
+    kind = models.CharField(
+        max_length=64, blank=True, default="", help_text="Empty: co-occurrence; else the relation an LLM named."
+    )
+
+
+class GraphCommunity(models.Model):
+    """A community of a KB version's entity graph with its summary (``knowledge.communities`` builds
+    them, ``engines.graph_communities`` finds them); global graph search ranks these."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="graph_communities")
+    level = models.PositiveSmallIntegerField(help_text="0: the coarsest partition; each level splits the one above.")
+    number = models.PositiveIntegerField(help_text="Unique per version and level; the bigger communities first.")
+    parent = models.PositiveIntegerField(null=True, blank=True, help_text="The number of the community one level up.")
+    entity_ids = ArrayField(models.BigIntegerField(), help_text="Its entities, the most central first.")
+    key_entities = ArrayField(models.CharField(max_length=200))
+    summary = models.TextField()
+    analyzed = models.TextField(help_text="The summary as the analyzer tokenizes it (BM25 over summaries).")
+    chunk_ids = ArrayField(models.BigIntegerField(), help_text="Supporting passages, the best first.")
+    embedding = ArrayField(models.FloatField(), default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kb_version", "level", "number"], name="unique_community_per_version")
+        ]
+        verbose_name_plural = "graph communities"
+
+    def __str__(self) -> str:
+        return f"L{self.level} #{self.number}: {', '.join(self.key_entities[:3])}"

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
+from django.conf import settings
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, QuerySet, Sum
 
 from core.usage import query_counts
 
@@ -17,6 +19,10 @@ from knowledge.models import (
     Chunk,
     DictionaryTerm,
     Document,
+    GraphCommunity,
+    GraphEntity,
+    GraphMention,
+    GraphRelation,
     KnowledgeBase,
     KnowledgeBaseVersion,
     KnowledgeSource,
@@ -29,6 +35,7 @@ from tenants.models import Tenant
 if TYPE_CHECKING:
     from engines.analysis import Analyzer
     from engines.graph_extraction import EntityExtractor
+    from engines.llm_triples import TripleExtractor
 
 
 def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
@@ -208,6 +215,24 @@ def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
     return EntityExtractor(analyzer_for_tenant(tenant_id), aliases)
 
 
+def triple_extractor() -> "TripleExtractor | None":
+    """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
+    if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
+        return None
+    from engines.llm import chat_client
+    from engines.llm_triples import TripleExtractor, TripleLimits
+
+    limits = TripleLimits(
+        timeout_s=settings.LLM_TIMEOUT_S,
+        deadline_s=settings.GRAPH_LLM_DEADLINE_S,
+        max_input_chars=settings.GRAPH_LLM_MAX_INPUT_CHARS,
+        max_output_tokens=settings.GRAPH_LLM_MAX_OUTPUT_TOKENS,
+    )
+    return TripleExtractor(
+        chat_client, url=settings.LLM_URL, api_key=settings.LLM_API_KEY, model=settings.LLM_MODEL, limits=limits
+    )
+
+
 def tenant_stats(tenant: Tenant) -> dict:
     """What the tenant holds and how many queries it was served (``GET /api/v1/stats``)."""
     by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
@@ -278,3 +303,34 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
     """The KB's latest ingestion and build tasks, newest first."""
     tasks = KnowledgeTask.objects.filter(knowledge_base=kb).select_related("tenant")
     return list(tasks.order_by("-created_at")[:count])
+
+
+def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
+    """An entity's strongest neighbours in its own tenant and version: label, summed weight, passages
+    relating them and the relation kinds an LLM named ("" is co-occurrence)."""
+    rows = (
+        GraphRelation.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, source=entity)
+        .values("target_id", "target__label")
+        .annotate(weight=Sum("weight"), passages=Count("chunk_id", distinct=True), kinds=ArrayAgg("kind", distinct=True))
+        .order_by("-weight", "target_id")[:limit]
+    )
+    return [
+        {"entity_id": row["target_id"], "label": row["target__label"], "weight": row["weight"],
+         "passages": row["passages"], "kinds": [kind for kind in row["kinds"] if kind]}
+        for row in rows
+    ]  # fmt: skip
+
+
+def entity_mentions(entity: GraphEntity, limit: int = 30) -> list[GraphMention]:
+    """The passages mentioning an entity most, with their documents (its own tenant and version)."""
+    mentions = GraphMention.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity)
+    return list(mentions.select_related("chunk__document").order_by("-count", "chunk_id")[:limit])
+
+
+def community_chunks(community: GraphCommunity) -> list[Chunk]:
+    """A community's supporting passages with their documents, in its order (its own tenant and version)."""
+    chunks = Chunk.objects.filter(
+        tenant_id=community.tenant_id, kb_version_id=community.kb_version_id, pk__in=community.chunk_ids
+    ).select_related("document")
+    by_id = {chunk.pk: chunk for chunk in chunks}
+    return [by_id[chunk_id] for chunk_id in community.chunk_ids if chunk_id in by_id]

@@ -38,13 +38,15 @@ from knowledge.models import (
     originals_storage,
 )
 from knowledge.search_settings import clean_search_settings
-from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant
+from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant, triple_extractor
 from knowledge.stores import graph_store, vector_index
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for, parse_file
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines import get_lexical_index
 from engines.pgvector_index import register_vector_type
 from engines.base import Extraction, LexicalDocument, SearchScope, SqlFilter
+from engines.llm import LLMError
+from engines.llm_triples import with_triples
 from core.metrics import record_ingest
 from core.usage import frequent_queries
 from core.tracing import span
@@ -315,6 +317,7 @@ class Ingester:
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
         self.extractor = entity_extractor_for_tenant(kb.tenant_id)
+        self.triples = triple_extractor()  # None unless GRAPH_LLM_TRIPLES and LLM_URL are set
 
     @property
     def embedder(self) -> Embedder:
@@ -372,6 +375,8 @@ class Ingester:
             return
         analyzed = [self.analyzer.analyze(contextual_text(context, draft.text)) for draft in drafts]
         extractions = [self.extractor.extract(draft.text) for draft in drafts]
+        if self.triples is not None:
+            extractions = self._typed(source.source_uri, drafts, extractions)
         original = source.original
         if not original and self._keep_originals:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
@@ -380,6 +385,20 @@ class Ingester:
                 source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, extractions, original
             )
         )
+
+    def _typed(self, source_uri: str, drafts: list[ChunkDraft], extractions: list[Extraction]) -> list[Extraction]:
+        """The passages' relations typed by the LLM (one bounded call per document); whatever fails,
+        the co-occurrence relations stay, and the ingestion goes on."""
+        try:
+            with span("ingest.triples", document=source_uri):
+                found = self.triples.triples([draft.text for draft in drafts])
+        except LLMError as exc:
+            logger.warning(
+                "typed graph relations failed: co-occurrence kept",
+                extra={"document": source_uri, "cause": exc.cause, "detail": exc.message},
+            )
+            return extractions
+        return [with_triples(self.extractor, extraction, found.get(i, [])) for i, extraction in enumerate(extractions)]
 
     def _fail(self, source: SourceFile, existing: Document | None, reason: str) -> None:
         if not self._fills_new_version:  # a new version's failure must not touch what searches see

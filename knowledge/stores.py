@@ -8,7 +8,7 @@ from django.conf import settings
 from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
 from engines.postgres_graph import PostgresGraphStore
-from knowledge.models import Chunk, GraphEntity, GraphMention, GraphRelation
+from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphMention, GraphRelation
 
 
 @lru_cache(maxsize=1)
@@ -28,5 +28,6 @@ def graph_store() -> GraphStore:
         entities=GraphEntity._meta.db_table,
         mentions=GraphMention._meta.db_table,
         relations=GraphRelation._meta.db_table,
+        communities=GraphCommunity._meta.db_table,
         chunks=Chunk._meta.db_table,
     )

@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from engines.base import LexicalIndexError
 from engines.embedders import EmbeddingError
 from knowledge import sources
+from knowledge.communities import rebuild_communities
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.services import (
     activate_version,
@@ -79,13 +80,15 @@ RETRIES = {
 @shared_task(bind=True, **RETRIES)
 def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
     """Parse, chunk, embed and write stored files into a KB's active version; progress in documents.
-    Given up, its documents still pending are failed, so none waits forever."""
+    Given up, its documents still pending are failed, so none waits forever. When anything changed,
+    the version's graph communities are rebuilt by a task of their own (``communities_task``)."""
     with when_giving_up(self, lambda exc: fail_pending_documents(kb_id, files, f"ingestion failed: {exc}")):
         kb = KnowledgeBase.objects.select_related("active_version").get(pk=kb_id)
         progress = Progress(self, total=len(files), unit="documents")
         report = ingest_stored_files(kb, files, on_progress=progress.advance)
+    communities = detect_communities.delay(kb.active_version_id).id if report.added or report.replaced else None
     failures = [{"name": name, "error": error} for name, error in report.failures]
-    return {**report.as_dict(), "failures": failures, "progress": progress.as_dict()}
+    return {**report.as_dict(), "failures": failures, "progress": progress.as_dict(), "communities_task": communities}
 
 
 @shared_task(bind=True, **RETRIES)
@@ -100,9 +103,21 @@ def build_version(self, version_id: int, activate: bool) -> dict:
         files = version_build_files(version)
         progress = Progress(self, total=len(files), unit="documents")
         version = fill_version(version, files, on_progress=progress.advance)
+        if version.status == KnowledgeBaseVersion.Status.READY:
+            detect_communities.delay(version.pk)
         if activate and version.status == KnowledgeBaseVersion.Status.READY:
             version = activate_version(version)
     return _build_result(version, progress)
+
+
+@shared_task(**RETRIES)
+def detect_communities(version_id: int) -> dict:
+    """The version's graph communities and their summaries, after an ingestion or a build (a version
+    purged meanwhile has none to compute)."""
+    version = KnowledgeBaseVersion.objects.select_related("knowledge_base").filter(pk=version_id).first()
+    if version is None:
+        return {"version_id": version_id, "communities": None}
+    return {"version_id": version_id, "communities": rebuild_communities(version)}
 
 
 @shared_task(**RETRIES)

@@ -24,7 +24,7 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
 from retrieval.highlight import highlight, terms
 from retrieval.selectors import recent_runs
-from retrieval.serializers import MAX_CANDIDATES, MAX_QUERY_CHARS
+from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.console import record_run
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
@@ -40,6 +40,9 @@ class SearchSettingsForm(forms.Form):
     weight_bm25 = forms.FloatField(min_value=0, max_value=100, required=False, help_text="blank: default")
     weight_graph = forms.FloatField(
         min_value=0, max_value=100, required=False, help_text="blank: default; in hybrid, above 0 adds the graph leg"
+    )
+    hops = forms.IntegerField(
+        min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: blank: default (GRAPH_HOPS)"
     )
     candidates = forms.IntegerField(min_value=1, max_value=MAX_CANDIDATES, required=False, help_text="per leg")
     rrf_k = forms.IntegerField(min_value=1, max_value=1000, required=False, label="RRF k")
@@ -66,6 +69,7 @@ class SearchSettingsForm(forms.Form):
             "weights": weights or None,
             "candidates": data["candidates"],
             "rrf_k": data["rrf_k"],
+            "hops": data["hops"],
             "rerank": data["rerank"],
             "expand": ExpansionOptions(
                 synonyms=data["expand_synonyms"],

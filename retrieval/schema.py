@@ -7,10 +7,16 @@ register on import: ``RetrievalConfig.ready`` imports this module.
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, error_responses
-from retrieval.serializers import SearchOutput
+from retrieval.serializers import GlobalGraphOutput, SearchOutput
 
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
@@ -116,6 +122,45 @@ def response_example(mode: str) -> dict:
     }
 
 
+GLOBAL_EXAMPLE = {
+    "scope": "global",
+    "communities": [
+        {
+            "kb_id": 1,
+            "level": 0,
+            "number": 2,
+            "parent": None,
+            "rank": 1,
+            "score": 0.032787,
+            "summary": "Key entities: PPR-9087, battery pack, recall, 锂电池. The PPR-9087-BAT battery pack was "
+            "recalled after overheating reports ...",
+            "key_entities": ["PPR-9087", "battery pack", "recall", "锂电池"],
+            "size": 14,
+            "retrievers": {"bm25": {"rank": 1, "score": 7.41}, "vector": {"rank": 1, "score": 0.512}},
+            "chunks": [
+                {
+                    "chunk_id": 101,
+                    "doc_id": 17,
+                    "title": HIT_EXAMPLE["title"],
+                    "source_uri": HIT_EXAMPLE["source_uri"],
+                    "content": HIT_EXAMPLE["content"],
+                }
+            ],
+        }
+    ],
+    "total": 1,
+    "candidates": 9,
+    "degraded": [],
+    "timings_ms": {"graph": 1.2, "bm25": 0.4, "vector": 15.1, "fuse": 0.1, "hydrate": 1.9, "total": 18.9},
+    "latency_ms": 20.3,
+    "request_id": REQUEST_ID,
+}
+GRAPH_OUTPUT = PolymorphicProxySerializer(
+    component_name="GraphOutput",
+    serializers=[SearchOutput, GlobalGraphOutput],
+    resource_type_field_name=None,
+)
+
 DEGRADED_EXAMPLE = {
     **RESPONSE_EXAMPLE,
     "results": [{**HIT_EXAMPLE, "retrievers": {"vector": HIT_EXAMPLE["retrievers"]["vector"]}}],
@@ -144,6 +189,7 @@ REQUEST_EXAMPLES = {
     "graph": [
         ("Entities and their neighbours", {"query": "Which battery pack does the PPR-9087 use?", "top_k": 5}),
         ("Two hops, Chinese", {"query": "鱼香肉丝", "top_k": 5, "hops": 2}),
+        ("Global: communities", {"query": "What are the main product safety issues?", "scope": "global", "top_k": 3}),
     ],
     None: [
         ("Keyword mode", {"query": "PPR-9087", "mode": "bm25", "top_k": 5}),
@@ -156,7 +202,8 @@ SUMMARIES = {
     "vector": "Dense (vector) search",
     "bm25": "Keyword (BM25) search; never embeds the query",
     "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused by weighted RRF",
-    "graph": "Graph search: passages mentioning the query's entities and their neighbours; never embeds",
+    "graph": "Graph search: passages mentioning the query's entities and their neighbours (never embeds); "
+    "`scope: global`: communities ranked by their summaries",
     None: "Search in the mode the body names (vector, bm25, hybrid or graph; default hybrid)",
 }
 DESCRIPTION = (
@@ -187,6 +234,10 @@ class SearchViewSchema(OpenApiViewExtension):
                 "Degraded: keyword index down", value=DEGRADED_EXAMPLE, response_only=True, status_codes=["200"]
             ),
         ]
+        if mode == "graph":
+            examples.append(
+                OpenApiExample("Global: communities", value=GLOBAL_EXAMPLE, response_only=True, status_codes=["200"])
+            )
 
         class Documented(view):
             @extend_schema(
@@ -196,7 +247,7 @@ class SearchViewSchema(OpenApiViewExtension):
                 tags=["retrieval"],
                 request=view.input_serializer,
                 parameters=SEARCH_HEADERS,
-                responses={200: SearchOutput, **error_responses(*SEARCH_ERRORS)},
+                responses={200: GRAPH_OUTPUT if mode == "graph" else SearchOutput, **error_responses(*SEARCH_ERRORS)},
                 examples=examples,
             )
             def post(self, request):

@@ -10,7 +10,8 @@ from core.idempotency import IdempotentPostMixin
 from core.request_id import request_id_of
 from core.ratelimit import RateLimitedMixin
 from retrieval.types import MODES, SearchRequest
-from retrieval.serializers import ModeSearchInput, SearchInput
+from retrieval.serializers import GraphSearchInput, ModeSearchInput, SearchInput
+from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -34,7 +35,10 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         started = time.perf_counter()
         params = self.input_serializer(data=request.data)
         params.is_valid(raise_exception=True)
-        data = dict(params.validated_data)
+        return self.respond(request, dict(params.validated_data), started)
+
+    def respond(self, request, data: dict, started: float) -> Response:
+        """The answer to a validated body."""
         expand = data.pop("expand", None)
         mode = data.pop("mode", self.mode)
         search_request = SearchRequest(
@@ -76,10 +80,28 @@ class HybridSearchView(SearchView):
 
 
 class GraphSearchView(SearchView):
-    """``POST /api/v1/retrieval/graph``: passages reached from the query's entities; never embeds."""
+    """``POST /api/v1/retrieval/graph``: passages reached from the query's entities (never embeds);
+    with ``"scope": "global"``, the knowledge bases' communities ranked by their summaries (uncached)."""
 
-    input_serializer = SearchInput
+    input_serializer = GraphSearchInput
     mode = "graph"
+
+    def respond(self, request, data: dict, started: float) -> Response:
+        scope, level = data.pop("scope"), data.pop("level")
+        if scope == "local":
+            return super().respond(request, data, started)
+        response = global_graph_search(
+            request.tenant,
+            GlobalGraphRequest(
+                query=data["query"],
+                top_k=data["top_k"],
+                kb_ids=data.get("kb_ids"),
+                level=level,
+                filters=data.get("filters"),
+            ),
+        )
+        latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        return Response({**response.as_dict(), "latency_ms": latency_ms, "request_id": request_id_of(request)})
 
 
 def _requested_mode(body: bytes) -> str:

@@ -2,10 +2,15 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from core.health import register_check
 from core.metrics import metrics_view
 from core.views import health_view, ready_view
+from knowledge.stores import graph_store
 from knowledge.views import StatsView
 from retrieval.dify import DifyRetrievalView
+
+# The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
+register_check("graph_store", lambda: graph_store().ping(), required=False)
 
 admin.site.site_header = admin.site.site_title = "Retrieval service"
 admin.site.index_title = "Console"

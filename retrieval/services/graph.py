@@ -1,5 +1,8 @@
 """The graph leg: the query's entities, their neighbourhood, and the passages that mention it.
 
+The query's entities are its candidate names found exactly (normalized, through aliases), plus, for
+Latin-script names found no other way, the entity with the most similar name (``GRAPH_FUZZY_SIMILARITY``).
+
 An entity reached from a query entity scores ``strength x GRAPH_HOP_DECAY ** hops x idf`` (strength: the
 product of the path's edge strengths ``w / (w + 1)``; idf: ``ln(1 + N / passages mentioning it)``, so
 hubs count little); a passage scores the sum over the reached entities it mentions, each scaled by
@@ -27,7 +30,14 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
     """Passages of the KB versions ranked by the entities the query names and their neighbours."""
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
-    seeds = store.find_entities(scope, entity_extractor_for_tenant(tenant_id).query_names(query))
+    extractor = entity_extractor_for_tenant(tenant_id)
+    names = extractor.query_names(query)
+    seeds = store.find_entities(scope, names)
+    if settings.GRAPH_FUZZY_SIMILARITY > 0:
+        unresolved = extractor.fuzzy_candidates(names, {seed.name for seed in seeds})
+        known = {seed.entity_id for seed in seeds}
+        similar = store.find_similar(scope, unresolved, settings.GRAPH_FUZZY_SIMILARITY) if unresolved else []
+        seeds += [node for node in similar if node.entity_id not in known]
     if not seeds:
         return GraphRanking([], {})
     steps = store.neighbourhood(scope, [seed.entity_id for seed in seeds], hops, settings.GRAPH_FANOUT)

@@ -16,7 +16,7 @@ from engines.tantivy_index import TantivyLexicalIndex
 from tests.conftest import client_for
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
-CHECK_NAMES = {"database", "pgvector", "cache", "lexical_index", "embedder"}
+CHECK_NAMES = {"database", "pgvector", "cache", "lexical_index", "embedder", "graph_store"}
 
 
 def failed(message: str) -> dict:
@@ -58,6 +58,22 @@ def test_ready_when_every_check_passes(client, embedder):
     assert all(check["ok"] and check["message"] for check in body["checks"].values())
     assert body["checks"]["pgvector"]["message"].startswith("pgvector 0.")
     assert body["checks"]["embedder"]["message"] == "all-MiniLM-L6-v2 loaded"
+    assert body["checks"]["graph_store"] == {"ok": True, "required": False, "message": "postgres graph tables"}
+
+
+@pytest.mark.django_db
+def test_a_graph_store_that_cannot_serve_is_degraded_and_named(client, embedder):
+    from django.db import connection
+
+    from knowledge.models import GraphEntity
+
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute(f"ALTER TABLE {GraphEntity._meta.db_table} RENAME TO graph_entity_gone")
+    status, body = ready(client)
+    assert status == 200 and body["status"] == "degraded", body
+    graph = body["checks"]["graph_store"]
+    assert graph["ok"] is False and graph["required"] is False and "graph tables cannot be read" in graph["message"]
+    assert all(check["ok"] for name, check in body["checks"].items() if name != "graph_store")
 
 
 @pytest.mark.django_db

@@ -69,3 +69,9 @@ def test_relations_weigh_distance_and_frequency(extractor):
 def test_query_names_include_word_ngrams(extractor):
     names = extractor.query_names("鱼香肉丝的厨师 smart kitchen")
     assert {"鱼香肉丝", "厨师", "smart kitchen", "smart", "kitchen"} <= set(names)
+
+
+def test_fuzzy_candidates_are_long_latin_names_not_codes_stopwords_or_resolved_ones(extractor):
+    names = ["portalok pro", "ppr-9078", "pro", "the", "skyline", "skyline home", "鱼香肉丝", "lumière", "there"]
+    assert extractor.fuzzy_candidates(names, {"skyline home"}) == ["portalok pro", "lumière"]
+    assert extractor.fuzzy_candidates(names, set()) == ["portalok pro", "skyline", "skyline home", "lumière"]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from engines.base import Entity, Extraction, GraphScope, GraphStore, Relation
+from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, Relation
 from knowledge.stores import graph_store
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
@@ -144,5 +144,68 @@ def test_dropping_versions_forgets_their_graph(store, kb):
     assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
 
 
+# --- communities ----------------------------------------------------------------------------------
+
+
+def test_edges_are_the_undirected_graph_with_weights_summed_over_passages(store, kb):
+    first, second = chunks_of(kb, 2)
+    graphs = {first: chain("a", "b", "c", weight=1.0), second: chain("a", "b", weight=0.5)}
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    ids = ids_by_name(store, kb, "a", "b", "c")
+    expected = sorted([(*sorted((ids["a"], ids["b"])), 1.5), (*sorted((ids["b"], ids["c"])), 1.0)])
+    assert store.edges(kb.tenant_id, kb.active_version_id) == expected
+    other = KnowledgeBaseFactory()
+    assert store.edges(other.tenant_id, other.active_version_id) == []
+
+
+def community(kb, level: int, number: int, *, parent=None, summary="s", chunk_ids=(), entity_ids=(1, 2)) -> Community:
+    return Community(
+        kb.active_version_id, level, number, parent, tuple(entity_ids), ("A", "B"), summary, summary.lower(),
+        tuple(chunk_ids), (0.5, -0.25),
+    )  # fmt: skip
+
+
+def test_communities_are_replaced_whole_and_read_by_level(store, kb):
+    chunk_ids = tuple(chunks_of(kb, 2))
+    first = [community(kb, 0, 0, summary="Old")]
+    store.replace_communities(kb.tenant_id, kb.active_version_id, first)
+    assert store.communities(scope_of(kb)) == first
+    second = [
+        community(kb, 0, 0, summary="Locks", chunk_ids=chunk_ids, entity_ids=(7, 3, 5)),
+        community(kb, 0, 1, summary="Dishes"),
+        community(kb, 1, 0, parent=0, summary="Batteries"),
+    ]
+    store.replace_communities(kb.tenant_id, kb.active_version_id, second)
+    assert store.communities(scope_of(kb)) == second  # the old one is gone; order: level, number
+    assert store.communities(scope_of(kb), level=1) == second[2:]
+    assert store.communities(scope_of(kb), level=2) == []
+    store.replace_communities(kb.tenant_id, kb.active_version_id, [])
+    assert store.communities(scope_of(kb)) == []
+
+
+def test_communities_are_scoped_to_the_tenant_and_version_and_dropped_with_it(store, kb):
+    other = KnowledgeBaseFactory()
+    store.replace_communities(kb.tenant_id, kb.active_version_id, [community(kb, 0, 0, summary="Mine")])
+    store.replace_communities(other.tenant_id, other.active_version_id, [community(other, 0, 0, summary="Theirs")])
+    assert [c.summary for c in store.communities(scope_of(kb))] == ["Mine"]
+    assert store.communities(GraphScope(other.tenant_id, (kb.active_version_id,))) == []
+    store.drop_versions(kb.tenant_id, [kb.active_version_id])
+    assert store.communities(scope_of(kb)) == []
+    assert [c.summary for c in store.communities(scope_of(other))] == ["Theirs"]
+
+
 def test_ping_names_the_backend(store):
     assert store.name in store.ping()
+
+
+def test_a_misspelt_name_finds_the_most_similar_entity_in_scope(store, kb):
+    (chunk,) = chunks_of(kb, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: chain("portalock pro", "skyline home")})
+    ids = ids_by_name(store, kb, "portalock pro", "skyline home")
+    found = store.find_similar(scope_of(kb), ["portalok pro", "skyline hom", "tomato seedlings"], 0.6)
+    assert {node.entity_id for node in found} == {ids["portalock pro"], ids["skyline home"]}
+    assert store.find_similar(scope_of(kb), ["portalok pro"], 0.95) == []  # not that similar
+    assert store.find_similar(scope_of(kb), [], 0.6) == []
+    other = KnowledgeBaseFactory()
+    assert store.find_similar(scope_of(other), ["portalok pro"], 0.6) == []
+    assert store.find_similar(GraphScope(other.tenant_id, (kb.active_version_id,)), ["portalok pro"], 0.6) == []

@@ -576,3 +576,41 @@ def test_an_uploaded_document_records_its_original_at_once_so_a_failed_one_can_b
     services.ingest_stored_files(kb, again, on_progress=lambda done: None)
     document.refresh_from_db()
     assert (document.status, document.error, document.chunk_count > 0) == ("ready", "", True)
+
+
+@pytest.fixture
+def triples_server(settings):
+    from tests.engines.test_llm_triples import ChatServer
+
+    with ChatServer() as server:
+        settings.GRAPH_LLM_TRIPLES, settings.LLM_URL, settings.LLM_MODEL = True, server.url, "tiny"
+        settings.LLM_TIMEOUT_S, settings.GRAPH_LLM_DEADLINE_S = 0.5, 1.0
+        yield server
+
+
+def test_typed_relations_from_the_llm_replace_co_occurrence_when_it_answers(kb, tmp_path, triples_server):
+    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
+    ingest(kb, tmp_path)
+    relations = GraphRelation.objects.filter(kb_version=kb.active_version)
+    typed = set(relations.values_list("source__name", "kind", "target__name"))
+    assert ("ppr-9087", "manufactured_by", "skyline home") in typed
+    assert ("shenzhen", "located_in", "skyline home") in typed  # stored both ways
+    assert not relations.filter(kind="").exists()
+    assert len(triples_server.requests) == 1  # one call per document
+
+
+@pytest.mark.parametrize("fault", ["garbage", "500", "slow"])
+def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_path, triples_server, fault, caplog):
+    from tests.peers import Reply
+
+    triples_server.reply = {
+        "garbage": Reply(body=b"not json at all"),
+        "500": Reply(500, {"error": "down"}),
+        "slow": Reply(body=triples_server.completion({"triples": []}), drip_s=0.05),
+    }[fault]
+    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
+    report = ingest(kb, tmp_path)
+    assert (report.added, report.failed) == (1, 0)
+    kinds = set(GraphRelation.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))
+    assert kinds == {""}  # co-occurrence only
+    assert any("co-occurrence kept" in record.getMessage() for record in caplog.records)

@@ -11,9 +11,11 @@ import pytest
 from celery.result import AsyncResult
 from django.conf import settings
 
+from engines.base import GraphScope
 from knowledge import tasks
 from knowledge.models import Chunk, Document, originals_storage
 from knowledge.services import create_knowledge_base, discover_files, queue_files
+from knowledge.stores import graph_store
 from retrieval_site.celery import app
 from tests.conftest import database_url_of_this_run
 
@@ -80,6 +82,17 @@ def test_a_task_is_traced_from_its_sender_through_each_ingestion_stage(celery_wo
     assert all(span.parent.span_id == run.context.span_id for span in stages)
     assert len([span for span in stages if span.name == "ingest.parse"]) == 3  # one per file
     assert {span.context.trace_id for span in finished} == {sent.context.trace_id}
+
+
+def test_an_ingestion_that_changed_documents_rebuilds_the_graph_communities_in_a_task(celery_worker, kb, files):
+    (files / "lock-2.md").write_text("The PPR-9087 lock takes the PPR-9087-BAT battery pack made by Skyline Home.")
+    result = wait(queue_files(kb, discover_files([files])).task_id)
+    communities = wait(result["communities_task"])
+    assert communities["version_id"] == kb.active_version_id
+    stored = graph_store().communities(GraphScope(kb.tenant_id, (kb.active_version_id,)))
+    assert communities["communities"] == len(stored) > 0
+    again = wait(queue_files(kb, discover_files([files])).task_id)
+    assert again["unchanged"] == 3 and again["communities_task"] is None  # nothing changed: nothing to redo
 
 
 def test_queueing_the_same_files_again_changes_nothing(celery_worker, kb, files):

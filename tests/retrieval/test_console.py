@@ -143,3 +143,18 @@ def test_compare_marks_hits_that_moved(admin_client, sample_kb):
         assert row["moved"] == expected or (expected is None and row["moved"][0] in "↑↓")
     after = {row["hit"].chunk_id for row in right["hits"]}
     assert all((row["moved"] == "dropped") == (row["hit"].chunk_id not in after) for row in left["hits"])
+
+
+def test_graph_mode_shows_each_hits_path_and_takes_hops(admin_client, sample_kb):
+    question = "Which battery pack does the PPR-9087 use?"
+    page = admin_client.post(TESTING, form(sample_kb.tenant, question, mode="graph", hops=1, top_k=10))
+    assert page.status_code == 200
+    hits = page.context["outcome"]["hits"]
+    assert hits and all([leg["name"] for leg in row["legs"]] == ["graph"] for row in hits)
+    html = page.content.decode()
+    assert html.count('class="meta graph-path"') == len(hits)
+    paths = [next(leg for leg in row["legs"])["path"] for row in hits]
+    assert any(len(path) == 2 for path in paths) and all(len(path) <= 2 for path in paths)  # at most one hop
+    assert f"graph path: {' → '.join(paths[0])}" in unescape(html)
+    zero = admin_client.post(TESTING, form(sample_kb.tenant, question, mode="graph", hops=0, top_k=10))
+    assert all(len(row["legs"][0]["path"]) == 1 for row in zero.context["outcome"]["hits"])

@@ -3,6 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from knowledge.communities import rebuild_communities
 from knowledge.services import Ingester, discover_files, get_or_create_knowledge_base, queue_files
 from tenants.selectors import TenantNotFound, tenant_by_name
 
@@ -62,3 +63,6 @@ class Command(BaseCommand):
             "documents: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
             "{chunks} chunks in {seconds} s".format(**summary)
         )
+        if report.added or report.replaced:
+            count = rebuild_communities(knowledge_base.active_version)
+            self.stdout.write(f"graph: {count} communities")

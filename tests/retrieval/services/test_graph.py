@@ -65,3 +65,17 @@ def test_a_query_without_known_entities_finds_nothing(kb):
 def test_another_tenant_sees_nothing(kb):
     other = TenantFactory()
     assert rank_by_graph(other.pk, (kb.active_version_id,), "PPR-9087", hops=2).hits == []
+
+
+def test_a_misspelt_latin_name_finds_its_entity(kb, settings):
+    question = "What did the maker of the Portalok Pro recall?"
+    reached = ranked_files(kb, question, hops=1)
+    assert reached[0] == "lock.txt" and "recall.txt" in reached
+    ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), question, hops=0)
+    assert {path["entities"][0] for path in ranking.paths.values()} == {"PortaLock Pro"}
+    settings.GRAPH_FUZZY_SIMILARITY = 0  # exact names only
+    assert ranked_files(kb, question, hops=1) == []
+
+
+def test_codes_never_match_fuzzily(kb):
+    assert ranked_files(kb, "PPR-9078", hops=0) == []  # another product, not a typo to correct

@@ -1,0 +1,162 @@
+"""Global graph search (``POST /graph`` with ``"scope": "global"``): the communities of the searched KB
+versions ranked against the query, for questions about a whole corpus.
+
+Two lists fused by the same weighted RRF as passages: BM25 (Okapi, k1 = 1.2, b = 0.75) over the
+analyzed summaries, with the statistics of the communities in scope, and the cosine of the query's
+vector to each summary's vector under the version's model. Either list failing is a ``degraded`` entry;
+the graph store failing (no communities to rank) is a 503 ``graph_unavailable``. Each community comes
+with its summary, key entities and supporting passages (those passing the filters).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+from django.conf import settings
+
+from engines.base import Community, GraphScope
+from engines.embedders import get_embedder
+from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
+from knowledge.stores import graph_store
+from retrieval import selectors
+from retrieval.errors import GraphUnavailable
+from retrieval.filters import compile_filters
+from retrieval.fusion import RankedList, reciprocal_rank_fusion
+from retrieval.services.search import _failure, model_groups
+from retrieval.services.timings import StageTimings
+from retrieval.types import Degradation
+from tenants.models import Tenant
+
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+@dataclass(frozen=True)
+class GlobalGraphRequest:
+    query: str
+    top_k: int = 5
+    kb_ids: list[int] | None = None
+    level: int | None = 0
+    filters: dict | None = None
+    chunks_per_community: int = 3
+
+
+@dataclass
+class GlobalGraphResponse:
+    communities: list[dict]
+    degraded: list[Degradation] = field(default_factory=list)
+    candidates: int = 0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "scope": "global",
+            "communities": self.communities,
+            "total": len(self.communities),
+            "degraded": [d.as_dict() for d in self.degraded],
+            "candidates": self.candidates,
+            "timings_ms": self.timings_ms,
+        }
+
+
+def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGraphResponse:
+    timings = StageTimings()
+    degraded: list[Degradation] = []
+    with timings.stage("total"):
+        compiled = compile_filters(request.filters)
+        kbs = searchable_knowledge_bases(tenant, request.kb_ids)
+        kb_of_version = {kb.active_version_id: kb.pk for kb in kbs}
+        groups = model_groups(kbs)
+        store = graph_store()
+        with timings.stage("graph"):
+            try:
+                communities = [
+                    (group.model_name, community)
+                    for group in groups
+                    for community in store.communities(GraphScope(tenant.pk, group.version_ids), request.level)
+                ]
+            except Exception as exc:
+                failure = _failure("graph", exc)
+                raise GraphUnavailable(f"graph search is unavailable: {failure.message}") from exc
+        lists = []
+        with timings.stage("bm25"):
+            try:
+                lists.append(RankedList("bm25", request.query, 1.0, _bm25(tenant, request.query, communities)))
+            except Exception as exc:
+                degraded.append(_failure("bm25", exc))
+        with timings.stage("vector"):
+            try:
+                lists.append(RankedList("vector", request.query, 1.0, _cosine(request.query, communities)))
+            except Exception as exc:
+                degraded.append(_failure("vector", exc))
+        with timings.stage("fuse"):
+            fused = reciprocal_rank_fusion(lists, k=settings.RRF_K)[: request.top_k]
+        with timings.stage("hydrate"):
+            results = _hydrate(tenant, fused, communities, kb_of_version, compiled, request.chunks_per_community)
+    return GlobalGraphResponse(results, degraded, len(communities), timings.milliseconds)
+
+
+def _bm25(tenant: Tenant, query: str, communities: list[tuple[str, Community]]) -> list[tuple[int, float]]:
+    """(position in ``communities``, Okapi BM25 of the summary), best first; summaries without a query
+    term are left out."""
+    terms = set(analyzer_for_tenant(tenant.pk).tokens(query))
+    documents = [community.analyzed.split() for _, community in communities]
+    if not terms or not documents:
+        return []
+    average = sum(map(len, documents)) / len(documents) or 1.0
+    frequency = Counter(term for document in documents for term in set(document) & terms)
+    scores = []
+    for position, document in enumerate(documents):
+        counts = Counter(token for token in document if token in terms)
+        score = 0.0
+        for term, count in counts.items():
+            idf = math.log(1 + (len(documents) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            score += idf * count * (BM25_K1 + 1) / (count + BM25_K1 * (1 - BM25_B + BM25_B * len(document) / average))
+        if score > 0:
+            scores.append((position, score))
+    return sorted(scores, key=lambda hit: (-hit[1], hit[0]))
+
+
+def _cosine(query: str, communities: list[tuple[str, Community]]) -> list[tuple[int, float]]:
+    """(position, cosine of the query to the summary) under each community's model, best first."""
+    scores = []
+    for model in sorted({model for model, community in communities if community.embedding}):
+        vector = get_embedder(model).embed_query(query)
+        positions = [i for i, (m, community) in enumerate(communities) if m == model and community.embedding]
+        matrix = np.array([communities[i][1].embedding for i in positions], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(vector) or 1.0)
+        similarity = matrix @ vector / np.where(norms > 0, norms, 1.0)
+        scores += [(position, float(score)) for position, score in zip(positions, similarity, strict=True)]
+    return sorted(scores, key=lambda hit: (-hit[1], hit[0]))
+
+
+def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community: int) -> list[dict]:
+    chosen = [communities[candidate.chunk_id][1] for candidate in fused]
+    wanted = [chunk_id for community in chosen for chunk_id in community.chunk_ids]
+    passing = selectors.hashes_of_chunks_passing(tenant, wanted, compiled)
+    chunks = selectors.chunks_with_documents(tenant, [chunk_id for chunk_id in wanted if chunk_id in passing])
+    results = []
+    for rank, (candidate, community) in enumerate(zip(fused, chosen, strict=True), start=1):
+        supporting = [chunks[c] for c in community.chunk_ids if c in chunks][:per_community]
+        results.append({
+            "kb_id": kb_of_version[community.version_id],
+            "level": community.level,
+            "number": community.number,
+            "parent": community.parent,
+            "rank": rank,
+            "score": round(candidate.fused_score, 6),
+            "summary": community.summary,
+            "key_entities": list(community.key_entities),
+            "size": len(community.entity_ids),
+            "retrievers": {
+                name: {"rank": contribution.rank, "score": round(contribution.score, 6)}
+                for name, contribution in candidate.retrievers.items()
+            },
+            "chunks": [
+                {"chunk_id": chunk.pk, "doc_id": chunk.document_id, "title": chunk.document.title,
+                 "source_uri": chunk.document.source_uri, "content": chunk.content}
+                for chunk in supporting
+            ],
+        })  # fmt: skip
+    return results

@@ -1,0 +1,86 @@
+"""Global graph search (``POST /graph`` with ``"scope": "global"``) over the sample KB's communities:
+ranked by BM25 and cosine over their summaries, with key entities and supporting passages, scoped to
+the tenant, the KBs and the filters; a failing list degrades, a failing store is a 503."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from knowledge.models import Chunk, GraphCommunity, KnowledgeBaseVersion
+from retrieval.serializers import GlobalGraphOutput
+from tests.conftest import client_for
+from tests.factories import TenantFactory
+from tests.retrieval.test_views import assert_error, post_to
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+
+def global_search(client, query: str, **extra) -> dict:
+    response = post_to(client, "graph", {"query": query, "scope": "global", **extra})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert GlobalGraphOutput(data=body).is_valid(), GlobalGraphOutput(data=body).errors
+    assert body["total"] == len(body["communities"]) and body["request_id"] == response["X-Request-ID"]
+    return body
+
+
+def test_communities_come_ranked_with_summaries_key_entities_and_passages(sample_kb):
+    body = global_search(client_for(sample_kb.tenant), "鱼香肉丝 川菜 招牌菜", top_k=3)
+    communities = body["communities"]
+    assert 0 < len(communities) <= 3 and body["degraded"] == []
+    assert body["candidates"] == GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=0).count()
+    assert [c["rank"] for c in communities] == [1, 2, 3][: len(communities)]
+    assert [c["score"] for c in communities] == sorted((c["score"] for c in communities), reverse=True)
+    best = communities[0]
+    assert "鱼香肉丝" in best["summary"] and set(best["retrievers"]) == {"bm25", "vector"}
+    assert best["level"] == 0 and best["parent"] is None and best["kb_id"] == sample_kb.pk
+    for community in communities:
+        assert community["summary"].startswith("Key entities: " + ", ".join(community["key_entities"]))
+        assert community["chunks"]
+        for chunk in community["chunks"]:
+            stored = Chunk.objects.get(pk=chunk["chunk_id"])
+            assert stored.kb_version_id == sample_kb.active_version_id and stored.content == chunk["content"]
+    assert set(body["timings_ms"]) >= {"graph", "bm25", "vector", "fuse", "total"}
+
+
+def test_a_level_below_names_its_parents(sample_kb):
+    body = global_search(client_for(sample_kb.tenant), "智能门锁 指纹 密码", level=1, top_k=5)
+    parents = set(
+        GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=0).values_list("number", flat=True)
+    )
+    assert body["communities"] and all(c["level"] == 1 and c["parent"] in parents for c in body["communities"])
+
+
+def test_supporting_passages_obey_the_filters(sample_kb):
+    client = client_for(sample_kb.tenant)
+    body = global_search(client, "battery pack lithium safety", top_k=10, filters={"doc_type": "pdf"})
+    chunk_ids = [chunk["chunk_id"] for c in body["communities"] for chunk in c["chunks"]]
+    assert chunk_ids
+    assert set(Chunk.objects.filter(pk__in=chunk_ids).values_list("document__doc_type", flat=True)) == {"pdf"}
+
+
+def test_another_tenant_sees_no_community_of_this_one(sample_kb):
+    stranger = client_for(TenantFactory())
+    assert global_search(stranger, "鱼香肉丝")["communities"] == []
+    response = post_to(stranger, "graph", {"query": "鱼香肉丝", "scope": "global", "kb_ids": [sample_kb.pk]})
+    assert response.status_code == 404
+
+
+def test_an_embedder_that_fails_degrades_to_the_bm25_list(sample_kb):
+    KnowledgeBaseVersion.objects.filter(pk=sample_kb.active_version_id).update(embedding_model="no-such-model")
+    body = global_search(client_for(sample_kb.tenant), "鱼香肉丝 川菜")
+    assert [d["stage"] for d in body["degraded"]] == ["vector"]
+    assert body["communities"] and all(set(c["retrievers"]) == {"bm25"} for c in body["communities"])
+
+
+def test_a_graph_store_that_fails_is_a_503(sample_kb):
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute(f"ALTER TABLE {GraphCommunity._meta.db_table} RENAME TO graph_community_gone")
+    response = post_to(client_for(sample_kb.tenant), "graph", {"query": "鱼香肉丝", "scope": "global"})
+    assert_error(response, 503, "graph_unavailable")
+
+
+@pytest.mark.parametrize("extra", [{"scope": "galactic"}, {"scope": "global", "level": 9}, {"scope": 1}])
+def test_a_bad_scope_or_level_is_a_400(sample_kb, extra):
+    response = post_to(client_for(sample_kb.tenant), "graph", {"query": "鱼香肉丝", **extra})
+    assert_error(response, 400, "invalid_request")
