@@ -56,12 +56,14 @@ class VersionInline(admin.TabularInline):
 
 
 class ChunksGoWithTheirDocuments:
-    """For admins whose deletes take chunks along through a service: the chunk admin refuses to
-    delete a chunk alone, which must not refuse deleting its document, knowledge base or tenant."""
+    """For admins whose deletes take chunks (and the graph made of them) along through a service: the
+    read-only chunk, entity and community admins refuse to delete one alone, which must not refuse
+    deleting its document, knowledge base or tenant."""
 
     def get_deleted_objects(self, objs, request):
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        return deleted, counts, perms_needed - {Chunk._meta.verbose_name}, protected
+        made_from_documents = {model._meta.verbose_name for model in (Chunk, GraphEntity, GraphCommunity)}
+        return deleted, counts, perms_needed - made_from_documents, protected
 
 
 class MadeAndDeletedByServices:

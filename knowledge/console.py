@@ -25,7 +25,11 @@ from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.selectors import (
     documents_of,
     knowledge_bases_at_a_glance,
+    latest_runs,
     recent_tasks_of,
+    source_of,
+    source_schedule,
+    sources_of,
     task_status,
     version_of,
     versions_of,
@@ -39,6 +43,7 @@ from knowledge.services import (
     retire_version,
     start_version_build,
 )
+from knowledge.sources import queue_sync
 from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
 from tenants.models import Tenant
@@ -178,6 +183,7 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
         kb=kb,
         glance=glance,
         versions=list(versions_of(kb)),
+        sources=[(source, source_schedule(source), next(iter(latest_runs(source, 1)), None)) for source in sources_of(kb)],
         title=f"{kb.name} ({kb.tenant.name})",
         tasks=tasks,
         documents=documents[:DOCUMENTS_SHOWN],
@@ -285,6 +291,16 @@ def _version_action(change, done: str):
     return act
 
 
+def _sync(request, kb: KnowledgeBase) -> None:
+    try:
+        (source_id,) = _ids([request.POST.get("source", "")])
+        task = queue_sync(source_of(kb, source_id))
+    except (ValueError, DomainError):
+        messages.error(request, "No such source.")
+    else:
+        messages.success(request, f"Syncing source {source_id} (task {task.task_id}).")
+
+
 def _reingest(request, kb: KnowledgeBase) -> None:
     documents = list(documents_of(kb).filter(pk__in=_ids(request.POST.getlist("documents"))))
     if not documents:
@@ -309,4 +325,5 @@ ACTIONS = {
     "activate": _version_action(activate_version, "is active: searches use it now"),
     "retire": _version_action(retire_version, "is retired"),
     "reingest": _reingest,
+    "sync": _sync,
 }

@@ -291,3 +291,32 @@ def test_a_task_older_than_its_kept_state_is_expired_and_not_followed(admin_clie
     assert (status["state"], status["finished"], status["percent"]) == ("EXPIRED", True, None)
     html = admin_client.get(lifecycle(kb)).content.decode()
     assert re.search(rf'data-task="{task.task_id}"[^>]* data-finished>', html)  # the page's script leaves it
+
+
+def test_the_lifecycle_page_shows_the_sources_and_syncs_one_now(
+    admin_client, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    from knowledge.models import SourceRun
+    from knowledge.sources import create_source
+
+    kb, stranger = KnowledgeBaseFactory(), KnowledgeBaseFactory()
+    assert "No sources: add a folder" in admin_client.get(lifecycle(kb)).content.decode()
+    for folder in ("handbook", "elsewhere"):
+        (tmp_path / "root" / folder).mkdir(parents=True)
+    settings.KNOWLEDGE_SOURCE_ROOTS = [str(tmp_path / "root")]
+    source = create_source(kb, kind="folder", path="handbook", interval_seconds=90)
+    theirs = create_source(stranger, kind="folder", path="elsewhere", interval_seconds=60)
+    SourceRun.objects.create(source=source, status="succeeded", added=2, unchanged=1, finished_at=timezone.now())
+    html = admin_client.get(lifecycle(kb)).content.decode()
+    (row,) = re.findall(rf'<tr class="source" data-source="{source.pk}">(.*?)</tr>', html, re.S)
+    assert str(tmp_path / "root" / "handbook") in row and "every 90 s" in row
+    assert "succeeded, added 2, replaced 0, unchanged 1" in row and 'value="Sync now"' in row
+    assert f'data-source="{theirs.pk}"' not in html  # only this KB's sources
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        said = act(admin_client, kb, {"action": "sync", "source": source.pk})
+    assert len(callbacks) == 1 and said == [f"Syncing source {source.pk} (task {KnowledgeTask.objects.get().task_id})."]
+    assert KnowledgeTask.objects.get().kind == KnowledgeTask.Kind.SYNC_SOURCE
+    for other in (theirs.pk, "x", ""):  # another KB's source (even one the user sees), or no id at all
+        assert act(admin_client, kb, {"action": "sync", "source": other}) == ["No such source."]
+    assert KnowledgeTask.objects.count() == 1
