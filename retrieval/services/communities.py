@@ -24,7 +24,7 @@ from retrieval import selectors
 from retrieval.errors import GraphUnavailable
 from retrieval.filters import compile_filters
 from retrieval.fusion import RankedList, reciprocal_rank_fusion
-from retrieval.services.search import _failure, model_groups
+from retrieval.services.search import degradation_of, model_groups
 from retrieval.services.timings import StageTimings
 from retrieval.types import Degradation
 from tenants.models import Tenant
@@ -77,19 +77,19 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
                     for community in store.communities(GraphScope(tenant.pk, group.version_ids), request.level)
                 ]
             except Exception as exc:
-                failure = _failure("graph", exc)
+                failure = degradation_of("graph", exc)
                 raise GraphUnavailable(f"graph search is unavailable: {failure.message}") from exc
         lists = []
         with timings.stage("bm25"):
             try:
                 lists.append(RankedList("bm25", request.query, 1.0, _bm25(tenant, request.query, communities)))
             except Exception as exc:
-                degraded.append(_failure("bm25", exc))
+                degraded.append(degradation_of("bm25", exc))
         with timings.stage("vector"):
             try:
                 lists.append(RankedList("vector", request.query, 1.0, _cosine(request.query, communities)))
             except Exception as exc:
-                degraded.append(_failure("vector", exc))
+                degraded.append(degradation_of("vector", exc))
         with timings.stage("fuse"):
             fused = reciprocal_rank_fusion(lists, k=settings.RRF_K)[: request.top_k]
         with timings.stage("hydrate"):

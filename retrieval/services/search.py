@@ -352,7 +352,7 @@ def order_by_document(
             document_of = selectors.document_ids(tenant, [candidate.chunk_id for candidate in fused])
             ranked, scores = aggregate(fused, document_of, fusion.aggregate)
         except Exception as exc:
-            return DocumentOrder(fused, {}, {}, [_failure("group", exc).as_dict()])
+            return DocumentOrder(fused, {}, {}, [degradation_of("group", exc).as_dict()])
     return DocumentOrder(ranked, scores, document_of, [])
 
 
@@ -381,7 +381,7 @@ def rerank(
             scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
             by_chunk = {candidate.chunk_id: score for candidate, score in zip(head, scores, strict=True)}
         except Exception as exc:
-            return Reranked(fused, None, [_failure("rerank", exc).as_dict()])
+            return Reranked(fused, None, [degradation_of("rerank", exc).as_dict()])
     reordered = sorted(head, key=lambda candidate: -by_chunk[candidate.chunk_id]) + fused[len(head) :]
     return Reranked(reordered, by_chunk, [])
 
@@ -620,11 +620,11 @@ def _finish_vector(
 
 def _failed_leg(retriever: str, exc: Exception, unavailable: type[DomainError], summary: str) -> LegResult:
     """A leg that raised: a degradation, or the ``unavailable`` error when no other leg answers."""
-    failure = _failure(retriever, exc)
+    failure = degradation_of(retriever, exc)
     return LegResult(retriever, failure=failure, unavailable=unavailable(f"{summary}: {failure.message}"))
 
 
-def _failure(stage: str, exc: Exception) -> Degradation:
+def degradation_of(stage: str, exc: Exception) -> Degradation:
     """What an exception of an optional stage becomes: its own ``cause`` and message when it is a
     typed engine error, else ``internal_error`` as the expansion says it (the details, traceback
     included, go to the log, not to the client)."""

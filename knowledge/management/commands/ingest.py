@@ -58,11 +58,11 @@ class Command(BaseCommand):
             report = Ingester(knowledge_base, on_progress=bar.update, keep_originals=True).ingest(files)
         for source_uri, reason in report.failures:
             self.stderr.write(f"failed: {source_uri}: {reason}")
-        summary = report.as_dict()
-        self.stdout.write(
-            "documents: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
-            "{chunks} chunks in {seconds} s".format(**summary)
-        )
         if report.added or report.replaced:
             count = rebuild_communities(knowledge_base.active_version)
             self.stdout.write(f"graph: {count} communities")
+        summary = report.as_dict()
+        self.stdout.write(  # last, so a script can read it from the final line
+            "documents: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
+            "{chunks} chunks in {seconds} s".format(**summary)
+        )
