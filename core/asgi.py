@@ -44,9 +44,10 @@ BODY_IN_MEMORY_BYTES = 1024 * 1024  # a larger body (an upload) waits for its th
 class WSGIOnThreads:
     """An ASGI application running a WSGI one on ``threads`` threads, each request once its body is read.
 
-    One hand-over each way: the thread runs the whole request (the response joined, then closed, which
-    ends Django's request and returns its database connection), and the loop sends the answer. Answers
-    here are JSON and pages, never large, so holding one whole costs nothing a stream would save.
+    One hand-over each way: the thread runs the request and joins its response, the loop sends the
+    answer while the thread closes the response (which ends Django's request, runs what it deferred to
+    the close and returns its database connection). Answers here are JSON and pages, never large, so
+    holding one whole costs nothing a stream would save.
     """
 
     def __init__(self, wsgi_application, threads: int):
@@ -65,14 +66,25 @@ class WSGIOnThreads:
                 body.write(message.get("body", b""))
                 more = message.get("more_body", False)
             body.seek(0)
-            run = functools.partial(self._respond, scope, body)
-            status, headers, content = await asyncio.get_running_loop().run_in_executor(
-                self.executor, contextvars.copy_context().run, run
-            )
+            loop = asyncio.get_running_loop()
+            answer = loop.create_future()
+
+            def deliver(response) -> None:  # on the request thread, before it closes the response
+                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(response))
+
+            run = functools.partial(self._respond, scope, body, deliver)
+            job = loop.run_in_executor(self.executor, contextvars.copy_context().run, run)
+            await asyncio.wait({answer, job}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                job.result()  # the request failed before it had an answer: raised here, as before
+            status, headers, content = await answer
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    def _respond(self, scope, body) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def _respond(self, scope, body, deliver) -> None:
+        """Run the request; hand the answer to the loop, then close the response on this thread (Django
+        ends its request there: work deferred to the close, like the dashboard counters, follows the
+        answer out instead of delaying it, and the thread's database connection is tidied as before)."""
         adapter = WsgiToAsgiInstance(self.wsgi_application)  # asgiref's ASGI scope -> WSGI environ
         adapter.scope = scope
         environ = adapter.build_environ(scope, body)
@@ -82,12 +94,17 @@ class WSGIOnThreads:
             started[:] = [int(status.split(" ", 1)[0]), [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]]
 
         result = self.wsgi_application(environ, start_response)
+        close = getattr(result, "close", lambda: None)
         try:
             content = b"".join(result)
-        finally:
-            if hasattr(result, "close"):
-                result.close()
-        return started[0], started[1], content
+        except BaseException:
+            close()
+            raise
+        deliver((started[0], started[1], content))
+        try:
+            close()
+        except Exception:  # the answer is out: nothing to tell the client, but never lost
+            logger.exception("closing a response failed")
 
 
 class BoundedRequest:

@@ -1,0 +1,79 @@
+"""The served ASGI layer's hand-over: Django runs on a request thread, the event loop sends its answer."""
+import asyncio
+import threading
+
+import pytest
+
+from core.asgi import WSGIOnThreads
+
+SCOPE = {"type": "http", "method": "GET", "path": "/x", "raw_path": b"/x", "query_string": b"", "root_path": "",
+         "headers": [], "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000), "scheme": "http",
+         "http_version": "1.1"}  # fmt: skip
+
+
+class Response(list):
+    """A WSGI response whose close() (where Django ends its request) runs ``on_close``."""
+
+    def __init__(self, on_close):
+        super().__init__([b"hello"])
+        self.on_close = on_close
+
+    def close(self):
+        self.on_close()
+
+
+def serve(on_close) -> tuple[list[dict], WSGIOnThreads]:
+    """One GET through WSGIOnThreads; the messages sent, and the server (to wait for its threads)."""
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return Response(on_close)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    messages = []
+
+    async def send(message):
+        messages.append(message)
+        if message["type"] == "http.response.body":
+            body_sent.set()
+
+    body_sent = threading.Event()
+    server = WSGIOnThreads(app, threads=1)
+    serve.body_sent = body_sent
+    asyncio.run(server(dict(SCOPE), receive, send))
+    return messages, server
+
+
+def test_the_answer_is_sent_before_the_response_is_closed():
+    """Work a response defers to its close (the dashboard counters) follows the answer out."""
+    seen = []
+    messages, server = serve(lambda: seen.append(serve.body_sent.wait(timeout=10)))
+    server.executor.shutdown(wait=True)
+    assert [m["type"] for m in messages] == ["http.response.start", "http.response.body"]
+    assert messages[1]["body"] == b"hello" and seen == [True]
+
+
+def test_a_close_that_fails_after_the_answer_is_logged(caplog):
+    def fail():
+        raise RuntimeError("counters down")
+
+    messages, server = serve(fail)
+    server.executor.shutdown(wait=True)
+    assert messages[0]["status"] == 200
+    assert [r.getMessage() for r in caplog.records if r.name == "core.asgi"] == ["closing a response failed"]
+
+
+def test_a_request_failing_before_its_answer_raises_as_before():
+    def app(environ, start_response):
+        raise RuntimeError("view crashed")
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        raise AssertionError("nothing may be sent")
+
+    with pytest.raises(RuntimeError, match="view crashed"):
+        asyncio.run(WSGIOnThreads(app, threads=1)(dict(SCOPE), receive, send))
