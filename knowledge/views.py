@@ -205,7 +205,10 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
 @extend_schema_view(
     list=extend_schema(
         summary="Documents of a knowledge base",
-        description="Each with its status (`pending`, `ready`, `failed`), chunks and the error of its last ingestion.",
+        description=(
+            "Each with its status (`pending`, `ready`, `failed`, or `removed` until purged), chunks and the error "
+            "of its last ingestion."
+        ),
         responses={200: DocumentOutput(many=True), **error_responses(401, 403, 404, 429)},
     ),
     retrieve=extend_schema(
