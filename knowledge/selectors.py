@@ -258,11 +258,12 @@ class KnowledgeBaseGlance:
     chunks: int  # in the active version
     last_errors: list[Document]  # failed documents, the latest first
     building: list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]  # versions in build, with their task
+    sources: list[tuple[KnowledgeSource, dict, SourceRun | None]]  # with their schedule and last run
 
 
 def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None = None) -> list[KnowledgeBaseGlance]:
     """The tenants' KBs (or the one of id ``only``) with their documents by status, active chunks,
-    latest failures and versions in build."""
+    latest failures, versions in build and sources."""
     kbs = KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
     kbs = list((kbs if only is None else kbs.filter(pk=only)).order_by("tenant__name", "name"))
     statuses: dict[int, dict[str, int]] = {kb.pk: dict.fromkeys(Document.Status.values, 0) for kb in kbs}
@@ -278,11 +279,29 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
     for document in failed.only("knowledge_base", "source_uri", "error", "updated_at"):
         if len(errors.setdefault(document.knowledge_base_id, [])) < errors_shown:
             errors[document.knowledge_base_id].append(document)
-    building = _versions_in_build(kbs)
+    building, sources = _versions_in_build(kbs), _sources_with_last_run(kbs)
     return [
-        KnowledgeBaseGlance(kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, []), building.get(kb.pk, []))
+        KnowledgeBaseGlance(
+            kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, []), building.get(kb.pk, []), sources.get(kb.pk, [])
+        )
         for kb in kbs
     ]
+
+
+def _sources_with_last_run(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeSource, dict, SourceRun | None]]]:
+    """Each KB's sources with their schedule and latest run (one query for the runs of all of them)."""
+    sources = list(
+        KnowledgeSource.objects.filter(knowledge_base__in=kbs)
+        .select_related("periodic_task__interval", "periodic_task__crontab")
+        .annotate(document_count=Count("documents"))
+        .order_by("id")
+    )
+    runs = SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
+    last = {run.source_id: run for run in runs}
+    by_kb: dict[int, list] = {}
+    for source in sources:
+        by_kb.setdefault(source.knowledge_base_id, []).append((source, source_schedule(source), last.get(source.pk)))
+    return by_kb
 
 
 def _versions_in_build(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]]:

@@ -312,6 +312,9 @@ def test_the_lifecycle_page_shows_the_sources_and_syncs_one_now(
     assert str(tmp_path / "root" / "handbook") in row and "every 90 s" in row
     assert "succeeded, added 2, replaced 0, unchanged 1" in row and 'value="Sync now"' in row
     assert f'data-source="{theirs.pk}"' not in html  # only this KB's sources
+    glance = admin_client.get(GLANCE).content.decode()
+    (cell,) = re.findall(rf'<tr class="kb" data-kb="{kb.name}">.*?<td class="sources">(.*?)</td>', glance, re.S)
+    assert str(tmp_path / "root" / "handbook") in cell and "every 90 s; last run" in cell and "succeeded" in cell
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         said = act(admin_client, kb, {"action": "sync", "source": source.pk})
