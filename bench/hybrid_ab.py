@@ -314,7 +314,7 @@ def main() -> int:
             texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
             result["throughput"] = throughput(call, names, modes, texts, args)
         for proc in procs.values():
-            _common.stop_gunicorn(proc)
+            _common.stop_process(proc)
         if args.floor > 0:
             last = names[-1]
             result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
@@ -323,7 +323,7 @@ def main() -> int:
         return 0
     finally:
         for proc in procs.values():
-            _common.stop_gunicorn(proc)
+            _common.stop_process(proc)
         result["cleanup"] = {}
         for name, state in states.items():
             try:

@@ -160,7 +160,7 @@ def main() -> int:
         return 0
     finally:
         for proc in procs.values():
-            _common.stop_gunicorn(proc)
+            _common.stop_process(proc)
         cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-slow")
         path = _common.write_result("slow_clients", result)
         print(f"cleanup {cleanup}; wrote {path}")
