@@ -389,6 +389,7 @@ class GraphEntity(models.Model):
     chunk_count = models.PositiveIntegerField(default=0, help_text="Passages that mention it.")
 
     class Meta:
+        verbose_name_plural = "graph entities"
         constraints = [models.UniqueConstraint(fields=["kb_version", "name"], name="unique_entity_name_per_version")]
         # pg_trgm: a query's misspelt Latin name finds its entity (GraphStore.find_similar)
         indexes = [GinIndex(fields=["name"], opclasses=["gin_trgm_ops"], name="graph_entity_name_trgm")]
