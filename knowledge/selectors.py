@@ -124,9 +124,13 @@ RUNS_SHOWN = 5
 
 def sources_of(kb: KnowledgeBase) -> QuerySet[KnowledgeSource]:
     """A KB's sources with their schedule."""
+    return _sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base=kb))
+
+
+def _sources_with_schedule(sources: QuerySet[KnowledgeSource]) -> QuerySet[KnowledgeSource]:
+    """Sources with their schedule and document count read in the same query, oldest first."""
     return (
-        KnowledgeSource.objects.filter(knowledge_base=kb)
-        .select_related("periodic_task__interval", "periodic_task__crontab")
+        sources.select_related("periodic_task__interval", "periodic_task__crontab")
         .annotate(document_count=Count("documents"))
         .order_by("id")
     )
@@ -290,12 +294,7 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
 
 def _sources_with_last_run(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeSource, dict, SourceRun | None]]]:
     """Each KB's sources with their schedule and latest run (one query for the runs of all of them)."""
-    sources = list(
-        KnowledgeSource.objects.filter(knowledge_base__in=kbs)
-        .select_related("periodic_task__interval", "periodic_task__crontab")
-        .annotate(document_count=Count("documents"))
-        .order_by("id")
-    )
+    sources = list(_sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base__in=kbs)))
     runs = SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
     last = {run.source_id: run for run in runs}
     by_kb: dict[int, list] = {}

@@ -11,7 +11,7 @@ from engines.base import Entity, Extraction, Relation
 from engines.graph_extraction import EntityExtractor
 from engines.llm import ChatClient, LLMError, chat_endpoint
 from engines.llm_triples import TRIPLES_SCHEMA, Triple, TripleExtractor, TripleLimits, parse_triples, with_triples
-from tests.peers import Peer, PeerRequest, Reply
+from tests.peers import Peer, Reply
 
 PASSAGES = [
     "The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.",
