@@ -4,8 +4,9 @@ otherwise non-public address unless it lies in an allowed network, and condition
 Last-Modified of the previous fetch (a 304 is ``not_modified``: nothing downloaded).
 
 Plain data in and out: the caller keeps the validators and decides what a result means for its documents.
-The address check resolves the host before each request; a name that resolves differently between the
-check and the connection (DNS rebinding) is not caught, so deny private networks at the firewall too.
+Each hop resolves its host once, checks the addresses and connects to the checked one (the name goes in
+``Host`` and, for HTTPS, in SNI and the certificate check), so a name that resolves to another address
+by the time of the connection (DNS rebinding) cannot reach it.
 """
 from __future__ import annotations
 
@@ -64,8 +65,10 @@ class UrlFetcher:
         try:
             with httpx.Client(follow_redirects=False, trust_env=False) as client:
                 for _ in range(MAX_REDIRECTS + 1):
-                    self._check_address(url)
-                    with client.stream("GET", url, headers=headers, timeout=self._remaining(deadline)) as response:
+                    target, hop_headers, extensions = self._pinned(url, headers)
+                    with client.stream(
+                        "GET", target, headers=hop_headers, extensions=extensions, timeout=self._remaining(deadline)
+                    ) as response:
                         if response.status_code in REDIRECT_STATUSES and "location" in response.headers:
                             url = urljoin(url, response.headers["location"])
                             continue
@@ -100,9 +103,19 @@ class UrlFetcher:
             raise FetchError(f"not fetched within {self.timeout_s:g} s")
         return remaining
 
-    def _check_address(self, url: str) -> None:
+    def _pinned(self, url: str, headers: dict[str, str]) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
+        """The request of one hop aimed at the address the check accepted: the URL with that address as
+        its host, the name in ``Host``, and for HTTPS the name for SNI (httpcore verifies the certificate
+        against it)."""
+        address = self._checked_address(url)
+        parsed = httpx.URL(url)
+        extensions = {"sni_hostname": parsed.host} if parsed.scheme == "https" else {}
+        return parsed.copy_with(host=str(address)), {**headers, "Host": parsed.netloc.decode("ascii")}, extensions
+
+    def _checked_address(self, url: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
         """Only http(s), and only to public addresses (or allowed networks): every address the host
-        resolves to is checked, so a name with one private address is refused."""
+        resolves to is checked, so a name with one private address is refused; the first is the one to
+        connect to."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise FetchError(f"not an http(s) URL: {url}")
@@ -110,11 +123,12 @@ class UrlFetcher:
             infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         except (socket.gaierror, UnicodeError) as exc:
             raise FetchError(f"cannot resolve {parts.hostname}: {exc}") from None
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0].split("%")[0])
+        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+        for address in addresses:
             if not address.is_global and not any(address in network for network in self.allowed_networks):
                 raise FetchError(
                     f"{parts.hostname} resolves to the non-public address {address}, which URL sources may not reach "
                     "(SOURCE_URL_ALLOWED_NETWORKS)"
                 )
+        return addresses[0]
 

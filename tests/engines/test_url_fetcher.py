@@ -1,5 +1,7 @@
 """The URL sources' fetcher against a real web server on 127.0.0.1: conditional requests, redirects
 checked hop by hop against non-public addresses, size limit and total deadline."""
+import socket
+
 import pytest
 
 from engines.url_fetcher import FetchError, UrlFetcher
@@ -63,6 +65,29 @@ def test_redirects_are_followed_but_never_to_a_non_public_address(site):
     site.redirects["/loop"] = "/loop"
     with pytest.raises(FetchError, match="redirects"):
         fetcher().fetch(f"{site.url}/loop")
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(site, monkeypatch):
+    """DNS rebinding: the name answers an allowed address to the check and a forbidden one afterwards;
+    the fetch must connect to the checked address and never resolve the name again."""
+    answers = iter(["127.0.0.1"])  # one answer; a second lookup of the name would get the forbidden one
+    real_getaddrinfo = socket.getaddrinfo
+    lookups = []
+
+    def rebinding_dns(host, port, *args, **kwargs):
+        if host != "wiki.rebind.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        lookups.append(host)
+        address = next(answers, "10.255.255.1")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding_dns)
+    port = site.url.rsplit(":", 1)[1]
+    fetched = fetcher(timeout_s=2.0).fetch(f"http://wiki.rebind.test:{port}/faq.html")
+    assert (fetched.status, fetched.url) == ("fetched", f"http://wiki.rebind.test:{port}/faq.html")
+    assert fetched.content == site.pages["/faq.html"][0]
+    assert lookups == ["wiki.rebind.test"]
+    assert site.requests[-1].headers["host"] == f"wiki.rebind.test:{port}"
 
 
 def test_a_body_over_the_limit_fails(site):
