@@ -59,9 +59,9 @@ def test_the_order_query_shows_the_order_status_passage_first_highlighted_with_l
     screenshot(page, "retrieval-testing")
 
     # The run is in the history; one click runs it again.
-    assert page.locator("#history tbody tr, #history tr").filter(has_text=ORDER_QUERY).count() == 1
+    expect(page.locator("#history tbody tr, #history tr").filter(has_text=ORDER_QUERY)).to_have_count(1)
     page.click("#history button:text('Re-run')")
-    assert page.locator("#history tr").filter(has_text=ORDER_QUERY).count() == 2
+    expect(page.locator("#history tr").filter(has_text=ORDER_QUERY)).to_have_count(2)
     assert "ORD-2026-000817" in page.locator("li.hit").first.locator(".passage mark").all_inner_texts()
 
     # Curating: protecting the order number opens the add form prefilled from the query.
@@ -79,7 +79,9 @@ def test_compare_shows_two_settings_side_by_side(logged_in, live_server, order_k
     page.select_option("select[name=b-mode]", "bm25")
     page.click("input[value=Compare]")
     left, right = page.locator(".side-1"), page.locator(".side-2")
-    assert left.locator("li.hit").count() > 0 and right.locator("li.hit").count() > 0
+    # the click only starts the form's navigation: wait for the answer's page before reading it
+    expect(left.locator("li.hit").first).to_be_visible()
+    expect(right.locator("li.hit").first).to_be_visible()
     assert right.locator(".summary").inner_text().startswith("Queries")
     marks = right.locator(".moved").all_inner_texts()
     assert marks and all(re.fullmatch(r"new|=|[↑↓]\d+", mark) for mark in marks)
@@ -142,8 +144,8 @@ def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_ser
 
     page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
     page.click("#history button:text('Re-run')")
-    assert "order (synonym, weight 0.8)" in page.locator("table.summary").inner_text()
-    assert page.locator("li.hit").count() > 0
+    expect(page.locator("table.summary")).to_contain_text("order (synonym, weight 0.8)")
+    expect(page.locator("li.hit").first).to_be_visible()
     assert "order" in [mark.lower() for mark in page.locator("li.hit").first.locator("mark").all_inner_texts()]
 
 
