@@ -167,13 +167,9 @@ class VersionBuildOutput(serializers.Serializer):
 # --- sources (folders or URLs kept in sync on a schedule) ----------------------------------------------
 
 
-class SourceInput(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=KnowledgeSource.Kind.choices)
-    path = serializers.CharField(
-        required=False,
-        max_length=1024,
-        help_text="folder sources: absolute, or relative to the first of KNOWLEDGE_SOURCE_ROOTS, and under one of them",
-    )
+class SourceSettingsInput(serializers.Serializer):
+    """What registering and changing a source share: the URL list and the schedule."""
+
     urls = serializers.ListField(
         child=serializers.URLField(max_length=2048),
         required=False,
@@ -201,6 +197,15 @@ class SourceInput(serializers.Serializer):
             raise serializers.ValidationError(exc.messages) from None
         return value
 
+
+class SourceInput(SourceSettingsInput):
+    kind = serializers.ChoiceField(choices=KnowledgeSource.Kind.choices)
+    path = serializers.CharField(
+        required=False,
+        max_length=1024,
+        help_text="folder sources: absolute, or relative to the first of KNOWLEDGE_SOURCE_ROOTS, and under one of them",
+    )
+
     def validate(self, data):
         folder = data["kind"] == KnowledgeSource.Kind.FOLDER
         if folder and ("path" not in data or "urls" in data):
@@ -208,6 +213,21 @@ class SourceInput(serializers.Serializer):
         if not folder and ("urls" not in data or "path" in data):
             raise serializers.ValidationError({"urls": ["a URL source needs urls (and no path)"]})
         if ("interval_seconds" in data) == ("crontab" in data):
+            raise serializers.ValidationError({"interval_seconds": ["give interval_seconds or crontab, not both"]})
+        return data
+
+
+class SourceUpdateInput(SourceSettingsInput):
+    """``PATCH .../sources/{id}``: any of the fields; ``context["kind"]`` is the source's kind."""
+
+    enabled = serializers.BooleanField(required=False, help_text="false pauses the scheduled syncs; true resumes them")
+
+    def validate(self, data):
+        if not data:
+            raise serializers.ValidationError("give at least one of urls, interval_seconds, crontab, enabled")
+        if "urls" in data and self.context["kind"] != KnowledgeSource.Kind.URLS:
+            raise serializers.ValidationError({"urls": ["a folder source has no urls (register another source)"]})
+        if "interval_seconds" in data and "crontab" in data:
             raise serializers.ValidationError({"interval_seconds": ["give interval_seconds or crontab, not both"]})
         return data
 
@@ -238,6 +258,9 @@ class SourceOutput(serializers.Serializer):
     path = serializers.CharField(help_text="folder sources: the absolute folder; empty otherwise")
     urls = serializers.ListField(child=serializers.CharField())
     schedule = serializers.SerializerMethodField(help_text="interval_seconds or crontab")
+    enabled = serializers.BooleanField(
+        source="periodic_task.enabled", allow_null=True, help_text="false: scheduled syncs paused"
+    )
     runs = serializers.SerializerMethodField(help_text="its latest syncs, the newest first")
     document_count = serializers.IntegerField(help_text="documents it keeps (removed ones too, until purged)")
     created_at = serializers.DateTimeField()

@@ -143,6 +143,29 @@ def set_schedule(source: KnowledgeSource, *, interval_seconds: int | None = None
         source.periodic_task.save()
 
 
+@transaction.atomic
+def update_source(
+    source: KnowledgeSource,
+    *,
+    urls: list[str] | None = None,
+    interval_seconds: int | None = None,
+    crontab: str = "",
+    enabled: bool | None = None,
+) -> None:
+    """Change a source in place: a URL source's list (a URL dropped leaves search at the next sync, as a
+    page that answers 404 does), its schedule, or pause / resume its scheduled syncs (a sync asked for
+    by hand still runs). A folder's path does not change: that is another source."""
+    if urls is not None:
+        source.urls = list(dict.fromkeys(urls))
+        source.fetch_state = {url: state for url, state in source.fetch_state.items() if url in source.urls}
+        source.save(update_fields=["urls", "fetch_state"])
+    if interval_seconds or crontab:
+        set_schedule(source, interval_seconds=interval_seconds, crontab=crontab)
+    if enabled is not None and source.periodic_task is not None:
+        source.periodic_task.enabled = enabled
+        source.periodic_task.save()  # save(), not update(): beat learns of changes from its signal
+
+
 def delete_source(source: KnowledgeSource) -> None:
     """Stop syncing: the source and its beat entry go (``knowledge.signals``); its documents stay in
     the KB as they are."""

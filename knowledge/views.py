@@ -20,7 +20,7 @@ from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
 from knowledge.parsing import ParseError
-from knowledge.sources import create_source, delete_source, queue_sync
+from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.selectors import (
     document_of,
     documents_of,
@@ -40,6 +40,7 @@ from knowledge.serializers import (
     SourceInput,
     SourceOutput,
     SourceSyncOutput,
+    SourceUpdateInput,
     StatsOutput,
     TaskOutput,
     UploadInput,
@@ -398,7 +399,7 @@ class TaskViewSet(KnowledgeApiViewSet):
 
 SOURCE_EXAMPLE = {
     "id": 5, "kind": "folder", "path": "/srv/retrieval/var/sources/handbook", "urls": [],
-    "schedule": {"interval_seconds": 60},
+    "schedule": {"interval_seconds": 60}, "enabled": True,
     "runs": [{
         "id": 812, "trigger": "schedule", "status": "succeeded", "started_at": "2026-12-01T08:01:00Z",
         "finished_at": "2026-12-01T08:01:02Z", "added": 0, "replaced": 1, "unchanged": 11, "removed": 0,
@@ -443,6 +444,21 @@ SOURCE_EXAMPLE = {
             OpenApiExample("Registered", response_only=True, status_codes=["201"], value={**SOURCE_EXAMPLE, "runs": []}),
         ],
     ),
+    partial_update=extend_schema(
+        summary="Change a source",
+        description=(
+            "Any of: a URL source's `urls` (the whole new list; a URL dropped leaves search at the next sync), "
+            "its schedule (`interval_seconds` or `crontab`), `enabled` (false pauses the scheduled syncs, a sync "
+            "asked for by hand still runs). A folder's path does not change: register another source. Needs the "
+            "`admin` scope."
+        ),
+        request=SourceUpdateInput,
+        responses={200: SourceOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[
+            OpenApiExample("Pause", request_only=True, value={"enabled": False}),
+            OpenApiExample("Every 5 minutes", request_only=True, value={"interval_seconds": 300}),
+        ],
+    ),
     destroy=extend_schema(
         summary="Stop syncing a source",
         description="The source and its schedule go; the documents it brought stay in the knowledge base.",
@@ -475,6 +491,14 @@ class SourceViewSet(KnowledgeApiViewSet):
         params.is_valid(raise_exception=True)
         source = create_source(kb, **params.validated_data)
         return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        source = source_of(kb, pk)
+        params = SourceUpdateInput(data=request.data, context={"kind": source.kind})
+        params.is_valid(raise_exception=True)
+        update_source(source, **params.validated_data)
+        return Response(SourceOutput(source_of(kb, pk)).data)
 
     def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
         delete_source(source_of(knowledge_base_of(request.tenant, kb_id), pk))

@@ -12,7 +12,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
 from knowledge.services import create_knowledge_base, delete_knowledge_base
-from knowledge.sources import create_source, delete_source, set_schedule
+from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
 from tenants.models import RateTier
 from tests.conftest import client_for
@@ -94,6 +94,54 @@ def test_changing_or_deleting_a_source_changes_or_deletes_its_entry(admin_key, k
 
 
 @pytest.mark.django_db
+def test_a_source_is_changed_in_place_and_paused(admin_key, kb, celery_app):
+    a, b, c = (f"https://example.com/{name}.html" for name in "abc")
+    body = {"kind": "urls", "urls": [a, b], "interval_seconds": 60}
+    created = admin_key.post(sources_url(kb), body, format="json").json()
+    entry_id = KnowledgeSource.objects.get(pk=created["id"]).periodic_task_id
+    state = {a: {"etag": '"a"'}, b: {"etag": '"b"'}}
+    KnowledgeSource.objects.filter(pk=created["id"]).update(fetch_state=state)
+    url = f"{sources_url(kb)}/{created['id']}"
+    changed = admin_key.patch(url, {"urls": [b, c]}, format="json")
+    assert (changed.status_code, changed.json()["urls"]) == (200, [b, c]), changed.content
+    assert KnowledgeSource.objects.get(pk=created["id"]).fetch_state == {b: {"etag": '"b"'}}  # a's validators go
+    assert admin_key.patch(url, {"crontab": "0 4 * * *"}, format="json").json()["schedule"] == {"crontab": "0 4 * * *"}
+    entry = KnowledgeSource.objects.get(pk=created["id"]).periodic_task
+    assert (entry.pk, entry.interval, entry.crontab.hour) == (entry_id, None, "4")  # the same beat entry
+
+    paused = admin_key.patch(url, {"enabled": False}, format="json").json()
+    assert (paused["enabled"], paused["schedule"]) == (False, {"crontab": "0 4 * * *"})
+    assert entry.name not in DatabaseScheduler(app=celery_app, lazy=True).all_as_schedule()  # beat skips it
+    resumed = admin_key.patch(url, {"enabled": True, "interval_seconds": 120}, format="json").json()
+    assert (resumed["enabled"], resumed["schedule"]) == (True, {"interval_seconds": 120})
+    assert DatabaseScheduler(app=celery_app, lazy=True).all_as_schedule()[entry.name].schedule.run_every == timedelta(
+        seconds=120
+    )
+    assert admin_key.get(url).json() == resumed
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "non_field_errors"),
+        ({"urls": ["https://example.com/a.html"]}, "urls"),  # the source is a folder
+        ({"interval_seconds": 60, "crontab": "* * * * *"}, "interval_seconds"),
+        ({"interval_seconds": 5}, "interval_seconds"),
+        ({"crontab": "every minute"}, "crontab"),
+        ({"enabled": "maybe"}, "enabled"),
+    ],
+)
+def test_bad_changes_are_400_naming_the_field_and_change_nothing(admin_key, kb, roots, body, field):
+    source = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
+    response = admin_key.patch(f"{sources_url(kb)}/{source.pk}", body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in json.dumps(response.json()["error"]["details"])
+    entry = PeriodicTask.objects.get(pk=source.periodic_task_id)
+    assert (entry.interval.every, entry.crontab, entry.enabled) == (60, None, True)
+
+
+@pytest.mark.django_db
 def test_folder_paths_break_no_rule(admin_key, kb, roots, tmp_path):
     first, second = roots
     outside = tmp_path / "elsewhere"
@@ -155,6 +203,7 @@ def test_sources_need_the_admin_scope_and_stay_in_their_tenant(tenant, kb, roots
     for method, url in [
         ("get", sources_url(kb)),
         ("post", sources_url(kb)),
+        ("patch", f"{sources_url(kb)}/{source.pk}"),
         ("delete", f"{sources_url(kb)}/{source.pk}"),
         ("post", f"{sources_url(kb)}/{source.pk}/sync"),
     ]:
@@ -167,6 +216,10 @@ def test_sources_need_the_admin_scope_and_stay_in_their_tenant(tenant, kb, roots
     other_kb = create_knowledge_base(tenant=tenant, name="other")
     missing = client_with(tenant, "admin").delete(f"{sources_url(other_kb)}/{source.pk}")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "source_not_found")
+    admin = client_with(tenant, "admin")
+    elsewhere = admin.patch(f"{sources_url(other_kb)}/{source.pk}", {"enabled": False}, format="json")
+    assert (elsewhere.status_code, elsewhere.json()["error"]["code"]) == (404, "source_not_found")
+    assert KnowledgeSource.objects.get(pk=source.pk).periodic_task.enabled
     assert KnowledgeSource.objects.filter(pk=source.pk).exists()
 
 
@@ -311,6 +364,29 @@ def test_url_sources_fetch_conditionally_and_follow_their_pages(celery_app, cele
         refused = beat_sends(celery_app, source)
         assert refused["failed"] == 2 and all("non-public address" in f["error"] for f in refused["failures"])
         assert Document.objects.get(source_uri=urls[0]).status == Document.Status.READY  # kept until it is gone
+
+
+def no_progress(total: int):
+    return lambda done: None
+
+
+@pytest.mark.django_db
+def test_a_url_dropped_from_the_list_leaves_search_at_the_next_sync(admin_key, tenant, kb, settings):
+    settings.SOURCE_URL_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    with Website() as site:
+        site.pages["/faq.html"] = (b"<html><body><p>Orders ship within two days.</p></body></html>", "text/html")
+        site.pages["/gifts.txt"] = (b"Gift wrapping costs three euros.", "text/plain")
+        urls = [f"{site.url}/faq.html", f"{site.url}/gifts.txt"]
+        source = create_source(kb, kind="urls", urls=urls, interval_seconds=300)
+        assert sync(source, trigger=SourceRun.Trigger.MANUAL, start_progress=no_progress).added == 2
+        assert any("three euros" in hit for hit in bm25_hits(tenant, kb, "gift wrapping"))
+
+        admin_key.patch(f"{sources_url(kb)}/{source.pk}", {"urls": urls[:1]}, format="json")
+        source.refresh_from_db()
+        run = sync(source, trigger=SourceRun.Trigger.MANUAL, start_progress=no_progress)
+        assert (run.removed, run.unchanged) == (1, 1)
+        assert Document.objects.get(source_uri=urls[1]).status == Document.Status.REMOVED
+        assert not any("three euros" in hit for hit in bm25_hits(tenant, kb, "gift wrapping"))
 
 
 @pytest.mark.django_db(transaction=True)  # the scheduler closes stale database connections, as beat does
