@@ -27,7 +27,7 @@ from knowledge.models import (
     Synonym,
 )
 from knowledge.selectors import latest_runs, source_schedule
-from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, set_schedule
+from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
 from knowledge.search_settings import clean_search_settings
 from knowledge.services import (
     create_knowledge_base,
@@ -260,12 +260,14 @@ class SourceRunInline(admin.TabularInline):
 
 
 class KnowledgeSourceForm(forms.ModelForm):
-    """The arguments of ``create_source``; afterwards only the schedule changes (``set_schedule``)."""
+    """The arguments of ``create_source``; afterwards those of ``update_source`` (a URL source's list,
+    the schedule, paused or not)."""
 
     interval_seconds = forms.IntegerField(required=False, min_value=10, help_text="Sync every this many seconds,")
     crontab = forms.CharField(
         required=False, validators=[crontab_validator], help_text='or on this crontab (UTC), e.g. "*/15 * * * *".'
     )
+    enabled = forms.BooleanField(required=False, help_text="Unticked: the scheduled syncs are paused.")
 
     class Meta:
         model = KnowledgeSource
@@ -279,6 +281,7 @@ class KnowledgeSourceForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.initial.update(source_schedule(self.instance))
+            self.initial["enabled"] = self.instance.periodic_task is None or self.instance.periodic_task.enabled
 
     def clean(self):
         data = super().clean()
@@ -295,6 +298,8 @@ class KnowledgeSourceForm(forms.ModelForm):
                     raise ValidationError({"path": exc.message}) from None
             if not folder and not data.get("urls"):
                 raise ValidationError({"urls": "A URL source needs URLs."})
+        elif self.instance.kind == KnowledgeSource.Kind.URLS and "urls" in data and not data["urls"]:
+            raise ValidationError({"urls": "A URL source needs URLs (delete the source to stop syncing)."})
         return data
 
     def schedule(self) -> dict:
@@ -321,11 +326,14 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     fixed_after_creation = ["knowledge_base", "kind", "path", "urls", "created_at"]
 
     def get_fields(self, request, obj=None):
-        fields = ["interval_seconds", "crontab"]
-        return [*self.form._meta.fields, *fields] if obj is None else [*self.fixed_after_creation, *fields]
+        schedule = ["interval_seconds", "crontab"]
+        return [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
 
     def get_readonly_fields(self, request, obj=None):
-        return [] if obj is None else self.fixed_after_creation
+        if obj is None:
+            return []
+        editable = ["urls"] if obj.kind == KnowledgeSource.Kind.URLS else []
+        return [name for name in self.fixed_after_creation if name not in editable]
 
     def get_inlines(self, request, obj):
         return [] if obj is None else self.inlines
@@ -348,8 +356,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     delete_with_service = staticmethod(delete_source)
 
     def save_model(self, request, obj, form, change):
-        if change:  # only the schedule changes; an added source was saved by save_form
-            set_schedule(obj, **form.schedule())
+        if change:  # an added source was saved by save_form
+            urls = form.cleaned_data["urls"] if "urls" in form.changed_data else None
+            update_source(obj, urls=urls, enabled=form.cleaned_data["enabled"], **form.schedule())
 
     @admin.action(description="Sync selected sources now", permissions=["change"])
     def sync_now(self, request, queryset):

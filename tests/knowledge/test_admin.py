@@ -329,14 +329,41 @@ def test_a_source_added_in_the_admin_gets_its_beat_entry(admin_client, kb, sourc
     outside = admin_client.post(f"{ADMIN}/knowledgesource/add/", {**form, "path": "../elsewhere"})
     assert outside.status_code == 200 and "may not contain" in outside.content.decode()
 
-    changed = admin_client.post(f"{ADMIN}/knowledgesource/{source.pk}/change/", {
-        "interval_seconds": "", "crontab": "*/5 * * * *", "runs-TOTAL_FORMS": 0, "runs-INITIAL_FORMS": 0,
-    })  # fmt: skip
+    change = {"interval_seconds": "", "crontab": "*/5 * * * *", "enabled": "on", "runs-TOTAL_FORMS": 0,
+              "runs-INITIAL_FORMS": 0}  # fmt: skip
+    changed = admin_client.post(f"{ADMIN}/knowledgesource/{source.pk}/change/", change)
     assert changed.status_code == 302, changed.content.decode()[:3000]
     source.periodic_task.refresh_from_db()
-    assert (source.periodic_task.interval, source.periodic_task.crontab.minute) == (None, "*/5")
+    assert (source.periodic_task.interval, source.periodic_task.crontab.minute, source.periodic_task.enabled) == (
+        None, "*/5", True
+    )  # fmt: skip
+    paused = admin_client.post(f"{ADMIN}/knowledgesource/{source.pk}/change/", {**change, "enabled": ""})
+    assert paused.status_code == 302, paused.content.decode()[:3000]
+    source.periodic_task.refresh_from_db()
+    assert source.periodic_task.enabled is False
     page = admin_client.get(f"{ADMIN}/knowledgesource/").content.decode()
     assert "*/5 * * * *" in page and "never" in page  # its schedule and last run in the list
+
+
+def test_a_url_sources_list_is_edited_in_the_admin_but_a_folders_path_is_not(admin_client, kb, source_root):
+    from knowledge.sources import create_source
+
+    urls = create_source(kb, kind="urls", urls=["https://example.com/a.html"], interval_seconds=60)
+    form = {"urls": "https://example.com/a.html,https://example.com/b.html", "interval_seconds": 60, "enabled": "on",
+            "runs-TOTAL_FORMS": 0, "runs-INITIAL_FORMS": 0}  # fmt: skip
+    assert admin_client.post(f"{ADMIN}/knowledgesource/{urls.pk}/change/", form).status_code == 302
+    urls.refresh_from_db()
+    assert urls.urls == ["https://example.com/a.html", "https://example.com/b.html"]
+    emptied = admin_client.post(f"{ADMIN}/knowledgesource/{urls.pk}/change/", {**form, "urls": ""})
+    assert emptied.status_code == 200 and "A URL source needs URLs" in emptied.content.decode()
+
+    folder = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
+    page = admin_client.get(f"{ADMIN}/knowledgesource/{folder.pk}/change/").content.decode()
+    assert 'name="interval_seconds"' in page and 'name="path"' not in page and 'name="urls"' not in page
+    moved = {**form, "path": "/elsewhere", "urls": "https://example.com/c.html"}
+    assert admin_client.post(f"{ADMIN}/knowledgesource/{folder.pk}/change/", moved).status_code == 302
+    folder.refresh_from_db()
+    assert (folder.path, folder.urls) == (str(source_root / "handbook"), [])  # read-only fields are ignored
 
 
 def test_sync_now_queues_the_same_task_as_the_api(admin_client, kb, source_root, django_capture_on_commit_callbacks):
