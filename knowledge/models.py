@@ -403,9 +403,13 @@ class GraphMention(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
-    entity = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="mentions")
+    entity = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="mentions", db_index=False)
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
     count = models.PositiveIntegerField()
+
+    class Meta:
+        # an entity's passages that mention it most, read without sorting all of a common entity's mentions
+        indexes = [models.Index(fields=["entity", "-count", "chunk"], name="graph_mention_entity_top")]
 
 
 class GraphRelation(models.Model):

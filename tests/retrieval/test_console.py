@@ -154,7 +154,9 @@ def test_graph_mode_shows_each_hits_path_and_takes_hops(admin_client, sample_kb)
     html = page.content.decode()
     assert html.count('class="meta graph-path"') == len(hits)
     paths = [next(leg for leg in row["legs"])["path"] for row in hits]
-    assert any(len(path) == 2 for path in paths) and all(len(path) <= 2 for path in paths)  # at most one hop
-    assert f"graph path: {' → '.join(paths[0])}" in unescape(html)
+    assert any(len(path) == 3 for path in paths) and all(len(path) <= 3 for path in paths)  # at most one hop
+    one_hop = next(path for path in paths if len(path) == 3)  # entity, relation kind, entity
+    assert f"graph path: {one_hop[0]} —{one_hop[1]}→ {one_hop[2]} (1 hop;" in unescape(html)
     zero = admin_client.post(TESTING, form(sample_kb.tenant, question, mode="graph", hops=0, top_k=10))
     assert all(len(row["legs"][0]["path"]) == 1 for row in zero.context["outcome"]["hits"])
+
