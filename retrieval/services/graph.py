@@ -32,12 +32,8 @@ class GraphRanking:
     paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path", "hops"}
 
 
-def rank_by_graph(
-    tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int, beyond_query_entities: bool = False
-) -> GraphRanking:
-    """Passages of the KB versions ranked by the entities the query names and their neighbours; with
-    ``beyond_query_entities``, only passages that mention none of the query's entities (among those
-    read): what the walk adds to the lexical and dense legs, which match the query's own names."""
+def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int) -> GraphRanking:
+    """Passages of the KB versions ranked by the entities the query names and their neighbours."""
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
     extractor = entity_extractor_for_tenant(tenant_id)
@@ -55,16 +51,10 @@ def rank_by_graph(
         hub_passages=settings.GRAPH_HUB_PASSAGES, hop_decay=settings.GRAPH_HOP_DECAY,
         entities=settings.GRAPH_MAX_ENTITIES, per_entity=settings.GRAPH_CHUNKS_PER_ENTITY,
     )  # fmt: skip
-    reached_entities = store.reach(scope, [seed.entity_id for seed in seeds], walk, _passages_in(store, scope))
-    left_out = set()
-    if beyond_query_entities:
-        left_out = {chunk_id for reached in reached_entities if reached.hops == 0 for chunk_id, _ in reached.passages}
     chunk_scores: dict[int, float] = {}
     best: dict[int, tuple[float, ReachedEntity]] = {}
-    for reached in reached_entities:
+    for reached in store.reach(scope, [seed.entity_id for seed in seeds], walk, _passages_in(store, scope)):
         for chunk_id, count in reached.passages:
-            if chunk_id in left_out:
-                continue
             contribution = reached.score * (1 + math.log(count))
             chunk_scores[chunk_id] = chunk_scores.get(chunk_id, 0.0) + contribution
             if chunk_id not in best or contribution > best[chunk_id][0]:

@@ -279,13 +279,10 @@ def retrieve_graph(
     compiled: CompiledFilter,
     candidates: int,
     hops: int,
-    beside_other_legs: bool = False,
 ) -> LegResult:
     """One list from the query's entities and their neighbourhood (the original query only: synonym
-    groups are already entity aliases); each hit keeps the path that found it. Beside the BM25 or dense
-    leg (three-way hybrid) the list holds only passages reached beyond the query's own entities: those
-    legs find the passages naming them, and fusing the graph's copy of them reorders a confident head."""
-    ranking = rank_by_graph(tenant.pk, version_ids, query, hops=hops, beyond_query_entities=beside_other_legs)
+    groups are already entity aliases); each hit keeps the path that found it."""
+    ranking = rank_by_graph(tenant.pk, version_ids, query, hops=hops)
     hits, passing = ranking.hits, {}
     if compiled.q and hits:
         passing = selectors.hashes_of_chunks_passing(tenant, [chunk_id for chunk_id, _ in hits], compiled)
@@ -554,10 +551,7 @@ def _retrieve(
         with timings.stage("graph"):
             try:
                 original = variants[0].text
-                beside = weights["bm25"] > 0 or weights["vector"] > 0
-                legs["graph"] = retrieve_graph(
-                    tenant, version_ids, original, weights["graph"], compiled, candidates, hops, beside
-                )
+                legs["graph"] = retrieve_graph(tenant, version_ids, original, weights["graph"], compiled, candidates, hops)
             except Exception as exc:
                 legs["graph"] = _failed_leg("graph", exc, GraphUnavailable, "graph search is unavailable")
         with timings.stage("fuse"):  # the graph hits' hashes the leg did not bring along

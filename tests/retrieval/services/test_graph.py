@@ -75,15 +75,6 @@ def test_a_path_names_the_llm_relation_kind(kb):
     assert all(kind == CO_OCCURRENCE for path in paths for kind in path[3::2])
 
 
-def test_beside_other_legs_only_passages_beyond_the_query_entities_count(kb):
-    question = "What did the maker of the PPR-9087 recall?"
-    everything = rank_by_graph(kb.tenant_id, (kb.active_version_id,), question, hops=1)
-    beyond = rank_by_graph(kb.tenant_id, (kb.active_version_id,), question, hops=1, beyond_query_entities=True)
-    kept = {chunk_id for chunk_id, _ in beyond.hits}
-    assert kept and kept < {chunk_id for chunk_id, _ in everything.hits}
-    assert all(beyond.paths[chunk_id]["hops"] >= 1 for chunk_id in kept)
-
-
 def test_a_query_without_known_entities_finds_nothing(kb):
     assert rank_by_graph(kb.tenant_id, (kb.active_version_id,), "quantum chromodynamics", hops=2).hits == []
 
