@@ -76,7 +76,8 @@ def main() -> None:
                 ranks.append(names.index(answer) + 1 if answer in names else None)
             found = sum(rank is not None for rank in ranks)
             shown = ["-" if rank is None else rank for rank in ranks]
-            print(f"multi-hop recall@10 ({label}): {found}/{len(MULTI_HOP)} = {found / len(MULTI_HOP):.3f}; ranks {shown}")
+            recall = f"{found}/{len(MULTI_HOP)} = {found / len(MULTI_HOP):.3f}"
+            print(f"multi-hop recall@10 ({label}): {recall}; ranks {shown}")
     finally:
         delete_tenant(tenant)
     print("load average:", os.getloadavg())
