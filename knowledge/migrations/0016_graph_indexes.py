@@ -13,6 +13,11 @@ class Migration(migrations.Migration):
 
     # the new index first: it covers the foreign key's lookups, so the key's own index can go
     operations = [
+        migrations.AlterField(
+            model_name='graphrelation',
+            name='target',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='knowledge.graphentity'),
+        ),
         migrations.AddIndex(
             model_name='graphmention',
             index=models.Index(fields=['entity', '-count', 'chunk'], name='graph_mention_entity_top'),
