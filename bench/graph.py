@@ -29,6 +29,7 @@ LATENCY_QUERIES = [
     "firmware update E-221", "退货政策", "Which battery pack does the PPR-9087 use?",
 ]  # fmt: skip
 REPEATS = 20
+GRAPH_WEIGHTS = (0.3, 0.5, 2.0)
 
 
 def main() -> None:
@@ -64,12 +65,19 @@ def main() -> None:
         summary = _common.summarize_ms(seconds)
         print(f"graph leg over {len(seconds)} searches: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms")
 
-        for label, extra in (("two-way", {}), ("three-way", {"graph": True})):
-            found = 0
+        variants = [("two-way", {}), ("three-way", {"graph": True})]
+        variants += [(f"three-way, graph weight {w}", {"weights": {"graph": w}}) for w in GRAPH_WEIGHTS]
+        variants += [("graph alone", {"mode": "graph"})]
+        for label, extra in variants:
+            ranks = []
             for question, answer in MULTI_HOP.items():
-                response = search(tenant, SearchRequest(query=question, mode="hybrid", top_k=10, **extra))
-                found += any(Path(hit.source_uri).name == answer for hit in response.results)
-            print(f"multi-hop recall@10 ({label}): {found}/{len(MULTI_HOP)} = {found / len(MULTI_HOP):.3f}")
+                request = SearchRequest(query=question, **{"mode": "hybrid", "top_k": 10, **extra})
+                names = [Path(hit.source_uri).name for hit in search(tenant, request).results]
+                ranks.append(names.index(answer) + 1 if answer in names else None)
+            found = sum(rank is not None for rank in ranks)
+            shown = ["-" if rank is None else rank for rank in ranks]
+            recall = f"{found}/{len(MULTI_HOP)} = {found / len(MULTI_HOP):.3f}"
+            print(f"multi-hop recall@10 ({label}): {recall}; ranks {shown}")
     finally:
         delete_tenant(tenant)
     print("load average:", os.getloadavg())

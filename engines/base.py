@@ -201,13 +201,39 @@ class GraphNode:
 
 
 @dataclass(frozen=True)
-class GraphStep:
-    """An entity reached from a seed entity, with the strongest path to it."""
+class GraphWalk:
+    """How far a walk from the query's entities goes and how much of what it reaches is read."""
 
-    entity_id: int
     hops: int
-    strength: float  # product of the path's edge strengths w / (w + 1), in (0, 1]; a seed has 1
-    path: tuple[int, ...]  # entity ids, the seed first and this entity last
+    fanout: int  # relations followed from a query entity (the strongest first)
+    deep_fanout: int  # relations followed from an entity reached in one hop or more
+    hub_passages: int  # an entity mentioned in more passages is reached but not walked through
+    hop_decay: float  # score factor per hop
+    entities: int  # the best-scored reached entities whose passages are read
+    per_entity: int  # passages read per entity, those mentioning it most first
+
+
+@dataclass(frozen=True)
+class ReachedEntity:
+    """An entity reached from a query entity, with its strongest path and the passages mentioning it most.
+
+    ``score = strength x hop_decay ** hops x ln(1 + N / chunk_count)`` (``entity_score``), N the
+    passages in scope: strong, near and specific entities first."""
+
+    node: GraphNode
+    hops: int
+    strength: float  # product of the path's edge strengths w / (w + 1), in (0, 1]; a query entity has 1
+    score: float
+    path: tuple[int, ...]  # entity ids, the query entity first and this entity last
+    labels: tuple[str, ...]  # the path's entity labels
+    relations: tuple[str, ...]  # the kind of each step's relation ("": co-occurrence), len(path) - 1
+    passages: tuple[tuple[int, int], ...]  # (chunk id, mentions), the most mentions first
+
+
+def entity_score(strength: float, hops: int, chunk_count: int, total: int, hop_decay: float) -> float:
+    """A reached entity's weight: its path's strength, decayed per hop, times its inverse document
+    frequency (hubs count little)."""
+    return strength * hop_decay**hops * math.log(1 + max(total, 1) / max(chunk_count, 1))
 
 
 @dataclass(frozen=True)
@@ -265,13 +291,18 @@ class GraphStore(ABC):
         """The entities in scope with these ids."""
 
     @abstractmethod
-    def neighbourhood(self, scope: GraphScope, seed_ids: list[int], hops: int, fanout: int) -> list[GraphStep]:
-        """Every entity within ``hops`` of a seed (the seeds included, at 0 hops), each once with its
-        strongest path; a walk follows only the ``fanout`` strongest relations of each entity."""
-
-    @abstractmethod
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         """(entity id, chunk id, mention count): the ``per_entity`` chunks mentioning each entity most."""
+
+    @abstractmethod
+    def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
+        """The ``walk.entities`` best-scored entities within ``walk.hops`` of a seed (the seeds included,
+        at 0 hops), best first (then by id), each once with its strongest path (then the shortest, then
+        the lowest ids) and up to ``walk.per_entity`` passages. A walk follows only the ``fanout``
+        strongest relations of a seed and the ``deep_fanout`` strongest of an entity beyond it, never
+        from an entity mentioned in more than ``hub_passages`` passages. A pair's relation kind on the
+        path: its heaviest typed relation's, else "" (co-occurrence only). ``passages``: the N of the
+        entities' inverse document frequency (``chunk_total``)."""
 
     @abstractmethod
     def chunk_total(self, scope: GraphScope) -> int:

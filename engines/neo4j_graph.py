@@ -5,20 +5,23 @@ weight, kind}]->(:GraphEntity)`` (one edge per passage and direction), ``(:Graph
 ...})`` holding its members' ids and summary as properties, the tenant and KB version on every
 node and edge and in every query. Entity ids are a hash of (tenant, version, name), so both backends
 hand out plain integers. Walks expand one hop per query (the ``fanout`` strongest relations of each
-frontier entity) and keep every simple path, as the PostgreSQL CTE does. Every query runs with a
+frontier entity) and keep every simple path, as the PostgreSQL statement does. Every query runs with a
 transaction timeout, and the driver with connection and acquisition timeouts: a total deadline.
 """
 from __future__ import annotations
 
 import hashlib
 import re
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import neo4j
 from neo4j.exceptions import DriverError, Neo4jError
 from neomodel import IntegerProperty, StringProperty, StructuredNode, db
 
-from engines.base import Community, Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
+from engines.base import (
+    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity, entity_score,
+)  # fmt: skip
 
 
 class GraphEntityNode(StructuredNode):
@@ -106,6 +109,9 @@ class Neo4jGraphStore(GraphStore):
         if touched:
             self._run(_RECOUNT, {**scope, "ids": list(touched)})
 
+    def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
+        return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
+
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": names, "ids": None})
 
@@ -123,35 +129,54 @@ class Neo4jGraphStore(GraphStore):
                 found.setdefault(node.entity_id, node)
         return [found[entity] for entity in sorted(found)]
 
-    def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
-        return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
-
-    def neighbourhood(self, scope: GraphScope, seed_ids: list[int], hops: int, fanout: int) -> list[GraphStep]:
-        seeds = {node.entity_id for node in self.entities(scope, seed_ids)}
-        walks = [GraphStep(seed, 0, 1.0, (seed,)) for seed in sorted(seeds)]
-        frontier = walks
-        for hop in range(1, hops + 1):
-            sources = sorted({walk.entity_id for walk in frontier})
-            edges: dict[int, list[tuple[int, float]]] = {}
-            for source, target, weight in self._run(_STRONGEST, {**_params(scope), "ids": sources, "fanout": fanout}):
-                edges.setdefault(source, []).append((target, weight))
-            frontier = [
-                GraphStep(target, hop, walk.strength * weight / (weight + 1), (*walk.path, target))
-                for walk in frontier
-                for target, weight in edges.get(walk.entity_id, [])
-                if target not in walk.path
-            ]
-            walks += frontier
-        best: dict[int, GraphStep] = {}
-        for walk in walks:  # the strongest path, then the shortest, then the lowest ids (as the CTE orders)
-            kept = best.get(walk.entity_id)
-            if kept is None or (-walk.strength, walk.hops, walk.path) < (-kept.strength, kept.hops, kept.path):
-                best[walk.entity_id] = walk
-        return [best[entity] for entity in sorted(best)]
-
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         rows = self._run(_MENTIONS, {**_params(scope), "ids": entity_ids, "per": per_entity})
         return [tuple(row) for row in rows]
+
+    def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
+        """One query per hop (the strongest relations of each distinct entity of the frontier), then the
+        scores in Python and one query for the passages."""
+        nodes = {node.entity_id: node for node in self.entities(scope, seed_ids)}
+        walks = [_Walk(seed, 0, 1.0, (seed,), ()) for seed in sorted(nodes)]
+        frontier = walks
+        for hop in range(1, walk.hops + 1):
+            sources = sorted({w.entity_id for w in frontier if nodes[w.entity_id].chunk_count <= walk.hub_passages})
+            fanout = walk.fanout if hop == 1 else walk.deep_fanout
+            edges: dict[int, list[tuple[int, float, str]]] = {}
+            strongest = self._run(_STRONGEST, {**_params(scope), "ids": sources, "fanout": fanout})
+            for source, target, weight, kind in strongest:
+                edges.setdefault(source, []).append((target, weight, kind))
+            frontier = [
+                _Walk(target, hop, w.strength * weight / (weight + 1), (*w.path, target), (*w.relations, kind))
+                for w in frontier
+                for target, weight, kind in edges.get(w.entity_id, [])
+                if target not in w.path
+            ]
+            unknown = sorted({w.entity_id for w in frontier} - set(nodes))
+            nodes.update((node.entity_id, node) for node in self.entities(scope, unknown))
+            walks += frontier
+        best: dict[int, _Walk] = {}
+        for w in walks:  # the strongest path, then the shortest, then the lowest ids (as the SQL orders)
+            kept = best.get(w.entity_id)
+            if kept is None or (-w.strength, w.hops, w.path) < (-kept.strength, kept.hops, kept.path):
+                best[w.entity_id] = w
+        scores = {
+            entity: entity_score(w.strength, w.hops, nodes[entity].chunk_count, passages, walk.hop_decay)
+            for entity, w in best.items()
+        }
+        chosen = sorted(best, key=lambda entity: (-scores[entity], entity))[: walk.entities]
+        mentioning: dict[int, list[tuple[int, int]]] = {}
+        if chosen:
+            for entity, chunk_id, count in self.mentions(scope, chosen, walk.per_entity):
+                mentioning.setdefault(entity, []).append((chunk_id, count))
+        return [
+            ReachedEntity(
+                nodes[entity], best[entity].hops, best[entity].strength, scores[entity], best[entity].path,
+                tuple(nodes[i].label for i in best[entity].path), best[entity].relations,
+                tuple(mentioning.get(entity, ())),
+            )
+            for entity in chosen
+        ]  # fmt: skip
 
     def chunk_total(self, scope: GraphScope) -> int:
         return self._run(_CHUNK_TOTAL, _params(scope))[0][0]
@@ -196,6 +221,14 @@ class Neo4jGraphStore(GraphStore):
 
 
 _LUCENE_SPECIAL = re.compile(r'[+\-&|!(){}\[\]^"~*?:\\/]')
+
+
+class _Walk(NamedTuple):
+    entity_id: int
+    hops: int
+    strength: float
+    path: tuple[int, ...]
+    relations: tuple[str, ...]
 
 
 def _params(scope: GraphScope) -> dict:
@@ -246,11 +279,12 @@ RETURN n.entity_id, n.version_id, n.name, n.label, n.kind, n.chunk_count ORDER B
 _STRONGEST = """
 MATCH (s:GraphEntity {tenant_id: $tenant})-[r:RELATED {tenant_id: $tenant}]->(t:GraphEntity {tenant_id: $tenant})
 WHERE s.entity_id IN $ids AND s.version_id IN $versions AND r.version_id IN $versions
-WITH s.entity_id AS source, t.entity_id AS target, sum(r.weight) AS weight
+WITH s.entity_id AS source, t.entity_id AS target, r ORDER BY r.kind = '', r.weight DESC, r.kind
+WITH source, target, sum(r.weight) AS weight, collect(r.kind)[0] AS kind
 ORDER BY source, weight DESC, target
-WITH source, collect([target, weight])[..$fanout] AS strongest
+WITH source, collect([target, weight, kind])[..$fanout] AS strongest
 UNWIND strongest AS edge
-RETURN source, edge[0], edge[1]
+RETURN source, edge[0], edge[1], edge[2]
 """
 _MENTIONS = """
 UNWIND $ids AS id

@@ -1,4 +1,4 @@
-"""The entity graph in PostgreSQL tables whose names the caller gives; k-hop walks by recursive CTE.
+"""The entity graph in PostgreSQL tables whose names the caller gives; a k-hop walk in one statement.
 
 Tables (``knowledge.models`` defines them): communities (``level, number, parent``, entity and
 chunk id arrays, summary, analyzed summary, embedding), entities (``id, tenant_id, kb_version_id, name, label,
@@ -11,11 +11,14 @@ KB version and parameterized.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from functools import lru_cache
 
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
-from engines.base import Community, Extraction, GraphNode, GraphScope, GraphStep, GraphStore, GraphStoreError
+from engines.base import (
+    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity,
+)  # fmt: skip
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
 
@@ -62,13 +65,25 @@ class PostgresGraphStore(GraphStore):
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_ID, [scope.tenant_id, list(scope.version_ids), entity_ids])
 
-    def neighbourhood(self, scope: GraphScope, seed_ids: list[int], hops: int, fanout: int) -> list[GraphStep]:
-        tenant, versions = scope.tenant_id, list(scope.version_ids)
-        rows = self._fetch(_NEIGHBOURHOOD, [tenant, versions, seed_ids, tenant, versions, fanout, hops])
-        return [GraphStep(entity_id, hops, float(strength), tuple(path)) for entity_id, hops, strength, path in rows]
-
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         return self._fetch(_MENTIONS, [entity_ids, scope.tenant_id, list(scope.version_ids), per_entity])
+
+    def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
+        """One statement: the walk, the scores, the path's labels and the passages."""
+        params = {
+            "passages": passages,
+            "tenant": scope.tenant_id, "versions": list(scope.version_ids), "seeds": seed_ids,
+            "fanout": walk.fanout, "deep_fanout": walk.deep_fanout, "hub": walk.hub_passages,
+            "decay": walk.hop_decay, "entities": walk.entities, "per_entity": walk.per_entity,
+        }  # fmt: skip
+        return [
+            ReachedEntity(
+                GraphNode(entity, version, name, label, kind, chunk_count), hops, float(strength), float(score),
+                tuple(path), tuple(labels), tuple(relations), tuple(zip(chunks, counts, strict=True)),
+            )
+            for (entity, version, name, label, kind, chunk_count, hops, strength, score, path, labels, relations,
+                 chunks, counts) in self._fetch(_reach(walk.hops), params)
+        ]  # fmt: skip
 
     def chunk_total(self, scope: GraphScope) -> int:
         return self._fetch(_CHUNK_TOTAL, [scope.tenant_id, list(scope.version_ids)])[0][0]
@@ -179,27 +194,6 @@ _FIND_BY_ID = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND id = ANY(%s) "
     "ORDER BY id"
 )
-# A walk from every seed; an entity's strongest path wins (then the shorter, then the lower ids). The
-# seeds are checked against the scope; each step reads only the scope's relations of one entity.
-_NEIGHBOURHOOD = sql.SQL(
-    """
-    WITH RECURSIVE walk(entity_id, hops, strength, path) AS (
-        SELECT id, 0, 1.0::float8, ARRAY[id] FROM {entities}
-        WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND id = ANY(%s)
-      UNION ALL
-        SELECT step.target_id, walk.hops + 1, walk.strength * step.weight / (step.weight + 1),
-               walk.path || step.target_id
-        FROM walk CROSS JOIN LATERAL (
-            SELECT target_id, sum(weight) AS weight FROM {relations}
-            WHERE source_id = walk.entity_id AND tenant_id = %s AND kb_version_id = ANY(%s)
-            GROUP BY target_id ORDER BY sum(weight) DESC, target_id LIMIT %s
-        ) AS step
-        WHERE walk.hops < %s AND step.target_id <> ALL(walk.path)
-    )
-    SELECT DISTINCT ON (entity_id) entity_id, hops, strength, path FROM walk
-    ORDER BY entity_id, strength DESC, hops, path
-    """
-)
 _MENTIONS = sql.SQL(
     """
     SELECT seed.id, m.chunk_id, m.count FROM unnest(%s::bigint[]) AS seed(id) CROSS JOIN LATERAL (
@@ -209,6 +203,67 @@ _MENTIONS = sql.SQL(
     ) AS m
     """
 )
+_SCOPED = "tenant_id = %(tenant)s AND kb_version_id = ANY(%(versions)s)"
+# The steps of hop n leave each entity reached at hop n - 1 once (its strongest relations, summed over
+# passages; not from a hub), however many paths reach it; every simple path is kept, the strongest wins.
+_HOP = """
+e{n} AS (
+    SELECT source.id AS source_id, step.target_id, step.weight, step.kind
+    FROM (SELECT DISTINCT w.entity_id AS id FROM w{previous} AS w JOIN {{entities}} AS e ON e.id = w.entity_id
+          WHERE e.chunk_count <= %(hub)s) AS source
+    CROSS JOIN LATERAL (
+        SELECT target_id, sum(weight) AS weight, (array_agg(kind ORDER BY kind = '', weight DESC, kind))[1] AS kind
+        FROM {{relations}} WHERE source_id = source.id AND {scoped}
+        GROUP BY target_id ORDER BY sum(weight) DESC, target_id LIMIT %({fanout})s
+    ) AS step
+),
+w{n} AS (
+    SELECT e.target_id AS entity_id, {n} AS hops, w.strength * e.weight / (e.weight + 1) AS strength,
+           w.path || e.target_id AS path, w.relations || e.kind AS relations
+    FROM w{previous} AS w JOIN e{n} AS e ON e.source_id = w.entity_id
+    WHERE e.target_id <> ALL(w.path)
+),"""
+_REACH = """
+WITH w0 AS (
+    SELECT id AS entity_id, 0 AS hops, 1.0::float8 AS strength, ARRAY[id] AS path, ARRAY[]::text[] AS relations
+    FROM {{entities}} WHERE {scoped} AND id = ANY(%(seeds)s)
+),{hops}
+best AS (
+    SELECT DISTINCT ON (entity_id) * FROM ({walks}) AS walk ORDER BY entity_id, strength DESC, hops, path
+),
+scored AS (
+    SELECT best.*, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count,
+           best.strength * power(%(decay)s::float8, best.hops)
+               * ln(1 + greatest(%(passages)s, 1)::float8 / greatest(e.chunk_count, 1)) AS score
+    FROM best JOIN {{entities}} AS e ON e.id = best.entity_id
+    ORDER BY score DESC, best.entity_id LIMIT %(entities)s
+)
+SELECT s.entity_id, s.kb_version_id, s.name, s.label, s.kind, s.chunk_count, s.hops, s.strength, s.score, s.path,
+       ARRAY(SELECT l.label FROM unnest(s.path) WITH ORDINALITY AS p(id, i) JOIN {{entities}} AS l ON l.id = p.id
+             ORDER BY p.i) AS labels,
+       s.relations, coalesce(m.chunks, '{{{{}}}}'), coalesce(m.counts, '{{{{}}}}')
+FROM scored AS s CROSS JOIN LATERAL (
+    SELECT array_agg(chunk_id ORDER BY count DESC, chunk_id) AS chunks, array_agg(count ORDER BY count DESC, chunk_id)
+        AS counts
+    FROM (SELECT chunk_id, count FROM {{mentions}} WHERE entity_id = s.entity_id AND {scoped}
+          ORDER BY count DESC, chunk_id LIMIT %(per_entity)s) AS top
+) AS m
+ORDER BY s.score DESC, s.entity_id
+"""
+
+
+@lru_cache(maxsize=None)
+def _reach(hops: int) -> sql.SQL:
+    """The walk of ``hops`` hops, unrolled: one statement per hop count (the walk's steps, the entities'
+    scores and labels, and their passages in one round trip)."""
+    steps = "".join(
+        _HOP.format(n=n, previous=n - 1, scoped=_SCOPED, fanout="fanout" if n == 1 else "deep_fanout")
+        for n in range(1, hops + 1)
+    )
+    walks = " UNION ALL ".join(f"SELECT * FROM w{n}" for n in range(hops + 1))
+    return sql.SQL(_REACH.format(hops=steps, walks=walks, scoped=_SCOPED))
+
+
 _CHUNK_TOTAL = sql.SQL("SELECT count(*) FROM {chunks} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _PING = sql.SQL("SELECT 1 FROM {entities} LIMIT 1")
 _DELETE_RELATIONS = sql.SQL(

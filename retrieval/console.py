@@ -24,7 +24,8 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
 from retrieval.highlight import highlight, terms
 from retrieval.selectors import recent_runs
-from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
+from retrieval.serializers import MAX_CANDIDATES, MAX_COMMUNITY_LEVEL, MAX_HOPS, MAX_QUERY_CHARS
+from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.services.console import record_run
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
@@ -97,6 +98,17 @@ class RetrievalTestForm(SearchSettingsForm):
         help_text="JSON, as in the API",
     )
 
+    graph_scope = forms.ChoiceField(
+        choices=[("local", "local: passages"), ("global", "global: communities")],
+        initial="local",
+        required=False,
+        label="graph scope",
+        help_text="graph mode: global ranks the knowledge bases' communities by their summaries",
+    )
+    level = forms.IntegerField(
+        min_value=0, max_value=MAX_COMMUNITY_LEVEL, required=False, help_text="graph global: community level, blank: 0"
+    )
+
     field_order = ["tenant", "query", "knowledge_bases", "filters"]
 
     def __init__(self, *args, tenants, **kwargs):
@@ -130,7 +142,18 @@ class RetrievalTestForm(SearchSettingsForm):
         foreign = [kb.name for kb in kbs if tenant and kb.tenant_id != tenant.pk]
         if foreign:
             self.add_error("knowledge_bases", f"not knowledge bases of {tenant.name}: {', '.join(foreign)}")
+        if data.get("graph_scope") == "global" and data.get("mode") != "graph":
+            self.add_error("graph_scope", "the global scope is a graph search: choose mode graph")
         return data
+
+    def is_global(self) -> bool:
+        return self.cleaned_data.get("graph_scope") == "global"
+
+    def global_request(self) -> GlobalGraphRequest:
+        data = self.cleaned_data
+        kb_ids = [kb.pk for kb in data["knowledge_bases"]]
+        level = data["level"] or 0
+        return GlobalGraphRequest(data["query"], data["top_k"], kb_ids or None, level, data["filters"])
 
     def search_request(self) -> SearchRequest:
         data = self.cleaned_data
@@ -223,6 +246,10 @@ def testing_view(request, context: dict) -> TemplateResponse:
         run = get_object_or_404(request.user.retrieval_runs, pk=int(data["rerun"]))
         data = MultiValueDict(run.params)
     form = RetrievalTestForm(data, tenants=tenants)
+    if data is not None and form.is_valid() and form.is_global():
+        context.update(form=form, communities=_run_global(request, form), runs=recent_runs(request.user),
+                       has_tenants=True, compare_url=reverse("admin:retrieval_retrievalrun_compare"))  # fmt: skip
+        return TemplateResponse(request, "admin/retrieval/testing.html", context)
     outcome = _run(request, form) if data is not None else None
     if outcome is not None:
         tenant = form.cleaned_data["tenant"]
@@ -265,6 +292,17 @@ def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None 
         return None
     try:
         return cached_search(form.cleaned_data["tenant"], search_request or form.search_request())
+    except DomainError as exc:
+        form.add_error(None, f"The search failed: {exc.message}")
+        messages.error(request, "The search failed; see the message above the form.")
+        return None
+
+
+def _run_global(request, form: RetrievalTestForm) -> dict | None:
+    """The communities a global graph search ranks (as the API answers them; not kept in the history),
+    or None with the reason shown as a form error."""
+    try:
+        return global_graph_search(form.cleaned_data["tenant"], form.global_request()).as_dict()
     except DomainError as exc:
         form.add_error(None, f"The search failed: {exc.message}")
         messages.error(request, "The search failed; see the message above the form.")

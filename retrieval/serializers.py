@@ -139,7 +139,9 @@ class ContributionOutput(serializers.Serializer):
     path = serializers.ListField(
         child=serializers.CharField(),
         required=False,
-        help_text="graph only: the entities from a query entity to one this passage mentions",
+        help_text="graph only: from a query entity to one this passage mentions, entities and the relation between "
+        "each two: [entity, relation, entity, ...]; a relation is its kind (typed by the LLM, e.g. made_by) or "
+        "co_occurs",
     )
     hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 

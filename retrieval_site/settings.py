@@ -189,6 +189,9 @@ class Environment(BaseSettings):
     GRAPH_HOPS: Annotated[int, Field(ge=0, le=3), Ranks] = 2  # default neighbourhood of the query's entities
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
+    GRAPH_DEEP_FANOUT: Annotated[PositiveInt, Ranks] = 5  # ... and of each entity beyond the query's
+    GRAPH_HUB_PASSAGES: Annotated[PositiveInt, Ranks] = 1_000  # a walk stops at entities in more passages
+    GRAPH_MAX_ENTITIES: Annotated[PositiveInt, Ranks] = 30  # reached entities whose passages are read
     GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
     # A misspelt Latin name of the query finds the entity this similar (trigrams, 0-1); 0: exact names only.
     GRAPH_FUZZY_SIMILARITY: Annotated[float, Field(ge=0, le=1), Ranks] = 0.6

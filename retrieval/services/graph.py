@@ -11,19 +11,25 @@ hubs count little); a passage scores the sum over the reached entities it mentio
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from engines.base import GraphNode, GraphScope, GraphStep
+from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity
 from knowledge.selectors import entity_extractor_for_tenant
 from knowledge.stores import graph_store
+
+CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (no LLM kind)
+PASSAGE_COUNT_TTL_S = 60.0
+MAX_COUNTED_SCOPES = 10_000
+_passage_counts: dict[GraphScope, tuple[float, int]] = {}  # scope -> (when counted, passages)
 
 
 @dataclass(frozen=True)
 class GraphRanking:
     hits: list[tuple[int, float]]  # (chunk id, score), best first
-    paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path": labels, "hops"}
+    paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path", "hops"}
 
 
 def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int) -> GraphRanking:
@@ -40,27 +46,44 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
         seeds += [node for node in similar if node.entity_id not in known]
     if not seeds:
         return GraphRanking([], {})
-    steps = store.neighbourhood(scope, [seed.entity_id for seed in seeds], hops, settings.GRAPH_FANOUT)
-    nodes = {node.entity_id: node for node in store.entities(scope, sorted({i for s in steps for i in s.path}))}
-    total = store.chunk_total(scope)
-    scores = {step.entity_id: _entity_score(step, nodes[step.entity_id], total) for step in steps}
-    by_entity = {step.entity_id: step for step in steps}
+    walk = GraphWalk(
+        hops=hops, fanout=settings.GRAPH_FANOUT, deep_fanout=settings.GRAPH_DEEP_FANOUT,
+        hub_passages=settings.GRAPH_HUB_PASSAGES, hop_decay=settings.GRAPH_HOP_DECAY,
+        entities=settings.GRAPH_MAX_ENTITIES, per_entity=settings.GRAPH_CHUNKS_PER_ENTITY,
+    )  # fmt: skip
     chunk_scores: dict[int, float] = {}
-    best: dict[int, tuple[float, GraphStep]] = {}
-    for entity_id, chunk_id, count in store.mentions(scope, list(scores), settings.GRAPH_CHUNKS_PER_ENTITY):
-        contribution = scores[entity_id] * (1 + math.log(count))
-        chunk_scores[chunk_id] = chunk_scores.get(chunk_id, 0.0) + contribution
-        if chunk_id not in best or contribution > best[chunk_id][0]:
-            best[chunk_id] = (contribution, by_entity[entity_id])
+    best: dict[int, tuple[float, ReachedEntity]] = {}
+    for reached in store.reach(scope, [seed.entity_id for seed in seeds], walk, _passages_in(store, scope)):
+        for chunk_id, count in reached.passages:
+            contribution = reached.score * (1 + math.log(count))
+            chunk_scores[chunk_id] = chunk_scores.get(chunk_id, 0.0) + contribution
+            if chunk_id not in best or contribution > best[chunk_id][0]:
+                best[chunk_id] = (contribution, reached)
     matched = sorted({seed.label for seed in seeds})
     paths = {
-        chunk_id: {"entities": matched, "path": [nodes[i].label for i in step.path], "hops": step.hops}
-        for chunk_id, (_, step) in best.items()
+        chunk_id: {"entities": matched, "path": _path(reached), "hops": reached.hops}
+        for chunk_id, (_, reached) in best.items()
     }
     hits = sorted(chunk_scores.items(), key=lambda hit: (-hit[1], hit[0]))
     return GraphRanking(hits, paths)
 
 
-def _entity_score(step: GraphStep, node: GraphNode, total: int) -> float:
-    idf = math.log(1 + max(total, 1) / max(node.chunk_count, 1))
-    return step.strength * settings.GRAPH_HOP_DECAY**step.hops * idf
+def _passages_in(store: GraphStore, scope: GraphScope) -> int:
+    """The scope's passage count (the N of the entities' idf), counted at most every
+    ``PASSAGE_COUNT_TTL_S`` per process: at 100k passages the count costs more than the walk, and N
+    moves the scores little between two counts."""
+    now = time.monotonic()
+    counted = _passage_counts.get(scope)
+    if counted is None or now - counted[0] > PASSAGE_COUNT_TTL_S:
+        if len(_passage_counts) > MAX_COUNTED_SCOPES:
+            _passage_counts.clear()
+        counted = _passage_counts[scope] = (now, store.chunk_total(scope))
+    return counted[1]
+
+
+def _path(reached: ReachedEntity) -> list[str]:
+    """The path as the API shows it: entity labels with each relation's kind between them."""
+    path = [reached.labels[0]]
+    for kind, label in zip(reached.relations, reached.labels[1:], strict=True):
+        path += [kind or CO_OCCURRENCE, label]
+    return path

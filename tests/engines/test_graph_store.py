@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, Relation
+from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, Relation, entity_score
 from knowledge.stores import graph_store
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
@@ -52,6 +52,17 @@ def scope_of(kb) -> GraphScope:
     return GraphScope(kb.tenant_id, (kb.active_version_id,))
 
 
+def walk(hops: int = 2, *, fanout: int = 10, deep_fanout: int = 10, hub_passages: int = 100, entities: int = 100,
+         per_entity: int = 10) -> GraphWalk:
+    return GraphWalk(hops, fanout, deep_fanout, hub_passages, 0.5, entities, per_entity)
+
+
+def reached(store, kb, seeds: list[int], **options) -> dict:
+    """entity id -> what ``reach`` says of it"""
+    steps = store.reach(scope_of(kb), seeds, walk(**options), store.chunk_total(scope_of(kb)))
+    return {entity.node.entity_id: entity for entity in steps}
+
+
 def ids_by_name(store, kb, *names) -> dict[str, int]:
     return {node.name: node.entity_id for node in store.find_entities(scope_of(kb), list(names))}
 
@@ -62,37 +73,82 @@ def test_entities_are_one_per_name_with_their_passage_counts(store, kb):
     nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "missing"])}
     assert {name: node.chunk_count for name, node in nodes.items()} == {"a": 1, "b": 2, "c": 1}
     assert nodes["b"].label == "B" and nodes["b"].version_id == kb.active_version_id
-    assert [n.name for n in store.entities(scope_of(kb), [nodes["c"].entity_id])] == ["c"]
-    assert store.chunk_total(scope_of(kb)) == 2
+    assert store.entities(scope_of(kb), [nodes["c"].entity_id]) == [nodes["c"]]
+    assert reached(store, kb, [nodes["c"].entity_id], hops=0)[nodes["c"].entity_id].node == nodes["c"]
 
 
-def test_mentions_map_entities_back_to_passages(store, kb):
+def test_reached_entities_map_back_to_the_passages_mentioning_them_most(store, kb):
     first, second = chunks_of(kb, 2)
     extraction = Extraction((Entity("a", "a", "noun", 3),), ())
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: extraction, second: chain("a")})
     a = ids_by_name(store, kb, "a")["a"]
     assert store.mentions(scope_of(kb), [a], per_entity=5) == [(a, first, 3), (a, second, 1)]
     assert store.mentions(scope_of(kb), [a], per_entity=1) == [(a, first, 3)]
+    assert reached(store, kb, [a])[a].passages == ((first, 3), (second, 1))
+    assert reached(store, kb, [a], per_entity=1)[a].passages == ((first, 3),)
 
 
-def test_neighbourhood_walks_up_to_hops_with_the_strongest_path(store, kb):
+def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
     (chunk,) = chunks_of(kb, 1)
     # a - b - c - d, and a weaker shortcut a - c
     extraction = chain("a", "b", "c", "d", weight=3.0)
     extraction = Extraction(extraction.entities, (*extraction.relations, Relation("a", "c", 0.5)))
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: extraction})
     ids = ids_by_name(store, kb, "a", "b", "c", "d")
-    steps = {step.entity_id: step for step in store.neighbourhood(scope_of(kb), [ids["a"]], hops=2, fanout=10)}
+    steps = reached(store, kb, [ids["a"]])
     assert set(steps) == {ids["a"], ids["b"], ids["c"], ids["d"]}
-    assert steps[ids["a"]].hops == 0 and steps[ids["a"]].strength == 1.0
+    assert steps[ids["a"]].hops == 0 and steps[ids["a"]].strength == 1.0 and steps[ids["a"]].labels == ("A",)
     # via b: 0.75 * 0.75 beats the direct 0.5 / 1.5
-    assert steps[ids["c"]].path == (ids["a"], ids["b"], ids["c"])
+    assert steps[ids["c"]].path == (ids["a"], ids["b"], ids["c"]) and steps[ids["c"]].labels == ("A", "B", "C")
     assert math.isclose(steps[ids["c"]].strength, 0.75 * 0.75)
     assert steps[ids["d"]].path == (ids["a"], ids["c"], ids["d"]) and steps[ids["d"]].hops == 2
-    one_hop = store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=10)
-    assert {step.entity_id for step in one_hop} == {ids["a"], ids["b"], ids["c"]}
-    strongest_only = store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=1)
-    assert {step.entity_id for step in strongest_only} == {ids["a"], ids["b"]}
+    assert set(reached(store, kb, [ids["a"]], hops=1)) == {ids["a"], ids["b"], ids["c"]}
+    assert set(reached(store, kb, [ids["a"]], hops=1, fanout=1)) == {ids["a"], ids["b"]}
+    # beyond the first hop, deep_fanout: c's strongest relations tie (b and d, 3.0), the lower id wins
+    assert set(reached(store, kb, [ids["a"]], deep_fanout=1)) == {ids["a"], ids["b"], ids["c"]}
+
+
+def test_reached_entities_are_scored_and_the_best_kept(store, kb):
+    first, second, third = chunks_of(kb, 3)
+    graphs = {first: chain("a", "b", weight=3.0), second: chain("b", "c", weight=1.0), third: chain("c")}
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    ids = ids_by_name(store, kb, "a", "b", "c")
+    assert store.chunk_total(scope_of(kb)) == 3
+    steps = store.reach(scope_of(kb), [ids["a"]], walk(), 3)
+    expected = {  # 3 passages in scope; b is in 2 of them, c in 2
+        ids["a"]: entity_score(1.0, 0, 1, 3, 0.5),
+        ids["b"]: entity_score(0.75, 1, 2, 3, 0.5),
+        ids["c"]: entity_score(0.75 * 0.5, 2, 2, 3, 0.5),
+    }
+    assert [step.node.entity_id for step in steps] == sorted(expected, key=lambda i: -expected[i])
+    assert all(math.isclose(step.score, expected[step.node.entity_id]) for step in steps)
+    assert [step.node.entity_id for step in store.reach(scope_of(kb), [ids["a"]], walk(entities=2), 3)] == [
+        step.node.entity_id for step in steps[:2]
+    ]
+
+
+def test_a_walk_does_not_go_on_from_a_hub(store, kb):
+    chunk_ids = chunks_of(kb, 3)
+    graphs = {chunk_ids[0]: chain("a", "hub", "b"), chunk_ids[1]: chain("hub"), chunk_ids[2]: chain("hub")}
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    ids = ids_by_name(store, kb, "a", "hub", "b")
+    assert set(reached(store, kb, [ids["a"]], hub_passages=3)) == {ids["a"], ids["hub"], ids["b"]}
+    assert set(reached(store, kb, [ids["a"]], hub_passages=2)) == {ids["a"], ids["hub"]}  # reached, not walked
+    assert reached(store, kb, [ids["hub"]], hub_passages=2).keys() == {ids["hub"]}
+
+
+def test_each_step_names_its_relation_kind(store, kb):
+    first, second = chunks_of(kb, 2)
+    typed = Extraction(chain("lock", "maker").entities, (Relation("lock", "maker", 1.0, "made_by"),))
+    graphs = {first: typed, second: chain("maker", "city")}
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    ids = ids_by_name(store, kb, "lock", "maker", "city")
+    city = reached(store, kb, [ids["lock"]])[ids["city"]]
+    assert city.labels == ("LOCK", "MAKER", "CITY") and city.relations == ("made_by", "")
+    # a pair related both ways (typed in one passage, by co-occurrence in another) names the typed kind
+    (third,) = chunks_of(kb, 1)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {third: chain("lock", "maker", weight=5.0)})
+    assert reached(store, kb, [ids["lock"]])[ids["maker"]].relations == ("made_by",)
 
 
 def test_relation_weights_add_up_over_passages(store, kb):
@@ -100,8 +156,7 @@ def test_relation_weights_add_up_over_passages(store, kb):
     graphs = {first: chain("a", "b", weight=1.0), second: chain("a", "b", weight=1.0)}
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
     ids = ids_by_name(store, kb, "a", "b")
-    steps = {s.entity_id: s for s in store.neighbourhood(scope_of(kb), [ids["a"]], hops=1, fanout=5)}
-    assert math.isclose(steps[ids["b"]].strength, 2 / 3)
+    assert math.isclose(reached(store, kb, [ids["a"]], hops=1)[ids["b"]].strength, 2 / 3)
 
 
 def test_replacing_passages_replaces_their_part_of_the_graph(store, kb):
@@ -112,8 +167,7 @@ def test_replacing_passages_replaces_their_part_of_the_graph(store, kb):
     nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "d"])}
     assert set(nodes) == {"b", "c", "d"}  # nothing mentions a any more
     assert nodes["b"].chunk_count == 2
-    reached = store.neighbourhood(scope_of(kb), [nodes["b"].entity_id], hops=1, fanout=10)
-    assert {step.entity_id for step in reached} == {nodes[name].entity_id for name in "bcd"}
+    assert set(reached(store, kb, [nodes["b"].entity_id], hops=1)) == {nodes[name].entity_id for name in "bcd"}
 
 
 def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
@@ -126,10 +180,11 @@ def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
     their_ids = ids_by_name(store, other, "a", "c")
     wrong_tenant = GraphScope(other.tenant_id, (kb.active_version_id,))
     assert store.find_entities(wrong_tenant, ["a"]) == []
-    assert store.neighbourhood(scope_of(kb), [their_ids["a"]], hops=2, fanout=10) == []
+    assert reached(store, kb, [their_ids["a"]]) == {}
     assert store.mentions(scope_of(kb), [their_ids["a"]], per_entity=10) == []
-    reached = store.neighbourhood(scope_of(kb), [ids["a"]], hops=2, fanout=10)
-    assert {step.entity_id for step in reached} == {ids["a"], ids["b"]}
+    steps = reached(store, kb, [ids["a"]])
+    assert set(steps) == {ids["a"], ids["b"]}
+    assert {chunk for step in steps.values() for chunk, _ in step.passages} == {mine}
 
 
 def test_dropping_versions_forgets_their_graph(store, kb):
@@ -140,7 +195,7 @@ def test_dropping_versions_forgets_their_graph(store, kb):
     a = ids_by_name(store, kb, "a")["a"]
     store.drop_versions(kb.tenant_id, [kb.active_version_id])
     assert store.find_entities(scope_of(kb), ["a", "b"]) == []
-    assert store.mentions(scope_of(kb), [a], per_entity=5) == []
+    assert reached(store, kb, [a]) == {} and store.mentions(scope_of(kb), [a], per_entity=5) == []
     assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
 
 

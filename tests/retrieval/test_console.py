@@ -154,7 +154,29 @@ def test_graph_mode_shows_each_hits_path_and_takes_hops(admin_client, sample_kb)
     html = page.content.decode()
     assert html.count('class="meta graph-path"') == len(hits)
     paths = [next(leg for leg in row["legs"])["path"] for row in hits]
-    assert any(len(path) == 2 for path in paths) and all(len(path) <= 2 for path in paths)  # at most one hop
-    assert f"graph path: {' → '.join(paths[0])}" in unescape(html)
+    assert any(len(path) == 3 for path in paths) and all(len(path) <= 3 for path in paths)  # at most one hop
+    one_hop = next(path for path in paths if len(path) == 3)  # entity, relation kind, entity
+    assert f"graph path: {one_hop[0]} —{one_hop[1]}→ {one_hop[2]} (1 hop;" in unescape(html)
     zero = admin_client.post(TESTING, form(sample_kb.tenant, question, mode="graph", hops=0, top_k=10))
     assert all(len(row["legs"][0]["path"]) == 1 for row in zero.context["outcome"]["hits"])
+
+
+def test_the_graph_global_scope_shows_communities_with_summaries_key_entities_and_passages(admin_client, sample_kb):
+    query = "鱼香肉丝 川菜 招牌菜"
+    page = admin_client.post(TESTING, form(sample_kb.tenant, query, mode="graph", graph_scope="global", top_k=3))
+    assert page.status_code == 200 and page.context.get("outcome") is None
+    communities = page.context["communities"]["communities"]
+    assert 0 < len(communities) <= 3 and any("鱼香肉丝" in c["summary"] for c in communities)
+    html = unescape(page.content.decode())
+    assert html.count('<li class="hit community"') == len(communities)
+    for community in communities:
+        assert f"key entities: {', '.join(community['key_entities'])}" in html and community["summary"] in html
+        assert all(chunk["content"] in html for chunk in community["chunks"]) and community["chunks"]
+    below = admin_client.post(TESTING, form(sample_kb.tenant, query, mode="graph", graph_scope="global", level=1))
+    assert {c["level"] for c in below.context["communities"]["communities"]} == {1}
+
+
+def test_the_global_scope_needs_graph_mode(admin_client, sample_kb):
+    page = admin_client.post(TESTING, form(sample_kb.tenant, "鱼香肉丝", mode="hybrid", graph_scope="global"))
+    assert page.context["form"].errors["graph_scope"] == ["the global scope is a graph search: choose mode graph"]
+    assert page.context.get("communities") is None and page.context["outcome"] is None

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
+from knowledge.communities import rebuild_communities
 from knowledge.models import DictionaryTerm, Document
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from tenants.services import create_tenant
@@ -70,6 +71,28 @@ def test_the_order_query_shows_the_order_status_passage_first_highlighted_with_l
     page.click("input[name=_save]")
     expect(page.locator(".messagelist")).to_contain_text("was added successfully")
     assert DictionaryTerm.objects.get(tenant=order_kb.tenant).value == "ORD-2026-000817"
+
+
+def test_the_graph_global_scope_lists_communities_with_their_passages(logged_in, live_server, order_kb, screenshot):
+    assert rebuild_communities(order_kb.active_version) > 0
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/retrieval/retrievalrun/")
+    if page.locator("select[name=tenant]").count():
+        page.select_option("select[name=tenant]", str(order_kb.tenant.pk))
+    page.fill("input[name=query]", "firmware update failed")
+    page.select_option("select[name=mode]", "graph")
+    page.select_option("select[name=graph_scope]", "global")
+    page.click("input[value=Search]")
+    first = page.locator("li.community").first
+    key_entities = first.locator(".key-entities").inner_text()
+    assert key_entities.startswith("key entities: ")
+    assert first.locator(".summary-text").inner_text().startswith("Key entities: " + key_entities.split(": ", 1)[1])
+    supporting = first.locator("details.supporting").first
+    expect(supporting.locator(".passage")).to_be_hidden()
+    supporting.locator("summary").click()  # a supporting passage opens in place
+    expect(supporting.locator(".passage")).to_be_visible()
+    assert page.locator("table.summary").inner_text().count("communities") == 1
+    screenshot(page, "retrieval-testing-graph-global")
 
 
 def test_compare_shows_two_settings_side_by_side(logged_in, live_server, order_kb, screenshot):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from engines.base import Entity, Extraction, Relation
 from knowledge.services import Ingester, create_knowledge_base, discover_files
-from retrieval.services.graph import rank_by_graph
+from retrieval.services.graph import CO_OCCURRENCE, rank_by_graph
 from tests.factories import TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -54,8 +55,24 @@ def test_each_hit_explains_its_path(kb):
     paths = list(ranking.paths.values())
     assert all(path["entities"] == ["PPR-9087"] for path in paths)
     assert {path["hops"] for path in paths} >= {0, 1}
-    for path in paths:
-        assert path["path"][0] == "PPR-9087" and len(path["path"]) == path["hops"] + 1
+    for path in paths:  # entity, relation, entity, ...: co-occurrence only here
+        assert path["path"][0] == "PPR-9087" and len(path["path"]) == 2 * path["hops"] + 1
+        assert set(path["path"][1::2]) <= {CO_OCCURRENCE}
+
+
+def test_a_path_names_the_llm_relation_kind(kb):
+    """A typed triple's kind names its step; the other steps co-occur."""
+    from knowledge.models import Chunk
+    from knowledge.stores import graph_store
+
+    lock = Chunk.objects.get(kb_version=kb.active_version, document__source_uri__endswith="lock.txt")
+    entities = (Entity("ppr-9087", "PPR-9087", "code", 1), Entity("skyline home", "Skyline Home", "name", 1))
+    typed = Extraction(entities, (Relation("ppr-9087", "skyline home", 1.0, "manufactured_by"),))
+    graph_store().replace_chunks(kb.tenant_id, kb.active_version_id, [lock.pk], {lock.pk: typed})
+    ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2)
+    paths = [path["path"] for path in ranking.paths.values() if path["hops"] >= 1]
+    assert paths and all(path[:3] == ["PPR-9087", "manufactured_by", "Skyline Home"] for path in paths)
+    assert all(kind == CO_OCCURRENCE for path in paths for kind in path[3::2])
 
 
 def test_a_query_without_known_entities_finds_nothing(kb):
