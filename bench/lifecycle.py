@@ -149,11 +149,12 @@ class Api:
 
 
 class SearchLoad:
-    """Clients (threads) sending hybrid searches back to back; each answer is recorded with its start
-    and end (perf_counter), status, chunk ids and whether the cache answered."""
+    """Clients (threads) sending hybrid searches back to back, to each of ``bases`` in turn; each
+    answer is recorded with its start and end (perf_counter), status, chunk ids and whether the
+    cache answered."""
 
-    def __init__(self, base: str, key: str, kb_id: int, queries, clients: int, top_k: int = 10):
-        self.base, self.key, self.kb_id, self.clients, self.top_k = base, key, kb_id, clients, top_k
+    def __init__(self, bases: list[str], key: str, kb_id: int, queries, clients: int, top_k: int = 10):
+        self.bases, self.key, self.kb_id, self.clients, self.top_k = bases, key, kb_id, clients, top_k
         self._queries, self._lock = queries, threading.Lock()
         self.records: list[dict] = []
         self._stop = threading.Event()
@@ -166,13 +167,16 @@ class SearchLoad:
     def _client(self) -> None:
         import httpx
 
-        with httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=60) as client:
-            while not self._stop.is_set():
+        headers = {"Authorization": f"Bearer {self.key}"}
+        with httpx.Client(headers=headers, timeout=60) as client:
+            for base in itertools.cycle(self.bases):
+                if self._stop.is_set():
+                    break
                 body = {"query": self._next_query(), "top_k": self.top_k, "kb_ids": [self.kb_id]}
                 started = time.perf_counter()
                 record = {"start": started, "chunk_ids": [], "cached": False, "degraded": []}
                 try:
-                    response = client.post("/api/v1/retrieval/hybrid", json=body)
+                    response = client.post(f"{base}/api/v1/retrieval/hybrid", json=body)
                     record["status"] = response.status_code
                     if response.status_code == 200:
                         data = response.json()
@@ -294,7 +298,7 @@ def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tu
     loads, build = {}, {}
     for phase in ("idle before", "build", "idle after"):
         loads[phase] = round(os.getloadavg()[0], 2)
-        with SearchLoad(base, key, kb_id, queries, args.search_clients) as searches:
+        with SearchLoad([base], key, kb_id, queries, args.search_clients) as searches:
             if phase == "build":
                 started = time.perf_counter()
                 task_id, number = api.build_version(kb_id, {"chunk_size": args.rebuild_chunk_size, "activate": "manual"})
@@ -342,7 +346,8 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     reference_s: dict[str, list[float]] = {name: [] for name in apis}
     names = list(apis)
     versions = {v.number: v for v in KnowledgeBaseVersion.objects.filter(knowledge_base_id=kb_id, number__in=[new, old])}
-    with SearchLoad(base, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
+    bases = [str(api.client.base_url).rstrip("/") for api in apis.values()]  # searches load every server alike
+    with SearchLoad(bases, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
         time.sleep(args.switch_gap_s)
         for round_ in range(args.switches):
             for name in names[round_ % len(names):] + names[: round_ % len(names)]:
@@ -385,7 +390,8 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     for name in names:
         server_ms, reference_server_ms = _access_log_ms(log_paths[name], log_offsets[name])
         over_api = [a for a in activations if a["tree"] == name]
-        client_s = {number: [a["answered"] - a["sent"] for a in over_api if a["version"] == number] for number in (new, old)}
+        client_s = {number: [a["answered"] - a["sent"] for a in over_api if a["version"] == number]
+                    for number in (new, old)}
         by_tree[name] = {
             "client_switch_ms": _common.summarize_ms(client_s[new]),
             "client_rollback_ms": _common.summarize_ms(client_s[old]),
