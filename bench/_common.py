@@ -235,17 +235,18 @@ def free_port() -> int:
 
 
 def start_gunicorn(
-    port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, extra_args=()
+    port: int, log_path: Path, extra_env: dict[str, str], workers: int = 1, extra_args=(), tree: Path = REPO_ROOT
 ) -> subprocess.Popen:
     """gunicorn as ``./run serve`` starts it (its config file: the asyncio worker with Django on
     WEB_THREADS threads, TORCH_THREADS=1 unless the environment says otherwise, the model loaded before
-    the first request), on 127.0.0.1 only; ``extra_args`` override the config (another worker class)."""
+    the first request), on 127.0.0.1 only; ``extra_args`` override the config (another worker class).
+    ``tree``: the checkout whose code it serves (with its own ``.venv``)."""
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [str(REPO_ROOT / ".venv" / "bin" / "gunicorn"),
+        [str(tree / ".venv" / "bin" / "gunicorn"),
          "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--timeout", "120", *extra_args],
-        cwd=REPO_ROOT,
+        cwd=tree,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
              **extra_env},
         stdout=log,

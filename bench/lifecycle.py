@@ -37,6 +37,15 @@ checkout's embedded PostgreSQL and Redis. A throwaway tenant on an unlimited rat
    does to any request, failed searches, and answers from the wrong version (a search started after
    an activation answered, whose hits come from another version: the version of every hit is looked
    up by chunk id).
+   ``--before-tree DIR`` serves the same database and Redis from a second checkout as well (e.g. an
+   older commit: ``git archive <commit> | tar -x -C DIR`` and ``ln -s $PWD/.venv DIR/.venv``): each
+   round of switch + rollback goes through both servers, in an order alternating round by round,
+   so before and after share the machine's load minute by minute.
+   ``--synthetic-docs N`` runs this part alone, on a KB written directly (no model, minutes instead of
+   an hour): N SciFact documents in two ready versions chunked differently (2 and 3 chunks a
+   document, so every document's chunk count changes at each switch), random vectors, real keyword
+   indexes; ``--bystander-chunks M`` adds another KB of M chunks to the same table, as other tenants'
+   rows are in production.
 Cleanup (always): stop both servers, drop the lexical indexes, delete the tenant, its tier, the files.
 Writes bench/results/lifecycle-<date>.json.
 """
@@ -140,11 +149,12 @@ class Api:
 
 
 class SearchLoad:
-    """Clients (threads) sending hybrid searches back to back; each answer is recorded with its start
-    and end (perf_counter), status, chunk ids and whether the cache answered."""
+    """Clients (threads) sending hybrid searches back to back, to each of ``bases`` in turn; each
+    answer is recorded with its start and end (perf_counter), status, chunk ids and whether the
+    cache answered."""
 
-    def __init__(self, base: str, key: str, kb_id: int, queries, clients: int, top_k: int = 10):
-        self.base, self.key, self.kb_id, self.clients, self.top_k = base, key, kb_id, clients, top_k
+    def __init__(self, bases: list[str], key: str, kb_id: int, queries, clients: int, top_k: int = 10):
+        self.bases, self.key, self.kb_id, self.clients, self.top_k = bases, key, kb_id, clients, top_k
         self._queries, self._lock = queries, threading.Lock()
         self.records: list[dict] = []
         self._stop = threading.Event()
@@ -157,13 +167,16 @@ class SearchLoad:
     def _client(self) -> None:
         import httpx
 
-        with httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=60) as client:
-            while not self._stop.is_set():
+        headers = {"Authorization": f"Bearer {self.key}"}
+        with httpx.Client(headers=headers, timeout=60) as client:
+            for base in itertools.cycle(self.bases):
+                if self._stop.is_set():
+                    break
                 body = {"query": self._next_query(), "top_k": self.top_k, "kb_ids": [self.kb_id]}
                 started = time.perf_counter()
                 record = {"start": started, "chunk_ids": [], "cached": False, "degraded": []}
                 try:
-                    response = client.post("/api/v1/retrieval/hybrid", json=body)
+                    response = client.post(f"{base}/api/v1/retrieval/hybrid", json=body)
                     record["status"] = response.status_code
                     if response.status_code == 200:
                         data = response.json()
@@ -285,7 +298,7 @@ def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tu
     loads, build = {}, {}
     for phase in ("idle before", "build", "idle after"):
         loads[phase] = round(os.getloadavg()[0], 2)
-        with SearchLoad(base, key, kb_id, queries, args.search_clients) as searches:
+        with SearchLoad([base], key, kb_id, queries, args.search_clients) as searches:
             if phase == "build":
                 started = time.perf_counter()
                 task_id, number = api.build_version(kb_id, {"chunk_size": args.rebuild_chunk_size, "activate": "manual"})
@@ -320,34 +333,37 @@ def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tu
     return result, build["version"]
 
 
-def part_switch(args, api: Api, base: str, key: str, kb_id: int, new: int, old: int, queries: list[str],
-                log_path: Path) -> dict:
-    """Alternate activating ``new`` and ``old`` while searches run, through the API (with a cheap
-    request before each, as a yardstick), then by calling the service in this process; check every
-    answer's version."""
+def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new: int, old: int,
+                queries: list[str], log_paths: dict[str, Path]) -> dict:
+    """Alternate activating ``new`` and ``old`` while searches run, through the API of each server
+    (with a cheap request before each, as a yardstick; servers in an order alternating round by
+    round), then by calling the service in this process; check every answer's version."""
     from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.services import activate_version
 
-    log_offset = log_path.stat().st_size
-    activations = []  # {version, sent, answered, status, how}
-    reference_s = []
+    log_offsets = {name: path.stat().st_size for name, path in log_paths.items()}
+    activations = []  # {version, sent, answered, status, how, tree}
+    reference_s: dict[str, list[float]] = {name: [] for name in apis}
+    names = list(apis)
     versions = {v.number: v for v in KnowledgeBaseVersion.objects.filter(knowledge_base_id=kb_id, number__in=[new, old])}
-    with SearchLoad(base, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
+    bases = [str(api.client.base_url).rstrip("/") for api in apis.values()]  # searches load every server alike
+    with SearchLoad(bases, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
         time.sleep(args.switch_gap_s)
-        for _ in range(args.switches):
-            for number in (new, old):
-                reference_s.append(api.read_kb(kb_id))
-                sent = time.perf_counter()
-                status, seconds = api.activate(kb_id, number)
-                activations.append({"version": number, "sent": sent, "answered": sent + seconds, "status": status,
-                                    "how": "api"})
-                time.sleep(args.switch_gap_s)
+        for round_ in range(args.switches):
+            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+                for number in (new, old):
+                    reference_s[name].append(apis[name].read_kb(kb_id))
+                    sent = time.perf_counter()
+                    status, seconds = apis[name].activate(kb_id, number)
+                    activations.append({"version": number, "sent": sent, "answered": sent + seconds, "status": status,
+                                        "how": "api", "tree": name})
+                    time.sleep(args.switch_gap_s)
         for _ in range(args.switches):
             for number in (new, old):
                 sent = time.perf_counter()
                 activate_version(versions[number])
                 activations.append({"version": number, "sent": sent, "answered": time.perf_counter(), "status": 200,
-                                    "how": "service"})
+                                    "how": "service", "tree": None})
                 time.sleep(args.switch_gap_s)
     records = searches.records
     version_of = dict(
@@ -368,9 +384,62 @@ def part_switch(args, api: Api, base: str, key: str, kb_id: int, new: int, old: 
             during = any(a["sent"] <= record["end"] and a["answered"] >= record["start"] for a in activations)
             if not during:
                 wrong.append({"expected": expected, "got": sorted(v or 0 for v in versions), "cached": record["cached"]})
-    server_ms, reference_server_ms = [], []
+    service_s = [a["answered"] - a["sent"] for a in activations if a["how"] == "service"]
+    searches_summary = latency_summary(records)
+    by_tree, rows = {}, []
+    for name in names:
+        server_ms, reference_server_ms = _access_log_ms(log_paths[name], log_offsets[name])
+        over_api = [a for a in activations if a["tree"] == name]
+        client_s = {number: [a["answered"] - a["sent"] for a in over_api if a["version"] == number]
+                    for number in (new, old)}
+        by_tree[name] = {
+            "client_switch_ms": _common.summarize_ms(client_s[new]),
+            "client_rollback_ms": _common.summarize_ms(client_s[old]),
+            "client_ms_in_order": [round((a["answered"] - a["sent"]) * 1000, 1) for a in over_api],
+            "server_ms": _common.summarize_ms([ms / 1000 for ms in server_ms]),
+            "server_ms_all": server_ms,
+            "reference_kb_read_client_ms": _common.summarize_ms(reference_s[name]),
+            "reference_kb_read_server_ms": _common.summarize_ms([ms / 1000 for ms in reference_server_ms]),
+            "statuses": sorted({a["status"] for a in over_api}),
+        }
+        result = by_tree[name]
+        for label, summary in [("switch (client)", result["client_switch_ms"]),
+                               ("rollback (client)", result["client_rollback_ms"]),
+                               ("both (server, access log)", result["server_ms"]),
+                               ("yardstick: GET the KB (client)", result["reference_kb_read_client_ms"]),
+                               ("yardstick: GET the KB (server)", result["reference_kb_read_server_ms"])]:
+            rows.append([name, label, summary["n"], summary["p50_ms"], summary["p95_ms"], summary["max_ms"]])
+    service = _common.summarize_ms(service_s)
+    rows.append(["-", "both (activate_version() in-process)", len(service_s), service["p50_ms"], service["p95_ms"],
+                 service["max_ms"]])
+    worst_ms = max(a["answered"] - a["sent"] for a in activations if a["how"] == "api") * 1000
+    result = {
+        "activations": len(activations),
+        "trees": by_tree,
+        "service_call_ms": service,
+        "searches": searches_summary,
+        "wrong_version_answers": len(wrong),
+        "wrong_version_samples": wrong[:5],
+        "answers_mixing_versions": mixed,
+        "answers_with_unknown_chunks": unknown,
+        "goal_ms": 100,
+        "goal_met": worst_ms < 100 and searches_summary["errors"] == 0 and not wrong and not mixed,
+    }
+    _common.print_table(
+        ["server", "activation", "n", "p50 ms", "p95 ms", "max ms"],
+        rows,
+        title=(f"Switch {old} -> {new} and roll back, x{args.switches}, searches meanwhile: {searches_summary['n']} "
+               f"({searches_summary['errors']} failed, {len(wrong)} from the wrong version, {mixed} mixing versions, "
+               f"{searches_summary['cached']} cached; goal < 100 ms, no failed search)"),
+    )
+    return result
+
+
+def _access_log_ms(log_path: Path, offset: int) -> tuple[list[float], list[float]]:
+    """``latency_ms`` of the activation requests and of the yardstick's, from a server's access log."""
+    activation_ms, reference_ms = [], []
     with open(log_path, encoding="utf-8", errors="replace") as log:
-        log.seek(log_offset)
+        log.seek(offset)
         for line in log:
             try:
                 entry = json.loads(line)
@@ -379,52 +448,52 @@ def part_switch(args, api: Api, base: str, key: str, kb_id: int, new: int, old: 
             if entry.get("latency_ms") is None:
                 continue
             if entry.get("route") == "version-activate":
-                server_ms.append(entry["latency_ms"])
+                activation_ms.append(entry["latency_ms"])
             elif entry.get("route") == "knowledge-base-detail":
-                reference_server_ms.append(entry["latency_ms"])
-    over_api = [a for a in activations if a["how"] == "api"]
-    client_ms = [(a["answered"] - a["sent"]) * 1000 for a in over_api]
-    switch_ms = [ms for ms, a in zip(client_ms, over_api) if a["version"] == new]
-    rollback_ms = [ms for ms, a in zip(client_ms, over_api) if a["version"] == old]
-    service_s = [a["answered"] - a["sent"] for a in activations if a["how"] == "service"]
-    searches_summary = latency_summary(records)
-    result = {
-        "activations": len(activations),
-        "client_switch_ms": _common.summarize_ms([ms / 1000 for ms in switch_ms]),
-        "client_rollback_ms": _common.summarize_ms([ms / 1000 for ms in rollback_ms]),
-        "server_ms": _common.summarize_ms([ms / 1000 for ms in server_ms]),
-        "server_ms_all": server_ms,
-        "service_call_ms": _common.summarize_ms(service_s),
-        "reference_kb_read_client_ms": _common.summarize_ms(reference_s),
-        "reference_kb_read_server_ms": _common.summarize_ms([ms / 1000 for ms in reference_server_ms]),
-        "searches": searches_summary,
-        "wrong_version_answers": len(wrong),
-        "wrong_version_samples": wrong[:5],
-        "answers_mixing_versions": mixed,
-        "answers_with_unknown_chunks": unknown,
-        "goal_ms": 100,
-        "goal_met": max(client_ms) < 100 and searches_summary["errors"] == 0 and not wrong and not mixed,
-        "statuses_api": sorted({a["status"] for a in over_api}),
-    }
-    _common.print_table(
-        ["activation", "n", "p50 ms", "p95 ms", "max ms"],
-        [["switch (client)", len(switch_ms), result["client_switch_ms"]["p50_ms"], result["client_switch_ms"]["p95_ms"],
-          result["client_switch_ms"]["max_ms"]],
-         ["rollback (client)", len(rollback_ms), result["client_rollback_ms"]["p50_ms"],
-          result["client_rollback_ms"]["p95_ms"], result["client_rollback_ms"]["max_ms"]],
-         ["both (server, access log)", len(server_ms), result["server_ms"]["p50_ms"], result["server_ms"]["p95_ms"],
-          result["server_ms"]["max_ms"]],
-         ["both (activate_version() in-process)", len(service_s), result["service_call_ms"]["p50_ms"],
-          result["service_call_ms"]["p95_ms"], result["service_call_ms"]["max_ms"]],
-         ["yardstick: GET the KB (client)", len(reference_s), result["reference_kb_read_client_ms"]["p50_ms"],
-          result["reference_kb_read_client_ms"]["p95_ms"], result["reference_kb_read_client_ms"]["max_ms"]],
-         ["yardstick: GET the KB (server)", len(reference_server_ms), result["reference_kb_read_server_ms"]["p50_ms"],
-          result["reference_kb_read_server_ms"]["p95_ms"], result["reference_kb_read_server_ms"]["max_ms"]]],
-        title=(f"Switch {old} -> {new} and roll back, x{args.switches}, searches meanwhile: {searches_summary['n']} "
-               f"({searches_summary['errors']} failed, {len(wrong)} from the wrong version, {mixed} mixing versions, "
-               f"{searches_summary['cached']} cached; goal < 100 ms, no failed search)"),
+                reference_ms.append(entry["latency_ms"])
+    return activation_ms, reference_ms
+
+
+def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tuple[int, ...]) -> tuple[int, int]:
+    """A KB of one document per row, with one ready version per entry of ``chunks_per_doc`` (the
+    row's words cut into that many chunks; the first version active, the others ready), written
+    with the production COPY, random unit vectors, the keyword index of each version built from
+    its rows. Returns (KB id, chunks written)."""
+    import numpy as np
+    from django.db import transaction
+    from django.utils import timezone
+
+    from knowledge import services
+    from knowledge.chunking import ChunkDraft
+    from knowledge.models import Document, KnowledgeBaseVersion
+
+    kb = services.create_knowledge_base(tenant=tenant, name=name)
+    rng = np.random.default_rng(10)
+    documents = Document.objects.bulk_create(
+        [Document(tenant=tenant, knowledge_base=kb, source_uri=f"synthetic/{i:05d}.txt", title=row["title"],
+                  doc_type="txt", status=Document.Status.READY, chunk_count=chunks_per_doc[0])
+         for i, row in enumerate(rows)]
     )
-    return result
+    written = 0
+    for number, parts in enumerate(chunks_per_doc, start=1):
+        version = kb.active_version if number == 1 else KnowledgeBaseVersion.objects.create(
+            knowledge_base=kb, number=number, status=KnowledgeBaseVersion.Status.READY, finished_at=timezone.now(),
+            **{setting: getattr(kb, setting) for setting in services.VERSION_SETTINGS},
+        )
+        batches = []
+        for document, row in zip(documents, rows):
+            words = row["text"].split() or ["empty"]
+            cut = max(1, -(-len(words) // parts))
+            texts = [" ".join(words[i : i + cut]) + f" [v{number}]" for i in range(0, cut * parts, cut)]
+            vectors = rng.standard_normal((len(texts), kb.embedding_dim), dtype=np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            drafts = [ChunkDraft(text=text, token_count=len(text) // 5) for text in texts]
+            batches.append(services.ChunkBatch(document, drafts, vectors, services._Labels()))
+            written += len(texts)
+        with transaction.atomic():
+            services._copy_chunks(kb, version, batches)
+        services.rebuild_lexical_index(version)
+    return kb.pk, written
 
 
 def main() -> int:
@@ -442,11 +511,17 @@ def main() -> int:
     parser.add_argument("--switch-gap-s", type=float, default=1.5)
     parser.add_argument("--switch-queries", type=int, default=20)
     parser.add_argument("--tag", default="", help="store the result under this key in the JSON file")
+    parser.add_argument("--before-tree", type=Path, help="switch: also through a server of this checkout")
+    parser.add_argument("--synthetic-docs", type=int, default=0, help="switch alone, on a KB of N written documents")
+    parser.add_argument("--bystander-chunks", type=int, default=0, help="with --synthetic-docs: another KB's rows")
     args = parser.parse_args()
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if set(parts) - set(PARTS) or ("ingest" not in parts and parts):
+    if args.synthetic_docs:
+        if parts != ["switch"]:
+            parser.error("--synthetic-docs runs the switch part alone: --parts switch")
+    elif set(parts) - set(PARTS) or ("ingest" not in parts and parts):
         parser.error(f"--parts: a comma list of {', '.join(PARTS)}, starting with ingest (the others need its KB)")
-    if "switch" in parts and "rebuild" not in parts:
+    elif "switch" in parts and "rebuild" not in parts:
         parser.error("--parts: switch needs rebuild (it switches to the version the rebuild built)")
 
     _common.setup_django()
@@ -461,9 +536,17 @@ def main() -> int:
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
                     "code": _common.code_fingerprint(["knowledge/services.py", "knowledge/tasks.py", "knowledge/views.py",
                                                       "retrieval/services/search.py", "retrieval/cache.py"])}
-    tenant = tier = web = worker = None
+    if args.before_tree:
+        result["code_before"] = {"tree": str(args.before_tree)}
+    tenant = tier = web = worker = before = None
     workdir = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
     try:
+        if args.synthetic_docs:
+            tenant = create_tenant(_common.unique_name("bench-lifecycle"))
+            tier = _common.unlimited_rate_tier(tenant)
+            result["switch"], before = synthetic_switch(args, tenant, workdir)
+            result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            return 0
         rows = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl", limit=args.docs)
         (workdir / "corpus").mkdir()
         blocks, corpus_bytes = ingest_bench.write_corpus(rows, workdir / "corpus", args.block_docs)
@@ -496,18 +579,62 @@ def main() -> int:
         if "rebuild" in parts:
             result["rebuild"], new = part_rebuild(args, api, base, key, kb_id, fresh)
             if "switch" in parts:
-                result["switch"] = part_switch(args, api, base, key, kb_id, new, 1,
-                                               query_texts[-args.switch_queries:], web_log)
+                apis, logs = {"after": api}, {"after": web_log}
+                if args.before_tree:
+                    before, apis["before"], logs["before"] = start_before_server(args.before_tree, workdir, key)
+                result["switch"] = part_switch(args, apis, base, key, kb_id, new, 1,
+                                               query_texts[-args.switch_queries:], logs)
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         return 0
     finally:
-        for proc in (web, worker):
+        for proc in (web, worker, before):
             if proc is not None:
                 _common.stop_process(proc)
         cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-lifecycle")
         path = _common.write_result("lifecycle", result, key=args.tag or None)
         print(f"cleanup {cleanup}; wrote {path}")
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start_before_server(tree: Path, workdir: Path, key: str) -> tuple[subprocess.Popen, Api, Path]:
+    """A gunicorn of another checkout on this checkout's database, Redis and keyword indexes."""
+    port, log = _common.free_port(), workdir / "gunicorn-before.log"
+    env = {"VAR_DIR": str(_common.REPO_ROOT / "var"), "WEB_THREADS": "4"}
+    proc = _common.start_gunicorn(port, log, env, workers=1, tree=tree.resolve())
+    _common.wait_ready(proc, f"http://127.0.0.1:{port}")
+    return proc, Api(f"http://127.0.0.1:{port}", key), log
+
+
+def synthetic_switch(args, tenant, workdir: Path) -> tuple[dict, subprocess.Popen | None]:
+    """The switch part on a written KB (``--synthetic-docs``), through this checkout's server and
+    ``--before-tree``'s; returns its result and the before server (stopped by the caller)."""
+    from tenants.services import create_api_key
+
+    rows = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl", limit=args.synthetic_docs)
+    started = time.perf_counter()
+    kb_id, chunks = build_synthetic_kb(tenant, "lifecycle-synthetic", rows, (2, 3))
+    setup = {"docs": len(rows), "chunks": chunks, "bystander_chunks": 0}
+    if args.bystander_chunks:
+        corpus = _common.read_jsonl(_common.DATASETS_DIR / "scifact" / "corpus.jsonl")
+        others = [corpus[i % len(corpus)] for i in range(args.bystander_chunks)]
+        setup["bystander_chunks"] = build_synthetic_kb(tenant, "bystander", others, (1,))[1]
+    setup["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"synthetic KB: {setup}", flush=True)
+    key = create_api_key(tenant=tenant, name="bench", scopes=["search", "ingest"]).raw_key
+    port, web_log = _common.free_port(), workdir / "gunicorn.log"
+    web = _common.start_gunicorn(port, web_log, {"WEB_THREADS": str(args.web_threads)}, workers=1)
+    before = None
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _common.wait_ready(web, base)
+        apis, logs = {"after": Api(base, key)}, {"after": web_log}
+        if args.before_tree:
+            before, apis["before"], logs["before"] = start_before_server(args.before_tree, workdir, key)
+        _, query_texts = _common.scifact_passages_and_queries()
+        result = part_switch(args, apis, base, key, kb_id, 2, 1, query_texts[-args.switch_queries:], logs)
+    finally:
+        _common.stop_process(web)
+    return {"setup": setup, **result}, before
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import Storage
 from django.db import connection, transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -781,19 +781,27 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
             raise VersionConflict(
                 f"version {version.number} is {version.status}: only a ready or retired one can be activated"
             )
-        previous = kb.active_version_id
-        KnowledgeBaseVersion.objects.filter(pk=previous).update(
-            status=KnowledgeBaseVersion.Status.RETIRED, retired_at=timezone.now()
-        )
-        version.status, version.activated_at = KnowledgeBaseVersion.Status.ACTIVE, timezone.now()
-        version.save(update_fields=["status", "activated_at"])
+        _switch_versions(kb.active_version_id, version)
         for name in VERSION_SETTINGS:
             setattr(kb, name, getattr(version, name))
         kb.active_version = version
         kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
         _count_chunks_of(kb, version)
-        KnowledgeBaseVersion.objects.filter(pk__in=[previous, version.pk]).update(revision=F("revision") + 1)
     return version
+
+
+def _switch_versions(previous_id: int, version: KnowledgeBaseVersion) -> None:
+    """In one statement (each costs a round trip, 10-20 ms on a loaded machine): ``version`` active,
+    the previous one retired, both revisions moved on."""
+    now, active = timezone.now(), KnowledgeBaseVersion.Status.ACTIVE
+    this = Q(pk=version.pk)
+    KnowledgeBaseVersion.objects.filter(pk__in=[previous_id, version.pk]).update(
+        status=Case(When(this, then=Value(active)), default=Value(KnowledgeBaseVersion.Status.RETIRED)),
+        activated_at=Case(When(this, then=Value(now)), default=F("activated_at")),
+        retired_at=Case(When(this, then=F("retired_at")), default=Value(now)),
+        revision=F("revision") + 1,
+    )
+    version.status, version.activated_at, version.revision = active, now, version.revision + 1
 
 
 

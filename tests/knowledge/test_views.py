@@ -246,6 +246,8 @@ def test_a_new_version_builds_beside_the_active_one_then_switches_and_rolls_back
 
     switched = writer.post(f"{versions_url}/2/activate")
     assert (switched.status_code, switched.json()["status"]) == (200, "active")
+    counts = ("document_count", "chunk_count")
+    assert [switched.json()[name] for name in counts] == [versions[2][name] for name in counts]
     kb = writer.get(f"/api/v1/knowledge-bases/{kb_id}").json()
     assert (kb["active_version"], kb["chunk_size"]) == (2, 48)
     after, cached = search_chunk_ids(writer, kb_id, "PPR-9087 lock screw")
@@ -253,6 +255,7 @@ def test_a_new_version_builds_beside_the_active_one_then_switches_and_rolls_back
 
     rolled_back = writer.post(f"{versions_url}/1/activate")
     assert (rolled_back.status_code, rolled_back.json()["status"]) == (200, "active")
+    assert [rolled_back.json()[name] for name in counts] == [2, len(v1_chunks)]
     assert writer.get(versions_url).json()["results"][0]["status"] == "retired"
     again, cached = search_chunk_ids(writer, kb_id, "PPR-9087 lock screw")
     assert again == before and cached is False  # version 1's chunks, kept; no answer cached before the switches
