@@ -1,4 +1,4 @@
-"""Rate limits per tenant and endpoint: fixed windows counted in Redis, tiers in the database.
+"""Rate limits per tenant and endpoint: django-ratelimit's fixed windows in Redis, tiers in the database.
 
 Calls are counted right after authentication and before permissions, so unauthenticated calls and
 bad keys are limited too, per client IP (``RATE_LIMIT_ANONYMOUS``). Every response of a limited endpoint
@@ -6,28 +6,19 @@ carries ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` (seconds until the 
 over the limit is a 429 ``rate_limited`` with ``Retry-After``. With Redis unreachable,
 ``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503 and ``Retry-After``;
 calls without a valid key still get their 401/403, never a 503 hiding why they are refused.
-
-The count is one Redis round trip, and a view may read cache entries in that same round trip
-(:meth:`RateLimitedMixin.rate_limit_reads`): a cached search costs one round trip, not two.
 """
 from __future__ import annotations
 
-import time
-import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
-from django_redis import get_redis_connection
+from django_ratelimit.core import get_usage
 from rest_framework import exceptions, status
 
 from core.errors import DomainError
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
 ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
-# A window's counter outlives the window by this much, so a late increment never re-creates it without a TTL.
-_COUNTER_SLACK_S = 5
 
 
 class RateLimiterUnavailable(DomainError):
@@ -54,32 +45,20 @@ class RateLimitUsage:
 class RateLimitedMixin:
     """For DRF views: count each call against the caller's limit for ``rate_limit_endpoint``."""
 
-    # What ``rate_limit_reads`` asked for, as Redis held it while the call was counted (None: absent).
-    read_along: dict[str, object]
-
     def rate_limit_endpoint(self, request) -> str:
         """The counter (and ``endpoint_limits`` entry) an authenticated call counts against."""
         raise NotImplementedError
 
-    def rate_limit_reads(self, request) -> Sequence[str]:
-        """Cache keys (as given to ``django.core.cache``) to read in the round trip that counts an
-        authenticated call; their values land in ``read_along``. Must not raise."""
-        return ()
-
     def perform_authentication(self, request) -> None:
-        self.read_along = {}
         try:
             super().perform_authentication(request)
         except exceptions.APIException:
             self._count(request, ANONYMOUS)  # a bad key counts against the caller's address
             raise
-        if request.auth is None:
-            self._count(request, ANONYMOUS)
-        else:
-            self._count(request, self.rate_limit_endpoint(request), self.rate_limit_reads(request))
+        self._count(request, self.rate_limit_endpoint(request) if request.auth is not None else ANONYMOUS)
 
-    def _count(self, request, endpoint: str, reads: Sequence[str] = ()) -> None:
-        usage, self.read_along = count_call(request, endpoint, reads)
+    def _count(self, request, endpoint: str) -> None:
+        usage = count_call(request, endpoint)
         if usage is None:
             return
         self.headers.update(usage.headers())  # DRF adds these to whatever response follows
@@ -91,46 +70,30 @@ class RateLimitedMixin:
             )
 
 
-def count_call(
-    request, endpoint: str, reads: Sequence[str] = ()
-) -> tuple[RateLimitUsage | None, dict[str, object]]:
-    """Count this call and read ``reads``, in one round trip. The usage is None when Redis is
-    unreachable and the limiter fails open (else 503); the reads are then empty."""
+def count_call(request, endpoint: str) -> RateLimitUsage | None:
+    """Count this call. None: Redis is unreachable and the limiter fails open (else 503)."""
     if endpoint == ANONYMOUS:
         # No peer address (a server on a unix socket behind a proxy): all such callers share one counter.
-        who, limit = f"ip:{request.META.get('REMOTE_ADDR') or 'no-address'}", settings.RATE_LIMIT_ANONYMOUS
+        key = "ip" if request.META.get("REMOTE_ADDR") else (lambda group, request: "no-address")
+        limit = settings.RATE_LIMIT_ANONYMOUS
     else:
-        who, limit = f"tenant:{request.auth.tenant_id}", request.auth.tenant.rate_tier.limit_for(endpoint)
-    period = settings.RATE_LIMIT_WINDOW_S
-    window_end, time_left = _window(who, period)
-    counter = cache.make_key(f"ratelimit:{endpoint}:{limit}:{who}:{window_end}")
+        tenant_key = f"tenant:{request.auth.tenant_id}"
+        key, limit = (lambda group, request: tenant_key), request.auth.tenant.rate_tier.limit_for(endpoint)
     try:
-        pipeline = get_redis_connection("default").pipeline(transaction=False)
-        pipeline.set(counter, 0, ex=time_left + _COUNTER_SLACK_S, nx=True)
-        pipeline.incr(counter)
-        for key in reads:
-            pipeline.get(cache.make_key(key))
-        _, count, *values = pipeline.execute()
+        usage = get_usage(
+            request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=True
+        )
     except REDIS_ERRORS as exc:
-        return _unavailable(exc, endpoint), {}
-    usage = RateLimitUsage(
+        return _unavailable(exc, endpoint)
+    if usage is None or usage["time_left"] < 0:  # django-ratelimit's fail-open / fail-closed answers
+        return _unavailable(RuntimeError("the rate-limit counter could not be updated"), endpoint)
+    return RateLimitUsage(
         limit=limit,
-        remaining=max(0, limit - count),
+        remaining=max(0, limit - usage["count"]),
         # The window ends after second `time_left` from now: the counter resets within time_left + 1 s.
-        reset_s=time_left + 1,
-        exceeded=count > limit,
+        reset_s=usage["time_left"] + 1,
+        exceeded=usage["should_limit"],
     )
-    return usage, {key: None if value is None else cache.client.decode(value) for key, value in zip(reads, values)}
-
-
-def _window(who: str, period: int) -> tuple[int, int]:
-    """(end of the current window, whole seconds left in it): fixed windows of ``period`` seconds,
-    shifted per caller (a CRC of ``who``) so that not every counter resets in the same second."""
-    now = int(time.time())
-    end = now - now % period + zlib.crc32(who.encode()) % period
-    if end < now:
-        end += period
-    return end, end - now
 
 
 def _unavailable(exc: BaseException, endpoint: str) -> None:

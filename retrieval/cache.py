@@ -43,23 +43,12 @@ class CachedSearch:
     cached: bool
 
 
-@dataclass(frozen=True)
-class CacheProbe:
-    """A request's cache key (:func:`search_cache_key`) and what the cache held under it, read ahead
-    (the API reads it in the round trip that counts the call against the rate limit)."""
-
-    key: str
-    value: str | None
-
-
-def cached_search(tenant: Tenant, request: SearchRequest, probe: CacheProbe | None = None) -> CachedSearch:
-    """``search()`` through the result cache; a ``probe`` of this request spares reading the cache again."""
+def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
+    """``search()`` through the result cache."""
     if settings.SEARCH_CACHE_TTL_S <= 0:
         return CachedSearch(search(tenant, request), cached=False)
     started = time.perf_counter()
-    if probe is not None and probe.value is not None:
-        return CachedSearch(_load(probe.value, elapsed_ms=(time.perf_counter() - started) * 1000), cached=True)
-    key = search_cache_key(tenant, request) if probe is None else probe.key
+    key = search_cache_key(tenant, request)
     lock_key = f"{key}:lock"
     try:
         hit, holds_lock = _get_or_lock(key, lock_key)

@@ -1,16 +1,10 @@
-import io
+import json
 import time
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
-from rest_framework.utils import json
 from rest_framework.views import APIView
 
-from core.errors import DomainError
-from core.parsers import StrictJSONParser
-from retrieval.cache import CacheProbe, cached_search, search_cache_key
+from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
 from core.idempotency import IdempotentPostMixin
 from core.request_id import request_id_of
@@ -33,67 +27,30 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
 
-    def initial(self, request, *args, **kwargs) -> None:
-        self.started = time.perf_counter()
-        self.planned: tuple[dict, str] | None = None  # the validated body and its cache key, from rate_limit_reads
-        super().initial(request, *args, **kwargs)
-
     def rate_limit_endpoint(self, request) -> str:
         """Limits count per search mode, whichever endpoint carries it: ``/search`` in hybrid mode is hybrid."""
         return self.mode or _requested_mode(request.body)
 
-    def rate_limit_reads(self, request) -> list[str]:
-        """The key of this search's cached answer, read in the round trip that counts the call: a
-        cache hit costs one Redis round trip. Only for a JSON body that validates (anything else is
-        left to ``post``, which answers it as before) and a search the cache keeps."""
-        if settings.SEARCH_CACHE_TTL_S <= 0 or request.content_type.split(";")[0].strip() != "application/json":
-            return []
-        try:
-            body = StrictJSONParser().parse(io.BytesIO(request.body), parser_context=request.parser_context)
-        except (ParseError, RequestDataTooBig):
-            return []
-        params = self.input_serializer(data=body)
-        if not params.is_valid():
-            return []
-        data = dict(params.validated_data)
-        search_request = self.search_request_of(dict(data))
-        if search_request is None:
-            return []
-        try:
-            key = search_cache_key(request.tenant, search_request)
-        except DomainError:  # e.g. an unknown KB: the search answers it after the permission checks
-            return []
-        self.planned = (data, key)
-        return [key]
-
     def post(self, request):
-        if self.planned is not None:
-            data = self.planned[0]
-        else:
-            params = self.input_serializer(data=request.data)
-            params.is_valid(raise_exception=True)
-            data = dict(params.validated_data)
-        return self.respond(request, data)
+        started = time.perf_counter()
+        params = self.input_serializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        return self.respond(request, dict(params.validated_data), started)
 
-    def search_request_of(self, data: dict) -> SearchRequest | None:
-        """The search a validated body asks for (None: not one the result cache keeps); takes ``data`` apart."""
+    def respond(self, request, data: dict, started: float) -> Response:
+        """The answer to a validated body."""
         expand = data.pop("expand", None)
         mode = data.pop("mode", self.mode)
-        return SearchRequest(**data, mode=mode, expand=ExpansionOptions(**expand) if expand else ExpansionOptions())
-
-    def respond(self, request, data: dict) -> Response:
-        """The answer to a validated body."""
-        search_request = self.search_request_of(dict(data))
-        probe = None
-        if self.planned is not None and self.planned[1] in self.read_along:
-            probe = CacheProbe(self.planned[1], self.read_along[self.planned[1]])
-        outcome = cached_search(request.tenant, search_request, probe)
+        search_request = SearchRequest(
+            **data, mode=mode, expand=ExpansionOptions(**expand) if expand else ExpansionOptions()
+        )
+        outcome = cached_search(request.tenant, search_request)
         response = outcome.response
         body = {
             **response.as_dict(),
             "cached": outcome.cached,
             "total": len(response.results),
-            "latency_ms": round((time.perf_counter() - self.started) * 1000, 2),
+            "latency_ms": round((time.perf_counter() - started) * 1000, 2),
             "request_id": request_id_of(request),
         }
         # Already SearchOutput's shape (the documented schema; tests hold the body to it): rendering it
@@ -129,24 +86,21 @@ class GraphSearchView(SearchView):
     input_serializer = GraphSearchInput
     mode = "graph"
 
-    def search_request_of(self, data: dict) -> SearchRequest | None:
+    def respond(self, request, data: dict, started: float) -> Response:
         scope, level = data.pop("scope"), data.pop("level")
-        return super().search_request_of(data) if scope == "local" else None
-
-    def respond(self, request, data: dict) -> Response:
-        if data["scope"] == "local":
-            return super().respond(request, data)
+        if scope == "local":
+            return super().respond(request, data, started)
         response = global_graph_search(
             request.tenant,
             GlobalGraphRequest(
                 query=data["query"],
                 top_k=data["top_k"],
                 kb_ids=data.get("kb_ids"),
-                level=data["level"],
+                level=level,
                 filters=data.get("filters"),
             ),
         )
-        latency_ms = round((time.perf_counter() - self.started) * 1000, 2)
+        latency_ms = round((time.perf_counter() - started) * 1000, 2)
         return Response({**response.as_dict(), "latency_ms": latency_ms, "request_id": request_id_of(request)})
 
 

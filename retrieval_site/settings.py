@@ -404,6 +404,8 @@ CACHES = {
 }
 if not env.REDIS_URL:  # the embedded server starts on the cache's first connection
     CACHES["default"]["OPTIONS"]["CONNECTION_FACTORY"] = "core.redis.EmbeddedRedisConnectionFactory"
+RATELIMIT_USE_CACHE = "default"  # django-ratelimit's own settings: where its counters live,
+RATELIMIT_FAIL_OPEN = env.RATE_LIMIT_FAIL_OPEN  # and the same fail-open choice
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

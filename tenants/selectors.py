@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import hmac
 import threading
-from time import monotonic
 
 from cachetools import TTLCache
 from django.conf import settings
+from django.db import connection
 from django.db.models import QuerySet
 
 from tenants.models import ApiKey, Tenant
@@ -27,23 +27,21 @@ def tenant_by_name(name: str) -> Tenant:
 def api_key_for(raw_key: str) -> ApiKey | None:
     """The usable key matching ``raw_key``: looked up by prefix, compared in constant time.
 
-    A verified key is remembered per process (by its hash) for ``API_KEY_CACHE_TTL_S`` and used
-    without a query: a cached search then touches no database. So a change to what gates access
-    (revocation, expiry date, scopes, the tenant's ``is_active``, its tier) applies at once in the
-    process that saves it (``tenants.signals``) and within ``API_KEY_CACHE_TTL_S`` everywhere else;
-    an expiry time passing applies at once (checked on every call)."""
+    Keys are remembered per process (by their hash) for ``API_KEY_CACHE_TTL_S``; a remembered key
+    is re-checked with one small query for what gates access (revocation, expiry, scopes, the
+    tenant's ``is_active``), so those changes apply at once everywhere, while a tenant's new rate
+    tier or expansion switches reach other processes within that time."""
     key_hash = hash_api_key(raw_key)
     with _usable_keys_lock:
-        remembered = _usable_keys.get(key_hash)
-    if remembered is not None and monotonic() - remembered[0] < settings.API_KEY_CACHE_TTL_S:
-        api_key = remembered[1]
+        api_key = _usable_keys.get(key_hash)
+    if api_key is not None and _access_unchanged(api_key):
         return api_key if api_key.is_usable() else None
     api_key = _usable_key_from_db(raw_key, key_hash)
     with _usable_keys_lock:
         if api_key is None:
             _usable_keys.pop(key_hash, None)
         elif settings.API_KEY_CACHE_TTL_S > 0:
-            _usable_keys[key_hash] = (monotonic(), api_key)
+            _usable_keys[key_hash] = api_key
     return api_key
 
 
@@ -65,8 +63,18 @@ def _usable_key_from_db(raw_key: str, key_hash: str) -> ApiKey | None:
     return api_key
 
 
-# (verified at, key) by key hash; the age is checked on read against the setting, the cache's own
-# TTL only bounds memory.
+def _access_unchanged(api_key: ApiKey) -> bool:
+    """Whether the database still has what the remembered key decided access with."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ACCESS_SQL, [api_key.pk])
+        row = cursor.fetchone()
+    return row == (api_key.revoked_at, api_key.expires_at, api_key.scopes, api_key.tenant.is_active)
+
+
+_ACCESS_SQL = (
+    f"SELECT k.revoked_at, k.expires_at, k.scopes, t.is_active FROM {ApiKey._meta.db_table} k "
+    f"JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id WHERE k.id = %s"
+)
 _usable_keys: TTLCache = TTLCache(maxsize=10_000, ttl=max(settings.API_KEY_CACHE_TTL_S, 1))
 _usable_keys_lock = threading.Lock()
 

@@ -85,19 +85,6 @@ def forget_api_keys():
     forget_api_keys()
 
 
-@pytest.fixture
-def remembered_keys_expire(monkeypatch, settings):
-    """Call it to move this process's clock past ``API_KEY_CACHE_TTL_S``: what another process wrote
-    about a key (without this process's signals) must apply by then."""
-    from tenants import selectors
-
-    def expire() -> None:
-        later = selectors.monotonic() + settings.API_KEY_CACHE_TTL_S
-        monkeypatch.setattr(selectors, "monotonic", lambda: later)
-
-    return expire
-
-
 @pytest.fixture(scope="session", autouse=True)
 def lexical_index_dir(tmp_path_factory):
     """Each test run gets its own keyword indexes: test databases reuse KB version ids."""

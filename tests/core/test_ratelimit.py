@@ -92,16 +92,6 @@ def test_endpoint_overrides_count_per_search_mode(tiny_tier, api_client):
 
 
 @pytest.mark.django_db
-def test_cache_hits_are_counted_and_refused_over_the_limit(tiny_tier, api_client):
-    """The hybrid limit is 2: the second, identical search is a cache hit and still counts."""
-    first = post(api_client, "hybrid")
-    assert first.json()["cached"] is False and usage(first)[:2] == (2, 1)
-    second = post(api_client, "hybrid")
-    assert second.json()["cached"] is True and usage(second)[:2] == (2, 0)
-    assert_rate_limited(post(api_client, "hybrid"))
-
-
-@pytest.mark.django_db
 def test_counters_are_per_tenant_not_per_key(tiny_tier, tenant, api_client):
     for _ in range(3):
         post(api_client)

@@ -83,53 +83,6 @@ def test_a_repeated_search_is_answered_from_the_cache(client, pipeline_runs, pat
     assert len(pipeline_runs) == 1
 
 
-@pytest.fixture
-def redis_round_trips(monkeypatch) -> list[str]:
-    """What this process sends Redis, one entry per round trip (a command, or a pipeline)."""
-    from core.redis import GuardedPipeline, GuardedRedis
-
-    trips: list[str] = []
-    command, pipeline = GuardedRedis.execute_command, GuardedPipeline.execute
-
-    def counted_command(self, *args, **options):
-        trips.append(str(args[0]))
-        return command(self, *args, **options)
-
-    def counted_pipeline(self, raise_on_error=True):
-        trips.append("pipeline: " + " ".join(str(c[0][0]) for c in self.command_stack))
-        return pipeline(self, raise_on_error)
-
-    monkeypatch.setattr(GuardedRedis, "execute_command", counted_command)
-    monkeypatch.setattr(GuardedPipeline, "execute", counted_pipeline)
-    return trips
-
-
-@pytest.mark.slow
-@pytest.mark.django_db
-def test_a_hit_reads_the_cache_in_the_round_trip_that_counts_the_call(client, redis_round_trips):
-    post(client, path="hybrid")
-    redis_round_trips.clear()
-    assert post(client, path="hybrid")["cached"] is True
-    # One round trip answers: the rate-limit count and the cache read; the query counters follow the answer.
-    assert redis_round_trips[0] == "pipeline: SET INCRBY GET"
-    assert len(redis_round_trips) == 2 and redis_round_trips[1].startswith("pipeline: INCRBY")
-
-
-@pytest.mark.slow
-@pytest.mark.django_db
-def test_cached_answers_stay_with_their_tenant(client, tmp_path, pipeline_runs):
-    """Another tenant with a KB of the same name and the same request gets its own answer."""
-    from tests.factories import TenantFactory
-
-    mine = post(client)
-    other = TenantFactory()
-    ingest(tmp_path / "other", other, {"kettle.txt": KETTLE.replace("1.7", "2.5")})
-    theirs = post(client_for(other))
-    assert theirs["cached"] is False and len(pipeline_runs) == 2
-    assert {hit["kb_id"] for hit in theirs["results"]}.isdisjoint({hit["kb_id"] for hit in mine["results"]})
-    assert "2.5 litres" in theirs["results"][0]["content"]
-
-
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_equivalent_requests_share_an_entry(client, pipeline_runs):
