@@ -11,11 +11,12 @@ faster and exact, so the planner is steered to it.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
@@ -89,7 +90,10 @@ class PgVectorIndex(VectorIndex):
             "WHERE {where} ORDER BY distance LIMIT %s"
         ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
         register_vector_type()
-        with connection.cursor() as cursor:
+        # Inside a caller's transaction a savepoint keeps a failing query (a vector of another dimension)
+        # from aborting it; in autocommit the one statement string is a transaction of its own.
+        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        with guard, connection.cursor() as cursor:
             query = statement.as_string(cursor.cursor)
             arguments = [np.asarray(query_vector, dtype=np.float32), *params, top_k]
             rows = self._run(cursor, query, arguments, exact=exact, top_k=top_k)
