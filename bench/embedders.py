@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/embedders.py                       # torch vs ONNX fp32 vs ONNX int8, 1 thread
     .venv/bin/python bench/embedders.py --threads 2 --queries 300 --batches 20
+    .venv/bin/python bench/embedders.py --graphs-from before=/tmp/before-onnx/<hash>   # + another checkout's graphs
 
 Loads all-MiniLM-L6-v2 three times (``:torch``, ``:onnx``, ``:onnx-int8``) with the same thread count
 (TORCH_THREADS = ONNX_THREADS = --threads), warms each up, then:
@@ -10,15 +11,20 @@ Loads all-MiniLM-L6-v2 three times (``:torch``, ``:onnx``, ``:onnx-int8``) with 
   - passages/s at batch 32: each batch of 32 SciFact passages (title + text) goes through every
     runtime, rotating likewise;
   - cosine of each runtime's vectors to torch's (min / mean over the queries and the passages).
+``--graphs-from NAME=DIR`` adds ``onnx@NAME`` and ``onnx-int8@NAME``: this checkout's ONNX embedder
+(tokenizer, pooling, session options) running the ``model-fp32.onnx`` / ``model-int8.onnx`` another
+checkout exported into DIR (its ``exported_model``), so old and new graphs are timed in one run.
 Writes bench/results/embedders-<date>.json and prints a table.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import _common
 
@@ -31,6 +37,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every runtime (default 1)")
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries timed per runtime")
     parser.add_argument("--batches", type=int, default=12, help="batches of 32 passages timed per runtime")
+    parser.add_argument("--graphs-from", metavar="NAME=DIR", help="also time the ONNX graphs another checkout exported")
     args = parser.parse_args()
     os.environ["TORCH_THREADS"] = os.environ["ONNX_THREADS"] = str(args.threads)
     _common.setup_django()
@@ -48,25 +55,33 @@ def main() -> int:
         embedders[runtime] = get_embedder(f"all-MiniLM-L6-v2:{runtime}")
         embedders[runtime].embed_documents(batches[0])  # warm-up: kernels, allocator
         result.setdefault("load_s", {})[runtime] = round(time.perf_counter() - started, 2)
+    if args.graphs_from:
+        name, folder = args.graphs_from.split("=", 1)
+        for runtime, precision in (("onnx", "fp32"), ("onnx-int8", "int8")):
+            embedder = _with_graph(embedders[runtime], Path(folder) / f"model-{precision}.onnx")
+            embedder.embed_documents(batches[0])
+            embedders[f"{runtime}@{name}"] = embedder
+        result["graphs_from"] = {name: folder}
+    runtimes = list(embedders)
 
-    query_s = {runtime: [] for runtime in RUNTIMES}
-    query_vectors = {runtime: [] for runtime in RUNTIMES}
+    query_s = {runtime: [] for runtime in runtimes}
+    query_vectors = {runtime: [] for runtime in runtimes}
     for i, query in enumerate(queries):
-        for runtime in RUNTIMES[i % 3 :] + RUNTIMES[: i % 3]:
+        for runtime in runtimes[i % len(runtimes) :] + runtimes[: i % len(runtimes)]:
             started = time.perf_counter()
             vector = embedders[runtime].embed_query(query)
             query_s[runtime].append(time.perf_counter() - started)
             query_vectors[runtime].append(vector)
-    batch_s = {runtime: 0.0 for runtime in RUNTIMES}
-    passage_vectors = {runtime: [] for runtime in RUNTIMES}
+    batch_s = {runtime: 0.0 for runtime in runtimes}
+    passage_vectors = {runtime: [] for runtime in runtimes}
     for i, batch in enumerate(batches):
-        for runtime in RUNTIMES[i % 3 :] + RUNTIMES[: i % 3]:
+        for runtime in runtimes[i % len(runtimes) :] + runtimes[: i % len(runtimes)]:
             started = time.perf_counter()
             passage_vectors[runtime].append(embedders[runtime].embed_documents(batch))
             batch_s[runtime] += time.perf_counter() - started
 
     rows = []
-    for runtime in RUNTIMES:
+    for runtime in runtimes:
         latency = _common.summarize_ms(query_s[runtime])
         cosine_queries = np.sum(np.vstack(query_vectors[runtime]) * np.vstack(query_vectors["torch"]), axis=1)
         cosine_passages = np.sum(np.vstack(passage_vectors[runtime]) * np.vstack(passage_vectors["torch"]), axis=1)
@@ -93,6 +108,17 @@ def main() -> int:
     )
     print(f"\nwrote {_common.write_result('embedders', result, key=f'threads-{args.threads}')}")
     return 0
+
+
+def _with_graph(embedder, graph: Path):
+    """The same embedder running another graph file, with the same session options."""
+    import onnxruntime
+
+    other = copy.copy(embedder)
+    other._session = onnxruntime.InferenceSession(
+        str(graph), embedder._session.get_session_options(), providers=["CPUExecutionProvider"]
+    )
+    return other
 
 
 if __name__ == "__main__":

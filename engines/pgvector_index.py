@@ -11,6 +11,7 @@ faster and exact, so the planner is steered to it.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import numpy as np
@@ -89,24 +90,16 @@ class PgVectorIndex(VectorIndex):
             "WHERE {where} ORDER BY distance LIMIT %s"
         ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
         register_vector_type()
-        # Planner settings made with set_config(..., true) end with the outermost transaction: when
-        # this one is it, COMMIT restores them; inside a caller's transaction they are put back.
-        restore = connection.in_atomic_block
-        with transaction.atomic(), connection.cursor() as cursor:
+        # Inside a caller's transaction a savepoint keeps a failing query (a vector of another dimension)
+        # from aborting it; in autocommit the one statement string is a transaction of its own.
+        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        with guard, connection.cursor() as cursor:
             query = statement.as_string(cursor.cursor)
             arguments = [np.asarray(query_vector, dtype=np.float32), *params, top_k]
-            try:
-                self._set_planner(exact=exact, top_k=top_k)
-                cursor.execute(query, arguments)
-                rows = cursor.fetchall()
-                if not exact and len(rows) < top_k:
-                    # The graph walk hit its scan budget before finding enough rows; be exact instead.
-                    self._set_planner(exact=True, top_k=top_k)
-                    cursor.execute(query, arguments)
-                    rows = cursor.fetchall()
-            finally:
-                if restore:
-                    self._set_planner(exact=False, top_k=top_k)
+            rows = self._run(cursor, query, arguments, exact=exact, top_k=top_k)
+            if not exact and len(rows) < top_k:
+                # The graph walk hit its scan budget before finding enough rows; be exact instead.
+                rows = self._run(cursor, query, arguments, exact=True, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
@@ -120,10 +113,19 @@ class PgVectorIndex(VectorIndex):
             params += filters.params
         return where, params
 
-    def _set_planner(self, *, exact: bool, top_k: int) -> None:
+    def _run(self, cursor, query: str, arguments: list, *, exact: bool, top_k: int) -> list[tuple]:
+        """The planner settings and the query in one round trip (a search used to take four: BEGIN, the
+        settings, the query, COMMIT). Several statements in one string run as one implicit transaction,
+        so settings made with set_config(..., true) hold for the query and end with it; inside a
+        caller's transaction a third statement puts them back. Needs Django's default client-side
+        parameter binding (the server-side kind takes one statement at a time)."""
         # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('enable_indexscan', %s, true), set_config('hnsw.ef_search', %s, true)",
-                ["off" if exact else "on", str(max(self.ef_search, 2 * top_k))],
-            )
+        planner = "SELECT set_config('enable_indexscan', %s, true), set_config('hnsw.ef_search', %s, true)"
+        ef_search = str(max(self.ef_search, 2 * top_k))
+        statements, values = [planner, query], ["off" if exact else "on", ef_search, *arguments]
+        if connection.in_atomic_block:
+            statements.append(planner)
+            values += ["on", ef_search]
+        cursor.execute("; ".join(statements), values)
+        cursor.nextset()
+        return cursor.fetchall()

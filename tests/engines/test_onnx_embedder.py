@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engines.embedders import EmbeddingError, get_embedder
-from engines.embedders.onnx_embedder import OnnxEmbedder, exported_model, source_key
+from engines.embedders.onnx_embedder import EXPORT_SETTINGS, OnnxEmbedder, exported_model, source_key
 from knowledge.services import create_knowledge_base
 
 pytestmark = pytest.mark.slow
@@ -103,6 +103,25 @@ def test_export_is_cached_and_reused(onnx_fp32):
     assert exported_model(_bundled_path(), _cache_dir(), "fp32") == path
     assert path.stat().st_mtime_ns == modified
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_exported_graphs_are_fused(onnx_fp32, onnx_int8):
+    """Each layer's attention, LayerNorms and GELU run as single kernels, in fp32 and int8 alike."""
+    import onnx
+
+    for precision, fused_attention in (("fp32", "Attention"), ("int8", "QAttention")):
+        graph = onnx.load(exported_model(_bundled_path(), _cache_dir(), precision), load_external_data=False).graph
+        operators = {node.op_type for node in graph.node}
+        assert {fused_attention, "SkipLayerNormalization", "BiasGelu", "EmbedLayerNormalization"} <= operators
+        assert not operators & {"Softmax", "Erf", "LayerNormalization"}
+
+
+def test_cache_key_follows_the_export_settings(tmp_path, monkeypatch):
+    """A change to the export or its optimization must never reuse a graph cached by the old one."""
+    (tmp_path / "config.json").write_text('{"hidden_size": 384}')
+    first = source_key(tmp_path)
+    monkeypatch.setitem(EXPORT_SETTINGS, "optimizer", "another optimizer")
+    assert source_key(tmp_path) != first
 
 
 def test_cache_key_follows_the_model_files(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -75,11 +76,20 @@ def assert_same_ranking(hits, expected):
 
 
 def plans(queries) -> list[str]:
-    """The enable_indexscan values a search set, in order ('off' = exact scan, 'on' = HNSW allowed),
-    without the final restore to 'on' that every search ends with."""
-    values = ["off" if "'off'" in q["sql"] else "on" for q in queries if "enable_indexscan" in q["sql"]]
-    assert values[-1] == "on", "a search must leave index scans enabled"
-    return values[:-1]
+    """The enable_indexscan value each nearest-neighbour query of a search ran under, in order ('off' =
+    exact scan, 'on' = HNSW allowed). The settings travel with the query in one round trip; inside a
+    transaction (as in these tests) the same round trip puts 'on' back."""
+    values = []
+    for query in queries:
+        if "<=>" in query["sql"]:
+            chosen, restored = re.findall(r"set_config\('enable_indexscan', '(on|off)', true\)", query["sql"])
+            assert restored == "on", "a search must leave index scans enabled"
+            values.append(chosen)
+    return values
+
+
+def nearest_neighbour_statement(sql: str) -> str:
+    return next(statement for statement in sql.split("; ") if "<=>" in statement)
 
 
 @contextlib.contextmanager
@@ -103,7 +113,7 @@ def graph_walk_only():
 
 def walked_the_graph(queries) -> bool:
     """Whether the last nearest-neighbour query the search ran plans as an HNSW index scan."""
-    sql = [q["sql"] for q in queries if "<=>" in q["sql"]][-1]
+    sql = nearest_neighbour_statement([q["sql"] for q in queries if "<=>" in q["sql"]][-1])
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),"
                        " set_config('enable_sort', 'off', true)")
@@ -143,6 +153,24 @@ def test_exact_path_equals_brute_force_cosine():
 
     # top_k larger than the scope returns every row, still ranked.
     assert_same_ranking(index.search(scope_of(kb), query, 500, NO_FILTER), brute_force(chunks, query, 500))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_autocommit_a_search_is_one_round_trip_whose_settings_end_with_it():
+    """How the service searches (no transaction open): the planner settings and the query travel as one
+    statement string, and neither the exact scan's enable_indexscan=off nor ef_search outlives it."""
+    kb = KnowledgeBaseFactory()
+    chunks = add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(seed) for seed in range(50)])
+    index, query = PgVectorIndex(CHUNKS, exact_scan_threshold=100_000, ef_search=64), fresh_query()
+    index.search(scope_of(kb), query, 10, NO_FILTER)  # registers the vector type on this connection
+    assert not connection.in_atomic_block
+    with CaptureQueriesContext(connection) as ctx:
+        hits = index.search(scope_of(kb), query, 10, NO_FILTER, plan=len(chunks))
+    assert len(ctx.captured_queries) == 1 and "'off'" in ctx.captured_queries[0]["sql"]
+    assert_same_ranking(hits, brute_force(chunks, query, 10))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_indexscan'), current_setting('hnsw.ef_search')")
+        assert cursor.fetchone() == ("on", "40")  # the server's defaults, not the search's off / 64
 
 
 def test_exact_path_with_filter_equals_brute_force_over_matching_rows():
