@@ -175,7 +175,8 @@ def main() -> int:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--maintenance-work-mem", default="4GB")
     parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--vector-only", action="store_true",
+                        help="no keyword index and no HTTP: builds, recall and in-process searches only")
     args = parser.parse_args()
     sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
     grid = [Variant.parse(x) for x in args.grid.split(",") if x.strip()]
@@ -282,11 +283,12 @@ def main() -> int:
             for gin in ("chunk_metadata_gin", "chunk_tags_gin"):
                 execute("SELECT gin_clean_pending_list(%s::regclass)", [gin])
             entry["analyze_and_gin_merge_s"] = round(time.perf_counter() - started, 1)
-            started = time.perf_counter()
-            services.rebuild_lexical_index(version)
-            entry["lexical_rebuild_s"] = round(time.perf_counter() - started, 1)
+            if not args.vector_only:
+                started = time.perf_counter()
+                services.rebuild_lexical_index(version)
+                entry["lexical_rebuild_s"] = round(time.perf_counter() - started, 1)
             entry["table_total_mb"] = round(execute("SELECT pg_total_relation_size('knowledge_chunk')")[0][0] / 2**20)
-            print(f"  COPY {entry['copy_s']} s, lexical index {entry['lexical_rebuild_s']} s, "
+            print(f"  COPY {entry['copy_s']} s, lexical index {entry.get('lexical_rebuild_s')} s, "
                   f"table {entry['table_total_mb']} MB", flush=True)
 
             # row g of all_vectors <-> the g-th chunk id of the tenant (one COPY per slice, in row order)
@@ -374,7 +376,7 @@ def main() -> int:
                   + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
                   flush=True)
 
-            if not args.skip_http:
+            if not args.vector_only:
                 entry["http"] = http_run(args, key, http_queries, workdir, reverse, httpx)
                 print("  HTTP p50 (p95) ms: " + ", ".join(
                     f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in entry["http"].items()),
