@@ -242,7 +242,8 @@ def main() -> int:
             seconds = time.perf_counter() - started
         execute("RESET maintenance_work_mem")
         return {"build_s": round(seconds, 1), "peak_mem_mb": round(memory.peak_bytes / 2**20),
-                "mem_before_mb": round(baseline / 2**20), "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+                "mem_before_mb": round(baseline / 2**20),
+                "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
     try:
         passages, queries = _common.scifact_passages_and_queries()
@@ -337,7 +338,8 @@ def main() -> int:
             for variant in (v for v in grid if size <= v.largest_size):
                 drop_hnsw_indexes()
                 build = timed_build(lambda: execute(variant.ddl()))
-                build["index_mb"] = round(execute("SELECT pg_relation_size(%s::regclass)", [variant.name])[0][0] / 2**20)
+                index_bytes = execute("SELECT pg_relation_size(%s::regclass)", [variant.name])[0][0]
+                build["index_mb"] = round(index_bytes / 2**20)
 
                 def variant_search(qv, name, variant=variant):
                     sql_filter = compiled[name].sql if name else no_filter.sql
@@ -357,7 +359,8 @@ def main() -> int:
                 entry["variants"][variant.label] = build
                 print(f"  {variant.label}: build {build['build_s']} s, peak {build['peak_mem_mb']} MB, "
                       f"index {build['index_mb']} MB, recall@10 "
-                      + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
+                      + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)"
+                                  for k, v in build["search"].items()),
                       flush=True)
                 execute(f"DROP INDEX {variant.name}")
 
