@@ -97,17 +97,23 @@ def synthesize(real: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.n
 # --- gunicorn ---------------------------------------------------------------------------------------
 
 
-def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n_docs: int) -> None:
+def load_synthetic_documents(
+    kb, contents: list[str], vectors, main_component, n_docs: int, *, first_row: int = 0, metadata=None
+) -> None:
     """``n_docs`` documents sharing the rows equally, written with the production COPY in one
     transaction; row ``g`` holds the text of its main component plus a unique suffix (the service
-    dedups fused hits by content hash) and metadata ``{"shop_id": g % 20, "campaign_id": g % 200}``."""
+    dedups fused hits by content hash) and ``metadata(g)``, by default ``{"shop_id": g % 20,
+    "campaign_id": g % 200}``. ``first_row`` numbers rows and documents after an earlier call's
+    (``vectors[i]`` is row ``first_row + i``), so a KB can grow in slices."""
     from django.db import transaction
 
     from knowledge import services
     from knowledge.chunking import ChunkDraft
     from knowledge.models import Document
 
+    metadata = metadata or (lambda g: {"shop_id": g % 20, "campaign_id": g % 200})
     per_doc = len(vectors) // n_docs
+    first_doc = first_row // per_doc
     docs = Document.objects.bulk_create(
         [
             Document(
@@ -119,7 +125,7 @@ def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n
                 status=Document.Status.READY,
                 chunk_count=per_doc,
             )
-            for i in range(n_docs)
+            for i in range(first_doc, first_doc + n_docs)
         ]
     )
     batches = []
@@ -127,11 +133,11 @@ def load_synthetic_documents(kb, contents: list[str], vectors, main_component, n
         rows = range(d * per_doc, (d + 1) * per_doc)
         drafts = [
             ChunkDraft(
-                text=(text := f"{contents[main_component[g]]} [synthetic chunk {g}]"),
+                text=(text := f"{contents[main_component[i]]} [synthetic chunk {first_row + i}]"),
                 token_count=len(text) // 5,
-                metadata={"shop_id": g % 20, "campaign_id": g % 200},
+                metadata=metadata(first_row + i),
             )
-            for g in rows
+            for i in rows
         ]
         batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
     with transaction.atomic():

@@ -2,7 +2,10 @@
 
 The table needs ``id``, ``tenant_id``, ``kb_version_id``, ``embedding_dim``, ``embedding`` (a
 ``vector`` of any dimension) and ``content_hash``; one partial HNSW index per dimension on
-``embedding::vector(dim)`` (:meth:`PgVectorIndex.ensure_index`) lets KBs with different models share it.
+``embedding::halfvec(dim)`` (:meth:`PgVectorIndex.ensure_index`) lets KBs with different models share it.
+The index stores half-precision copies (half the size and build memory of a ``vector`` index, same
+recall@10: docs/BENCHMARKS.md, "Scale to 1M chunks"); the rows keep full precision, so an exact scan
+stays exact and every score is the full-precision cosine.
 
 Filters arrive as SQL over the table's columns (:class:`engines.base.SqlFilter`, parameterized by the
 domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every connection) keeps walking
@@ -22,7 +25,7 @@ from psycopg import sql
 
 from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
 
-MAX_HNSW_DIMENSIONS = 2000  # pgvector's limit for an HNSW index on `vector`
+MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
 _VECTOR_REGISTERED: weakref.WeakSet = weakref.WeakSet()
@@ -50,7 +53,8 @@ class PgVectorIndex(VectorIndex):
         self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
 
     def ensure_index(self, dimension: int) -> None:
-        """One partial HNSW cosine index per embedding dimension, built the first time it is needed."""
+        """One partial HNSW cosine index per embedding dimension over half-precision copies of the
+        vectors, built the first time it is needed."""
         if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
             raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
         name = hnsw_index_name(dimension)
@@ -62,7 +66,7 @@ class PgVectorIndex(VectorIndex):
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             statement = sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
-                "((embedding::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
+                "((embedding::halfvec({dim})) halfvec_cosine_ops) WHERE embedding_dim = {dim}"
             ).format(name=sql.Identifier(name), table=sql.Identifier(self.table), dim=sql.Literal(dimension))
             cursor.execute(statement.as_string(cursor.cursor))
 
@@ -84,25 +88,33 @@ class PgVectorIndex(VectorIndex):
             return []
         exact = matching <= self.exact_scan_threshold
         where, params = self._where(scope, filters)
-        # The cast matches the per-dimension partial HNSW index expression.
-        statement = sql.SQL(
-            "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
-            "WHERE {where} ORDER BY distance LIMIT %s"
-        ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
+        vector = np.asarray(query_vector, dtype=np.float32)
         register_vector_type()
         # Inside a caller's transaction a savepoint keeps a failing query (a vector of another dimension)
         # from aborting it; in autocommit the one statement string is a transaction of its own.
         guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
         with guard, connection.cursor() as cursor:
-            query = statement.as_string(cursor.cursor)
-            arguments = [np.asarray(query_vector, dtype=np.float32), *params, top_k]
-            rows = self._run(cursor, query, arguments, exact=exact, top_k=top_k)
+            nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
+            rows = self._run(cursor, *nearest, exact=exact, top_k=top_k)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.
-                rows = self._run(cursor, query, arguments, exact=True, top_k=top_k)
+                nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, True)
+                rows = self._run(cursor, *nearest, exact=True, top_k=top_k)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
+
+    def _nearest(self, cursor, dim: int, where: sql.Composable, params: list, vector, top_k: int, exact: bool):
+        """The nearest-rows query and its arguments. Both paths return the full-precision distance; the
+        graph walk orders by the half-precision one, the expression of the per-dimension HNSW index."""
+        order = sql.SQL("distance") if exact else sql.SQL("(embedding::halfvec({dim})) <=> %s::halfvec({dim})")
+        statement = sql.SQL(
+            "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
+            "WHERE {where} ORDER BY {order} LIMIT %s"
+        ).format(order=order.format(dim=sql.Literal(dim)), dim=sql.Literal(dim), table=sql.Identifier(self.table),
+                 where=where)
+        arguments = [vector, *params, *([] if exact else [vector]), top_k]
+        return statement.as_string(cursor.cursor), arguments
 
     @staticmethod
     def _where(scope: SearchScope, filters: SqlFilter) -> tuple[sql.Composable, list]:

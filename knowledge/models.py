@@ -160,7 +160,7 @@ class Chunk(models.Model):
     """A searchable passage. Business fields are copied from its document so filters need no join.
 
     ``embedding`` has no fixed dimension so KBs with different models share the table; each
-    dimension gets its own partial HNSW index on ``embedding::vector(dim)`` (see
+    dimension gets its own partial HNSW index on ``embedding::halfvec(dim)`` (see
     ``engines.pgvector_index.PgVectorIndex.ensure_index``).
     """
 

@@ -1,4 +1,5 @@
 """The models and their migrations agree: a model change without its migration fails the build."""
+import importlib
 import io
 
 import pytest
@@ -12,3 +13,35 @@ def test_no_model_change_lacks_a_migration():
         call_command("makemigrations", "--check", "--dry-run", stdout=out)
     except SystemExit:
         pytest.fail(f"models changed without a migration:\n{out.getvalue()}")
+
+
+@pytest.mark.django_db
+def test_halfvec_migration_rebuilds_an_existing_vector_index_under_its_name():
+    """knowledge 0016: a deployment's ``vector`` HNSW index becomes a ``halfvec`` one (the search
+    orders its graph walk by the halfvec expression), and back on reverse."""
+    from types import SimpleNamespace
+
+    from django.db import connection, transaction
+
+    migration = importlib.import_module("knowledge.migrations.0016_chunk_embedding_halfvec_index")
+    dimension = 16  # a dimension no other test indexes
+    name = f"chunk_embedding_hnsw_{dimension}"
+
+    def definition() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
+            return cursor.fetchone()[0]
+
+    editor = SimpleNamespace(connection=connection)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"CREATE INDEX {name} ON knowledge_chunk USING hnsw "
+                f"((embedding::vector({dimension})) vector_cosine_ops) WHERE embedding_dim = {dimension}"
+            )
+        migration.to_halfvec(None, editor)
+        assert f"halfvec({dimension})) halfvec_cosine_ops" in definition()
+        assert f"embedding_dim = {dimension}" in definition()
+        migration.to_vector(None, editor)
+        assert f"vector({dimension})) vector_cosine_ops" in definition()
+        transaction.set_rollback(True)

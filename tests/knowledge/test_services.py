@@ -240,7 +240,7 @@ def test_vector_index_exists_per_dimension(kb):
             [f"chunk_embedding_hnsw_{kb.embedding_dim}"],
         )
         (definition,) = cursor.fetchone()
-    assert "hnsw" in definition and f"vector({kb.embedding_dim})" in definition
+    assert "hnsw" in definition and f"halfvec({kb.embedding_dim})" in definition and "halfvec_cosine_ops" in definition
 
 
 def test_search_sees_only_the_callers_tenant(kb, tmp_path):

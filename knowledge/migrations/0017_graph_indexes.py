@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('knowledge', '0015_graph_entity_plural'),
+        ('knowledge', '0016_chunk_embedding_halfvec_index'),
         ('tenants', '0005_rate_tier_graph_endpoint'),
     ]
 

@@ -1,0 +1,458 @@
+"""Scale to 1M chunks: HNSW build cost, storage (vector vs halfvec), recall@10 and latency over HTTP.
+
+    nice -n 5 .venv/bin/python bench/scale.py --sizes 100000,300000,1000000 \\
+        --grid vector:16:64:300000,halfvec:16:64:300000,vector:24:100:100000,halfvec:24:100:100000
+
+Data (the helpers of bench/vector_search.py, imported, not copied): the 5,183 SciFact passages embedded
+once with the service's default embedder (cached); each row's vector is ``normalize(a + 0.35 b + 0.1 g)``
+for random real vectors a, b and Gaussian noise g, its text the real passage of ``a`` plus a unique tag
+(real text for the BM25 leg), 100 chunks a document, and two business fields for filters:
+``metadata.segment = g % 10`` (10 % of the rows per value) and ``metadata.campaign = g % 100`` (1 %).
+One throwaway tenant grows through ``--sizes`` (ascending) by binary COPY in slices of 100k rows, with
+every HNSW index on the table dropped first, so each index is built after the load
+(``maintenance_work_mem`` = --maintenance-work-mem, ``max_parallel_maintenance_workers`` 2).
+
+At each size:
+  1. each ``--grid`` variant (``storage:m:ef_construction:largest size``; storage ``vector`` or
+     ``halfvec``, an expression index on ``embedding::<storage>(384)``) is built alone (time, peak memory of the
+     PostgreSQL processes, index size), searched in-process the way the engine searches (depth
+     SEARCH_CANDIDATES, ``hnsw.ef_search`` = max(HNSW_EF_SEARCH, 2 x depth), iterative scan
+     relaxed_order) and dropped; recall@10 is against exact top-10 computed in numpy from the same
+     float32 vectors (checked against a sequential scan in SQL for a few queries);
+  2. the service's own index (``vector_index().ensure_index(384)``: whatever engines/pgvector_index.py
+     builds) is built the same way and measured through ``PgVectorIndex.search`` (its exact-scan
+     threshold and fallback included), then gunicorn (``_common.start_gunicorn``, result cache off)
+     answers real SciFact queries, sequentially, the scenarios interleaved query by query: vector and
+     hybrid without a filter, vector at 10 % and 1 %, hybrid at 1 %; each response counts as short when
+     it has fewer than top_k hits.
+
+Peak memory is sampled every 0.2 s over the PostgreSQL server's processes: the sum of their private
+resident memory plus the largest shared resident memory of one of them (the parallel build's graph
+lives in shared memory that the leader and the workers all map). Cleanup (always): stop gunicorn,
+drop the bench indexes, delete the rows and the tenant, VACUUM, rebuild the service's index.
+Writes bench/results/scale-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+import _common
+
+DIM = 384
+SLICE_ROWS = 100_000  # rows per COPY transaction (bounds the client's memory at 1M)
+CHUNKS_PER_DOC = 100
+FILTERS = {"10 %": {"metadata.segment": 3}, "1 %": {"metadata.campaign": 7}}
+HTTP_SCENARIOS = [  # (name, endpoint, filter)
+    ("vector", "retrieval-vector", None),
+    ("vector 10 %", "retrieval-vector", "10 %"),
+    ("vector 1 %", "retrieval-vector", "1 %"),
+    ("hybrid", "retrieval-hybrid", None),
+    ("hybrid 1 %", "retrieval-hybrid", "1 %"),
+]
+
+
+def business_fields(row):
+    """Filterable fields of synthetic row ``row`` (an int, or an array of them): one value of ``segment``
+    selects 10 % of the rows, one of ``campaign`` 1 %."""
+    return {"segment": row % 10, "campaign": row % 100}
+
+
+def filter_mask(name: str | None, rows: int) -> np.ndarray:
+    """Which of rows 0..rows-1 pass the named filter of :data:`FILTERS`."""
+    if name is None:
+        return np.ones(rows, dtype=bool)
+    ((field, value),) = FILTERS[name].items()
+    return business_fields(np.arange(rows))[field.removeprefix("metadata.")] == value
+
+
+def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, mask: np.ndarray) -> list[np.ndarray]:
+    """Row numbers of the k most cosine-similar rows per query among ``mask`` (unit vectors: dot product)."""
+    candidates = np.flatnonzero(mask)
+    subset = vectors if len(candidates) == len(vectors) else vectors[candidates]  # no 1.5 GB copy at 1M
+    out = []
+    for start in range(0, len(queries), 32):
+        scores = subset @ queries[start : start + 32].T  # rows x queries
+        for column in scores.T:
+            top = np.argpartition(-column, k)[:k]
+            out.append(candidates[top[np.argsort(-column[top])]])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    storage: str  # vector | halfvec
+    m: int
+    ef_construction: int
+    largest_size: int  # built at the sizes up to this one (the big builds are the expensive part)
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        storage, m, efc, largest = text.split(":")
+        if storage not in ("vector", "halfvec"):
+            raise ValueError(f"storage must be vector or halfvec, not {storage!r}")
+        return cls(storage, int(m), int(efc), int(largest))
+
+    @property
+    def name(self) -> str:
+        return f"bench_scale_{self.storage}_m{self.m}_efc{self.ef_construction}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.storage} m={self.m} ef_c={self.ef_construction}"
+
+    def ddl(self) -> str:
+        return (
+            f"CREATE INDEX {self.name} ON knowledge_chunk USING hnsw "
+            f"((embedding::{self.storage}({DIM})) {self.storage}_cosine_ops) "
+            f"WITH (m = {self.m}, ef_construction = {self.ef_construction}) WHERE embedding_dim = {DIM}"
+        )
+
+
+class PeakMemory:
+    """Samples the PostgreSQL server's processes (the children of its postmaster) while a build runs."""
+
+    def __init__(self, postmaster_pid: int):
+        self.postmaster_pid = postmaster_pid
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+            self._stop.wait(0.2)
+
+    def sample(self) -> int:
+        private, shared = 0, 0
+        for pid in self._server_pids():
+            try:
+                fields = dict(
+                    line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+                )
+            except OSError:
+                continue
+            private += int(fields.get("RssAnon", "0 kB").split()[0]) * 1024
+            shared = max(shared, int(fields.get("RssShmem", "0 kB").split()[0]) * 1024)
+        return private + shared
+
+    def _server_pids(self) -> list[int]:
+        pids = [self.postmaster_pid]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.postmaster_pid:
+                    pids.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        return pids
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100000,300000,1000000", help="ascending row counts")
+    parser.add_argument("--grid", default="vector:16:64:300000,halfvec:16:64:300000",
+                        help="comma list of storage:m:ef_construction:largest_size variants built by the bench "
+                        "besides the service's own index ('' for none)")
+    parser.add_argument("--recall-queries", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=100, help="timed HTTP requests per scenario and size")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--maintenance-work-mem", default="4GB")
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--vector-only", action="store_true",
+                        help="no keyword index and no HTTP: builds, recall and in-process searches only")
+    args = parser.parse_args()
+    sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
+    grid = [Variant.parse(x) for x in args.grid.split(",") if x.strip()]
+    if any(size % CHUNKS_PER_DOC for size in sizes):
+        raise SystemExit(f"sizes must be multiples of {CHUNKS_PER_DOC}")
+
+    _common.setup_django()
+    import logging
+
+    import httpx
+    from django.conf import settings
+    from django.db import connection, transaction
+    from django.urls import reverse
+
+    import vector_search as vs
+    from engines.base import SearchScope
+    from engines.embedders import get_embedder
+    from engines.pgvector_index import hnsw_index_name, register_vector_type
+    from knowledge import services
+    from knowledge.stores import vector_index
+    from retrieval.filters import compile_filters
+    from tenants.services import create_api_key, create_tenant
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    service_index = hnsw_index_name(DIM)
+    depth = settings.SEARCH_CANDIDATES
+    ef_search = max(settings.HNSW_EF_SEARCH, 2 * depth)
+    result: dict = {
+        "config": vars(args),
+        "machine": _common.machine_info(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "settings": {"SEARCH_CANDIDATES": depth, "HNSW_EF_SEARCH": settings.HNSW_EF_SEARCH,
+                     "VECTOR_EXACT_SCAN_THRESHOLD": settings.VECTOR_EXACT_SCAN_THRESHOLD,
+                     "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND},
+        "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services/search.py"]),
+        "sizes": {},
+    }
+    tenant = tier = None
+    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    started_all = time.perf_counter()
+
+    def execute(statement: str, params=None):
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall() if cursor.description else None
+
+    def drop_hnsw_indexes() -> None:
+        for (name,) in execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'knowledge_chunk' AND indexdef LIKE '%%USING hnsw%%'"
+        ):
+            execute(f'DROP INDEX IF EXISTS "{name}"')
+
+    def timed_build(build) -> dict:
+        execute("SELECT set_config('maintenance_work_mem', %s, false)", [args.maintenance_work_mem])
+        execute("SET max_parallel_maintenance_workers = 2")
+        postmaster = int(execute("SELECT pg_backend_pid()")[0][0])
+        postmaster = int(Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+        load_before = os.getloadavg()[0]
+        with PeakMemory(postmaster) as memory:
+            baseline = memory.sample()
+            started = time.perf_counter()
+            build()
+            seconds = time.perf_counter() - started
+        execute("RESET maintenance_work_mem")
+        return {"build_s": round(seconds, 1), "peak_mem_mb": round(memory.peak_bytes / 2**20),
+                "mem_before_mb": round(baseline / 2**20),
+                "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+
+    try:
+        passages, queries = _common.scifact_passages_and_queries()
+        embedder = get_embedder()
+        real, _, from_cache = vs.real_vectors(embedder, passages, cache=True)
+        result["real_vectors"] = {"model": embedder.model_name, "count": len(real), "from_cache": from_cache}
+        contents = [p[:1000] for p in passages]
+        recall_vectors = np.asarray(embedder.embed_documents(queries[-args.recall_queries:]), dtype=np.float32)
+        http_queries = queries[: args.warmup + args.requests]
+
+        rng = np.random.default_rng(args.seed)
+        tenant = create_tenant(_common.unique_name("bench-scale"))
+        tier = _common.unlimited_rate_tier(tenant)
+        kb = services.create_knowledge_base(tenant=tenant, name="scale-bench")
+        version = kb.active_version
+        scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=DIM)
+        compiled = {name: compile_filters(spec) for name, spec in FILTERS.items()}
+        no_filter = compile_filters(None)
+        key = create_api_key(tenant=tenant, name="bench").raw_key
+        all_vectors = np.empty((sizes[-1], DIM), dtype=np.float32)  # row g's vector
+        loaded = 0
+
+        for size in sizes:
+            entry: dict = {"loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+            print(f"== {size:,} rows (load {os.getloadavg()[0]:.1f})", flush=True)
+            drop_hnsw_indexes()
+            started = time.perf_counter()
+            for first in range(loaded, size, SLICE_ROWS):
+                rows = min(SLICE_ROWS, size - first)
+                vectors, main_component = vs.synthesize(real, rows, rng)
+                vs.load_synthetic_documents(kb, contents, vectors, main_component, rows // CHUNKS_PER_DOC,
+                                            first_row=first, metadata=business_fields)
+                all_vectors[first : first + rows] = vectors
+            loaded = size
+            entry["copy_s"] = round(time.perf_counter() - started, 1)
+            started = time.perf_counter()
+            execute("ANALYZE knowledge_chunk")
+            for gin in ("chunk_metadata_gin", "chunk_tags_gin"):
+                execute("SELECT gin_clean_pending_list(%s::regclass)", [gin])
+            entry["analyze_and_gin_merge_s"] = round(time.perf_counter() - started, 1)
+            if not args.vector_only:
+                started = time.perf_counter()
+                services.rebuild_lexical_index(version)
+                entry["lexical_rebuild_s"] = round(time.perf_counter() - started, 1)
+            entry["table_total_mb"] = round(execute("SELECT pg_total_relation_size('knowledge_chunk')")[0][0] / 2**20)
+            print(f"  COPY {entry['copy_s']} s, lexical index {entry.get('lexical_rebuild_s')} s, "
+                  f"table {entry['table_total_mb']} MB", flush=True)
+
+            # row g of all_vectors <-> the g-th chunk id of the tenant (one COPY per slice, in row order)
+            ids = np.array([r[0] for r in execute(
+                "SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])])
+            for g in rng.integers(0, size, 5):
+                content = execute("SELECT content FROM knowledge_chunk WHERE id = %s", [int(ids[g])])[0][0]
+                if not content.endswith(f"[synthetic chunk {g}]"):
+                    raise RuntimeError(f"row {g} is not chunk id {ids[g]}: ids are not in COPY order")
+            truth = {name: exact_top_k(all_vectors[:size], recall_vectors, args.top_k, filter_mask(name, size))
+                     for name in (None, *FILTERS)}
+            register_vector_type()
+            # the numpy truth against PostgreSQL's own exact scan, for a few queries
+            for q in range(3):
+                with connection.cursor() as cursor:
+                    cursor.execute("SET enable_indexscan = off")
+                    cursor.execute(
+                        f"SELECT id FROM knowledge_chunk WHERE tenant_id = %s AND embedding_dim = {DIM} "
+                        f"ORDER BY (embedding::vector({DIM})) <=> %s LIMIT %s",
+                        [tenant.pk, recall_vectors[q], args.top_k])
+                    sql_ids = {row[0] for row in cursor.fetchall()}
+                    cursor.execute("RESET enable_indexscan")
+                overlap = len(sql_ids & set(ids[truth[None][q]].tolist()))
+                if overlap < args.top_k - 1:  # float ties may swap the 10th
+                    raise RuntimeError(f"numpy and SQL exact top-{args.top_k} disagree ({overlap} shared)")
+
+            def measure(search) -> dict:
+                """recall@k and latency of ``search(vector, filter_name) -> chunk ids in rank order``."""
+                out = {}
+                for name in (None, *FILTERS):
+                    for qv in recall_vectors[:5]:
+                        search(qv, name)  # warm-up
+                    recalls, times, short = [], [], 0
+                    for qv, expected in zip(recall_vectors, truth[name]):
+                        t0 = time.perf_counter()
+                        hits = search(qv, name)
+                        times.append(time.perf_counter() - t0)
+                        short += len(hits) < args.top_k
+                        recalls.append(len(set(hits[: args.top_k]) & set(ids[expected].tolist())) / args.top_k)
+                    out[name or "none"] = {"recall_at_10": round(float(np.mean(recalls)), 4),
+                                           "min_recall": round(min(recalls), 2), "short": short,
+                                           **_common.summarize_ms(times)}
+                return out
+
+            entry["variants"] = {}
+            for variant in (v for v in grid if size <= v.largest_size):
+                drop_hnsw_indexes()
+                build = timed_build(lambda: execute(variant.ddl()))
+                index_bytes = execute("SELECT pg_relation_size(%s::regclass)", [variant.name])[0][0]
+                build["index_mb"] = round(index_bytes / 2**20)
+
+                def variant_search(qv, name, variant=variant):
+                    sql_filter = compiled[name].sql if name else no_filter.sql
+                    extra = f" AND ({sql_filter.sql})" if sql_filter else ""
+                    with transaction.atomic(), connection.cursor() as cursor:
+                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef_search)])
+                        cursor.execute(
+                            f"SELECT id, (embedding::{variant.storage}({DIM})) <=> "
+                            f"(%s::vector({DIM}))::{variant.storage}({DIM}) AS distance FROM knowledge_chunk "
+                            f"WHERE tenant_id = %s AND kb_version_id = %s AND embedding_dim = {DIM}{extra} "
+                            "ORDER BY distance LIMIT %s",
+                            [qv, tenant.pk, version.pk, *(sql_filter.params if sql_filter else []), depth])
+                        rows = cursor.fetchall()
+                    return [chunk_id for chunk_id, _ in sorted(rows, key=lambda row: row[1])]
+
+                build["search"] = measure(variant_search)
+                entry["variants"][variant.label] = build
+                print(f"  {variant.label}: build {build['build_s']} s, peak {build['peak_mem_mb']} MB, "
+                      f"index {build['index_mb']} MB, recall@10 "
+                      + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)"
+                                  for k, v in build["search"].items()),
+                      flush=True)
+                execute(f"DROP INDEX {variant.name}")
+
+            # the service's own index and search path
+            drop_hnsw_indexes()
+            build = timed_build(lambda: vector_index().ensure_index(DIM))
+            build["index_mb"] = round(execute("SELECT pg_relation_size(%s::regclass)", [service_index])[0][0] / 2**20)
+            build["indexdef"] = execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [service_index])[0][0]
+            execute("ANALYZE knowledge_chunk")
+            engine = vector_index()
+            build["search"] = measure(lambda qv, name: [
+                hit.chunk_id for hit in engine.search(scope, qv, depth, compiled[name].sql if name else no_filter.sql)])
+            entry["service_index"] = build
+            print(f"  service index ({build['indexdef'].split(' USING ')[1]}): build {build['build_s']} s, "
+                  f"peak {build['peak_mem_mb']} MB, index {build['index_mb']} MB, recall@10 "
+                  + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
+                  flush=True)
+
+            if not args.vector_only:
+                entry["http"] = http_run(args, key, http_queries, workdir, reverse, httpx)
+                print("  HTTP p50 (p95) ms: " + ", ".join(
+                    f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in entry["http"].items()),
+                    flush=True)
+            entry["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            result["sizes"][str(size)] = entry
+            _common.write_result("scale", result)
+        return 0
+    finally:
+        if tenant is not None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'bench_scale_%%' "
+                               "OR indexname = %s", [hnsw_index_name(DIM)])
+                for (name,) in cursor.fetchall():
+                    cursor.execute(f'DROP INDEX IF EXISTS "{name}"')
+                started = time.perf_counter()
+                cursor.execute("DELETE FROM knowledge_chunk WHERE tenant_id = %s", [tenant.pk])
+                result["chunks_delete_s"] = round(time.perf_counter() - started, 1)
+
+            def restore() -> dict:
+                from knowledge.stores import vector_index
+
+                with connection.cursor() as cursor:
+                    cursor.execute("VACUUM ANALYZE knowledge_chunk")
+                vector_index().ensure_index(DIM)
+                return {"service_index_restored": True}
+
+            _common.clean_up(result, tenant, tier, tenant_prefix="bench-scale", then=restore)
+        result["total_s"] = round(time.perf_counter() - started_all, 1)
+        if result["sizes"]:
+            print(f"wrote {_common.write_result('scale', result)} (total {result['total_s']} s)")
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def http_run(args, key: str, queries: list[str], workdir: Path, reverse, httpx) -> dict:
+    """One gunicorn like ``./run serve`` (result cache off); the scenarios interleaved query by query."""
+    port = _common.free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    proc = _common.start_gunicorn(port, workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0"})
+    times = {name: [] for name, _, _ in HTTP_SCENARIOS}
+    stages: dict = {name: {} for name, _, _ in HTTP_SCENARIOS}
+    short = {name: 0 for name, _, _ in HTTP_SCENARIOS}
+    try:
+        _common.wait_ready(proc, base_url)
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+            for i, query in enumerate(queries):
+                order = HTTP_SCENARIOS[i % len(HTTP_SCENARIOS):] + HTTP_SCENARIOS[: i % len(HTTP_SCENARIOS)]
+                for name, endpoint, filter_name in order:
+                    body = {"query": query, "top_k": args.top_k, "rerank": False}
+                    if filter_name:
+                        body["filters"] = FILTERS[filter_name]
+                    t0 = time.perf_counter()
+                    response = client.post(reverse(endpoint), json=body)
+                    elapsed = time.perf_counter() - t0
+                    if response.status_code != 200:
+                        raise RuntimeError(f"{name}: HTTP {response.status_code}: {response.text[:300]}")
+                    if i < args.warmup:
+                        continue
+                    payload = response.json()
+                    times[name].append(elapsed)
+                    short[name] += len(payload.get("results", [])) < args.top_k
+                    for stage, ms in (payload.get("timings_ms") or {}).items():
+                        stages[name].setdefault(stage, []).append(ms)
+    finally:
+        _common.stop_process(proc)
+    return {
+        name: {**_common.summarize_ms(times[name]), "short": short[name],
+               "server_stage_p50_ms": {s: round(_common.percentile(v, 50), 2) for s, v in sorted(stages[name].items())}}
+        for name, _, _ in HTTP_SCENARIOS
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Smoke tests of ``bench/scale.py``'s data generator and ground truth (no timing, no large data)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.db import connection, transaction
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import scale  # noqa: E402  (bench/ is not a package; its scripts import _common as a sibling)
+import vector_search  # noqa: E402
+
+
+def test_filters_select_the_rows_whose_business_fields_match():
+    rows = 2_000
+    for name, spec in scale.FILTERS.items():
+        ((field, value),) = spec.items()
+        expected = [scale.business_fields(g)[field.removeprefix("metadata.")] == value for g in range(rows)]
+        assert scale.filter_mask(name, rows).tolist() == expected
+    assert scale.filter_mask("10 %", rows).mean() == pytest.approx(0.10)
+    assert scale.filter_mask("1 %", rows).mean() == pytest.approx(0.01)
+    assert scale.filter_mask(None, rows).all()
+
+
+def test_exact_top_k_is_the_cosine_ranking_within_the_mask():
+    rng = np.random.default_rng(7)
+    real = rng.standard_normal((50, 16)).astype(np.float32)
+    real /= np.linalg.norm(real, axis=1, keepdims=True)
+    vectors, _ = vector_search.synthesize(real, 3_000, rng)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    queries = vectors[rng.integers(0, len(vectors), 40)]
+    mask = scale.filter_mask("10 %", len(vectors))
+    for query, top in zip(queries, scale.exact_top_k(vectors, queries, 10, mask)):
+        allowed = np.flatnonzero(mask)
+        brute = allowed[np.argsort(-(vectors[allowed] @ query), kind="stable")[:10]]
+        assert mask[top].all()
+        assert set(top.tolist()) == set(brute.tolist())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("storage", ["vector", "halfvec"])
+def test_variant_ddl_builds_an_hnsw_index_with_its_storage_and_parameters(storage):
+    variant = scale.Variant.parse(f"{storage}:8:32:1000")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(variant.ddl())
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [variant.name])
+        (definition,) = cursor.fetchone()
+        transaction.set_rollback(True)
+    assert f"{storage}_cosine_ops" in definition and f"{storage}({scale.DIM})" in definition
+    assert "m='8'" in definition and "ef_construction='32'" in definition
+
+
+def test_variant_rejects_an_unknown_storage():
+    with pytest.raises(ValueError, match="storage"):
+        scale.Variant.parse("bit:16:64:1000")
