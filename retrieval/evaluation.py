@@ -319,7 +319,8 @@ class Variant:
         if self.aggregate is not None:
             parts.append(f"aggregate={self.aggregate}")
         if self.feedback is not None:
-            parts.append("rm3={}x{}@{:g}".format(*self.feedback))
+            docs, terms, query_weight = self.feedback
+            parts.append(f"rm3={docs}x{terms}@{query_weight:g}" if docs else "rm3=off")
         if self.expand:
             parts.append("expand=" + "+".join(self.expand))
         if self.rerank:

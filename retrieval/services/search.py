@@ -9,8 +9,9 @@ scoped to the tenant, its active KB versions and the filters -> fuse by weighted
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
-leg, BM25's feedback pass, the document stage, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}``
-and one warning; only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
+leg, BM25's feedback pass, the document stage, the reranker) becomes a ``degraded`` entry
+``{"stage", "cause", "message"}`` and one warning; only when no retriever of the search answers is it an
+error, a 503 naming the failed retriever.
 """
 from __future__ import annotations
 

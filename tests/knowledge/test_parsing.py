@@ -163,29 +163,28 @@ def test_markdown_renders_to_text(tmp_path):
     assert [section.metadata for section in parsed.sections] == [{}, {}]  # the title leads no heading path
 
 
+def heading_paths(path: Path, text: str) -> list[tuple[str | None, str]]:
+    path.write_text(text, encoding="utf-8")
+    return [(section.metadata.get("section"), section.text) for section in parse_file(path).sections]
+
+
 def test_markdown_and_html_are_cut_at_headings_with_their_paths(tmp_path):
-    markdown = tmp_path / "guide.md"
-    markdown.write_text(
+    markdown = (
         "# Kettle\n\nIntro.\n\n## Setup\n\n### Wi-Fi\n\nHold the button.\n\n### Power\n\nPlug it in.\n\n"
-        "## Cleaning\n\nDescale monthly.\n\n# Appendix\n\n## Specs\n\n1.7 litres.\n",
-        encoding="utf-8",
+        "## Cleaning\n\nDescale monthly.\n\n# Appendix\n\n## Specs\n\n1.7 litres.\n"
     )
-    sections = [(section.metadata.get("section"), section.text) for section in parse_file(markdown).sections]
-    assert sections == [
+    assert heading_paths(tmp_path / "guide.md", markdown) == [
         (None, "Kettle\n\nIntro."),
         ("Setup > Wi-Fi", "Wi-Fi\n\nHold the button."),  # "Setup" alone has no text: no section of its own
         ("Setup > Power", "Power\n\nPlug it in."),
         ("Cleaning", "Cleaning\n\nDescale monthly."),
         ("Appendix > Specs", "Specs\n\n1.7 litres."),  # a second h1 is a heading like any other
     ]
-    page = tmp_path / "page.html"
-    page.write_text(
+    html = (
         "<html><head><title>Support</title></head><body><header><h2>Site menu</h2></header><p>Welcome.</p>"
-        "<h3>Returns  policy</h3><p>Thirty days.</p><div><h4>Refunds</h4><p>To the card.</p></div></body></html>",
-        encoding="utf-8",
+        "<h3>Returns  policy</h3><p>Thirty days.</p><div><h4>Refunds</h4><p>To the card.</p></div></body></html>"
     )
-    sections = [(section.metadata.get("section"), section.text) for section in parse_file(page).sections]
-    assert sections == [
+    assert heading_paths(tmp_path / "page.html", html) == [
         (None, "Welcome."),
         ("Returns policy", "Returns policy\n\nThirty days."),
         ("Returns policy > Refunds", "Refunds\n\nTo the card."),

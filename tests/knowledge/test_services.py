@@ -495,7 +495,8 @@ def test_every_chunk_is_embedded_and_indexed_with_its_documents_title(kb, tmp_pa
 def test_a_chunk_is_read_with_its_heading_path_stored_once(kb, tmp_path, embedder):
     (tmp_path / "kettle.md").write_text(
         "# Sky Kettle Guide\n\nThe kettle boils a litre in four minutes.\n\n## Setup\n\n### Pairing\n\n"
-        "Hold the button for five seconds until the light blinks.\n\n## Cleaning\n\nDescale it monthly with citric acid.\n"
+        "Hold the button for five seconds until the light blinks.\n\n"
+        "## Cleaning\n\nDescale it monthly with citric acid.\n"
     )
     (tmp_path / "kettle.html").write_text(
         "<html><head><title>Kettle page</title></head><body><nav><h2>Menu</h2></nav><h1>Kettle page</h1>"
