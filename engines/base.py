@@ -85,12 +85,18 @@ class IndexState:
 BM25_K1 = 1.2  # both lexical engines score with k1 = 1.2, b = 0.75
 
 
-def bm25_ceiling(doc_count: int, doc_frequencies: list[int], *, scale: float) -> float:
+def bm25_ceiling(
+    doc_count: int, doc_frequencies: list[int], *, scale: float, weights: list[float] | None = None
+) -> float:
     """The most BM25 can give these query tokens: Lucene's idf, ln(1 + (N - df + 0.5) / (df + 0.5)), of
-    each token, times ``scale`` (the engine's k1 + 1, or 1 where Lucene dropped it). A token no document
-    holds counts as the rarest (df = 0): a passage missing query words is a weaker match, whether or not
-    another passage has them."""
-    return scale * sum(math.log(1 + (doc_count - df + 0.5) / (df + 0.5)) for df in doc_frequencies)
+    each token (times its query weight, when the query weighs its tokens), times ``scale`` (the engine's
+    k1 + 1, or 1 where Lucene dropped it). A token no document holds counts as the rarest (df = 0): a
+    passage missing query words is a weaker match, whether or not another passage has them."""
+    weights = weights or [1.0] * len(doc_frequencies)
+    return scale * sum(
+        weight * math.log(1 + (doc_count - df + 0.5) / (df + 0.5))
+        for df, weight in zip(doc_frequencies, weights, strict=True)
+    )
 
 
 class LexicalIndexError(ComponentError):
@@ -139,15 +145,22 @@ class LexicalIndex(ABC):
 
     @abstractmethod
     def search(
-        self, version_id: int, tenant_id: int, tokens: list[str], limit: int, allowed_chunk_ids: list[int] | None
+        self,
+        version_id: int,
+        tenant_id: int,
+        tokens: list[str],
+        limit: int,
+        allowed_chunk_ids: list[int] | None,
+        weights: list[float] | None = None,
     ) -> list[LexicalHit]:
-        """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given."""
+        """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given;
+        ``weights`` (one per token, None: 1 each) multiply each token's BM25 contribution."""
 
     @abstractmethod
-    def max_score(self, version_id: int, tokens: list[str]) -> float:
+    def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
         """The highest score any chunk of the version could reach for ``tokens`` (as ``search`` scores
-        them, a repeated token twice): each token's BM25 weight as its frequency grows without bound,
-        summed (``bm25_ceiling``). 0.0 without an index."""
+        them, a repeated token twice, each times its weight): each token's BM25 weight as its frequency
+        grows without bound, summed (``bm25_ceiling``). 0.0 without an index."""
 
     @abstractmethod
     def ping(self) -> str:

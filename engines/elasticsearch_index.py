@@ -180,7 +180,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             except NotFoundError:
                 return []
 
-    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
+    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights=None):
         if not tokens or limit <= 0 or allowed_chunk_ids == []:
             return []
         filters: list[Query] = [Term(tenant_id=tenant_id)]
@@ -188,7 +188,10 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             filters.append(Terms(chunk_id=list(allowed_chunk_ids)))
         # One clause per token, duplicates kept: a repeated query token counts twice, as in tantivy.
         # Filters never score; with a filter present, minimum_should_match would default to 0.
-        query = Bool(should=[Term(body=token) for token in tokens], minimum_should_match=1, filter=filters)
+        clauses = [Term(body=token) for token in tokens]
+        if weights is not None:
+            clauses = [Term(body={"value": t, "boost": w}) for t, w in zip(tokens, weights, strict=True)]
+        query = Bool(should=clauses, minimum_should_match=1, filter=filters)
         request = (
             Search(using=self.client, index=self._alias(version_id))
             .query(query)
@@ -204,7 +207,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
-    def max_score(self, version_id, tokens):
+    def max_score(self, version_id, tokens, weights=None):
         """Document frequencies from the term vectors of an artificial document made of the tokens
         (one shard per index, so they are the index's own)."""
         if not tokens:
@@ -227,7 +230,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             return 0.0
         terms = vectors.get("terms", {})
         frequencies = [terms.get(token, {}).get("doc_freq", 0) for token in tokens]
-        return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=1.0)
+        return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=1.0, weights=weights)
 
     # --- internals ------------------------------------------------------------------------------
 

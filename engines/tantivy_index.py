@@ -145,29 +145,32 @@ class TantivyLexicalIndex(LexicalIndex):
             result = searcher.search(tantivy.Query.all_query(), searcher.num_docs, count=False)
             return searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
 
-    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids):
+    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights=None):
         with _reading(version_id):
-            return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids)
+            return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights)
 
-    def max_score(self, version_id, tokens):
+    def max_score(self, version_id, tokens, weights=None):
         with _reading(version_id):
             generation = self._generation(version_id)
             if generation is None or not tokens:
                 return 0.0
             searcher = self._searcher(generation)
             frequencies = [searcher.doc_freq("body", token) for token in tokens]
-            return bm25_ceiling(searcher.num_docs, frequencies, scale=BM25_K1 + 1)
+            return bm25_ceiling(searcher.num_docs, frequencies, scale=BM25_K1 + 1, weights=weights)
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids) -> list[LexicalHit]:
+    def _search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights) -> list[LexicalHit]:
         generation = self._generation(version_id)
         if not tokens or limit <= 0 or allowed_chunk_ids == [] or generation is None:
             return []
         term = tantivy.Query.term_query
-        text_query = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, term(self.schema, "body", token)) for token in tokens]
-        )
+        clauses = [term(self.schema, "body", token) for token in tokens]
+        if weights is not None:
+            clauses = [
+                tantivy.Query.boost_query(clause, weight) for clause, weight in zip(clauses, weights, strict=True)
+            ]
+        text_query = tantivy.Query.boolean_query([(tantivy.Occur.Should, clause) for clause in clauses])
         clauses = [
             (tantivy.Occur.Must, text_query),
             (tantivy.Occur.Must, tantivy.Query.const_score_query(term(self.schema, "tenant_id", tenant_id), 0.0)),

@@ -21,8 +21,12 @@ SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", "!", "?", ";", ". ", "�
 # A passage this short is a heading or a stray line: it answers nothing on its own.
 SHORT_PASSAGE_TOKENS = 32
 # Bumped whenever chunk boundaries or what the indexes read of a chunk change, so re-ingesting an
-# unchanged file re-chunks it (3: the document's title is embedded and indexed with every chunk).
-CHUNKER_VERSION = "3"
+# unchanged file re-chunks it (3: the document's title is embedded and indexed with every chunk; 4:
+# Markdown and HTML are cut at their headings, and each chunk is read with its heading path too).
+CHUNKER_VERSION = "4"
+# Document types whose chunks the versions since did not change, with the version that last did:
+# re-ingesting them after a bump that is not theirs re-embeds nothing.
+UNCHANGED_SINCE = {"txt": "3", "pdf": "3", "docx": "3", "faq": "3"}
 
 
 @dataclass
@@ -46,9 +50,21 @@ def document_context(title: str, path: Path) -> str:
     return "" if title == path.stem else title.strip()
 
 
-def contextual_text(context: str, text: str) -> str:
-    """What the embedder and the lexical index read for a chunk: the document's context, then the
-    chunk. The context is stored once on the document, never in the chunk's ``content``."""
+def chunker_version(doc_type: str) -> str:
+    """The chunker version that cut a document of this type (stored on it; another means re-chunk it)."""
+    return UNCHANGED_SINCE.get(doc_type, CHUNKER_VERSION)
+
+
+def chunk_context(document_context: str, section: str | None) -> str:
+    """What a chunk is read with: its document's context, then the heading path to it (``Section``)."""
+    return "\n\n".join(part for part in (document_context, section) if part)
+
+
+def contextual_text(context: str, text: str, section: str | None = None) -> str:
+    """What the embedder and the lexical index read for a chunk: the document's context and the heading
+    path to the chunk, then the chunk. Both are stored once (on the document, in the chunk's metadata),
+    never in the chunk's ``content``."""
+    context = chunk_context(context, section)
     return f"{context}\n\n{text}" if context else text
 
 

@@ -34,7 +34,8 @@ class ParseError(Exception):
 
 @dataclass(frozen=True)
 class Section:
-    """A run of text the chunker splits on its own: a page, an FAQ pair; sections are never merged."""
+    """A run of text the chunker splits on its own: a page, an FAQ pair, the text under a heading;
+    sections are never merged. ``metadata["section"]``: the heading path to it ("Setup > Wi-Fi")."""
 
     text: str
     metadata: dict = field(default_factory=dict)
@@ -153,10 +154,40 @@ def _html_text(soup: BeautifulSoup) -> str:
     return clean_text("\n".join(line for line in lines if line).replace("\u2029", ""))
 
 
+_HEADING_TAGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
+# Where the n-th heading starts its section: private-use characters, which no cleanup step touches.
+_SECTION_MARK = re.compile("\n*\ue000(\\d+)\ue001\n*")
+
+
 def _parse_html_markup(markup: str) -> tuple[str, list[Section]]:
+    """One section per heading (and one for any text before the first), each with its heading path."""
     soup = BeautifulSoup(markup, "lxml")
     title = _html_title(soup)
-    return title, [Section(_html_text(soup))]
+    headings = []
+    for number, tag in enumerate(soup.find_all(_HEADING_TAGS)):
+        headings.append((int(tag.name[1]), _one_line(tag.get_text(" "))))
+        tag.insert_before(f"\ue000{number}\ue001")  # dropped with the heading when it sits in a <nav>
+    return title, _sections_by_heading(_html_text(soup), headings, title)
+
+
+def _sections_by_heading(text: str, headings: list[tuple[int, str]], title: str) -> list[Section]:
+    """``text`` cut at its heading marks. A section's path is the headings above it, each the last one
+    of a higher level, and its own; the title leads no path (every chunk is read with it already). A
+    heading with no text of its own before the next one is no section: it lives on in the paths."""
+    pieces = _SECTION_MARK.split(text)
+    sections = [Section(pieces[0].strip())] if pieces[0].strip() else []
+    path: list[tuple[int, str]] = []
+    for number, body in zip(pieces[1::2], pieces[2::2]):
+        level, heading = headings[int(number)]
+        path = [(above, name) for above, name in path if above < level] + [(level, heading)]
+        body = body.strip()
+        if not body or body == heading:
+            continue
+        names = [name for _, name in path if name]
+        if names and names[0] == title:
+            names = names[1:]
+        sections.append(Section(body, {"section": " > ".join(names)} if names else {}))
+    return sections
 
 
 def _parse_html(raw: bytes) -> tuple[str, list[Section]]:

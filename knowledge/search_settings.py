@@ -9,8 +9,10 @@ active version's, else the KB's, else the service setting (``retrieval.tuning``)
 Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever), ``rrf_k`` (1..1000),
 ``candidates`` (1..200, each retriever's list depth), ``dense_weight_floor`` (0..100, the dense weight
 for a query in a language the model does not cover), ``aggregate`` (``none``, ``max`` or ``sum``: how
-the chunks of one document add up, see ``retrieval.grouping``) and ``group_by`` (``chunk`` or
-``document``).
+the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``chunk`` or
+``document``) and RM3 pseudo-relevance feedback on the BM25 leg (``retrieval.expansion.rm3``):
+``feedback_docs`` (0..50 first-pass passages, 0: off), ``feedback_terms`` (1..100 words added) and
+``feedback_query_weight`` (0..1, the original query's share).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ RETRIEVERS = ("vector", "bm25", "graph")
 MAX_WEIGHT = 100
 MAX_CANDIDATES = 200
 MAX_RRF_K = 1000
+MAX_FEEDBACK_DOCS = 50
+MAX_FEEDBACK_TERMS = 100
 AGGREGATES = ("none", "max", "sum")
 GROUP_BY = ("chunk", "document")
 
@@ -28,6 +32,9 @@ _NUMBERS = {
     "rrf_k": (int, 1, MAX_RRF_K),
     "candidates": (int, 1, MAX_CANDIDATES),
     "dense_weight_floor": (float, 0, MAX_WEIGHT),
+    "feedback_docs": (int, 0, MAX_FEEDBACK_DOCS),
+    "feedback_terms": (int, 1, MAX_FEEDBACK_TERMS),
+    "feedback_query_weight": (float, 0, 1),
 }
 _CHOICES = {"aggregate": AGGREGATES, "group_by": GROUP_BY}
 KEYS = ("weights", *_NUMBERS, *_CHOICES)

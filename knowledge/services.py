@@ -26,7 +26,14 @@ from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from knowledge.chunking import CHUNKER_VERSION, ChunkDraft, chunk_sections, contextual_text, document_context
+from knowledge.chunking import (
+    ChunkDraft,
+    chunk_context,
+    chunk_sections,
+    chunker_version,
+    contextual_text,
+    document_context,
+)
 from knowledge.errors import UploadTooLarge, VersionConflict
 from knowledge.models import (
     Chunk,
@@ -357,9 +364,11 @@ class Ingester:
             title = (labels.title or parsed.title)[:500]
             context = document_context(title, source.path)
             # The context is read before every chunk: the chunk gets what is left of the model's window
-            # (at least half of it; a longer title is cut by the model at the chunk's end instead).
+            # beside the longest (at least half of it; a longer one is cut by the model at the chunk's end).
             window = self.embedder.max_tokens
-            budget = max(window - self.embedder.count_tokens(context), window // 2) if context else window
+            contexts = {chunk_context(context, section.metadata.get("section")) for section in parsed.sections}
+            longest = max((self.embedder.count_tokens(text) for text in contexts if text), default=0)
+            budget = max(window - longest, window // 2) if longest else window
             drafts = chunk_sections(
                 parsed.sections,
                 count_tokens=self.embedder.count_tokens,
@@ -373,7 +382,10 @@ class Ingester:
         if not drafts:
             self._fail(source, existing, "no text found")
             return
-        analyzed = [self.analyzer.analyze(contextual_text(context, draft.text)) for draft in drafts]
+        analyzed = [
+            self.analyzer.analyze(contextual_text(context, draft.text, draft.metadata.get("section")))
+            for draft in drafts
+        ]
         extractions = [self.extractor.extract(draft.text) for draft in drafts]
         if self.triples is not None:
             extractions = self._typed(source.source_uri, drafts, extractions)
@@ -414,7 +426,11 @@ class Ingester:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        texts = [contextual_text(doc.context, draft.text) for doc in pending for draft in doc.drafts]
+        texts = [
+            contextual_text(doc.context, draft.text, draft.metadata.get("section"))
+            for doc in pending
+            for draft in doc.drafts
+        ]
         try:
             with span("ingest.embed", chunks=len(texts)):
                 vectors = self.embedder.embed_documents(texts)
@@ -478,7 +494,7 @@ class Ingester:
                 context=doc.context,
                 doc_type=doc.doc_type,
                 content_md5=doc.md5,
-                chunker_version=CHUNKER_VERSION,
+                chunker_version=chunker_version(doc.doc_type),
                 status=Document.Status.READY,
                 error="",
                 tags=doc.labels.tags,
@@ -1031,7 +1047,7 @@ def _unchanged(existing: Document | None, md5: str, labels: _Labels) -> bool:
         existing is not None
         and existing.status == Document.Status.READY
         and existing.content_md5 == md5
-        and existing.chunker_version == CHUNKER_VERSION
+        and existing.chunker_version == chunker_version(existing.doc_type)
         and existing.tags == labels.tags
         and existing.metadata == labels.metadata
         and (labels.title is None or existing.title == labels.title)
@@ -1119,14 +1135,16 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
         covered = list(PendingLexicalChange.objects.filter(kb_version=version).values_list("pk", flat=True))
         rows = (
             Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
-            .values_list("id", "document_id", "document__context", "content")
+            .values_list("id", "document_id", "document__context", "metadata__section", "content")
             .iterator(chunk_size=2000)
         )
         count = get_lexical_index().rebuild(
             version.pk,
             (
-                LexicalDocument(chunk_id, doc_id, tenant_id, analyzer.analyze(contextual_text(context, content)))
-                for chunk_id, doc_id, context, content in rows
+                LexicalDocument(
+                    chunk_id, doc_id, tenant_id, analyzer.analyze(contextual_text(context, content, section))
+                )
+                for chunk_id, doc_id, context, section, content in rows
             ),
             analyzer_version=analyzer.version,
             dictionary_fingerprint=analyzer.dictionary_fingerprint,
@@ -1174,11 +1192,15 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
         tenant_id = KnowledgeBase.objects.filter(versions=version_id).values_list("tenant_id", flat=True).get()
         analyzer = analyzer_for_tenant(tenant_id)
         rows = Chunk.objects.filter(kb_version_id=version_id, document_id__in=document_ids)
+        columns = ("id", "document_id", "document__context", "metadata__section", "content")
         entries = [
             LexicalDocument(
-                chunk_id, doc_id, tenant_id, analyzed.get(chunk_id) or analyzer.analyze(contextual_text(context, content))
+                chunk_id,
+                doc_id,
+                tenant_id,
+                analyzed.get(chunk_id) or analyzer.analyze(contextual_text(context, content, section)),
             )
-            for chunk_id, doc_id, context, content in rows.values_list("id", "document_id", "document__context", "content")
+            for chunk_id, doc_id, context, section, content in rows.values_list(*columns)
         ]
         get_lexical_index().replace_documents(
             version_id,

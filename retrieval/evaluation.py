@@ -40,6 +40,7 @@ from engines.embedders import get_embedder
 from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions
 from retrieval.services.search import search
+from retrieval.tuning import DEFAULT_FEEDBACK
 from retrieval.types import MODES, SearchRequest
 from tenants.models import Tenant
 from tenants.selectors import tenant_by_name
@@ -304,6 +305,7 @@ class Variant:
     rerank: bool = False
     dense_weight_floor: float | None = None
     aggregate: str | None = None
+    feedback: tuple[int, int, float] | None = None  # RM3 (docs, terms, query weight); None: the service default
 
     @property
     def label(self) -> str:
@@ -316,6 +318,9 @@ class Variant:
             parts.append(f"floor={self.dense_weight_floor:g}")
         if self.aggregate is not None:
             parts.append(f"aggregate={self.aggregate}")
+        if self.feedback is not None:
+            docs, terms, query_weight = self.feedback
+            parts.append(f"rm3={docs}x{terms}@{query_weight:g}" if docs else "rm3=off")
         if self.expand:
             parts.append("expand=" + "+".join(self.expand))
         if self.rerank:
@@ -333,6 +338,9 @@ class Variant:
             rrf_k=self.rrf_k,
             dense_weight_floor=self.dense_weight_floor,
             aggregate=self.aggregate,
+            feedback_docs=self.feedback[0] if self.feedback else None,
+            feedback_terms=self.feedback[1] if self.feedback else None,
+            feedback_query_weight=self.feedback[2] if self.feedback else None,
             rerank=self.rerank,
             expand=ExpansionOptions(**{name: name in self.expand for name in EXPANDERS}),
         )
@@ -346,6 +354,7 @@ class Variant:
             "rrf_k": self.rrf_k,
             "dense_weight_floor": self.dense_weight_floor,
             "aggregate": self.aggregate,
+            "feedback": list(self.feedback) if self.feedback is not None else None,
             "expand": list(self.expand),
             "rerank": self.rerank,
         }
@@ -365,6 +374,16 @@ def parse_weight_grid(spec: str) -> list[tuple[tuple[str, float], ...]]:
     return [tuple(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
+def parse_feedback(spec: str) -> tuple[int, int, float]:
+    """``docs:terms:query_weight`` (``0`` alone: no feedback) -> RM3 settings; ValueError when malformed."""
+    parts = spec.split(":")
+    if parts == ["0"]:
+        return 0, DEFAULT_FEEDBACK.terms, DEFAULT_FEEDBACK.query_weight
+    if len(parts) != 3:
+        raise ValueError(f"feedback {spec!r}: expected DOCS:TERMS:QUERY_WEIGHT such as 10:10:0.5, or 0")
+    return int(parts[0]), int(parts[1]), float(parts[2])
+
+
 def build_variants(
     modes: Sequence[str],
     *,
@@ -373,16 +392,20 @@ def build_variants(
     rrf_ks: Sequence[int | None] = (None,),
     floors: Sequence[float | None] = (None,),
     aggregates: Sequence[str | None] = (None,),
+    feedbacks: Sequence[tuple[int, int, float] | None] = (None,),
     expand: tuple[str, ...] = (),
     rerank: bool = False,
 ) -> list[Variant]:
     """Every combination per mode; fusion settings apply to hybrid only, so a single-leg mode gets one
-    row per candidate depth instead of identical repeats."""
+    row per candidate depth instead of identical repeats, and feedback (BM25's) none to the vector mode."""
     variants: list[Variant] = []
     for mode in modes:
         fusion = itertools.product(weights, rrf_ks, floors) if mode == "hybrid" else [(None, None, None)]
-        for (weight, rrf_k, floor), depth, method in itertools.product(list(fusion), candidates, aggregates):
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method)
+        rm3 = [None] if mode == "vector" else feedbacks
+        for (weight, rrf_k, floor), depth, method, feedback in itertools.product(
+            list(fusion), candidates, aggregates, rm3
+        ):
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback)
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -482,6 +505,9 @@ def suggested_settings(variant: Variant) -> dict:
         suggested["dense_weight_floor"] = variant.dense_weight_floor
     if variant.aggregate is not None:
         suggested["aggregate"] = variant.aggregate
+    if variant.feedback is not None:
+        keys = ("feedback_docs", "feedback_terms", "feedback_query_weight")
+        suggested.update(dict(zip(keys, variant.feedback, strict=True)))
     return suggested
 
 

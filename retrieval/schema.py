@@ -43,6 +43,7 @@ HIT_EXAMPLE = {
     "source_uri": "sample_kb/products/safety-datasheet-ppr-9087-battery.pdf",
     "doc_type": "pdf",
     "metadata": {"page": 1, "shop_id": 102, "lang": "en", "tags": ["safety", "en"], "ordinal": 0},
+    "section": None,
     "relevance": 0.562,
     "fused_score": 0.032522,
     "rerank_score": None,

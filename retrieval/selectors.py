@@ -6,6 +6,7 @@ from django.db import connection
 from django.db.models import TextField
 from django.db.models.functions import MD5, Cast
 
+from knowledge.chunking import contextual_text
 from knowledge.models import Chunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
@@ -69,6 +70,15 @@ def passages(tenant: Tenant, chunk_ids: list[int]) -> dict[int, tuple[str, int]]
 
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
+
+
+def indexed_texts(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
+    """Chunk id -> the text its keyword-index entry was analyzed from (its document's context and heading
+    path, then its content): what RM3 feedback reads of the first pass's top passages."""
+    rows = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list(
+        "id", "document__context", "metadata__section", "content"
+    )
+    return {chunk_id: contextual_text(context, content, section) for chunk_id, context, section, content in rows}
 
 
 def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chunk]:

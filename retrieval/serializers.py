@@ -2,7 +2,15 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
-from knowledge.search_settings import AGGREGATES, GROUP_BY, MAX_CANDIDATES, MAX_RRF_K, MAX_WEIGHT
+from knowledge.search_settings import (
+    AGGREGATES,
+    GROUP_BY,
+    MAX_CANDIDATES,
+    MAX_FEEDBACK_DOCS,
+    MAX_FEEDBACK_TERMS,
+    MAX_RRF_K,
+    MAX_WEIGHT,
+)
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -117,6 +125,25 @@ class SearchInput(serializers.Serializer):
     score_threshold = StrictFloatField(
         min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
     )
+    feedback_docs = StrictIntegerField(
+        min_value=0,
+        max_value=MAX_FEEDBACK_DOCS,
+        required=False,
+        help_text="BM25 leg: RM3 pseudo-relevance feedback from this many top passages of a first pass, "
+        "0 for none (default: the KB's, else 0)",
+    )
+    feedback_terms = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_FEEDBACK_TERMS,
+        required=False,
+        help_text="RM3: the feedback passages' words added to the query (default: the KB's, else 10)",
+    )
+    feedback_query_weight = StrictFloatField(
+        min_value=0,
+        max_value=1,
+        required=False,
+        help_text="RM3: the original query's share of the expanded query's weights (default: the KB's, else 0.5)",
+    )
     expand = ExpandInput(required=False)
 
     def validate(self, data):
@@ -165,6 +192,12 @@ class SearchHitOutput(serializers.Serializer):
     source_uri = serializers.CharField()
     doc_type = serializers.CharField()
     metadata = serializers.DictField()
+    section = serializers.CharField(
+        allow_null=True,
+        help_text="the headings above the chunk in its Markdown or HTML document, outermost first, joined by "
+        "' > ' (the title leads no path); read with the chunk by both retrievers, never repeated in content; "
+        "null without headings",
+    )
     relevance = serializers.FloatField(
         help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
         "the query's highest possible one and the cosine above the KB's random-pair background"

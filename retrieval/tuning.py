@@ -11,11 +11,14 @@ from dataclasses import asdict, dataclass
 
 from django.conf import settings
 
+from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
+# RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.
+DEFAULT_FEEDBACK = Feedback(docs=0, terms=10, query_weight=0.5)
 
 
 @dataclass(frozen=True)
@@ -26,10 +29,17 @@ class FusionSettings:
     dense_weight_floor: float
     aggregate: str
     group_by: str
+    feedback_docs: int
+    feedback_terms: int
+    feedback_query_weight: float
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def feedback(self) -> Feedback:
+        return Feedback(self.feedback_docs, self.feedback_terms, self.feedback_query_weight)
 
 
 def service_defaults() -> dict:
@@ -40,6 +50,9 @@ def service_defaults() -> dict:
         "dense_weight_floor": settings.DENSE_WEIGHT_FLOOR,
         "aggregate": DEFAULT_AGGREGATE,
         "group_by": DEFAULT_GROUP_BY,
+        "feedback_docs": DEFAULT_FEEDBACK.docs,
+        "feedback_terms": DEFAULT_FEEDBACK.terms,
+        "feedback_query_weight": DEFAULT_FEEDBACK.query_weight,
     }
 
 
@@ -68,6 +81,9 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
         "dense_weight_floor": request.dense_weight_floor,
         "aggregate": request.aggregate,
         "group_by": request.group_by,
+        "feedback_docs": request.feedback_docs,
+        "feedback_terms": request.feedback_terms,
+        "feedback_query_weight": request.feedback_query_weight,
     }
     resolved.update({key: value for key, value in overrides.items() if value is not None})
     resolved["weights"].update(request.weights or {})

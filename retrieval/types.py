@@ -36,6 +36,9 @@ class SearchRequest:
     dense_weight_floor: float | None = None
     aggregate: str | None = None
     group_by: str | None = None
+    feedback_docs: int | None = None  # RM3 on the BM25 leg (retrieval.expansion.rm3); 0: off
+    feedback_terms: int | None = None
+    feedback_query_weight: float | None = None
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
 
 
@@ -53,6 +56,7 @@ class SearchHit:
     doc_type: str
     metadata: dict
     relevance: float = 0.0  # in [0, 1], comparable across queries of a KB (retrieval.relevance)
+    section: str | None = None  # the heading path to the chunk ("Setup > Wi-Fi"); None: no headings above it
     fused_score: float | None = None
     rerank_score: float | None = None
     retrievers: dict = field(default_factory=dict)
@@ -99,7 +103,7 @@ class ModelGroup:
 class Degradation:
     """An optional stage that failed: the search answers without it and names it in ``degraded``."""
 
-    stage: str  # "expand", "bm25", "vector", "graph", "group" or "rerank"
+    stage: str  # "expand", "bm25", "feedback", "vector", "graph", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
 
@@ -131,6 +135,7 @@ class LegResult:
     ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     notes: list[str] = field(default_factory=list)
     explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
+    degraded: list[Degradation] = field(default_factory=list)  # optional parts it answered without (feedback)
     failure: Degradation | None = None
     unavailable: DomainError | None = None
 

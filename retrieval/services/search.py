@@ -3,14 +3,15 @@
 resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> expand the query -> weigh
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
-vectors are there, BM25's check as soon as its hits are), each leg scoped to the tenant, its active KB
-versions and the filters -> fuse by weighted RRF -> order by document when asked
+vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
+scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF -> order by document when asked
 (``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
-leg, the document stage, the reranker) becomes a ``degraded`` entry ``{"stage", "cause", "message"}``
-and one warning; only when no retriever of the search answers is it an error, a 503 naming the failed retriever.
+leg, BM25's feedback pass, the document stage, the reranker) becomes a ``degraded`` entry
+``{"stage", "cause", "message"}`` and one warning; only when no retriever of the search answers is it an
+error, a 503 naming the failed retriever.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import contextvars
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
@@ -37,6 +38,7 @@ from retrieval import selectors
 from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
 from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
+from retrieval.expansion.rm3 import Feedback, feedback_query
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.grouping import Grouped, aggregate, group_by_document
@@ -86,7 +88,16 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         weights = weigh(request, groups, fusion)
         hops = settings.GRAPH_HOPS if request.hops is None else request.hops
         legs, known_hashes = _retrieve(
-            tenant, groups, version_ids, expansion.variants, weights.by_retriever, compiled, candidates, hops, timings
+            tenant,
+            groups,
+            version_ids,
+            expansion.variants,
+            weights.by_retriever,
+            compiled,
+            candidates,
+            hops,
+            fusion.feedback,
+            timings,
         )
         lists = [ranked for leg in legs for ranked in leg.lists]
         for leg in legs:
@@ -120,6 +131,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         degraded=[
             *expansion.degraded,
             *(leg.failure.as_dict() for leg in legs if leg.failure),
+            *(degradation.as_dict() for leg in legs for degradation in leg.degraded),
             *documents.degraded,
             *reranked.degraded,
         ],
@@ -228,10 +240,48 @@ def check_bm25(
     return LegResult("bm25", lists=lists, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes)
 
 
-def _bm25_hits(index, tenant_id: int, version_ids, tokens: list[str], depth: int, allowed) -> list[LexicalHit]:
+def feed_back_bm25(
+    tenant: Tenant,
+    version_ids: tuple[int, ...],
+    leg: LegResult,
+    compiled: CompiledFilter,
+    candidates: int,
+    query: LexicalQuery,
+    feedback: Feedback,
+) -> LegResult:
+    """The BM25 leg searched again with each variant's RM3 query (``retrieval.expansion.rm3``): the
+    words of its first list's top ``feedback.docs`` passages (as indexed: with their context), weighted
+    and mixed with the query's own. The lists keep their variant's text (and its BM25 ceiling becomes
+    the weighted query's, so ``relevance`` stays a share of the most the query could score)."""
+    index = get_lexical_index()
+    top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
+    texts = selectors.indexed_texts(tenant, list(top))
+    lists, ceilings, hashes = [], dict(leg.ceilings), dict(leg.content_hashes)
+    for ranked in leg.lists:
+        passages = [
+            (query.analyzer.tokens(texts[chunk_id]), score)
+            for chunk_id, score in ranked.hits[: feedback.docs]
+            if chunk_id in texts
+        ]
+        weighted = feedback_query(query.analyzer.tokens(ranked.query), passages, feedback)
+        hits = _bm25_hits(index, tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights)
+        if query.allowed is None:
+            hits = _bm25_hits_of_existing_chunks(
+                index, tenant, version_ids, weighted.tokens, hits, query.depth, compiled, candidates, hashes,
+                weighted.weights,
+            )  # fmt: skip
+        lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[:candidates]]))
+        for version_id in version_ids:
+            ceilings[ranked.query, version_id] = index.max_score(version_id, weighted.tokens, weighted.weights)
+    return replace(leg, lists=lists, content_hashes=hashes, ceilings=ceilings)
+
+
+def _bm25_hits(
+    index, tenant_id: int, version_ids, tokens: list[str], depth: int, allowed, weights: list[float] | None = None
+) -> list[LexicalHit]:
     hits = []
     for version_id in version_ids:
-        hits += index.search(version_id, tenant_id, tokens, depth, allowed)
+        hits += index.search(version_id, tenant_id, tokens, depth, allowed, weights)
     hits.sort(key=lambda hit: -hit.score)
     return hits
 
@@ -246,6 +296,7 @@ def _bm25_hits_of_existing_chunks(
     compiled: CompiledFilter,
     candidates: int,
     hashes: dict[int, str],
+    weights: list[float] | None = None,
 ) -> list[LexicalHit]:
     """Of the index's ``hits`` (searched to ``depth``), those whose chunk exists (and passes the
     filters), checked against the chunk table; the kept hits' content hashes are added to ``hashes``.
@@ -260,7 +311,7 @@ def _bm25_hits_of_existing_chunks(
         if compiled.q or len(kept) >= candidates or deeper <= depth:
             break
         depth = deeper
-        hits = _bm25_hits(index, tenant.pk, version_ids, tokens, depth, None)
+        hits = _bm25_hits(index, tenant.pk, version_ids, tokens, depth, None, weights)
     hashes.update(passing)
     if not compiled.q and len(kept) < len(hits):
         logger.warning(
@@ -469,6 +520,7 @@ def hydrate(
                 doc_type=chunk.doc_type,
                 metadata={**chunk.metadata, "tags": chunk.tags, "ordinal": chunk.ordinal},
                 relevance=relevance,
+                section=chunk.metadata.get("section"),
                 fused_score=round(candidate.fused_score, 6),
                 rerank_score=_rounded(rerank_score),
                 retrievers={
@@ -515,6 +567,7 @@ def _retrieve(
     compiled: CompiledFilter,
     candidates: int,
     hops: int,
+    feedback: Feedback,
     timings: StageTimings,
 ) -> tuple[list[LegResult], dict[int, str]]:
     """The legs that ran (BM25, graph, vector, in that order), and the content hashes of the graph's
@@ -567,7 +620,7 @@ def _retrieve(
         timings.waited(stage, since)
         if stage == "bm25":
             legs["bm25"] = _finish_bm25(
-                tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, future, timings
+                tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, feedback, future, timings
             )
         else:
             legs["vector"] = _finish_vector(
@@ -591,14 +644,22 @@ def _in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, functi
 
 
 def _finish_bm25(
-    tenant, version_ids, variants, weight, compiled, candidates, query, searched: Future, timings
+    tenant, version_ids, variants, weight, compiled, candidates, query, feedback: Feedback, searched: Future, timings
 ) -> LegResult:
-    """The BM25 leg once the keyword index answered: its hits checked, or its failure."""
+    """The BM25 leg once the keyword index answered: its hits checked, or its failure; then its feedback
+    pass when asked (whose failure leaves the first pass's lists, degraded)."""
     with timings.stage("bm25"):
         try:
-            return check_bm25(tenant, version_ids, variants, weight, compiled, candidates, query, searched.result())
+            leg = check_bm25(tenant, version_ids, variants, weight, compiled, candidates, query, searched.result())
         except Exception as exc:
             return _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
+    if not feedback.enabled:
+        return leg
+    with timings.stage("feedback"):
+        try:
+            return feed_back_bm25(tenant, version_ids, leg, compiled, candidates, query, feedback)
+        except Exception as exc:
+            return replace(leg, degraded=[*leg.degraded, degradation_of("feedback", exc)])
 
 
 def _finish_vector(

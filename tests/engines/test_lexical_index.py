@@ -679,3 +679,27 @@ def test_the_score_ceiling_bounds_every_hit_and_is_approached_by_repetition(inde
     absent = backend.scale * math.log(1 + (4 + 0.5) / 0.5)
     assert index.max_score(VERSION, ["kettle", "lid", "absent"]) == pytest.approx(ceiling + absent)
     assert index.max_score(VERSION + 1, ["kettle"]) == 0.0
+
+
+def test_weights_multiply_each_tokens_contribution_and_its_ceiling(index, backend):
+    write(index, CORPUS)
+    apple = {hit.chunk_id: hit.score for hit in search(index, "apple")}
+    cherry = {hit.chunk_id: hit.score for hit in search(index, "cherry")}
+    hits = index.search(VERSION, TENANT, ["apple", "cherry"], 10, None, [0.25, 2.0])
+    weighted = {hit.chunk_id: hit.score for hit in hits}
+    assert weighted.keys() == apple.keys() | cherry.keys()
+    for chunk_id, score in weighted.items():
+        assert score == pytest.approx(0.25 * apple.get(chunk_id, 0.0) + 2.0 * cherry.get(chunk_id, 0.0), rel=1e-5)
+    ceiling = index.max_score(VERSION, ["apple", "cherry"], [0.25, 2.0])
+    expected = 0.25 * index.max_score(VERSION, ["apple"]) + 2.0 * index.max_score(VERSION, ["cherry"])
+    assert ceiling == pytest.approx(expected)
+
+
+def test_es_weighted_search_boosts_each_term(fake):
+    fake.route("POST", "/unit-kbv-3/_search", body={"hits": {"hits": []}})
+    es_index(fake.url).search(3, TENANT, ["a", "b"], 5, None, [0.5, 2.0])
+    (request,) = fake.requests
+    assert request.json()["query"]["bool"]["should"] == [
+        {"term": {"body": {"value": "a", "boost": 0.5}}},
+        {"term": {"body": {"value": "b", "boost": 2.0}}},
+    ]

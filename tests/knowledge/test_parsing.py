@@ -156,9 +156,39 @@ def test_markdown_renders_to_text(tmp_path):
 
     assert parsed.title == "Sky Guide"
     assert parsed.doc_type == "md"
-    assert parsed.sections[0].text == (
-        "Intro line before the title.\n\nSky Guide\n\nOrder SKY-10023908 today. Same paragraph.\n\n鱼香肉丝\n宫保鸡丁"
+    assert [section.text for section in parsed.sections] == [
+        "Intro line before the title.",
+        "Sky Guide\n\nOrder SKY-10023908 today. Same paragraph.\n\n鱼香肉丝\n宫保鸡丁",
+    ]
+    assert [section.metadata for section in parsed.sections] == [{}, {}]  # the title leads no heading path
+
+
+def heading_paths(path: Path, text: str) -> list[tuple[str | None, str]]:
+    path.write_text(text, encoding="utf-8")
+    return [(section.metadata.get("section"), section.text) for section in parse_file(path).sections]
+
+
+def test_markdown_and_html_are_cut_at_headings_with_their_paths(tmp_path):
+    markdown = (
+        "# Kettle\n\nIntro.\n\n## Setup\n\n### Wi-Fi\n\nHold the button.\n\n### Power\n\nPlug it in.\n\n"
+        "## Cleaning\n\nDescale monthly.\n\n# Appendix\n\n## Specs\n\n1.7 litres.\n"
     )
+    assert heading_paths(tmp_path / "guide.md", markdown) == [
+        (None, "Kettle\n\nIntro."),
+        ("Setup > Wi-Fi", "Wi-Fi\n\nHold the button."),  # "Setup" alone has no text: no section of its own
+        ("Setup > Power", "Power\n\nPlug it in."),
+        ("Cleaning", "Cleaning\n\nDescale monthly."),
+        ("Appendix > Specs", "Specs\n\n1.7 litres."),  # a second h1 is a heading like any other
+    ]
+    html = (
+        "<html><head><title>Support</title></head><body><header><h2>Site menu</h2></header><p>Welcome.</p>"
+        "<h3>Returns  policy</h3><p>Thirty days.</p><div><h4>Refunds</h4><p>To the card.</p></div></body></html>"
+    )
+    assert heading_paths(tmp_path / "page.html", html) == [
+        (None, "Welcome."),
+        ("Returns policy", "Returns policy\n\nThirty days."),
+        ("Returns policy > Refunds", "Refunds\n\nTo the card."),
+    ]
 
 
 def test_markdown_without_h1_uses_stem(tmp_path):

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from engines import get_lexical_index
-from knowledge import services
+from knowledge import chunking, services
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import (
     Chunk,
@@ -105,15 +105,17 @@ def test_reingesting_unchanged_files_does_nothing(kb, tmp_path):
     assert set(Chunk.objects.filter(knowledge_base=kb).values_list("id", flat=True)) == chunk_ids
 
 
-def test_a_new_chunker_version_rechunks_unchanged_files(kb, tmp_path, monkeypatch):
-    (tmp_path / "a.txt").write_text("The SKY-20031 bulb resets after three power cycles.")
+def test_a_new_chunker_version_rechunks_unchanged_files_of_the_types_it_changes(kb, tmp_path, monkeypatch):
+    (tmp_path / "a.md").write_text("The SKY-20031 bulb resets after three power cycles.")
+    (tmp_path / "b.txt").write_text("The SKY-20032 bulb resets after two power cycles.")
     ingest(kb, tmp_path)
-    assert ingest(kb, tmp_path).unchanged == 1
-    monkeypatch.setattr(services, "CHUNKER_VERSION", "next")
+    assert ingest(kb, tmp_path).unchanged == 2
+    monkeypatch.setattr(chunking, "CHUNKER_VERSION", "next")
     report = ingest(kb, tmp_path)
-    assert (report.unchanged, report.replaced) == (0, 1)
-    assert Document.objects.get(knowledge_base=kb).chunker_version == "next"
-    assert ingest(kb, tmp_path).unchanged == 1
+    assert (report.unchanged, report.replaced) == (1, 1)
+    versions = dict(Document.objects.filter(knowledge_base=kb).values_list("doc_type", "chunker_version"))
+    assert versions == {"md": "next", "txt": chunking.UNCHANGED_SINCE["txt"]}
+    assert ingest(kb, tmp_path).unchanged == 2
 
 
 def test_changed_file_replaces_its_chunks(kb, tmp_path):
@@ -487,6 +489,35 @@ def test_every_chunk_is_embedded_and_indexed_with_its_documents_title(kb, tmp_pa
     for _ in range(2):
         request = SearchRequest(mode="bm25", query="cabinet", top_k=50, kb_ids=[kb.pk])
         assert {hit.chunk_id for hit in search(kb.tenant, request).results} == {chunk.pk for chunk in chunks}
+        assert rebuild_lexical_index(kb.active_version) == kb.active_version.chunks.count()
+
+
+def test_a_chunk_is_read_with_its_heading_path_stored_once(kb, tmp_path, embedder):
+    (tmp_path / "kettle.md").write_text(
+        "# Sky Kettle Guide\n\nThe kettle boils a litre in four minutes.\n\n## Setup\n\n### Pairing\n\n"
+        "Hold the button for five seconds until the light blinks.\n\n"
+        "## Cleaning\n\nDescale it monthly with citric acid.\n"
+    )
+    (tmp_path / "kettle.html").write_text(
+        "<html><head><title>Kettle page</title></head><body><nav><h2>Menu</h2></nav><h1>Kettle page</h1>"
+        "<h2>Warranty</h2><p>Two years on the heating element.</p></body></html>"
+    )
+    ingest(kb, tmp_path)
+    document = Document.objects.get(knowledge_base=kb, source_uri__endswith="kettle.md")
+    chunks = {chunk.metadata.get("section"): chunk for chunk in document.chunks.all()}
+    assert set(chunks) == {None, "Setup > Pairing", "Cleaning"}  # the title leads no path
+    pairing = chunks["Setup > Pairing"]
+    assert "Setup" not in pairing.content and pairing.content.startswith("Pairing")
+    expected = embedder.embed_documents([f"Sky Kettle Guide\n\nSetup > Pairing\n\n{pairing.content}"])[0]
+    assert float(np.dot(np.asarray(pairing.embedding, dtype=float), expected)) > 0.999
+    html = Document.objects.get(knowledge_base=kb, source_uri__endswith="kettle.html")
+    assert [chunk.metadata.get("section") for chunk in html.chunks.all()] == ["Warranty"]  # <nav> is dropped
+    # BM25 finds the chunk by a word only its heading path holds, also after an index rebuild; the hit
+    # returns the path as its section.
+    for _ in range(2):
+        request = SearchRequest(mode="bm25", query="setup", top_k=5, kb_ids=[kb.pk])
+        (hit,) = search(kb.tenant, request).results
+        assert (hit.chunk_id, hit.section) == (pairing.pk, "Setup > Pairing")
         assert rebuild_lexical_index(kb.active_version) == kb.active_version.chunks.count()
 
 

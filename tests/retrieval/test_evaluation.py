@@ -16,9 +16,11 @@ from retrieval.evaluation import (
     load_dataset,
     mrr_at_k,
     ndcg_at_k,
+    parse_feedback,
     parse_weight_grid,
     recall_at_k,
     score_query,
+    suggested_settings,
     threshold_curve,
 )
 
@@ -145,6 +147,19 @@ def test_fusion_sweeps_give_one_row_per_value_for_hybrid_and_one_for_single_leg_
     assert [v.label for v in variants] == ["bm25 cand=100", "hybrid cand=100 k=20", "hybrid cand=100 k=60"]
     request = variants[1].request("q", kb_id=7)
     assert (request.top_k, request.candidates, request.rrf_k, request.kb_ids) == (DEPTH, 100, 20, [7])
+
+
+def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():
+    assert parse_feedback("10:5:0.7") == (10, 5, 0.7) and parse_feedback("0")[0] == 0
+    with pytest.raises(ValueError):
+        parse_feedback("10:5")
+    variants = build_variants(["vector", "bm25"], candidates=[100], feedbacks=[parse_feedback("0"), (10, 5, 0.7)])
+    assert [v.label for v in variants] == ["vector cand=100", "bm25 cand=100 rm3=off", "bm25 cand=100 rm3=10x5@0.7"]
+    request = variants[2].request("q", kb_id=7)
+    assert (request.feedback_docs, request.feedback_terms, request.feedback_query_weight) == (10, 5, 0.7)
+    assert suggested_settings(variants[2]) == {
+        "candidates": 100, "feedback_docs": 10, "feedback_terms": 5, "feedback_query_weight": 0.7
+    }
 
 
 def report(label, per_query):

@@ -13,6 +13,7 @@ import pytest
 from knowledge.models import KnowledgeBaseVersion, Synonym
 from retrieval import expansion
 from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
+from retrieval.expansion import rm3
 from retrieval.expansion.base import ExpansionContext
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
 from tests.peers import Peer, PeerRequest, Reply
@@ -381,3 +382,31 @@ def test_a_crashing_expander_degrades_without_stopping_the_others(tenant, kb, mo
         }
     ]
     assert "vocabulary unavailable" in caplog.text
+
+
+# --- RM3 pseudo-relevance feedback (retrieval.expansion.rm3) --------------------------------------
+
+
+def test_the_relevance_model_weighs_words_by_frequency_and_passage_score():
+    passages = [(["kettle", "limescale", "limescale", "vinegar"], 3.0), (["limescale", "acid"], 1.0)]
+    model = rm3.relevance_model(passages, terms=10)
+    # P(w|D) · P(D|Q): limescale 2/4 · 3/4 + 1/2 · 1/4, kettle and vinegar 1/4 · 3/4, acid 1/2 · 1/4
+    expected = {"limescale": 0.5, "kettle": 0.1875, "vinegar": 0.1875, "acid": 0.125}
+    assert model == pytest.approx(expected)
+    top_two = rm3.relevance_model(passages, terms=2)
+    assert list(top_two) == ["limescale", "kettle"]  # ties by the word, so the choice is stable
+    assert sum(top_two.values()) == pytest.approx(1.0)
+    assert rm3.relevance_model([], terms=10) == {} == rm3.relevance_model([(["a"], 0.0)], terms=10)
+
+
+def test_the_feedback_query_interpolates_the_query_with_the_relevance_model():
+    passages = [(["kettle", "limescale"], 2.0)]
+    query = rm3.feedback_query(["kettle", "descale"], passages, rm3.Feedback(docs=1, terms=10, query_weight=0.6))
+    weights = dict(zip(query.tokens, query.weights))
+    assert weights == pytest.approx({"kettle": 0.6 * 0.5 + 0.4 * 0.5, "descale": 0.3, "limescale": 0.2})
+    assert query.tokens == ["kettle", "descale", "limescale"]  # heaviest first
+    assert sum(query.weights) == pytest.approx(1.0)
+    alone = rm3.feedback_query(["kettle", "kettle", "lid"], [], rm3.Feedback(1, 10, 0.5))
+    assert dict(zip(alone.tokens, alone.weights)) == pytest.approx({"kettle": 2 / 3, "lid": 1 / 3})
+    assert not rm3.Feedback(0, 10, 0.5).enabled and not rm3.Feedback(5, 10, 1.0).enabled
+    assert rm3.Feedback(5, 10, 0.5).enabled

@@ -31,7 +31,7 @@ from tests.factories import KnowledgeBaseFactory, TenantFactory
 URL = "/api/v1/retrieval/vector"
 HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
-    "title", "source_uri", "doc_type", "metadata", "relevance",
+    "title", "source_uri", "doc_type", "metadata", "section", "relevance",
     "fused_score", "rerank_score", "retrievers", "matched_queries", "document_score", "passages",
 }  # fmt: skip
 RESPONSE_KEYS = {

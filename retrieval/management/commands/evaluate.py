@@ -78,6 +78,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--candidates", default=str(evaluation.DEPTH), help="depth of each retriever's list; a list sweeps values"
         )
+        parser.add_argument(
+            "--feedback",
+            default=None,
+            help="RM3 on the BM25 leg as DOCS:TERMS:QUERY_WEIGHT, e.g. 10:10:0.5; 0 for none; a list sweeps values "
+            "(0,10:10:0.5)",
+        )
         parser.add_argument("--expand", default=None, help="query expanders to use together: synonyms,spelling,llm")
         parser.add_argument("--rerank", action="store_true")
         parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.json", "AFTER.json"))
@@ -111,6 +117,7 @@ class Command(BaseCommand):
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
+            feedbacks = [evaluation.parse_feedback(value) for value in _names(options["feedback"])] or [None]
             dataset = evaluation.load_dataset(options["dataset"], options["split"], with_corpus=not options["tenant"])
         except (ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
@@ -121,6 +128,7 @@ class Command(BaseCommand):
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
             floors=floors,
             aggregates=_names(options["aggregate"]) or [None],
+            feedbacks=feedbacks,
             expand=expand,
             rerank=options["rerank"],
         )

@@ -140,6 +140,53 @@ def test_the_kbs_language_floor_weighs_the_dense_leg_of_uncovered_languages(samp
     assert run(sample_kb, "鱼香肉丝里面有鱼吗", mode="hybrid", top_k=3, dense_weight_floor=0.0).weights["vector"] == 0.0
 
 
+# --- RM3 feedback on the BM25 leg ------------------------------------------------------------------
+
+
+@pytest.fixture
+def descaling(tenant, embedder, tmp_path):
+    """A note that answers "kettle descaling" in other words than the query's, and one that names both."""
+    kb = create_knowledge_base(tenant=tenant, name="descaling")
+    notes = {
+        "kettle.txt": "Kettle descaling: citric acid dissolves limescale; kettle limescale needs citric acid monthly.",
+        "limescale.txt": "Limescale deposits dissolve in citric acid within an hour.",
+        "garden.txt": "Water the tomato seedlings every morning.",
+    }
+    for name, text in notes.items():
+        (tmp_path / name).write_text(text)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    return kb
+
+
+def test_feedback_reaches_a_passage_in_the_words_of_the_top_passages(descaling):
+    plain = run(descaling, "kettle descaling", mode="bm25", top_k=5)
+    assert names(plain) == ["kettle.txt"]  # the other note shares no word with the query
+    fed = run(descaling, "kettle descaling", mode="bm25", top_k=5, feedback_docs=1, feedback_terms=5)
+    assert names(fed) == ["kettle.txt", "limescale.txt"]
+    assert {hit.retrievers["bm25"]["query"] for hit in fed.results} == {"kettle descaling"}
+    assert all(0 < hit.relevance <= 1 for hit in fed.results) and not fed.degraded
+    assert "feedback" in fed.timings_ms and "feedback" not in plain.timings_ms
+    # The original query's whole weight: the first pass again.
+    same = run(descaling, "kettle descaling", mode="bm25", top_k=5, feedback_docs=1, feedback_query_weight=1.0)
+    assert [hit.chunk_id for hit in same.results] == [hit.chunk_id for hit in plain.results]
+
+
+def test_a_kbs_feedback_setting_applies_unless_the_request_turns_it_off(descaling):
+    update_search_settings(descaling, {"feedback_docs": 1, "feedback_terms": 5})
+    assert "limescale.txt" in names(run(descaling, "kettle descaling", mode="bm25", top_k=5))
+    assert names(run(descaling, "kettle descaling", mode="bm25", top_k=5, feedback_docs=0)) == ["kettle.txt"]
+
+
+def test_a_failing_feedback_pass_keeps_the_first_pass_and_says_so(descaling, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("retrieval.services.search.feedback_query", broken)
+    response = run(descaling, "kettle descaling", mode="bm25", top_k=5, feedback_docs=1)
+    assert names(response) == ["kettle.txt"]
+    assert [(d["stage"], d["cause"]) for d in response.degraded] == [("feedback", "internal_error")]
+
+
 # --- document-aware ranking -------------------------------------------------------------------------
 
 
@@ -284,7 +331,10 @@ def test_synonyms_reach_documents_the_query_words_miss(sample_kb):
     ]
     found = [hit for hit in expanded.results if Path(hit.source_uri).name == "restaurant-food-safety.md"]
     assert found and "这家店有饮食禁忌保护吗" in found[0].matched_queries
-    assert found[0].retrievers["bm25"]["rank"] == 1  # first in the synonym's own list
+    # first in the synonym's own list: its section on the matter (the document is cut at its headings)
+    synonym_list = run(sample_kb, "这家店有饮食禁忌保护吗", mode="bm25", top_k=1).results
+    assert names_of(synonym_list) == ["restaurant-food-safety.md"]
+    assert synonym_list[0].section == "本店配备饮食禁忌防御机制"
     off = run(sample_kb, query, mode="hybrid", top_k=3, expand=ExpansionOptions(synonyms=False))
     assert [q["origin"] for q in off.queries] == ["original"]
 
