@@ -4,7 +4,6 @@ import logging
 import random
 import re
 import threading
-import time
 import unicodedata
 from pathlib import Path
 
@@ -303,36 +302,30 @@ def _english_text(size: int) -> str:
     return " ".join(sentences)
 
 
-def _best_time(function, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def test_only_han_runs_reach_jieba(monkeypatch):
-    segmented: list[str] = []
+@pytest.fixture
+def segmented(monkeypatch) -> list[str]:
+    """What reaches jieba: the analyzer's segmenter replaced by one that records its input."""
+    texts: list[str] = []
 
     class Recorder:
         def lcut(self, text: str, HMM: bool) -> list[str]:  # noqa: N803 (jieba's spelling)
-            segmented.append(text)
+            texts.append(text)
             return [text]
 
     monkeypatch.setattr(analysis, "_segmenter", Recorder)
+    return texts
+
+
+def test_only_han_runs_reach_jieba(segmented):
     Analyzer([term("sky-1")]).tokens("The café's sky-1 v2.3 订单ORD-1的進度, 🎉 naïve Москва 東京タワー")
     assert segmented == ["订单", "的进度", "东京"]
 
 
-def test_english_never_goes_through_jieba_and_is_20x_faster():
-    text = _english_text(200_000)
-    analyzer = Analyzer()
-    analyzer.tokens(text[:2000])
-    jieba.lcut(text[:2000])
-    analyzer_seconds = _best_time(lambda: analyzer.tokens(text), repeat=5)
-    jieba_seconds = _best_time(lambda: jieba.lcut(text), repeat=2)
-    assert jieba_seconds / analyzer_seconds >= 20, f"analyzer {analyzer_seconds:.4f}s, jieba {jieba_seconds:.4f}s"
+def test_english_never_goes_through_jieba(segmented):
+    """jieba on English is slow (its HMM walks every Latin run): a long English text must not reach
+    it once. (Speed belongs in bench/, not in a timed test.)"""
+    tokens = Analyzer().tokens(_english_text(20_000))
+    assert len(tokens) > 2_000 and segmented == []
 
 
 def _cmrc_han_runs(count: int) -> list[str]:
