@@ -1,7 +1,7 @@
 """Service: the communities of a KB version's entity graph, each with a summary (GraphRAG's global side).
 
 A task runs it after each ingestion and version build (``knowledge.tasks.detect_communities``), and
-``manage.py graph_communities`` on demand. It reads the version's graph from the graph store, finds the
+``manage.py graph_communities [--tenant T] [--kb K]`` on demand. It reads the version's graph from the graph store, finds the
 Leiden hierarchy (``engines.graph_communities``), picks each community's supporting passages (those
 that mention its most central entities most), summarizes it (extractive: its key entities and the
 passages' sentences covering the most of them; with ``GRAPH_LLM_SUMMARIES`` the chat model at

@@ -122,6 +122,17 @@ def document_of(kb: KnowledgeBase, document_id: int) -> Document:
 RUNS_SHOWN = 5
 
 
+def active_knowledge_bases(*, name: str | None = None, tenant_name: str | None = None) -> QuerySet[KnowledgeBase]:
+    """The KBs with an active version, of one name and / or one tenant when given: what the maintenance
+    commands (``rebuild_lexical_index``, ``graph_communities``) work on."""
+    kbs = KnowledgeBase.objects.filter(active_version__isnull=False).select_related("active_version", "tenant")
+    if name:
+        kbs = kbs.filter(name=name)
+    if tenant_name:
+        kbs = kbs.filter(tenant__name=tenant_name)
+    return kbs
+
+
 def sources_of(kb: KnowledgeBase) -> QuerySet[KnowledgeSource]:
     """A KB's sources with their schedule."""
     return _sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base=kb))

@@ -2,7 +2,10 @@
 the worker run: Leiden over the version's real entity graph, summaries, supporting passages, vectors."""
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from engines.base import GraphScope
 from knowledge import services
@@ -113,3 +116,13 @@ def test_an_llm_that_fails_leaves_every_summary_extractive_after_one_call(kb, su
     communities = communities_of(kb)
     assert len(communities) > 1 and len(summary_server.requests) == 1
     assert all("smart locks" not in c.summary for c in communities)
+
+
+def test_the_command_recomputes_the_communities_of_the_chosen_kb(kb, tenant):
+    assert communities_of(kb) == []  # ingesting in-process leaves them to the task
+    out = io.StringIO()
+    call_command("graph_communities", "--kb", kb.name, "--tenant", tenant.name, stdout=out)
+    count = len(communities_of(kb))
+    assert count > 0 and out.getvalue().startswith(f"{kb}: {count} communities in ")
+    with pytest.raises(CommandError, match="no matching knowledge base"):
+        call_command("graph_communities", "--kb", kb.name, "--tenant", "someone else")

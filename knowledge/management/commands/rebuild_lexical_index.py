@@ -2,7 +2,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.models import KnowledgeBase
+from knowledge.selectors import active_knowledge_bases
 from knowledge.services import rebuild_lexical_index
 
 
@@ -14,11 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", help="tenant name")
 
     def handle(self, *args, kb: str | None, tenant: str | None, **options):
-        kbs = KnowledgeBase.objects.filter(active_version__isnull=False).select_related("active_version", "tenant")
-        if kb:
-            kbs = kbs.filter(name=kb)
-        if tenant:
-            kbs = kbs.filter(tenant__name=tenant)
+        kbs = active_knowledge_bases(name=kb, tenant_name=tenant)
         if not kbs.exists():
             raise CommandError("no matching knowledge base")
         for knowledge_base in kbs:
