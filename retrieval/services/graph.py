@@ -11,9 +11,10 @@ hubs count little); a passage scores the sum over the reached entities it mentio
 from __future__ import annotations
 
 import math
-import time
+import threading
 from dataclasses import dataclass
 
+from cachetools import TTLCache, cached
 from django.conf import settings
 
 from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity
@@ -22,8 +23,6 @@ from knowledge.stores import graph_store
 
 CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (no LLM kind)
 PASSAGE_COUNT_TTL_S = 60.0
-MAX_COUNTED_SCOPES = 10_000
-_passage_counts: dict[GraphScope, tuple[float, int]] = {}  # scope -> (when counted, passages)
 
 
 @dataclass(frozen=True)
@@ -68,17 +67,12 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
     return GraphRanking(hits, paths)
 
 
+@cached(TTLCache(maxsize=10_000, ttl=PASSAGE_COUNT_TTL_S), key=lambda store, scope: scope, lock=threading.Lock())
 def _passages_in(store: GraphStore, scope: GraphScope) -> int:
     """The scope's passage count (the N of the entities' idf), counted at most every
     ``PASSAGE_COUNT_TTL_S`` per process: at 100k passages the count costs more than the walk, and N
     moves the scores little between two counts."""
-    now = time.monotonic()
-    counted = _passage_counts.get(scope)
-    if counted is None or now - counted[0] > PASSAGE_COUNT_TTL_S:
-        if len(_passage_counts) > MAX_COUNTED_SCOPES:
-            _passage_counts.clear()
-        counted = _passage_counts[scope] = (now, store.chunk_total(scope))
-    return counted[1]
+    return store.chunk_total(scope)
 
 
 def _path(reached: ReachedEntity) -> list[str]:
