@@ -59,8 +59,10 @@ def _networks(values: list[str]) -> list[str]:
 
 
 def _database_url(value: str) -> str:
-    if value:
-        dj_database_url.parse(value)  # raises on a scheme it does not know
+    if value and dj_database_url.parse(value)["OPTIONS"].get("server_side_binding"):  # unknown schemes raise
+        # A vector search sends its planner settings and its query in one message, which PostgreSQL
+        # accepts only as a simple query: client-side binding (psycopg's and Django's default).
+        raise ValueError("server_side_binding is not supported: vector search needs client-side binding")
     return value
 
 

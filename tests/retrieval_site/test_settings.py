@@ -58,6 +58,7 @@ def test_an_empty_variable_counts_as_unset(environ):
         ("REDIS_URL", "http://cache:6379"),
         ("ELASTICSEARCH_URL", "localhost:9200"),
         ("DATABASE_URL", "postgress://user:hunter2@db/retrieval"),
+        ("DATABASE_URL", "postgres://user:hunter2@db/retrieval?server_side_binding=true"),
         ("METRICS_ALLOWED_IPS", "127.0.0.1,10.0.0.300"),
         ("LOG_FORMAT", "xml"),
         ("OTEL_TRACES_EXPORTER", "jaeger"),
