@@ -94,6 +94,7 @@ def _once(factory: Callable[[], T]) -> Callable[[], T]:
                     built.append(factory())
         return built[0]
 
+    get.loaded = lambda: bool(built)  # type: ignore[attr-defined]  # for warm-up checks: asking does not build
     return get
 
 

@@ -1,15 +1,17 @@
 """Load what the first search would otherwise wait for: the default embedding model (3-6 s; on a
-fresh machine the first worker also exports it to ONNX, once, while the others wait on its lock)
-and the Chinese segmenter's dictionary (~0.5 s). Called once per web worker, after it starts."""
+fresh machine the first worker also exports it to ONNX, once, while the others wait on its lock),
+the Chinese segmenter's dictionary (~0.5 s) and its part-of-speech tables, which the graph leg reads
+to find a query's entities (another ~1.5 s). Called once per web worker, after it starts."""
 import logging
 
 logger = logging.getLogger(__name__)
 
 
 def warm_up() -> None:
-    from engines.analysis import Analyzer
+    from engines.analysis import Analyzer, part_of_speech
     from engines.embedders import get_embedder
 
     get_embedder().embed_query("warm up")
     Analyzer().tokens("预热 warm up")
+    part_of_speech("预热")
     logger.info("search engines warmed up")
