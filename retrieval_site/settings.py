@@ -117,7 +117,7 @@ class Environment(BaseSettings):
     DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
     EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
     # The embedded server's memory (ignored with DATABASE_URL), applied when it starts: its buffer cache
-    # should hold the HNSW index and the rows a search reads (~500 MB at 100k chunks); the default is a
+    # should hold the HNSW index and the rows a search reads (~400 MB at 100k chunks); the default is a
     # 16th of this machine's memory within 128-1024 MB. The planner's estimate of all caches: half of it.
     EMBEDDED_PG_SHARED_BUFFERS_MB: PositiveInt = Field(
         default_factory=lambda: min(1024, max(128, _physical_memory_mb() // 16))
