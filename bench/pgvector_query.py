@@ -18,7 +18,8 @@ with real SciFact query vectors and the service's depth (SEARCH_CANDIDATES):
     table and its TOAST, and per statement (the first ``--buffers`` queries, at the service's
     ef_search, after the timed runs) the pages found in PostgreSQL's buffer cache vs read from the OS
     and the server's execution time (EXPLAIN ANALYZE: no round trip, so less noisy under load);
-  - with ``--prewarm``: first ``pg_prewarm`` of the HNSW index, the table and its TOAST (timed).
+  - with ``--prewarm``: first ``pg_prewarm`` of the HNSW index, the table and its TOAST (timed; it
+    creates the ``pg_prewarm`` extension in the database if missing).
 A server setting such as ``shared_buffers`` applies at the embedded server's start, so compare two
 runs with the server restarted between them (``manage.py embedded_services stop``; the next connection
 starts it with ``EMBEDDED_PG_SHARED_BUFFERS_MB``).
