@@ -39,5 +39,11 @@ def test_kbs_that_disagree_fall_back_to_the_service_setting_with_a_note(settings
     assert effective_settings(request(), [{"rrf_k": 20}, {}]).rrf_k == settings.RRF_K
 
 
+def test_the_fusion_method_is_rrf_unless_a_kb_or_the_request_chooses_another():
+    assert effective_settings(request(), [{}]).fusion == "rrf"
+    assert effective_settings(request(), [{"fusion": "relevance"}]).fusion == "relevance"
+    assert effective_settings(request(fusion="minmax"), [{"fusion": "relevance"}]).fusion == "minmax"
+
+
 def test_candidates_never_fall_below_top_k():
     assert effective_settings(request(top_k=80), [{"candidates": 50}]).candidates == 80
