@@ -4,7 +4,8 @@ resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> exp
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
 vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
-scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF -> order by document when asked
+scoped to the tenant, its active KB versions and the filters -> fuse (weighted RRF, or normalized scores:
+``retrieval.fusion``) -> order by document when asked
 (``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
