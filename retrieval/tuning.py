@@ -15,7 +15,9 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
-DEFAULT_FUSION = "rrf"  # how the lists become one (``retrieval.fusion``)
+# How the lists become one (``retrieval.fusion``): the weighted sum of each leg's calibrated relevance
+# ranked better than RRF on every shared set with a dense leg (docs/BENCHMARKS.md, "Score fusion").
+DEFAULT_FUSION = "relevance"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.

@@ -73,7 +73,7 @@ def test_bm25_respects_filters_and_the_tenant(sample_kb):
 
 
 def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
-    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5)
+    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5, fusion="rrf")
     top = response.results[0]
     assert names(response)[0] == "safety-datasheet-ppr-9087-battery.pdf"
     assert set(top.retrievers) == {"vector", "bm25"}
@@ -115,7 +115,7 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
     heavy_bm25 = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 0.0, "bm25": 1.0})
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
-    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1)
+    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1, fusion="rrf")
     assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
 
 
@@ -141,7 +141,8 @@ def test_relevance_fusion_adds_each_legs_calibrated_relevance_by_its_weight(samp
         assert hit.fused_score == pytest.approx(0.5 * legs.get("vector", 0) + legs.get("bm25", 0), abs=1e-5)
         assert hit.relevance == pytest.approx(max(legs.values()), abs=1e-5)  # relevance itself is unchanged
     assert [hit.score for hit in response.results] == sorted((hit.score for hit in response.results), reverse=True)
-    assert response.results != run(sample_kb, query, mode="hybrid", top_k=10).results  # RRF scores otherwise
+    rrf = run(sample_kb, query, mode="hybrid", top_k=10, fusion="rrf", weights={"vector": 0.5})
+    assert [hit.fused_score for hit in response.results] != [hit.fused_score for hit in rrf.results]
 
 
 def test_minmax_fusion_scales_each_list_by_its_own_range(sample_kb):
@@ -182,7 +183,7 @@ def test_relevance_fusion_calibrates_each_hit_in_its_own_kb_version(tenant, embe
 def test_the_kbs_search_settings_apply_and_a_request_overrides_them(sample_kb):
     query = "firmware update failed"
     bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
-    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "rrf_k": 1})
+    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "fusion": "rrf", "rrf_k": 1})
     kb_settings = run(sample_kb, query, mode="hybrid", top_k=5)
     assert kb_settings.weights["vector"] == 0.0
     assert [h.chunk_id for h in kb_settings.results] == [h.chunk_id for h in bm25_only.results]
