@@ -401,10 +401,9 @@ def fuse(
         return reciprocal_rank_fusion(present, k=fusion.rrf_k, dedup_key=hashes.__getitem__)
     if fusion.fusion == "minmax":
         return score_fusion(present, min_max, dedup_key=hashes.__getitem__)
-    versions = scales.revisions.keys()
-    version_of = (
-        dict.fromkeys(hit_ids, next(iter(versions))) if len(versions) == 1 else selectors.chunk_versions(tenant, hit_ids)
-    )
+    versions = list(scales.revisions)  # one searched version needs no lookup
+    single = len(versions) == 1
+    version_of = dict.fromkeys(hit_ids, versions[0]) if single else selectors.chunk_versions(tenant, hit_ids)
 
     def relevance(ranked: RankedList) -> list[float]:
         """The calibrated relevance of each hit, by the list's retriever; min-max for a retriever without one."""

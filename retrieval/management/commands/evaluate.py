@@ -59,7 +59,9 @@ class Command(BaseCommand):
             "--weights", default=None, help="hybrid weights, e.g. vector=0.5,bm25=1; vector=0.5,1,bm25=1 sweeps two"
         )
         parser.add_argument(
-            "--fusion", default=None, help=f"hybrid: how the lists become one: {','.join(FUSIONS)}; a list sweeps values"
+            "--fusion",
+            default=None,
+            help=f"hybrid: how the lists become one: {','.join(FUSIONS)}; a list sweeps values",
         )
         parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
         parser.add_argument(
