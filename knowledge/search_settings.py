@@ -6,7 +6,8 @@ written by ``manage.py evaluate --sweep --write``; a new version built with the 
 its predecessor's). Every key is optional; a search takes, per key, the request's value, else the
 active version's, else the KB's, else the service setting (``retrieval.tuning``).
 
-Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever), ``rrf_k`` (1..1000),
+Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever), ``fusion`` (``relevance``,
+``rrf`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion``), ``rrf_k`` (1..1000),
 ``candidates`` (1..200, each retriever's list depth), ``dense_weight_floor`` (0..100, the dense weight
 for a query in a language the model does not cover), ``aggregate`` (``none``, ``max`` or ``sum``: how
 the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``chunk`` or
@@ -24,6 +25,7 @@ MAX_CANDIDATES = 200
 MAX_RRF_K = 1000
 MAX_FEEDBACK_DOCS = 50
 MAX_FEEDBACK_TERMS = 100
+FUSIONS = ("rrf", "relevance", "minmax")
 AGGREGATES = ("none", "max", "sum")
 GROUP_BY = ("chunk", "document")
 
@@ -36,7 +38,7 @@ _NUMBERS = {
     "feedback_terms": (int, 1, MAX_FEEDBACK_TERMS),
     "feedback_query_weight": (float, 0, 1),
 }
-_CHOICES = {"aggregate": AGGREGATES, "group_by": GROUP_BY}
+_CHOICES = {"fusion": FUSIONS, "aggregate": AGGREGATES, "group_by": GROUP_BY}
 KEYS = ("weights", *_NUMBERS, *_CHOICES)
 
 

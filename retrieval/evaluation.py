@@ -306,12 +306,15 @@ class Variant:
     dense_weight_floor: float | None = None
     aggregate: str | None = None
     feedback: tuple[int, int, float] | None = None  # RM3 (docs, terms, query weight); None: the service default
+    fusion: str | None = None  # rrf, relevance or minmax; None: the service default
 
     @property
     def label(self) -> str:
         parts = [self.mode, f"cand={self.candidates}"]
         if self.weights is not None:
             parts.append("w=" + ",".join(f"{name}={value:g}" for name, value in self.weights))
+        if self.fusion is not None:
+            parts.append(f"fusion={self.fusion}")
         if self.rrf_k is not None:
             parts.append(f"k={self.rrf_k}")
         if self.dense_weight_floor is not None:
@@ -335,6 +338,7 @@ class Variant:
             kb_ids=[kb_id],
             weights=dict(self.weights) if self.weights else None,
             candidates=self.candidates,
+            fusion=self.fusion,
             rrf_k=self.rrf_k,
             dense_weight_floor=self.dense_weight_floor,
             aggregate=self.aggregate,
@@ -351,6 +355,7 @@ class Variant:
             "mode": self.mode,
             "candidates": self.candidates,
             "weights": dict(self.weights) if self.weights is not None else None,
+            "fusion": self.fusion,
             "rrf_k": self.rrf_k,
             "dense_weight_floor": self.dense_weight_floor,
             "aggregate": self.aggregate,
@@ -390,6 +395,7 @@ def build_variants(
     candidates: Sequence[int],
     weights: Sequence[tuple[tuple[str, float], ...] | None] = (None,),
     rrf_ks: Sequence[int | None] = (None,),
+    fusions: Sequence[str | None] = (None,),
     floors: Sequence[float | None] = (None,),
     aggregates: Sequence[str | None] = (None,),
     feedbacks: Sequence[tuple[int, int, float] | None] = (None,),
@@ -397,15 +403,17 @@ def build_variants(
     rerank: bool = False,
 ) -> list[Variant]:
     """Every combination per mode; fusion settings apply to hybrid only, so a single-leg mode gets one
-    row per candidate depth instead of identical repeats, and feedback (BM25's) none to the vector mode."""
+    row per candidate depth instead of identical repeats, feedback (BM25's) none to the vector mode, and
+    RRF k none to a score fusion."""
     variants: list[Variant] = []
     for mode in modes:
-        fusion = itertools.product(weights, rrf_ks, floors) if mode == "hybrid" else [(None, None, None)]
+        hybrid = itertools.product(weights, rrf_ks, floors, fusions) if mode == "hybrid" else [(None,) * 4]
         rm3 = [None] if mode == "vector" else feedbacks
-        for (weight, rrf_k, floor), depth, method, feedback in itertools.product(
-            list(fusion), candidates, aggregates, rm3
+        for (weight, rrf_k, floor, fusion), depth, method, feedback in itertools.product(
+            list(hybrid), candidates, aggregates, rm3
         ):
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback)
+            rrf_k = rrf_k if fusion in (None, "rrf") else None
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion)
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -499,6 +507,8 @@ def suggested_settings(variant: Variant) -> dict:
     suggested: dict = {"candidates": variant.candidates}
     if variant.weights is not None:
         suggested["weights"] = dict(variant.weights)
+    if variant.fusion is not None:
+        suggested["fusion"] = variant.fusion
     if variant.rrf_k is not None:
         suggested["rrf_k"] = variant.rrf_k
     if variant.dense_weight_floor is not None:

@@ -1,8 +1,15 @@
-"""Weighted Reciprocal Rank Fusion: ``score(d) = Σ_i w_i / (k + rank_i(d))``.
+"""Fusion of ranked lists: weighted Reciprocal Rank Fusion, or a weighted sum of normalized scores.
 
-Lists come from different retrievers and query variants; raw scores are never compared across them,
-only ranks. Chunks with the same dedup key (identical content) are one candidate that accumulates
-every list's contribution; within a list only its best-ranked copy counts.
+- ``relevance`` (the default, ``retrieval.tuning``) and ``minmax``: ``score(d) = Σ_i w_i · s_i(d)``,
+  where ``s_i`` is the list's own score mapped onto [0, 1] (a convex combination, as in Bruch et al.,
+  "An Analysis of Fusion Functions for Hybrid Retrieval", 2023): by the search's calibrated
+  ``relevance`` of each retriever (a bound that does not depend on the other hits,
+  ``retrieval.relevance``), or by the list's own minimum and maximum. A list's absent hit adds nothing.
+- ``rrf``: ``score(d) = Σ_i w_i / (k + rank_i(d))``; only ranks count, raw scores are never compared
+  across lists.
+
+Chunks with the same dedup key (identical content) are one candidate that accumulates every list's
+contribution; within a list only its best-ranked copy counts.
 """
 from __future__ import annotations
 
@@ -44,19 +51,49 @@ class FusedCandidate:
 def reciprocal_rank_fusion(
     lists: list[RankedList], *, k: int = DEFAULT_RRF_K, dedup_key: Callable[[int], str] = str
 ) -> list[FusedCandidate]:
-    """Fuse ranked lists, best first; ties go to the higher vector similarity, then the lower chunk id."""
+    """Fuse ranked lists by rank, best first; ties go to the higher vector similarity, then the lower chunk id."""
+
+    def contributions(ranked: RankedList) -> list[float]:
+        return [ranked.weight / (k + rank) for rank in range(1, len(ranked.hits) + 1)]
+
+    return _fused(lists, contributions, dedup_key)
+
+
+def score_fusion(
+    lists: list[RankedList],
+    normalized: Callable[[RankedList], list[float]],
+    *,
+    dedup_key: Callable[[int], str] = str,
+) -> list[FusedCandidate]:
+    """Fuse ranked lists by their weighted scores, each hit's as ``normalized`` maps its list onto [0, 1];
+    ties as :func:`reciprocal_rank_fusion`."""
+    return _fused(lists, lambda ranked: [ranked.weight * value for value in normalized(ranked)], dedup_key)
+
+
+def min_max(ranked: RankedList) -> list[float]:
+    """The list's scores from its worst (0) to its best (1); a list of equal scores is all 1."""
+    scores = [score for _, score in ranked.hits]
+    low, high = min(scores, default=0.0), max(scores, default=0.0)
+    return [(score - low) / (high - low) if high > low else 1.0 for score in scores]
+
+
+def _fused(
+    lists: list[RankedList], contributions: Callable[[RankedList], list[float]], dedup_key: Callable[[int], str]
+) -> list[FusedCandidate]:
+    """Each list's hits add ``contributions(list)`` (one value per hit, in order) to their candidate."""
     candidates: dict[str, FusedCandidate] = {}
     for ranked in lists:
         if ranked.weight <= 0:
             continue
         seen_in_list: set[str] = set()
-        for rank, (chunk_id, score) in enumerate(ranked.hits, start=1):
+        values = contributions(ranked)
+        for rank, ((chunk_id, score), value) in enumerate(zip(ranked.hits, values, strict=True), start=1):
             key = dedup_key(chunk_id)
             if key in seen_in_list:
                 continue
             seen_in_list.add(key)
             candidate = candidates.setdefault(key, FusedCandidate(chunk_id=chunk_id, key=key))
-            candidate.fused_score += ranked.weight / (k + rank)
+            candidate.fused_score += value
             best = candidate.retrievers.get(ranked.retriever)
             if best is None or rank < best.rank:
                 candidate.retrievers[ranked.retriever] = Contribution(rank=rank, score=score, query=ranked.query)

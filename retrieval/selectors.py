@@ -21,6 +21,11 @@ def content_hashes(chunk_ids: set[int]) -> dict[int, str]:
     return _id_hash_rows(f"SELECT id, content_hash FROM {_CHUNKS} WHERE id = ANY(%s)", [list(chunk_ids)])
 
 
+def chunk_versions(tenant: Tenant, chunk_ids: set[int]) -> dict[int, int]:
+    """Chunk id -> its KB version's id; a chunk missing from the result was deleted since."""
+    return dict(Chunk.objects.filter(tenant=tenant, pk__in=list(chunk_ids)).values_list("id", "kb_version_id"))
+
+
 def filtered_chunk_ids(
     tenant: Tenant, version_ids: tuple[int, ...], compiled: CompiledFilter, limit: int
 ) -> list[int] | None:

@@ -4,6 +4,7 @@ from rest_framework import serializers
 from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
 from knowledge.search_settings import (
     AGGREGATES,
+    FUSIONS,
     GROUP_BY,
     MAX_CANDIDATES,
     MAX_FEEDBACK_DOCS,
@@ -93,6 +94,13 @@ class SearchInput(serializers.Serializer):
         required=False,
         help_text="depth of each retriever's list before fusion (default: the KB's, else SEARCH_CANDIDATES); "
         "a value below top_k is raised to top_k",
+    )
+    fusion = serializers.ChoiceField(
+        choices=FUSIONS,
+        required=False,
+        help_text="how the retrievers' lists become one: relevance (the weighted sum of each hit's calibrated "
+        "relevance per retriever), rrf (weighted reciprocal rank fusion) or minmax (the weighted sum of each "
+        "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else relevance",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"

@@ -15,6 +15,9 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
+# How the lists become one (``retrieval.fusion``): the weighted sum of each leg's calibrated relevance
+# ranked better than RRF on every shared set with a dense leg (docs/BENCHMARKS.md, "Score fusion").
+DEFAULT_FUSION = "relevance"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.
@@ -24,6 +27,7 @@ DEFAULT_FEEDBACK = Feedback(docs=0, terms=10, query_weight=0.5)
 @dataclass(frozen=True)
 class FusionSettings:
     weights: dict[str, float]  # before the mode and the language floor apply
+    fusion: str
     rrf_k: int
     candidates: int
     dense_weight_floor: float
@@ -45,6 +49,7 @@ class FusionSettings:
 def service_defaults() -> dict:
     return {
         "weights": dict(settings.SEARCH_WEIGHTS),
+        "fusion": DEFAULT_FUSION,
         "rrf_k": settings.RRF_K,
         "candidates": settings.SEARCH_CANDIDATES,
         "dense_weight_floor": settings.DENSE_WEIGHT_FLOOR,
@@ -76,6 +81,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
         for name, default in defaults["weights"].items()
     }
     overrides = {
+        "fusion": request.fusion,
         "rrf_k": request.rrf_k,
         "candidates": request.candidates,
         "dense_weight_floor": request.dense_weight_floor,

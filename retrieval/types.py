@@ -27,6 +27,7 @@ class SearchRequest:
     filters: dict | None = None
     weights: dict[str, float] | None = None
     candidates: int | None = None
+    fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
     rrf_k: int | None = None
     rerank: bool = False
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)

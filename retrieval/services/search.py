@@ -4,7 +4,8 @@ resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> exp
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
 vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
-scoped to the tenant, its active KB versions and the filters -> fuse by weighted RRF -> order by document when asked
+scoped to the tenant, its active KB versions and the filters -> fuse (weighted RRF, or normalized scores:
+``retrieval.fusion``) -> order by document when asked
 (``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
@@ -40,7 +41,7 @@ from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback, feedback_query
 from retrieval.filters import CompiledFilter, compile_filters
-from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.fusion import FusedCandidate, RankedList, min_max, reciprocal_rank_fusion, score_fusion
 from retrieval.grouping import Grouped, aggregate, group_by_document
 from retrieval.services.graph import rank_by_graph
 from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
@@ -102,13 +103,14 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         lists = [ranked for leg in legs for ranked in leg.lists]
         for leg in legs:
             known_hashes.update(leg.content_hashes)
+        ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
+        scales = RelevanceScales(ceilings, revisions)
         with timings.stage("fuse"):
-            fused = fuse(lists, known_hashes, fusion.rrf_k)
+            fused = fuse(tenant, lists, known_hashes, fusion, scales)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
         head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
         explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
-        ceilings = {key: value for leg in legs for key, value in leg.ceilings.items()}
         results = hydrate(
             tenant,
             request.mode,
@@ -116,7 +118,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             reranked.scores,
             single_list=len(lists) == 1,
             explanations=explanations,
-            scales=RelevanceScales(ceilings, revisions),
+            scales=scales,
             threshold=request.score_threshold,
             documents=DocumentView(
                 documents.scores, head.passages, {c.chunk_id: c for c in fused} if head.passages else {}
@@ -380,15 +382,39 @@ def retrieve_vector(
     return LegResult("vector", lists=lists, content_hashes=hashes)
 
 
-def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> list[FusedCandidate]:
-    """Weighted RRF, deduplicated by content hash; hits deleted since their index returned them drop out."""
+def fuse(
+    tenant: Tenant,
+    lists: list[RankedList],
+    known_hashes: dict[int, str],
+    fusion: FusionSettings,
+    scales: RelevanceScales,
+) -> list[FusedCandidate]:
+    """Weighted RRF, or the weighted sum of each list's scores normalized (``fusion.fusion``: see
+    ``retrieval.fusion``), deduplicated by content hash; hits deleted since their index returned them drop out."""
     hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
     hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
     present = [
         RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
         for ranked in lists
     ]
-    return reciprocal_rank_fusion(present, k=rrf_k, dedup_key=hashes.__getitem__)
+    if fusion.fusion == "rrf":
+        return reciprocal_rank_fusion(present, k=fusion.rrf_k, dedup_key=hashes.__getitem__)
+    if fusion.fusion == "minmax":
+        return score_fusion(present, min_max, dedup_key=hashes.__getitem__)
+    versions = list(scales.revisions)  # one searched version needs no lookup
+    single = len(versions) == 1
+    version_of = dict.fromkeys(hit_ids, versions[0]) if single else selectors.chunk_versions(tenant, hit_ids)
+
+    def relevance(ranked: RankedList) -> list[float]:
+        """The calibrated relevance of each hit, by the list's retriever; min-max for a retriever without one."""
+        if ranked.retriever not in CALIBRATED:
+            return min_max(ranked)
+        return [
+            scales.leg_relevance(ranked, score, version_of[chunk_id]) if chunk_id in version_of else 0.0
+            for chunk_id, score in ranked.hits
+        ]  # a chunk without a version was deleted since: hydrate drops it
+
+    return score_fusion(present, relevance, dedup_key=hashes.__getitem__)
 
 
 def order_by_document(
@@ -454,6 +480,10 @@ class DocumentView:
     fused: dict[int, FusedCandidate]
 
 
+# The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
+CALIBRATED = ("vector", "bm25")
+
+
 @dataclass(frozen=True)
 class RelevanceScales:
     """What maps a hit's raw scores onto ``relevance`` (``retrieval.relevance``): the BM25 ceiling per
@@ -465,10 +495,22 @@ class RelevanceScales:
     def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
         dense = lexical = None
         if (vector := candidate.retrievers.get("vector")) is not None:
-            dense = dense_relevance(vector.score, dense_background(version_id, self.revisions[version_id]))
+            dense = self.dense(vector.score, version_id)
         if (bm25 := candidate.retrievers.get("bm25")) is not None:
-            lexical = lexical_relevance(bm25.score, self.ceilings.get((bm25.query, version_id), 0.0))
+            lexical = self.lexical(bm25.score, bm25.query, version_id)
         return combined_relevance(dense, lexical)
+
+    def leg_relevance(self, ranked: RankedList, score: float, version_id: int) -> float:
+        """One hit's relevance by its own list's retriever (``vector`` or ``bm25``)."""
+        if ranked.retriever == "vector":
+            return self.dense(score, version_id)
+        return self.lexical(score, ranked.query, version_id)
+
+    def dense(self, cosine: float, version_id: int) -> float:
+        return dense_relevance(cosine, dense_background(version_id, self.revisions[version_id]))
+
+    def lexical(self, score: float, query: str, version_id: int) -> float:
+        return lexical_relevance(score, self.ceilings.get((query, version_id), 0.0))
 
 
 def hydrate(

@@ -32,6 +32,7 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
         ({"dense_weight_floor": float("nan")}, "dense_weight_floor must be a number"),
         ({"aggregate": "mean"}, "aggregate must be one of none, max, sum"),
         ({"group_by": "kb"}, "group_by must be one of chunk, document"),
+        ({"fusion": "borda"}, "fusion must be one of rrf, relevance, minmax"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(value, message):

@@ -149,6 +149,17 @@ def test_fusion_sweeps_give_one_row_per_value_for_hybrid_and_one_for_single_leg_
     assert (request.top_k, request.candidates, request.rrf_k, request.kb_ids) == (DEPTH, 100, 20, [7])
 
 
+def test_fusion_methods_are_hybrid_variants_and_a_score_fusion_takes_no_rrf_k():
+    variants = build_variants(["vector", "hybrid"], candidates=[100], rrf_ks=[20, 60], fusions=["rrf", "relevance"])
+    assert [v.label for v in variants] == [
+        "vector cand=100", "hybrid cand=100 fusion=rrf k=20", "hybrid cand=100 fusion=relevance",
+        "hybrid cand=100 fusion=rrf k=60",
+    ]  # fmt: skip
+    request = variants[2].request("q", kb_id=7)
+    assert (request.fusion, request.rrf_k) == ("relevance", None)
+    assert suggested_settings(variants[2]) == {"candidates": 100, "fusion": "relevance"}
+
+
 def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():
     assert parse_feedback("10:5:0.7") == (10, 5, 0.7) and parse_feedback("0")[0] == 0
     with pytest.raises(ValueError):

@@ -1,6 +1,6 @@
 import pytest
 
-from retrieval.fusion import RankedList, reciprocal_rank_fusion
+from retrieval.fusion import RankedList, min_max, reciprocal_rank_fusion, score_fusion
 
 A, B, C, D = 1, 2, 3, 4
 
@@ -72,3 +72,33 @@ def test_query_variants_fuse_with_their_weights_and_are_reported():
     assert fused[0].matched_queries == ["退货", "退换货"]
     assert fused[1].matched_queries == ["退换货"]
     assert fused[0].retrievers["bm25"].query == "退货"  # best rank wins the explanation
+
+
+def test_min_max_scales_a_list_from_its_worst_to_its_best_score():
+    assert min_max(RankedList("bm25", "q", 1.0, [(A, 12.0), (B, 9.0), (C, 3.0)])) == pytest.approx([1.0, 2 / 3, 0.0])
+    assert min_max(RankedList("vector", "q", 1.0, [(A, 0.4), (B, 0.4)])) == [1.0, 1.0]
+    assert min_max(RankedList("vector", "q", 1.0, [])) == []
+
+
+def test_score_fusion_adds_each_lists_weighted_normalized_scores():
+    vector = RankedList("vector", "q", 0.5, [(A, 0.9), (B, 0.8), (C, 0.7)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 12.0), (D, 9.0), (A, 3.0)])
+    fused = score_fusion([vector, bm25], min_max)
+    scores = {c.chunk_id: c.fused_score for c in fused}
+    # vector: A 1, B 0.5, C 0 (x 0.5); bm25: B 1, D 2/3, A 0
+    assert scores == pytest.approx({A: 0.5, B: 0.25 + 1.0, C: 0.0, D: 2 / 3})
+    assert ids(fused) == [B, D, A, C]
+    assert (fused[0].retrievers["vector"].rank, fused[0].retrievers["bm25"].rank) == (2, 1)
+    # RRF ranks the same lists by position only: A's first place in the vector list outweighs D.
+    assert ids(reciprocal_rank_fusion([vector, bm25], k=60)) == [B, A, D, C]
+
+
+def test_score_fusion_takes_the_normalization_it_is_given_and_merges_duplicates():
+    same_content = {A: "h1", B: "h1", C: "h2"}
+    vector = RankedList("vector", "q", 1.0, [(A, 0.9), (B, 0.9), (C, 0.5)])
+    bm25 = RankedList("bm25", "q", 1.0, [(C, 5.0), (B, 4.0)])
+    own_scores = lambda ranked: [score / 10 for _, score in ranked.hits]  # noqa: E731
+    fused = score_fusion([vector, bm25], own_scores, dedup_key=same_content.__getitem__)
+    assert [(c.key, c.chunk_id) for c in fused] == [("h2", C), ("h1", A)]
+    assert fused[0].fused_score == pytest.approx(0.05 + 0.5)
+    assert fused[1].fused_score == pytest.approx(0.09 + 0.4)  # the vector list's best copy only, then bm25's

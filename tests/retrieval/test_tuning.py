@@ -1,5 +1,5 @@
 """Which fusion settings a search runs with: the request's, its knowledge bases', the service's."""
-from retrieval.tuning import effective_settings
+from retrieval.tuning import DEFAULT_FUSION, effective_settings
 from retrieval.types import SearchRequest
 
 
@@ -37,6 +37,12 @@ def test_kbs_that_disagree_fall_back_to_the_service_setting_with_a_note(settings
     assert fusion.notes == ("the searched knowledge bases set different vector weights: the service setting applies",)
     # A KB without the key counts as the service default.
     assert effective_settings(request(), [{"rrf_k": 20}, {}]).rrf_k == settings.RRF_K
+
+
+def test_the_fusion_method_is_the_services_unless_a_kb_or_the_request_chooses_another():
+    assert effective_settings(request(), [{}]).fusion == DEFAULT_FUSION
+    assert effective_settings(request(), [{"fusion": "rrf"}]).fusion == "rrf"
+    assert effective_settings(request(fusion="minmax"), [{"fusion": "rrf"}]).fusion == "minmax"
 
 
 def test_candidates_never_fall_below_top_k():

@@ -774,6 +774,7 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
         ("/api/v1/retrieval/hybrid", {"dense_weight_floor": -0.1}, ["dense_weight_floor"]),
         ("/api/v1/retrieval/hybrid", {"aggregate": "mean"}, ["aggregate", "not a valid choice"]),
         ("/api/v1/retrieval/hybrid", {"group_by": "kb"}, ["group_by", "not a valid choice"]),
+        ("/api/v1/retrieval/hybrid", {"fusion": "borda"}, ["fusion", "not a valid choice"]),
         ("/api/v1/retrieval/hybrid", {"rerank": "maybe"}, ["rerank"]),
         ("/api/v1/retrieval/hybrid", {"expand": {"max_expansions": 11}}, ["max_expansions"]),
         ("/api/v1/retrieval/hybrid", {"expand": "yes"}, ["expand"]),
@@ -795,6 +796,8 @@ def test_search_options_are_validated(api_client, path, body, needles):
         {"expand": {"synonyms": None, "max_expansions": 0}},
         {"query": "  kettle  ", "top_k": 1, "rerank": False},
         {"group_by": "document", "aggregate": "sum", "dense_weight_floor": 0.3},
+        {"fusion": "relevance", "weights": {"vector": 0.5}},
+        {"fusion": "minmax"},
     ],
 )
 def test_search_options_the_schema_allows_are_accepted(api_client, body):

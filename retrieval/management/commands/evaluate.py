@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
-from knowledge.search_settings import AGGREGATES
+from knowledge.search_settings import AGGREGATES, FUSIONS
 from retrieval import evaluation
 from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
@@ -57,6 +57,11 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N judged queries")
         parser.add_argument(
             "--weights", default=None, help="hybrid weights, e.g. vector=0.5,bm25=1; vector=0.5,1,bm25=1 sweeps two"
+        )
+        parser.add_argument(
+            "--fusion",
+            default=None,
+            help=f"hybrid: how the lists become one: {','.join(FUSIONS)}; a list sweeps values",
         )
         parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
         parser.add_argument(
@@ -112,8 +117,9 @@ class Command(BaseCommand):
         modes = _names(options["modes"])
         expand = tuple(_names(options["expand"]))
         unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
-        if unknown := unknown + sorted(set(_names(options["aggregate"])) - set(AGGREGATES)):
-            raise CommandError(f"unknown mode, expander or aggregate: {', '.join(unknown)}")
+        unknown += sorted(set(_names(options["aggregate"])) - set(AGGREGATES))
+        if unknown := unknown + sorted(set(_names(options["fusion"])) - set(FUSIONS)):
+            raise CommandError(f"unknown mode, expander, aggregate or fusion: {', '.join(unknown)}")
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
@@ -126,6 +132,7 @@ class Command(BaseCommand):
             candidates=_ints(options["candidates"]),
             weights=weights,
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
+            fusions=_names(options["fusion"]) or [None],
             floors=floors,
             aggregates=_names(options["aggregate"]) or [None],
             feedbacks=feedbacks,

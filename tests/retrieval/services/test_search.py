@@ -12,6 +12,7 @@ from engines import get_lexical_index
 from engines.base import LexicalDocument
 
 from knowledge.models import DictionaryTerm, Document, Synonym
+from knowledge.selectors import analyzer_for_tenant
 from knowledge.services import (
     Ingester,
     create_knowledge_base,
@@ -21,6 +22,7 @@ from knowledge.services import (
     update_search_settings,
 )
 from retrieval.expansion import ExpansionOptions
+from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from engines.rerankers import reset_reranker
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
@@ -71,7 +73,7 @@ def test_bm25_respects_filters_and_the_tenant(sample_kb):
 
 
 def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
-    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5)
+    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5, fusion="rrf")
     top = response.results[0]
     assert names(response)[0] == "safety-datasheet-ppr-9087-battery.pdf"
     assert set(top.retrievers) == {"vector", "bm25"}
@@ -113,14 +115,75 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
     heavy_bm25 = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 0.0, "bm25": 1.0})
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
-    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1)
+    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1, fusion="rrf")
     assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
+
+
+def calibrated(kb, hit, query: str) -> dict[str, float]:
+    """Each retriever's evidence for the hit mapped onto [0, 1] as ``relevance`` maps it, in ``kb``'s version."""
+    version = kb.active_version
+    legs = {}
+    if "vector" in hit.retrievers:
+        background = dense_background(version.pk, version.revision)
+        legs["vector"] = dense_relevance(hit.retrievers["vector"]["score"], background)
+    if "bm25" in hit.retrievers:
+        ceiling = get_lexical_index().max_score(version.pk, analyzer_for_tenant(kb.tenant_id).tokens(query))
+        legs["bm25"] = lexical_relevance(hit.retrievers["bm25"]["score"], ceiling)
+    return legs
+
+
+def test_relevance_fusion_adds_each_legs_calibrated_relevance_by_its_weight(sample_kb):
+    query = "How should I store the lithium battery pack?"
+    response = run(sample_kb, query, mode="hybrid", top_k=10, fusion="relevance", weights={"vector": 0.5})
+    assert names(response)[0] == "safety-datasheet-ppr-9087-battery.pdf"
+    for hit in response.results:
+        legs = calibrated(sample_kb, hit, query)
+        assert hit.fused_score == pytest.approx(0.5 * legs.get("vector", 0) + legs.get("bm25", 0), abs=1e-5)
+        assert hit.relevance == pytest.approx(max(legs.values()), abs=1e-5)  # relevance itself is unchanged
+    assert [hit.score for hit in response.results] == sorted((hit.score for hit in response.results), reverse=True)
+    rrf = run(sample_kb, query, mode="hybrid", top_k=10, fusion="rrf", weights={"vector": 0.5})
+    assert [hit.fused_score for hit in response.results] != [hit.fused_score for hit in rrf.results]
+
+
+def test_minmax_fusion_scales_each_list_by_its_own_range(sample_kb):
+    query = "firmware update failed"
+    bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
+    fused = run(sample_kb, query, mode="hybrid", top_k=5, fusion="minmax", weights={"vector": 0.0, "bm25": 2.0})
+    assert [h.chunk_id for h in fused.results] == [h.chunk_id for h in bm25_only.results]
+    top, low = bm25_only.results[0].score, min(h.score for h in run(sample_kb, query, mode="bm25", top_k=100).results)
+    assert fused.results[0].fused_score == pytest.approx(2.0)
+    expected = 2.0 * (bm25_only.results[1].score - low) / (top - low)
+    assert fused.results[1].fused_score == pytest.approx(expected, abs=1e-4)
+
+
+def test_relevance_fusion_calibrates_each_hit_in_its_own_kb_version(tenant, embedder, tmp_path):
+    """Two KBs searched together: a hit's relevance is read against its own version's BM25 ceiling and
+    dense background (the versions are looked up once for all hits)."""
+    kbs = []
+    for name, texts in {
+        "locks": {"lock.txt": "The PPR-9087 smart lock fits doors 35 to 80 mm thick.", "kettle.txt": "Kettles boil."},
+        "doors": {"door.txt": "Fit the smart lock to a door 35 mm thick or more.", "tea.txt": "Green tea at 80 C."},
+    }.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for file_name, text in texts.items():
+            (folder / file_name).write_text(text)
+        kb = create_knowledge_base(tenant=tenant, name=name)
+        Ingester(kb).ingest(discover_files([folder]))
+        kbs.append(kb)
+    query = "which doors does the smart lock fit"
+    response = run(tenant, query, mode="hybrid", top_k=4, kb_ids=[kb.pk for kb in kbs], fusion="relevance")
+    by_id = {kb.pk: kb for kb in kbs}
+    assert {hit.kb_id for hit in response.results} == set(by_id)
+    for hit in response.results:
+        legs = calibrated(by_id[hit.kb_id], hit, query)
+        assert hit.fused_score == pytest.approx(sum(legs.values()), abs=1e-5)
 
 
 def test_the_kbs_search_settings_apply_and_a_request_overrides_them(sample_kb):
     query = "firmware update failed"
     bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
-    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "rrf_k": 1})
+    update_search_settings(sample_kb, {"weights": {"vector": 0.0}, "fusion": "rrf", "rrf_k": 1})
     kb_settings = run(sample_kb, query, mode="hybrid", top_k=5)
     assert kb_settings.weights["vector"] == 0.0
     assert [h.chunk_id for h in kb_settings.results] == [h.chunk_id for h in bm25_only.results]
