@@ -185,20 +185,34 @@ def exact_or_hnsw(scope, compiled: dict, vectors: np.ndarray, queries: int, max_
 def keyword_filter_cost(tenant, version, compiled: dict, queries: list[str], limit: int) -> dict:
     """Where a filtered BM25 leg's time goes, per filter: the read of the matching chunk ids
     (``selectors.filtered_chunk_ids``, up to ``limit``) and the keyword index searched inside them,
-    against the index searched without them; interleaved query by query."""
+    against the index searched without them; then the whole leg (``search`` in ``bm25`` mode, result
+    cache off) searching inside the ids (``LEXICAL_FILTER_MAX_IDS`` huge) and without them (1), and
+    whether both found the same hits; interleaved query by query."""
     from django.conf import settings
+    from django.test import override_settings
 
     from engines import get_lexical_index
     from knowledge.selectors import analyzer_for_tenant
     from retrieval import selectors
+    from retrieval.services.search import search
+    from retrieval.types import SearchRequest
 
     index, analyzer, depth = get_lexical_index(), analyzer_for_tenant(tenant.pk), settings.SEARCH_CANDIDATES
     versions = (version.pk,)
     out = {}
     for name, spec in compiled.items():
-        times: dict = {"read_ids": [], "index_inside_ids": [], "index_unfiltered": []}
-        allowed = None
-        for text in queries:
+        times: dict = {"read_ids": [], "index_inside_ids": [], "index_unfiltered": [],
+                       "leg_inside_ids": [], "leg_without_ids": []}
+        allowed, differing = None, 0
+        for i, text in enumerate(queries):
+            hits, paths = {}, [("leg_inside_ids", 10**9), ("leg_without_ids", 1)]
+            for path, cap in paths[i % 2:] + paths[: i % 2]:
+                request = SearchRequest(query=text, mode="bm25", top_k=10, filters=FILTERS[name])
+                with override_settings(LEXICAL_FILTER_MAX_IDS=cap, SEARCH_CACHE_TTL_S=0):
+                    started = time.perf_counter()
+                    hits[path] = [(hit.chunk_id, hit.score) for hit in search(tenant, request).results]
+                    times[path].append(time.perf_counter() - started)
+            differing += hits["leg_inside_ids"] != hits["leg_without_ids"]
             tokens = analyzer.tokens(text)
             started = time.perf_counter()
             allowed = selectors.filtered_chunk_ids(tenant, versions, spec, limit)
@@ -209,7 +223,7 @@ def keyword_filter_cost(tenant, version, compiled: dict, queries: list[str], lim
             started = time.perf_counter()
             index.search(version.pk, tenant.pk, tokens, depth, None)
             times["index_unfiltered"].append(time.perf_counter() - started)
-        out[name] = {"ids": None if allowed is None else len(allowed),
+        out[name] = {"ids": None if allowed is None else len(allowed), "legs_differing": differing,
                      **{part: _common.summarize_ms(seconds)["p50_ms"] for part, seconds in times.items()}}
     return out
 
