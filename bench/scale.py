@@ -21,13 +21,14 @@ At each size:
      ``halfvec``, an expression index on ``embedding::<storage>(384)``) is built alone (time, peak memory of the
      PostgreSQL processes, index size), searched in-process the way the engine searches (depth
      SEARCH_CANDIDATES, ``hnsw.ef_search`` = max(HNSW_EF_SEARCH, 2 x depth), iterative scan
-     relaxed_order) and dropped; recall@10 is against exact top-10 computed in numpy from the same
-     float32 vectors (checked against a sequential scan in SQL for a few queries);
+     relaxed_order, no sort: the graph walk) and dropped; recall@10 is against exact top-10 computed
+     in numpy from the same float32 vectors (checked against a sequential scan in SQL for a few queries);
   2. the service's own index (``vector_index().ensure_index(384)``: whatever engines/pgvector_index.py
      builds) is built the same way and measured through ``PgVectorIndex.search`` (its exact-scan
      threshold and fallback included);
-  3. per filter, the search forced exact and forced through the graph, interleaved (the data for
-     ``VECTOR_EXACT_SCAN_THRESHOLD``), with the plan PostgreSQL picks for the graph query unsteered;
+  3. per filter, the search forced exact and forced through the graph (the engine's steering),
+     interleaved (the data for ``VECTOR_EXACT_SCAN_THRESHOLD``), with the plan PostgreSQL picks for the
+     graph query when left free;
   4. gunicorn (``_common.start_gunicorn``, result cache off) answers real SciFact queries, sequentially,
      the scenarios interleaved query by query: vector and hybrid without a filter, vector at 10 % and
      1 %, hybrid at 10 % and 1 %; each response counts as short when it has fewer than top_k hits.
@@ -528,7 +529,9 @@ def main() -> int:
                     sql_filter = compiled[name].sql if name else no_filter.sql
                     extra = f" AND ({sql_filter.sql})" if sql_filter else ""
                     with transaction.atomic(), connection.cursor() as cursor:
-                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef_search)])
+                        # steered to the graph walk as the engine steers its own (no sort)
+                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), "
+                                       "set_config('enable_sort', 'off', true)", [str(ef_search)])
                         cursor.execute(
                             f"SELECT id, (embedding::{variant.storage}({DIM})) <=> "
                             f"(%s::vector({DIM}))::{variant.storage}({DIM}) AS distance FROM knowledge_chunk "
