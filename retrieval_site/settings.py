@@ -175,8 +175,8 @@ class Environment(BaseSettings):
     ANALYZER_STOPWORDS: Annotated[CommaList, Ranks] = []  # replaces Lucene's English stopwords when set
     ANALYZER_EXTRA_STOPWORDS: Annotated[CommaList, Ranks] = []
     # With filters, BM25 searches within the matching chunk ids when there are at most this many; above,
-    # it searches deeper without them and filters its hits (cheaper there: docs/BENCHMARKS.md, "Scale").
-    LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 5_000
+    # it searches deeper without them and filters its hits (slower at 10,000 ids: docs/BENCHMARKS.md).
+    LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 50_000
 
     # --- Hybrid search ------------------------------------------------------------------------
     RRF_K: Annotated[PositiveInt, Ranks] = 60

@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 # How deep (times the leg's candidates) a filtered BM25 search without the filter's chunk ids may go to
 # find enough hits that pass: a filter matching more rows than LEXICAL_FILTER_MAX_IDS passes 0.1 % of
-# the hits or more up to 5M chunks in scope (5,000 of them by default).
+# the hits or more up to 50M chunks in scope (50,000 of them by default).
 FILTERED_DEPTH_LIMIT = 1000
 
 # The query's embedding and the keyword index's search run beside the request thread (torch, ONNX
