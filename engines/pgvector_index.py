@@ -169,7 +169,6 @@ class PgVectorIndex(VectorIndex):
         return cursor.fetchall()
 
 
-
 @cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda dimension: dimension, lock=threading.Lock())
 def _rows_in_index(dimension: int) -> int:
     """The rows of a dimension's HNSW index as PostgreSQL last counted them (``reltuples``: updated by
