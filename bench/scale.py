@@ -2,34 +2,41 @@
 
     nice -n 5 .venv/bin/python bench/scale.py --sizes 100000,300000,1000000 \\
         --grid vector:16:64:300000,halfvec:16:64:300000,vector:24:100:100000,halfvec:24:100:100000
+    nice -n 5 .venv/bin/python bench/scale.py --sizes 1000000 --grid '' --keep   # then, on the kept rows:
+    nice -n 5 .venv/bin/python bench/scale.py --reuse <tenant id> [--keep]
 
 Data (the helpers of bench/vector_search.py, imported, not copied): the 5,183 SciFact passages embedded
 once with the service's default embedder (cached); each row's vector is ``normalize(a + 0.35 b + 0.1 g)``
 for random real vectors a, b and Gaussian noise g, its text the real passage of ``a`` plus a unique tag
 (real text for the BM25 leg), 100 chunks a document, and two business fields for filters:
-``metadata.segment = g % 10`` (10 % of the rows per value) and ``metadata.campaign = g % 100`` (1 %).
-One throwaway tenant grows through ``--sizes`` (ascending) by binary COPY in slices of 100k rows, with
-every HNSW index on the table dropped first, so each index is built after the load
-(``maintenance_work_mem`` = --maintenance-work-mem, ``max_parallel_maintenance_workers`` 2).
+``metadata.segment = g % 10`` (10 % of the rows per value), ``metadata.campaign = g % 100`` (1 %) and
+``metadata.cohort = g % 1000`` (0.1 %). One throwaway tenant grows through ``--sizes`` (ascending) by
+binary COPY in slices of 100k rows, with every HNSW index on the table dropped first, so each index is
+built after the load (``maintenance_work_mem`` = --maintenance-work-mem, ``max_parallel_maintenance_workers``
+2); the keyword index is rebuilt by the engine with each distinct passage analyzed once
+(:func:`build_keyword_index`).
 
 At each size:
   1. each ``--grid`` variant (``storage:m:ef_construction:largest size``; storage ``vector`` or
      ``halfvec``, an expression index on ``embedding::<storage>(384)``) is built alone (time, peak memory of the
      PostgreSQL processes, index size), searched in-process the way the engine searches (depth
      SEARCH_CANDIDATES, ``hnsw.ef_search`` = max(HNSW_EF_SEARCH, 2 x depth), iterative scan
-     relaxed_order) and dropped; recall@10 is against exact top-10 computed in numpy from the same
-     float32 vectors (checked against a sequential scan in SQL for a few queries);
+     relaxed_order, no sort: the graph walk) and dropped; recall@10 is against exact top-10 computed
+     in numpy from the same float32 vectors (checked against a sequential scan in SQL for a few queries);
   2. the service's own index (``vector_index().ensure_index(384)``: whatever engines/pgvector_index.py
      builds) is built the same way and measured through ``PgVectorIndex.search`` (its exact-scan
-     threshold and fallback included), then gunicorn (``_common.start_gunicorn``, result cache off)
-     answers real SciFact queries, sequentially, the scenarios interleaved query by query: vector and
-     hybrid without a filter, vector at 10 % and 1 %, hybrid at 1 %; each response counts as short when
-     it has fewer than top_k hits.
+     threshold and fallback included);
+  3. per filter, the search forced exact and forced through the graph (the engine's steering),
+     interleaved (the data for ``VECTOR_EXACT_SCAN_THRESHOLD``), with the plan PostgreSQL picks for the
+     graph query when left free;
+  4. gunicorn (``_common.start_gunicorn``, result cache off) answers real SciFact queries, sequentially,
+     the scenarios interleaved query by query: vector and hybrid without a filter, vector at 10 % and
+     1 %, hybrid at 10 % and 1 %; each response counts as short when it has fewer than top_k hits.
 
 Peak memory is sampled every 0.2 s over the PostgreSQL server's processes: the sum of their private
 resident memory plus the largest shared resident memory of one of them (the parallel build's graph
-lives in shared memory that the leader and the workers all map). Cleanup (always): stop gunicorn,
-drop the bench indexes, delete the rows and the tenant, VACUUM, rebuild the service's index.
+lives in shared memory that the leader and the workers all map). Cleanup (always, unless --keep): stop
+gunicorn, drop the bench indexes, delete the rows and the tenant, VACUUM, rebuild the service's index.
 Writes bench/results/scale-<date>.json.
 """
 from __future__ import annotations
@@ -50,20 +57,21 @@ import _common
 DIM = 384
 SLICE_ROWS = 100_000  # rows per COPY transaction (bounds the client's memory at 1M)
 CHUNKS_PER_DOC = 100
-FILTERS = {"10 %": {"metadata.segment": 3}, "1 %": {"metadata.campaign": 7}}
+FILTERS = {"10 %": {"metadata.segment": 3}, "1 %": {"metadata.campaign": 7}, "0.1 %": {"metadata.cohort": 7}}
 HTTP_SCENARIOS = [  # (name, endpoint, filter)
     ("vector", "retrieval-vector", None),
     ("vector 10 %", "retrieval-vector", "10 %"),
     ("vector 1 %", "retrieval-vector", "1 %"),
     ("hybrid", "retrieval-hybrid", None),
+    ("hybrid 10 %", "retrieval-hybrid", "10 %"),
     ("hybrid 1 %", "retrieval-hybrid", "1 %"),
 ]
 
 
 def business_fields(row):
     """Filterable fields of synthetic row ``row`` (an int, or an array of them): one value of ``segment``
-    selects 10 % of the rows, one of ``campaign`` 1 %."""
-    return {"segment": row % 10, "campaign": row % 100}
+    selects 10 % of the rows, one of ``campaign`` 1 %, one of ``cohort`` 0.1 %."""
+    return {"segment": row % 10, "campaign": row % 100, "cohort": row % 1000}
 
 
 def filter_mask(name: str | None, rows: int) -> np.ndarray:
@@ -84,6 +92,140 @@ def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, mask: np.ndarr
         for column in scores.T:
             top = np.argpartition(-column, k)[:k]
             out.append(candidates[top[np.argsort(-column[top])]])
+    return out
+
+
+SYNTHETIC_TAG = " [synthetic chunk "  # load_synthetic_documents' row suffix
+
+
+def build_keyword_index(version) -> int:
+    """The version's keyword index through the engine's own ``rebuild`` (one writer, one commit), as
+    ``knowledge.services.rebuild_lexical_index`` builds it but with each distinct passage analyzed once:
+    a synthetic row's text is one of 5,183 real passages plus a unique tag, and analysis is most of a
+    rebuild (~330 us a row: about 6 minutes of CPU at 1M rows). A sample of rows is checked against the
+    analysis of the whole text first."""
+    from engines import get_lexical_index
+    from engines.base import LexicalDocument
+    from knowledge.chunking import contextual_text
+    from knowledge.models import Chunk
+    from knowledge.selectors import analyzer_for_tenant
+
+    tenant_id = version.knowledge_base.tenant_id
+    analyzer = analyzer_for_tenant(tenant_id)
+    passages: dict[str, str] = {}
+
+    def analyzed(context: str, section: str | None, content: str) -> str:
+        passage, tag = content.rsplit(SYNTHETIC_TAG, 1)
+        if context or section:  # not a row of load_synthetic_documents: no shortcut
+            return analyzer.analyze(contextual_text(context, content, section))
+        if passage not in passages:
+            passages[passage] = analyzer.analyze(passage)
+        return f"{passages[passage]} {analyzer.analyze(SYNTHETIC_TAG.lstrip() + tag)}"
+
+    rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).values_list(
+        "id", "document_id", "document__context", "metadata__section", "content")
+    for _, _, context, section, content in rows[:300]:
+        if analyzed(context, section, content) != analyzer.analyze(contextual_text(context, content, section)):
+            raise RuntimeError(f"analyzing passage and tag apart changes the tokens of {content[-40:]!r}")
+    documents = (LexicalDocument(chunk_id, doc_id, tenant_id, analyzed(context, section, content))
+                 for chunk_id, doc_id, context, section, content in rows.iterator(chunk_size=5000))
+    return get_lexical_index().rebuild(version.pk, documents, analyzer_version=analyzer.version,
+                                       dictionary_fingerprint=analyzer.dictionary_fingerprint)
+
+
+def plan_shape(explain: list) -> str:
+    """The node chain of an ``EXPLAIN (FORMAT JSON)`` plan, first child first (index names included)."""
+    node, shape = explain[0]["Plan"], []
+    while node:
+        shape.append(node["Node Type"] + (f" ({node['Index Name']})" if "Index Name" in node else ""))
+        node = (node.get("Plans") or [None])[0]
+    return " > ".join(shape)
+
+
+def exact_or_hnsw(scope, compiled: dict, vectors: np.ndarray, queries: int, max_exact_rows: int) -> dict:
+    """Per filter: the rows it matches, ``PgVectorIndex.search`` forced exact and forced through the
+    HNSW graph (the iterative scan; its exact fallback included), interleaved query by query and timed
+    without the row-count probe, and the plan PostgreSQL picks for the graph query when not steered."""
+    from django.conf import settings
+    from django.db import connection
+    from psycopg import sql
+
+    from engines.pgvector_index import PgVectorIndex, register_vector_type
+
+    depth = settings.SEARCH_CANDIDATES
+    forced = {"exact": PgVectorIndex("knowledge_chunk", exact_scan_threshold=10**12),
+              "hnsw": PgVectorIndex("knowledge_chunk", exact_scan_threshold=0)}
+    out = {}
+    for name, spec in compiled.items():
+        where, params = PgVectorIndex._where(scope, spec.sql)
+        register_vector_type()
+        with connection.cursor() as cursor:
+            count = sql.SQL("SELECT count(*) FROM knowledge_chunk WHERE {}").format(where)
+            cursor.execute(count.as_string(cursor.cursor), params)
+            matching = cursor.fetchone()[0]
+            explain = sql.SQL(
+                "EXPLAIN (FORMAT JSON) SELECT id FROM knowledge_chunk WHERE {} ORDER BY "
+                f"(embedding::halfvec({DIM})) <=> %s::halfvec({DIM}) LIMIT %s"
+            ).format(where)
+            cursor.execute(explain.as_string(cursor.cursor), [*params, vectors[0], depth])
+            planner = plan_shape(cursor.fetchone()[0])
+        paths = [path for path in forced if path == "hnsw" or matching <= max_exact_rows]
+        times: dict = {path: [] for path in paths}
+        short = {path: 0 for path in paths}
+        for i, vector in enumerate(vectors[:queries]):
+            for path in paths[i % len(paths):] + paths[: i % len(paths)]:
+                started = time.perf_counter()
+                hits = forced[path].search(scope, vector, depth, spec.sql, plan=matching)
+                times[path].append(time.perf_counter() - started)
+                short[path] += len(hits) < min(depth, matching)
+        out[name] = {"matching_rows": matching, "planner_unsteered": planner,
+                     **{path: {**_common.summarize_ms(times[path]), "short": short[path]} for path in paths}}
+    return out
+
+
+def keyword_filter_cost(tenant, version, compiled: dict, queries: list[str], limit: int) -> dict:
+    """Where a filtered BM25 leg's time goes, per filter: the read of the matching chunk ids
+    (``selectors.filtered_chunk_ids``, up to ``limit``) and the keyword index searched inside them,
+    against the index searched without them; then the whole leg (``search`` in ``bm25`` mode, result
+    cache off) searching inside the ids (``LEXICAL_FILTER_MAX_IDS`` huge) and without them (1), and
+    whether both found the same hits; interleaved query by query."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from engines import get_lexical_index
+    from knowledge.selectors import analyzer_for_tenant
+    from retrieval import selectors
+    from retrieval.services.search import search
+    from retrieval.types import SearchRequest
+
+    index, analyzer, depth = get_lexical_index(), analyzer_for_tenant(tenant.pk), settings.SEARCH_CANDIDATES
+    versions = (version.pk,)
+    out = {}
+    for name, spec in compiled.items():
+        times: dict = {"read_ids": [], "index_inside_ids": [], "index_unfiltered": [],
+                       "leg_inside_ids": [], "leg_without_ids": []}
+        allowed, differing = None, 0
+        for i, text in enumerate(queries):
+            hits, paths = {}, [("leg_inside_ids", 10**9), ("leg_without_ids", 1)]
+            for path, cap in paths[i % 2:] + paths[: i % 2]:
+                request = SearchRequest(query=text, mode="bm25", top_k=10, filters=FILTERS[name])
+                with override_settings(LEXICAL_FILTER_MAX_IDS=cap, SEARCH_CACHE_TTL_S=0):
+                    started = time.perf_counter()
+                    hits[path] = [(hit.chunk_id, hit.score) for hit in search(tenant, request).results]
+                    times[path].append(time.perf_counter() - started)
+            differing += hits["leg_inside_ids"] != hits["leg_without_ids"]
+            tokens = analyzer.tokens(text)
+            started = time.perf_counter()
+            allowed = selectors.filtered_chunk_ids(tenant, versions, spec, limit)
+            times["read_ids"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            index.search(version.pk, tenant.pk, tokens, depth, allowed)
+            times["index_inside_ids"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            index.search(version.pk, tenant.pk, tokens, depth, None)
+            times["index_unfiltered"].append(time.perf_counter() - started)
+        out[name] = {"ids": None if allowed is None else len(allowed), "legs_differing": differing,
+                     **{part: _common.summarize_ms(seconds)["p50_ms"] for part, seconds in times.items()}}
     return out
 
 
@@ -169,6 +311,7 @@ def main() -> int:
     parser.add_argument("--grid", default="vector:16:64:300000,halfvec:16:64:300000",
                         help="comma list of storage:m:ef_construction:largest_size variants built by the bench "
                         "besides the service's own index ('' for none)")
+    parser.add_argument("--grid-from", type=int, default=0, help="build the grid variants only at sizes from this one")
     parser.add_argument("--recall-queries", type=int, default=200)
     parser.add_argument("--requests", type=int, default=100, help="timed HTTP requests per scenario and size")
     parser.add_argument("--warmup", type=int, default=10)
@@ -177,6 +320,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--vector-only", action="store_true",
                         help="no keyword index and no HTTP: builds, recall and in-process searches only")
+    parser.add_argument("--threshold-queries", type=int, default=30,
+                        help="queries per filter for the exact-vs-HNSW comparison (0: skip it)")
+    parser.add_argument("--max-exact-rows", type=int, default=200_000,
+                        help="filters matching more rows are not scanned exactly in that comparison")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the tenant, its rows and indexes for a later --reuse (prints its id)")
+    parser.add_argument("--reuse", type=int, metavar="TENANT_ID",
+                        help="a tenant a --keep run left: no load or builds, the exact-vs-HNSW comparison and "
+                        "HTTP on its rows as they are, then the cleanup (unless --keep)")
     args = parser.parse_args()
     sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
     grid = [Variant.parse(x) for x in args.grid.split(",") if x.strip()]
@@ -196,8 +348,10 @@ def main() -> int:
     from engines.embedders import get_embedder
     from engines.pgvector_index import hnsw_index_name, register_vector_type
     from knowledge import services
+    from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
+    from tenants.models import Tenant
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -255,15 +409,45 @@ def main() -> int:
         http_queries = queries[: args.warmup + args.requests]
 
         rng = np.random.default_rng(args.seed)
-        tenant = create_tenant(_common.unique_name("bench-scale"))
-        tier = _common.unlimited_rate_tier(tenant)
-        kb = services.create_knowledge_base(tenant=tenant, name="scale-bench")
+        if args.reuse:
+            tenant = Tenant.objects.get(pk=args.reuse, name__startswith="bench-scale")
+            tier = tenant.rate_tier
+            kb = tenant.knowledge_bases.get(name="scale-bench")
+        else:
+            tenant = create_tenant(_common.unique_name("bench-scale"))
+            tier = _common.unlimited_rate_tier(tenant)
+            kb = services.create_knowledge_base(tenant=tenant, name="scale-bench")
         version = kb.active_version
         scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=DIM)
         compiled = {name: compile_filters(spec) for name, spec in FILTERS.items()}
         no_filter = compile_filters(None)
         key = create_api_key(tenant=tenant, name="bench").raw_key
-        all_vectors = np.empty((sizes[-1], DIM), dtype=np.float32)  # row g's vector
+
+        def probe_and_serve(entry: dict) -> None:
+            """The exact-vs-HNSW comparison, the filtered BM25 leg's parts, then HTTP."""
+            if args.threshold_queries:
+                entry["exact_or_hnsw"] = exact_or_hnsw(scope, compiled, recall_vectors, args.threshold_queries,
+                                                       args.max_exact_rows)
+                print(f"  exact or HNSW: {entry['exact_or_hnsw']}", flush=True)
+            if args.vector_only:
+                return
+            entry["keyword_filter_p50_ms"] = keyword_filter_cost(
+                tenant, version, compiled, http_queries[: args.threshold_queries or 30],
+                settings.LEXICAL_FILTER_MAX_IDS)
+            print(f"  keyword filter p50 ms: {entry['keyword_filter_p50_ms']}", flush=True)
+            entry["http"] = http_run(args, key, http_queries, workdir, reverse, httpx)
+            print_http(entry["http"])
+
+        if args.reuse:
+            size = Chunk.objects.filter(tenant=tenant).count()
+            print(f"== reusing tenant {tenant.pk}: {size:,} rows (load {os.getloadavg()[0]:.1f})", flush=True)
+            entry = {"reused": True, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+            probe_and_serve(entry)
+            entry["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            result["sizes"][str(size)] = entry
+            _common.write_result("scale", result)
+            sizes = []
+        all_vectors = np.empty((max(sizes, default=0), DIM), dtype=np.float32)  # row g's vector
         loaded = 0
 
         for size in sizes:
@@ -286,7 +470,7 @@ def main() -> int:
             entry["analyze_and_gin_merge_s"] = round(time.perf_counter() - started, 1)
             if not args.vector_only:
                 started = time.perf_counter()
-                services.rebuild_lexical_index(version)
+                build_keyword_index(version)
                 entry["lexical_rebuild_s"] = round(time.perf_counter() - started, 1)
             entry["table_total_mb"] = round(execute("SELECT pg_total_relation_size('knowledge_chunk')")[0][0] / 2**20)
             print(f"  COPY {entry['copy_s']} s, lexical index {entry.get('lexical_rebuild_s')} s, "
@@ -335,7 +519,7 @@ def main() -> int:
                 return out
 
             entry["variants"] = {}
-            for variant in (v for v in grid if size <= v.largest_size):
+            for variant in (v for v in grid if args.grid_from <= size <= v.largest_size):
                 drop_hnsw_indexes()
                 build = timed_build(lambda: execute(variant.ddl()))
                 index_bytes = execute("SELECT pg_relation_size(%s::regclass)", [variant.name])[0][0]
@@ -345,7 +529,9 @@ def main() -> int:
                     sql_filter = compiled[name].sql if name else no_filter.sql
                     extra = f" AND ({sql_filter.sql})" if sql_filter else ""
                     with transaction.atomic(), connection.cursor() as cursor:
-                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(ef_search)])
+                        # steered to the graph walk as the engine steers its own (no sort)
+                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), "
+                                       "set_config('enable_sort', 'off', true)", [str(ef_search)])
                         cursor.execute(
                             f"SELECT id, (embedding::{variant.storage}({DIM})) <=> "
                             f"(%s::vector({DIM}))::{variant.storage}({DIM}) AS distance FROM knowledge_chunk "
@@ -379,16 +565,15 @@ def main() -> int:
                   + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
                   flush=True)
 
-            if not args.vector_only:
-                entry["http"] = http_run(args, key, http_queries, workdir, reverse, httpx)
-                print("  HTTP p50 (p95) ms: " + ", ".join(
-                    f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in entry["http"].items()),
-                    flush=True)
+            probe_and_serve(entry)
             entry["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
             result["sizes"][str(size)] = entry
             _common.write_result("scale", result)
         return 0
     finally:
+        if args.keep and tenant is not None:
+            print(f"kept tenant {tenant.pk}: --reuse {tenant.pk} measures it again and then removes it")
+            tenant = None
         if tenant is not None:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'bench_scale_%%' "
@@ -414,6 +599,11 @@ def main() -> int:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def print_http(http: dict) -> None:
+    print("  HTTP p50 (p95) ms: " + ", ".join(
+        f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in http.items()), flush=True)
 
 
 def http_run(args, key: str, queries: list[str], workdir: Path, reverse, httpx) -> dict:

@@ -9,15 +9,19 @@ stays exact and every score is the full-precision cosine.
 
 Filters arrive as SQL over the table's columns (:class:`engines.base.SqlFilter`, parameterized by the
 domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every connection) keeps walking
-the graph until enough rows pass them; when few rows match, an exact scan over those rows is both
-faster and exact, so the planner is steered to it.
+the graph until enough rows pass them; when few rows match (:func:`exact_scan_limit`: fewer than
+about the square root of the index's size), an exact scan over those rows is both faster and exact.
+The engine decides, and steers the planner to its choice either way.
 """
 from __future__ import annotations
 
 import contextlib
+import math
+import threading
 import weakref
 
 import numpy as np
+from cachetools import TTLCache, cached
 from django.conf import settings
 from django.db import connection, transaction
 from pgvector.psycopg import register_vector
@@ -26,6 +30,9 @@ from psycopg import sql
 from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
 
 MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
+# VECTOR_EXACT_SCAN_THRESHOLD is the break-even at this many rows in the HNSW index (see exact_scan_limit).
+EXACT_SCAN_REFERENCE_ROWS = 100_000
+INDEX_ROWS_TTL_S = 60
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
 _VECTOR_REGISTERED: weakref.WeakSet = weakref.WeakSet()
@@ -42,6 +49,16 @@ def register_vector_type() -> None:
 
 def hnsw_index_name(dimension: int) -> str:
     return f"chunk_embedding_hnsw_{dimension}"
+
+
+def exact_scan_limit(threshold: int, index_rows: int) -> int:
+    """Up to how many matching rows a search scans them exactly rather than walking a graph of
+    ``index_rows``: ``threshold`` up to EXACT_SCAN_REFERENCE_ROWS, then growing with the square root of
+    the graph. An exact scan costs the same per matching row at any size; the iterative walk visits
+    about depth / selectivity = depth x index rows / matching rows (the index holds every tenant's
+    rows: the scope is a filter too); the two cost the same where the matching rows grow with the
+    square root of the index (measured at 100k, 300k and 1M chunks: docs/BENCHMARKS.md, "Scale")."""
+    return max(threshold, math.isqrt(threshold * threshold * index_rows // EXACT_SCAN_REFERENCE_ROWS))
 
 
 class PgVectorIndex(VectorIndex):
@@ -71,14 +88,17 @@ class PgVectorIndex(VectorIndex):
             cursor.execute(statement.as_string(cursor.cursor))
 
     def plan(self, scope: SearchScope, filters: SqlFilter) -> int:
-        """How many rows are in scope, counted up to one past the exact-scan threshold."""
+        """How many rows are in scope, counted up to one past the exact-scan limit."""
         where, params = self._where(scope, filters)
         statement = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS scope").format(
             table=sql.Identifier(self.table), where=where
         )
         with connection.cursor() as cursor:
-            cursor.execute(statement.as_string(cursor.cursor), [*params, self.exact_scan_threshold + 1])
+            cursor.execute(statement.as_string(cursor.cursor), [*params, self._exact_scan_limit(scope) + 1])
             return cursor.fetchone()[0]
+
+    def _exact_scan_limit(self, scope: SearchScope) -> int:
+        return exact_scan_limit(self.exact_scan_threshold, _rows_in_index(scope.embedding_dim))
 
     def search(
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, plan: int | None = None
@@ -86,7 +106,7 @@ class PgVectorIndex(VectorIndex):
         matching = self.plan(scope, filters) if plan is None else plan
         if matching == 0:
             return []
-        exact = matching <= self.exact_scan_threshold
+        exact = matching <= self._exact_scan_limit(scope)
         where, params = self._where(scope, filters)
         vector = np.asarray(query_vector, dtype=np.float32)
         register_vector_type()
@@ -131,13 +151,29 @@ class PgVectorIndex(VectorIndex):
         so settings made with set_config(..., true) hold for the query and end with it; inside a
         caller's transaction a third statement puts them back. Needs Django's default client-side
         parameter binding (the server-side kind takes one statement at a time)."""
-        # HNSW is only ever an index scan; bitmap scans on the btree/GIN filter indexes stay allowed.
-        planner = "SELECT set_config('enable_indexscan', %s, true), set_config('hnsw.ef_search', %s, true)"
+        # The exact scan: no index scan (HNSW is only ever one; bitmap scans on the btree/GIN filter
+        # indexes stay allowed). The walk: no sort, so the ordered HNSW scan is the plan. Left free,
+        # PostgreSQL sorted 30,000 filtered rows of 300,000 (1.8 s) where the walk took a tenth of it.
+        planner = (
+            "SELECT set_config('enable_indexscan', %s, true), set_config('enable_sort', %s, true), "
+            "set_config('hnsw.ef_search', %s, true)"
+        )
         ef_search = str(max(self.ef_search, 2 * top_k))
-        statements, values = [planner, query], ["off" if exact else "on", ef_search, *arguments]
+        steer = ["off", "on"] if exact else ["on", "off"]
+        statements, values = [planner, query], [*steer, ef_search, *arguments]
         if connection.in_atomic_block:
             statements.append(planner)
-            values += ["on", ef_search]
+            values += ["on", "on", ef_search]
         cursor.execute("; ".join(statements), values)
         cursor.nextset()
         return cursor.fetchall()
+
+
+@cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda dimension: dimension, lock=threading.Lock())
+def _rows_in_index(dimension: int) -> int:
+    """The rows of a dimension's HNSW index as PostgreSQL last counted them (``reltuples``: updated by
+    CREATE INDEX, VACUUM and ANALYZE; 0 before), read at most every ``INDEX_ROWS_TTL_S`` per process."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [hnsw_index_name(dimension)])
+        row = cursor.fetchone()
+    return max(int(row[0]), 0) if row else 0

@@ -174,7 +174,8 @@ class Environment(BaseSettings):
     ONNX_THREADS: PositiveInt = Field(default_factory=lambda data: data["TORCH_THREADS"])
     CHUNK_SIZE_TOKENS: PositiveInt = 200  # for new KBs
     CHUNK_OVERLAP_TOKENS: NonNegativeInt = 32
-    # Below this many matching rows a filtered search scans them exactly instead of walking HNSW.
+    # Up to this many matching rows a search scans them exactly instead of walking HNSW, in an index of
+    # 100k rows; above that the limit grows with the square root of the index's rows (12,649 at 1M).
     VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 4000
     # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
     HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
@@ -188,7 +189,8 @@ class Environment(BaseSettings):
     )
     ANALYZER_STOPWORDS: Annotated[CommaList, Ranks] = []  # replaces Lucene's English stopwords when set
     ANALYZER_EXTRA_STOPWORDS: Annotated[CommaList, Ranks] = []
-    # With filters, BM25 searches within the matching chunk ids when there are at most this many.
+    # With filters, BM25 searches within the matching chunk ids when there are at most this many; above,
+    # it searches deeper without them and filters its hits (slower at 10,000 ids: docs/BENCHMARKS.md).
     LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 50_000
 
     # --- Hybrid search ------------------------------------------------------------------------

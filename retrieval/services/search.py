@@ -65,6 +65,11 @@ from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
+# How deep (times the leg's candidates) a filtered BM25 search without the filter's chunk ids may go to
+# find enough hits that pass: a filter matching more rows than LEXICAL_FILTER_MAX_IDS passes 0.1 % of
+# the hits or more up to 50M chunks in scope (50,000 of them by default).
+FILTERED_DEPTH_LIMIT = 1000
+
 # The query's embedding and the keyword index's search run beside the request thread (torch, ONNX
 # Runtime and tantivy release the GIL while they compute); the database work stays on the request
 # thread and its one connection (a test's transaction included).
@@ -193,7 +198,8 @@ def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettin
 def prepare_bm25(tenant: Tenant, version_ids: tuple[int, ...], compiled: CompiledFilter, candidates: int) -> LexicalQuery:
     """The BM25 leg's database reads, before the keyword index searches: the tenant's analyzer and,
     with filters, the chunk ids SQL says match (the source of truth for filters) for the index to
-    search inside; when too many match, the index over-fetches and its hits are filtered after."""
+    search inside; when too many match, the index searches without them, ten times deeper, and its
+    hits are filtered after (deeper again while too few pass)."""
     allowed, depth = None, candidates
     if compiled.q:
         allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
@@ -305,12 +311,19 @@ def _bm25_hits_of_existing_chunks(
 
     An index entry whose chunk is gone (a change committed but not yet applied to the keyword index,
     see ``knowledge.services.apply_pending_lexical_changes``) is dropped, and without filters the
-    search goes deeper by as many entries, so such an entry never takes a real chunk's place."""
+    search goes deeper by as many entries, so such an entry never takes a real chunk's place. With
+    filters (more rows match them than ``LEXICAL_FILTER_MAX_IDS``) only a share of the hits pass, so
+    the search goes ten times deeper until ``candidates`` pass, the index has no more hits, or it is
+    :data:`FILTERED_DEPTH_LIMIT` times ``candidates`` deep: the same hits as a search inside the
+    filter's chunk ids, without reading them (docs/BENCHMARKS.md, "Scale to 1M chunks")."""
     while True:
         passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
         kept = [hit for hit in hits if hit.chunk_id in passing]
-        deeper = candidates + len(hits) - len(kept)
-        if compiled.q or len(kept) >= candidates or deeper <= depth:
+        if compiled.q:
+            deeper = min(depth * 10, candidates * FILTERED_DEPTH_LIMIT)
+        else:
+            deeper = candidates + len(hits) - len(kept)
+        if len(kept) >= candidates or len(hits) < depth or deeper <= depth:  # enough, or no more to find
             break
         depth = deeper
         hits = _bm25_hits(index, tenant.pk, version_ids, tokens, depth, None, weights)

@@ -21,6 +21,7 @@ def test_filters_select_the_rows_whose_business_fields_match():
         assert scale.filter_mask(name, rows).tolist() == expected
     assert scale.filter_mask("10 %", rows).mean() == pytest.approx(0.10)
     assert scale.filter_mask("1 %", rows).mean() == pytest.approx(0.01)
+    assert scale.filter_mask("0.1 %", rows).mean() == pytest.approx(0.001)
     assert scale.filter_mask(None, rows).all()
 
 
@@ -55,3 +56,36 @@ def test_variant_ddl_builds_an_hnsw_index_with_its_storage_and_parameters(storag
 def test_variant_rejects_an_unknown_storage():
     with pytest.raises(ValueError, match="storage"):
         scale.Variant.parse("bit:16:64:1000")
+
+
+@pytest.mark.django_db
+def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical_index_dir):
+    """The bench's shortcut (each distinct passage analyzed once, its tag apart) indexes the tokens the
+    service's rebuild indexes: the same hits with the same scores."""
+    from engines import get_lexical_index
+    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.services import rebuild_lexical_index
+    from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
+
+    passages = ["Warranty claims need the receipt.", "The battery lasts 12 hours; charge it overnight."]
+    document = DocumentFactory(knowledge_base=KnowledgeBaseFactory())
+    for g in range(40):
+        ChunkFactory(document=document, content=f"{passages[g % 2]}{scale.SYNTHETIC_TAG}{g}]")
+    version, tenant_id = document.knowledge_base.active_version, document.tenant_id
+    analyzer, index = analyzer_for_tenant(tenant_id), get_lexical_index()
+
+    def hits(query: str) -> list[tuple[int, float]]:
+        found = index.search(version.pk, tenant_id, analyzer.tokens(query), 50, None)
+        return [(hit.chunk_id, hit.score) for hit in found]
+
+    queries = ["warranty receipt", "battery hours", "synthetic chunk 17"]
+    assert scale.build_keyword_index(version) == 40
+    shortcut = [hits(query) for query in queries]
+    rebuild_lexical_index(version)
+    assert shortcut == [hits(query) for query in queries] and all(shortcut)
+
+
+def test_plan_shape_names_each_node_down_the_first_children():
+    explain = [{"Plan": {"Node Type": "Limit", "Plans": [
+        {"Node Type": "Index Scan", "Index Name": "chunk_embedding_hnsw_384"}]}}]
+    assert scale.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"

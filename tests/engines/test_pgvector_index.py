@@ -25,6 +25,7 @@ from django.test.utils import CaptureQueriesContext
 
 from knowledge.models import Chunk, KnowledgeBaseVersion
 from engines.base import SearchScope
+from engines import pgvector_index
 from engines.pgvector_index import PgVectorIndex
 from retrieval.filters import compile_filters
 from tests.factories import DIMENSION, ChunkFactory, DocumentFactory, KnowledgeBaseFactory, unit_vector
@@ -311,6 +312,54 @@ def test_threshold_decides_between_exact_and_hnsw(big_kb):
         )
     assert plans(ctx.captured_queries) == ["off"]
     assert_same_ranking(hits, brute_force(rare, query, 3))
+
+
+def service_plan(queries) -> str:
+    """EXPLAIN of the first nearest-neighbour query a search ran, under the planner settings it ran with
+    (they travel in its round trip, with a third statement that restores them)."""
+    settings_, query, restore = [q["sql"] for q in queries if "<=>" in q["sql"]][0].split("; ")
+    with connection.cursor() as cursor:
+        cursor.execute(settings_)
+        cursor.execute("EXPLAIN " + query)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute(restore)
+    return plan
+
+
+def test_above_the_limit_the_planner_is_steered_to_the_graph_walk(big_kb):
+    """Left free with a few thousand rows, PostgreSQL sorts the filtered rows (at 300k rows it sorted
+    30,000 of them in 1.8 s where the walk took a tenth); above the limit the engine walks the graph."""
+    kb, _, shop7, _ = big_kb
+    with CaptureQueriesContext(connection) as ctx:
+        hits = PgVectorIndex(CHUNKS, exact_scan_threshold=10, ef_search=40).search(
+            scope_of(kb), fresh_query(), 10, compile_filters({"metadata.shop_id": 7}).sql
+        )
+    assert plans(ctx.captured_queries)[0] == "on"
+    assert f"Index Scan using {HNSW_INDEX}" in service_plan(ctx.captured_queries)
+    assert len(hits) == 10 and {h.chunk_id for h in hits} <= {c.pk for c in shop7}
+
+
+def test_the_exact_scan_limit_grows_with_the_square_root_of_the_index(big_kb, monkeypatch):
+    """The same filtered search walks the graph while the index is at the reference size and scans
+    exactly once the index is (here, by a smaller reference) 15 or more times larger: the limit is the
+    threshold times the square root of that ratio."""
+    kb, _, shop7, _ = big_kb
+    query, shop7_filter = fresh_query(), compile_filters({"metadata.shop_id": 7}).sql
+    index = PgVectorIndex(CHUNKS, exact_scan_threshold=len(shop7) // 3, ef_search=40)
+    pgvector_index._rows_in_index.cache_clear()
+    index_rows = pgvector_index._rows_in_index(DIMENSION)
+    assert index_rows >= len(big_kb[1])  # the module's rows, as the VACUUM of the fixture counted them
+    monkeypatch.setattr(pgvector_index, "EXACT_SCAN_REFERENCE_ROWS", index_rows)
+    with CaptureQueriesContext(connection) as ctx:
+        index.search(scope_of(kb), query, 20, shop7_filter)
+    assert plans(ctx.captured_queries)[0] == "on"  # 3x the threshold matches: walk
+
+    monkeypatch.setattr(pgvector_index, "EXACT_SCAN_REFERENCE_ROWS", index_rows // 15)
+    assert pgvector_index.exact_scan_limit(index.exact_scan_threshold, index_rows) >= len(shop7)
+    with CaptureQueriesContext(connection) as ctx:
+        hits = index.search(scope_of(kb), query, 20, shop7_filter)
+    assert plans(ctx.captured_queries) == ["off"]
+    assert_same_ranking(hits, brute_force(shop7, query, 20))
 
 
 def test_a_plan_made_while_the_query_embeds_spares_the_search_its_count(big_kb):

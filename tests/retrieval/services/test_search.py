@@ -4,6 +4,7 @@ import re
 import time
 from pathlib import Path
 
+import factory
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -11,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from engines import get_lexical_index
 from engines.base import LexicalDocument
 
-from knowledge.models import DictionaryTerm, Document, Synonym
+from knowledge.models import Chunk, DictionaryTerm, Document, Synonym
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.services import (
     Ingester,
@@ -26,7 +27,7 @@ from retrieval.relevance import dense_background, dense_relevance, lexical_relev
 from engines.rerankers import reset_reranker
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
-from tests.factories import TenantFactory
+from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -67,6 +68,37 @@ def test_bm25_respects_filters_and_the_tenant(sample_kb):
     other = TenantFactory()
     assert run(other, "warranty months", mode="bm25").results == []
     assert run(other, "warranty months", mode="hybrid").results == []
+
+
+def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(settings, lexical_index_dir):
+    """A filter matching more chunks than LEXICAL_FILTER_MAX_IDS: BM25 searches without their ids and
+    goes deeper while too few of its hits pass (here 1 in 25, so its first 10x over-fetch finds about 4
+    of the 10 asked): the same hits and scores as searching inside the ids, none of another tenant's."""
+    words = ["warranty", "months", "repair", "battery", "screen", "refund", "shipping", "invoice"]
+    tenants = []
+    for _ in range(2):
+        kb = KnowledgeBaseFactory()
+        document = DocumentFactory(knowledge_base=kb)
+        ChunkFactory.create_batch(
+            400,
+            document=document,
+            content=factory.Iterator([f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}"
+                                      for i in range(400)]),
+            metadata=factory.Iterator([{"shop": i % 25} for i in range(400)]),
+        )
+        rebuild_lexical_index(kb.active_version)
+        tenants.append(kb.tenant)
+    request = {"mode": "bm25", "top_k": 10, "candidates": 10, "filters": {"metadata.shop": 3}}
+    settings.SEARCH_CACHE_TTL_S = 0
+    settings.LEXICAL_FILTER_MAX_IDS = 1000  # 16 ids match: BM25 searches inside them
+    inside = run(tenants[0], "warranty months", **request)
+    settings.LEXICAL_FILTER_MAX_IDS = 5  # too many: BM25 searches without them
+    deeper = run(tenants[0], "warranty months", **request)
+    assert len(inside.results) == 10
+    hits = [(hit.chunk_id, hit.score) for hit in inside.results]
+    assert [(hit.chunk_id, hit.score) for hit in deeper.results] == hits
+    own = set(Chunk.objects.filter(tenant=tenants[0], metadata__shop=3).values_list("pk", flat=True))
+    assert {hit.chunk_id for hit in deeper.results} <= own
 
 
 # --- hybrid ---------------------------------------------------------------------------------------
