@@ -65,11 +65,11 @@ from tenants.models import Tenant
 logger = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".meta.json"
-# Chunks from several files are embedded and written together: the model sorts each call by length, so
-# larger groups pad less (256 -> 512 -> 1024: 1.27 -> 1.24 -> 1.237 padded tokens per real token on
-# SciFact), while a group embeds in the background as the next is prepared and the last one written,
-# so smaller groups hide more of that work (BENCHMARKS.md, "Ingestion pipeline").
-EMBED_FLUSH_CHUNKS = 512
+# Chunks from several files are embedded and written together. A group embeds in the background while
+# the next is prepared and the previous one written, so smaller groups hide more of that work; larger
+# ones pad less in torch's batches of 32 (256 -> 1024: 1.27 -> 1.24 padded tokens per real token on
+# SciFact), hardly at all in ONNX Runtime's batches of 4 (BENCHMARKS.md, "Ingestion pipeline").
+EMBED_FLUSH_CHUNKS = 256
 
 
 # --- knowledge bases ------------------------------------------------------------------------------
