@@ -11,12 +11,15 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import copy_context
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.core.files.base import ContentFile, File
 from django.core.files.storage import Storage
@@ -62,9 +65,11 @@ from tenants.models import Tenant
 logger = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".meta.json"
-# Chunks from several files are embedded together: the model sorts each call by length, so larger
-# groups pad less (256 -> 1024 cut padded tokens 1.27 -> 1.24 per real token on SciFact; BENCHMARKS.md).
-EMBED_FLUSH_CHUNKS = 1024
+# Chunks from several files are embedded and written together. A group embeds in the background while
+# the next is prepared and the previous one written, so smaller groups hide more of that work; larger
+# ones pad less in torch's batches of 32 (256 -> 1024: 1.27 -> 1.24 padded tokens per real token on
+# SciFact), hardly at all in ONNX Runtime's batches of 4 (BENCHMARKS.md, "Ingestion pipeline").
+EMBED_FLUSH_CHUNKS = 256
 
 
 # --- knowledge bases ------------------------------------------------------------------------------
@@ -321,6 +326,7 @@ class Ingester:
         self._keep_originals = keep_originals
         self._raise_embedding_errors = raise_embedding_errors
         self._pending: list[_PendingDocument] = []
+        self._embedding: tuple[list[_PendingDocument], Future] | None = None  # the group being embedded
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
         self.extractor = entity_extractor_for_tenant(kb.tenant_id)
@@ -339,12 +345,16 @@ class Ingester:
             doc.source_uri: doc
             for doc in Document.objects.filter(knowledge_base=self.kb, source_uri__in=[f.source_uri for f in files])
         }
-        for source in files:
-            with span("ingest.parse", document=source.source_uri):  # read, parse, chunk, analyze
-                self._prepare(source, existing.get(source.source_uri))
-            if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
-                self._flush()
-        self._flush()
+        # One thread embeds a group while this one prepares the next group and writes the previous one:
+        # the model releases the GIL, so parsing, analysis, graph extraction and the writes overlap it.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-embed") as embedding:
+            for source in files:
+                with span("ingest.parse", document=source.source_uri):  # read, parse, chunk, analyze
+                    self._prepare(source, existing.get(source.source_uri))
+                if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
+                    self._flush(embedding)
+            self._flush(embedding)
+            self._write_embedded()
         self.report.seconds = time.perf_counter() - started
         record_ingest(self.report.outcomes(), self.report.chunks)
         return self.report
@@ -419,10 +429,9 @@ class Ingester:
         self.report.failures.append((source.source_uri, reason))
         self._on_progress(1)
 
-    def _flush(self) -> None:
-        """Embed the pending documents together, then swap their chunks in one transaction with a few
-        statements for the whole group (a failure leaves every previous version in place); their
-        keyword-index entries follow once the rows are committed (see ``apply_pending_lexical_changes``)."""
+    def _flush(self, embedding: ThreadPoolExecutor) -> None:
+        """Start embedding the pending documents together in ``embedding``'s thread, then write the group
+        embedded before them while it runs (groups are written in the order they were read)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -431,9 +440,24 @@ class Ingester:
             for doc in pending
             for draft in doc.drafts
         ]
+        vectors = embedding.submit(copy_context().run, self._embed, texts)
+        self._write_embedded()
+        self._embedding = (pending, vectors)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        with span("ingest.embed", chunks=len(texts)):
+            return self.embedder.embed_documents(texts)
+
+    def _write_embedded(self) -> None:
+        """Wait for the group being embedded, then swap its documents' chunks in one transaction with a few
+        statements for the whole group (a failure leaves every previous version in place); their
+        keyword-index entries follow once the rows are committed (see ``apply_pending_lexical_changes``).
+        A group the embedder fails fails its own documents only."""
+        if self._embedding is None:
+            return
+        (pending, embedded), self._embedding = self._embedding, None
         try:
-            with span("ingest.embed", chunks=len(texts)):
-                vectors = self.embedder.embed_documents(texts)
+            vectors = embedded.result()
         except EmbeddingError as exc:
             if self._raise_embedding_errors:
                 raise

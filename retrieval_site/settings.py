@@ -172,6 +172,10 @@ class Environment(BaseSettings):
     ONNX_CACHE_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "onnx")
     # Intra-op threads per process; like TORCH_THREADS (its default): 1 in gunicorn workers, all cores otherwise.
     ONNX_THREADS: PositiveInt = Field(default_factory=lambda data: data["TORCH_THREADS"])
+    # Texts per ONNX Runtime call (sorted by length first, so they pad little): small batches keep a
+    # layer's activations in the CPU cache; 4 ran 1.14x (fp32) and 1.2x (int8) the passages per CPU
+    # second of 32 (docs/BENCHMARKS.md, "Ingestion pipeline"). torch and remote calls use EMBEDDING_BATCH_SIZE.
+    ONNX_BATCH_SIZE: PositiveInt = 4
     CHUNK_SIZE_TOKENS: PositiveInt = 200  # for new KBs
     CHUNK_OVERLAP_TOKENS: NonNegativeInt = 32
     # Up to this many matching rows a search scans them exactly instead of walking HNSW, in an index of

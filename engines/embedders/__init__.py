@@ -79,7 +79,7 @@ def _load(model_name: str) -> Embedder:
             path,
             precision=precision,
             cache_dir=settings.ONNX_CACHE_DIR,
-            batch_size=settings.EMBEDDING_BATCH_SIZE,
+            batch_size=settings.ONNX_BATCH_SIZE,
             threads=settings.ONNX_THREADS,
         )
     from engines.embedders.sentence_transformers_embedder import SentenceTransformerEmbedder

@@ -4,6 +4,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from engines.embedders.base import Embedder, EmbeddingError
 
@@ -27,11 +28,15 @@ class SentenceTransformerEmbedder(Embedder):
         self.dimension = int(self._model.get_embedding_dimension())
         # Two of the model's positions go to [CLS] and [SEP].
         self.max_tokens = int(self._model.max_seq_length) - 2
-        self._tokenizer = self._model.tokenizer
+        # A counter of its own: encode() sets truncation on the model's tokenizer, and an ingestion counts
+        # the next documents' tokens while it embeds the previous ones in another thread.
+        self._counter = Tokenizer.from_str(self._model.tokenizer.backend_tokenizer.to_str())
+        self._counter.no_padding()
+        self._counter.no_truncation()
         self._batch_size = batch_size
 
     def count_tokens(self, text: str) -> int:
-        return len(self._tokenizer(text, add_special_tokens=False, truncation=False)["input_ids"])
+        return len(self._counter.encode(text, add_special_tokens=False).ids)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:

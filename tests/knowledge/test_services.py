@@ -1,5 +1,6 @@
 import hashlib
 import json
+import threading
 from datetime import timedelta
 
 import numpy as np
@@ -186,6 +187,65 @@ def test_a_new_version_that_fails_keeps_the_old_one_searchable(kb, tmp_path):
     assert document.status == Document.Status.FAILED
     assert "stays searchable" in document.error
     assert chunk_texts(document) == ["Where is my order?\nCheck the app."]
+
+
+def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_keeps_its_vector(
+    kb, tmp_path, embedder, monkeypatch
+):
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 2)
+    topics = ["smart lock batteries", "door hinge screws", "window sensor pairing", "garage remote codes", "hub reset"]
+    for i, topic in enumerate(topics):
+        (tmp_path / f"doc{i}.txt").write_text(f"Document {i} explains {topic}.")
+    events: list[tuple[str, str]] = []
+    real_parse, real_copy, real_embed = services.parse_file, services._copy_chunks, embedder.embed_documents
+
+    def parse(path):
+        events.append(("parse", path.name))
+        return real_parse(path)
+
+    def copy(kb, version, batches):
+        events.append(("write", ",".join(batch.document.source_uri.rsplit("/", 1)[-1] for batch in batches)))
+        return real_copy(kb, version, batches)
+
+    def embed(texts):
+        events.append(("embed in " + threading.current_thread().name.split("_")[0], str(len(texts))))
+        return real_embed(texts)
+
+    monkeypatch.setattr(services, "parse_file", parse)
+    monkeypatch.setattr(services, "_copy_chunks", copy)
+    monkeypatch.setattr(embedder, "embed_documents", embed)
+    report = ingest(kb, tmp_path)
+
+    assert (report.added, report.chunks, report.failed) == (5, 5, 0)
+    assert {name for name, _ in events if name.startswith("embed")} == {"embed in ingest-embed"}
+    writes = [documents for name, documents in events if name == "write"]
+    assert writes == ["doc0.txt,doc1.txt", "doc2.txt,doc3.txt", "doc4.txt"]  # in the order they were read
+    # the first group is written only after the second one was read (and handed to the embedding thread)
+    assert events.index(("parse", "doc3.txt")) < events.index(("write", writes[0]))
+    for chunk in Chunk.objects.filter(knowledge_base=kb):
+        expected = real_embed([chunk.content])[0]
+        assert float(np.dot(np.asarray(chunk.embedding, dtype=float), expected)) > 0.999
+
+
+def test_a_group_the_embedder_fails_fails_only_its_own_documents(
+    tenant, tmp_path, remote_model, embedding_server, monkeypatch
+):
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 1)
+    kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
+    texts = {"a.txt": "Returns are accepted within 30 days.", "b.txt": "Shipping takes two days.",
+             "c.txt": "Gift cards never expire."}  # fmt: skip
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    embedding_server.failing_inputs = {texts["b.txt"]}
+    report = ingest(kb, tmp_path)
+
+    assert (report.added, report.failed, report.chunks) == (2, 1, 2)
+    documents = {doc.source_uri.rsplit("/", 1)[-1]: doc for doc in Document.objects.filter(knowledge_base=kb)}
+    assert documents["b.txt"].status == Document.Status.FAILED and "embedding failed" in documents["b.txt"].error
+    for name in ("a.txt", "c.txt"):
+        assert documents[name].status == Document.Status.READY
+        assert chunk_texts(documents[name]) == [texts[name]]
+    assert not documents["b.txt"].chunks.exists()
 
 
 def test_chunks_are_written_with_copy_not_row_inserts(kb, tmp_path, django_assert_max_num_queries):

@@ -164,6 +164,7 @@ NOT_RANKING = {
     "EMBEDDING_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "TORCH_THREADS": "threads of the same computation",
     "ONNX_THREADS": "threads of the same computation",
+    "ONNX_BATCH_SIZE": "batching of the same computation",
     "ONNX_CACHE_DIR": "where exported graphs are kept",
     "SEARCH_CACHE_TTL_S": "the cache itself",
     "SEARCH_CACHE_WAIT_S": "the cache itself",
