@@ -15,9 +15,10 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
-# How the lists become one (``retrieval.fusion``): the weighted sum of each leg's calibrated relevance
-# ranked better than RRF on every shared set with a dense leg (docs/BENCHMARKS.md, "Score fusion").
-DEFAULT_FUSION = "relevance"
+# How the lists become one (``retrieval.fusion``): weighted RRF, the product's fusion. The weighted sum of
+# each leg's calibrated relevance ranked better on every shared set with a dense leg (docs/BENCHMARKS.md,
+# "Score fusion"): a KB or a request chooses it with ``fusion: "relevance"``.
+DEFAULT_FUSION = "rrf"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.
