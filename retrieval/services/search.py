@@ -103,7 +103,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
         for leg in legs:
             known_hashes.update(leg.content_hashes)
         with timings.stage("fuse"):
-            fused = fuse(lists, known_hashes, fusion.rrf_k, request.top_k)
+            fused = fuse(lists, known_hashes, fusion.rrf_k)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
         head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
@@ -380,16 +380,17 @@ def retrieve_vector(
     return LegResult("vector", lists=lists, content_hashes=hashes)
 
 
-def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int, head: int) -> list[FusedCandidate]:
+def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> list[FusedCandidate]:
     """Weighted RRF, deduplicated by content hash; hits deleted since their index returned them drop out.
-    The graph's list is gated first (:func:`gate_graph`) against the other lists' top ``head``."""
+    The graph's list is gated first (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``."""
     hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
     hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
     present = [
         RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
         for ranked in lists
     ]
-    return reciprocal_rank_fusion(gate_graph(present, head, hashes), k=rrf_k, dedup_key=hashes.__getitem__)
+    gated = gate_graph(present, settings.GRAPH_FUSION_HEAD, hashes)
+    return reciprocal_rank_fusion(gated, k=rrf_k, dedup_key=hashes.__getitem__)
 
 
 def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> list[RankedList]:
@@ -398,9 +399,10 @@ def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> li
     graph vote: BM25 and dense found it by the query's own words, and the graph's second opinion, built
     from the nouns it shares with the query, is what reorders a near-perfect head (docs/BENCHMARKS.md,
     "Graph retrieval"). The graph's other passages, reached through the query's entities but at most
-    in the others' tails, are what it brings: they join the fusion, ranked among themselves."""
+    in the others' tails, are what it brings: they join the fusion, ranked among themselves. ``head`` 0:
+    no gate, the graph votes for every passage it ranks."""
     others = [ranked for ranked in lists if ranked.retriever != "graph"]
-    if len(others) == len(lists) or not others:  # no graph list, or the graph alone (graph mode)
+    if not head or len(others) == len(lists) or not others:  # no graph list, or the graph alone (graph mode)
         return lists
     known = {hashes[chunk_id] for ranked in others for chunk_id, _ in ranked.hits[:head]}
     return [
