@@ -22,7 +22,8 @@ from knowledge.services import (
 )
 from retrieval.expansion import ExpansionOptions
 from engines.rerankers import reset_reranker
-from retrieval.services.search import search
+from retrieval.fusion import RankedList
+from retrieval.services.search import gate_graph, search
 from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
 
@@ -106,6 +107,50 @@ def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, emb
     kettle = response.results[-1]
     assert names(response)[-1] == "c.txt" and set(kettle.retrievers) == {"vector"}
     assert kettle.chunk_id not in looked_up  # found by the dense leg only: its hash came with it
+
+
+# --- three-way hybrid: the graph gate ---------------------------------------------------------------
+
+
+def test_the_graph_votes_only_for_passages_beyond_the_other_lists_heads():
+    bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0), (2, 8.0), (3, 7.0)])
+    vector = RankedList("vector", "q", 1.0, [(4, 0.9), (5, 0.8)])
+    graph = RankedList("graph", "q", 0.1, [(2, 5.0), (6, 4.0), (3, 3.0), (7, 2.0), (8, 1.0)])
+    hashes = {chunk_id: f"h{chunk_id}" for chunk_id in range(1, 9)} | {8: "h4"}  # 8: a copy of 4
+    gated = gate_graph([bm25, graph, vector], 2, hashes)
+    assert gated[0] is bm25 and gated[2] is vector
+    # 2 is BM25's second, 8 the same text as dense's first: no graph vote; 3 is BM25's third, beyond the head.
+    assert gated[1].hits == [(6, 4.0), (3, 3.0), (7, 2.0)] and gated[1].weight == 0.1
+
+
+def test_the_graph_gate_lets_the_graph_alone_or_an_open_head_through():
+    bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0)])
+    graph = RankedList("graph", "q", 1.0, [(1, 5.0), (2, 4.0)])
+    hashes = {1: "a", 2: "b"}
+    assert gate_graph([graph], 10, hashes) == [graph]  # graph mode: nothing to gate against
+    assert gate_graph([bm25, graph], 0, hashes) == [bm25, graph]  # GRAPH_FUSION_HEAD 0: no gate
+    assert gate_graph([bm25], 10, hashes) == [bm25]  # two-way
+
+
+def graph_voted_other_ranks(response) -> list[int]:
+    """For each hit the graph voted for that another leg found too: that leg's (best) rank."""
+    return [
+        min(contribution["rank"] for name, contribution in hit.retrievers.items() if name != "graph")
+        for hit in response.results
+        if "graph" in hit.retrievers and set(hit.retrievers) != {"graph"}
+    ]
+
+
+def test_three_way_hybrid_leaves_the_other_legs_heads_to_them(sample_kb, settings):
+    query = "Which battery pack does the PPR-9087 use?"
+    settings.GRAPH_FUSION_HEAD = 0
+    open_head = run(sample_kb, query, mode="hybrid", graph=True, top_k=100)
+    assert open_head.weights["graph"] == settings.SEARCH_WEIGHT_GRAPH_HYBRID
+    assert min(graph_voted_other_ranks(open_head)) <= 10  # ungated, the graph votes inside the others' heads
+    settings.GRAPH_FUSION_HEAD = 10
+    gated = run(sample_kb, query, mode="hybrid", graph=True, top_k=100)
+    assert min(graph_voted_other_ranks(gated)) > 10  # gated, it still votes, beyond their top 10 only
+    assert gated.candidates["graph"] == open_head.candidates["graph"]  # the leg itself ranked the same
 
 
 def test_weights_and_rrf_k_are_applied(sample_kb):
