@@ -382,35 +382,54 @@ def retrieve_vector(
 
 def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> list[FusedCandidate]:
     """Weighted RRF, deduplicated by content hash; hits deleted since their index returned them drop out.
-    The graph's list is gated first (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``."""
+    The graph's list is gated (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``."""
     hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
     hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
     present = [
         RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
         for ranked in lists
     ]
-    gated = gate_graph(present, settings.GRAPH_FUSION_HEAD, hashes)
-    return reciprocal_rank_fusion(gated, k=rrf_k, dedup_key=hashes.__getitem__)
+    gate = gate_graph(present, settings.GRAPH_FUSION_HEAD, hashes)
+    fused = reciprocal_rank_fusion(gate.lists, k=rrf_k, dedup_key=hashes.__getitem__)
+    if not gate.head:
+        return fused
+    lift = gate.weight / (rrf_k + 1)
+    for candidate in fused:
+        if candidate.key in gate.head:
+            candidate.fused_score += lift
+    return sorted(fused, key=lambda candidate: -candidate.fused_score)  # stable: ties keep the fusion's order
 
 
-def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> list[RankedList]:
-    """Three-way hybrid: the graph adds passages, it does not reorder the other legs' heads. A passage
-    (by content hash) in another list's top ``head`` keeps the place those lists give it and gets no
-    graph vote: BM25 and dense found it by the query's own words, and the graph's second opinion, built
-    from the nouns it shares with the query, is what reorders a near-perfect head (docs/BENCHMARKS.md,
-    "Graph retrieval"). The graph's other passages, reached through the query's entities but at most
-    in the others' tails, are what it brings: they join the fusion, ranked among themselves. ``head`` 0:
-    no gate, the graph votes for every passage it ranks."""
-    others = [ranked for ranked in lists if ranked.retriever != "graph"]
-    if not head or len(others) == len(lists) or not others:  # no graph list, or the graph alone (graph mode)
-        return lists
-    known = {hashes[chunk_id] for ranked in others for chunk_id, _ in ranked.hits[:head]}
-    return [
-        replace(ranked, hits=[hit for hit in ranked.hits if hashes[hit[0]] not in known])
+@dataclass(frozen=True)
+class GraphGate:
+    lists: list[RankedList]  # the graph's list without the others' heads
+    head: frozenset[str]  # content hashes of the passages in another list's top GRAPH_FUSION_HEAD
+    weight: float  # the graph list's weight
+
+
+def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> GraphGate:
+    """Three-way hybrid: the graph reorders and extends what lies below the other legs' heads, never
+    the heads. BM25 and dense found a passage in their top ``head`` by the query's own words; the
+    graph's opinion of it, built from the nouns it shares with the query, is what reordered a
+    near-perfect head (docs/BENCHMARKS.md, "Graph retrieval"). So every passage (by content hash) in
+    another list's top ``head`` scores as if the graph ranked it first, whether the graph found it or
+    not (``fuse`` adds that vote): a head keeps its order, and nothing below it passes it by the graph's
+    vote alone. The graph's own list keeps its other passages, ranked among themselves: those it
+    reached through the query's entities that the others rank low or not at all. ``head`` 0: no gate,
+    the graph votes for every passage it ranks."""
+    graph = [ranked for ranked in lists if ranked.retriever == "graph"]
+    if not head or not graph or len(graph) == len(lists):  # no gate, no graph list, or the graph alone
+        return GraphGate(lists, frozenset(), 0.0)
+    protected = frozenset(
+        hashes[chunk_id] for ranked in lists if ranked.retriever != "graph" for chunk_id, _ in ranked.hits[:head]
+    )
+    gated = [
+        replace(ranked, hits=[hit for hit in ranked.hits if hashes[hit[0]] not in protected])
         if ranked.retriever == "graph"
         else ranked
         for ranked in lists
     ]
+    return GraphGate(gated, protected, max(ranked.weight for ranked in graph))
 
 
 def order_by_document(
