@@ -189,7 +189,7 @@ class Environment(BaseSettings):
 
     # --- Graph retrieval ----------------------------------------------------------------------
     GRAPH_HOPS: Annotated[int, Field(ge=0, le=3), Ranks] = 2  # default neighbourhood of the query's entities
-    # Three-way hybrid: a passage another leg ranks in its top N gets no graph vote (the graph adds, never reorders).
+    # Three-way hybrid: a passage in another leg's top N scores as the graph's first; the graph orders the rest.
     GRAPH_FUSION_HEAD: Annotated[NonNegativeInt, Ranks] = 10
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only

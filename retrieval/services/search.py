@@ -402,7 +402,7 @@ def fuse(lists: list[RankedList], known_hashes: dict[int, str], rrf_k: int) -> l
 
 @dataclass(frozen=True)
 class GraphGate:
-    lists: list[RankedList]  # the graph's list without the others' heads
+    lists: list[RankedList]  # the lists to fuse: the graph's without the others' heads
     head: frozenset[str]  # content hashes of the passages in another list's top GRAPH_FUSION_HEAD
     weight: float  # the graph list's weight
 
