@@ -6,8 +6,10 @@ written by ``manage.py evaluate --sweep --write``; a new version built with the 
 its predecessor's). Every key is optional; a search takes, per key, the request's value, else the
 active version's, else the KB's, else the service setting (``retrieval.tuning``).
 
-Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever), ``fusion`` (``relevance``,
-``rrf`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion``), ``rrf_k`` (1..1000),
+Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever; the graph's replaces both
+``SEARCH_WEIGHT_GRAPH_HYBRID`` in three-way hybrid and ``SEARCH_WEIGHT_GRAPH`` in graph mode), ``fusion``
+(``rrf``, ``relevance`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion``),
+``rrf_k`` (1..1000),
 ``candidates`` (1..200, each retriever's list depth), ``dense_weight_floor`` (0..100, the dense weight
 for a query in a language the model does not cover), ``aggregate`` (``none``, ``max`` or ``sum``: how
 the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``chunk`` or

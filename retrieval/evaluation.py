@@ -595,6 +595,8 @@ def build_report(
             "RRF_K": settings.RRF_K,
             "SEARCH_CANDIDATES": settings.SEARCH_CANDIDATES,
             "SEARCH_WEIGHTS": settings.SEARCH_WEIGHTS,
+            "SEARCH_WEIGHT_GRAPH_HYBRID": settings.SEARCH_WEIGHT_GRAPH_HYBRID,
+            "GRAPH_FUSION_HEAD": settings.GRAPH_FUSION_HEAD,
             "DENSE_WEIGHT_FLOOR": settings.DENSE_WEIGHT_FLOOR,
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
             "TORCH_THREADS": settings.TORCH_THREADS,

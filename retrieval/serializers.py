@@ -41,9 +41,9 @@ class QueryField(StrictCharField):
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
-        "description": "RRF weight per retriever (default: the KB's, else SEARCH_WEIGHT_*; hybrid: a graph weight "
-        "> 0 adds the graph leg); "
-        "0 skips a leg, but not every leg named",
+        "description": "RRF weight per retriever (default: the KB's, else SEARCH_WEIGHT_*; in three-way hybrid the "
+        "graph's is SEARCH_WEIGHT_GRAPH_HYBRID, 0.1; hybrid: a graph weight > 0 adds the graph leg, which votes "
+        "only below the other legs' top GRAPH_FUSION_HEAD); 0 skips a leg, but not every leg named",
     }
 )
 class WeightsField(serializers.DictField):
@@ -113,7 +113,11 @@ class SearchInput(serializers.Serializer):
         "the KB's, else DENSE_WEIGHT_FLOOR)",
     )
     rerank = StrictBooleanField(default=False)
-    graph = StrictBooleanField(default=False, help_text="hybrid: fuse the graph leg as a third list")
+    graph = StrictBooleanField(
+        default=False,
+        help_text="hybrid: fuse the graph leg as a third list (weight SEARCH_WEIGHT_GRAPH_HYBRID unless given); it "
+        "reorders and extends what lies below the other legs' heads (GRAPH_FUSION_HEAD), never the heads",
+    )
     hops = StrictIntegerField(
         min_value=0, max_value=MAX_HOPS, required=False, help_text="graph leg: neighbourhood size (GRAPH_HOPS)"
     )

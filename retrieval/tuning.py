@@ -47,9 +47,14 @@ class FusionSettings:
         return Feedback(self.feedback_docs, self.feedback_terms, self.feedback_query_weight)
 
 
-def service_defaults() -> dict:
+def service_defaults(mode: str) -> dict:
+    """The service's settings; three-way hybrid weighs the graph list by its own default, as a third
+    voice beside BM25 and dense, not the graph mode's full weight."""
+    weights = dict(settings.SEARCH_WEIGHTS)
+    if mode == "hybrid":
+        weights["graph"] = settings.SEARCH_WEIGHT_GRAPH_HYBRID
     return {
-        "weights": dict(settings.SEARCH_WEIGHTS),
+        "weights": weights,
         "fusion": DEFAULT_FUSION,
         "rrf_k": settings.RRF_K,
         "candidates": settings.SEARCH_CANDIDATES,
@@ -64,7 +69,7 @@ def service_defaults() -> dict:
 
 def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSettings:
     """``per_kb``: each searched KB's search settings, in any order."""
-    defaults = service_defaults()
+    defaults = service_defaults(request.mode)
     notes: list[str] = []
 
     def agreed(label: str, values: set, default):

@@ -202,12 +202,16 @@ class Environment(BaseSettings):
     SEARCH_CANDIDATES: Annotated[PositiveInt, Ranks] = 100  # per-retriever depth (tuned: docs/BENCHMARKS.md)
     SEARCH_WEIGHT_VECTOR: NonNegativeFloat = 1.0  # read as SEARCH_WEIGHTS (below)
     SEARCH_WEIGHT_BM25: NonNegativeFloat = 1.0
-    SEARCH_WEIGHT_GRAPH: NonNegativeFloat = 1.0  # the graph leg's weight when a hybrid search asks for it
+    SEARCH_WEIGHT_GRAPH: NonNegativeFloat = 1.0  # the graph leg's weight in graph mode
+    # The graph list's weight in three-way hybrid ("graph": true); measured in docs/BENCHMARKS.md.
+    SEARCH_WEIGHT_GRAPH_HYBRID: Annotated[NonNegativeFloat, Ranks] = 0.1
     # Dense weight for queries in a language the KB's embedding model does not cover (0 skips the leg).
     DENSE_WEIGHT_FLOOR: Annotated[NonNegativeFloat, Ranks] = 0.0
 
     # --- Graph retrieval ----------------------------------------------------------------------
     GRAPH_HOPS: Annotated[int, Field(ge=0, le=3), Ranks] = 2  # default neighbourhood of the query's entities
+    # Three-way hybrid: a passage in another leg's top N scores as the graph's first; the graph orders the rest.
+    GRAPH_FUSION_HEAD: Annotated[NonNegativeInt, Ranks] = 10
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_DEEP_FANOUT: Annotated[PositiveInt, Ranks] = 5  # ... and of each entity beyond the query's

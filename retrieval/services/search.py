@@ -403,17 +403,35 @@ def fuse(
     scales: RelevanceScales,
 ) -> list[FusedCandidate]:
     """Weighted RRF, or the weighted sum of each list's scores normalized (``fusion.fusion``: see
-    ``retrieval.fusion``), deduplicated by content hash; hits deleted since their index returned them drop out."""
+    ``retrieval.fusion``), deduplicated by content hash; hits deleted since their index returned them drop out.
+    The graph's list is gated (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``."""
     hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
     hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
     present = [
         RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
         for ranked in lists
     ]
+    gate = gate_graph(present, settings.GRAPH_FUSION_HEAD, hashes)
+    fused = _fused_by(tenant, gate.lists, hashes, fusion, scales)
+    if not gate.head:
+        return fused
+    # The vote of the graph's first hit: 1 / (k + 1) by rank, 1 on a min-max scale (a graph list has no
+    # calibrated relevance, so both score fusions scale it by its own range).
+    lift = gate.weight / (fusion.rrf_k + 1) if fusion.fusion == "rrf" else gate.weight
+    for candidate in fused:
+        if candidate.key in gate.head:
+            candidate.fused_score += lift
+    return sorted(fused, key=lambda candidate: -candidate.fused_score)  # stable: ties keep the fusion's order
+
+
+def _fused_by(
+    tenant: Tenant, lists: list[RankedList], hashes: dict[int, str], fusion: FusionSettings, scales: RelevanceScales
+) -> list[FusedCandidate]:
     if fusion.fusion == "rrf":
-        return reciprocal_rank_fusion(present, k=fusion.rrf_k, dedup_key=hashes.__getitem__)
+        return reciprocal_rank_fusion(lists, k=fusion.rrf_k, dedup_key=hashes.__getitem__)
     if fusion.fusion == "minmax":
-        return score_fusion(present, min_max, dedup_key=hashes.__getitem__)
+        return score_fusion(lists, min_max, dedup_key=hashes.__getitem__)
+    hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
     versions = list(scales.revisions)  # one searched version needs no lookup
     single = len(versions) == 1
     version_of = dict.fromkeys(hit_ids, versions[0]) if single else selectors.chunk_versions(tenant, hit_ids)
@@ -427,7 +445,39 @@ def fuse(
             for chunk_id, score in ranked.hits
         ]  # a chunk without a version was deleted since: hydrate drops it
 
-    return score_fusion(present, relevance, dedup_key=hashes.__getitem__)
+    return score_fusion(lists, relevance, dedup_key=hashes.__getitem__)
+
+
+@dataclass(frozen=True)
+class GraphGate:
+    lists: list[RankedList]  # the lists to fuse: the graph's without the others' heads
+    head: frozenset[str]  # content hashes of the passages in another list's top GRAPH_FUSION_HEAD
+    weight: float  # the graph list's weight
+
+
+def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> GraphGate:
+    """Three-way hybrid: the graph reorders and extends what lies below the other legs' heads, never
+    the heads. BM25 and dense found a passage in their top ``head`` by the query's own words; the
+    graph's opinion of it, built from the nouns it shares with the query, is what reordered a
+    near-perfect head (docs/BENCHMARKS.md, "Graph retrieval"). So every passage (by content hash) in
+    another list's top ``head`` scores as if the graph ranked it first, whether the graph found it or
+    not (``fuse`` adds that vote): a head keeps its order, and nothing below it passes it by the graph's
+    vote alone. The graph's own list keeps its other passages, ranked among themselves: those it
+    reached through the query's entities that the others rank low or not at all. ``head`` 0: no gate,
+    the graph votes for every passage it ranks."""
+    graph = [ranked for ranked in lists if ranked.retriever == "graph"]
+    if not head or not graph or len(graph) == len(lists):  # no gate, no graph list, or the graph alone
+        return GraphGate(lists, frozenset(), 0.0)
+    protected = frozenset(
+        hashes[chunk_id] for ranked in lists if ranked.retriever != "graph" for chunk_id, _ in ranked.hits[:head]
+    )
+    gated = [
+        replace(ranked, hits=[hit for hit in ranked.hits if hashes[hit[0]] not in protected])
+        if ranked.retriever == "graph"
+        else ranked
+        for ranked in lists
+    ]
+    return GraphGate(gated, protected, max(ranked.weight for ranked in graph))
 
 
 def order_by_document(

@@ -935,8 +935,9 @@ def test_hybrid_fuses_the_graph_only_when_asked(sample_kb):
     two_way = post_to(client, "search", {"query": GRAPH_QUESTION, "mode": "hybrid"}).json()
     assert two_way["weights"]["graph"] == 0 and "graph" not in two_way["candidates"]
     for extra in ({"graph": True}, {"weights": {"graph": 0.5}}):
-        three_way = post_to(client, "hybrid", {"query": GRAPH_QUESTION, **extra}).json()
-        assert three_way["weights"]["graph"] == extra.get("weights", {}).get("graph", 1.0)
+        three_way = post_to(client, "hybrid", {"query": GRAPH_QUESTION, "top_k": 100, **extra}).json()
+        default = settings.SEARCH_WEIGHT_GRAPH_HYBRID
+        assert three_way["weights"]["graph"] == extra.get("weights", {}).get("graph", default)
         assert three_way["candidates"]["graph"] > 0
         assert {"vector", "bm25", "graph"} <= {name for hit in three_way["results"] for name in hit["retrievers"]}
 

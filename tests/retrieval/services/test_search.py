@@ -25,7 +25,8 @@ from knowledge.services import (
 from retrieval.expansion import ExpansionOptions
 from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from engines.rerankers import reset_reranker
-from retrieval.services.search import search
+from retrieval.fusion import RankedList
+from retrieval.services.search import fuse, gate_graph, search
 from retrieval.types import SearchRequest
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -140,6 +141,64 @@ def test_hybrid_keeps_one_of_identical_passages_with_one_hash_lookup(tenant, emb
     kettle = response.results[-1]
     assert names(response)[-1] == "c.txt" and set(kettle.retrievers) == {"vector"}
     assert kettle.chunk_id not in looked_up  # found by the dense leg only: its hash came with it
+
+
+# --- three-way hybrid: the graph gate ---------------------------------------------------------------
+
+
+def test_the_graph_votes_only_for_passages_beyond_the_other_lists_heads():
+    bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0), (2, 8.0), (3, 7.0)])
+    vector = RankedList("vector", "q", 1.0, [(4, 0.9), (5, 0.8)])
+    graph = RankedList("graph", "q", 0.5, [(2, 5.0), (6, 4.0), (3, 3.0), (7, 2.0), (8, 1.0)])
+    hashes = {chunk_id: f"h{chunk_id}" for chunk_id in range(1, 9)} | {8: "h4"}  # 8: a copy of 4
+    gate = gate_graph([bm25, graph, vector], 2, hashes)
+    assert gate.lists[0] is bm25 and gate.lists[2] is vector
+    # 2 is BM25's second, 8 the same text as dense's first: no graph vote; 3 is BM25's third, beyond the head.
+    assert gate.lists[1].hits == [(6, 4.0), (3, 3.0), (7, 2.0)] and gate.lists[1].weight == 0.5
+    assert gate.head == {"h1", "h2", "h4", "h5"} and gate.weight == 0.5
+
+
+def test_the_graph_gate_lets_the_graph_alone_or_an_open_head_through():
+    bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0)])
+    graph = RankedList("graph", "q", 1.0, [(1, 5.0), (2, 4.0)])
+    hashes = {1: "a", 2: "b"}
+    for lists, head in (([graph], 10), ([bm25, graph], 0), ([bm25], 10)):  # graph mode, GRAPH_FUSION_HEAD 0, two-way
+        gate = gate_graph(lists, head, hashes)
+        assert gate.lists == lists and gate.head == frozenset()
+
+
+def test_a_heavy_graph_list_reorders_below_the_head_never_the_head(settings):
+    """Whatever its weight, a graph vote lifts no passage over one another leg ranks in its head."""
+    settings.GRAPH_FUSION_HEAD = 2
+    bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)])
+    graph = RankedList("graph", "q", 100.0, [(2, 5.0), (4, 4.0), (9, 3.0)])
+    hashes = {chunk_id: f"h{chunk_id}" for chunk_id in (1, 2, 3, 4, 9)}
+    fused = fuse([bm25, graph], hashes, rrf_k=60)
+    assert [candidate.chunk_id for candidate in fused] == [1, 2, 4, 9, 3]
+    assert "graph" not in fused[1].retrievers and fused[2].retrievers["graph"].rank == 1
+    settings.GRAPH_FUSION_HEAD = 0  # ungated, the graph's first passage goes first
+    assert [candidate.chunk_id for candidate in fuse([bm25, graph], hashes, rrf_k=60)][:3] == [2, 4, 9]
+
+
+def graph_voted_other_ranks(response) -> list[int]:
+    """For each hit the graph voted for that another leg found too: that leg's (best) rank."""
+    return [
+        min(contribution["rank"] for name, contribution in hit.retrievers.items() if name != "graph")
+        for hit in response.results
+        if "graph" in hit.retrievers and set(hit.retrievers) != {"graph"}
+    ]
+
+
+def test_three_way_hybrid_leaves_the_other_legs_heads_to_them(sample_kb, settings):
+    query = "Which battery pack does the PPR-9087 use?"
+    settings.GRAPH_FUSION_HEAD = 0
+    open_head = run(sample_kb, query, mode="hybrid", graph=True, top_k=100)
+    assert open_head.weights["graph"] == settings.SEARCH_WEIGHT_GRAPH_HYBRID
+    assert min(graph_voted_other_ranks(open_head)) <= 10  # ungated, the graph votes inside the others' heads
+    settings.GRAPH_FUSION_HEAD = 10
+    gated = run(sample_kb, query, mode="hybrid", graph=True, top_k=100)
+    assert min(graph_voted_other_ranks(gated)) > 10  # gated, it still votes, beyond their top 10 only
+    assert gated.candidates["graph"] == open_head.candidates["graph"]  # the leg itself ranked the same
 
 
 def test_weights_and_rrf_k_are_applied(sample_kb):
