@@ -1,12 +1,12 @@
 """Fusion of ranked lists: weighted Reciprocal Rank Fusion, or a weighted sum of normalized scores.
 
-- ``relevance`` (the default, ``retrieval.tuning``) and ``minmax``: ``score(d) = Σ_i w_i · s_i(d)``,
+- ``rrf`` (the default, ``retrieval.tuning``): ``score(d) = Σ_i w_i / (k + rank_i(d))``; only ranks count, raw
+  scores are never compared across lists.
+- ``relevance`` and ``minmax``: ``score(d) = Σ_i w_i · s_i(d)``,
   where ``s_i`` is the list's own score mapped onto [0, 1] (a convex combination, as in Bruch et al.,
   "An Analysis of Fusion Functions for Hybrid Retrieval", 2023): by the search's calibrated
   ``relevance`` of each retriever (a bound that does not depend on the other hits,
   ``retrieval.relevance``), or by the list's own minimum and maximum. A list's absent hit adds nothing.
-- ``rrf``: ``score(d) = Σ_i w_i / (k + rank_i(d))``; only ranks count, raw scores are never compared
-  across lists.
 
 Chunks with the same dedup key (identical content) are one candidate that accumulates every list's
 contribution; within a list only its best-ranked copy counts.

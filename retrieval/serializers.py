@@ -98,9 +98,9 @@ class SearchInput(serializers.Serializer):
     fusion = serializers.ChoiceField(
         choices=FUSIONS,
         required=False,
-        help_text="how the retrievers' lists become one: relevance (the weighted sum of each hit's calibrated "
-        "relevance per retriever), rrf (weighted reciprocal rank fusion) or minmax (the weighted sum of each "
-        "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else relevance",
+        help_text="how the retrievers' lists become one: rrf (weighted reciprocal rank fusion), relevance (the "
+        "weighted sum of each hit's calibrated relevance per retriever) or minmax (the weighted sum of each "
+        "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else rrf",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"
