@@ -63,7 +63,7 @@ def _networks(values: list[str]) -> list[str]:
 
 
 def _database_url(value: str) -> str:
-    if value and dj_database_url.parse(value)["OPTIONS"].get("server_side_binding"):  # unknown schemes raise
+    if value and dj_database_url.parse(value).get("OPTIONS", {}).get("server_side_binding"):  # unknown schemes raise
         # A vector search sends its planner settings and its query in one message, which PostgreSQL
         # accepts only as a simple query: client-side binding (psycopg's and Django's default).
         raise ValueError("server_side_binding is not supported: vector search needs client-side binding")

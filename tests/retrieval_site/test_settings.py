@@ -40,6 +40,18 @@ def test_values_are_parsed_by_type(environ, tmp_path):
     assert env.EMBEDDED_PG_DIR == tmp_path / "pgdata"  # defaults made from another variable follow it
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://user:pass@db:5432/retrieval",
+        "postgres://user@db/retrieval?sslmode=require&server_side_binding=false",
+    ],
+)
+def test_a_database_url_with_client_side_binding_is_accepted(environ, url):
+    environ("DATABASE_URL", url)
+    assert read_environment().DATABASE_URL == url
+
+
 def test_an_empty_variable_counts_as_unset(environ):
     environ("RRF_K", "")
     environ("DJANGO_ALLOWED_HOSTS", "")
