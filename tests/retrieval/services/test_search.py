@@ -27,6 +27,7 @@ from retrieval.relevance import dense_background, dense_relevance, lexical_relev
 from engines.rerankers import reset_reranker
 from retrieval.fusion import RankedList
 from retrieval.services.search import fuse, gate_graph, search
+from retrieval.tuning import FusionSettings
 from retrieval.types import SearchRequest
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -167,17 +168,28 @@ def test_the_graph_gate_lets_the_graph_alone_or_an_open_head_through():
         assert gate.lists == lists and gate.head == frozenset()
 
 
-def test_a_heavy_graph_list_reorders_below_the_head_never_the_head(settings):
-    """Whatever its weight, a graph vote lifts no passage over one another leg ranks in its head."""
+def fusion_settings(fusion: str) -> FusionSettings:
+    return FusionSettings(
+        weights={}, fusion=fusion, rrf_k=60, candidates=100, dense_weight_floor=0.0, aggregate="none",
+        group_by="chunk", feedback_docs=0, feedback_terms=10, feedback_query_weight=0.5,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax"])
+def test_a_heavy_graph_list_reorders_below_the_head_never_the_head(settings, fusion):
+    """Whatever its weight and the fusion, a graph vote lifts no passage over one another leg ranks in its head."""
     settings.GRAPH_FUSION_HEAD = 2
     bm25 = RankedList("bm25", "q", 1.0, [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0)])
     graph = RankedList("graph", "q", 100.0, [(2, 5.0), (4, 4.0), (9, 3.0)])
     hashes = {chunk_id: f"h{chunk_id}" for chunk_id in (1, 2, 3, 4, 9)}
-    fused = fuse([bm25, graph], hashes, rrf_k=60)
-    assert [candidate.chunk_id for candidate in fused] == [1, 2, 4, 9, 3]
+    fused = fuse(None, [bm25, graph], hashes, fusion_settings(fusion), None)  # neither fusion reads a tenant
+    assert [candidate.chunk_id for candidate in fused][:3] == [1, 2, 4]
     assert "graph" not in fused[1].retrievers and fused[2].retrievers["graph"].rank == 1
+    if fusion == "rrf":
+        assert [candidate.chunk_id for candidate in fused][3:] == [9, 3]
     settings.GRAPH_FUSION_HEAD = 0  # ungated, the graph's first passage goes first
-    assert [candidate.chunk_id for candidate in fuse([bm25, graph], hashes, rrf_k=60)][:3] == [2, 4, 9]
+    ungated = fuse(None, [bm25, graph], hashes, fusion_settings(fusion), None)
+    assert [candidate.chunk_id for candidate in ungated][:2] == [2, 4]
 
 
 def graph_voted_other_ranks(response) -> list[int]:
