@@ -537,17 +537,22 @@ def labelled_knowledge_base(tenant_name: str, kb_name: str) -> tuple[Tenant, Kno
 
 
 def git_commit() -> str | None:
-    """The checked-out commit, read from ``.git`` directly (no git binary needed)."""
+    """The checked-out commit, read from ``.git`` directly (no git binary needed). In a linked worktree
+    ``.git`` is a file naming the worktree's own git dir (its HEAD), whose ``commondir`` holds the refs."""
     git_dir = Path(settings.BASE_DIR) / ".git"
+    if git_dir.is_file():
+        git_dir = git_dir.parent / git_dir.read_text().strip().removeprefix("gitdir: ")
     if not (git_dir / "HEAD").is_file():
         return None
     head = (git_dir / "HEAD").read_text().strip()
     if not head.startswith("ref: "):
         return head
     ref = head.removeprefix("ref: ")
-    if (git_dir / ref).is_file():
-        return (git_dir / ref).read_text().strip()
-    packed = git_dir / "packed-refs"
+    common = git_dir / (git_dir / "commondir").read_text().strip() if (git_dir / "commondir").is_file() else git_dir
+    for refs_dir in (git_dir, common):
+        if (refs_dir / ref).is_file():
+            return (refs_dir / ref).read_text().strip()
+    packed = common / "packed-refs"
     for line in packed.read_text().splitlines() if packed.is_file() else []:
         if line.endswith(f" {ref}"):
             return line.split(" ", 1)[0]

@@ -2,6 +2,10 @@
 import io
 import json
 import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,6 +17,7 @@ from retrieval.evaluation import (
     compare_reports,
     corpus_id_from_uri,
     doc_filename,
+    git_commit,
     load_dataset,
     mrr_at_k,
     ndcg_at_k,
@@ -327,3 +332,24 @@ def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_sett
 def test_sweep_options_that_cannot_work_are_refused(tmp_path, options, message):
     with pytest.raises(CommandError, match=message):
         call_command("evaluate", dataset=tmp_path, **options)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary to build a checkout and a worktree")
+def test_the_report_names_the_commit_of_a_checkout_and_of_a_linked_worktree(tmp_path, settings):
+    def git(*arguments: str, cwd: Path) -> str:
+        environment = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                       "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # fmt: skip
+        return subprocess.run(["git", *arguments], cwd=cwd, env=environment, check=True, capture_output=True,
+                              text=True).stdout.strip()  # fmt: skip
+
+    checkout, worktree = tmp_path / "checkout", tmp_path / "worktree"
+    checkout.mkdir()
+    git("init", "-q", cwd=checkout)
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=checkout)
+    git("worktree", "add", "-q", "-b", "feature", str(worktree), cwd=checkout)
+    git("commit", "-q", "--allow-empty", "-m", "second", cwd=worktree)
+    git("pack-refs", "--all", cwd=checkout)  # branch heads now live in the common packed-refs only
+    for folder in (checkout, worktree):
+        settings.BASE_DIR = folder
+        assert git_commit() == git("rev-parse", "HEAD", cwd=folder)
+    assert git_commit() != git("rev-parse", "HEAD", cwd=checkout)  # the worktree's own branch
