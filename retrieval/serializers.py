@@ -41,7 +41,7 @@ class QueryField(StrictCharField):
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
-        "description": "RRF weight per retriever (default: the KB's, else SEARCH_WEIGHT_*; in three-way hybrid the "
+        "description": "fusion weight per retriever (default: the KB's, else SEARCH_WEIGHT_*; in three-way hybrid the "
         "graph's is SEARCH_WEIGHT_GRAPH_HYBRID, 0.1; hybrid: a graph weight > 0 adds the graph leg, which votes "
         "only below the other legs' top GRAPH_FUSION_HEAD); 0 skips a leg, but not every leg named",
     }
