@@ -1,6 +1,7 @@
 """``engines.deadline.within``: a call's result, its exception, or DeadlineExceeded at the deadline."""
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -34,3 +35,13 @@ def test_a_call_past_the_deadline_is_abandoned_at_the_deadline():
 def test_per_operation_timeouts_never_exceed_the_deadline():
     assert capped_timeout(5.0, 0.5) == 0.5
     assert capped_timeout(0.3, 2.0) == 0.3
+
+
+def test_a_socket_timeout_capped_at_the_deadline_is_reported_as_the_deadline():
+    """The socket's timeout and the wait end at the same instant: the cause must not depend on which wins."""
+    with socket.create_server(("127.0.0.1", 0)) as silent_peer:  # accepts (backlog) and never answers
+        for _ in range(20):
+            with socket.create_connection(silent_peer.getsockname()) as connection:
+                connection.settimeout(capped_timeout(5.0, 0.05))
+                with pytest.raises(DeadlineExceeded):
+                    within(0.05, lambda: connection.recv(1))
