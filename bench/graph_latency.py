@@ -28,9 +28,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--code", type=Path, default=None, help="import the project from this checkout")
     args = parser.parse_args()
-    if args.code:
-        _common.REPO_ROOT = args.code.resolve()
-    _common.setup_django()
+    _common.setup_django(args.code)
     from knowledge.models import KnowledgeBase
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
