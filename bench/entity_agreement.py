@@ -67,7 +67,8 @@ def main() -> None:
     same = sum(a == b for a, b in zip(found, reference, strict=True))
     print(f"{args.dataset}, {len(found)} passages: precision {shared / max(sum(map(len, found)), 1):.3f}, "
           f"recall {shared / max(sum(map(len, reference)), 1):.3f} against {args.code}; identical sets {same}; "
-          f"entities per passage {sum(map(len, found)) / len(found):.1f} vs {sum(map(len, reference)) / len(found):.1f}")
+          f"entities per passage {sum(map(len, found)) / len(found):.1f} vs "
+          f"{sum(map(len, reference)) / len(found):.1f}")
     for side, seconds in times.items():
         rounds = " / ".join(f"{s:.2f}" for s in seconds)
         print(f"extraction, {side}: {rounds} s = {1000 * min(seconds) / len(found):.2f} s per 1,000 passages (best)")

@@ -2,8 +2,8 @@
 
 Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
 other proper nouns, nouns of two or more characters), and the words its HMM found outside the
-dictionary as proper-noun candidates (names, transliterations: jieba's POS tagger called 85 % of them
-nouns on CMRC 2018) unless a function character edges them. Latin script gives identifiers and codes
+dictionary as proper-noun candidates (names, transliterations: jieba's POS tagger called 78 % of them
+nouns or names on CMRC 2018) unless a function character edges them. Latin script gives identifiers and codes
 (the analyzer's compounds with letters and digits, ``PPR-9087``), capitalized multi-word names
 (``PortaLock Pro``; not "Do I": function words are no part of a name) and a few RAKE-style key
 phrases; the tenant's protected terms are entities too. Every name is normalized like
@@ -25,8 +25,8 @@ from engines.analysis import (
 )  # fmt: skip
 from engines.base import Entity, Extraction, Relation
 
-# What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``),
-# and a query is matched only against graphs of this version. Bump it with any change of the entities.
+# What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
+# the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
 # 2: dictionary tags instead of jieba's POS tagger, function words no part of a Latin name.
 EXTRACTOR_VERSION = "2"
 
@@ -194,8 +194,9 @@ class EntityExtractor:
         return folded in FUNCTION_WORDS or folded in self._stopwords
 
     def _key_phrases(self, folded: str) -> list[_Mention]:
-        """RAKE: phrases are runs of words that are no function word or stopword; a phrase scores the sum of its words' degree /
-        frequency; the best few phrases of two or more words are kept, with every occurrence."""
+        """RAKE: phrases are runs of words that are no function word or stopword; a phrase scores the
+        sum of its words' degree / frequency; the best few phrases of two or more words are kept, with
+        every occurrence."""
         phrases: list[tuple[str, int]] = []
         for piece in _PHRASE_BREAK.split(folded):
             if not piece.isascii():
