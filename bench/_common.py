@@ -23,8 +23,12 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 DATASETS_DIR = Path(os.environ.get("DATASETS_DIR") or REPO_ROOT.parent / "shared" / "datasets")
 
 
-def setup_django() -> None:
-    """Configure Django like manage.py does; SIGTERM becomes SystemExit so ``finally`` blocks clean up."""
+def setup_django(code: Path | None = None) -> None:
+    """Configure Django like manage.py does; SIGTERM becomes SystemExit so ``finally`` blocks clean up.
+    ``code``: import the project from that checkout instead (e.g. an older commit's, for before/after)."""
+    global REPO_ROOT
+    if code is not None:
+        REPO_ROOT = code.resolve()
     sys.path.insert(0, str(REPO_ROOT))
     os.chdir(REPO_ROOT)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retrieval_site.settings")

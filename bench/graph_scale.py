@@ -40,9 +40,7 @@ def main() -> None:
     parser.add_argument("--delete", action="store_true", help="with --tenant: remove it after measuring")
     parser.add_argument("--code", type=Path, default=None, help="import the project from this checkout")
     args = parser.parse_args()
-    if args.code:
-        _common.REPO_ROOT = args.code.resolve()
-    _common.setup_django()
+    _common.setup_django(args.code)
     from django.db import connection
 
     from knowledge.services import delete_tenant

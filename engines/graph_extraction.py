@@ -1,9 +1,12 @@
 """Entities and co-occurrence relations of a passage: deterministic, no model to download.
 
-Chinese goes through jieba's part-of-speech tagger (people, places, organisations, other proper nouns,
-nouns of two or more characters); Latin script gives identifiers and codes (the analyzer's compounds
-with letters and digits, ``PPR-9087``), capitalized multi-word names (``PortaLock Pro``) and a few
-RAKE-style key phrases; the tenant's protected terms are entities too. Every name is normalized like
+Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
+other proper nouns, nouns of two or more characters), and the words its HMM found outside the
+dictionary as proper-noun candidates (names, transliterations: jieba's POS tagger called 78 % of them
+nouns or names on CMRC 2018) unless a function character edges them. Latin script gives identifiers and codes
+(the analyzer's compounds with letters and digits, ``PPR-9087``), capitalized multi-word names
+(``PortaLock Pro``; not "Do I": function words are no part of a name) and a few RAKE-style key
+phrases; the tenant's protected terms are entities too. Every name is normalized like
 the analyzer normalizes text (NFKC, casefold, Traditional -> Simplified) and mapped through the
 aliases (synonym groups), so one entity per KB version stands for all its spellings. Two entities are
 related when they occur near each other in a passage: each pair of mentions within
@@ -17,8 +20,15 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engines.analysis import Analyzer, han_runs, latin_compounds, normalize, part_of_speech
+from engines.analysis import (
+    OUT_OF_DICTIONARY, Analyzer, dictionary_tag, han_runs, latin_compounds, normalize, part_of_speech,
+)  # fmt: skip
 from engines.base import Entity, Extraction, Relation
+
+# What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
+# the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
+# 2: dictionary tags instead of jieba's POS tagger, function words no part of a Latin name.
+EXTRACTOR_VERSION = "2"
 
 RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
 MAX_ENTITIES_PER_PASSAGE = 24  # the most frequent; bounds the relations a passage adds (n^2)
@@ -29,10 +39,35 @@ FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
 # jieba POS flags kept, by prefix; plain nouns ("n") only from two characters on
 _HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
+# Tags (by first letter) of the characters that edge no out-of-dictionary name: pronoun, preposition,
+# particle, conjunction, adverb, numeral, classifier, locality, modal, interjection, onomatopoeia. The
+# HMM glues them to a neighbour ("这张", "之初", "日起"); jieba's POS tagger kept none of those.
+_FUNCTION_TAGS = frozenset("rpucdmqfyeo")
+# English closed-class words: capitalized by their place in a sentence or a title ("Do I", "Which
+# Wi-Fi"), they start or end no name, and a query's n-gram of them only is no name either.
+FUNCTION_WORDS = frozenset(
+    "a about above after again against all am an and any are as at be because been before being below between "
+    "both but by can could did do does doing down during each either few for from had has have having he her "
+    "here hers him his how i if in into is it its itself just may me might more most must my neither no nor not "
+    "of off on once only or other our ours out over own same shall she should so some such than that the their "
+    "them then there these they this those through to too under until up upon very was we were what when where "
+    "whether which while who whom whose why will with within without would yet you your yours".split()
+)
 _CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
+_NAME_WORD = re.compile(r"\S+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 _PHRASE_BREAK = re.compile(r"[^\w\s'-]|\d")
+_WRITTEN_NAMES = frozenset({"name", "phrase"})  # the Latin entities a query writes like names
 _LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  # normalized: lower case
+
+
+def _han_kind(word: str, flag: str) -> str | None:
+    """The entity kind of a tagged Chinese word, or None. A word out of the dictionary is a proper-noun
+    candidate unless a function character edges it (the HMM's glue, not a name)."""
+    if flag == OUT_OF_DICTIONARY:
+        glued = any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
+        return None if glued else "proper"
+    return _HAN_KINDS.get(flag[:2]) or ("noun" if flag == "n" else None)
 
 
 @dataclass(frozen=True)
@@ -71,19 +106,20 @@ class EntityExtractor:
         for size in range(1, QUERY_NGRAM_WORDS + 1):
             for start in range(len(words) - size + 1):
                 gram = words[start : start + size]
+                if all(word in self._stopwords or word in FUNCTION_WORDS for word, _ in gram):
+                    continue  # "the", "how do i": no name
                 separator = "" if all(han for _, han in gram) else " "
-                joined = separator.join(word for word, _ in gram)
-                if size > 1 or joined not in self._stopwords:
-                    names.setdefault(self._resolve(joined))
+                names.setdefault(self._resolve(separator.join(word for word, _ in gram)))
         return list(names)
 
-    def fuzzy_candidates(self, names: list[str], resolved: set[str]) -> list[str]:
-        """Of a query's candidate ``names``, those worth a fuzzy match: Latin letters only (codes and
-        numbers must match exactly), ``FUZZY_MIN_CHARS`` or longer, not a stopword, and neither part
-        of nor holding a name already ``resolved`` exactly."""
+    def fuzzy_candidates(self, text: str, resolved: set[str]) -> list[str]:
+        """The query's names worth a fuzzy match: those it writes like a name (a capitalized name, a
+        key phrase; not every word n-gram: "patients" is a word, not a misspelt entity), of Latin
+        letters only (codes and numbers must match exactly), ``FUZZY_MIN_CHARS`` or longer, not a
+        stopword, and neither part of nor holding a name already ``resolved`` exactly."""
         return [
             name
-            for name in names
+            for name in (entity.name for entity in self.extract(text).entities if entity.kind in _WRITTEN_NAMES)
             if len(name) >= FUZZY_MIN_CHARS
             and _LATIN_NAME.fullmatch(name)
             and name not in self._stopwords
@@ -122,7 +158,7 @@ class EntityExtractor:
         for run in han_runs(folded):
             offset = run.start()
             for word, flag in part_of_speech(run.group()):
-                kind = _HAN_KINDS.get(flag[:2]) or ("noun" if flag == "n" else None)
+                kind = _han_kind(word, flag)
                 if kind and len(word) >= 2 and word not in self._stopwords:
                     found.append(self._mention(word, kind, offset))
                 offset += len(word)
@@ -137,29 +173,41 @@ class EntityExtractor:
         ]
 
     def _names(self, text: str) -> list[_Mention]:
-        """Runs of two or more capitalized words, leading stopwords ("The", "If") dropped."""
+        """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
+        "Which" are capitalized by their place in a sentence or a title alone, so they end a name
+        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro)."""
         found = []
         for match in _CAPITALIZED_NAME.finditer(text):
-            words = match.group().split()
-            while words and words[0].lower() in self._stopwords:
-                words.pop(0)
-            if len(words) >= 2:
-                found.append(self._mention(" ".join(words), "name", match.start()))
+            run: list[re.Match] = []
+            for word in [*_NAME_WORD.finditer(match.group()), None]:
+                if word is None or self._is_function_word(word.group()):
+                    if len(run) >= 2:
+                        name = " ".join(part.group() for part in run)
+                        found.append(self._mention(name, "name", match.start() + run[0].start()))
+                    run = []
+                else:
+                    run.append(word)
         return found
 
+    def _is_function_word(self, word: str) -> bool:
+        folded = word.lower()
+        return folded in FUNCTION_WORDS or folded in self._stopwords
+
     def _key_phrases(self, folded: str) -> list[_Mention]:
-        """RAKE: phrases are runs of non-stopwords; a phrase scores the sum of its words' degree /
-        frequency; the best few phrases of two or more words are kept, with every occurrence."""
+        """RAKE: phrases are runs of words that are no function word or stopword; a phrase scores the
+        sum of its words' degree / frequency; the best few phrases of two or more words are kept, with
+        every occurrence."""
         phrases: list[tuple[str, int]] = []
         for piece in _PHRASE_BREAK.split(folded):
             if not piece.isascii():
                 continue
             run: list[re.Match] = []
             for match in [*_LATIN_WORD.finditer(piece), None]:
-                if match is None or match.group() in self._stopwords or len(run) == MAX_PHRASE_WORDS:
+                breaks = match is None or self._is_function_word(match.group())
+                if breaks or len(run) == MAX_PHRASE_WORDS:
                     if len(run) >= 2:
                         phrases.append((" ".join(m.group() for m in run), folded.find(piece) + run[0].start()))
-                    run = [] if match is None or match.group() in self._stopwords else [match]
+                    run = [] if breaks else [match]
                 else:
                     run.append(match)
         frequency: Counter[str] = Counter()

@@ -60,7 +60,7 @@ class PostgresGraphStore(GraphStore):
         if not names:
             return []
         tenant, versions = scope.tenant_id, list(scope.version_ids)
-        return self._nodes(_FIND_SIMILAR, [names, tenant, versions, min_similarity])
+        return self._nodes(_FIND_SIMILAR, [min_similarity, names, tenant, versions, min_similarity])
 
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_ID, [scope.tenant_id, list(scope.version_ids), entity_ids])
@@ -176,12 +176,15 @@ _FIND_BY_NAME = sql.SQL(
     f"SELECT {_NODE_COLUMNS} FROM {{entities}} WHERE tenant_id = %s AND kb_version_id = ANY(%s) AND name = ANY(%s) "
     "ORDER BY id"
 )
-# The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator, at its threshold 0.3)
-# lets the GIN trigram index find the candidates (so a min_similarity below 0.3 acts as 0.3).
+# The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator) lets the GIN trigram
+# index find the candidates. Its threshold is the wanted similarity (set first, for the connection: no
+# other statement uses it), not the default 0.3: on SciFact's 42k entities a common word's lookup read
+# 3,670 candidates at 0.3 and 966 at 0.6 (28 vs 8 ms). The result does not depend on it, only the work.
 _FIND_SIMILAR = sql.SQL(
     """
     SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
-    FROM unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
+    FROM (SELECT set_config('pg_trgm.similarity_threshold', %s::text, false)) AS threshold
+    CROSS JOIN unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
         SELECT e.id, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count, similarity(e.name, q.wanted) AS score
         FROM {entities} AS e
         WHERE e.tenant_id = %s AND e.kb_version_id = ANY(%s) AND e.name %% q.wanted

@@ -45,8 +45,8 @@ class VersionInline(admin.TabularInline):
     model = KnowledgeBaseVersion
     extra = 0
     fields = [
-        "number", "status", "embedding_model", "embedding_dim", "analyzer_version", "revision", "search_settings",
-        "created_at",
+        "number", "status", "embedding_model", "embedding_dim", "analyzer_version", "graph_extractor", "revision",
+        "search_settings", "created_at",
     ]  # fmt: skip
     readonly_fields = fields  # a version's search settings are measured: manage.py evaluate --sweep --write
     can_delete = False

@@ -52,6 +52,13 @@ class KnowledgeBase(models.Model):
         return f"{self.tenant}/{self.name}"
 
 
+def current_graph_extractor() -> str:
+    """The version of the entity extraction this service runs (``engines.graph_extraction``)."""
+    from engines.graph_extraction import EXTRACTOR_VERSION
+
+    return EXTRACTOR_VERSION
+
+
 class KnowledgeBaseVersion(models.Model):
     """A complete index set of a knowledge base, built with its own model and chunking; searches read
     the KB's active version only. A new version is *building*, then *ready* (or *failed*); activating
@@ -79,6 +86,12 @@ class KnowledgeBaseVersion(models.Model):
         null=True, blank=True, help_text="When another version replaced it; purged KB_VERSION_RETENTION_DAYS later."
     )
     analyzer_version = models.CharField(max_length=64, blank=True)
+    graph_extractor = models.CharField(
+        max_length=16,
+        default=current_graph_extractor,
+        help_text="The entity extractor its graph was built with; another than the service's is searched with a "
+        "note until manage.py rebuild_graph re-extracts it.",
+    )
     revision = models.PositiveIntegerField(
         default=0, help_text="Bumped by every content change; caches and vocabularies key on it."
     )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -237,6 +238,15 @@ def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
         for alias in names[1:]:
             aliases.setdefault(alias, names[0])
     return EntityExtractor(analyzer_for_tenant(tenant_id), aliases)
+
+
+def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
+    """Version id -> its graph's extractor, for the versions whose graph another extractor than the
+    service's built (``manage.py rebuild_graph`` re-extracts them)."""
+    from engines.graph_extraction import EXTRACTOR_VERSION
+
+    versions = KnowledgeBaseVersion.objects.filter(pk__in=list(version_ids)).exclude(graph_extractor=EXTRACTOR_VERSION)
+    return dict(versions.values_list("pk", "graph_extractor"))
 
 
 def triple_extractor() -> "TripleExtractor | None":

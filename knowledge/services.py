@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import copy_context
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from knowledge.models import (
     KnowledgeBaseVersion,
     KnowledgeTask,
     PendingLexicalChange,
+    current_graph_extractor,
     originals_storage,
 )
 from knowledge.search_settings import clean_search_settings
@@ -1177,6 +1179,36 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
         KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
             analyzer_version=analyzer.version, revision=F("revision") + 1
         )
+    return count
+
+
+GRAPH_REBUILD_BATCH = 500  # passages re-extracted and written per transaction
+
+
+def rebuild_graph(version: KnowledgeBaseVersion) -> int:
+    """Re-extract the graph of every chunk of a version from the database with the current extractor
+    (after ``EXTRACTOR_VERSION`` changed, or to repair it), in transactions of ``GRAPH_REBUILD_BATCH``
+    chunks, then record the extractor on the version; returns the number of chunks. Its communities
+    are the caller's next step (``knowledge.communities.rebuild_communities``).
+
+    Typed relations come from the LLM at ingestion (``GRAPH_LLM_TRIPLES``): with it on, a rebuild
+    would replace them by co-occurrence, so it refuses; build a new version instead."""
+    if triple_extractor() is not None:
+        raise VersionConflict(
+            "GRAPH_LLM_TRIPLES is on: typed relations come from the LLM at ingestion; build a new version instead"
+        )
+    tenant_id = version.knowledge_base.tenant_id
+    extractor = entity_extractor_for_tenant(tenant_id)
+    rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).order_by("id").values_list("id", "content")
+    chunks = rows.iterator(chunk_size=2000)
+    count = 0
+    while batch := list(islice(chunks, GRAPH_REBUILD_BATCH)):
+        graphs = {chunk_id: extractor.extract(content) for chunk_id, content in batch}
+        graph_store().replace_chunks(tenant_id, version.pk, list(graphs), graphs)
+        count += len(graphs)
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
+        graph_extractor=current_graph_extractor(), revision=F("revision") + 1
+    )
     return count
 
 

@@ -1,7 +1,8 @@
 """The graph leg: the query's entities, their neighbourhood, and the passages that mention it.
 
-The query's entities are its candidate names found exactly (normalized, through aliases), plus, for
-Latin-script names found no other way, the entity with the most similar name (``GRAPH_FUZZY_SIMILARITY``).
+The query's entities are its candidate names (its entities and word n-grams) found exactly (normalized,
+through aliases), plus, for the Latin-script names it writes like names (capitalized names, key phrases)
+found no other way, the entity with the most similar name (``GRAPH_FUZZY_SIMILARITY``).
 
 An entity reached from a query entity scores ``strength x GRAPH_HOP_DECAY ** hops x idf`` (strength: the
 product of the path's edge strengths ``w / (w + 1)``; idf: ``ln(1 + N / passages mentioning it)``, so
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cachetools import TTLCache, cached
 from django.conf import settings
 
 from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity
-from knowledge.selectors import entity_extractor_for_tenant
+from engines.graph_extraction import EXTRACTOR_VERSION
+from knowledge.selectors import entity_extractor_for_tenant, graphs_of_other_extractors
 from knowledge.stores import graph_store
 
 CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (no LLM kind)
@@ -29,6 +31,7 @@ PASSAGE_COUNT_TTL_S = 60.0
 class GraphRanking:
     hits: list[tuple[int, float]]  # (chunk id, score), best first
     paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path", "hops"}
+    notes: list[str] = field(default_factory=list)  # graphs another extractor built
 
 
 def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int) -> GraphRanking:
@@ -36,15 +39,19 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
     extractor = entity_extractor_for_tenant(tenant_id)
-    names = extractor.query_names(query)
-    seeds = store.find_entities(scope, names)
+    notes = [
+        f"the graph of KB version {version_id} was extracted by extractor {built_by}, the service runs "
+        f"{EXTRACTOR_VERSION}: run `manage.py rebuild_graph` so its entities match the query's"
+        for version_id, built_by in graphs_of_other_extractors(version_ids).items()
+    ]
+    seeds = store.find_entities(scope, extractor.query_names(query))
     if settings.GRAPH_FUZZY_SIMILARITY > 0:
-        unresolved = extractor.fuzzy_candidates(names, {seed.name for seed in seeds})
+        unresolved = extractor.fuzzy_candidates(query, {seed.name for seed in seeds})
         known = {seed.entity_id for seed in seeds}
         similar = store.find_similar(scope, unresolved, settings.GRAPH_FUZZY_SIMILARITY) if unresolved else []
         seeds += [node for node in similar if node.entity_id not in known]
     if not seeds:
-        return GraphRanking([], {})
+        return GraphRanking([], {}, notes)
     walk = GraphWalk(
         hops=hops, fanout=settings.GRAPH_FANOUT, deep_fanout=settings.GRAPH_DEEP_FANOUT,
         hub_passages=settings.GRAPH_HUB_PASSAGES, hop_decay=settings.GRAPH_HOP_DECAY,
@@ -64,7 +71,7 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
         for chunk_id, (_, reached) in best.items()
     }
     hits = sorted(chunk_scores.items(), key=lambda hit: (-hit[1], hit[0]))
-    return GraphRanking(hits, paths)
+    return GraphRanking(hits, paths, notes)
 
 
 @cached(TTLCache(maxsize=10_000, ttl=PASSAGE_COUNT_TTL_S), key=lambda store, scope: scope, lock=threading.Lock())

@@ -356,8 +356,9 @@ def retrieve_graph(
     hits = hits[:candidates]
     explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
     return LegResult(
-        "graph", lists=[RankedList("graph", query, weight, hits)], content_hashes=passing, explanations=explanations
-    )
+        "graph", lists=[RankedList("graph", query, weight, hits)], content_hashes=passing, notes=ranking.notes,
+        explanations=explanations,
+    )  # fmt: skip
 
 
 def embed(groups: list[ModelGroup], texts: list[str]) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ import random
 import re
 import threading
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import jieba
@@ -303,7 +304,7 @@ def _english_text(size: int) -> str:
 
 
 @pytest.fixture
-def segmented(monkeypatch) -> list[str]:
+def segmented(monkeypatch) -> Iterator[list[str]]:
     """What reaches jieba: the analyzer's segmenter replaced by one that records its input."""
     texts: list[str] = []
 
@@ -313,7 +314,9 @@ def segmented(monkeypatch) -> list[str]:
             return [text]
 
     monkeypatch.setattr(analysis, "_segmenter", Recorder)
-    return texts
+    analysis._han_words.cache_clear()  # runs cut before would not reach it; its cuts must not outlive it
+    yield texts
+    analysis._han_words.cache_clear()
 
 
 def test_only_han_runs_reach_jieba(segmented):
@@ -372,3 +375,11 @@ def test_concurrent_analysis_matches_sequential():
         thread.join()
     assert all(run == expected for slot in results for run in slot)
     assert len(results[0]) == 3
+
+
+def test_graph_extraction_reuses_the_words_analysis_just_cut(segmented):
+    """Ingestion analyzes a passage, then extracts its entities: jieba cuts each Han run once."""
+    Analyzer().tokens("蜀香小馆的招牌菜 PPR-9087 鱼香肉丝")
+    analysis.part_of_speech("蜀香小馆的招牌菜")
+    analysis.part_of_speech("鱼香肉丝")
+    assert segmented == ["蜀香小馆的招牌菜", "鱼香肉丝"]

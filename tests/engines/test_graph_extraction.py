@@ -1,5 +1,6 @@
-"""Entity and relation extraction: Chinese by part of speech, Latin codes, names and key phrases,
-protected terms, aliases, normalization, and co-occurrence weights."""
+"""Entity and relation extraction: Chinese by dictionary part of speech and out-of-dictionary words,
+Latin codes, names and key phrases (no function words), protected terms, aliases, normalization, and
+co-occurrence weights."""
 from __future__ import annotations
 
 import pytest
@@ -71,7 +72,48 @@ def test_query_names_include_word_ngrams(extractor):
     assert {"鱼香肉丝", "厨师", "smart kitchen", "smart", "kitchen"} <= set(names)
 
 
-def test_fuzzy_candidates_are_long_latin_names_not_codes_stopwords_or_resolved_ones(extractor):
-    names = ["portalok pro", "ppr-9078", "pro", "the", "skyline", "skyline home", "鱼香肉丝", "lumière", "there"]
-    assert extractor.fuzzy_candidates(names, {"skyline home"}) == ["portalok pro", "lumière"]
-    assert extractor.fuzzy_candidates(names, set()) == ["portalok pro", "skyline", "skyline home", "lumière"]
+def test_fuzzy_candidates_are_the_latin_names_a_query_writes_not_codes_words_or_resolved_ones(extractor):
+    query = "Does the Portalok Pro of Skyline Home fit PPR-9078 doors at Lumière Café? 鱼香肉丝 patients"
+    resolved = set(extractor.fuzzy_candidates(query, {"skyline home"}))
+    assert {"portalok pro", "lumière café"} <= resolved
+    assert not {name for name in resolved if "skyline home" in name}  # holds a resolved name
+    candidates = set(extractor.fuzzy_candidates(query, set()))
+    assert {"portalok pro", "skyline home", "lumière café"} <= candidates
+    assert all(" " in name for name in candidates)  # no single words ("patients", "doors")
+    assert not {"ppr-9078", "鱼香肉丝", "the"} & candidates
+    assert extractor.fuzzy_candidates("are patients diagnosed", set()) == ["patients diagnosed"]  # a key phrase
+    assert extractor.fuzzy_candidates("patients", set()) == []  # a word of the query is no misspelt name
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("Do I need a hub?", set()),
+        ("Which Wi-Fi band does the hub use?", set()),
+        ("How Do I Reset The PortaLock Pro", {"portalock pro"}),
+        ("Does Skyline Home ship the PPR-9087?", {"skyline home"}),
+        ("What Is The Warranty", set()),
+    ],
+)
+def test_sentence_initial_capitals_and_function_words_make_no_name(extractor, question, names):
+    found = {name for name, (kind, _) in entities(extractor, question).items() if kind in {"name", "phrase"}}
+    question_words = {"do", "which", "how", "does", "what"}
+    assert {name for name in found if " " in name and name.split()[0] in question_words} == set()
+    assert names <= found
+    assert not {"do i", "which wi", "how do i", "does skyline", "what is"} & found
+
+
+def test_query_ngrams_of_function_words_only_are_no_names(extractor):
+    names = extractor.query_names("How do I pair the hub?")
+    assert {"pair", "hub", "pair the hub"} <= set(names)
+    assert not {"how", "do i", "how do i", "the"} & set(names)
+
+
+def test_out_of_dictionary_words_are_proper_noun_candidates_unless_a_function_character_edges_them(extractor):
+    from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag
+
+    assert dictionary_tag("渔安苑") == dictionary_tag("这张") == OUT_OF_DICTIONARY  # the HMM's words
+    found = entities(extractor, "渔安苑位于香港仔海旁。这张专辑很好听。")
+    assert found["渔安苑"][0] == "proper"
+    assert found["香港"][0] == "place" and found["专辑"][0] == "noun"  # dictionary words keep their tags
+    assert "这张" not in found  # 这 is a pronoun: the HMM glued it to its classifier

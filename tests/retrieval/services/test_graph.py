@@ -96,3 +96,33 @@ def test_a_misspelt_latin_name_finds_its_entity(kb, settings):
 
 def test_codes_never_match_fuzzily(kb):
     assert ranked_files(kb, "PPR-9078", hops=0) == []  # another product, not a typo to correct
+
+
+def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_graph(kb):
+    from engines.graph_extraction import EXTRACTOR_VERSION
+    from knowledge.models import Chunk, KnowledgeBaseVersion
+    from knowledge.services import rebuild_graph
+    from knowledge.stores import graph_store
+
+    version = kb.active_version
+    assert version.graph_extractor == EXTRACTOR_VERSION  # a new version is built by the current extractor
+    assert rank_by_graph(kb.tenant_id, (version.pk,), "PPR-9087", hops=1).notes == []
+    lock = Chunk.objects.get(kb_version=version, document__source_uri__endswith="lock.txt")
+    graph_store().replace_chunks(kb.tenant_id, version.pk, [lock.pk], {})  # an older graph without its entities
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(graph_extractor="0")
+    stale = rank_by_graph(kb.tenant_id, (version.pk,), "PPR-9087", hops=1)
+    assert stale.hits == [] and len(stale.notes) == 1 and "rebuild_graph" in stale.notes[0]
+
+    assert rebuild_graph(version) == Chunk.objects.filter(kb_version=version).count()
+    assert KnowledgeBaseVersion.objects.get(pk=version.pk).graph_extractor == EXTRACTOR_VERSION
+    rebuilt = rank_by_graph(kb.tenant_id, (version.pk,), "PPR-9087", hops=1)
+    assert rebuilt.notes == [] and ranked_files(kb, "PPR-9087", hops=0) == ["lock.txt"]
+
+
+def test_rebuild_graph_refuses_to_replace_typed_relations(kb, settings):
+    from knowledge.errors import VersionConflict
+    from knowledge.services import rebuild_graph
+
+    settings.GRAPH_LLM_TRIPLES, settings.LLM_URL = True, "http://127.0.0.1:9/v1"
+    with pytest.raises(VersionConflict, match="GRAPH_LLM_TRIPLES"):
+        rebuild_graph(kb.active_version)
