@@ -70,6 +70,9 @@ SIDECAR_SUFFIX = ".meta.json"
 # ones pad less in torch's batches of 32 (256 -> 1024: 1.27 -> 1.24 padded tokens per real token on
 # SciFact), hardly at all in ONNX Runtime's batches of 4 (BENCHMARKS.md, "Ingestion pipeline").
 EMBED_FLUSH_CHUNKS = 256
+# The model waits for the first group to be read; groups grow from this size, doubling up to
+# EMBED_FLUSH_CHUNKS, so it starts after a few documents and each group is read while the one before embeds.
+EMBED_FIRST_FLUSH_CHUNKS = 32
 
 
 # --- knowledge bases ------------------------------------------------------------------------------
@@ -347,12 +350,14 @@ class Ingester:
         }
         # One thread embeds a group while this one prepares the next group and writes the previous one:
         # the model releases the GIL, so parsing, analysis, graph extraction and the writes overlap it.
+        flush_at = min(EMBED_FIRST_FLUSH_CHUNKS, EMBED_FLUSH_CHUNKS)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-embed") as embedding:
             for source in files:
                 with span("ingest.parse", document=source.source_uri):  # read, parse, chunk, analyze
                     self._prepare(source, existing.get(source.source_uri))
-                if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
+                if sum(len(p.drafts) for p in self._pending) >= flush_at:
                     self._flush(embedding)
+                    flush_at = min(2 * flush_at, EMBED_FLUSH_CHUNKS)
             self._flush(embedding)
             self._write_embedded()
         self.report.seconds = time.perf_counter() - started

@@ -227,6 +227,27 @@ def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_
         assert float(np.dot(np.asarray(chunk.embedding, dtype=float), expected)) > 0.999
 
 
+def test_groups_grow_from_a_small_first_one_so_the_model_starts_early(kb, tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr(services, "EMBED_FIRST_FLUSH_CHUNKS", 1)
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 4)
+    for i in range(10):
+        (tmp_path / f"doc{i}.txt").write_text(f"Document {i} is about the PPR-{9000 + i} smart lock.")
+    sizes: list[int] = []
+    real_embed = embedder.embed_documents
+
+    def embed(texts):
+        sizes.append(len(texts))
+        return real_embed(texts)
+
+    monkeypatch.setattr(embedder, "embed_documents", embed)
+    report = ingest(kb, tmp_path)
+    assert (report.added, report.chunks, report.failed) == (10, 10, 0)
+    assert sizes == [1, 2, 4, 3]  # doubling up to EMBED_FLUSH_CHUNKS; the rest in a last group
+    assert sorted(Chunk.objects.filter(knowledge_base=kb).values_list("content", flat=True)) == sorted(
+        (tmp_path / f"doc{i}.txt").read_text() for i in range(10)
+    )
+
+
 def test_a_group_the_embedder_fails_fails_only_its_own_documents(
     tenant, tmp_path, remote_model, embedding_server, monkeypatch
 ):
