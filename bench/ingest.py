@@ -164,7 +164,6 @@ STAGE_LABELS = [
     ("chunk", "  chunk_sections"),
     ("count_tokens", "    of which count_tokens"),
     ("analyze", "  analyzer.analyze (lexical tokens)"),
-    ("extract", "  extractor.extract (graph entities and relations)"),
     ("flush", "_flush per EMBED_FLUSH_CHUNKS chunks (start embedding it, write the group before)"),
     ("write", "  _write_embedded (wait for the group's vectors, then write it)"),
     ("upsert", "    _upsert_documents (one INSERT .. ON CONFLICT)"),
@@ -172,6 +171,7 @@ STAGE_LABELS = [
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
     ("bump_revision", "    bump_revision"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
+    ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]
 
 

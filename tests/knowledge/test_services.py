@@ -533,6 +533,29 @@ def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_pat
     assert {"ppr-9100", "skyline home"} <= set(lock.values_list("source__name", flat=True))
 
 
+def test_graph_extraction_runs_in_its_own_thread_and_each_chunk_gets_its_own(kb, tmp_path, monkeypatch):
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 1)
+    codes = ["PPR-9087", "SKY-30452", "PPR-9100"]
+    for i, code in enumerate(codes):
+        (tmp_path / f"doc{i}.txt").write_text(f"The lock {code} is made by Skyline Home.")
+    ingester = Ingester(kb)
+    threads: set[str] = set()
+    extract = ingester.extractor.extract
+
+    def recording(text):
+        threads.add(threading.current_thread().name.split("_")[0])
+        return extract(text)
+
+    monkeypatch.setattr(ingester.extractor, "extract", recording)
+    report = ingester.ingest(discover_files([tmp_path]))
+    assert (report.added, report.failed) == (3, 0)
+    assert threads == {"ingest-extract"}
+    for i, code in enumerate(codes):
+        mentions = GraphMention.objects.filter(kb_version=kb.active_version, entity__name=code.lower())
+        assert list(mentions.values_list("chunk__document__source_uri", flat=True)) == [f"{tmp_path.name}/doc{i}.txt"]
+    assert graph_names(kb)["skyline home"] == 3
+
+
 def test_deleting_a_document_removes_its_part_of_the_graph(kb, tmp_path):
     (tmp_path / "lock.txt").write_text("The PortaLock Pro lock PPR-9087 is made by Skyline Home.")
     (tmp_path / "sensor.txt").write_text("The AirSense monitor SKY-30452 is made by Skyline Home.")
