@@ -26,6 +26,7 @@ What it does:
            back from the database);
         I:<name> (only with --compare-models) the same ingestion with that embedding model, into a
            KB of its own per round (not instrumented);
+        R:<name> (only with --compare-models) raw ``embed_documents`` of the block's texts with that model;
         G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
            forms with a flush size of n, which isolates the cost of embedding in small groups;
      the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s, also reported on CPU
@@ -163,7 +164,6 @@ STAGE_LABELS = [
     ("chunk", "  chunk_sections"),
     ("count_tokens", "    of which count_tokens"),
     ("analyze", "  analyzer.analyze (lexical tokens)"),
-    ("extract", "  extractor.extract (graph entities and relations)"),
     ("flush", "_flush per EMBED_FLUSH_CHUNKS chunks (start embedding it, write the group before)"),
     ("write", "  _write_embedded (wait for the group's vectors, then write it)"),
     ("upsert", "    _upsert_documents (one INSERT .. ON CONFLICT)"),
@@ -171,6 +171,7 @@ STAGE_LABELS = [
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
     ("bump_revision", "    bump_revision"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
+    ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]
 
 
@@ -218,14 +219,17 @@ def padded_tokens(embedder, calls: list[list[str]], batch_size: int = 32) -> tup
     return real, padded
 
 
-def flush_groups(per_doc: list[list[str]], flush_at: int) -> list[list[str]]:
-    """The text lists Ingester.ingest hands to embed_documents (it flushes once >= flush_at pending)."""
+def flush_groups(per_doc: list[list[str]], flush_at: int, first: int | None = None) -> list[list[str]]:
+    """The text lists Ingester.ingest hands to embed_documents: it flushes once ``first`` chunks are
+    pending (default: ``flush_at``), then at twice as many each time, up to ``flush_at``."""
     groups, pending = [], []
+    size = min(first or flush_at, flush_at)
     for texts in per_doc:
         pending.extend(texts)
-        if len(pending) >= flush_at:
+        if len(pending) >= size:
             groups.append(pending)
             pending = []
+            size = min(2 * size, flush_at)
     if pending:
         groups.append(pending)
     return groups
@@ -325,6 +329,7 @@ def main() -> int:
             "ONNX_THREADS": settings.ONNX_THREADS,
             "ONNX_BATCH_SIZE": settings.ONNX_BATCH_SIZE,
             "EMBED_FLUSH_CHUNKS": services.EMBED_FLUSH_CHUNKS,
+            "EMBED_FIRST_FLUSH_CHUNKS": getattr(services, "EMBED_FIRST_FLUSH_CHUNKS", None),
         }
         tenant = create_tenant(_common.unique_name("bench-ingest"))
 
@@ -356,7 +361,9 @@ def main() -> int:
                 chunk_s += t2 - t1
                 per_doc.append([d.text for d in drafts])
             block_texts.append([t for texts in per_doc for t in texts])
-            block_groups.append(flush_groups(per_doc, services.EMBED_FLUSH_CHUNKS))
+            block_groups.append(
+                flush_groups(per_doc, services.EMBED_FLUSH_CHUNKS, getattr(services, "EMBED_FIRST_FLUSH_CHUNKS", None))
+            )
             block_docs_texts.append(per_doc)
         all_texts = [t for texts in block_texts for t in texts]
         n_chunks = len(all_texts)
@@ -395,7 +402,7 @@ def main() -> int:
         # Ingester does with a flush size of n). Their order rotates from block to block.
         replay_sizes = sorted(set(args.replay_flush) | ({services.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
         replays = [f"G{n}" for n in replay_sizes]
-        passes = ["I", "R"] + replays + [f"I:{name}" for name in compare_models]
+        passes = ["I", "R"] + replays + [f"{kind}:{name}" for name in compare_models for kind in ("I", "R")]
         replay_padding = {}
         for size in replay_sizes:
             replayed = [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)]
@@ -457,6 +464,8 @@ def main() -> int:
                         group_mismatch += groups != block_groups[k]
                     elif p == "R":
                         seconds["R"] = raw_encode(embedder, block_texts[k])
+                    elif p.startswith("R:"):
+                        seconds[p] = raw_encode(compared[p[2:]], block_texts[k])
                     elif p.startswith("I:"):
                         started = time.perf_counter()
                         report = Ingester(compare_kbs[p[2:]]).ingest(discover_files([block]))
@@ -485,7 +494,9 @@ def main() -> int:
                     }
                 )
                 replay = "".join(f", raw in flush groups of {p[1:]} {n / seconds[p]:.1f}" for p in replays)
-                replay += "".join(f", ingest {p[2:]} {n / seconds[p]:.1f}" for p in passes if p.startswith("I:"))
+                replay += "".join(
+                    f", {'ingest' if p[0] == 'I' else 'raw'} {p[2:]} {n / seconds[p]:.1f}" for p in passes if ":" in p
+                )
                 print(
                     f"round {r} block {k} [{' '.join(order)}]: ingest {n / seconds['I']:.1f}, raw {n / seconds['R']:.1f}{replay} "
                     f"chunks/s; ratio {seconds['R'] / seconds['I']:.1%} (load {load:.1f})",
@@ -547,6 +558,11 @@ def main() -> int:
                 "compared_speedup_vs_ingest_cpu": {
                     p[2:]: round(cpu_s["I"] / cpu_s[p], 4) for p in passes if p.startswith("I:") and cpu_s[p]
                 },
+                # --compare-models: each model's raw embed_documents of the same texts (one call per block).
+                "compared_raw_chunks_per_s": {p[2:]: round(rate[p], 2) for p in passes if p.startswith("R:")},
+                "compared_raw_speedup_vs_raw": {
+                    p[2:]: round(totals["R"] / totals[p], 4) for p in passes if p.startswith("R:")
+                },
                 "ratio_per_block_min_median_max": [
                     min(block_ratios), round(statistics.median(block_ratios), 4), max(block_ratios)
                 ],
@@ -568,9 +584,9 @@ def main() -> int:
             + [["ingestion end to end", f"{totals['I']:.2f}", f"{rate['I']:.1f}", f"{ratio:.1%}",
                 f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]]
             + [
-                [f"ingestion with {p[2:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}", f"{totals['R'] / totals[p]:.1%}",
-                 f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
-                for p in passes if p.startswith("I:")
+                [f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
+                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
+                for p in passes if ":" in p
             ],
             title=(
                 f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "

@@ -72,6 +72,9 @@ SIDECAR_SUFFIX = ".meta.json"
 # ones pad less in torch's batches of 32 (256 -> 1024: 1.27 -> 1.24 padded tokens per real token on
 # SciFact), hardly at all in ONNX Runtime's batches of 4 (BENCHMARKS.md, "Ingestion pipeline").
 EMBED_FLUSH_CHUNKS = 256
+# The model waits for the first group to be read; groups grow from this size, doubling up to
+# EMBED_FLUSH_CHUNKS, so it starts after a few documents and each group is read while the one before embeds.
+EMBED_FIRST_FLUSH_CHUNKS = 32
 
 
 # --- knowledge bases ------------------------------------------------------------------------------
@@ -295,8 +298,8 @@ class _PendingDocument:
     labels: _Labels
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
-    extractions: list[Extraction]  # each draft's entities and relations for the graph
     original: str  # its stored copy, or "" when none is kept
+    extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
 
 
 class Ingester:
@@ -328,7 +331,8 @@ class Ingester:
         self._keep_originals = keep_originals
         self._raise_embedding_errors = raise_embedding_errors
         self._pending: list[_PendingDocument] = []
-        self._embedding: tuple[list[_PendingDocument], Future] | None = None  # the group being embedded
+        # The group being embedded, with its vectors and its graph extraction to come.
+        self._embedding: tuple[list[_PendingDocument], Future, Future] | None = None
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
         self.extractor = entity_extractor_for_tenant(kb.tenant_id)
@@ -348,14 +352,20 @@ class Ingester:
             for doc in Document.objects.filter(knowledge_base=self.kb, source_uri__in=[f.source_uri for f in files])
         }
         # One thread embeds a group while this one prepares the next group and writes the previous one:
-        # the model releases the GIL, so parsing, analysis, graph extraction and the writes overlap it.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-embed") as embedding:
+        # the model releases the GIL, so parsing, analysis and the writes overlap it. Another extracts the
+        # group's graph entities: pure Python, it overlaps the model and this thread's database waits.
+        flush_at = min(EMBED_FIRST_FLUSH_CHUNKS, EMBED_FLUSH_CHUNKS)
+        with (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-embed") as embedding,
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-extract") as extracting,
+        ):
             for source in files:
                 with span("ingest.parse", document=source.source_uri):  # read, parse, chunk, analyze
                     self._prepare(source, existing.get(source.source_uri))
-                if sum(len(p.drafts) for p in self._pending) >= EMBED_FLUSH_CHUNKS:
-                    self._flush(embedding)
-            self._flush(embedding)
+                if sum(len(p.drafts) for p in self._pending) >= flush_at:
+                    self._flush(embedding, extracting)
+                    flush_at = min(2 * flush_at, EMBED_FLUSH_CHUNKS)
+            self._flush(embedding, extracting)
             self._write_embedded()
         self.report.seconds = time.perf_counter() - started
         record_ingest(self.report.outcomes(), self.report.chunks)
@@ -398,17 +408,20 @@ class Ingester:
             self.analyzer.analyze(contextual_text(context, draft.text, draft.metadata.get("section")))
             for draft in drafts
         ]
-        extractions = [self.extractor.extract(draft.text) for draft in drafts]
-        if self.triples is not None:
-            extractions = self._typed(source.source_uri, drafts, extractions)
         original = source.original
         if not original and self._keep_originals:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
-            _PendingDocument(
-                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, extractions, original
-            )
+            _PendingDocument(source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original)
         )
+
+    def _extract(self, pending: list[_PendingDocument]) -> None:
+        """Each pending document's graph entities and relations (in the extraction thread)."""
+        with span("ingest.extract", documents=len(pending)):
+            for doc in pending:
+                doc.extractions = [self.extractor.extract(draft.text) for draft in doc.drafts]
+                if self.triples is not None:
+                    doc.extractions = self._typed(doc.source.source_uri, doc.drafts, doc.extractions)
 
     def _typed(self, source_uri: str, drafts: list[ChunkDraft], extractions: list[Extraction]) -> list[Extraction]:
         """The passages' relations typed by the LLM (one bounded call per document); whatever fails,
@@ -431,9 +444,10 @@ class Ingester:
         self.report.failures.append((source.source_uri, reason))
         self._on_progress(1)
 
-    def _flush(self, embedding: ThreadPoolExecutor) -> None:
-        """Start embedding the pending documents together in ``embedding``'s thread, then write the group
-        embedded before them while it runs (groups are written in the order they were read)."""
+    def _flush(self, embedding: ThreadPoolExecutor, extracting: ThreadPoolExecutor) -> None:
+        """Start embedding the pending documents together in ``embedding``'s thread and extracting their
+        graph in ``extracting``'s, then write the group before them while they run (groups are written in
+        the order they were read)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -443,8 +457,9 @@ class Ingester:
             for draft in doc.drafts
         ]
         vectors = embedding.submit(copy_context().run, self._embed, texts)
+        extracted = extracting.submit(copy_context().run, self._extract, pending)
         self._write_embedded()
-        self._embedding = (pending, vectors)
+        self._embedding = (pending, vectors, extracted)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         with span("ingest.embed", chunks=len(texts)):
@@ -457,7 +472,7 @@ class Ingester:
         A group the embedder fails fails its own documents only."""
         if self._embedding is None:
             return
-        (pending, embedded), self._embedding = self._embedding, None
+        (pending, embedded, extracted), self._embedding = self._embedding, None
         try:
             vectors = embedded.result()
         except EmbeddingError as exc:
@@ -466,6 +481,7 @@ class Ingester:
             for doc in pending:
                 self._fail(doc.source, doc.existing, f"embedding failed: {exc}")
             return
+        extracted.result()
         with span("ingest.write", documents=len(pending)), transaction.atomic():
             documents = self._lock_documents(pending) if self._fills_new_version else self._upsert_documents(pending)
             replaced = Chunk.objects.filter(document__in=[doc.pk for doc in documents], kb_version=self.version)

@@ -170,7 +170,8 @@ class Environment(BaseSettings):
     ] = "onnx"
     # Exported (and quantized) ONNX graphs, one folder per hash of the model files + export settings.
     ONNX_CACHE_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "onnx")
-    # Intra-op threads per process; like TORCH_THREADS (its default): 1 in gunicorn workers, all cores otherwise.
+    # Threads per process; like TORCH_THREADS (its default): 1 in gunicorn workers, all cores otherwise. One batch
+    # (a query) runs on this many intra-op threads; several (an ingestion group) run side by side, one thread each.
     ONNX_THREADS: PositiveInt = Field(default_factory=lambda data: data["TORCH_THREADS"])
     # Texts per ONNX Runtime call (sorted by length first, so they pad little): small batches keep a
     # layer's activations in the CPU cache; 4 ran 1.14x (fp32) and 1.2x (int8) the passages per CPU

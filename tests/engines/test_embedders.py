@@ -43,13 +43,15 @@ def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_mod
     assert caught.value.cause == "embedder_unavailable"
 
 
-@pytest.mark.parametrize("runtime", [":torch", ":onnx"])
-def test_a_runtime_failure_while_embedding_raises_embedding_error(overlong_model, runtime, settings, tmp_path):
-    settings.ONNX_CACHE_DIR = tmp_path
+@pytest.mark.parametrize("runtime, threads", [(":torch", 1), (":onnx", 1), (":onnx", 2)])
+def test_a_runtime_failure_while_embedding_raises_embedding_error(overlong_model, runtime, threads, settings, tmp_path):
+    settings.ONNX_CACHE_DIR, settings.ONNX_THREADS = tmp_path, threads
     embedder = get_embedder(f"{overlong_model}{runtime}")
     assert embedder.embed_documents(["a short text"]).shape == (1, 384)
     with pytest.raises(EmbeddingError, match="failed"):
         embedder.embed_documents(["word " * 700])  # more positions than the model has
+    with pytest.raises(EmbeddingError, match="failed"):  # one failing batch among many (side by side with 2 threads)
+        embedder.embed_documents(["a short text"] * 40 + ["word " * 700])
 
 
 def test_remote_embedder_matches_the_local_model(embedding_server, embedder):

@@ -1,5 +1,6 @@
 """The ONNX Runtime embedder against the torch (sentence-transformers) one, same bundled model files."""
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -67,6 +68,28 @@ def test_batches_sorted_by_length_keep_the_input_order(onnx_fp32):
     one_by_one = np.vstack([onnx_fp32.embed_query(text) for text in TEXTS])
     assert np.min(np.sum(small_batches.embed_documents(TEXTS) * one_by_one, axis=1)) >= 0.9999
     assert small_batches.embed_documents([]).shape == (0, 384)
+
+
+def test_batches_side_by_side_give_each_text_its_own_vector(onnx_fp32):
+    """With threads to spare, an ingestion's many batches run side by side on their own threads: each row
+    must still be its own text's vector, as one batch at a time gives it."""
+    side_by_side = OnnxEmbedder(
+        "all-MiniLM-L6-v2:onnx", _bundled_path(), precision="fp32", cache_dir=_cache_dir(), batch_size=2, threads=2
+    )
+    ran_on: set[str] = set()
+    embed_batch = side_by_side._embed_batch
+
+    def recording(session, encodings):
+        ran_on.add(threading.current_thread().name.split("_")[0])
+        return embed_batch(session, encodings)
+
+    side_by_side._embed_batch = recording
+    vectors = side_by_side.embed_documents(TEXTS)
+    one_by_one = np.vstack([onnx_fp32.embed_query(text) for text in TEXTS])
+    assert ran_on == {"onnx-batch"}
+    assert np.min(np.sum(vectors * one_by_one, axis=1)) >= 0.9999
+    side_by_side.embed_query(TEXTS[0])  # a single batch (a query) stays on the caller's thread
+    assert threading.current_thread().name.split("_")[0] in ran_on
 
 
 def test_token_counts_and_limits_match_torch(torch_embedder, onnx_fp32, onnx_int8):

@@ -227,6 +227,27 @@ def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_
         assert float(np.dot(np.asarray(chunk.embedding, dtype=float), expected)) > 0.999
 
 
+def test_groups_grow_from_a_small_first_one_so_the_model_starts_early(kb, tmp_path, embedder, monkeypatch):
+    monkeypatch.setattr(services, "EMBED_FIRST_FLUSH_CHUNKS", 1)
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 4)
+    for i in range(10):
+        (tmp_path / f"doc{i}.txt").write_text(f"Document {i} is about the PPR-{9000 + i} smart lock.")
+    sizes: list[int] = []
+    real_embed = embedder.embed_documents
+
+    def embed(texts):
+        sizes.append(len(texts))
+        return real_embed(texts)
+
+    monkeypatch.setattr(embedder, "embed_documents", embed)
+    report = ingest(kb, tmp_path)
+    assert (report.added, report.chunks, report.failed) == (10, 10, 0)
+    assert sizes == [1, 2, 4, 3]  # doubling up to EMBED_FLUSH_CHUNKS; the rest in a last group
+    assert sorted(Chunk.objects.filter(knowledge_base=kb).values_list("content", flat=True)) == sorted(
+        (tmp_path / f"doc{i}.txt").read_text() for i in range(10)
+    )
+
+
 def test_a_group_the_embedder_fails_fails_only_its_own_documents(
     tenant, tmp_path, remote_model, embedding_server, monkeypatch
 ):
@@ -510,6 +531,29 @@ def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_pat
     assert "ppr-9087" not in names and "ppr-9100" in names and names["skyline home"] == 2
     lock = GraphRelation.objects.filter(kb_version=kb.active_version, chunk__document__source_uri__endswith="/lock.txt")
     assert {"ppr-9100", "skyline home"} <= set(lock.values_list("source__name", flat=True))
+
+
+def test_graph_extraction_runs_in_its_own_thread_and_each_chunk_gets_its_own(kb, tmp_path, monkeypatch):
+    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 1)
+    codes = ["PPR-9087", "SKY-30452", "PPR-9100"]
+    for i, code in enumerate(codes):
+        (tmp_path / f"doc{i}.txt").write_text(f"The lock {code} is made by Skyline Home.")
+    ingester = Ingester(kb)
+    threads: set[str] = set()
+    extract = ingester.extractor.extract
+
+    def recording(text):
+        threads.add(threading.current_thread().name.split("_")[0])
+        return extract(text)
+
+    monkeypatch.setattr(ingester.extractor, "extract", recording)
+    report = ingester.ingest(discover_files([tmp_path]))
+    assert (report.added, report.failed) == (3, 0)
+    assert threads == {"ingest-extract"}
+    for i, code in enumerate(codes):
+        mentions = GraphMention.objects.filter(kb_version=kb.active_version, entity__name=code.lower())
+        assert list(mentions.values_list("chunk__document__source_uri", flat=True)) == [f"{tmp_path.name}/doc{i}.txt"]
+    assert graph_names(kb)["skyline home"] == 3
 
 
 def test_deleting_a_document_removes_its_part_of_the_graph(kb, tmp_path):

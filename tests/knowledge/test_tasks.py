@@ -78,7 +78,8 @@ def test_a_task_is_traced_from_its_sender_through_each_ingestion_stage(celery_wo
     sent, run = by_name["apply_async/knowledge.tasks.ingest_documents"], by_name["run/knowledge.tasks.ingest_documents"]
     assert run.parent.span_id == sent.context.span_id  # the trace context travelled in the message
     stages = [span for span in finished if span.name.startswith("ingest.")]
-    assert {span.name for span in stages} == {"ingest.parse", "ingest.embed", "ingest.write", "ingest.index"}
+    expected = {"ingest.parse", "ingest.embed", "ingest.extract", "ingest.write", "ingest.index"}
+    assert {span.name for span in stages} == expected
     assert all(span.parent.span_id == run.context.span_id for span in stages)
     assert len([span for span in stages if span.name == "ingest.parse"]) == 3  # one per file
     assert {span.context.trace_id for span in finished} == {sent.context.trace_id}
