@@ -69,7 +69,7 @@ def _ensure_hnsw() -> None:
         vector_index().ensure_index(384)
 
 
-def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
+def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str) -> dict:
     import numpy as np
 
     _common, vs = _tree_modules(tree)
@@ -89,7 +89,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
     tenant = create_tenant(_common.unique_name("bench-ab"))
     tier = getattr(_common, "unlimited_rate_tier", None) or vs.unlimited_rate_tier  # moved in later trees
     tier = tier(tenant)
-    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench")
+    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
     try:
@@ -189,6 +189,9 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--embedding-model", default="",
+                        help="prepare: the bench KB's model as its version records it, e.g. all-MiniLM-L6-v2:onnx-int8 "
+                        "(empty: the default); the stored vectors are the default model's either way (a latency bench)")
     parser.add_argument("--requests", type=int, default=150, help="timed queries per mode and tree")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--modes", default="bm25,hybrid,vector")
@@ -201,6 +204,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--floor", type=int, default=100,
                         help="queries for the raw engine calls, in the last tree's process after the HTTP runs (0: skip)")
+    parser.add_argument("--tree-env", action="append", default=[],
+                        help="NAME=VAR=VALUE: an environment variable for that tree's server only (e.g. its own "
+                        "REDIS_URL database, so two trees sharing one Redis do not answer each other's misses)")
     parser.add_argument("--prepared", action="append", default=[],
                         help="NAME=FILE: that tree's data is already loaded (FILE holds the JSON its prepare step "
                         "printed); it is neither loaded nor cleaned up (for profiling between runs)")
@@ -209,7 +215,7 @@ def main() -> int:
     if args.in_tree:
         tree = Path(args.in_tree)
         if args.step == "prepare":
-            print(json.dumps(prepare(tree, args.chunks, args.docs, args.seed)))
+            print(json.dumps(prepare(tree, args.chunks, args.docs, args.seed, args.embedding_model)))
         elif args.step == "floor":
             print(json.dumps(floor(tree, json.loads(args.state), args.floor)))
         else:
@@ -246,6 +252,10 @@ def main() -> int:
         if args.embedding_backend:
             env["EMBEDDING_BACKEND"] = args.embedding_backend
         servers = {**states, **prepared}
+        tree_env: dict[str, dict[str, str]] = {name: {} for name in trees}
+        for item in args.tree_env:
+            name, variable, value = item.split("=", 2)
+            tree_env[name][variable] = value
         bases = {}
         for name, tree in trees.items():
             port = _common.free_port()
@@ -255,7 +265,7 @@ def main() -> int:
                  "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
                  "--timeout", "120"],
                 cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env,
-                               "WEB_THREADS": str(args.threads)},
+                               "WEB_THREADS": str(args.threads), **tree_env[name]},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             bases[name] = f"http://127.0.0.1:{port}"
