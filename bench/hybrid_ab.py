@@ -314,31 +314,40 @@ def main() -> int:
         }
         # The HTTP floor: what the front, the middleware and this client cost with no search behind them.
         floor_http = {name: [] for name in names}
+        cpu_ms: dict[str, dict[str, float]] = {name: {} for name in names}  # the workers' CPU per request
+        cpu_before = {name: _workers_cpu_s(procs[name]) for name in names}
         for i in range(args.requests):
             for name in names if i % 2 == 0 else names[::-1]:
                 t0 = time.perf_counter()
                 clients[name].get("/health").raise_for_status()
                 floor_http[name].append((time.perf_counter() - t0) * 1000)
         result["http_floor"] = {name: _percentiles(v) for name, v in floor_http.items()}
+        for name in names:
+            cpu_ms[name]["health"] = round((_workers_cpu_s(procs[name]) - cpu_before[name]) * 1000 / args.requests, 2)
         if args.server_cache:
             hits = {name: [] for name in names}
+            cpu_before = {name: _workers_cpu_s(procs[name]) for name in names}
             for i in range(args.requests):
                 for name in names if i % 2 == 0 else names[::-1]:
                     elapsed, payload = call(name, "hybrid", queries[0])
                     if payload.get("cached"):
                         hits[name].append(elapsed)
             result["cache_hit"] = {name: _percentiles(v) for name, v in hits.items()}
+            for name in names:
+                cpu_s = _workers_cpu_s(procs[name]) - cpu_before[name]
+                cpu_ms[name]["cache_hit"] = round(cpu_s * 1000 / args.requests, 2)
         if args.throughput_s > 0:
             # Distinct texts (the first words of each SciFact passage), so with the cache on these are misses too.
             texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
-            result["throughput"] = throughput(call, names, modes, texts, args)
+            result["throughput"] = throughput(call, names, modes, texts, args, procs, cpu_ms)
+        result["server_cpu_ms_per_request"] = cpu_ms
         for proc in procs.values():
             _common.stop_process(proc)
         if args.floor > 0:
             last = names[-1]
             result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
                                        "--floor", str(args.floor), env=env)
-        shown = ("latency", "http_floor", "cache_hit", "throughput", "floor")
+        shown = ("latency", "http_floor", "cache_hit", "throughput", "server_cpu_ms_per_request", "floor")
         print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
         return 0
     finally:
@@ -354,11 +363,13 @@ def main() -> int:
         print(f"wrote {_common.write_result('hybrid_ab', result)}")
 
 
-def throughput(call, names: list[str], modes: list[str], queries: list[str], args) -> dict:
+def throughput(call, names: list[str], modes: list[str], queries: list[str], args, procs, cpu_ms) -> dict:
     """Requests per second of ``args.clients`` concurrent clients, each mode and tree in turn, in
     slices of ``args.throughput_s / 4`` seconds so both trees see the same load over time; every
-    request of a tree and mode a text it was not sent before."""
+    request of a tree and mode a text it was not sent before. Adds each mode's CPU per request of the
+    tree's workers to ``cpu_ms``."""
     counts = {name: {mode: [0, 0.0] for mode in modes} for name in names}
+    cpu_s = {name: {mode: 0.0 for mode in modes} for name in names}
     sent = {(name, mode): iter(range(10**9)) for name in names for mode in modes}
     lock = threading.Lock()
     slice_s = args.throughput_s / 4
@@ -376,7 +387,7 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
                         with lock:
                             done[0] += 1
 
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), _workers_cpu_s(procs[name])
                 workers = [threading.Thread(target=client) for _ in range(args.clients)]
                 for worker in workers:
                     worker.start()
@@ -384,7 +395,24 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
                     worker.join()
                 counts[name][mode][0] += done[0]
                 counts[name][mode][1] += time.perf_counter() - started
+                cpu_s[name][mode] += _workers_cpu_s(procs[name]) - cpu_started
+    for name in names:
+        for mode in modes:
+            cpu_ms[name][mode] = round(cpu_s[name][mode] * 1000 / max(1, counts[name][mode][0]), 2)
     return {name: {mode: round(n / s, 1) for mode, (n, s) in by_mode.items()} for name, by_mode in counts.items()}
+
+
+def _workers_cpu_s(proc: subprocess.Popen) -> float:
+    """CPU seconds (user + system, all threads) the gunicorn's workers (its arbiter's children) used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a worker that just exited
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def _git_head(tree: Path) -> str:
