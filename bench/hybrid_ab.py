@@ -14,13 +14,18 @@ into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns se
 every query goes to each tree in turn, the order alternating. ``--server-cache`` also measures cache
 hits (one query repeated); ``GET /health`` is the HTTP floor (the front, the middleware and the client).
 ``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients per mode and tree
-(interleaved in slices of a few seconds). Cleanup (always): servers stopped, each tree's bench tenant,
-tier and keyword index deleted, its HNSW index restored. ``--floor`` then times the raw engine calls
-(embed, pgvector, tantivy, RRF) in the last tree's process: the physical floor.
+(interleaved in slices of a few seconds); the servers' CPU per request (their workers' user + system
+time) is reported for ``/health``, the hits and each mode's throughput phase. Cleanup (always): servers
+stopped, each tree's bench tenant, tier and keyword index deleted, its HNSW index restored. ``--floor``
+then times the raw engine calls (embed, pgvector, tantivy, RRF) in the last tree's process: the
+physical floor.
 
 Two trees of the same schema may share one database and Redis (``VAR_DIR=<one tree>/var`` for both)
 and one bench tenant: load it once with ``--in-tree <tree> --step prepare > state.json`` and pass
-``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run).
+``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run); with
+``--server-cache`` give each its own Redis database (``--tree-env NAME=REDIS_URL=...?db=N``), or one
+tree's misses are the other's hits. ``--embedding-model`` prepares a KB recorded under another model
+(e.g. ``all-MiniLM-L6-v2:onnx-int8``: its queries embed in int8; the stored vectors stay synthetic).
 Writes bench/results/hybrid_ab-<date>.json.
 """
 from __future__ import annotations
