@@ -14,13 +14,18 @@ into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns se
 every query goes to each tree in turn, the order alternating. ``--server-cache`` also measures cache
 hits (one query repeated); ``GET /health`` is the HTTP floor (the front, the middleware and the client).
 ``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients per mode and tree
-(interleaved in slices of a few seconds). Cleanup (always): servers stopped, each tree's bench tenant,
-tier and keyword index deleted, its HNSW index restored. ``--floor`` then times the raw engine calls
-(embed, pgvector, tantivy, RRF) in the last tree's process: the physical floor.
+(interleaved in slices of a few seconds); the servers' CPU per request (their workers' user + system
+time) is reported for ``/health``, the hits and each mode's throughput phase. Cleanup (always): servers
+stopped, each tree's bench tenant, tier and keyword index deleted, its HNSW index restored. ``--floor``
+then times the raw engine calls (embed, pgvector, tantivy, RRF) in the last tree's process: the
+physical floor.
 
 Two trees of the same schema may share one database and Redis (``VAR_DIR=<one tree>/var`` for both)
 and one bench tenant: load it once with ``--in-tree <tree> --step prepare > state.json`` and pass
-``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run).
+``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run); with
+``--server-cache`` give each its own Redis database (``--tree-env NAME=REDIS_URL=...?db=N``), or one
+tree's misses are the other's hits. ``--embedding-model`` prepares a KB recorded under another model
+(e.g. ``all-MiniLM-L6-v2:onnx-int8``: its queries embed in int8; the stored vectors stay synthetic).
 Writes bench/results/hybrid_ab-<date>.json.
 """
 from __future__ import annotations
@@ -69,7 +74,7 @@ def _ensure_hnsw() -> None:
         vector_index().ensure_index(384)
 
 
-def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
+def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str) -> dict:
     import numpy as np
 
     _common, vs = _tree_modules(tree)
@@ -89,7 +94,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int) -> dict:
     tenant = create_tenant(_common.unique_name("bench-ab"))
     tier = getattr(_common, "unlimited_rate_tier", None) or vs.unlimited_rate_tier  # moved in later trees
     tier = tier(tenant)
-    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench")
+    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
     try:
@@ -189,6 +194,9 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--embedding-model", default="",
+                        help="prepare: the bench KB's model as its version records it, e.g. all-MiniLM-L6-v2:onnx-int8 "
+                        "(empty: the default); the stored vectors are the default model's either way (a latency bench)")
     parser.add_argument("--requests", type=int, default=150, help="timed queries per mode and tree")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--modes", default="bm25,hybrid,vector")
@@ -201,6 +209,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--floor", type=int, default=100,
                         help="queries for the raw engine calls, in the last tree's process after the HTTP runs (0: skip)")
+    parser.add_argument("--tree-env", action="append", default=[],
+                        help="NAME=VAR=VALUE: an environment variable for that tree's server only (e.g. its own "
+                        "REDIS_URL database, so two trees sharing one Redis do not answer each other's misses)")
     parser.add_argument("--prepared", action="append", default=[],
                         help="NAME=FILE: that tree's data is already loaded (FILE holds the JSON its prepare step "
                         "printed); it is neither loaded nor cleaned up (for profiling between runs)")
@@ -209,7 +220,7 @@ def main() -> int:
     if args.in_tree:
         tree = Path(args.in_tree)
         if args.step == "prepare":
-            print(json.dumps(prepare(tree, args.chunks, args.docs, args.seed)))
+            print(json.dumps(prepare(tree, args.chunks, args.docs, args.seed, args.embedding_model)))
         elif args.step == "floor":
             print(json.dumps(floor(tree, json.loads(args.state), args.floor)))
         else:
@@ -246,6 +257,10 @@ def main() -> int:
         if args.embedding_backend:
             env["EMBEDDING_BACKEND"] = args.embedding_backend
         servers = {**states, **prepared}
+        tree_env: dict[str, dict[str, str]] = {name: {} for name in trees}
+        for item in args.tree_env:
+            name, variable, value = item.split("=", 2)
+            tree_env[name][variable] = value
         bases = {}
         for name, tree in trees.items():
             port = _common.free_port()
@@ -255,7 +270,7 @@ def main() -> int:
                  "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
                  "--timeout", "120"],
                 cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env,
-                               "WEB_THREADS": str(args.threads)},
+                               "WEB_THREADS": str(args.threads), **tree_env[name]},
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
             bases[name] = f"http://127.0.0.1:{port}"
@@ -304,31 +319,40 @@ def main() -> int:
         }
         # The HTTP floor: what the front, the middleware and this client cost with no search behind them.
         floor_http = {name: [] for name in names}
+        cpu_ms: dict[str, dict[str, float]] = {name: {} for name in names}  # the workers' CPU per request
+        cpu_before = {name: _workers_cpu_s(procs[name]) for name in names}
         for i in range(args.requests):
             for name in names if i % 2 == 0 else names[::-1]:
                 t0 = time.perf_counter()
                 clients[name].get("/health").raise_for_status()
                 floor_http[name].append((time.perf_counter() - t0) * 1000)
         result["http_floor"] = {name: _percentiles(v) for name, v in floor_http.items()}
+        for name in names:
+            cpu_ms[name]["health"] = round((_workers_cpu_s(procs[name]) - cpu_before[name]) * 1000 / args.requests, 2)
         if args.server_cache:
             hits = {name: [] for name in names}
+            cpu_before = {name: _workers_cpu_s(procs[name]) for name in names}
             for i in range(args.requests):
                 for name in names if i % 2 == 0 else names[::-1]:
                     elapsed, payload = call(name, "hybrid", queries[0])
                     if payload.get("cached"):
                         hits[name].append(elapsed)
             result["cache_hit"] = {name: _percentiles(v) for name, v in hits.items()}
+            for name in names:
+                cpu_s = _workers_cpu_s(procs[name]) - cpu_before[name]
+                cpu_ms[name]["cache_hit"] = round(cpu_s * 1000 / args.requests, 2)
         if args.throughput_s > 0:
             # Distinct texts (the first words of each SciFact passage), so with the cache on these are misses too.
             texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
-            result["throughput"] = throughput(call, names, modes, texts, args)
+            result["throughput"] = throughput(call, names, modes, texts, args, procs, cpu_ms)
+        result["server_cpu_ms_per_request"] = cpu_ms
         for proc in procs.values():
             _common.stop_process(proc)
         if args.floor > 0:
             last = names[-1]
             result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
                                        "--floor", str(args.floor), env=env)
-        shown = ("latency", "http_floor", "cache_hit", "throughput", "floor")
+        shown = ("latency", "http_floor", "cache_hit", "throughput", "server_cpu_ms_per_request", "floor")
         print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
         return 0
     finally:
@@ -344,11 +368,13 @@ def main() -> int:
         print(f"wrote {_common.write_result('hybrid_ab', result)}")
 
 
-def throughput(call, names: list[str], modes: list[str], queries: list[str], args) -> dict:
+def throughput(call, names: list[str], modes: list[str], queries: list[str], args, procs, cpu_ms) -> dict:
     """Requests per second of ``args.clients`` concurrent clients, each mode and tree in turn, in
     slices of ``args.throughput_s / 4`` seconds so both trees see the same load over time; every
-    request of a tree and mode a text it was not sent before."""
+    request of a tree and mode a text it was not sent before. Adds each mode's CPU per request of the
+    tree's workers to ``cpu_ms``."""
     counts = {name: {mode: [0, 0.0] for mode in modes} for name in names}
+    cpu_s = {name: {mode: 0.0 for mode in modes} for name in names}
     sent = {(name, mode): iter(range(10**9)) for name in names for mode in modes}
     lock = threading.Lock()
     slice_s = args.throughput_s / 4
@@ -366,7 +392,7 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
                         with lock:
                             done[0] += 1
 
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), _workers_cpu_s(procs[name])
                 workers = [threading.Thread(target=client) for _ in range(args.clients)]
                 for worker in workers:
                     worker.start()
@@ -374,7 +400,24 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
                     worker.join()
                 counts[name][mode][0] += done[0]
                 counts[name][mode][1] += time.perf_counter() - started
+                cpu_s[name][mode] += _workers_cpu_s(procs[name]) - cpu_started
+    for name in names:
+        for mode in modes:
+            cpu_ms[name][mode] = round(cpu_s[name][mode] * 1000 / max(1, counts[name][mode][0]), 2)
     return {name: {mode: round(n / s, 1) for mode, (n, s) in by_mode.items()} for name, by_mode in counts.items()}
+
+
+def _workers_cpu_s(proc: subprocess.Popen) -> float:
+    """CPU seconds (user + system, all threads) the gunicorn's workers (its arbiter's children) used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a worker that just exited
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def _git_head(tree: Path) -> str:

@@ -9,7 +9,9 @@ makes old entries unreachable rather than stale; they expire with ``SEARCH_CACHE
 
 A response naming a degradation is not stored: a transient backend failure must not be served for an
 hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
-result and compute themselves if it is slow. With Redis unreachable, searches run uncached.
+result and compute themselves if it is slow. A lookup is one Redis round trip (a script reads the entry and
+takes the lock on a miss), and so is storing the answer with the lock released. With Redis unreachable,
+searches run uncached.
 
 ``search()`` itself stays uncached for callers that measure it (the evaluation harness).
 """
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 
 from django.conf import settings
 from django.core.cache import cache
+from django_redis import get_redis_connection
 
 from knowledge.selectors import searched_versions
 from retrieval.services.search import search
@@ -59,11 +62,13 @@ def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
         return CachedSearch(_load(hit, elapsed_ms=(time.perf_counter() - started) * 1000), cached=True)
     try:
         response = search(tenant, request)
-        if not response.degraded:
-            _quietly(cache.set, key, json.dumps(response.as_dict()), settings.SEARCH_CACHE_TTL_S)
-    finally:
+    except BaseException:
         if holds_lock:
             _quietly(cache.delete, lock_key)
+        raise
+    if holds_lock or not response.degraded:
+        value = None if response.degraded else json.dumps(response.as_dict())
+        _quietly(_store, key, value, lock_key if holds_lock else None)
     return CachedSearch(response, cached=False)
 
 
@@ -94,12 +99,23 @@ def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
     return f"search:{tenant.pk}:{digest}"
 
 
+# The entry, or nil having taken the lock (1) or not (0): a hit and a miss's lock in one round trip.
+_GET_OR_LOCK = """
+local value = redis.call('GET', KEYS[1])
+if value then return {value, 0} end
+return {false, redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) and 1 or 0}
+"""
+
+
 def _get_or_lock(key: str, lock_key: str) -> tuple[str | None, bool]:
     """(cached value, False), or (None, True) holding the lock, or (None, False): compute without it."""
-    hit = cache.get(key)
+    redis = get_redis_connection("default")
+    hit, locked = redis.eval(
+        _GET_OR_LOCK, 2, cache.make_key(key), cache.make_key(lock_key), cache.client.encode(1), _LOCK_TTL_S
+    )
     if hit is not None:
-        return hit, False
-    if cache.add(lock_key, 1, _LOCK_TTL_S):
+        return cache.client.decode(hit), False
+    if locked:
         return None, True
     deadline = time.monotonic() + settings.SEARCH_CACHE_WAIT_S
     while time.monotonic() < deadline:
@@ -110,6 +126,16 @@ def _get_or_lock(key: str, lock_key: str) -> tuple[str | None, bool]:
         if lock_key not in values:  # the holder finished without storing (a degraded answer) or gave up
             break
     return None, False
+
+
+def _store(key: str, value: str | None, lock_key: str | None) -> None:
+    """Store ``value`` (unless None) and release ``lock_key`` (unless None), in one round trip."""
+    pipeline = get_redis_connection("default").pipeline(transaction=False)
+    if value is not None:
+        pipeline.set(cache.make_key(key), cache.client.encode(value), ex=settings.SEARCH_CACHE_TTL_S)
+    if lock_key:
+        pipeline.delete(cache.make_key(lock_key))
+    pipeline.execute()
 
 
 def _load(value: str, *, elapsed_ms: float) -> SearchResponse:

@@ -1,7 +1,13 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.fields import StrictBooleanField, StrictCharField, StrictFloatField, StrictIntegerField
+from core.fields import (
+    ShallowFieldsSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+)
 from knowledge.search_settings import (
     AGGREGATES,
     FUSIONS,
@@ -71,7 +77,7 @@ class FiltersField(serializers.JSONField):
 MAX_HOPS = 3
 
 
-class ExpandInput(serializers.Serializer):
+class ExpandInput(ShallowFieldsSerializer):
     """Query expansion switches; an omitted switch takes the tenant's default."""
 
     synonyms = StrictBooleanField(required=False, allow_null=True, default=None)
@@ -80,7 +86,7 @@ class ExpandInput(serializers.Serializer):
     max_expansions = StrictIntegerField(min_value=0, max_value=10, default=3)
 
 
-class SearchInput(serializers.Serializer):
+class SearchInput(ShallowFieldsSerializer):
     query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     top_k = StrictIntegerField(min_value=1, max_value=100, default=10)
     kb_ids = serializers.ListField(

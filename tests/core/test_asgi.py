@@ -77,3 +77,31 @@ def test_a_request_failing_before_its_answer_raises_as_before():
 
     with pytest.raises(RuntimeError, match="view crashed"):
         asyncio.run(WSGIOnThreads(app, threads=1)(dict(SCOPE), receive, send))
+
+
+def test_a_request_thread_keeps_djangos_per_thread_state_between_requests():
+    """The cache's client (an asgiref Local) is built once per thread, not once per request: rebuilding it
+    opened a Redis connection and sent a PING on every request."""
+    from django.core.cache import caches
+
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(caches["default"])
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    async def two_requests(server):
+        for _ in range(2):
+            await server(dict(SCOPE), receive, send)
+
+    server = WSGIOnThreads(app, threads=1)
+    asyncio.run(two_requests(server))
+    server.executor.shutdown(wait=True)
+    assert len(seen) == 2 and seen[0] is seen[1]

@@ -290,6 +290,48 @@ def test_entries_expire(api_client, settings):
     assert post(api_client)["cached"] is False
 
 
+@pytest.fixture
+def redis_round_trips(monkeypatch) -> list[int]:
+    """Round trips to Redis (commands or pipelines sent), counted on the real connections."""
+    from redis.connection import AbstractConnection
+
+    sent = [0]
+    send = AbstractConnection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent[0] += 1
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    return sent
+
+
+@pytest.mark.django_db
+def test_a_miss_takes_two_round_trips_and_a_hit_one(tenant, redis_round_trips, pipeline_runs):
+    """A miss: the lookup taking the lock, then the answer stored with the lock released; a hit: the lookup."""
+    cached_search(tenant, SearchRequest(query="warm up", mode="bm25"))  # connects (handshake, PING)
+    request = SearchRequest(query="kettle", mode="bm25")
+    before = redis_round_trips[0]
+    assert cached_search(tenant, request).cached is False
+    after_miss = redis_round_trips[0]
+    assert cached_search(tenant, request).cached is True
+    assert (after_miss - before, redis_round_trips[0] - after_miss) == (2, 1)
+    assert len(pipeline_runs) == 2
+    assert cache.cache.get(search_cache_key(tenant, request) + ":lock") is None  # released
+
+
+@pytest.mark.django_db
+def test_a_failed_search_releases_the_lock(tenant, monkeypatch):
+    def failing(tenant, request):
+        raise RuntimeError("pipeline crashed")
+
+    monkeypatch.setattr(cache, "search", failing)
+    request = SearchRequest(query="kettle", mode="bm25")
+    with pytest.raises(RuntimeError):
+        cached_search(tenant, request)
+    assert cache.cache.get(search_cache_key(tenant, request) + ":lock") is None
+
+
 # --- concurrent misses -----------------------------------------------------------------------------
 
 
