@@ -71,9 +71,18 @@ def test_a_task_ingests_files_marks_the_bad_one_failed_and_reports_progress(cele
             assert original.read() == (files / Path(name).name).read_bytes()
 
 
+def finished_spans_once(spans, name: str) -> tuple:
+    """The finished spans once ``name`` is among them: a worker stores a task's result before it ends
+    the task's span, so a client that saw the result may read the spans a moment too early."""
+    deadline = time.monotonic() + TASK_TIMEOUT_S  # a bound, not a measurement
+    while not any(span.name == name for span in spans.get_finished_spans()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spans.get_finished_spans()
+
+
 def test_a_task_is_traced_from_its_sender_through_each_ingestion_stage(celery_worker, kb, files, spans):
     wait(queue_files(kb, discover_files([files])).task_id)
-    finished = spans.get_finished_spans()
+    finished = finished_spans_once(spans, "run/knowledge.tasks.ingest_documents")
     by_name = {span.name: span for span in finished}
     sent, run = by_name["apply_async/knowledge.tasks.ingest_documents"], by_name["run/knowledge.tasks.ingest_documents"]
     assert run.parent.span_id == sent.context.span_id  # the trace context travelled in the message
