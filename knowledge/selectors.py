@@ -30,6 +30,7 @@ from knowledge.models import (
     KnowledgeTask,
     SourceRun,
     Synonym,
+    current_graph_extractor,
 )
 from tenants.models import Tenant
 
@@ -243,9 +244,9 @@ def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
 def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
     """Version id -> its graph's extractor, for the versions whose graph another extractor than the
     service's built (``manage.py rebuild_graph`` re-extracts them)."""
-    from engines.graph_extraction import EXTRACTOR_VERSION
-
-    versions = KnowledgeBaseVersion.objects.filter(pk__in=list(version_ids)).exclude(graph_extractor=EXTRACTOR_VERSION)
+    versions = KnowledgeBaseVersion.objects.filter(pk__in=list(version_ids)).exclude(
+        graph_extractor=current_graph_extractor()
+    )
     return dict(versions.values_list("pk", "graph_extractor"))
 
 
