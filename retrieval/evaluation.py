@@ -307,6 +307,7 @@ class Variant:
     aggregate: str | None = None
     feedback: tuple[int, int, float] | None = None  # RM3 (docs, terms, query weight); None: the service default
     fusion: str | None = None  # rrf, relevance or minmax; None: the service default
+    leg_weights: str | None = None  # RRF's: evidence or fixed; None: the service default
 
     @property
     def label(self) -> str:
@@ -315,6 +316,8 @@ class Variant:
             parts.append("w=" + ",".join(f"{name}={value:g}" for name, value in self.weights))
         if self.fusion is not None:
             parts.append(f"fusion={self.fusion}")
+        if self.leg_weights is not None:
+            parts.append(f"legs={self.leg_weights}")
         if self.rrf_k is not None:
             parts.append(f"k={self.rrf_k}")
         if self.dense_weight_floor is not None:
@@ -339,6 +342,7 @@ class Variant:
             weights=dict(self.weights) if self.weights else None,
             candidates=self.candidates,
             fusion=self.fusion,
+            leg_weights=self.leg_weights,
             rrf_k=self.rrf_k,
             dense_weight_floor=self.dense_weight_floor,
             aggregate=self.aggregate,
@@ -356,6 +360,7 @@ class Variant:
             "candidates": self.candidates,
             "weights": dict(self.weights) if self.weights is not None else None,
             "fusion": self.fusion,
+            "leg_weights": self.leg_weights,
             "rrf_k": self.rrf_k,
             "dense_weight_floor": self.dense_weight_floor,
             "aggregate": self.aggregate,
@@ -396,6 +401,7 @@ def build_variants(
     weights: Sequence[tuple[tuple[str, float], ...] | None] = (None,),
     rrf_ks: Sequence[int | None] = (None,),
     fusions: Sequence[str | None] = (None,),
+    leg_weights: Sequence[str | None] = (None,),
     floors: Sequence[float | None] = (None,),
     aggregates: Sequence[str | None] = (None,),
     feedbacks: Sequence[tuple[int, int, float] | None] = (None,),
@@ -404,16 +410,18 @@ def build_variants(
 ) -> list[Variant]:
     """Every combination per mode; fusion settings apply to hybrid only, so a single-leg mode gets one
     row per candidate depth instead of identical repeats, feedback (BM25's) none to the vector mode, and
-    RRF k none to a score fusion."""
+    RRF k and leg weights none to a score fusion."""
     variants: list[Variant] = []
     for mode in modes:
-        hybrid = itertools.product(weights, rrf_ks, floors, fusions) if mode == "hybrid" else [(None,) * 4]
+        hybrid = (
+            itertools.product(weights, rrf_ks, floors, fusions, leg_weights) if mode == "hybrid" else [(None,) * 5]
+        )
         rm3 = [None] if mode == "vector" else feedbacks
-        for (weight, rrf_k, floor, fusion), depth, method, feedback in itertools.product(
+        for (weight, rrf_k, floor, fusion, legs), depth, method, feedback in itertools.product(
             list(hybrid), candidates, aggregates, rm3
         ):
-            rrf_k = rrf_k if fusion in (None, "rrf") else None
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion)
+            rrf_k, legs = (rrf_k, legs) if fusion in (None, "rrf") else (None, None)
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs)
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -509,6 +517,8 @@ def suggested_settings(variant: Variant) -> dict:
         suggested["weights"] = dict(variant.weights)
     if variant.fusion is not None:
         suggested["fusion"] = variant.fusion
+    if variant.leg_weights is not None:
+        suggested["leg_weights"] = variant.leg_weights
     if variant.rrf_k is not None:
         suggested["rrf_k"] = variant.rrf_k
     if variant.dense_weight_floor is not None:

@@ -10,13 +10,25 @@
 
 Chunks with the same dedup key (identical content) are one candidate that accumulates every list's
 contribution; within a list only its best-ranked copy counts.
+
+Per-query leg weights (``weighted_by_evidence``, RRF's default): RRF alone cannot tell a leg that found a
+clear match from one that returned its nearest noise, so each list's weight is multiplied by its own
+evidence for this query (the calibrated ``relevance`` of its first hit, squared), and the lists so
+weighted share the weight they had together. Still weighted RRF with the same k: only the weights move.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DEFAULT_RRF_K = 60
+# The power of a list's first-hit relevance in its per-query weight: the one constant of the rule, chosen
+# from 1, 2, 3, 4, 6, 8 on half of SciFact train (even query ids; docs/BENCHMARKS.md, "Per-query leg weights").
+EVIDENCE_POWER = 2
+# A list's evidence counts as at least this much (not fitted): a leg with none (its first hit no better than
+# unrelated passages, or a tiny KB whose calibration says so of every hit) then only fills the tail, behind
+# every hit another leg has evidence for, instead of dropping out of the answer.
+EVIDENCE_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,30 @@ def score_fusion(
     """Fuse ranked lists by their weighted scores, each hit's as ``normalized`` maps its list onto [0, 1];
     ties as :func:`reciprocal_rank_fusion`."""
     return _fused(lists, lambda ranked: [ranked.weight * value for value in normalized(ranked)], dedup_key)
+
+
+def weighted_by_evidence(
+    lists: list[RankedList], evidence: Callable[[RankedList], float | None]
+) -> list[RankedList]:
+    """The lists with per-query weights: each list that ``evidence`` scores (its first hit's calibrated
+    relevance in [0, 1], at least ``EVIDENCE_FLOOR``; None: no calibrated scale, weight kept) gets
+    ``weight × evidence²``, rescaled so that those lists' weights keep their sum (a third, unscored list
+    keeps its share). Equal evidence leaves the weights as they were."""
+
+    def factor(ranked: RankedList) -> float | None:
+        if ranked.weight <= 0 or (value := evidence(ranked)) is None:
+            return None
+        return max(value, EVIDENCE_FLOOR) ** EVIDENCE_POWER
+
+    factors = [factor(ranked) for ranked in lists]
+    scored = [(ranked.weight, factor) for ranked, factor in zip(lists, factors) if factor is not None]
+    if not scored:
+        return lists
+    scale = sum(weight for weight, _ in scored) / sum(weight * factor for weight, factor in scored)
+    return [
+        ranked if factor is None else replace(ranked, weight=ranked.weight * factor * scale)
+        for ranked, factor in zip(lists, factors)
+    ]
 
 
 def min_max(ranked: RankedList) -> list[float]:

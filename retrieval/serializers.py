@@ -12,6 +12,7 @@ from knowledge.search_settings import (
     AGGREGATES,
     FUSIONS,
     GROUP_BY,
+    LEG_WEIGHTS,
     MAX_CANDIDATES,
     MAX_FEEDBACK_DOCS,
     MAX_FEEDBACK_TERMS,
@@ -107,6 +108,13 @@ class SearchInput(ShallowFieldsSerializer):
         help_text="how the retrievers' lists become one: rrf (weighted reciprocal rank fusion), relevance (the "
         "weighted sum of each hit's calibrated relevance per retriever) or minmax (the weighted sum of each "
         "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else rrf",
+    )
+    leg_weights = serializers.ChoiceField(
+        choices=LEG_WEIGHTS,
+        required=False,
+        help_text="rrf: evidence (each leg's weight scaled for this query by the square of its first hit's "
+        "relevance, the legs' weights keeping their sum) or fixed (the weights as given, for every query); "
+        "default: the KB's, else evidence",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"

@@ -19,6 +19,10 @@ from retrieval.types import SearchRequest
 # each leg's calibrated relevance ranked better on every shared set with a dense leg (docs/BENCHMARKS.md,
 # "Score fusion"): a KB or a request chooses it with ``fusion: "relevance"``.
 DEFAULT_FUSION = "rrf"
+# RRF's leg weights per query: "evidence" scales each leg's weight by its first hit's calibrated relevance
+# (``retrieval.fusion.weighted_by_evidence``; SciFact train +0.008, the other shared sets within 0.002:
+# docs/BENCHMARKS.md, "Per-query leg weights"); "fixed" keeps the configured weights for every query.
+DEFAULT_LEG_WEIGHTS = "evidence"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.
@@ -29,6 +33,7 @@ DEFAULT_FEEDBACK = Feedback(docs=0, terms=10, query_weight=0.5)
 class FusionSettings:
     weights: dict[str, float]  # before the mode and the language floor apply
     fusion: str
+    leg_weights: str
     rrf_k: int
     candidates: int
     dense_weight_floor: float
@@ -56,6 +61,7 @@ def service_defaults(mode: str) -> dict:
     return {
         "weights": weights,
         "fusion": DEFAULT_FUSION,
+        "leg_weights": DEFAULT_LEG_WEIGHTS,
         "rrf_k": settings.RRF_K,
         "candidates": settings.SEARCH_CANDIDATES,
         "dense_weight_floor": settings.DENSE_WEIGHT_FLOOR,
@@ -88,6 +94,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
     }
     overrides = {
         "fusion": request.fusion,
+        "leg_weights": request.leg_weights,
         "rrf_k": request.rrf_k,
         "candidates": request.candidates,
         "dense_weight_floor": request.dense_weight_floor,

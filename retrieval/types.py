@@ -28,6 +28,7 @@ class SearchRequest:
     weights: dict[str, float] | None = None
     candidates: int | None = None
     fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
+    leg_weights: str | None = None  # RRF: "evidence" (per query, retrieval.fusion.weighted_by_evidence) or "fixed"
     rrf_k: int | None = None
     rerank: bool = False
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)

@@ -4,9 +4,9 @@ resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> exp
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
 vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
-scoped to the tenant, its active KB versions and the filters -> fuse (weighted RRF, or normalized scores:
-``retrieval.fusion``) -> order by document when asked
-(``retrieval.grouping``) -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
+scoped to the tenant, its active KB versions and the filters -> fuse (weighted RRF with per-query leg
+weights, or normalized scores: ``retrieval.fusion``) -> order by document when asked (``retrieval.grouping``)
+-> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
@@ -41,7 +42,14 @@ from retrieval.expansion import expand_query
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback, feedback_query
 from retrieval.filters import CompiledFilter, compile_filters
-from retrieval.fusion import FusedCandidate, RankedList, min_max, reciprocal_rank_fusion, score_fusion
+from retrieval.fusion import (
+    FusedCandidate,
+    RankedList,
+    min_max,
+    reciprocal_rank_fusion,
+    score_fusion,
+    weighted_by_evidence,
+)
 from retrieval.grouping import Grouped, aggregate, group_by_document
 from retrieval.services.graph import rank_by_graph
 from retrieval.relevance import combined_relevance, dense_background, dense_relevance, lexical_relevance
@@ -429,13 +437,12 @@ def _fused_by(
     tenant: Tenant, lists: list[RankedList], hashes: dict[int, str], fusion: FusionSettings, scales: RelevanceScales
 ) -> list[FusedCandidate]:
     if fusion.fusion == "rrf":
+        if fusion.leg_weights == "evidence":
+            lists = weighted_by_evidence(lists, _first_hit_relevance(tenant, lists, scales))
         return reciprocal_rank_fusion(lists, k=fusion.rrf_k, dedup_key=hashes.__getitem__)
     if fusion.fusion == "minmax":
         return score_fusion(lists, min_max, dedup_key=hashes.__getitem__)
-    hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
-    versions = list(scales.revisions)  # one searched version needs no lookup
-    single = len(versions) == 1
-    version_of = dict.fromkeys(hit_ids, versions[0]) if single else selectors.chunk_versions(tenant, hit_ids)
+    version_of = _versions_of(tenant, {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}, scales)
 
     def relevance(ranked: RankedList) -> list[float]:
         """The calibrated relevance of each hit, by the list's retriever; min-max for a retriever without one."""
@@ -447,6 +454,32 @@ def _fused_by(
         ]  # a chunk without a version was deleted since: hydrate drops it
 
     return score_fusion(lists, relevance, dedup_key=hashes.__getitem__)
+
+
+def _first_hit_relevance(
+    tenant: Tenant, lists: list[RankedList], scales: RelevanceScales
+) -> Callable[[RankedList], float | None]:
+    """Each list's evidence for per-query weights: its first hit's calibrated relevance; None for a
+    retriever without a calibrated scale (the graph), 0.0 for an empty list."""
+    version_of = _versions_of(tenant, {ranked.hits[0][0] for ranked in lists if ranked.hits}, scales)
+
+    def evidence(ranked: RankedList) -> float | None:
+        if ranked.retriever not in CALIBRATED:
+            return None
+        if not ranked.hits or ranked.hits[0][0] not in version_of:  # none, or deleted since
+            return 0.0
+        chunk_id, score = ranked.hits[0]
+        return scales.leg_relevance(ranked, score, version_of[chunk_id])
+
+    return evidence
+
+
+def _versions_of(tenant: Tenant, chunk_ids: set[int], scales: RelevanceScales) -> dict[int, int]:
+    """Each chunk's KB version (one searched version needs no lookup); a deleted chunk is absent."""
+    versions = list(scales.revisions)
+    if len(versions) == 1:
+        return dict.fromkeys(chunk_ids, versions[0])
+    return selectors.chunk_versions(tenant, chunk_ids)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
         ({"aggregate": "mean"}, "aggregate must be one of none, max, sum"),
         ({"group_by": "kb"}, "group_by must be one of chunk, document"),
         ({"fusion": "borda"}, "fusion must be one of rrf, relevance, minmax"),
+        ({"leg_weights": "learned"}, "leg_weights must be one of evidence, fixed"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(value, message):

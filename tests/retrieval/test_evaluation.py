@@ -165,6 +165,19 @@ def test_fusion_methods_are_hybrid_variants_and_a_score_fusion_takes_no_rrf_k():
     assert suggested_settings(variants[2]) == {"candidates": 100, "fusion": "relevance"}
 
 
+def test_leg_weights_are_rrf_variants_and_reach_the_request_and_the_suggestion():
+    variants = build_variants(
+        ["hybrid"], candidates=[100], fusions=["rrf", "relevance"], leg_weights=["fixed", "evidence"]
+    )
+    assert [v.label for v in variants] == [
+        "hybrid cand=100 fusion=rrf legs=fixed", "hybrid cand=100 fusion=rrf legs=evidence",
+        "hybrid cand=100 fusion=relevance",
+    ]  # fmt: skip
+    assert variants[0].request("q", kb_id=7).leg_weights == "fixed"
+    assert variants[2].request("q", kb_id=7).leg_weights is None
+    assert suggested_settings(variants[0]) == {"candidates": 100, "fusion": "rrf", "leg_weights": "fixed"}
+
+
 def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():
     assert parse_feedback("10:5:0.7") == (10, 5, 0.7) and parse_feedback("0")[0] == 0
     with pytest.raises(ValueError):

@@ -1,6 +1,13 @@
 import pytest
 
-from retrieval.fusion import RankedList, min_max, reciprocal_rank_fusion, score_fusion
+from retrieval.fusion import (
+    EVIDENCE_FLOOR,
+    RankedList,
+    min_max,
+    reciprocal_rank_fusion,
+    score_fusion,
+    weighted_by_evidence,
+)
 
 A, B, C, D = 1, 2, 3, 4
 
@@ -102,3 +109,49 @@ def test_score_fusion_takes_the_normalization_it_is_given_and_merges_duplicates(
     assert [(c.key, c.chunk_id) for c in fused] == [("h2", C), ("h1", A)]
     assert fused[0].fused_score == pytest.approx(0.05 + 0.5)
     assert fused[1].fused_score == pytest.approx(0.09 + 0.4)  # the vector list's best copy only, then bm25's
+
+
+def first_hit_evidence(values: dict[str, float | None]):
+    """Evidence by retriever, as the search reads it from each list's first hit."""
+    return lambda ranked: values[ranked.retriever]
+
+
+def test_evidence_weights_follow_the_square_of_each_lists_first_hit_and_keep_their_sum():
+    vector = RankedList("vector", "q", 1.0, [(A, 0.9), (B, 0.8)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 12.0), (A, 3.0)])
+    weighted = weighted_by_evidence([vector, bm25], first_hit_evidence({"vector": 0.8, "bm25": 0.4}))
+    # 0.8² : 0.4² = 4 : 1, scaled to the sum 2 the two weights had.
+    assert [ranked.weight for ranked in weighted] == pytest.approx([1.6, 0.4])
+    assert [ranked.hits for ranked in weighted] == [vector.hits, bm25.hits]
+    # Fixed weights tie A and B (first and second in opposite lists: the higher vector similarity wins);
+    # the evidence makes the dense leg's first hit win by its weight.
+    assert ids(reciprocal_rank_fusion([vector, bm25])) == [A, B]
+    assert ids(reciprocal_rank_fusion(weighted_by_evidence([vector, bm25], first_hit_evidence(
+        {"vector": 0.4, "bm25": 0.8})))) == [B, A]  # fmt: skip
+
+
+def test_a_list_without_a_calibrated_scale_keeps_its_weight_and_one_scored_list_changes_nothing():
+    vector = RankedList("vector", "q", 2.0, [(A, 0.9)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 12.0)])
+    graph = RankedList("graph", "q", 0.1, [(C, 3.0)])
+    evidence = first_hit_evidence({"vector": 0.5, "bm25": 0.5, "graph": None})
+    weighted = weighted_by_evidence([vector, bm25, graph], evidence)
+    assert [ranked.weight for ranked in weighted] == pytest.approx([2.0, 1.0, 0.1])  # equal evidence: as configured
+    alone = weighted_by_evidence([bm25, graph], first_hit_evidence({"bm25": 0.2, "graph": None}))
+    assert [ranked.weight for ranked in alone] == pytest.approx([1.0, 0.1])
+
+
+def test_a_list_without_evidence_only_fills_the_tail_and_equal_evidence_changes_nothing():
+    vector = RankedList("vector", "q", 1.0, [(A, 0.1), (C, 0.05)])
+    bm25 = RankedList("bm25", "q", 1.0, [(B, 12.0)])
+    weighted = weighted_by_evidence([vector, bm25], first_hit_evidence({"vector": 0.0, "bm25": 0.6}))
+    floor, total = EVIDENCE_FLOOR**2, EVIDENCE_FLOOR**2 + 0.6**2
+    assert [ranked.weight for ranked in weighted] == pytest.approx([2 * floor / total, 2 * 0.36 / total])
+    assert ids(reciprocal_rank_fusion(weighted)) == [B, A, C]  # still there, behind the leg with evidence
+    none = weighted_by_evidence([vector, bm25], first_hit_evidence({"vector": 0.0, "bm25": 0.0}))
+    assert [ranked.weight for ranked in none] == pytest.approx([1.0, 1.0])
+    # A list weighted 0 by the request stays out and is not asked for evidence.
+    skipped = RankedList("vector", "q", 0.0, [(A, 0.9)])
+    asked = []
+    weighted_by_evidence([skipped, bm25], lambda ranked: asked.append(ranked.retriever) or 0.5)
+    assert asked == ["bm25"]

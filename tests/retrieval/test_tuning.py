@@ -1,5 +1,5 @@
 """Which fusion settings a search runs with: the request's, its knowledge bases', the service's."""
-from retrieval.tuning import DEFAULT_FUSION, effective_settings
+from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_WEIGHTS, effective_settings
 from retrieval.types import SearchRequest
 
 
@@ -47,6 +47,12 @@ def test_the_fusion_method_is_the_services_unless_a_kb_or_the_request_chooses_an
     assert effective_settings(request(), [{}]).fusion == DEFAULT_FUSION
     assert effective_settings(request(), [{"fusion": "rrf"}]).fusion == "rrf"
     assert effective_settings(request(fusion="minmax"), [{"fusion": "rrf"}]).fusion == "minmax"
+
+
+def test_rrf_leg_weights_are_per_query_unless_a_kb_or_the_request_fixes_them():
+    assert effective_settings(request(), [{}]).leg_weights == DEFAULT_LEG_WEIGHTS == "evidence"
+    assert effective_settings(request(), [{"leg_weights": "fixed"}]).leg_weights == "fixed"
+    assert effective_settings(request(leg_weights="evidence"), [{"leg_weights": "fixed"}]).leg_weights == "evidence"
 
 
 def test_candidates_never_fall_below_top_k():

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
-from knowledge.search_settings import AGGREGATES, FUSIONS
+from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_WEIGHTS
 from retrieval import evaluation
 from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
@@ -62,6 +62,11 @@ class Command(BaseCommand):
             "--fusion",
             default=None,
             help=f"hybrid: how the lists become one: {','.join(FUSIONS)}; a list sweeps values",
+        )
+        parser.add_argument(
+            "--leg-weights",
+            default=None,
+            help=f"hybrid RRF: {','.join(LEG_WEIGHTS)} (per-query leg weights or the fixed ones); a list sweeps values",
         )
         parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
         parser.add_argument(
@@ -118,8 +123,9 @@ class Command(BaseCommand):
         expand = tuple(_names(options["expand"]))
         unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
         unknown += sorted(set(_names(options["aggregate"])) - set(AGGREGATES))
+        unknown += sorted(set(_names(options["leg_weights"])) - set(LEG_WEIGHTS))
         if unknown := unknown + sorted(set(_names(options["fusion"])) - set(FUSIONS)):
-            raise CommandError(f"unknown mode, expander, aggregate or fusion: {', '.join(unknown)}")
+            raise CommandError(f"unknown mode, expander, aggregate, leg weights or fusion: {', '.join(unknown)}")
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
@@ -133,6 +139,7 @@ class Command(BaseCommand):
             weights=weights,
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
             fusions=_names(options["fusion"]) or [None],
+            leg_weights=_names(options["leg_weights"]) or [None],
             floors=floors,
             aggregates=_names(options["aggregate"]) or [None],
             feedbacks=feedbacks,

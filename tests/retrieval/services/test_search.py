@@ -107,7 +107,8 @@ def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(setti
 
 
 def test_hybrid_fuses_both_lists_and_explains_every_hit(sample_kb):
-    response = run(sample_kb, "How should I store the lithium battery pack?", mode="hybrid", top_k=5, fusion="rrf")
+    query = "How should I store the lithium battery pack?"
+    response = run(sample_kb, query, mode="hybrid", top_k=5, fusion="rrf", leg_weights="fixed")
     top = response.results[0]
     assert names(response)[0] == "safety-datasheet-ppr-9087-battery.pdf"
     assert set(top.retrievers) == {"vector", "bm25"}
@@ -170,8 +171,8 @@ def test_the_graph_gate_lets_the_graph_alone_or_an_open_head_through():
 
 def fusion_settings(fusion: str) -> FusionSettings:
     return FusionSettings(
-        weights={}, fusion=fusion, rrf_k=60, candidates=100, dense_weight_floor=0.0, aggregate="none",
-        group_by="chunk", feedback_docs=0, feedback_terms=10, feedback_query_weight=0.5,
+        weights={}, fusion=fusion, leg_weights="fixed", rrf_k=60, candidates=100, dense_weight_floor=0.0,
+        aggregate="none", group_by="chunk", feedback_docs=0, feedback_terms=10, feedback_query_weight=0.5,
     )  # fmt: skip
 
 
@@ -218,7 +219,7 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     bm25_only = run(sample_kb, query, mode="bm25", top_k=5)
     heavy_bm25 = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 0.0, "bm25": 1.0})
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
-    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1, fusion="rrf")
+    small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1, fusion="rrf", leg_weights="fixed")
     assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
 
 
@@ -233,6 +234,26 @@ def calibrated(kb, hit, query: str) -> dict[str, float]:
         ceiling = get_lexical_index().max_score(version.pk, analyzer_for_tenant(kb.tenant_id).tokens(query))
         legs["bm25"] = lexical_relevance(hit.retrievers["bm25"]["score"], ceiling)
     return legs
+
+
+def test_rrf_weighs_each_leg_by_the_square_of_its_first_hits_relevance_for_this_query(sample_kb):
+    query = "How should I store the lithium battery pack?"
+    response = run(sample_kb, query, mode="hybrid", top_k=100, fusion="rrf", weights={"vector": 0.5})
+    firsts = {
+        leg: next(hit for hit in response.results if hit.retrievers.get(leg, {}).get("rank") == 1)
+        for leg in ("vector", "bm25")
+    }
+    configured = {"vector": 0.5, "bm25": 1.0}
+    evidence = {leg: configured[leg] * calibrated(sample_kb, hit, query)[leg] ** 2 for leg, hit in firsts.items()}
+    weights = {leg: 1.5 * value / sum(evidence.values()) for leg, value in evidence.items()}  # the sum 0.5 + 1 kept
+    assert weights["vector"] != pytest.approx(0.5, abs=0.05)  # the legs' evidence differs for this query
+    for hit in response.results:
+        expected = sum(weights[leg] / (60 + contribution["rank"]) for leg, contribution in hit.retrievers.items())
+        assert hit.fused_score == pytest.approx(expected, abs=1e-5)
+    fixed = run(sample_kb, query, mode="hybrid", top_k=100, fusion="rrf", weights={"vector": 0.5}, leg_weights="fixed")
+    for hit in fixed.results:
+        expected = sum((0.5 if leg == "vector" else 1.0) / (60 + c["rank"]) for leg, c in hit.retrievers.items())
+        assert hit.fused_score == pytest.approx(expected, abs=1e-5)
 
 
 def test_relevance_fusion_adds_each_legs_calibrated_relevance_by_its_weight(sample_kb):
