@@ -98,6 +98,7 @@ class ModelGroup:
     dimension: int
     languages: tuple[str, ...]
     version_ids: tuple[int, ...]
+    revisions: tuple[int, ...]  # of each version, in the same order
 
 
 @dataclass(frozen=True)
