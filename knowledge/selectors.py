@@ -72,7 +72,23 @@ def searched_knowledge(tenant: Tenant, kb_ids: list[int] | None = None) -> Searc
     with connection.cursor() as cursor:
         ids = sorted(set(kb_ids)) if kb_ids else None
         cursor.execute(_SEARCHED_KNOWLEDGE_SQL, [ids, ids, tenant.pk])
-        rows = cursor.fetchall()
+        return _searched_knowledge_of(cursor.fetchall(), kb_ids)
+
+
+def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
+    """:func:`searched_knowledge`'s query over all the tenant's KBs, for another app to send in its
+    round trip (the API key's check: ``tenants.selectors.ReadAlong``); :func:`searched_knowledge_in`
+    reads its rows."""
+    return _SEARCHED_KNOWLEDGE_SQL, [None, None, tenant_id]
+
+
+def searched_knowledge_in(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
+    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``."""
+    wanted = set(kb_ids or ())
+    return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
+
+
+def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
     versions = tuple(
         SearchedVersion(
             kb_id, version_id, revision, model, dim, tuple(languages),

@@ -47,12 +47,14 @@ class CachedSearch:
     cached: bool
 
 
-def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
-    """``search()`` through the result cache."""
+def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> CachedSearch:
+    """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
+    the caller read it already (the API reads it with the key's check)."""
     if settings.SEARCH_CACHE_TTL_S <= 0:
-        return CachedSearch(search(tenant, request), cached=False)
+        return CachedSearch(search(tenant, request, knowledge), cached=False)
     started = time.perf_counter()
-    knowledge = searched_knowledge(tenant, request.kb_ids)
+    if knowledge is None:
+        knowledge = searched_knowledge(tenant, request.kb_ids)
     key = search_cache_key(tenant, request, knowledge)
     lock_key = f"{key}:lock"
     try:

@@ -26,6 +26,7 @@ from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.conftest import client_for
+from tests.factories import KnowledgeBaseFactory
 
 KETTLE = "The stainless steel electric kettle boils 1.7 litres of water in under four minutes."
 GARDEN = "Tomato seedlings need at least six hours of direct sunlight every day."
@@ -412,12 +413,13 @@ def sql_of(captured) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.django_db
-def test_a_miss_reads_the_database_five_times_and_a_hit_twice(client, redis_round_trips):
-    """Over HTTP, hybrid: a miss reads the API key, the searched KB versions with the tenant's vocabulary
-    revision (once, for the cache key and the search), runs pgvector, checks the BM25 hits and hydrates;
-    the vocabulary (per stamp) and the dense leg's plan (per revision) are kept, not read per search. A hit reads the
-    key and the versions. Redis: the rate limit's two commands, the cache's lookup (and on a miss its
-    store), the counters after the answer."""
+def test_a_miss_reads_the_database_four_times_and_a_hit_once(client, redis_round_trips):
+    """Over HTTP, hybrid, with a key the process remembers: a miss checks the API key and reads the
+    searched KB versions with the tenant's vocabulary stamp in one round trip (once, for the cache key
+    and the search), runs pgvector, checks the BM25 hits and hydrates; the vocabulary (per stamp) and
+    the dense leg's plan (per revision) are kept, not read per search. A hit makes the first round trip
+    only. Redis: the rate limit's two commands, the cache's lookup (and on a miss its store), the
+    counters after the answer."""
     post(client, QUERY, path="hybrid")  # connections, the vocabulary, the plan
     with CaptureQueriesContext(connection) as miss:
         before = redis_round_trips[0]
@@ -427,7 +429,7 @@ def test_a_miss_reads_the_database_five_times_and_a_hit_twice(client, redis_roun
         before = redis_round_trips[0]
         assert post(client, {**QUERY, "query": "boiling water"}, path="hybrid")["cached"] is True
         hit_redis = redis_round_trips[0] - before
-    assert (len(sql_of(miss)), miss_redis, len(sql_of(hit)), hit_redis) == (5, 5, 2, 4), sql_of(miss) + sql_of(hit)
+    assert (len(sql_of(miss)), miss_redis, len(sql_of(hit)), hit_redis) == (4, 5, 1, 4), sql_of(miss) + sql_of(hit)
     tables = " ".join(sql_of(miss))
     assert Synonym._meta.db_table not in tables and DictionaryTerm._meta.db_table not in tables
 
@@ -457,3 +459,16 @@ def test_an_ingestion_reaches_the_next_vector_search_of_a_scope_that_was_empty(c
     assert post(client, body, path="vector")["results"] == []
     ingest(tmp_path / "manuals", tenant, {"kettle.md": KETTLE})
     assert [hit["doc_type"] for hit in post(client, body, path="vector")["results"]] == ["md"]
+
+
+@pytest.mark.django_db
+def test_the_versions_read_with_the_key_are_narrowed_to_the_requested_kbs(client, tenant):
+    """Another tenant's KB is reported like an id that does not exist, also when read with the key."""
+    kb = KnowledgeBaseFactory()
+    post(client)  # the process remembers the key from here on
+    own = KnowledgeBase.objects.get(tenant=tenant, name="manuals").pk
+    assert {hit["kb_id"] for hit in post(client, {**QUERY, "kb_ids": [own]})["results"]} == {own}
+    response = client.post(
+        "/api/v1/retrieval/bm25", data=json.dumps({**QUERY, "kb_ids": [own, kb.pk]}), content_type="application/json"
+    )
+    assert response.status_code == 404 and response.json()["error"]["details"]["kb_ids"] == [kb.pk]
