@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
@@ -40,36 +41,64 @@ if TYPE_CHECKING:
     from engines.llm_triples import TripleExtractor
 
 
-def searchable_knowledge_bases(tenant: Tenant, kb_ids: list[int] | None = None) -> list[KnowledgeBase]:
-    """The tenant's KBs to search (all of them when ``kb_ids`` is empty), each with its active version.
+@dataclass(frozen=True)
+class SearchedVersion:
+    """The active version of one KB a search covers, with what the search needs of it and of its KB."""
 
-    A KB id of another tenant is reported exactly like one that does not exist.
-    """
-    queryset = KnowledgeBase.objects.filter(tenant=tenant, active_version__isnull=False).select_related(
-        "active_version"
-    )
-    if kb_ids:
-        queryset = queryset.filter(pk__in=set(kb_ids))
-    found = list(queryset)
-    _check_found(kb_ids, {kb.pk for kb in found})
-    return found
+    kb_id: int
+    version_id: int
+    revision: int
+    embedding_model: str
+    embedding_dim: int
+    languages: tuple[str, ...]  # the KB's
+    search_settings: dict  # the KB's merged with its version's, key by key
 
 
-def searched_versions(tenant: Tenant, kb_ids: list[int] | None = None) -> list[tuple[int, int, dict]]:
-    """(active version id, revision, search settings) of each KB a search would cover, sorted by
-    version: what a cached answer depends on. The settings are the KB's merged with its version's
-    (:func:`search_settings_of`). Same scope and errors as :func:`searchable_knowledge_bases`, a
-    fraction of its cost."""
-    # Raw SQL: this runs on every cached answer, where compiling the ORM query cost more than running it.
+@dataclass(frozen=True)
+class SearchedKnowledge:
+    """What a search reads before it searches, in one round trip: its versions (in the KBs' order, by
+    name) and the stamp of the tenant's synonyms and protected terms (:func:`tenant_vocabulary`'s key).
+    A cached answer depends on exactly this."""
+
+    versions: tuple[SearchedVersion, ...]
+    vocabulary_stamp: int
+
+
+def searched_knowledge(tenant: Tenant, kb_ids: list[int] | None = None) -> SearchedKnowledge:
+    """The tenant's KBs with an active version that a search covers (all of them when ``kb_ids`` is
+    empty). A KB id of another tenant is reported exactly like one that does not exist."""
+    # Raw SQL: this runs on every search and every cached answer, where compiling the ORM query cost
+    # more than running it.
     with connection.cursor() as cursor:
         ids = sorted(set(kb_ids)) if kb_ids else None
-        cursor.execute(_SEARCHED_VERSIONS_SQL, [tenant.pk, ids, ids])
-        rows = cursor.fetchall()
-    _check_found(kb_ids, {row[0] for row in rows})
-    return sorted(
-        (version_id, revision, merged_search_settings(json.loads(kb_settings), json.loads(version_settings)))
-        for _, version_id, revision, kb_settings, version_settings in rows  # Django reads jsonb as text
-    )
+        cursor.execute(_SEARCHED_KNOWLEDGE_SQL, [ids, ids, tenant.pk])
+        return _searched_knowledge_of(cursor.fetchall(), kb_ids)
+
+
+def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
+    """:func:`searched_knowledge`'s query over all the tenant's KBs, for another app to send in its
+    round trip (the API key's check: ``tenants.selectors.ReadAlong``); :func:`searched_knowledge_in`
+    reads its rows."""
+    return _SEARCHED_KNOWLEDGE_SQL, [None, None, tenant_id]
+
+
+def searched_knowledge_in(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
+    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``."""
+    wanted = set(kb_ids or ())
+    return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
+
+
+def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
+    versions = tuple(
+        SearchedVersion(
+            kb_id, version_id, revision, model, dim, tuple(languages),
+            merged_search_settings(json.loads(kb_settings), json.loads(version_settings)),  # jsonb read as text
+        )
+        for _, kb_id, version_id, revision, model, dim, languages, kb_settings, version_settings in rows
+        if kb_id is not None
+    )  # fmt: skip
+    _check_found(kb_ids, {version.kb_id for version in versions})
+    return SearchedKnowledge(versions, rows[0][0] if rows else 0)
 
 
 def search_settings_of(kb: KnowledgeBase) -> dict:
@@ -77,10 +106,14 @@ def search_settings_of(kb: KnowledgeBase) -> dict:
     return merged_search_settings(kb.search_settings, kb.active_version.search_settings)
 
 
-_SEARCHED_VERSIONS_SQL = (
-    f"SELECT kb.id, v.id, v.revision, kb.search_settings, v.search_settings FROM {KnowledgeBase._meta.db_table} kb "
-    f"JOIN {KnowledgeBaseVersion._meta.db_table} v ON v.id = kb.active_version_id "
-    "WHERE kb.tenant_id = %s AND (%s::bigint[] IS NULL OR kb.id = ANY(%s::bigint[]))"
+# One row per KB searched, or one row of NULLs after the tenant's vocabulary stamp when none is.
+_SEARCHED_KNOWLEDGE_SQL = (
+    "SELECT t.vocabulary_stamp, kb.id, v.id, v.revision, v.embedding_model, v.embedding_dim, kb.languages, "
+    f"kb.search_settings, v.search_settings FROM {Tenant._meta.db_table} t "
+    f"LEFT JOIN ({KnowledgeBase._meta.db_table} kb JOIN {KnowledgeBaseVersion._meta.db_table} v "
+    "ON v.id = kb.active_version_id) "
+    "ON kb.tenant_id = t.id AND (%s::bigint[] IS NULL OR kb.id = ANY(%s::bigint[])) "
+    "WHERE t.id = %s ORDER BY kb.name"
 )
 
 
@@ -224,6 +257,40 @@ def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
 
     entries = DictionaryTerm.objects.filter(tenant_id=tenant_id).values_list("kind", "value")
     return analyzer_for(DictionaryEntry(kind=kind, value=value) for kind, value in entries)
+
+
+@dataclass(frozen=True)
+class SynonymRule:
+    """An active synonym rule as the query expander applies it (``knowledge.models.Synonym``)."""
+
+    kind: str
+    terms: tuple[str, ...]
+    replacements: tuple[str, ...]
+    weight: float
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a search applies of a tenant's synonyms and protected terms."""
+
+    analyzer: "Analyzer"
+    synonyms: tuple[SynonymRule, ...]
+
+
+# Tenants whose vocabulary one process keeps (an analyzer and a few rules each); the least recent go first.
+VOCABULARY_CACHE_SIZE = 1024
+
+
+@lru_cache(maxsize=VOCABULARY_CACHE_SIZE)
+def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
+    """The tenant's vocabulary at ``stamp`` (``Tenant.vocabulary_stamp``, which every write of its
+    synonyms or protected terms renews, read by :func:`searched_knowledge`): two queries per stamp and
+    process instead of per search, and an edit applies to the next search in every process."""
+    rules = Synonym.objects.filter(tenant_id=tenant_id, is_active=True).values_list(
+        "kind", "terms", "replacements", "weight"
+    )
+    synonyms = tuple(SynonymRule(kind, tuple(terms), tuple(targets), weight) for kind, terms, targets, weight in rules)
+    return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
 def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":

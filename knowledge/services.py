@@ -63,6 +63,7 @@ from core.metrics import record_ingest
 from core.usage import frequent_queries
 from core.tracing import span
 from tenants.models import Tenant
+from tenants.services import stamp_vocabulary_change
 
 logger = logging.getLogger(__name__)
 
@@ -957,8 +958,9 @@ def bump_revision(version: KnowledgeBaseVersion) -> None:
 
 def expire_cached_answers(tenant_id: int) -> None:
     """After a change that alters how a tenant's queries are answered without touching its chunks
-    (synonyms, protected terms): bump the revision of its KB versions, so no cached answer is reused."""
-    KnowledgeBaseVersion.objects.filter(knowledge_base__tenant_id=tenant_id).update(revision=F("revision") + 1)
+    (synonyms, protected terms): renew its vocabulary stamp, which the cache key names, so no cached
+    answer is reused and every process reads the new vocabulary (``knowledge.selectors.tenant_vocabulary``)."""
+    stamp_vocabulary_change(tenant_id)
 
 
 def delete_document(document: Document) -> None:

@@ -2,10 +2,12 @@
 
 The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
 switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched, the fusion settings the search will use (its KBs' own, ``retrieval.tuning``),
-the settings that shape rankings (``settings.RANKING_SETTINGS``, defined beside
-them) and the stored response's field names. Every content change bumps a revision, so a re-ingest
-makes old entries unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
+KB version searched and the tenant's vocabulary stamp (its synonyms and protected terms): what one
+query reads (``searched_knowledge``), which a miss hands on to the search; then the fusion settings the
+search will use (its KBs' own, ``retrieval.tuning``), the settings that shape rankings
+(``settings.RANKING_SETTINGS``, defined beside them) and the stored response's field names. Every
+content change bumps a revision (an edit of the synonyms: the stamp), so old entries become
+unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
 
 A response naming a degradation is not stored: a transient backend failure must not be served for an
 hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
@@ -26,9 +28,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django_redis import get_redis_connection
 
-from knowledge.selectors import searched_versions
-from retrieval.services.search import search
-from retrieval.tuning import effective_settings
+from knowledge.selectors import SearchedKnowledge, searched_knowledge
+from retrieval.services.search import search, searched_settings
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
@@ -46,22 +47,25 @@ class CachedSearch:
     cached: bool
 
 
-def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
-    """``search()`` through the result cache."""
+def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> CachedSearch:
+    """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
+    the caller read it already (the API reads it with the key's check)."""
     if settings.SEARCH_CACHE_TTL_S <= 0:
-        return CachedSearch(search(tenant, request), cached=False)
+        return CachedSearch(search(tenant, request, knowledge), cached=False)
     started = time.perf_counter()
-    key = search_cache_key(tenant, request)
+    if knowledge is None:
+        knowledge = searched_knowledge(tenant, request.kb_ids)
+    key = search_cache_key(tenant, request, knowledge)
     lock_key = f"{key}:lock"
     try:
         hit, holds_lock = _get_or_lock(key, lock_key)
     except REDIS_ERRORS as exc:
         warn_redis_unavailable("search cache", exc)
-        return CachedSearch(search(tenant, request), cached=False)
+        return CachedSearch(search(tenant, request, knowledge), cached=False)
     if hit is not None:
         return CachedSearch(_load(hit, elapsed_ms=(time.perf_counter() - started) * 1000), cached=True)
     try:
-        response = search(tenant, request)
+        response = search(tenant, request, knowledge)
     except BaseException:
         if holds_lock:
             _quietly(cache.delete, lock_key)
@@ -72,9 +76,9 @@ def cached_search(tenant: Tenant, request: SearchRequest) -> CachedSearch:
     return CachedSearch(response, cached=False)
 
 
-def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
-    """Raises ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would."""
-    versions = searched_versions(tenant, request.kb_ids)
+def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> str:
+    """The key of ``request``'s answer over ``knowledge`` (``searched_knowledge``, which raises
+    ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would)."""
     expand = asdict(request.expand)
     for name in _EXPANDERS:
         if expand[name] is None:
@@ -88,9 +92,10 @@ def search_cache_key(tenant: Tenant, request: SearchRequest) -> str:
     material = {
         "tenant": tenant.pk,
         "request": normalized,
-        "versions": [(version_id, revision) for version_id, revision, _ in versions],
+        "versions": sorted((version.version_id, version.revision) for version in knowledge.versions),
+        "vocabulary": knowledge.vocabulary_stamp,
         # The fusion settings the search will run with (the request's, its KBs', the service's).
-        "fusion": effective_settings(request, [search_settings for _, _, search_settings in versions]).as_dict(),
+        "fusion": searched_settings(request, knowledge).as_dict(),
         # A restart with new ranking settings must not serve rankings made under the old ones.
         "settings": {name: getattr(settings, name) for name in settings.RANKING_SETTINGS},
         "shape": _SHAPE,

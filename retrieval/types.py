@@ -99,6 +99,7 @@ class ModelGroup:
     dimension: int
     languages: tuple[str, ...]
     version_ids: tuple[int, ...]
+    revisions: tuple[int, ...]  # of each version, in the same order
 
 
 @dataclass(frozen=True)

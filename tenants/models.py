@@ -70,6 +70,9 @@ class Tenant(models.Model):
     rate_tier = models.ForeignKey(
         RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants"
     )
+    # A new random value with every write of the tenant's synonyms or protected terms (knowledge's vocabulary):
+    # searches read it with their KB versions and keep the vocabulary per stamp instead of reading it each time.
+    vocabulary_stamp = models.BigIntegerField(default=0, db_default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

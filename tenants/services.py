@@ -20,6 +20,14 @@ KEY_SCHEME = "rk"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+def stamp_vocabulary_change(tenant_id: int) -> None:
+    """After a write of the tenant's synonyms or protected terms, in the same transaction: the next
+    search of every process reads the new stamp and with it the new vocabulary. Random, not a counter:
+    a counter bumped in a transaction that rolls back is bumped to the same value again by the next
+    write, so a vocabulary read inside the first would be kept for the second."""
+    Tenant.objects.filter(pk=tenant_id).update(vocabulary_stamp=secrets.randbits(63))
+
+
 def hash_api_key(raw_key: str) -> str:
     """SHA-256 of the whole key: keys carry 256 random bits, so a slow KDF would add nothing."""
     return hashlib.sha256(raw_key.encode()).hexdigest()

@@ -9,6 +9,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from knowledge.selectors import SynonymRule
 from retrieval.expansion.base import ExpansionContext, ExpansionError, QueryExpander, QueryVariant
 from retrieval.expansion.common import top_variants
 from retrieval.expansion.llm import LLMExpander
@@ -54,13 +55,16 @@ def _degraded(component: str, cause: str, message: str) -> dict:
     return {"stage": "expand", "component": component, "cause": cause, "message": message}
 
 
-def expand_query(query: str, *, tenant, version_ids: tuple[int, ...], options: ExpansionOptions) -> ExpansionResult:
-    """The variants to search for ``query`` in ``version_ids``; failing expanders are reported, not raised."""
+def expand_query(
+    query: str, *, tenant, version_ids: tuple[int, ...], synonyms: tuple[SynonymRule, ...], options: ExpansionOptions
+) -> ExpansionResult:
+    """The variants to search for ``query`` in ``version_ids`` with the tenant's ``synonyms``; failing
+    expanders are reported, not raised."""
     result = ExpansionResult(variants=[QueryVariant(query, 1.0, "original")], degraded=[], timings_ms={})
     if not query.strip() or options.max_expansions < 1:
         return result
     context = ExpansionContext(
-        tenant_id=tenant.pk, version_ids=tuple(version_ids), max_expansions=options.max_expansions
+        tenant_id=tenant.pk, version_ids=tuple(version_ids), synonyms=synonyms, max_expansions=options.max_expansions
     )
     expansions: list[QueryVariant] = []
     for expander in EXPANDERS:

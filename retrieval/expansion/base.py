@@ -4,6 +4,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from engines.errors import ComponentError
+from knowledge.selectors import SynonymRule
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class QueryVariant:
 class ExpansionContext:
     tenant_id: int
     version_ids: tuple[int, ...]  # the active KB versions being searched (spelling uses their vocabulary)
+    synonyms: tuple[SynonymRule, ...]  # the tenant's active rules (``knowledge.selectors.tenant_vocabulary``)
     max_expansions: int
 
 

@@ -21,7 +21,7 @@ def term_pattern(term: str) -> re.Pattern[str]:
     return re.compile(start + re.escape(term) + end, re.IGNORECASE)
 
 
-def _rewrites(kind: str, terms: list[str], replacements: list[str]) -> list[tuple[str, list[str]]]:
+def _rewrites(kind: str, terms: tuple[str, ...], replacements: tuple[str, ...]) -> list[tuple[str, list[str]]]:
     """(term to find, its substitutes): a two-way group maps each member to the others, a rule one way.
 
     Terms are searched longest first, so that a member found inside a longer member ("手机" in
@@ -47,13 +47,10 @@ class SynonymExpander(QueryExpander):
     name = "synonyms"
 
     def expand(self, query: str, context: ExpansionContext) -> list[QueryVariant]:
-        rules = Synonym.objects.filter(tenant_id=context.tenant_id, is_active=True).values_list(
-            "kind", "terms", "replacements", "weight"
-        )
         variants: list[QueryVariant] = []
-        for kind, terms, replacements, weight in rules:
+        for rule in context.synonyms:
             covered: list[Span] = []  # occurrences of this rule's longer terms
-            for term, substitutes in _rewrites(kind, terms, replacements):
+            for term, substitutes in _rewrites(rule.kind, rule.terms, rule.replacements):
                 spans = [
                     match.span()
                     for match in term_pattern(term).finditer(query)
@@ -61,5 +58,7 @@ class SynonymExpander(QueryExpander):
                 ]
                 covered += spans
                 if spans:
-                    variants += [QueryVariant(_substitute(query, spans, new), weight, "synonym") for new in substitutes]
+                    variants += [
+                        QueryVariant(_substitute(query, spans, new), rule.weight, "synonym") for new in substitutes
+                    ]
         return top_variants(query, variants, context.max_expansions)

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
-from knowledge.selectors import analyzer_for_tenant, searchable_knowledge_bases
+from knowledge.selectors import analyzer_for_tenant, searched_knowledge
 from knowledge.stores import graph_store
 from retrieval import selectors
 from retrieval.errors import GraphUnavailable
@@ -65,9 +65,9 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     degraded: list[Degradation] = []
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        kbs = searchable_knowledge_bases(tenant, request.kb_ids)
-        kb_of_version = {kb.active_version_id: kb.pk for kb in kbs}
-        groups = model_groups(kbs)
+        versions = searched_knowledge(tenant, request.kb_ids).versions
+        kb_of_version = {version.version_id: version.kb_id for version in versions}
+        groups = model_groups(versions)
         store = graph_store()
         with timings.stage("graph"):
             try:

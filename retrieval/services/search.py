@@ -18,23 +18,24 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 import numpy as np
+from cachetools import TTLCache
 from django.conf import settings
 
 from core.errors import DomainError
 from core.metrics import record_search
 from engines import get_lexical_index
-from engines.analysis import detect_language
+from engines.analysis import Analyzer, detect_language
 from engines.base import LexicalHit, LexicalIndexError, SearchScope
 from engines.embedders import get_embedder
 from engines.rerankers import get_reranker
-from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, search_settings_of, searchable_knowledge_bases
+from knowledge.selectors import SearchedKnowledge, SearchedVersion, SynonymRule, searched_knowledge, tenant_vocabulary
 from knowledge.stores import vector_index
 from retrieval import selectors
 from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
@@ -85,20 +86,23 @@ _embedding_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 _lexical_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lexical")
 
 
-def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
-    """One search, uncached (``retrieval.cache.cached_search`` is the API's way in); records its metrics."""
+def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> SearchResponse:
+    """One search, uncached (``retrieval.cache.cached_search`` is the API's way in); records its metrics.
+    ``knowledge``: what ``searched_knowledge`` read for this request (the cache key's read), else read here."""
     timings = StageTimings()
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        kbs = searchable_knowledge_bases(tenant, request.kb_ids)
-        fusion = effective_settings(request, [search_settings_of(kb) for kb in kbs])
-        revisions = {kb.active_version.pk: kb.active_version.revision for kb in kbs}
-        groups = model_groups(kbs)
+        if knowledge is None:
+            knowledge = searched_knowledge(tenant, request.kb_ids)
+        fusion = searched_settings(request, knowledge)
+        revisions = {version.version_id: version.revision for version in knowledge.versions}
+        groups = model_groups(knowledge.versions)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
         candidates = fusion.candidates
+        vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)
 
         with timings.stage("expand"):
-            expansion = expand(tenant, request, version_ids)
+            expansion = expand(tenant, request, version_ids, vocabulary.synonyms)
         weights = weigh(request, groups, fusion)
         hops = settings.GRAPH_HOPS if request.hops is None else request.hops
         legs, known_hashes = _retrieve(
@@ -108,6 +112,7 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
             expansion.variants,
             weights.by_retriever,
             compiled,
+            vocabulary.analyzer,
             candidates,
             hops,
             fusion.feedback,
@@ -162,22 +167,32 @@ def search(tenant: Tenant, request: SearchRequest) -> SearchResponse:
 # --- stages ---------------------------------------------------------------------------------------
 
 
-def model_groups(kbs: list[KnowledgeBase]) -> list[ModelGroup]:
-    """The searched KBs' active versions grouped by embedding model, in the KBs' order."""
-    version_ids: dict[tuple[str, int], list[int]] = {}
-    languages: dict[tuple[str, int], tuple[str, ...]] = {}
-    for kb in kbs:
-        version = kb.active_version
-        key = (version.embedding_model, version.embedding_dim)
-        version_ids.setdefault(key, []).append(version.pk)
-        languages.setdefault(key, tuple(kb.languages))
-    return [ModelGroup(model, dim, languages[model, dim], tuple(ids)) for (model, dim), ids in version_ids.items()]
+def searched_settings(request: SearchRequest, knowledge: SearchedKnowledge) -> FusionSettings:
+    """The fusion settings a search runs with: the request's, its KBs', the service's (``retrieval.tuning``)."""
+    return effective_settings(request, [version.search_settings for version in knowledge.versions])
 
 
-def expand(tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...]) -> Expansion:
+def model_groups(versions: Iterable[SearchedVersion]) -> list[ModelGroup]:
+    """The searched versions grouped by embedding model, in the KBs' order."""
+    grouped: dict[tuple[str, int], list[SearchedVersion]] = {}
+    for version in versions:
+        grouped.setdefault((version.embedding_model, version.embedding_dim), []).append(version)
+    return [
+        ModelGroup(
+            model, dim, members[0].languages, tuple(v.version_id for v in members), tuple(v.revision for v in members)
+        )
+        for (model, dim), members in grouped.items()
+    ]
+
+
+def expand(
+    tenant: Tenant, request: SearchRequest, version_ids: tuple[int, ...], synonyms: tuple[SynonymRule, ...]
+) -> Expansion:
     """The query variants to search, the original first. ``expand_query`` turns whatever an expander
     raises into a degradation itself (stage ``expand``, naming the expander)."""
-    expansion = expand_query(request.query, tenant=tenant, version_ids=version_ids, options=request.expand)
+    expansion = expand_query(
+        request.query, tenant=tenant, version_ids=version_ids, synonyms=synonyms, options=request.expand
+    )
     return Expansion(expansion.variants, expansion.degraded)
 
 
@@ -203,16 +218,18 @@ def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettin
     return Weights(weights, notes)
 
 
-def prepare_bm25(tenant: Tenant, version_ids: tuple[int, ...], compiled: CompiledFilter, candidates: int) -> LexicalQuery:
-    """The BM25 leg's database reads, before the keyword index searches: the tenant's analyzer and,
-    with filters, the chunk ids SQL says match (the source of truth for filters) for the index to
-    search inside; when too many match, the index searches without them, ten times deeper, and its
-    hits are filtered after (deeper again while too few pass)."""
+def prepare_bm25(
+    tenant: Tenant, version_ids: tuple[int, ...], compiled: CompiledFilter, analyzer: Analyzer, candidates: int
+) -> LexicalQuery:
+    """The BM25 leg's database reads, before the keyword index searches (the tenant's ``analyzer`` comes
+    with its vocabulary): with filters, the chunk ids SQL says match (the source of truth for filters)
+    for the index to search inside; when too many match, the index searches without them, ten times
+    deeper, and its hits are filtered after (deeper again while too few pass)."""
     allowed, depth = None, candidates
     if compiled.q:
         allowed = selectors.filtered_chunk_ids(tenant, version_ids, compiled, settings.LEXICAL_FILTER_MAX_IDS)
         depth = candidates if allowed is not None else candidates * 10
-    return LexicalQuery(analyzer_for_tenant(tenant.pk), allowed, depth)
+    return LexicalQuery(analyzer, allowed, depth)
 
 
 def search_keyword_index(
@@ -375,9 +392,32 @@ def embed(groups: list[ModelGroup], texts: list[str]) -> dict[str, np.ndarray]:
 
 
 def plan_vector(tenant: Tenant, groups: list[ModelGroup], compiled: CompiledFilter) -> list[object | None]:
-    """The vector index's per-group plans: work that needs no query vector, done while it embeds."""
+    """The vector index's per-group plans: work that needs no query vector, done while it embeds, or
+    remembered from an earlier search of the same versions at the same revisions with the same filters."""
     index = vector_index()
-    return [index.plan(_scope(tenant, group), compiled.sql) for group in groups]
+    return [_vector_plan(index, tenant, group, compiled) for group in groups]
+
+
+# The dense leg's plan (how many rows are in scope, exact scan or HNSW) per tenant, versions at their
+# revisions, dimension and filters: the rows in a version's scope change only with its revision. Only
+# plans that found rows are kept: a stale one only steers exact vs HNSW, which both return every match
+# (the walk falls back to exact), where a stale "none" would hide new rows. The TTL follows the index's
+# size, which moves the exact-scan limit (``engines.pgvector_index``: re-read every 60 s).
+_vector_plans: TTLCache = TTLCache(maxsize=10_000, ttl=60)
+_vector_plans_lock = threading.Lock()
+
+
+def _vector_plan(index, tenant: Tenant, group: ModelGroup, compiled: CompiledFilter) -> object | None:
+    filters = compiled.sql
+    key = (tenant.pk, group.version_ids, group.revisions, group.dimension, filters.sql, repr(filters.params))
+    with _vector_plans_lock:
+        plan = _vector_plans.get(key)
+    if plan is None:
+        plan = index.plan(_scope(tenant, group), filters)
+        if plan:
+            with _vector_plans_lock:
+                _vector_plans[key] = plan
+    return plan
 
 
 def retrieve_vector(
@@ -704,6 +744,7 @@ def _retrieve(
     variants: list[QueryVariant],
     weights: dict[str, float],
     compiled: CompiledFilter,
+    analyzer: Analyzer,
     candidates: int,
     hops: int,
     feedback: Feedback,
@@ -723,7 +764,7 @@ def _retrieve(
     if weights["bm25"] > 0:
         with timings.stage("bm25"):
             try:
-                query = prepare_bm25(tenant, version_ids, compiled, candidates)
+                query = prepare_bm25(tenant, version_ids, compiled, analyzer, candidates)
             except Exception as exc:
                 legs["bm25"] = _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
         if query is not None:  # submitted outside the stage, so its span is the search's child like the others

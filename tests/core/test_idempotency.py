@@ -50,9 +50,9 @@ def count_searches(monkeypatch) -> list[str]:
     """The queries the search pipeline actually ran."""
     ran: list[str] = []
 
-    def counted_search(tenant, request):
+    def counted_search(tenant, request, knowledge=None):
         ran.append(request.query)
-        return search(tenant, request)
+        return search(tenant, request, knowledge)
 
     monkeypatch.setattr(cache, "search", counted_search)
     return ran
@@ -114,7 +114,7 @@ def test_client_errors_are_stored_and_replayed(api_client, body, status):
 
 @pytest.mark.django_db
 def test_server_errors_are_not_stored(api_client, monkeypatch):
-    def unavailable(tenant, request):
+    def unavailable(tenant, request, knowledge=None):
         raise EmbedderUnavailable("the embedder is warming up")
 
     monkeypatch.setattr(cache, "search", unavailable)
@@ -127,7 +127,7 @@ def test_server_errors_are_not_stored(api_client, monkeypatch):
 
 @pytest.mark.django_db
 def test_an_unhandled_error_releases_the_key(api_client, monkeypatch):
-    monkeypatch.setattr(cache, "search", lambda tenant, request: 1 / 0)
+    monkeypatch.setattr(cache, "search", lambda tenant, request, knowledge=None: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # the test client re-raises what became a 500
         post(api_client)
     monkeypatch.setattr(cache, "search", search)
@@ -160,11 +160,11 @@ def test_a_duplicate_while_the_first_is_in_flight_is_409(tenant, monkeypatch):
     """The first request blocks inside the pipeline (in a thread) while duplicates arrive."""
     entered, release = threading.Event(), threading.Event()
 
-    def held_search(tenant, request):
+    def held_search(tenant, request, knowledge=None):
         if request.query == BODY["query"]:
             entered.set()
             release.wait(10)
-        return search(tenant, request)
+        return search(tenant, request, knowledge)
 
     monkeypatch.setattr(cache, "search", held_search)
     client = client_for(tenant)

@@ -1,9 +1,11 @@
 """Synonyms and protected terms in bulk: plans with per-line errors, applying, exporting back."""
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from knowledge import vocabulary
-from knowledge.models import DictionaryTerm, KnowledgeBaseVersion, Synonym
-from tests.factories import KnowledgeBaseFactory
+from knowledge.models import DictionaryTerm, Synonym
+from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -48,15 +50,17 @@ def test_csv_updates_what_exists_keeps_what_is_unchanged_and_flags_repeats(tenan
 
 
 def test_applying_writes_the_plan_and_expires_cached_answers_once(tenant):
-    kb = KnowledgeBaseFactory(tenant=tenant)
-    revision = kb.active_version.revision
+    stamp = Tenant.objects.get(pk=tenant.pk).vocabulary_stamp
     text = "value,kind,note\nPPR-9087,,battery\nORD-\\d{4},pattern,\n"
     plan = vocabulary.plan_import(tenant, vocabulary.TERMS_CSV, text)
-    vocabulary.apply_import(tenant, plan)
+    with CaptureQueriesContext(connection) as writes:
+        vocabulary.apply_import(tenant, plan)
+    tenant_updates = f'UPDATE "{Tenant._meta.db_table}"'
+    assert len([query for query in writes.captured_queries if query["sql"].startswith(tenant_updates)]) == 1
     assert sorted(DictionaryTerm.objects.filter(tenant=tenant).values_list("kind", "value", "note")) == [
         ("pattern", "ORD-\\d{4}", ""), ("term", "PPR-9087", "battery"),
     ]  # fmt: skip
-    assert KnowledgeBaseVersion.objects.get(pk=kb.active_version_id).revision > revision
+    assert Tenant.objects.get(pk=tenant.pk).vocabulary_stamp != stamp
     again = vocabulary.plan_import(tenant, vocabulary.TERMS_CSV, "value,kind,note\nPPR-9087,term,battery\n")
     assert (len(again.add), len(again.update), len(again.unchanged)) == (0, 0, 1)
 

@@ -15,15 +15,18 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
-from django.db import connections
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
 from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.services import update_search_settings
+from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.conftest import client_for
+from tests.factories import KnowledgeBaseFactory
 
 KETTLE = "The stainless steel electric kettle boils 1.7 litres of water in under four minutes."
 GARDEN = "Tomato seedlings need at least six hours of direct sunlight every day."
@@ -55,9 +58,9 @@ def pipeline_runs(monkeypatch) -> list[SearchRequest]:
     """The requests the search pipeline actually ran (cache hits do not run it)."""
     runs: list[SearchRequest] = []
 
-    def counted_search(tenant, request):
+    def counted_search(tenant, request, knowledge=None):
         runs.append(request)
-        return search(tenant, request)
+        return search(tenant, request, knowledge)
 
     monkeypatch.setattr(cache, "search", counted_search)
     return runs
@@ -146,9 +149,9 @@ def another_value(value):
 @pytest.mark.parametrize("name", django_settings.RANKING_SETTINGS)
 def test_every_ranking_setting_is_part_of_the_key(tenant, settings, name):
     request = SearchRequest(query="electric kettle water")
-    before = search_cache_key(tenant, request)
+    before = search_cache_key(tenant, request, searched_knowledge(tenant))
     setattr(settings, name, another_value(getattr(settings, name)))
-    assert search_cache_key(tenant, request) != before
+    assert search_cache_key(tenant, request, searched_knowledge(tenant)) != before
 
 
 # Settings the search and engine code reads that never change which passages rank where, and why.
@@ -317,19 +320,19 @@ def test_a_miss_takes_two_round_trips_and_a_hit_one(tenant, redis_round_trips, p
     assert cached_search(tenant, request).cached is True
     assert (after_miss - before, redis_round_trips[0] - after_miss) == (2, 1)
     assert len(pipeline_runs) == 2
-    assert cache.cache.get(search_cache_key(tenant, request) + ":lock") is None  # released
+    assert cache.cache.get(search_cache_key(tenant, request, searched_knowledge(tenant)) + ":lock") is None  # released
 
 
 @pytest.mark.django_db
 def test_a_failed_search_releases_the_lock(tenant, monkeypatch):
-    def failing(tenant, request):
+    def failing(tenant, request, knowledge=None):
         raise RuntimeError("pipeline crashed")
 
     monkeypatch.setattr(cache, "search", failing)
     request = SearchRequest(query="kettle", mode="bm25")
     with pytest.raises(RuntimeError):
         cached_search(tenant, request)
-    assert cache.cache.get(search_cache_key(tenant, request) + ":lock") is None
+    assert cache.cache.get(search_cache_key(tenant, request, searched_knowledge(tenant)) + ":lock") is None
 
 
 # --- concurrent misses -----------------------------------------------------------------------------
@@ -359,10 +362,10 @@ def slow_pipeline(monkeypatch) -> list[float]:
     """Each pipeline run takes 0.5 s; returns the start times of the runs."""
     started: list[float] = []
 
-    def slow_search(tenant, request):
+    def slow_search(tenant, request, knowledge=None):
         started.append(time.monotonic())
         time.sleep(0.5)
-        return search(tenant, request)
+        return search(tenant, request, knowledge)
 
     monkeypatch.setattr(cache, "search", slow_search)
     return started
@@ -397,3 +400,75 @@ def test_searches_still_answer_when_redis_stops(private_redis, client, caplog):
         assert response["cached"] is False
         assert response["results"] == first["results"]
     assert len([r for r in caplog.records if "search cache degraded" in r.getMessage()]) == 1
+
+
+# --- round trips of a search over HTTP -------------------------------------------------------------
+
+
+def sql_of(captured) -> list[str]:
+    """The statements sent, but the savepoint pgvector's query takes inside the test's transaction
+    (served in autocommit, it needs none)."""
+    return [query["sql"] for query in captured.captured_queries if "SAVEPOINT" not in query["sql"]]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_miss_reads_the_database_four_times_and_a_hit_once(client, redis_round_trips):
+    """Over HTTP, hybrid, with a key the process remembers: a miss checks the API key and reads the
+    searched KB versions with the tenant's vocabulary stamp in one round trip (once, for the cache key
+    and the search), runs pgvector, checks the BM25 hits and hydrates; the vocabulary (per stamp) and
+    the dense leg's plan (per revision) are kept, not read per search. A hit makes the first round trip
+    only. Redis: the rate limit's two commands, the cache's lookup (and on a miss its store), the
+    counters after the answer."""
+    post(client, QUERY, path="hybrid")  # connections, the vocabulary, the plan
+    with CaptureQueriesContext(connection) as miss:
+        before = redis_round_trips[0]
+        assert post(client, {**QUERY, "query": "boiling water"}, path="hybrid")["cached"] is False
+        miss_redis = redis_round_trips[0] - before
+    with CaptureQueriesContext(connection) as hit:
+        before = redis_round_trips[0]
+        assert post(client, {**QUERY, "query": "boiling water"}, path="hybrid")["cached"] is True
+        hit_redis = redis_round_trips[0] - before
+    assert (len(sql_of(miss)), miss_redis, len(sql_of(hit)), hit_redis) == (4, 5, 1, 4), sql_of(miss) + sql_of(hit)
+    tables = " ".join(sql_of(miss))
+    assert Synonym._meta.db_table not in tables and DictionaryTerm._meta.db_table not in tables
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+@pytest.mark.parametrize("ttl", [3600, 0], ids=["cache on", "cache off"])
+def test_a_synonym_added_in_the_admin_applies_to_the_next_search(client, tenant, admin_client, settings, ttl):
+    settings.SEARCH_CACHE_TTL_S = ttl
+    body = {"query": "boiler", "top_k": 5}
+    assert post(client, body)["results"] == []
+    added = admin_client.post(
+        "/admin/knowledge/synonym/add/",
+        {"tenant": tenant.pk, "kind": "equivalent", "terms": "boiler,kettle", "replacements": "", "weight": "0.5",
+         "is_active": "on"},
+    )  # fmt: skip
+    assert added.status_code == 302, added.content
+    assert "kettle" in post(client, body)["results"][0]["content"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_an_ingestion_reaches_the_next_vector_search_of_a_scope_that_was_empty(client, tenant, tmp_path, settings):
+    """The dense leg keeps its plan per revision only when rows matched: an empty scope is counted again."""
+    settings.SEARCH_CACHE_TTL_S = 0
+    body = {**QUERY, "filters": {"doc_type": "md"}}
+    assert post(client, body, path="vector")["results"] == []
+    ingest(tmp_path / "manuals", tenant, {"kettle.md": KETTLE})
+    assert [hit["doc_type"] for hit in post(client, body, path="vector")["results"]] == ["md"]
+
+
+@pytest.mark.django_db
+def test_the_versions_read_with_the_key_are_narrowed_to_the_requested_kbs(client, tenant):
+    """Another tenant's KB is reported like an id that does not exist, also when read with the key."""
+    kb = KnowledgeBaseFactory()
+    post(client)  # the process remembers the key from here on
+    own = KnowledgeBase.objects.get(tenant=tenant, name="manuals").pk
+    assert {hit["kb_id"] for hit in post(client, {**QUERY, "kb_ids": [own]})["results"]} == {own}
+    response = client.post(
+        "/api/v1/retrieval/bm25", data=json.dumps({**QUERY, "kb_ids": [own, kb.pk]}), content_type="application/json"
+    )
+    assert response.status_code == 404 and response.json()["error"]["details"]["kb_ids"] == [kb.pk]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from knowledge.models import KnowledgeBaseVersion, Synonym
+from knowledge.selectors import SynonymRule, searched_knowledge, tenant_vocabulary
 from retrieval import expansion
 from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
 from retrieval.expansion import rm3
@@ -28,8 +29,15 @@ def fresh_spelling_cache():
     expansion.SPELLING.dictionaries.clear()
 
 
-def context(tenant, version_ids=(), max_expansions=3) -> ExpansionContext:
-    return ExpansionContext(tenant_id=tenant.pk, version_ids=tuple(version_ids), max_expansions=max_expansions)
+def context(tenant, version_ids=(), max_expansions=3, synonyms=()) -> ExpansionContext:
+    return ExpansionContext(
+        tenant_id=tenant.pk, version_ids=tuple(version_ids), synonyms=synonyms, max_expansions=max_expansions
+    )
+
+
+def synonyms_of(tenant) -> tuple[SynonymRule, ...]:
+    """The tenant's rules as a search reads them: at its current vocabulary stamp."""
+    return tenant_vocabulary(tenant.pk, searched_knowledge(tenant).vocabulary_stamp).synonyms
 
 
 def texts(variants: list[QueryVariant]) -> list[str]:
@@ -42,7 +50,10 @@ def only(**switches) -> dict:
 
 
 def run(query, tenant, versions=(), **options) -> ExpansionResult:
-    return expand_query(query, tenant=tenant, version_ids=tuple(versions), options=ExpansionOptions(**options))
+    synonyms = synonyms_of(tenant)
+    return expand_query(
+        query, tenant=tenant, version_ids=tuple(versions), synonyms=synonyms, options=ExpansionOptions(**options)
+    )
 
 
 def group(tenant, *terms, weight=0.5, **fields) -> Synonym:
@@ -60,7 +71,8 @@ def rule(tenant, terms, replacements, weight=0.5) -> Synonym:
 
 
 def synonyms(query, tenant, max_expansions=3) -> list[QueryVariant]:
-    return expansion.SYNONYMS.expand(query, context(tenant, max_expansions=max_expansions))
+    rules = synonyms_of(tenant)
+    return expansion.SYNONYMS.expand(query, context(tenant, max_expansions=max_expansions, synonyms=rules))
 
 
 def test_a_two_way_group_expands_in_both_directions(tenant):
