@@ -134,8 +134,8 @@ class PostgresGraphStore(GraphStore):
         return [row[0] for row in cursor.fetchall()]
 
     def _add(self, cursor, tenant_id: int, version_id: int, graphs: dict[int, Extraction]) -> list[int]:
-        """Upsert the entities by name, insert the mentions, add each relation to its edge (one direction:
-        source id < target id; summed over the batch first) and record what each passage added."""
+        """Upsert the entities by name, insert the mentions, then one statement: each relation (one
+        direction: source id < target id) to its passage's row and, summed over the batch, to its edge."""
         labels: dict[str, tuple[str, str]] = {}
         for extraction in graphs.values():
             for entity in extraction.entities:
@@ -153,21 +153,15 @@ class PostgresGraphStore(GraphStore):
         ]
         if mentions:
             self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(list, zip(*mentions, strict=True))])
-        edges: dict[tuple[int, int, str], list] = {}  # (source id, target id, kind) -> [weight, passages]
-        with cursor.cursor.copy(_COPY_PASSAGE_RELATIONS.format(**self._tables)) as copy:
-            for chunk_id, extraction in graphs.items():
-                relations = []
-                for relation in extraction.relations:
-                    a, b = ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]
-                    relations.append((min(a, b), max(a, b), relation.weight, relation.kind))
-                    edge = edges.setdefault((min(a, b), max(a, b), relation.kind), [0.0, 0])
-                    edge[0] += relation.weight
-                    edge[1] += 1
-                if relations:
-                    copy.write_row((chunk_id, tenant_id, version_id, *map(list, zip(*relations, strict=True))))
-        if edges:
-            rows = [(*key, weight, passages) for key, (weight, passages) in sorted(edges.items())]
-            self._execute(cursor, _ADD_EDGES, [tenant_id, version_id, *map(list, zip(*rows, strict=True))])
+        relations = [
+            (chunk_id, min(a, b), max(a, b), relation.weight, relation.kind)
+            for chunk_id, extraction in graphs.items()
+            for relation in extraction.relations
+            for a, b in ((ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]),)
+        ]
+        if relations:
+            columns = map(list, zip(*relations, strict=True))
+            self._execute(cursor, _ADD_RELATIONS, [*columns, tenant_id, version_id, tenant_id, version_id])
         return list(ids.values())
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -336,15 +330,21 @@ _INSERT_MENTIONS = sql.SQL(
         AS m(entity_id, chunk_id, count)
     """
 )
-_COPY_PASSAGE_RELATIONS = sql.SQL(
-    "COPY {passage_relations} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids, weights, kinds) FROM STDIN"
-)
-_ADD_EDGES = sql.SQL(
+# each passage's relations to its row (the aggregates of a group see its rows in one order) and, summed,
+# to their edges (in key order: concurrent writers would lock them in one order too)
+_ADD_RELATIONS = sql.SQL(
     """
+    WITH r AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+            AS r(chunk_id, source_id, target_id, weight, kind)
+    ), passages AS (
+        INSERT INTO {passage_relations} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids, weights, kinds)
+        SELECT chunk_id, %s, %s, array_agg(source_id), array_agg(target_id), array_agg(weight), array_agg(kind)
+        FROM r GROUP BY chunk_id
+    )
     INSERT INTO {edges} AS e (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)
-    SELECT %s, %s, source_id, target_id, kind, weight, passages
-    FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::float8[], %s::int[])
-        AS r(source_id, target_id, kind, weight, passages)
+    SELECT %s, %s, source_id, target_id, kind, sum(weight), count(*) FROM r
+    GROUP BY source_id, target_id, kind ORDER BY source_id, target_id, kind
     ON CONFLICT (source_id, target_id, kind)
         DO UPDATE SET weight = e.weight + excluded.weight, passages = e.passages + excluded.passages
     """
