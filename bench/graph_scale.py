@@ -68,7 +68,7 @@ def build(chunks: int, vocabulary: int):
     """A fresh tenant whose one KB version holds ``chunks`` synthetic passages and their graph."""
     from django.db import connection, transaction
 
-    from knowledge.models import Chunk, Document, GraphEntity, GraphMention, GraphRelation
+    from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
     from knowledge.services import create_knowledge_base
     from tenants.services import create_tenant
 
@@ -79,7 +79,8 @@ def build(chunks: int, vocabulary: int):
     scope = {"tenant": tenant.pk, "version": version.pk}
     tables = {
         "chunks": Chunk._meta.db_table, "entities": GraphEntity._meta.db_table,
-        "mentions": GraphMention._meta.db_table, "relations": GraphRelation._meta.db_table,
+        "mentions": GraphMention._meta.db_table, "edges": GraphEdge._meta.db_table,
+        "passage_relations": GraphPassageRelations._meta.db_table,
     }  # fmt: skip
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -131,15 +132,30 @@ def build(chunks: int, vocabulary: int):
             scope,
         )
         cursor.execute(
-            f"""
-            INSERT INTO {tables['relations']} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind)
-            SELECT %(tenant)s, %(version)s, pair.a, pair.b, pair.chunk_id, 0.5, ''
+            """
+            CREATE TEMPORARY TABLE pairs ON COMMIT DROP AS
+            SELECT chunk_id, least(entity_id, next) AS a, greatest(entity_id, next) AS b
             FROM (
                 SELECT chunk_id, entity_id, lead(entity_id) OVER (PARTITION BY chunk_id ORDER BY position) AS next
                 FROM draws
-            ) AS step CROSS JOIN LATERAL (VALUES (step.chunk_id, step.entity_id, step.next),
-                                                 (step.chunk_id, step.next, step.entity_id)) AS pair(chunk_id, a, b)
+            ) AS step
             WHERE step.next IS NOT NULL
+            """
+        )
+        cursor.execute(
+            f"""
+            INSERT INTO {tables['edges']} (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)
+            SELECT %(tenant)s, %(version)s, a, b, '', 0.5 * count(*), count(*) FROM pairs GROUP BY a, b
+            """,
+            scope,
+        )
+        cursor.execute(
+            f"""
+            INSERT INTO {tables['passage_relations']} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids,
+                                                       weights, kinds)
+            SELECT chunk_id, %(tenant)s, %(version)s, array_agg(a), array_agg(b), array_agg(0.5::float8),
+                   array_agg(''::text)
+            FROM pairs GROUP BY chunk_id
             """,
             scope,
         )
@@ -158,12 +174,12 @@ def build(chunks: int, vocabulary: int):
         cursor.execute(
             f"""SELECT (SELECT count(*) FROM {tables['entities']} WHERE kb_version_id = %(version)s),
                        (SELECT count(*) FROM {tables['mentions']} WHERE kb_version_id = %(version)s),
-                       (SELECT count(*) FROM {tables['relations']} WHERE kb_version_id = %(version)s)""",
+                       (SELECT count(*) FROM {tables['edges']} WHERE kb_version_id = %(version)s)""",
             scope,
         )
-        entities, mentions, relations = cursor.fetchone()
+        entities, mentions, edges = cursor.fetchone()
     print(f"built {chunks} chunks: {entities} entities (vocabulary {vocabulary}), {mentions} mentions, "
-          f"{relations} relation rows, in {time.perf_counter() - started:.1f} s")  # fmt: skip
+          f"{edges} edges, in {time.perf_counter() - started:.1f} s")  # fmt: skip
     return tenant
 
 

@@ -221,6 +221,7 @@ class GraphWalk:
     fanout: int  # relations followed from a query entity (the strongest first)
     deep_fanout: int  # relations followed from an entity reached in one hop or more
     hub_passages: int  # an entity mentioned in more passages is reached but not walked through
+    frontier: int  # entities of a hop the next hop walks through: the best-scored (strength x idf)
     hop_decay: float  # score factor per hop
     entities: int  # the best-scored reached entities whose passages are read
     per_entity: int  # passages read per entity, those mentioning it most first
@@ -313,7 +314,9 @@ class GraphStore(ABC):
         at 0 hops), best first (then by id), each once with its strongest path (then the shortest, then
         the lowest ids) and up to ``walk.per_entity`` passages. A walk follows only the ``fanout``
         strongest relations of a seed and the ``deep_fanout`` strongest of an entity beyond it, never
-        from an entity mentioned in more than ``hub_passages`` passages. A pair's relation kind on the
+        from an entity mentioned in more than ``hub_passages`` passages, and each hop only from the
+        ``frontier`` entities of the hop before with the best strength x ln(1 + passages / chunk_count)
+        (their strongest path's; then the lowest ids). A pair's relation kind on the
         path: its heaviest typed relation's, else "" (co-occurrence only). ``passages``: the N of the
         entities' inverse document frequency (``chunk_total``)."""
 

@@ -134,13 +134,21 @@ class Neo4jGraphStore(GraphStore):
         return [tuple(row) for row in rows]
 
     def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
-        """One query per hop (the strongest relations of each distinct entity of the frontier), then the
-        scores in Python and one query for the passages."""
+        """One query per hop (the strongest relations of the ``frontier`` best-scored entities the hop
+        before reached), then the scores in Python and one query for the passages."""
         nodes = {node.entity_id: node for node in self.entities(scope, seed_ids)}
         walks = [_Walk(seed, 0, 1.0, (seed,), ()) for seed in sorted(nodes)]
         frontier = walks
         for hop in range(1, walk.hops + 1):
-            sources = sorted({w.entity_id for w in frontier if nodes[w.entity_id].chunk_count <= walk.hub_passages})
+            path_strength: dict[int, float] = {}  # a frontier entity's strongest path's
+            for w in frontier:
+                if nodes[w.entity_id].chunk_count <= walk.hub_passages:
+                    path_strength[w.entity_id] = max(w.strength, path_strength.get(w.entity_id, 0.0))
+            scored = {
+                entity: entity_score(strength, 0, nodes[entity].chunk_count, passages, walk.hop_decay)
+                for entity, strength in path_strength.items()
+            }
+            sources = sorted(sorted(scored, key=lambda entity: (-scored[entity], entity))[: walk.frontier])
             fanout = walk.fanout if hop == 1 else walk.deep_fanout
             edges: dict[int, list[tuple[int, float, str]]] = {}
             strongest = self._run(_STRONGEST, {**_params(scope), "ids": sources, "fanout": fanout})

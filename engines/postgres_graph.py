@@ -3,10 +3,14 @@
 Tables (``knowledge.models`` defines them): communities (``level, number, parent``, entity and
 chunk id arrays, summary, analyzed summary, embedding), entities (``id, tenant_id, kb_version_id, name, label,
 kind, chunk_count``, unique per version and name), mentions (``tenant_id, kb_version_id, entity_id,
-chunk_id, count``) and relations (``tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind``,
-one row per passage and direction). Relations and mentions belong to a passage, so replacing a
-document's passages replaces exactly its part of the graph. Every statement is scoped by tenant and
-KB version and parameterized.
+chunk_id, count``), edges (``tenant_id, kb_version_id, source_id, target_id, kind, weight, passages``: one
+row per entity pair, source id < target id, and kind, its weight summed over the passages relating them)
+and passage relations (``chunk_id, tenant_id, kb_version_id`` and parallel arrays ``source_ids,
+target_ids, weights, kinds``: what one passage added to the edges). Mentions belong to a passage and a
+passage's relations are subtracted from the edges when it goes, so replacing a document's passages
+replaces exactly its part of the graph. Writes to one version's graph take a transaction-level
+advisory lock (edges are shared rows: concurrent upserts would otherwise deadlock). Every statement is
+scoped by tenant and KB version and parameterized.
 """
 from __future__ import annotations
 
@@ -21,17 +25,22 @@ from engines.base import (
 )  # fmt: skip
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
+# pg_advisory_xact_lock(class, version id): one writer of a version's graph at a time
+_GRAPH_WRITE_LOCK_CLASS = 15_003
 
 
 class PostgresGraphStore(GraphStore):
     name = "postgres"
 
-    def __init__(self, *, entities: str, mentions: str, relations: str, communities: str, chunks: str):
+    def __init__(
+        self, *, entities: str, mentions: str, edges: str, passage_relations: str, communities: str, chunks: str
+    ):
         self._tables = {
             "communities": sql.Identifier(communities),
             "entities": sql.Identifier(entities),
             "mentions": sql.Identifier(mentions),
-            "relations": sql.Identifier(relations),
+            "edges": sql.Identifier(edges),
+            "passage_relations": sql.Identifier(passage_relations),
             "chunks": sql.Identifier(chunks),
         }
 
@@ -39,6 +48,7 @@ class PostgresGraphStore(GraphStore):
         self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
     ) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GRAPH_WRITE_LOCK_CLASS, version_id & 0x7FFFFFFF])
             touched: set[int] = set()
             if removed_chunk_ids:
                 touched.update(self._remove(cursor, tenant_id, version_id, removed_chunk_ids))
@@ -50,7 +60,7 @@ class PostgresGraphStore(GraphStore):
 
     def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
-            for statement in (_DROP_COMMUNITIES, _DROP_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
+            for statement in (_DROP_COMMUNITIES, _DROP_EDGES, _DROP_PASSAGE_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
                 self._execute(cursor, statement, [tenant_id, version_ids])
 
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
@@ -73,7 +83,7 @@ class PostgresGraphStore(GraphStore):
         params = {
             "passages": passages,
             "tenant": scope.tenant_id, "versions": list(scope.version_ids), "seeds": seed_ids,
-            "fanout": walk.fanout, "deep_fanout": walk.deep_fanout, "hub": walk.hub_passages,
+            "fanout": walk.fanout, "deep_fanout": walk.deep_fanout, "hub": walk.hub_passages, "frontier": walk.frontier,
             "decay": walk.hop_decay, "entities": walk.entities, "per_entity": walk.per_entity,
         }  # fmt: skip
         return [
@@ -117,13 +127,15 @@ class PostgresGraphStore(GraphStore):
     # --- writing ---------------------------------------------------------------------------------
 
     def _remove(self, cursor, tenant_id: int, version_id: int, chunk_ids: list[int]) -> list[int]:
-        """Delete the chunks' relations and mentions; the ids of the entities they mentioned."""
-        self._execute(cursor, _DELETE_RELATIONS, [tenant_id, version_id, chunk_ids])
+        """Subtract the chunks' relations from the edges (an edge goes with its last passage), delete their
+        mentions; the ids of the entities they mentioned."""
+        self._execute(cursor, _SUBTRACT_RELATIONS, [tenant_id, version_id, chunk_ids])
         self._execute(cursor, _DELETE_MENTIONS, [tenant_id, version_id, chunk_ids])
         return [row[0] for row in cursor.fetchall()]
 
     def _add(self, cursor, tenant_id: int, version_id: int, graphs: dict[int, Extraction]) -> list[int]:
-        """Upsert the entities by name, then insert mentions and both directions of each relation."""
+        """Upsert the entities by name, insert the mentions, then one statement: each relation (one
+        direction: source id < target id) to its passage's row and, summed over the batch, to its edge."""
         labels: dict[str, tuple[str, str]] = {}
         for extraction in graphs.values():
             for entity in extraction.entities:
@@ -139,16 +151,17 @@ class PostgresGraphStore(GraphStore):
             for chunk_id, extraction in graphs.items()
             for entity in extraction.entities
         ]
-        relations = [
-            (ids[a[:MAX_NAME_CHARS]], ids[b[:MAX_NAME_CHARS]], chunk_id, relation.weight, relation.kind)
-            for chunk_id, extraction in graphs.items()
-            for relation in extraction.relations
-            for a, b in ((relation.source, relation.target), (relation.target, relation.source))
-        ]
         if mentions:
             self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(list, zip(*mentions, strict=True))])
+        relations = [
+            (chunk_id, min(a, b), max(a, b), relation.weight, relation.kind)
+            for chunk_id, extraction in graphs.items()
+            for relation in extraction.relations
+            for a, b in ((ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]),)
+        ]
         if relations:
-            self._execute(cursor, _INSERT_RELATIONS, [tenant_id, version_id, *map(list, zip(*relations, strict=True))])
+            columns = map(list, zip(*relations, strict=True))
+            self._execute(cursor, _ADD_RELATIONS, [*columns, tenant_id, version_id, tenant_id, version_id])
         return list(ids.values())
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -207,16 +220,28 @@ _MENTIONS = sql.SQL(
     """
 )
 _SCOPED = "tenant_id = %(tenant)s AND kb_version_id = ANY(%(versions)s)"
-# The steps of hop n leave each entity reached at hop n - 1 once (its strongest relations, summed over
-# passages; not from a hub), however many paths reach it; every simple path is kept, the strongest wins.
+# The steps of hop n leave the ``frontier`` best-scored entities reached at hop n - 1 (not hubs; an
+# entity's score there: its strongest path's strength x ln(1 + N / chunk_count), as ``entity_score`` without
+# the hop decay, the same for all of them), each once however many paths reach it. A step follows an
+# entity's strongest neighbours: the heaviest edges on either side of the pair (an index each; a pair's
+# kinds are summed, so a pair with several kinds is cut by its heaviest kind's edge). Every simple path
+# is kept, the strongest wins.
 _HOP = """
 e{n} AS (
     SELECT source.id AS source_id, step.target_id, step.weight, step.kind
-    FROM (SELECT DISTINCT w.entity_id AS id FROM w{previous} AS w JOIN {{entities}} AS e ON e.id = w.entity_id
-          WHERE e.chunk_count <= %(hub)s) AS source
+    FROM (SELECT id FROM (
+              SELECT DISTINCT ON (w.entity_id) w.entity_id AS id,
+                     w.strength * ln(1 + greatest(%(passages)s, 1)::float8 / greatest(e.chunk_count, 1)) AS score
+              FROM w{previous} AS w JOIN {{entities}} AS e ON e.id = w.entity_id
+              WHERE e.chunk_count <= %(hub)s ORDER BY w.entity_id, w.strength DESC
+          ) AS reached ORDER BY score DESC, id LIMIT %(frontier)s) AS source
     CROSS JOIN LATERAL (
         SELECT target_id, sum(weight) AS weight, (array_agg(kind ORDER BY kind = '', weight DESC, kind))[1] AS kind
-        FROM {{relations}} WHERE source_id = source.id AND {scoped}
+        FROM ((SELECT target_id, weight, kind FROM {{edges}} WHERE source_id = source.id AND {scoped}
+               ORDER BY weight DESC LIMIT %({fanout})s)
+              UNION ALL
+              (SELECT source_id, weight, kind FROM {{edges}} WHERE target_id = source.id AND {scoped}
+               ORDER BY weight DESC LIMIT %({fanout})s)) AS side
         GROUP BY target_id ORDER BY sum(weight) DESC, target_id LIMIT %({fanout})s
     ) AS step
 ),
@@ -269,8 +294,23 @@ def _reach(hops: int) -> sql.SQL:
 
 _CHUNK_TOTAL = sql.SQL("SELECT count(*) FROM {chunks} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _PING = sql.SQL("SELECT 1 FROM {entities} LIMIT 1")
-_DELETE_RELATIONS = sql.SQL(
-    "DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s)"
+# the passages' relations leave their edges; an edge none is left in goes
+_SUBTRACT_RELATIONS = sql.SQL(
+    """
+    WITH removed AS (
+        DELETE FROM {passage_relations} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s)
+        RETURNING source_ids, target_ids, weights, kinds
+    ), lost AS (
+        SELECT r.source_id, r.target_id, r.kind, sum(r.weight) AS weight, count(*) AS passages
+        FROM removed CROSS JOIN LATERAL unnest(removed.source_ids, removed.target_ids, removed.weights, removed.kinds)
+            AS r(source_id, target_id, weight, kind)
+        GROUP BY r.source_id, r.target_id, r.kind
+    )
+    MERGE INTO {edges} AS e USING lost
+        ON e.source_id = lost.source_id AND e.target_id = lost.target_id AND e.kind = lost.kind
+    WHEN MATCHED AND e.passages <= lost.passages THEN DELETE
+    WHEN MATCHED THEN UPDATE SET weight = e.weight - lost.weight, passages = e.passages - lost.passages
+    """
 )
 _DELETE_MENTIONS = sql.SQL(
     "DELETE FROM {mentions} WHERE tenant_id = %s AND kb_version_id = %s AND chunk_id = ANY(%s) RETURNING entity_id"
@@ -290,12 +330,23 @@ _INSERT_MENTIONS = sql.SQL(
         AS m(entity_id, chunk_id, count)
     """
 )
-_INSERT_RELATIONS = sql.SQL(
+# each passage's relations to its row (the aggregates of a group see its rows in one order) and, summed,
+# to their edges (in key order: concurrent writers would lock them in one order too)
+_ADD_RELATIONS = sql.SQL(
     """
-    INSERT INTO {relations} (tenant_id, kb_version_id, source_id, target_id, chunk_id, weight, kind)
-    SELECT %s, %s, source_id, target_id, chunk_id, weight, kind
-    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
-        AS r(source_id, target_id, chunk_id, weight, kind)
+    WITH r AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+            AS r(chunk_id, source_id, target_id, weight, kind)
+    ), passages AS (
+        INSERT INTO {passage_relations} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids, weights, kinds)
+        SELECT chunk_id, %s, %s, array_agg(source_id), array_agg(target_id), array_agg(weight), array_agg(kind)
+        FROM r GROUP BY chunk_id
+    )
+    INSERT INTO {edges} AS e (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)
+    SELECT %s, %s, source_id, target_id, kind, sum(weight), count(*) FROM r
+    GROUP BY source_id, target_id, kind ORDER BY source_id, target_id, kind
+    ON CONFLICT (source_id, target_id, kind)
+        DO UPDATE SET weight = e.weight + excluded.weight, passages = e.passages + excluded.passages
     """
 )
 _RECOUNT = sql.SQL(
@@ -307,13 +358,13 @@ _RECOUNT = sql.SQL(
 _DROP_UNMENTIONED = sql.SQL(
     "DELETE FROM {entities} WHERE tenant_id = %s AND kb_version_id = %s AND id = ANY(%s) AND chunk_count = 0"
 )
-_DROP_RELATIONS = sql.SQL("DELETE FROM {relations} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+_DROP_EDGES = sql.SQL("DELETE FROM {edges} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
+_DROP_PASSAGE_RELATIONS = sql.SQL("DELETE FROM {passage_relations} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _DROP_COMMUNITIES = sql.SQL("DELETE FROM {communities} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
-# Each relation is stored once per passage and direction: one direction, summed over passages.
+# an edge per pair and kind: the kinds summed
 _EDGES = sql.SQL(
     """
-    SELECT source_id, target_id, sum(weight) FROM {relations}
-    WHERE tenant_id = %s AND kb_version_id = %s AND source_id < target_id
+    SELECT source_id, target_id, sum(weight) FROM {edges} WHERE tenant_id = %s AND kb_version_id = %s
     GROUP BY source_id, target_id ORDER BY source_id, target_id
     """
 )

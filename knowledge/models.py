@@ -425,22 +425,46 @@ class GraphMention(models.Model):
         indexes = [models.Index(fields=["entity", "-count", "chunk"], name="graph_mention_entity_top")]
 
 
-class GraphRelation(models.Model):
-    """Co-occurrence of two entities in one passage (or a typed relation an LLM found there), stored in
-    both directions so a walk follows ``source`` only; an entity pair's strength is the sum of its
-    passages' weights."""
+class GraphEdge(models.Model):
+    """Two entities' relation of one kind in a KB version, summed over the passages that relate them:
+    one row per entity pair (``source`` id < ``target`` id) and kind, so a walk reads one row per
+    neighbour, the strongest first through an index on either end. ``passages``: the passage relations
+    it sums; the row goes with the last of them (``GraphPassageRelations`` says what each passage added)."""
 
+    pk = models.CompositePrimaryKey("source", "target", "kind")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
-    source = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+")
-    # indexed: deleting an entity checks (at COMMIT) that no relation still targets it, a scan of the
-    # whole table per entity without it (a 100k-passage version's deletion did not finish in 7 minutes)
-    target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+")
-    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
-    weight = models.FloatField()
+    source = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
+    target = models.ForeignKey(GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False)
     kind = models.CharField(
         max_length=64, blank=True, default="", help_text="Empty: co-occurrence; else the relation an LLM named."
     )
+    weight = models.FloatField(help_text="The sum of its passages' weights.")
+    passages = models.PositiveIntegerField(help_text="Passage relations summed in it.")
+
+    class Meta:
+        # an entity's strongest neighbours on either side of the pair, read without sorting all of them
+        # (the second serves the foreign key's lookups too: a deleted entity's check at COMMIT)
+        indexes = [
+            models.Index(fields=["source", "-weight"], name="graph_edge_source_top"),
+            models.Index(fields=["target", "-weight"], name="graph_edge_target_top"),
+        ]
+
+
+class GraphPassageRelations(models.Model):
+    """The relations one passage added to its version's edges (parallel arrays, source id < target id):
+    read back only to subtract them when the passage goes (re-ingestion, deletion, graph rebuild)."""
+
+    chunk = models.OneToOneField(Chunk, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False)
+    source_ids = ArrayField(models.BigIntegerField())
+    target_ids = ArrayField(models.BigIntegerField())
+    weights = ArrayField(models.FloatField())
+    kinds = ArrayField(models.CharField(max_length=64))
+
+    class Meta:
+        verbose_name_plural = "graph passage relations"
 
 
 class GraphCommunity(models.Model):

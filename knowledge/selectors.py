@@ -11,7 +11,7 @@ from celery.result import AsyncResult
 from django.conf import settings
 from django.db import connection
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
 
 from core.usage import query_counts
 
@@ -22,9 +22,9 @@ from knowledge.models import (
     DictionaryTerm,
     Document,
     GraphCommunity,
+    GraphEdge,
     GraphEntity,
     GraphMention,
-    GraphRelation,
     KnowledgeBase,
     KnowledgeBaseVersion,
     KnowledgeSource,
@@ -423,15 +423,20 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
 
 def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
     """An entity's strongest neighbours in its own tenant and version: label, summed weight, passages
-    relating them and the relation kinds an LLM named ("" is co-occurrence)."""
-    rows = (
-        GraphRelation.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, source=entity)
-        .values("target_id", "target__label")
-        .annotate(weight=Sum("weight"), passages=Count("chunk_id", distinct=True), kinds=ArrayAgg("kind", distinct=True))
-        .order_by("-weight", "target_id")[:limit]
+    relating them and the relation kinds an LLM named ("" is co-occurrence). An edge is stored once per
+    pair, so the entity is either end."""
+    edges = GraphEdge.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id).filter(
+        Q(source=entity) | Q(target=entity)
     )
+    rows = list(
+        edges.annotate(neighbour=Case(When(source=entity, then=F("target_id")), default=F("source_id")))
+        .values("neighbour")
+        .annotate(weight=Sum("weight"), passages=Sum("passages"), kinds=ArrayAgg("kind", distinct=True))
+        .order_by("-weight", "neighbour")[:limit]
+    )
+    labels = dict(GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label"))
     return [
-        {"entity_id": row["target_id"], "label": row["target__label"], "weight": row["weight"],
+        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]], "weight": row["weight"],
          "passages": row["passages"], "kinds": [kind for kind in row["kinds"] if kind]}
         for row in rows
     ]  # fmt: skip

@@ -8,7 +8,7 @@ from django.conf import settings
 from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
 from engines.postgres_graph import PostgresGraphStore
-from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphMention, GraphRelation
+from knowledge.models import Chunk, GraphCommunity, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
 
 
 @lru_cache(maxsize=1)
@@ -27,7 +27,8 @@ def graph_store() -> GraphStore:
     return PostgresGraphStore(
         entities=GraphEntity._meta.db_table,
         mentions=GraphMention._meta.db_table,
-        relations=GraphRelation._meta.db_table,
+        edges=GraphEdge._meta.db_table,
+        passage_relations=GraphPassageRelations._meta.db_table,
         communities=GraphCommunity._meta.db_table,
         chunks=Chunk._meta.db_table,
     )

@@ -217,6 +217,7 @@ class Environment(BaseSettings):
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_DEEP_FANOUT: Annotated[PositiveInt, Ranks] = 5  # ... and of each entity beyond the query's
     GRAPH_HUB_PASSAGES: Annotated[PositiveInt, Ranks] = 1_000  # a walk stops at entities in more passages
+    GRAPH_FRONTIER: Annotated[PositiveInt, Ranks] = 20  # entities of a hop the next walks from: the best-scored
     GRAPH_MAX_ENTITIES: Annotated[PositiveInt, Ranks] = 30  # reached entities whose passages are read
     GRAPH_CHUNKS_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50  # passages read per reached entity
     # A misspelt Latin name of the query finds the entity this similar (trigrams, 0-1); 0: exact names only.

@@ -54,7 +54,7 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
         return GraphRanking([], {}, notes)
     walk = GraphWalk(
         hops=hops, fanout=settings.GRAPH_FANOUT, deep_fanout=settings.GRAPH_DEEP_FANOUT,
-        hub_passages=settings.GRAPH_HUB_PASSAGES, hop_decay=settings.GRAPH_HOP_DECAY,
+        hub_passages=settings.GRAPH_HUB_PASSAGES, frontier=settings.GRAPH_FRONTIER, hop_decay=settings.GRAPH_HOP_DECAY,
         entities=settings.GRAPH_MAX_ENTITIES, per_entity=settings.GRAPH_CHUNKS_PER_ENTITY,
     )  # fmt: skip
     chunk_scores: dict[int, float] = {}

@@ -52,9 +52,9 @@ def scope_of(kb) -> GraphScope:
     return GraphScope(kb.tenant_id, (kb.active_version_id,))
 
 
-def walk(hops: int = 2, *, fanout: int = 10, deep_fanout: int = 10, hub_passages: int = 100, entities: int = 100,
-         per_entity: int = 10) -> GraphWalk:
-    return GraphWalk(hops, fanout, deep_fanout, hub_passages, 0.5, entities, per_entity)
+def walk(hops: int = 2, *, fanout: int = 10, deep_fanout: int = 10, hub_passages: int = 100, frontier: int = 100,
+         entities: int = 100, per_entity: int = 10) -> GraphWalk:
+    return GraphWalk(hops, fanout, deep_fanout, hub_passages, frontier, 0.5, entities, per_entity)
 
 
 def reached(store, kb, seeds: list[int], **options) -> dict:
@@ -168,6 +168,60 @@ def test_replacing_passages_replaces_their_part_of_the_graph(store, kb):
     assert set(nodes) == {"b", "c", "d"}  # nothing mentions a any more
     assert nodes["b"].chunk_count == 2
     assert set(reached(store, kb, [nodes["b"].entity_id], hops=1)) == {nodes[name].entity_id for name in "bcd"}
+
+
+def named_edges(store, kb) -> dict[tuple[str, str], float]:
+    """The version's edges by entity names (ids differ between versions)."""
+    edges = store.edges(kb.tenant_id, kb.active_version_id)
+    ids = sorted({entity for a, b, _ in edges for entity in (a, b)})
+    names = {node.entity_id: node.name for node in store.entities(scope_of(kb), ids)}
+    return {tuple(sorted((names[a], names[b]))): weight for a, b, weight in edges}
+
+
+def test_removing_passages_subtracts_exactly_their_relations(store, kb):
+    typed = Extraction(chain("a", "b").entities, (Relation("a", "b", 2.0, "made_by"),))
+    passages = {"p1": chain("a", "b", "c", weight=1.0), "p2": typed, "p3": chain("b", "c", "d", weight=0.5),
+                "p4": chain("a", "b", weight=0.25)}  # fmt: skip
+    chunk_of = dict(zip(passages, chunks_of(kb, 4), strict=True))
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk_of[p]: passages[p] for p in passages})
+
+    def expected(*kept: str) -> dict[tuple[str, str], float]:
+        """What a fresh version holding only ``kept`` has."""
+        fresh = KnowledgeBaseFactory()
+        fresh_chunks = chunks_of(fresh, len(kept))
+        store.replace_chunks(fresh.tenant_id, fresh.active_version_id, [],
+                             {chunk: passages[p] for chunk, p in zip(fresh_chunks, kept, strict=True)})  # fmt: skip
+        return named_edges(store, fresh)
+
+    assert named_edges(store, kb) == pytest.approx(expected("p1", "p2", "p3", "p4"))
+    # a typed relation and a co-occurrence of the same pair go separately
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of["p2"], chunk_of["p3"]], {})
+    assert named_edges(store, kb) == pytest.approx(expected("p1", "p4"))
+    assert {node.name for node in store.find_entities(scope_of(kb), list("abcd"))} == {"a", "b", "c"}
+    ids = ids_by_name(store, kb, "a", "b")
+    assert reached(store, kb, [ids["a"]], hops=1)[ids["b"]].relations == ("",)
+    # re-extracting passages in place (a graph rebuild) changes nothing; re-ingesting one adds it back
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of["p1"], chunk_of["p4"]],
+                         {chunk_of["p1"]: passages["p1"], chunk_of["p4"]: passages["p4"]})  # fmt: skip
+    assert named_edges(store, kb) == pytest.approx(expected("p1", "p4"))
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk_of["p3"]: passages["p3"]})
+    assert named_edges(store, kb) == pytest.approx(expected("p1", "p3", "p4"))
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of[p] for p in ("p1", "p3", "p4")], {})
+    assert store.edges(kb.tenant_id, kb.active_version_id) == []
+    assert store.find_entities(scope_of(kb), list("abcd")) == []
+
+
+def test_a_hop_goes_on_only_from_the_best_scored_entities_of_the_hop_before(store, kb):
+    (chunk,) = chunks_of(kb, 1)
+    # a - b (strong) - d and a - c (weak) - e: b's path is stronger, so with a frontier of 1 only b walks on
+    relations = (Relation("a", "b", 3.0), Relation("a", "c", 1.0), Relation("b", "d", 1.0), Relation("c", "e", 1.0))
+    graph = Extraction(chain(*"abcde").entities, relations)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: graph})
+    ids = ids_by_name(store, kb, *"abcde")
+    assert set(reached(store, kb, [ids["a"]], frontier=2)) == {ids[name] for name in "abcde"}
+    assert set(reached(store, kb, [ids["a"]], frontier=1)) == {ids[name] for name in "abcd"}
+    # the frontier bounds the seeds too: the lower id of two equally scored ones
+    assert set(reached(store, kb, [ids["d"], ids["e"]], hops=1, frontier=1)) == {ids["b"], ids["d"], ids["e"]}
 
 
 def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):

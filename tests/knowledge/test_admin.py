@@ -6,6 +6,7 @@ import json
 
 import pytest
 from django.conf import settings
+from django.db.models import Q
 from django.utils.html import escape
 
 from engines import get_lexical_index
@@ -383,30 +384,30 @@ def test_sync_now_queues_the_same_task_as_the_api(admin_client, kb, source_root,
 
 
 def test_the_entity_browser_finds_an_entity_and_shows_its_passages_and_neighbours(admin_client, sample_kb):
-    from knowledge.models import GraphEntity, GraphRelation
+    from knowledge.models import GraphEdge, GraphEntity
 
     listing = admin_client.get("/admin/knowledge/graphentity/", {"q": "ppr-9087"})
     assert listing.status_code == 200 and "PPR-9087" in listing.content.decode()
     entity = GraphEntity.objects.get(kb_version=sample_kb.active_version, name="ppr-9087")
     page = admin_client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").content.decode()
-    neighbour = GraphRelation.objects.filter(source=entity).order_by("-weight").first().target
-    assert f"/admin/knowledge/graphentity/{neighbour.pk}/change/" in page
+    strongest = GraphEdge.objects.filter(Q(source=entity) | Q(target=entity)).order_by("-weight").first()
+    neighbour = strongest.target_id if strongest.source_id == entity.pk else strongest.source_id
+    assert f"/admin/knowledge/graphentity/{neighbour}/change/" in page
     mention = entity.mentions.select_related("chunk").first()
     assert f"/admin/knowledge/chunk/{mention.chunk_id}/change/" in page
     assert admin_client.post(f"/admin/knowledge/graphentity/{entity.pk}/delete/").status_code == 403  # read-only
 
 
 def test_an_entitys_page_shows_nothing_of_another_tenant(admin_client, sample_kb):
-    from knowledge.models import GraphEntity, GraphRelation
+    from knowledge.models import GraphEdge, GraphEntity
 
     other = TenantFactory()
     other_kb = create_knowledge_base(tenant=other, name="other")
     entity = GraphEntity.objects.get(kb_version=sample_kb.active_version, name="ppr-9087")
     # a forged row tying the entity to another tenant's version must not show on its page
     stranger = GraphEntity.objects.create(tenant=other, kb_version=other_kb.active_version, name="x", label="STRANGER")
-    chunk = entity.mentions.first().chunk
-    GraphRelation.objects.create(tenant=other, kb_version=other_kb.active_version, source=entity, target=stranger,
-                                 chunk=chunk, weight=99.0)  # fmt: skip
+    GraphEdge.objects.create(tenant=other, kb_version=other_kb.active_version, source=entity, target=stranger,
+                             weight=99.0, passages=1)  # fmt: skip
     page = admin_client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").content.decode()
     assert "STRANGER" not in page
 

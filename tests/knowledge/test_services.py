@@ -16,9 +16,10 @@ from knowledge.chunking import SHORT_PASSAGE_TOKENS
 from knowledge.models import (
     Chunk,
     Document,
+    GraphEdge,
     GraphEntity,
     GraphMention,
-    GraphRelation,
+    GraphPassageRelations,
     KnowledgeBase,
     KnowledgeBaseVersion,
     Synonym,
@@ -529,8 +530,12 @@ def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_pat
     ingest(kb, tmp_path)
     names = graph_names(kb)
     assert "ppr-9087" not in names and "ppr-9100" in names and names["skyline home"] == 2
-    lock = GraphRelation.objects.filter(kb_version=kb.active_version, chunk__document__source_uri__endswith="/lock.txt")
-    assert {"ppr-9100", "skyline home"} <= set(lock.values_list("source__name", flat=True))
+    lock = GraphPassageRelations.objects.filter(
+        kb_version=kb.active_version, chunk__document__source_uri__endswith="/lock.txt"
+    )
+    related = {entity for row in lock for entity in (*row.source_ids, *row.target_ids)}
+    related_names = set(GraphEntity.objects.filter(pk__in=related).values_list("name", flat=True))
+    assert {"ppr-9100", "skyline home"} <= related_names
 
 
 def test_graph_extraction_runs_in_its_own_thread_and_each_chunk_gets_its_own(kb, tmp_path, monkeypatch):
@@ -726,11 +731,11 @@ def triples_server(settings):
 def test_typed_relations_from_the_llm_replace_co_occurrence_when_it_answers(kb, tmp_path, triples_server):
     (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
     ingest(kb, tmp_path)
-    relations = GraphRelation.objects.filter(kb_version=kb.active_version)
-    typed = set(relations.values_list("source__name", "kind", "target__name"))
-    assert ("ppr-9087", "manufactured_by", "skyline home") in typed
-    assert ("shenzhen", "located_in", "skyline home") in typed  # stored both ways
-    assert not relations.filter(kind="").exists()
+    edges = GraphEdge.objects.filter(kb_version=kb.active_version)
+    typed = {(kind, frozenset(pair)) for *pair, kind in edges.values_list("source__name", "target__name", "kind")}
+    assert ("manufactured_by", frozenset({"ppr-9087", "skyline home"})) in typed
+    assert ("located_in", frozenset({"shenzhen", "skyline home"})) in typed
+    assert not edges.filter(kind="").exists()
     assert len(triples_server.requests) == 1  # one call per document
 
 
@@ -746,6 +751,6 @@ def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_p
     (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
     report = ingest(kb, tmp_path)
     assert (report.added, report.failed) == (1, 0)
-    kinds = set(GraphRelation.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))
+    kinds = set(GraphEdge.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))
     assert kinds == {""}  # co-occurrence only
     assert any("co-occurrence kept" in record.getMessage() for record in caplog.records)
