@@ -154,11 +154,11 @@ class PostgresGraphStore(GraphStore):
         if mentions:
             self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(list, zip(*mentions, strict=True))])
         relations = [
-            (chunk_id, min(a, b), max(a, b), relation.weight, relation.kind)
+            (chunk_id, *sorted((ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]])),
+             relation.weight, relation.kind)
             for chunk_id, extraction in graphs.items()
             for relation in extraction.relations
-            for a, b in ((ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]),)
-        ]
+        ]  # fmt: skip
         if relations:
             columns = map(list, zip(*relations, strict=True))
             self._execute(cursor, _ADD_RELATIONS, [*columns, tenant_id, version_id, tenant_id, version_id])

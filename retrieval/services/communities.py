@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.conf import settings
 
+from engines.analysis import Analyzer
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
-from knowledge.selectors import analyzer_for_tenant, searched_knowledge
+from knowledge.selectors import searched_knowledge, tenant_vocabulary
 from knowledge.stores import graph_store
 from retrieval import selectors
 from retrieval.errors import GraphUnavailable
@@ -65,7 +66,9 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     degraded: list[Degradation] = []
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        versions = searched_knowledge(tenant, request.kb_ids).versions
+        knowledge = searched_knowledge(tenant, request.kb_ids)
+        versions = knowledge.versions
+        vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)  # the analyzer of the BM25 list
         kb_of_version = {version.version_id: version.kb_id for version in versions}
         groups = model_groups(versions)
         store = graph_store()
@@ -82,7 +85,7 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
         lists = []
         with timings.stage("bm25"):
             try:
-                lists.append(RankedList("bm25", request.query, 1.0, _bm25(tenant, request.query, communities)))
+                lists.append(RankedList("bm25", request.query, 1.0, _bm25(vocabulary.analyzer, request.query, communities)))
             except Exception as exc:
                 degraded.append(degradation_of("bm25", exc))
         with timings.stage("vector"):
@@ -97,10 +100,10 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     return GlobalGraphResponse(results, degraded, len(communities), timings.milliseconds)
 
 
-def _bm25(tenant: Tenant, query: str, communities: list[tuple[str, Community]]) -> list[tuple[int, float]]:
+def _bm25(analyzer: Analyzer, query: str, communities: list[tuple[str, Community]]) -> list[tuple[int, float]]:
     """(position in ``communities``, Okapi BM25 of the summary), best first; summaries without a query
     term are left out."""
-    terms = set(analyzer_for_tenant(tenant.pk).tokens(query))
+    terms = set(analyzer.tokens(query))
     documents = [community.analyzed.split() for _, community in communities]
     if not terms or not documents:
         return []
