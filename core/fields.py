@@ -3,12 +3,14 @@
 DRF's fields are lenient: ``CharField`` takes ``123``, ``FloatField`` takes ``true`` and ``"1.5"``,
 ``BooleanField`` takes ``0`` and ``"yes"``. A request the schema calls invalid must be a 400, not
 quietly reinterpreted. ``ShallowFieldsSerializer``: a serializer that validates a hot endpoint's body
-without rebuilding its fields per request.
+without rebuilding its fields per request; ``validated_body``: a body seen before is not validated again.
 """
 from __future__ import annotations
 
 import copy
+import threading
 
+from cachetools import LRUCache
 from rest_framework import serializers
 
 
@@ -59,3 +61,33 @@ def _unbound_copy(field: serializers.Field) -> serializers.Field:
     copied = copy.copy(field)
     copied.__dict__.pop("fields", None)  # a nested serializer builds its own fields, bound to the copy
     return copied
+
+
+# Bodies remembered per process: a search body is a few hundred bytes; larger ones are validated each time.
+REMEMBERED_BODIES = 1024
+REMEMBERED_BODY_BYTES = 4096
+_validated: LRUCache = LRUCache(maxsize=REMEMBERED_BODIES)
+_validated_lock = threading.Lock()
+
+
+def validated_body(request, serializer_class: type[serializers.Serializer]) -> dict:
+    """``serializer_class``'s validated data for the DRF ``request``'s body, a copy the caller may change.
+
+    A hot endpoint gets the same bodies again (every cached search answer is one), and parsing plus
+    validating one costs more than the rest of such an answer's Python: the data of a body that validated
+    is remembered by its bytes, its content type (which chose the parser) and the serializer, all of which
+    decide it. A body that fails is validated, and refused, every time."""
+    body = request.body
+    key = (serializer_class, request.content_type, body) if len(body) <= REMEMBERED_BODY_BYTES else None
+    if key is not None:
+        with _validated_lock:
+            data = _validated.get(key)
+        if data is not None:
+            return copy.deepcopy(data)
+    params = serializer_class(data=request.data)
+    params.is_valid(raise_exception=True)
+    data = dict(params.validated_data)
+    if key is not None:
+        with _validated_lock:
+            _validated[key] = copy.deepcopy(data)
+    return data

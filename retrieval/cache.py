@@ -9,6 +9,10 @@ search will use (its KBs' own, ``retrieval.tuning``), the settings that shape ra
 content change bumps a revision (an edit of the synonyms: the stamp), so old entries become
 unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
 
+An entry is the response rendered as the API's JSON body renders it, but for its stage timings (a
+hit's are its own): a hit sends those bytes with its own fields appended, never decoding them; callers
+that want the response's objects decode it on demand.
+
 A response naming a degradation is not stored: a transient backend failure must not be served for an
 hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
 result and compute themselves if it is slow. A lookup is one Redis round trip (a script reads the entry and
@@ -22,11 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
+from functools import cached_property
 
 from django.conf import settings
 from django.core.cache import cache
 from django_redis import get_redis_connection
+from rest_framework.renderers import JSONRenderer
 
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
 from retrieval.services.search import search, searched_settings
@@ -37,21 +43,65 @@ from tenants.models import Tenant
 _EXPANDERS = ("synonyms", "spelling", "llm")
 # Entries outlive deploys: a change of the stored shape must not load old entries into new classes.
 _SHAPE = [field.name for field in fields(SearchResponse)] + [field.name for field in fields(SearchHit)]
+_STORED_AS = "rendered JSON without the timings"  # in the key, like the shape: a new format, new keys
+# A response's fields that describe its computation: rendered per answer, after the stored ones.
+_TIMINGS = ("timings_ms", "critical_path_ms")
 _LOCK_TTL_S = 10  # only guards the stampede; a slow holder's lock lapses and others compute
 _POLL_S = 0.05
 
 
-@dataclass
 class CachedSearch:
-    response: SearchResponse
-    cached: bool
+    """A search's answer: ``response`` computed, or (a hit) rendered as stored and decoded only when read."""
+
+    def __init__(self, response: SearchResponse | None = None, *, cached: bool = False,
+                 stored: tuple[dict, bytes] | None = None, elapsed_ms: float = 0.0):  # fmt: skip
+        self.cached = cached
+        self._elapsed_ms = elapsed_ms
+        if response is not None:
+            self.response = response  # cached_property's slot
+        # (summary, rendered): the hit count and searched text (what usage counters read), and the bytes.
+        self._stored = stored
+
+    @cached_property
+    def response(self) -> SearchResponse:
+        return _load(self._stored[1], elapsed_ms=self._elapsed_ms)
+
+    @cached_property
+    def stored(self) -> tuple[dict, bytes]:
+        """What the cache keeps of this answer (a hit's own, a computed one's rendered once)."""
+        if self._stored is not None:
+            return self._stored
+        as_dict = self.response.as_dict()
+        rendered = JSONRenderer().render({name: value for name, value in as_dict.items() if name not in _TIMINGS})
+        texts = [query["text"] for query in self.response.queries[:1]]
+        return {"total": len(self.response.results), "query": texts[0] if texts else ""}, rendered
+
+    @property
+    def total(self) -> int:
+        return self.stored[0]["total"] if self._stored is not None else len(self.response.results)
+
+    @property
+    def query(self) -> str:
+        """The searched text, as the response's first query names it."""
+        return self.stored[0]["query"]
+
+    def rendered(self, **fields) -> bytes:
+        """The answer as the API renders it (DRF's ``JSONRenderer``), ``fields`` after the response's own:
+        a hit's bytes as stored with its timings and ``fields`` joined on, never decoded and re-encoded."""
+        if self._stored is not None:
+            elapsed = round(self._elapsed_ms, 3)
+            timings = {"timings_ms": {"cache": elapsed, "total": elapsed}, "critical_path_ms": {"cache": elapsed}}
+        else:
+            timings = {name: getattr(self.response, name) for name in _TIMINGS}
+        tail = JSONRenderer().render({**timings, **fields})
+        return self.stored[1][:-1] + b"," + tail[1:]
 
 
 def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> CachedSearch:
     """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
     the caller read it already (the API reads it with the key's check)."""
     if settings.SEARCH_CACHE_TTL_S <= 0:
-        return CachedSearch(search(tenant, request, knowledge), cached=False)
+        return CachedSearch(search(tenant, request, knowledge))
     started = time.perf_counter()
     if knowledge is None:
         knowledge = searched_knowledge(tenant, request.kb_ids)
@@ -61,19 +111,19 @@ def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKno
         hit, holds_lock = _get_or_lock(key, lock_key)
     except REDIS_ERRORS as exc:
         warn_redis_unavailable("search cache", exc)
-        return CachedSearch(search(tenant, request, knowledge), cached=False)
+        return CachedSearch(search(tenant, request, knowledge))
     if hit is not None:
-        return CachedSearch(_load(hit, elapsed_ms=(time.perf_counter() - started) * 1000), cached=True)
+        return CachedSearch(cached=True, stored=hit, elapsed_ms=(time.perf_counter() - started) * 1000)
     try:
         response = search(tenant, request, knowledge)
     except BaseException:
         if holds_lock:
             _quietly(cache.delete, lock_key)
         raise
+    outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
-        value = None if response.degraded else json.dumps(response.as_dict())
-        _quietly(_store, key, value, lock_key if holds_lock else None)
-    return CachedSearch(response, cached=False)
+        _quietly(_store, key, None if response.degraded else outcome.stored, lock_key if holds_lock else None)
+    return outcome
 
 
 def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> str:
@@ -99,6 +149,7 @@ def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: Searched
         # A restart with new ranking settings must not serve rankings made under the old ones.
         "settings": {name: getattr(settings, name) for name in settings.RANKING_SETTINGS},
         "shape": _SHAPE,
+        "stored_as": _STORED_AS,
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
     return f"search:{tenant.pk}:{digest}"
@@ -112,7 +163,7 @@ return {false, redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) and 1 or
 """
 
 
-def _get_or_lock(key: str, lock_key: str) -> tuple[str | None, bool]:
+def _get_or_lock(key: str, lock_key: str) -> tuple[tuple[dict, bytes] | None, bool]:
     """(cached value, False), or (None, True) holding the lock, or (None, False): compute without it."""
     redis = get_redis_connection("default")
     hit, locked = redis.eval(
@@ -133,7 +184,7 @@ def _get_or_lock(key: str, lock_key: str) -> tuple[str | None, bool]:
     return None, False
 
 
-def _store(key: str, value: str | None, lock_key: str | None) -> None:
+def _store(key: str, value: tuple[dict, bytes] | None, lock_key: str | None) -> None:
     """Store ``value`` (unless None) and release ``lock_key`` (unless None), in one round trip."""
     pipeline = get_redis_connection("default").pipeline(transaction=False)
     if value is not None:
@@ -143,7 +194,7 @@ def _store(key: str, value: str | None, lock_key: str | None) -> None:
     pipeline.execute()
 
 
-def _load(value: str, *, elapsed_ms: float) -> SearchResponse:
+def _load(value: bytes, *, elapsed_ms: float) -> SearchResponse:
     data = json.loads(value)
     data["results"] = [SearchHit(**hit) for hit in data["results"]]
     # The stored stage timings describe a computation this request did not do.

@@ -1,10 +1,15 @@
 """Strict JSON fields and serializers that copy their declared fields shallowly."""
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-from rest_framework import serializers
+import json
 
-from core.fields import ShallowFieldsSerializer, StrictFloatField, StrictIntegerField
+import pytest
+from rest_framework import exceptions, serializers
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.test import APIRequestFactory
+
+from core.fields import ShallowFieldsSerializer, StrictFloatField, StrictIntegerField, validated_body
 
 
 def declare(base):
@@ -55,3 +60,44 @@ def test_instances_validate_concurrently_without_crosstalk():
     with ThreadPoolExecutor(4) as pool:
         outcomes = list(pool.map(lambda body: outcome(SHALLOW, body), bodies))
     assert outcomes == [outcome(DEEP, body) for body in bodies]
+
+
+class Counted(SHALLOW):
+    """Counts its validations (``validate`` runs once per successful field validation)."""
+
+    validations = 0
+
+    def validate(self, data):
+        type(self).validations += 1
+        return data
+
+
+def request_with(body: bytes, content_type: str = "application/json") -> Request:
+    return Request(APIRequestFactory().post("/x", body, content_type=content_type), parsers=[JSONParser()])
+
+
+def test_a_body_seen_before_is_not_validated_again_and_each_caller_gets_its_own_copy():
+    body = json.dumps({"name": "seen", "ids": [1, 2], "weights": {"x": 0.5}, "inner": {"flag": True}}).encode()
+    first = validated_body(request_with(body), Counted)
+    assert first == outcome(DEEP, json.loads(body))[2]
+    first["ids"].append(3)
+    first["inner"]["count"] = 9
+    validations = Counted.validations
+    second = validated_body(request_with(body), Counted)
+    assert Counted.validations == validations
+    assert second == outcome(DEEP, json.loads(body))[2]
+
+
+def test_a_refused_body_is_refused_every_time():
+    body = json.dumps({"name": "too long", "ids": [0]}).encode()
+    for _ in range(2):
+        with pytest.raises(serializers.ValidationError) as refused:
+            validated_body(request_with(body), Counted)
+        assert set(refused.value.detail) == {"name", "ids"}
+
+
+def test_the_same_bytes_under_another_content_type_go_through_the_parser_again():
+    body = json.dumps({"name": "typed"}).encode()
+    assert validated_body(request_with(body), Counted) == {"name": "typed"}
+    with pytest.raises(exceptions.UnsupportedMediaType):
+        validated_body(request_with(body, "text/plain"), Counted)

@@ -17,6 +17,7 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
+from rest_framework.renderers import JSONRenderer
 
 from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.services import update_search_settings
@@ -84,6 +85,23 @@ def test_a_repeated_search_is_answered_from_the_cache(client, pipeline_runs, pat
     assert set(second["timings_ms"]) == {"cache", "total"}  # not the first request's stage timings
     assert second["request_id"] != first["request_id"]
     assert len(pipeline_runs) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_hit_sends_the_stored_rendering_and_decodes_it_only_for_readers(client, tenant, pipeline_runs):
+    answers = [client.post("/api/v1/retrieval/hybrid", data=json.dumps(QUERY), content_type="application/json")
+               for _ in range(2)]  # fmt: skip
+    for answer in answers:  # what DRF's renderer makes of the body: the same order, separators and escapes
+        assert answer["Content-Type"] == "application/json"
+        assert answer.content == JSONRenderer().render(answer.json())
+    first, second = (answer.json() for answer in answers)
+    assert second["cached"] is True and list(second) == list(first) and len(pipeline_runs) == 1
+    request = SearchRequest(query=QUERY["query"], top_k=5, mode="bm25")
+    computed, stored = cached_search(tenant, request), cached_search(tenant, request)  # the console's way in
+    assert stored.cached is True and stored.total == computed.total == len(computed.response.results)
+    assert stored.response.results == computed.response.results and stored.query == computed.query
+    assert set(stored.response.timings_ms) == {"cache", "total"}
 
 
 @pytest.mark.slow
