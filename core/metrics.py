@@ -113,8 +113,8 @@ class MetricsMiddleware:
             tenant = tenant_of(request)
             if tenant is not None:
                 # When the response is closed, i.e. once the server has sent it: the client does not
-                # wait for the dashboard's counters (a Redis round trip). Django's test client and
-                # every WSGI server close each response; Django's own resources close the same way.
+                # wait for the dashboard's counters (added to the process's sums, core.usage). Django's
+                # test client and every WSGI server close each response; Django's own resources too.
                 response._resource_closers.append(partial(count_query, tenant.pk, _served(payload, endpoint)))
         return response
 

@@ -6,11 +6,20 @@ Every structure is bounded: daily hashes expire after ``DAYS_KEPT``, window hash
 windows, latencies keep the latest ``LATENCIES_KEPT``, each query ranking its ``QUERIES_KEPT`` most
 frequent (the rarest drop out). They count from when that Redis started (the embedded one keeps
 nothing on disk). With Redis down a search is served uncounted and the readers answer None.
+
+A process adds up its searches and sends them every ``USAGE_COUNTERS_FLUSH_S`` in one round trip
+(the same commands, by their sums), instead of a pipeline per search on the request thread: 0.18 ms
+of a cached answer's ~3 ms of CPU, and its thread held that long after the answer. The readers send
+their own process's sums first; another worker's show within that time. A worker stopping sends its
+sums at exit; one killed loses at most that time's counts.
 """
 from __future__ import annotations
 
+import atexit
+import collections
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.cache import cache
@@ -40,41 +49,94 @@ def _key(tenant_id: int, counter: str) -> str:
     return f"stats:{counter}:{tenant_id}"
 
 
+@dataclass
+class _Sums:
+    """Counter commands added up: (command, key, member) -> amount, then what follows them."""
+
+    increments: collections.Counter = field(default_factory=collections.Counter)
+    expiries: dict[str, int] = field(default_factory=dict)
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    rankings: set[str] = field(default_factory=set)
+    searches: int = 0
+
+
+_pending = _Sums()
+_pending_lock = threading.Lock()
+_flush_timer: threading.Timer | None = None
+_MAX_PENDING = 10_000  # searches: a flush that cannot keep up is sent by the search that reaches it
+
+
 def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None) -> None:
-    """Record one search served to the tenant, in one round trip."""
+    """Record one search served to the tenant: added to this process's sums (see the module's doc)."""
+    global _flush_timer
     now = time.time() if now is None else now
 
-    def key(name: str) -> str:
+    def key(name: str) -> str:  # the prefix of now, not of the flush (tests switch it)
         return cache.make_key(_key(tenant_id, name))
 
+    daily, window = key(f"daily:{_day(now)}"), key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}")
+    latency = key("latency")
+    query = " ".join(served.query.split()).casefold()[:QUERY_CHARS_KEPT]
+    # INCR starts a missing counter at 0, and django-redis stores integers as plain Redis integers,
+    # so cache.get_many reads them back.
+    commands = [("incrby", key("queries"), None), ("hincrby", daily, served.mode), ("hincrby", window, served.mode)]
+    if served.cached:
+        commands += [("incrby", key("cache_hits"), None), ("hincrby", daily, "cache_hits")]
+    commands += [("hincrby", key("degraded"), stage) for stage in served.degraded_stages]
+    rankings = [key(ranking) for ranking in (("top", "no_result") if served.hits == 0 else ("top",))]
+    commands += [("zincrby", ranking, query) for ranking in rankings]
+    with _pending_lock:
+        _pending.increments.update(commands)
+        _pending.expiries[daily] = DAYS_KEPT * 86400
+        _pending.expiries[window] = 2 * settings.RATE_LIMIT_WINDOW_S
+        _pending.latencies.setdefault(latency, []).append(round(served.latency_ms, 3))
+        _pending.rankings.update(rankings)
+        _pending.searches += 1
+        flush_now = settings.USAGE_COUNTERS_FLUSH_S <= 0 or _pending.searches >= _MAX_PENDING
+        if not flush_now and _flush_timer is None:
+            _flush_timer = threading.Timer(settings.USAGE_COUNTERS_FLUSH_S, flush_counts)
+            _flush_timer.daemon = True
+            _flush_timer.start()
+    if flush_now:
+        flush_counts()
+
+
+def flush_counts() -> None:
+    """Send this process's sums to Redis, in one round trip (lost, with a warning, if Redis is down)."""
+    global _pending, _flush_timer
+    with _pending_lock:
+        sums, _pending = _pending, _Sums()
+        if _flush_timer is not None:
+            _flush_timer.cancel()  # a no-op when it is the timer that flushes
+        _flush_timer = None
+    if not sums.searches:
+        return
     try:
-        # INCR starts a missing counter at 0, and django-redis stores integers as plain Redis
-        # integers, so cache.get_many reads them back.
         pipeline = get_redis_connection("default").pipeline(transaction=False)
-        for counter in ("queries", "cache_hits") if served.cached else ("queries",):
-            pipeline.incr(key(counter))
-        daily = key(f"daily:{_day(now)}")
-        pipeline.hincrby(daily, served.mode, 1)
-        if served.cached:
-            pipeline.hincrby(daily, "cache_hits", 1)
-        pipeline.expire(daily, DAYS_KEPT * 86400)
-        window = key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}")
-        pipeline.hincrby(window, served.mode, 1)
-        pipeline.expire(window, 2 * settings.RATE_LIMIT_WINDOW_S)
-        for stage in served.degraded_stages:
-            pipeline.hincrby(key("degraded"), stage, 1)
-        pipeline.lpush(key("latency"), round(served.latency_ms, 3))
-        pipeline.ltrim(key("latency"), 0, LATENCIES_KEPT - 1)
-        query = " ".join(served.query.split()).casefold()[:QUERY_CHARS_KEPT]
-        for ranking in ("top", "no_result") if served.hits == 0 else ("top",):
-            pipeline.zincrby(key(ranking), 1, query)
-            pipeline.zremrangebyrank(key(ranking), 0, -QUERIES_KEPT - 1)
+        for (command, key, member), amount in sums.increments.items():
+            if command == "incrby":
+                pipeline.incrby(key, amount)
+            elif command == "hincrby":
+                pipeline.hincrby(key, member, amount)
+            else:
+                pipeline.zincrby(key, amount, member)
+        for key, seconds in sums.expiries.items():
+            pipeline.expire(key, seconds)
+        for key, latencies in sums.latencies.items():
+            pipeline.lpush(key, *latencies)
+            pipeline.ltrim(key, 0, LATENCIES_KEPT - 1)
+        for key in sums.rankings:
+            pipeline.zremrangebyrank(key, 0, -QUERIES_KEPT - 1)
         pipeline.execute()
     except REDIS_ERRORS as exc:  # an outage must not turn a served search into an error
         warn_redis_unavailable("query counters", exc)
 
 
+atexit.register(flush_counts)
+
+
 def query_counts(tenant_id: int) -> dict | None:
+    flush_counts()
     keys = {counter: _key(tenant_id, counter) for counter in ("queries", "cache_hits")}
     try:
         values = cache.get_many(list(keys.values()))
@@ -90,6 +152,7 @@ def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | N
     ``latency_ms`` (p50/p95 over the latest searches), ``degraded`` (stage -> count), ``top_queries``
     and ``no_result_queries`` ((query, count), most frequent first), ``window`` (mode -> searches in
     the current rate-limit window)."""
+    flush_counts()
     now = time.time() if now is None else now
     dates = [_day(now - 86400 * back) for back in range(days - 1, -1, -1)]
 
@@ -122,6 +185,7 @@ def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | N
 def frequent_queries(tenant_id: int, count: int) -> list[str]:
     """The tenant's ``count`` most frequent recent queries (as counted: whitespace collapsed, case
     folded), the most frequent first; empty while Redis is unreachable."""
+    flush_counts()
     try:
         queries = get_redis_connection("default").zrevrange(cache.make_key(_key(tenant_id, "top")), 0, count - 1)
     except REDIS_ERRORS as exc:

@@ -144,6 +144,8 @@ class Environment(BaseSettings):
     SEARCH_CACHE_WAIT_S: NonNegativeFloat = 2.0  # identical misses wait this long for the first
     # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
     API_KEY_CACHE_TTL_S: NonNegativeInt = 5
+    # Each process sends its searches' usage counters (the dashboard's) to Redis this often, summed.
+    USAGE_COUNTERS_FLUSH_S: NonNegativeFloat = 1.0  # 0: one round trip per search, after its answer
     # Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
     RATE_LIMIT_WINDOW_S: PositiveInt = 60
     RATE_LIMIT_FAIL_OPEN: bool = True  # Redis down: serve (true) or 503 (false)

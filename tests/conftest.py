@@ -49,8 +49,11 @@ def redis_key_prefix(settings):
 
     from core.redis import REDIS_ERRORS
 
+    from core.usage import flush_counts
+
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
     yield
+    flush_counts()  # the usage counters this process still sums go under this test's prefix, then go
     try:
         cache.delete_pattern("*")
     except REDIS_ERRORS:  # a test that stopped its Redis leaves nothing to wipe
@@ -75,6 +78,22 @@ def private_redis(settings, tmp_path_factory):
     redis._last_warned.clear()  # so the outage warning of this test is logged
     yield lambda: redis.stop_embedded_redis(data_dir)
     redis.stop_embedded_redis(data_dir)
+
+
+@pytest.fixture
+def redis_round_trips(monkeypatch) -> list[int]:
+    """Round trips to Redis (commands or pipelines sent), counted on the real connections."""
+    from redis.connection import AbstractConnection
+
+    sent = [0]
+    send = AbstractConnection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent[0] += 1
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    return sent
 
 
 @pytest.fixture(autouse=True)

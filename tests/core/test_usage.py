@@ -1,5 +1,8 @@
 """The per-tenant usage counters in the real Redis: what the dashboard reads, and their bounds."""
+import time
+
 import pytest
+from django.core.cache import cache
 
 from core import usage
 from core.usage import ServedQuery, count_query, query_usage
@@ -54,3 +57,36 @@ def test_with_redis_down_nothing_is_counted_and_the_reader_answers_none(private_
     private_redis()
     count_query(1, served(), now=NOW)  # no error
     assert query_usage(1, now=NOW) is None
+
+
+def sent_queries(tenant_id: int):
+    """The tenant's ``queries`` counter as Redis holds it, read without sending this process's sums."""
+    return cache.get(usage._key(tenant_id, "queries"))
+
+
+def test_searches_are_summed_and_sent_in_one_round_trip_which_a_reader_sends_first(settings, redis_round_trips):
+    settings.USAGE_COUNTERS_FLUSH_S = 3600  # the timer never fires during this test
+    for mode in ("hybrid", "hybrid", "bm25"):
+        count_query(1, served(mode=mode, cached=mode == "bm25", degraded=["rerank"]), now=NOW)
+    assert sent_queries(1) is None
+    sent_before = redis_round_trips[0]
+    usage.flush_counts()
+    assert redis_round_trips[0] - sent_before == 1 and sent_queries(1) == 3
+    numbers = query_usage(1, days=1, now=NOW)
+    assert numbers["daily"][0]["modes"] == {"bm25": 1, "hybrid": 2} and numbers["daily"][0]["cache_hit_ratio"] == 0.3333
+    assert numbers["degraded"] == {"rerank": 3} and numbers["top_queries"] == [("kettle", 3)]
+
+
+def test_the_sums_are_sent_within_the_interval_without_a_reader(settings):
+    settings.USAGE_COUNTERS_FLUSH_S = 0.05
+    count_query(1, served(), now=NOW)
+    deadline = time.monotonic() + 10
+    while sent_queries(1) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sent_queries(1) == 1
+
+
+def test_with_no_interval_each_search_is_sent_at_once(settings):
+    settings.USAGE_COUNTERS_FLUSH_S = 0
+    count_query(1, served(), now=NOW)
+    assert sent_queries(1) == 1
