@@ -80,7 +80,8 @@ class CachedSearch:
 
     @property
     def total(self) -> int:
-        return self.stored[0]["total"] if self._stored is not None else len(self.response.results)
+        """The number of hits (read from what is stored, so a hit is not decoded for it)."""
+        return self.stored[0]["total"]
 
     @property
     def query(self) -> str:
