@@ -178,6 +178,20 @@ def test_leg_weights_are_rrf_variants_and_reach_the_request_and_the_suggestion()
     assert suggested_settings(variants[0]) == {"candidates": 100, "fusion": "rrf", "leg_weights": "fixed"}
 
 
+def test_leg_candidates_are_hybrid_variants_of_every_fusion_and_reach_the_request_and_the_suggestion():
+    variants = build_variants(
+        ["hybrid", "bm25"], candidates=[100], fusions=["rrf", "relevance"], leg_candidates=["own", "union"]
+    )
+    assert [v.label for v in variants] == [
+        "hybrid cand=100 fusion=rrf candidates_of=own", "hybrid cand=100 fusion=rrf candidates_of=union",
+        "hybrid cand=100 fusion=relevance candidates_of=own", "hybrid cand=100 fusion=relevance candidates_of=union",
+        "bm25 cand=100",
+    ]  # fmt: skip
+    assert variants[2].request("q", kb_id=7).leg_candidates == "own"
+    assert variants[4].request("q", kb_id=7).leg_candidates is None
+    assert suggested_settings(variants[1]) == {"candidates": 100, "fusion": "rrf", "leg_candidates": "union"}
+
+
 def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():
     assert parse_feedback("10:5:0.7") == (10, 5, 0.7) and parse_feedback("0")[0] == 0
     with pytest.raises(ValueError):
