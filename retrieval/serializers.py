@@ -120,8 +120,9 @@ class SearchInput(ShallowFieldsSerializer):
     leg_candidates = serializers.ChoiceField(
         choices=LEG_CANDIDATES,
         required=False,
-        help_text="hybrid: union (BM25 and dense each rank both legs' candidates, scoring those they did not find "
-        "without searching again) or own (each leg ranks only what it found); default: the KB's, else union",
+        help_text="hybrid: union (BM25 and dense each also rank the other leg's first 10 hits, scoring those they "
+        "did not find without searching again) or own (each leg ranks only what it found); default: the KB's, "
+        "else own",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"

@@ -23,10 +23,12 @@ DEFAULT_FUSION = "rrf"
 # (``retrieval.fusion.weighted_by_evidence``; SciFact train +0.008, the other shared sets within 0.002:
 # docs/BENCHMARKS.md, "Per-query leg weights"); "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
-# What each leg ranks before fusion: "union" (its own candidates and the other leg's, which it scores
-# without searching again: ``retrieval.services.search.score_union``; SciFact train +0.003, XQuAD-en
-# unchanged: docs/BENCHMARKS.md, "The candidate union scored by both legs") or "own" (what it found).
-DEFAULT_LEG_CANDIDATES = "union"
+# What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
+# which it scores without searching again: ``retrieval.services.search.score_union``). "union" ranks
+# better on SciFact train (+0.004, XQuAD-en unchanged) but cost 14-20 % of hybrid p50 at load 8-10,
+# above the 10 % budget (docs/BENCHMARKS.md, "The candidate union scored by both legs"): a KB or a
+# request opts in.
+DEFAULT_LEG_CANDIDATES = "own"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.

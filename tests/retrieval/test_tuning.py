@@ -55,10 +55,10 @@ def test_rrf_leg_weights_are_per_query_unless_a_kb_or_the_request_fixes_them():
     assert effective_settings(request(leg_weights="evidence"), [{"leg_weights": "fixed"}]).leg_weights == "evidence"
 
 
-def test_the_legs_rank_the_union_of_their_candidates_unless_a_kb_or_the_request_keeps_their_own():
-    assert effective_settings(request(), [{}]).leg_candidates == DEFAULT_LEG_CANDIDATES == "union"
-    assert effective_settings(request(), [{"leg_candidates": "own"}]).leg_candidates == "own"
-    assert effective_settings(request(leg_candidates="union"), [{"leg_candidates": "own"}]).leg_candidates == "union"
+def test_the_legs_rank_their_own_candidates_unless_a_kb_or_the_request_asks_for_the_union():
+    assert effective_settings(request(), [{}]).leg_candidates == DEFAULT_LEG_CANDIDATES == "own"
+    assert effective_settings(request(), [{"leg_candidates": "union"}]).leg_candidates == "union"
+    assert effective_settings(request(leg_candidates="own"), [{"leg_candidates": "union"}]).leg_candidates == "own"
 
 
 def test_candidates_never_fall_below_top_k():
