@@ -4,8 +4,8 @@ resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> exp
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
 vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
-scoped to the tenant, its active KB versions and the filters -> score the union (each of BM25 and dense
-ranks both legs' candidates, unless ``leg_candidates`` is "own") -> fuse (weighted RRF with per-query leg
+scoped to the tenant, its active KB versions and the filters -> score the union (``leg_candidates``
+"union": BM25 and dense each also rank the other's first hits) -> fuse (weighted RRF with per-query leg
 weights, or normalized scores: ``retrieval.fusion``) -> order by document when asked (``retrieval.grouping``)
 -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
