@@ -6,7 +6,8 @@ Needs a KB of the ``eval`` tenant that ``manage.py evaluate`` built (SciFact tra
 name is printed by evaluate). For each query, ``retrieval.services.search.search`` (uncached, what the
 API calls) runs once per config, in an order rotated query by query so load drifts hit every config
 alike; one untimed warm-up search first. Configs: hybrid as shipped (aggregate none: the document
-stage does not run; fusion settings are resolved per search; RRF's per-query leg weights), RRF with
+stage does not run; fusion settings are resolved per search; RRF's per-query leg weights; each leg
+ranking its own candidates), the legs scoring each other's heads (``leg_candidates`` union), RRF with
 fixed leg weights, aggregate sum, aggregate sum with group_by document, the KB's own search settings
 set ({"rrf_k": 60}: the resolution path with a KB value, same ranking). Reported: p50/p95 per config
 and each p50's ratio to the shipped config's.
@@ -38,6 +39,7 @@ def main() -> None:
     queries = queries[: args.queries]
     configs = {
         "shipped (aggregate none)": {},
+        "leg candidates union": {"leg_candidates": "union"},
         "leg weights fixed": {"leg_weights": "fixed"},
         "aggregate sum": {"aggregate": "sum"},
         "aggregate sum + group_by document": {"aggregate": "sum", "group_by": "document"},

@@ -56,6 +56,11 @@ class VectorIndex(ABC):
         """The ``top_k`` nearest chunks in scope that pass ``filters``, best first; ``plan`` is what
         ``plan()`` returned for the same scope and filters (None: the search works it out)."""
 
+    @abstractmethod
+    def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:
+        """The chunks of ``chunk_ids`` in scope, each with its cosine to ``query_vector``, in no order: the
+        dense score of passages another retriever found (the caller chose them, so no filters)."""
+
 
 @dataclass(frozen=True)
 class LexicalDocument:

@@ -124,6 +124,25 @@ class PgVectorIndex(VectorIndex):
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
 
+    def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:
+        """One read by primary key, the full-precision cosine as ``search`` gives it (no index walk)."""
+        if not chunk_ids:
+            return []
+        where, params = self._where(scope, SqlFilter())
+        statement = sql.SQL(
+            "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
+            "WHERE id = ANY(%s) AND {where}"
+        ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
+        register_vector_type()
+        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        with guard, connection.cursor() as cursor:
+            cursor.execute(
+                statement.as_string(cursor.cursor),
+                [np.asarray(query_vector, dtype=np.float32), list(chunk_ids), *params],
+            )
+            rows = cursor.fetchall()
+        return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
+
     def _nearest(self, cursor, dim: int, where: sql.Composable, params: list, vector, top_k: int, exact: bool):
         """The nearest-rows query and its arguments. Both paths return the full-precision distance; the
         graph walk orders by the half-precision one, the expression of the per-dimension HNSW index."""

@@ -10,6 +10,7 @@ Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever; the gra
 ``SEARCH_WEIGHT_GRAPH_HYBRID`` in three-way hybrid and ``SEARCH_WEIGHT_GRAPH`` in graph mode), ``fusion``
 (``rrf``, ``relevance`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion``),
 ``leg_weights`` (``evidence`` or ``fixed``: RRF's weights per query by each leg's first hit, or as configured),
+``leg_candidates`` (``union`` or ``own``: BM25 and dense each rank both legs' candidates, or only their own),
 ``rrf_k`` (1..1000),
 ``candidates`` (1..200, each retriever's list depth), ``dense_weight_floor`` (0..100, the dense weight
 for a query in a language the model does not cover), ``aggregate`` (``none``, ``max`` or ``sum``: how
@@ -30,6 +31,7 @@ MAX_FEEDBACK_DOCS = 50
 MAX_FEEDBACK_TERMS = 100
 FUSIONS = ("rrf", "relevance", "minmax")
 LEG_WEIGHTS = ("evidence", "fixed")
+LEG_CANDIDATES = ("union", "own")
 AGGREGATES = ("none", "max", "sum")
 GROUP_BY = ("chunk", "document")
 
@@ -42,7 +44,13 @@ _NUMBERS = {
     "feedback_terms": (int, 1, MAX_FEEDBACK_TERMS),
     "feedback_query_weight": (float, 0, 1),
 }
-_CHOICES = {"fusion": FUSIONS, "leg_weights": LEG_WEIGHTS, "aggregate": AGGREGATES, "group_by": GROUP_BY}
+_CHOICES = {
+    "fusion": FUSIONS,
+    "leg_weights": LEG_WEIGHTS,
+    "leg_candidates": LEG_CANDIDATES,
+    "aggregate": AGGREGATES,
+    "group_by": GROUP_BY,
+}
 KEYS = ("weights", *_NUMBERS, *_CHOICES)
 
 

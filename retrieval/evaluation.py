@@ -308,6 +308,7 @@ class Variant:
     feedback: tuple[int, int, float] | None = None  # RM3 (docs, terms, query weight); None: the service default
     fusion: str | None = None  # rrf, relevance or minmax; None: the service default
     leg_weights: str | None = None  # RRF's: evidence or fixed; None: the service default
+    leg_candidates: str | None = None  # hybrid: union or own; None: the service default
 
     @property
     def label(self) -> str:
@@ -318,6 +319,8 @@ class Variant:
             parts.append(f"fusion={self.fusion}")
         if self.leg_weights is not None:
             parts.append(f"legs={self.leg_weights}")
+        if self.leg_candidates is not None:
+            parts.append(f"candidates_of={self.leg_candidates}")
         if self.rrf_k is not None:
             parts.append(f"k={self.rrf_k}")
         if self.dense_weight_floor is not None:
@@ -343,6 +346,7 @@ class Variant:
             candidates=self.candidates,
             fusion=self.fusion,
             leg_weights=self.leg_weights,
+            leg_candidates=self.leg_candidates,
             rrf_k=self.rrf_k,
             dense_weight_floor=self.dense_weight_floor,
             aggregate=self.aggregate,
@@ -361,6 +365,7 @@ class Variant:
             "weights": dict(self.weights) if self.weights is not None else None,
             "fusion": self.fusion,
             "leg_weights": self.leg_weights,
+            "leg_candidates": self.leg_candidates,
             "rrf_k": self.rrf_k,
             "dense_weight_floor": self.dense_weight_floor,
             "aggregate": self.aggregate,
@@ -402,6 +407,7 @@ def build_variants(
     rrf_ks: Sequence[int | None] = (None,),
     fusions: Sequence[str | None] = (None,),
     leg_weights: Sequence[str | None] = (None,),
+    leg_candidates: Sequence[str | None] = (None,),
     floors: Sequence[float | None] = (None,),
     aggregates: Sequence[str | None] = (None,),
     feedbacks: Sequence[tuple[int, int, float] | None] = (None,),
@@ -414,14 +420,18 @@ def build_variants(
     variants: list[Variant] = []
     for mode in modes:
         hybrid = (
-            itertools.product(weights, rrf_ks, floors, fusions, leg_weights) if mode == "hybrid" else [(None,) * 5]
+            itertools.product(weights, rrf_ks, floors, fusions, leg_weights, leg_candidates)
+            if mode == "hybrid"
+            else [(None,) * 6]
         )
         rm3 = [None] if mode == "vector" else feedbacks
-        for (weight, rrf_k, floor, fusion, legs), depth, method, feedback in itertools.product(
+        for (weight, rrf_k, floor, fusion, legs, union), depth, method, feedback in itertools.product(
             list(hybrid), candidates, aggregates, rm3
         ):
             rrf_k, legs = (rrf_k, legs) if fusion in (None, "rrf") else (None, None)
-            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs)
+            variant = Variant(
+                mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs, union
+            )
             if variant not in variants:
                 variants.append(variant)
     return variants
@@ -519,6 +529,8 @@ def suggested_settings(variant: Variant) -> dict:
         suggested["fusion"] = variant.fusion
     if variant.leg_weights is not None:
         suggested["leg_weights"] = variant.leg_weights
+    if variant.leg_candidates is not None:
+        suggested["leg_candidates"] = variant.leg_candidates
     if variant.rrf_k is not None:
         suggested["rrf_k"] = variant.rrf_k
     if variant.dense_weight_floor is not None:

@@ -12,6 +12,7 @@ from knowledge.search_settings import (
     AGGREGATES,
     FUSIONS,
     GROUP_BY,
+    LEG_CANDIDATES,
     LEG_WEIGHTS,
     MAX_CANDIDATES,
     MAX_FEEDBACK_DOCS,
@@ -115,6 +116,13 @@ class SearchInput(ShallowFieldsSerializer):
         help_text="rrf: evidence (each leg's weight scaled for this query by the square of its first hit's "
         "relevance, the legs' weights keeping their sum) or fixed (the weights as given, for every query); "
         "default: the KB's, else evidence",
+    )
+    leg_candidates = serializers.ChoiceField(
+        choices=LEG_CANDIDATES,
+        required=False,
+        help_text="hybrid: union (BM25 and dense each also rank the other leg's first 10 hits, scoring those they "
+        "did not find without searching again) or own (each leg ranks only what it found); default: the KB's, "
+        "else own",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"

@@ -23,6 +23,12 @@ DEFAULT_FUSION = "rrf"
 # (``retrieval.fusion.weighted_by_evidence``; SciFact train +0.008, the other shared sets within 0.002:
 # docs/BENCHMARKS.md, "Per-query leg weights"); "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
+# What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
+# which it scores without searching again: ``retrieval.services.search.score_union``). "union" ranks
+# better on SciFact train (+0.004, XQuAD-en unchanged) but cost 14-20 % of hybrid p50 at load 8-10,
+# above the 10 % budget (docs/BENCHMARKS.md, "The candidate union scored by both legs"): a KB or a
+# request opts in.
+DEFAULT_LEG_CANDIDATES = "own"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.
@@ -34,6 +40,7 @@ class FusionSettings:
     weights: dict[str, float]  # before the mode and the language floor apply
     fusion: str
     leg_weights: str
+    leg_candidates: str
     rrf_k: int
     candidates: int
     dense_weight_floor: float
@@ -62,6 +69,7 @@ def service_defaults(mode: str) -> dict:
         "weights": weights,
         "fusion": DEFAULT_FUSION,
         "leg_weights": DEFAULT_LEG_WEIGHTS,
+        "leg_candidates": DEFAULT_LEG_CANDIDATES,
         "rrf_k": settings.RRF_K,
         "candidates": settings.SEARCH_CANDIDATES,
         "dense_weight_floor": settings.DENSE_WEIGHT_FLOOR,
@@ -95,6 +103,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
     overrides = {
         "fusion": request.fusion,
         "leg_weights": request.leg_weights,
+        "leg_candidates": request.leg_candidates,
         "rrf_k": request.rrf_k,
         "candidates": request.candidates,
         "dense_weight_floor": request.dense_weight_floor,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from core.errors import DomainError
 from engines.analysis import Analyzer
 from engines.base import LexicalHit
@@ -29,6 +31,7 @@ class SearchRequest:
     candidates: int | None = None
     fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
     leg_weights: str | None = None  # RRF: "evidence" (per query, retrieval.fusion.weighted_by_evidence) or "fixed"
+    leg_candidates: str | None = None  # "union" (each leg ranks every leg's candidates) or "own"
     rrf_k: int | None = None
     rerank: bool = False
     graph: bool = False  # hybrid: fuse the graph leg too (so does a graph weight > 0)
@@ -106,7 +109,7 @@ class ModelGroup:
 class Degradation:
     """An optional stage that failed: the search answers without it and names it in ``degraded``."""
 
-    stage: str  # "expand", "bm25", "feedback", "vector", "graph", "group" or "rerank"
+    stage: str  # "expand", "bm25", "feedback", "vector", "graph", "union", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
 
@@ -127,6 +130,16 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class ListQuery:
+    """What scored one ranked list, so that its leg can score passages another leg found: the BM25
+    tokens and their weights (None: 1 each), or the query's vector per embedding model."""
+
+    tokens: list[str] | None = None
+    token_weights: list[float] | None = None
+    vectors: dict[str, np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
 class LegResult:
     """What one retriever of a search returned: its ranked lists (one per query variant), the
     content hashes it already knows for its hits, and notes; or why it failed, and the error to
@@ -134,6 +147,7 @@ class LegResult:
 
     retriever: str
     lists: list[RankedList] = field(default_factory=list)
+    queries: list[ListQuery] = field(default_factory=list)  # one per list (BM25 and dense legs)
     content_hashes: dict[int, str] = field(default_factory=dict)
     ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     notes: list[str] = field(default_factory=list)

@@ -4,13 +4,14 @@ resolve the fusion settings (request, KBs, service: ``retrieval.tuning``) -> exp
 the retrievers -> retrieve (the query embeds and the keyword index searches on thread pools while the
 request thread does the database work: BM25's reads, the vector plan, the graph; pgvector as soon as the
 vectors are there, BM25's check as soon as its hits are, then its RM3 feedback pass when asked), each leg
-scoped to the tenant, its active KB versions and the filters -> fuse (weighted RRF with per-query leg
+scoped to the tenant, its active KB versions and the filters -> score the union (``leg_candidates``
+"union": BM25 and dense each also rank the other's first hits) -> fuse (weighted RRF with per-query leg
 weights, or normalized scores: ``retrieval.fusion``) -> order by document when asked (``retrieval.grouping``)
 -> rerank the head -> cut top_k (one hit per document when grouped) -> hydrate.
 Stages hand each other plain values; timings go through :class:`~retrieval.services.timings.StageTimings`.
 
 The failure rule: anything an optional stage raises (the expansion, a leg of a search with another
-leg, BM25's feedback pass, the document stage, the reranker) becomes a ``degraded`` entry
+leg, BM25's feedback pass, the union's scoring, the document stage, the reranker) becomes a ``degraded`` entry
 ``{"stage", "cause", "message"}`` and one warning; only when no retriever of the search answers is it an
 error, a 503 naming the failed retriever.
 """
@@ -63,6 +64,7 @@ from retrieval.types import (
     LegResult,
     LexicalHits,
     LexicalQuery,
+    ListQuery,
     ModelGroup,
     Reranked,
     SearchHit,
@@ -118,6 +120,9 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
             fusion.feedback,
             timings,
         )
+        found = _candidate_counts([ranked for leg in legs for ranked in leg.lists])
+        union = score_union(tenant, groups, version_ids, legs, fusion.leg_candidates, timings)
+        legs = union.legs
         lists = [ranked for leg in legs for ranked in leg.lists]
         for leg in legs:
             known_hashes.update(leg.content_hashes)
@@ -151,12 +156,13 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
         degraded=[
             *expansion.degraded,
             *(leg.failure.as_dict() for leg in legs if leg.failure),
+            *union.degraded,
             *(degradation.as_dict() for leg in legs for degradation in leg.degraded),
             *documents.degraded,
             *reranked.degraded,
         ],
         notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
-        candidates={**_candidate_counts(lists), "fused": len(fused)},
+        candidates={**found, "fused": len(fused)},
         timings_ms=timings.milliseconds,
         critical_path_ms=timings.critical_path,
     )
@@ -261,16 +267,19 @@ def check_bm25(
     """One BM25 list per query variant, of the index's hits the chunk table confirms (they exist and
     pass the filters; searched inside the allowed ids, they need no check)."""
     index = get_lexical_index()
-    lists, hashes = [], {}
+    lists, queries, hashes = [], [], {}
     for variant, hits in zip(variants, found.hits, strict=True):
+        tokens = query.analyzer.tokens(variant.text)
         if query.allowed is None:
-            tokens = query.analyzer.tokens(variant.text)
             hits = _bm25_hits_of_existing_chunks(
                 index, tenant, version_ids, tokens, hits, query.depth, compiled, candidates, hashes
             )
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-    return LegResult("bm25", lists=lists, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes)
+        queries.append(ListQuery(tokens=tokens))
+    return LegResult(
+        "bm25", lists=lists, queries=queries, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes
+    )
 
 
 def feed_back_bm25(
@@ -289,7 +298,7 @@ def feed_back_bm25(
     index = get_lexical_index()
     top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
     texts = selectors.indexed_texts(tenant, list(top))
-    lists, ceilings, hashes = [], dict(leg.ceilings), dict(leg.content_hashes)
+    lists, queries, ceilings, hashes = [], [], dict(leg.ceilings), dict(leg.content_hashes)
     for ranked in leg.lists:
         passages = [
             (query.analyzer.tokens(texts[chunk_id]), score)
@@ -304,9 +313,10 @@ def feed_back_bm25(
                 weighted.weights,
             )  # fmt: skip
         lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[:candidates]]))
+        queries.append(ListQuery(tokens=weighted.tokens, token_weights=weighted.weights))
         for version_id in version_ids:
             ceilings[ranked.query, version_id] = index.max_score(version_id, weighted.tokens, weighted.weights)
-    return replace(leg, lists=lists, content_hashes=hashes, ceilings=ceilings)
+    return replace(leg, lists=lists, queries=queries, content_hashes=hashes, ceilings=ceilings)
 
 
 def _bm25_hits(
@@ -432,7 +442,7 @@ def retrieve_vector(
 ) -> LegResult:
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
-    lists, hashes = [], {}
+    lists, queries, hashes = [], [], {}
     for i, variant in enumerate(variants):
         hits = []
         for group, plan in zip(groups, plans, strict=True):
@@ -441,7 +451,73 @@ def retrieve_vector(
         hashes.update((hit.chunk_id, hit.content_hash) for hit in hits if hit.content_hash is not None)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("vector", variant.text, weight * variant.weight, ranked))
-    return LegResult("vector", lists=lists, content_hashes=hashes)
+        queries.append(ListQuery(vectors={group.model_name: vectors[group.model_name][i] for group in groups}))
+    return LegResult("vector", lists=lists, queries=queries, content_hashes=hashes)
+
+
+@dataclass(frozen=True)
+class UnionScored:
+    legs: list[LegResult]
+    degraded: list[dict]
+
+
+# The head of each leg's list that the other leg scores: on half of SciFact train (even query ids) the
+# union of the heads ranks as well at 10, 20 and 30 as the whole union (100 each), at a tenth of the reads
+# (docs/BENCHMARKS.md, "The candidate union scored by both legs").
+UNION_HEAD = 10
+
+
+def score_union(
+    tenant: Tenant,
+    groups: list[ModelGroup],
+    version_ids: tuple[int, ...],
+    legs: list[LegResult],
+    leg_candidates: str,
+    timings: StageTimings,
+) -> UnionScored:
+    """``leg_candidates`` "union": every BM25 and dense list also ranks the other leg's first
+    ``UNION_HEAD`` passages it did not find, scored as it would have scored them (the dense cosine of
+    BM25's, read by id; the BM25 score of the dense leg's, the keyword index searched inside their ids:
+    no match, no entry). A passage one leg ranks high then gets the other leg's rank too, where it had
+    none: fusion by rank no longer treats "not in this leg's top ``candidates``" as "ranked last". No
+    second search; the graph's list stays as found. On any failure the lists as found, degraded."""
+    scorable = [leg for leg in legs if leg.retriever in CALIBRATED and leg.lists and not leg.failure]
+    if leg_candidates != "union" or len(scorable) < 2:  # one leg: its lists are the union
+        return UnionScored(legs, [])
+    union = {chunk_id for leg in scorable for ranked in leg.lists for chunk_id, _ in ranked.hits[:UNION_HEAD]}
+    bm25, vector = sorted(scorable, key=lambda leg: leg.retriever)
+    # The keyword index (no database) on the lexical pool while this thread reads the dense scores.
+    lexical = _in_pool(_lexical_pool, timings, "union", _leg_over, tenant, groups, version_ids, bm25, union)
+    with timings.stage("union"):
+        try:
+            dense = _leg_over(tenant, groups, version_ids, vector, union)
+            scored = {"bm25": lexical.result(), "vector": dense}
+        except Exception as exc:
+            return UnionScored(legs, [degradation_of("union", exc).as_dict()])
+    return UnionScored([scored.get(leg.retriever, leg) for leg in legs], [])
+
+
+def _leg_over(
+    tenant: Tenant, groups: list[ModelGroup], version_ids: tuple[int, ...], leg: LegResult, union: set[int]
+) -> LegResult:
+    """The leg with each list extended to the ``union``'s passages it scores, best first."""
+    lists = []
+    for ranked, query in zip(leg.lists, leg.queries, strict=True):
+        missing = sorted(union - {chunk_id for chunk_id, _ in ranked.hits})
+        if leg.retriever == "vector":
+            index = vector_index()
+            scored = [
+                (hit.chunk_id, hit.score)
+                for group in groups
+                for hit in index.similarities(_scope(tenant, group), query.vectors[group.model_name], missing)
+            ]
+        else:
+            hits = _bm25_hits(
+                get_lexical_index(), tenant.pk, version_ids, query.tokens, len(missing), missing, query.token_weights
+            )
+            scored = [(hit.chunk_id, hit.score) for hit in hits]
+        lists.append(replace(ranked, hits=sorted([*ranked.hits, *scored], key=lambda hit: -hit[1])))
+    return replace(leg, lists=lists)
 
 
 def fuse(

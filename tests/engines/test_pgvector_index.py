@@ -527,3 +527,31 @@ def test_no_matching_rows_gives_an_empty_result():
         assert index.search(SearchScope(kb.tenant_id, (), DIMENSION), query, 10, NO_FILTER) == []
         # the same scope without the excluding filter is not empty
         assert len(index.search(scope_of(kb), query, 10, compile_filters({"metadata.shop_id": 1}).sql)) == 10
+
+
+# --- similarities of given chunks ------------------------------------------------------------------
+
+
+def test_similarities_score_the_given_chunks_as_the_search_does():
+    kb = KnowledgeBaseFactory()
+    chunks = add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(seed) * 2.5 for seed in range(400, 440)])
+    query = fresh_query()
+    index = PgVectorIndex(CHUNKS, exact_scan_threshold=100_000)
+    searched = {hit.chunk_id: hit for hit in index.search(scope_of(kb), query, 40, NO_FILTER)}
+    wanted = [chunks[3].pk, chunks[17].pk, chunks[39].pk]
+    hits = index.similarities(scope_of(kb), query, wanted)
+    assert sorted(hit.chunk_id for hit in hits) == sorted(wanted)
+    exact = dict(brute_force(chunks, query, 40))
+    for hit in hits:
+        assert hit.score == pytest.approx(exact[hit.chunk_id], abs=1e-5) == searched[hit.chunk_id].score
+        assert hit.content_hash == searched[hit.chunk_id].content_hash
+    assert index.similarities(scope_of(kb), query, []) == []
+
+
+def test_similarities_leave_out_chunks_outside_the_scope(two_tenants):
+    query, kb_a, kb_b, rows = two_tenants
+    index = PgVectorIndex(CHUNKS)
+    mixed = [rows["A"][0].pk, rows["B"][0].pk, rows["B"][1].pk]
+    assert [hit.chunk_id for hit in index.similarities(scope_of(kb_a), query, mixed)] == [rows["A"][0].pk]
+    other_dimension = SearchScope(kb_a.tenant_id, (kb_a.active_version_id,), 768)
+    assert index.similarities(other_dimension, query, mixed) == []

@@ -34,6 +34,7 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
         ({"group_by": "kb"}, "group_by must be one of chunk, document"),
         ({"fusion": "borda"}, "fusion must be one of rrf, relevance, minmax"),
         ({"leg_weights": "learned"}, "leg_weights must be one of evidence, fixed"),
+        ({"leg_candidates": "all"}, "leg_candidates must be one of union, own"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(value, message):

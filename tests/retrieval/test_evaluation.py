@@ -165,17 +165,27 @@ def test_fusion_methods_are_hybrid_variants_and_a_score_fusion_takes_no_rrf_k():
     assert suggested_settings(variants[2]) == {"candidates": 100, "fusion": "relevance"}
 
 
-def test_leg_weights_are_rrf_variants_and_reach_the_request_and_the_suggestion():
+def test_leg_weights_and_leg_candidates_are_hybrid_variants_and_reach_the_request_and_the_suggestion():
+    """Leg weights are RRF's (none for a score fusion); leg candidates apply to every fusion."""
     variants = build_variants(
-        ["hybrid"], candidates=[100], fusions=["rrf", "relevance"], leg_weights=["fixed", "evidence"]
-    )
+        ["hybrid", "bm25"], candidates=[100], fusions=["rrf", "relevance"], leg_weights=["fixed", "evidence"],
+        leg_candidates=["own", "union"],
+    )  # fmt: skip
     assert [v.label for v in variants] == [
-        "hybrid cand=100 fusion=rrf legs=fixed", "hybrid cand=100 fusion=rrf legs=evidence",
-        "hybrid cand=100 fusion=relevance",
+        "hybrid cand=100 fusion=rrf legs=fixed candidates_of=own",
+        "hybrid cand=100 fusion=rrf legs=fixed candidates_of=union",
+        "hybrid cand=100 fusion=rrf legs=evidence candidates_of=own",
+        "hybrid cand=100 fusion=rrf legs=evidence candidates_of=union",
+        "hybrid cand=100 fusion=relevance candidates_of=own", "hybrid cand=100 fusion=relevance candidates_of=union",
+        "bm25 cand=100",
     ]  # fmt: skip
-    assert variants[0].request("q", kb_id=7).leg_weights == "fixed"
-    assert variants[2].request("q", kb_id=7).leg_weights is None
-    assert suggested_settings(variants[0]) == {"candidates": 100, "fusion": "rrf", "leg_weights": "fixed"}
+    fixed_own = variants[0].request("q", kb_id=7)
+    assert (fixed_own.leg_weights, fixed_own.leg_candidates) == ("fixed", "own")
+    assert variants[5].request("q", kb_id=7).leg_weights is None
+    assert variants[6].request("q", kb_id=7).leg_candidates is None
+    assert suggested_settings(variants[1]) == {
+        "candidates": 100, "fusion": "rrf", "leg_weights": "fixed", "leg_candidates": "union"
+    }
 
 
 def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():

@@ -1,5 +1,5 @@
 """Which fusion settings a search runs with: the request's, its knowledge bases', the service's."""
-from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_WEIGHTS, effective_settings
+from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES, DEFAULT_LEG_WEIGHTS, effective_settings
 from retrieval.types import SearchRequest
 
 
@@ -53,6 +53,12 @@ def test_rrf_leg_weights_are_per_query_unless_a_kb_or_the_request_fixes_them():
     assert effective_settings(request(), [{}]).leg_weights == DEFAULT_LEG_WEIGHTS == "evidence"
     assert effective_settings(request(), [{"leg_weights": "fixed"}]).leg_weights == "fixed"
     assert effective_settings(request(leg_weights="evidence"), [{"leg_weights": "fixed"}]).leg_weights == "evidence"
+
+
+def test_the_legs_rank_their_own_candidates_unless_a_kb_or_the_request_asks_for_the_union():
+    assert effective_settings(request(), [{}]).leg_candidates == DEFAULT_LEG_CANDIDATES == "own"
+    assert effective_settings(request(), [{"leg_candidates": "union"}]).leg_candidates == "union"
+    assert effective_settings(request(leg_candidates="own"), [{"leg_candidates": "union"}]).leg_candidates == "own"
 
 
 def test_candidates_never_fall_below_top_k():

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
-from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_WEIGHTS
+from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
 from retrieval import evaluation
 from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
@@ -68,6 +68,12 @@ class Command(BaseCommand):
             default=None,
             help=f"hybrid RRF: {','.join(LEG_WEIGHTS)} (per-query leg weights or the fixed ones); a list sweeps values",
         )
+        parser.add_argument(
+            "--leg-candidates",
+            default=None,
+            help=f"hybrid: {','.join(LEG_CANDIDATES)} (each leg ranks both legs' candidates or its own); "
+            "a list sweeps values",
+        )
         parser.add_argument("--rrf-k", default=None, help="RRF k for hybrid; a comma-separated list sweeps values")
         parser.add_argument(
             "--dense-floor", default=None, help="hybrid: dense weight for uncovered languages; a list sweeps values"
@@ -124,8 +130,11 @@ class Command(BaseCommand):
         unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
         unknown += sorted(set(_names(options["aggregate"])) - set(AGGREGATES))
         unknown += sorted(set(_names(options["leg_weights"])) - set(LEG_WEIGHTS))
+        unknown += sorted(set(_names(options["leg_candidates"])) - set(LEG_CANDIDATES))
         if unknown := unknown + sorted(set(_names(options["fusion"])) - set(FUSIONS)):
-            raise CommandError(f"unknown mode, expander, aggregate, leg weights or fusion: {', '.join(unknown)}")
+            raise CommandError(
+                f"unknown mode, expander, aggregate, leg weights, leg candidates or fusion: {', '.join(unknown)}"
+            )
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
@@ -140,6 +149,7 @@ class Command(BaseCommand):
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
             fusions=_names(options["fusion"]) or [None],
             leg_weights=_names(options["leg_weights"]) or [None],
+            leg_candidates=_names(options["leg_candidates"]) or [None],
             floors=floors,
             aggregates=_names(options["aggregate"]) or [None],
             feedbacks=feedbacks,
