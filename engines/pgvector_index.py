@@ -177,7 +177,7 @@ class PgVectorIndex(VectorIndex):
             "SELECT set_config('enable_indexscan', %s, true), set_config('enable_sort', %s, true), "
             "set_config('hnsw.ef_search', %s, true)"
         )
-        ef_search = str(max(self.ef_search, 2 * top_k))
+        ef_search = str(min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT))
         steer = ["off", "on"] if exact else ["on", "off"]
         statements, values = [planner, query], [*steer, ef_search, *arguments]
         if connection.in_atomic_block:
@@ -186,6 +186,10 @@ class PgVectorIndex(VectorIndex):
         cursor.execute("; ".join(statements), values)
         cursor.nextset()
         return cursor.fetchall()
+
+
+# pgvector refuses a larger hnsw.ef_search; a deeper list comes from the iterative scan, which walks on past it.
+EF_SEARCH_LIMIT = 1000
 
 
 @cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda dimension: dimension, lock=threading.Lock())

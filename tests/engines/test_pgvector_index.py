@@ -255,6 +255,16 @@ def test_unfiltered_hnsw_search_recall(big_kb):
     assert sum(recalls) / len(recalls) >= 0.85, recalls
 
 
+def test_a_list_deeper_than_pgvectors_ef_search_limit_is_walked_to_its_depth(big_kb):
+    """Twice 600 candidates is above pgvector's ef_search limit (1000): the setting stops there and the
+    iterative scan still returns every row asked for."""
+    kb, chunks, _, _ = big_kb
+    index = PgVectorIndex(CHUNKS, exact_scan_threshold=10, ef_search=40)
+    hits, steps, walked = hnsw_search(index, scope_of(kb), fresh_query(), 600, NO_FILTER)
+    assert steps == ["on"] and walked
+    assert len({hit.chunk_id for hit in hits}) == 600
+
+
 @pytest.mark.parametrize("threshold", [2, 10])  # 2: HNSW path (5 > 2); 10: exact path
 def test_filter_matching_fewer_rows_than_top_k_returns_them_all(big_kb, threshold):
     kb, _, _, rare = big_kb
