@@ -119,6 +119,7 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
         patch(getattr(services, owner_name), attribute, label)
     for attribute, label in _MODULE_STAGES:
         patch(services, attribute, label)
+    patch(type(services.graph_store()), "replace_chunks", "graph_writes")
 
     embed = embedder.embed_documents
 
@@ -195,6 +196,7 @@ STAGE_LABELS = [
     ("copy", "    _copy_chunks (one COPY per flush)"),
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
     ("bump_revision", "    bump_revision"),
+    ("graph_writes", "    graph_store().replace_chunks (the old passages' graph out, the new ones' in)"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
     ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]
