@@ -308,7 +308,7 @@ def main() -> int:
         help="also time raw encode in groups formed like Ingester would with a flush size of N (repeatable)",
     )
     parser.add_argument("--graph-off", action="store_true",
-                        help="also ingest each block with the graph stage off (pass I0): the graph's share of wall time")
+                        help="also ingest each block with the graph stage off (pass I0): the graph's share")
     parser.add_argument("--budget-min", type=float, default=12.0,
                         help="stop starting new blocks when the script would exceed this many minutes (default 12)")
     parser.add_argument("--tag", default="", help="store the result under '<dataset>-<tag>' in the JSON file")
@@ -464,8 +464,11 @@ def main() -> int:
                 for name in compare_models
             }
             graph_off_kb = (
-                create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}-no-graph", embedding_model=embedder.model_name)
-                if args.graph_off else None
+                create_knowledge_base(
+                    tenant=tenant, name=f"ingest-round-{r}-no-graph", embedding_model=embedder.model_name
+                )
+                if args.graph_off
+                else None
             )
             round_totals = {p: 0.0 for p in passes}
             round_texts: list[str] = []

@@ -225,7 +225,9 @@ class EntityExtractor:
         score = {phrase: sum(degree[w] / frequency[w] for w in phrase.split()) for phrase, _ in phrases}
         best = set(sorted(score, key=lambda phrase: (-score[phrase], phrase))[:KEY_PHRASES_PER_PASSAGE])
         return [  # folded: normalized already
-            _Mention(self._resolve(phrase), phrase, "phrase", position) for phrase, position in phrases if phrase in best
+            _Mention(self._resolve(phrase), phrase, "phrase", position)
+            for phrase, position in phrases
+            if phrase in best
         ]
 
     def _words(self, folded: str) -> list[tuple[str, bool]]:
