@@ -26,6 +26,8 @@ What it does:
            back from the database);
         I:<name> (only with --compare-models) the same ingestion with that embedding model, into a
            KB of its own per round (not instrumented);
+        I0 (only with --graph-off) the same ingestion with the graph stage off (no entity extraction,
+           no graph writes), into a KB of its own per round: (I - I0) / I is the time the graph adds;
         R:<name> (only with --compare-models) raw ``embed_documents`` of the block's texts with that model;
         G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
            forms with a flush size of n, which isolates the cost of embedding in small groups;
@@ -117,6 +119,7 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
         patch(getattr(services, owner_name), attribute, label)
     for attribute, label in _MODULE_STAGES:
         patch(services, attribute, label)
+    patch(type(services.graph_store()), "replace_chunks", "graph_writes")
 
     embed = embedder.embed_documents
 
@@ -157,6 +160,29 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
             analyzer.__dict__.pop("analyze", None)
 
 
+@contextlib.contextmanager
+def graph_stage_off():
+    """Ingestion without its graph stage (a bench-only switch): every passage gets an empty extraction
+    and the graph store writes nothing; everything is restored on exit."""
+    from engines.base import Extraction
+    from knowledge import services
+
+    class NoGraph:
+        def replace_chunks(self, *args, **kwargs) -> None:
+            pass
+
+    def no_extraction(self, pending) -> None:
+        for doc in pending:
+            doc.extractions = [Extraction((), ())] * len(doc.drafts)
+
+    saved = services.Ingester._extract, services.graph_store
+    services.Ingester._extract, services.graph_store = no_extraction, NoGraph
+    try:
+        yield
+    finally:
+        services.Ingester._extract, services.graph_store = saved
+
+
 STAGE_LABELS = [
     ("init", "Ingester() (analyzer lookup)"),
     ("prepare", "_prepare per file (read, md5, parse, chunk, analyze)"),
@@ -170,6 +196,7 @@ STAGE_LABELS = [
     ("copy", "    _copy_chunks (one COPY per flush)"),
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
     ("bump_revision", "    bump_revision"),
+    ("graph_writes", "    graph_store().replace_chunks (the old passages' graph out, the new ones' in)"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
     ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]
@@ -280,6 +307,8 @@ def main() -> int:
         "--replay-flush", type=int, action="append", default=[], metavar="N",
         help="also time raw encode in groups formed like Ingester would with a flush size of N (repeatable)",
     )
+    parser.add_argument("--graph-off", action="store_true",
+                        help="also ingest each block with the graph stage off (pass I0): the graph's share")
     parser.add_argument("--budget-min", type=float, default=12.0,
                         help="stop starting new blocks when the script would exceed this many minutes (default 12)")
     parser.add_argument("--tag", default="", help="store the result under '<dataset>-<tag>' in the JSON file")
@@ -403,6 +432,7 @@ def main() -> int:
         replay_sizes = sorted(set(args.replay_flush) | ({services.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
         replays = [f"G{n}" for n in replay_sizes]
         passes = ["I", "R"] + replays + [f"{kind}:{name}" for name in compare_models for kind in ("I", "R")]
+        passes += ["I0"] if args.graph_off else []
         replay_padding = {}
         for size in replay_sizes:
             replayed = [g for per_doc in block_docs_texts for g in flush_groups(per_doc, size)]
@@ -433,6 +463,13 @@ def main() -> int:
                 name: create_knowledge_base(tenant=tenant, name=f"ingest-round-{r}-{name}", embedding_model=name)
                 for name in compare_models
             }
+            graph_off_kb = (
+                create_knowledge_base(
+                    tenant=tenant, name=f"ingest-round-{r}-no-graph", embedding_model=embedder.model_name
+                )
+                if args.graph_off
+                else None
+            )
             round_totals = {p: 0.0 for p in passes}
             round_texts: list[str] = []
             for k, block in enumerate(blocks):
@@ -472,6 +509,13 @@ def main() -> int:
                         seconds[p] = time.perf_counter() - started
                         if report.failed or report.chunks != len(block_texts[k]):
                             print(f"WARNING: block {k}, {p}: {report.as_dict()}", file=sys.stderr)
+                    elif p == "I0":
+                        with graph_stage_off():
+                            started = time.perf_counter()
+                            report = Ingester(graph_off_kb).ingest(discover_files([block]))
+                            seconds[p] = time.perf_counter() - started
+                        if report.failed or report.chunks != len(block_texts[k]):
+                            print(f"WARNING: block {k}, {p}: {report.as_dict()}", file=sys.stderr)
                     else:
                         size = int(p[1:])
                         seconds[p] = raw_encode_groups(embedder, flush_groups(block_docs_texts[k], size))
@@ -494,6 +538,7 @@ def main() -> int:
                     }
                 )
                 replay = "".join(f", raw in flush groups of {p[1:]} {n / seconds[p]:.1f}" for p in replays)
+                replay += f", ingest without the graph {n / seconds['I0']:.1f}" if "I0" in seconds else ""
                 replay += "".join(
                     f", {'ingest' if p[0] == 'I' else 'raw'} {p[2:]} {n / seconds[p]:.1f}" for p in passes if ":" in p
                 )
@@ -563,6 +608,9 @@ def main() -> int:
                 "compared_raw_speedup_vs_raw": {
                     p[2:]: round(totals["R"] / totals[p], 4) for p in passes if p.startswith("R:")
                 },
+                # --graph-off: the share of ingestion's wall (and CPU) time the graph stage adds, (I - I0) / I
+                "graph_stage_share": round(1 - totals["I0"] / totals["I"], 4) if "I0" in totals else None,
+                "graph_stage_share_cpu": round(1 - cpu_s["I0"] / cpu_s["I"], 4) if "I0" in cpu_s else None,
                 "ratio_per_block_min_median_max": [
                     min(block_ratios), round(statistics.median(block_ratios), 4), max(block_ratios)
                 ],
@@ -587,6 +635,11 @@ def main() -> int:
                 [f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
                  f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
                 for p in passes if ":" in p
+            ]
+            + [
+                ["ingestion with the graph stage off", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
+                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
+                for p in passes if p == "I0"
             ],
             title=(
                 f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "
@@ -606,6 +659,9 @@ def main() -> int:
         )
         _common.print_table(["ingestion stage", "seconds", "share", "calls"], stage_rows, title="Where ingestion time goes")
         summary = result["summary"]
+        if args.graph_off:
+            print(f"\ngraph stage: {summary['graph_stage_share']:.1%} of ingestion's wall time "
+                  f"({summary['graph_stage_share_cpu']:.1%} of its CPU seconds), (I - I0) / I")
         print(
             f"\nsummary: ingest {summary['ingest_chunks_per_s']} chunks/s vs raw encode "
             f"{summary['raw_encode_chunks_per_s']} chunks/s -> {ratio:.1%} (goal 85 %: "

@@ -9,8 +9,11 @@ nouns or names on CMRC 2018) unless a function character edges them. Latin scrip
 phrases; the tenant's protected terms are entities too. Every name is normalized like
 the analyzer normalizes text (NFKC, casefold, Traditional -> Simplified) and mapped through the
 aliases (synonym groups), so one entity per KB version stands for all its spellings. Two entities are
-related when they occur near each other in a passage: each pair of mentions within
-``RELATION_WINDOW`` characters adds ``1 - distance / RELATION_WINDOW``.
+related when they occur near each other in a passage: a mention is related to the mentions of the next
+``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW`` characters, and each such
+pair of mentions adds ``1 - distance / RELATION_WINDOW``. The neighbour bound is what keeps Chinese
+passages from relating every pair: 200 characters hold a whole Chinese passage of ~165 characters and
+its 24 entities (175 pairs a passage, one new edge each), but only ~35 English words.
 """
 from __future__ import annotations
 
@@ -28,9 +31,11 @@ from engines.base import Entity, Extraction, Relation
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
 # 2: dictionary tags instead of jieba's POS tagger, function words no part of a Latin name.
-EXTRACTOR_VERSION = "2"
+# 3: a mention is related to the next RELATION_NEIGHBOURS entities only (was: every one in the window).
+EXTRACTOR_VERSION = "3"
 
 RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
+RELATION_NEIGHBOURS = 4  # ... and a mention relates to the mentions of the next few other entities only
 MAX_ENTITIES_PER_PASSAGE = 24  # the most frequent; bounds the relations a passage adds (n^2)
 KEY_PHRASES_PER_PASSAGE = 3
 MAX_PHRASE_WORDS = 3
@@ -160,7 +165,7 @@ class EntityExtractor:
             for word, flag in part_of_speech(run.group()):
                 kind = _han_kind(word, flag)
                 if kind and len(word) >= 2 and word not in self._stopwords:
-                    found.append(self._mention(word, kind, offset))
+                    found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
                 offset += len(word)
         return found
 
@@ -219,7 +224,11 @@ class EntityExtractor:
                 degree[word] += len(words)
         score = {phrase: sum(degree[w] / frequency[w] for w in phrase.split()) for phrase, _ in phrases}
         best = set(sorted(score, key=lambda phrase: (-score[phrase], phrase))[:KEY_PHRASES_PER_PASSAGE])
-        return [self._mention(phrase, "phrase", position) for phrase, position in phrases if phrase in best]
+        return [  # folded: normalized already
+            _Mention(self._resolve(phrase), phrase, "phrase", position)
+            for phrase, position in phrases
+            if phrase in best
+        ]
 
     def _words(self, folded: str) -> list[tuple[str, bool]]:
         """(word, is_han) in text order: jieba's words for Han runs, the analyzer's compounds elsewhere."""
@@ -237,11 +246,17 @@ class EntityExtractor:
     def _relations(mentions: list[_Mention]) -> tuple[Relation, ...]:
         weights: Counter[tuple[str, str]] = Counter()
         for index, left in enumerate(mentions):  # sorted by position
+            neighbours: set[str] = set()
             for right in mentions[index + 1 :]:
                 distance = right.position - left.position
                 if distance >= RELATION_WINDOW:
                     break
-                if left.name != right.name:
-                    pair = (min(left.name, right.name), max(left.name, right.name))
-                    weights[pair] += 1 - distance / RELATION_WINDOW
+                if right.name == left.name:
+                    continue
+                if right.name not in neighbours:
+                    if len(neighbours) == RELATION_NEIGHBOURS:
+                        break
+                    neighbours.add(right.name)
+                pair = (left.name, right.name) if left.name < right.name else (right.name, left.name)
+                weights[pair] += 1 - distance / RELATION_WINDOW
         return tuple(Relation(source, target, round(weight, 4)) for (source, target), weight in weights.items())

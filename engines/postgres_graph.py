@@ -152,16 +152,19 @@ class PostgresGraphStore(GraphStore):
             for entity in extraction.entities
         ]
         if mentions:
-            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(list, zip(*mentions, strict=True))])
+            columns = map(_number_array, zip(*mentions, strict=True))
+            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *columns])
+        kinds: dict[str, int] = {}  # kind -> its 1-based index in the statement's array of kinds
         relations = [
-            (chunk_id, *sorted((ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]])),
-             relation.weight, relation.kind)
+            (chunk_id, *_ordered(ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]),
+             relation.weight,
+             kinds.setdefault(relation.kind, len(kinds) + 1))
             for chunk_id, extraction in graphs.items()
             for relation in extraction.relations
         ]  # fmt: skip
         if relations:
-            columns = map(list, zip(*relations, strict=True))
-            self._execute(cursor, _ADD_RELATIONS, [*columns, tenant_id, version_id, tenant_id, version_id])
+            columns = map(_number_array, zip(*relations, strict=True))
+            self._execute(cursor, _ADD_RELATIONS, [*columns, list(kinds), tenant_id, version_id, tenant_id, version_id])
         return list(ids.values())
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -182,6 +185,18 @@ class PostgresGraphStore(GraphStore):
 
     def _nodes(self, statement: sql.SQL, params: list) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._fetch(statement, params)]
+
+
+def _ordered(first: int, second: int) -> tuple[int, int]:
+    """An edge's ends as stored: source id < target id."""
+    return (first, second) if first < second else (second, first)
+
+
+def _number_array(values) -> str:
+    """A PostgreSQL array literal of numbers, passed as one parameter. psycopg's client-side binding dumps a
+    list element by element in Python: on Chinese ingestion a batch's relation columns (tens of thousands of
+    numbers each) were the largest share of the graph writes' time; joined, they are one pass in C."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 _NODE_COLUMNS = "id, kb_version_id, name, label, kind, chunk_count"
@@ -331,12 +346,15 @@ _INSERT_MENTIONS = sql.SQL(
     """
 )
 # each passage's relations to its row (the aggregates of a group see its rows in one order) and, summed,
-# to their edges (in key order: concurrent writers would lock them in one order too)
+# to their edges (in key order: concurrent writers would lock them in one order too); a relation's kind
+# comes as its index in the batch's array of kinds
 _ADD_RELATIONS = sql.SQL(
     """
     WITH r AS (
-        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::text[])
+        SELECT r.chunk_id, r.source_id, r.target_id, r.weight, kinds.names[r.kind] AS kind
+        FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::float8[], %s::int[])
             AS r(chunk_id, source_id, target_id, weight, kind)
+        CROSS JOIN (SELECT %s::text[] AS names) AS kinds
     ), passages AS (
         INSERT INTO {passage_relations} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids, weights, kinds)
         SELECT chunk_id, %s, %s, array_agg(source_id), array_agg(target_id), array_agg(weight), array_agg(kind)

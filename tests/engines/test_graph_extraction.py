@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engines.analysis import Analyzer, DictionaryEntry
-from engines.graph_extraction import RELATION_WINDOW, EntityExtractor
+from engines.graph_extraction import RELATION_NEIGHBOURS, RELATION_WINDOW, EntityExtractor
 
 
 @pytest.fixture
@@ -65,6 +65,19 @@ def test_relations_weigh_distance_and_frequency(extractor):
     beyond = relation_weights(extractor, "PPR-9087 " + "x " * RELATION_WINDOW + "SKY-30452")
     assert pair not in beyond
     assert all(source < target for source, target in near)
+
+
+def test_a_mention_relates_to_the_next_few_entities_only(extractor):
+    codes = [f"ppr-{number}" for number in range(1001, 1001 + RELATION_NEIGHBOURS + 2)]
+    weights = relation_weights(extractor, " ".join(codes).upper())  # all well within RELATION_WINDOW
+    first, *others = codes
+    assert {(first, other) for other in others[:RELATION_NEIGHBOURS]} <= weights.keys()
+    assert (first, others[RELATION_NEIGHBOURS]) not in weights  # one entity too far along
+    assert (codes[1], others[RELATION_NEIGHBOURS]) in weights  # but the next mention's neighbour
+    # a repeated entity is no new neighbour: both of its mentions count for the same pair
+    repeated = relation_weights(extractor, "PPR-1001 PPR-1002 PPR-1002 PPR-1003 PPR-1004 PPR-1005")
+    assert ("ppr-1001", "ppr-1005") in repeated
+    assert repeated[("ppr-1001", "ppr-1002")] > repeated[("ppr-1001", "ppr-1003")]
 
 
 def test_query_names_include_word_ngrams(extractor):
