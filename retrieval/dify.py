@@ -35,7 +35,7 @@ from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.types import SearchHit, SearchRequest
-from retrieval.serializers import MAX_QUERY_CHARS
+from retrieval.serializers import MAX_QUERY_CHARS, QueryField
 from tenants.authentication import ApiKeyAuthentication, HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -90,7 +90,7 @@ class MetadataConditionInput(serializers.Serializer):
 
 class DifyRetrievalInput(serializers.Serializer):
     knowledge_id = serializers.CharField(max_length=64, help_text="the knowledge base id, as a string")
-    query = serializers.CharField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
+    query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     retrieval_setting = RetrievalSettingInput()
     metadata_condition = MetadataConditionInput(required=False, allow_null=True)
 

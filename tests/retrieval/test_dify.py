@@ -169,6 +169,8 @@ def test_a_knowledge_id_the_key_does_not_have_is_2001(dify, sample_kb):
         {"retrieval_setting": {"top_k": 0, "score_threshold": 0.5}},
         {"retrieval_setting": {"top_k": 3, "score_threshold": 1.5}},
         {"query": ""},
+        {"query": " \t "},
+        {"query": 123},
         {"metadata_condition": {"conditions": [{"name": "category", "comparison_operator": "like", "value": "x"}]}},
         {"metadata_condition": {"conditions": [{"name": "doc_id", "comparison_operator": "contains", "value": "1"}]}},
         {"metadata_condition": {"conditions": [{"name": "shop_id", "comparison_operator": ">", "value": "many"}]}},

@@ -194,6 +194,8 @@ def test_no_request_the_schema_calls_valid_is_rejected(case, fuzz_api_key):
 def test_the_schema_states_the_rules_the_service_enforces(openapi):
     search = openapi["components"]["schemas"]["SearchInput"]["properties"]
     query = re.compile(search["query"]["pattern"])
+    # The Dify endpoint's query follows the same rules.
+    assert openapi["components"]["schemas"]["DifyRetrievalInput"]["properties"]["query"]["pattern"] == query.pattern
     assert search["query"]["minLength"] == 1 and query.fullmatch("  kettle ")
     assert not query.fullmatch(" \t ") and not query.fullmatch("a\x00")
     weights = search["weights"]
