@@ -177,9 +177,10 @@ class LexicalQuery:
 
 @dataclass(frozen=True)
 class LexicalHits:
-    """The keyword index's answer before the database check: hits per query variant (best first),
-    the BM25 ceiling per (query variant, KB version), and notes on the index."""
+    """The keyword index's answer before the database check: hits per query variant (best first), the
+    variant's analyzed tokens, the BM25 ceiling per (query variant, KB version), and notes on the index."""
 
     hits: list[list[LexicalHit]]
+    tokens: list[list[str]]
     ceilings: dict[tuple[str, int], float]
     notes: list[str]

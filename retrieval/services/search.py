@@ -245,13 +245,14 @@ def search_keyword_index(
     lexical pool, beside the embedding and the request thread's database work."""
     index = get_lexical_index()
     notes = _lexical_index_notes(index, version_ids, query.analyzer)
-    hits, ceilings = [], {}
+    hits, analyzed, ceilings = [], [], {}
     for variant in variants:
         tokens = query.analyzer.tokens(variant.text)
         hits.append(_bm25_hits(index, tenant_id, version_ids, tokens, query.depth, query.allowed))
+        analyzed.append(tokens)
         for version_id in version_ids:
             ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
-    return LexicalHits(hits, ceilings, notes)
+    return LexicalHits(hits, analyzed, ceilings, notes)
 
 
 def check_bm25(
@@ -268,8 +269,7 @@ def check_bm25(
     pass the filters; searched inside the allowed ids, they need no check)."""
     index = get_lexical_index()
     lists, queries, hashes = [], [], {}
-    for variant, hits in zip(variants, found.hits, strict=True):
-        tokens = query.analyzer.tokens(variant.text)
+    for variant, hits, tokens in zip(variants, found.hits, found.tokens, strict=True):
         if query.allowed is None:
             hits = _bm25_hits_of_existing_chunks(
                 index, tenant, version_ids, tokens, hits, query.depth, compiled, candidates, hashes
@@ -299,13 +299,13 @@ def feed_back_bm25(
     top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
     texts = selectors.indexed_texts(tenant, list(top))
     lists, queries, ceilings, hashes = [], [], dict(leg.ceilings), dict(leg.content_hashes)
-    for ranked in leg.lists:
+    for ranked, first in zip(leg.lists, leg.queries, strict=True):
         passages = [
             (query.analyzer.tokens(texts[chunk_id]), score)
             for chunk_id, score in ranked.hits[: feedback.docs]
             if chunk_id in texts
         ]
-        weighted = feedback_query(query.analyzer.tokens(ranked.query), passages, feedback)
+        weighted = feedback_query(first.tokens, passages, feedback)
         hits = _bm25_hits(index, tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights)
         if query.allowed is None:
             hits = _bm25_hits_of_existing_chunks(
@@ -502,19 +502,17 @@ def _leg_over(
 ) -> LegResult:
     """The leg with each list extended to the ``union``'s passages it scores, best first."""
     lists = []
+    index = vector_index() if leg.retriever == "vector" else get_lexical_index()
     for ranked, query in zip(leg.lists, leg.queries, strict=True):
         missing = sorted(union - {chunk_id for chunk_id, _ in ranked.hits})
         if leg.retriever == "vector":
-            index = vector_index()
             scored = [
                 (hit.chunk_id, hit.score)
                 for group in groups
                 for hit in index.similarities(_scope(tenant, group), query.vectors[group.model_name], missing)
             ]
         else:
-            hits = _bm25_hits(
-                get_lexical_index(), tenant.pk, version_ids, query.tokens, len(missing), missing, query.token_weights
-            )
+            hits = _bm25_hits(index, tenant.pk, version_ids, query.tokens, len(missing), missing, query.token_weights)
             scored = [(hit.chunk_id, hit.score) for hit in hits]
         lists.append(replace(ranked, hits=sorted([*ranked.hits, *scored], key=lambda hit: -hit[1])))
     return replace(leg, lists=lists)
