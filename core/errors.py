@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
 from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -31,6 +31,20 @@ class DomainError(Exception):
         self.details = details
 
 
+class NotFoundError(DomainError):
+    status_code = status.HTTP_404_NOT_FOUND
+
+
+class ConflictError(DomainError):
+    status_code = status.HTTP_409_CONFLICT
+
+
+class UnavailableError(DomainError):
+    """503: a backend the request cannot do without did not answer."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+
+
 class InvalidApiKey(exceptions.PermissionDenied):
     """403, not 401: the client did authenticate, with a key that is not (or no longer) valid."""
 
@@ -44,6 +58,7 @@ _DRF_CODES = {
     exceptions.ParseError: "malformed_json",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
     exceptions.NotFound: "not_found",
     exceptions.Throttled: "rate_limited",
     exceptions.ValidationError: "invalid_request",
@@ -97,6 +112,11 @@ def api_exception_handler(exc, context):
             error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    # Django's own (an unknown ?format= raises Http404): the codes and messages of DRF's equivalents.
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
     # Imported here: rest_framework.views loads the authentication classes, which import this module.
     from rest_framework.views import exception_handler as drf_exception_handler
 

@@ -1,6 +1,6 @@
 """Django's own error views (handler400/403): JSON on ``/api/`` paths, Django's pages elsewhere.
 
-Over a real server: tests/retrieval_site/test_wsgi.py (a Host not allowed, a truncated body)."""
+Over a real server: tests/retrieval_site/test_asgi.py (a Host not allowed, a truncated body)."""
 from __future__ import annotations
 
 import json
@@ -22,3 +22,18 @@ def test_api_paths_get_the_json_error_shape(rf, handler, exception, status, code
 
     page = handler(rf.get("/admin/"), exception)
     assert page.status_code == status and page["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "headers", "status", "code"),
+    [
+        ("/api/v1/stats?format=xml", {}, 404, "not_found"),  # DRF raises Django's Http404 for an unknown format
+        ("/api/v1/stats", {"HTTP_ACCEPT": "text/html"}, 406, "not_acceptable"),
+    ],
+)
+def test_content_negotiation_failures_carry_their_own_code_and_a_message(api_client, path, headers, status, code):
+    response = api_client.get(path, **headers)
+    assert response.status_code == status
+    error = json.loads(response.content)["error"]
+    assert error["code"] == code and error["message"]
