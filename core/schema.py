@@ -44,8 +44,16 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
         ],
     ),
     404: (
-        "A knowledge base the tenant does not have.",
-        [("knowledge_base_not_found", "knowledge base(s) 999 not found")],
+        "A knowledge base the tenant does not have; on the knowledge API also one of its documents, versions or "
+        "sources, or a task (each with its own code); an unknown `?format=`.",
+        [
+            ("knowledge_base_not_found", "knowledge base(s) 999 not found"),
+            ("document_not_found", "knowledge base 2 has no document 33"),
+            ("version_not_found", "knowledge base 2 has no version 9"),
+            ("source_not_found", "knowledge base 2 has no source 5"),
+            ("task_not_found", "unknown task id: 00000000-0000-0000-0000-000000000000"),
+            ("not_found", "Not found."),
+        ],
     ),
     409: (
         "A request with the same `Idempotency-Key` is still running; retry shortly.",
@@ -76,6 +84,8 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
                 "vector_index_unavailable",
                 "vector search is unavailable: unexpected OperationalError; details are in the service log",
             ),
+            ("graph_unavailable", "graph search is unavailable: unexpected OperationalError; details are in the "
+             "service log"),
             ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
         ],
     ),

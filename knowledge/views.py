@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
 from knowledge.parsing import ParseError
@@ -104,6 +104,7 @@ ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, nev
 
 
 VERSION_CONFLICT = OpenApiResponse(
+    response=ErrorOutput,
     description="A version is still building, or this one is building or failed (`version_conflict`); or a "
     "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
 )

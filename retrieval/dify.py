@@ -24,6 +24,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -88,8 +89,20 @@ class MetadataConditionInput(serializers.Serializer):
     conditions = ConditionInput(many=True, max_length=MAX_CONDITIONS)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": 64,
+        "pattern": r"^[^\x00]*$",
+        "description": "the knowledge base id, as a string; any other string (blank too) names no knowledge base: 2001",
+    }
+)
+class KnowledgeIdField(serializers.CharField):
+    """Any string without NUL: one that is not an id of the key's KBs is Dify's 2001 (404), never a 400."""
+
+
 class DifyRetrievalInput(serializers.Serializer):
-    knowledge_id = serializers.CharField(max_length=64, help_text="the knowledge base id, as a string")
+    knowledge_id = KnowledgeIdField(max_length=64, allow_blank=True)
     query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     retrieval_setting = RetrievalSettingInput()
     metadata_condition = MetadataConditionInput(required=False, allow_null=True)

@@ -157,7 +157,7 @@ def test_a_key_that_fails_authorization_is_1002(sample_kb, client):
 
 def test_a_knowledge_id_the_key_does_not_have_is_2001(dify, sample_kb):
     other_tenant_kb = KnowledgeBaseFactory(tenant=TenantFactory())
-    for knowledge_id in ["AAA-BBB-CCC", str(other_tenant_kb.pk), str(10**12), "0", "-1", "1.0", "9" * 30]:
+    for knowledge_id in ["AAA-BBB-CCC", str(other_tenant_kb.pk), str(10**12), "0", "-1", "1.0", "9" * 30, "", " "]:
         request = {**fixture("request_docs_example.json"), "knowledge_id": knowledge_id}
         assert_dify_error(post(dify, request), 404, 2001)
 
