@@ -4,8 +4,8 @@ interleaved query by query, so "before" and "after" share the machine's load min
     LC_ALL=C.UTF-8 .venv/bin/python bench/hybrid_ab.py --tree before=/work/wt/old --tree after=. \\
         --chunks 100000 --requests 150 --embedding-backend torch
 
-Each tree is a git checkout (a ``git worktree add --detach <dir> <commit>`` of an old commit works)
-with its own ``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas
+Each tree is a checkout (a ``git worktree add --detach <dir> <commit>`` of an old commit works; a tree
+without git, e.g. a ``git archive`` export, is named by a digest of its Python sources) with its own ``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas
 may differ between the two. For each tree, a subprocess running that tree's code loads the same data
 as bench/hybrid_search.py (its ``vector_search`` helpers: SciFact passages and real vectors mixed into
 ``--chunks`` synthetic rows by COPY, the HNSW index dropped and rebuilt, the keyword index rebuilt)
@@ -31,6 +31,7 @@ Writes bench/results/hybrid_ab-<date>.json.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -238,8 +239,9 @@ def main() -> int:
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
-                    "commits": {name: _git_head(path) for name, path in trees.items()},
+                    "commits": {name: tree_version(path) for name, path in trees.items()},
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    print("; ".join(f"{name}: {trees[name]} at {version}" for name, version in result["commits"].items()), flush=True)
     prepared = {name: json.loads(Path(path).read_text()) for name, path in (i.split("=", 1) for i in args.prepared)}
     states: dict[str, dict] = {}
     procs: dict[str, subprocess.Popen] = {}
@@ -420,9 +422,20 @@ def _workers_cpu_s(proc: subprocess.Popen) -> float:
     return total
 
 
-def _git_head(tree: Path) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                          text=True).stdout.strip()
+def tree_version(tree: Path) -> str:
+    """The code a tree holds: its commit, or for a tree that is no git checkout (a ``git archive`` export)
+    a digest of its Python sources, so that two results still say whether they measured the same code."""
+    if (tree / ".git").exists():  # a directory in a clone, a file in a worktree
+        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    digest = hashlib.sha256()
+    for folder, subfolders, files in os.walk(tree):  # symlinks (.venv) are not followed
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith(".") and name != "var")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = Path(folder) / name
+                digest.update(str(path.relative_to(tree)).encode() + b"\0" + path.read_bytes())
+    return f"no git: Python sources sha256 {digest.hexdigest()[:12]}"
 
 
 if __name__ == "__main__":
