@@ -20,7 +20,7 @@ from django.http import HttpResponse
 from django_redis import get_redis_connection
 from rest_framework import status
 
-from core.errors import DomainError
+from core.errors import ConflictError, DomainError
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -41,8 +41,7 @@ class IdempotencyKeyReused(DomainError):
     code = "idempotency_key_reused"
 
 
-class IdempotencyInFlight(DomainError):
-    status_code = status.HTTP_409_CONFLICT
+class IdempotencyInFlight(ConflictError):
     code = "idempotency_in_flight"
 
 

@@ -13,16 +13,15 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django_ratelimit.core import get_usage
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 
-from core.errors import DomainError
+from core.errors import UnavailableError
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
 ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
 
 
-class RateLimiterUnavailable(DomainError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+class RateLimiterUnavailable(UnavailableError):
     code = "rate_limiter_unavailable"
     retry_after_s = 5
 

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 from rest_framework import status
 
-from core.errors import DomainError
+from core.errors import ConflictError, DomainError, NotFoundError
 
 
-class KnowledgeBaseNotFound(DomainError):
-    status_code = status.HTTP_404_NOT_FOUND
+class KnowledgeBaseNotFound(NotFoundError):
     code = "knowledge_base_not_found"
 
 
-class KnowledgeBaseExists(DomainError):
-    status_code = status.HTTP_409_CONFLICT
+class KnowledgeBaseExists(ConflictError):
     code = "knowledge_base_exists"
 
 
@@ -20,13 +18,11 @@ class InvalidEmbeddingModel(DomainError):
     code = "invalid_embedding_model"
 
 
-class DocumentNotFound(DomainError):
-    status_code = status.HTTP_404_NOT_FOUND
+class DocumentNotFound(NotFoundError):
     code = "document_not_found"
 
 
-class TaskNotFound(DomainError):
-    status_code = status.HTTP_404_NOT_FOUND
+class TaskNotFound(NotFoundError):
     code = "task_not_found"
 
 
@@ -37,20 +33,17 @@ class UploadTooLarge(DomainError):
     code = "payload_too_large"
 
 
-class VersionNotFound(DomainError):
-    status_code = status.HTTP_404_NOT_FOUND
+class VersionNotFound(NotFoundError):
     code = "version_not_found"
 
 
-class VersionConflict(DomainError):
+class VersionConflict(ConflictError):
     """409: a version is still building, or this one cannot be activated (building or failed)."""
 
-    status_code = status.HTTP_409_CONFLICT
     code = "version_conflict"
 
 
-class SourceNotFound(DomainError):
-    status_code = status.HTTP_404_NOT_FOUND
+class SourceNotFound(NotFoundError):
     code = "source_not_found"
 
 

@@ -1,30 +1,24 @@
 """Errors of the search domain a client can act on; ``core.errors`` maps them to HTTP."""
 from __future__ import annotations
 
-from rest_framework import status
-
-from core.errors import DomainError
+from core.errors import DomainError, UnavailableError
 
 
 class InvalidFilter(DomainError):
     code = "invalid_filter"
 
 
-class EmbedderUnavailable(DomainError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+class EmbedderUnavailable(UnavailableError):
     code = "embedder_unavailable"
 
 
-class LexicalIndexUnavailable(DomainError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+class LexicalIndexUnavailable(UnavailableError):
     code = "lexical_index_unavailable"
 
 
-class VectorIndexUnavailable(DomainError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+class VectorIndexUnavailable(UnavailableError):
     code = "vector_index_unavailable"
 
 
-class GraphUnavailable(DomainError):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+class GraphUnavailable(UnavailableError):
     code = "graph_unavailable"
