@@ -387,19 +387,6 @@ class Analyzer:
         """The tenant's protected terms found in ``text``, normalized, each as its token."""
         return [segment for segment, protected in self._segments(_normalize(text)[0]) if protected]
 
-    def latin_words(self, text: str) -> list[str]:
-        """Lowercased alphabetic words as written (unstemmed, stopwords kept), for spelling correction.
-
-        Compounds give their alphabetic parts; protected terms, numbers and codes such as ``v2`` are
-        left out: correcting them could only do harm.
-        """
-        words: list[str] = []
-        for segment, protected in self._segments(_normalize(text)[0]):
-            if not protected:
-                for run in _WORDS.findall(segment):
-                    words.extend(part for part in _SEPARATORS.split(_strip_possessive(run)) if part.isalpha())
-        return words
-
     def _segments(self, text: str) -> Iterator[tuple[str, bool]]:
         """Split normalized text into (segment, is_protected); a protected segment is its own token."""
         if self._protector is None:

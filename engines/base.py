@@ -126,10 +126,6 @@ class LexicalIndex(ABC):
         """Drop every entry of ``doc_ids`` and add ``chunks``, committed together."""
 
     @abstractmethod
-    def delete_documents(self, version_id: int, doc_ids: list[int]) -> None:
-        """Drop every entry of ``doc_ids`` (no-op when the version has no index)."""
-
-    @abstractmethod
     def rebuild(
         self, version_id: int, chunks, *, analyzer_version: str, dictionary_fingerprint: str
     ) -> int:

@@ -116,15 +116,6 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             self._bulk_index(alias, chunks)
             self._writer().indices.refresh(index=alias)
 
-    def delete_documents(self, version_id, doc_ids):
-        if not doc_ids:
-            return
-        with self._version_lock(version_id), _translated_errors("delete documents"):
-            try:
-                self._delete(self._alias(version_id), doc_ids, refresh=True)
-            except NotFoundError:
-                return
-
     def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
         alias = self._alias(version_id)
         target = f"{alias}-{time.time_ns()}"

@@ -79,13 +79,6 @@ class TantivyLexicalIndex(LexicalIndex):
                 self._write_state(generation, analyzer_version, dictionary_fingerprint)
             self._publish(version_id, generation)
 
-    def delete_documents(self, version_id, doc_ids):
-        with self._version_lock(version_id):
-            generation = self._generation(version_id)
-            if generation is not None:
-                with self._writer(generation) as writer:
-                    self._delete(writer, doc_ids)
-
     def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
         with self._version_lock(version_id):
             generation = self._new_generation(version_id)

@@ -209,12 +209,6 @@ def test_analyze_is_tokens_joined_by_single_spaces():
     assert analyzer.analyze("") == analyzer.analyze(" the, of! ") == ""
 
 
-def test_latin_words_are_surface_words_for_spelling():
-    analyzer = Analyzer([term("PPR-9087")])
-    words = analyzer.latin_words("The Installations of SKY-10023908, v2 and the café's PPR-9087 帮我")
-    assert words == ["the", "installations", "of", "sky", "and", "the", "café"]
-
-
 # --- versions, fingerprints, caching ---------------------------------------------------------------
 
 

@@ -181,14 +181,6 @@ def test_replace_documents_swaps_a_documents_chunks(index):
     assert index.state(VERSION).num_docs == 2
 
 
-def test_delete_documents_removes_their_chunks(index):
-    write(index, [doc(1, "alpha", doc_id=10), doc(2, "alpha beta", doc_id=10), doc(3, "alpha", doc_id=11)])
-    index.delete_documents(VERSION, [10])
-    assert ids(search(index, "alpha")) == [3]
-    assert search(index, "beta") == []
-    index.delete_documents(VERSION + 1, [10])  # a version without an index: nothing to do
-
-
 def test_rebuild_replaces_everything(index):
     write(index, [doc(1, "before"), doc(2, "before too")])
     assert index.rebuild(VERSION, iter([doc(3, "after"), doc(4, "after all")]), **STATE) == 2
@@ -641,7 +633,7 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
 def test_chunk_ids_lists_every_entry(index):
     assert index.chunk_ids(VERSION) == []
     write(index, [doc(1, "one", doc_id=10), doc(2, "two", doc_id=10), doc(3, "three", doc_id=11)])
-    index.delete_documents(VERSION, [11])
+    index.replace_documents(VERSION, [11], [], **STATE)
     assert sorted(index.chunk_ids(VERSION)) == [1, 2]
     index.replace_documents(VERSION, [], [doc(1, "one again", doc_id=12)], **STATE)  # a duplicate shows twice
     assert sorted(index.chunk_ids(VERSION)) == [1, 1, 2]

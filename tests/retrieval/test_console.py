@@ -25,10 +25,6 @@ def form(tenant, query: str, **overrides) -> dict:
             "expand_synonyms": "on", **overrides}  # fmt: skip
 
 
-def hit_titles(html: str) -> list[str]:
-    return [unescape(title).strip() for title in re.findall(r'<li class="hit"[^>]*>\s*<h3>#\d+ ([^<]*)<span', html)]
-
-
 @pytest.fixture
 def staff_client(client):
     """A staff user who is not a superuser and holds no model permission yet."""
