@@ -7,6 +7,7 @@ import contextlib
 import io
 import re
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import httpx
@@ -53,6 +54,10 @@ def source_names(result: SearchResult) -> list[str]:
     return [Path(hit.source_uri).name for hit in result.results]
 
 
+def field_names(cls) -> set[str]:
+    return {field.name for field in fields(cls)}
+
+
 # --- against the live service ---------------------------------------------------------------------
 
 
@@ -72,6 +77,9 @@ def test_every_mode_returns_typed_results_equal_to_the_json_answer(service):
             assert [hit.chunk_id for hit in result.results] == [hit["chunk_id"] for hit in raw["results"]]
             assert [hit.score for hit in result.results] == [hit["score"] for hit in raw["results"]]
             assert [hit.relevance for hit in result.results] == [hit["relevance"] for hit in raw["results"]]
+            # every field the service answers has its attribute (the client ignores unknown ones)
+            assert set(raw) <= field_names(SearchResult) and set(raw["results"][0]) <= field_names(SearchHit)
+            assert [hit.section for hit in result.results] == [hit["section"] for hit in raw["results"]]
         searched = client.search(KETTLE_QUERY, mode="bm25", top_k=1, filters={"tags": "product"})
         assert searched.mode == "bm25" and source_names(searched) == ["kettle.txt"]
         grouped = client.hybrid(KETTLE_QUERY, top_k=2, aggregate="sum", group_by="document")

@@ -35,6 +35,7 @@ class SearchHit:
     doc_type: str = ""
     source: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    section: str | None = None  # the headings above the chunk (Markdown, HTML), outermost first, joined by " > "
     relevance: float | None = None  # 0 to 1, comparable across queries (None from a server without it)
     fused_score: float | None = None
     rerank_score: float | None = None
