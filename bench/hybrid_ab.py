@@ -5,8 +5,9 @@ interleaved query by query, so "before" and "after" share the machine's load min
         --chunks 100000 --requests 150 --embedding-backend torch
 
 Each tree is a checkout (a ``git worktree add --detach <dir> <commit>`` of an old commit works; a tree
-without git, e.g. a ``git archive`` export, is named by a digest of its Python sources) with its own ``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas
-may differ between the two. For each tree, a subprocess running that tree's code loads the same data
+without git, e.g. a ``git archive`` export, is named by a digest of its Python sources) with its own
+``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas may differ
+between the two. For each tree, a subprocess running that tree's code loads the same data
 as bench/hybrid_search.py (its ``vector_search`` helpers: SciFact passages and real vectors mixed into
 ``--chunks`` synthetic rows by COPY, the HNSW index dropped and rebuilt, the keyword index rebuilt)
 into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns serve at once
