@@ -222,10 +222,15 @@ def spans():
     tracing.shutdown_tracing()
 
 
-def client_for(tenant) -> APIClient:
+def client_with_key(raw_key: str) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant).raw_key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
     return client
+
+
+def client_for(tenant, *scopes: str) -> APIClient:
+    """A client holding a new key of ``tenant`` with ``scopes`` (none given: the default, ``search``)."""
+    return client_with_key(create_api_key(tenant=tenant, scopes=scopes or None).raw_key)
 
 
 @pytest.fixture

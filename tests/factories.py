@@ -6,7 +6,7 @@ from django.utils import timezone
 from knowledge.models import Chunk, Document, KnowledgeBase
 from knowledge.services import activate_first_version
 from engines.embedders import DEFAULT_LOCAL_MODEL
-from tenants.models import Tenant
+from tenants.models import RateTier, Tenant
 
 DIMENSION = 384
 
@@ -71,3 +71,9 @@ class ChunkFactory(factory.django.DjangoModelFactory):
     embedding = factory.Sequence(unit_vector)
     doc_type = factory.SelfAttribute("document.doc_type")
     created_at = factory.LazyFunction(timezone.now)
+
+
+def give_unlimited_rate_tier(tenant: Tenant) -> None:
+    """A tier without practical limits, so a test may poll tasks as fast as it likes."""
+    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_window=10**6)
+    tenant.save()

@@ -8,12 +8,12 @@ import re
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from rest_framework.test import APIClient
 
 from engines import get_lexical_index
 from engines.base import LexicalDocument
 from knowledge.models import Document, PendingLexicalChange
 from knowledge.services import Ingester, create_knowledge_base, discover_files
+from tests.conftest import client_with_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -25,10 +25,9 @@ def load_sample(**options) -> str:
 
 
 def status_of_search(raw_key: str) -> int:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
     body = json.dumps({"query": "PPR-9087 smart lock installation"})
-    return client.post("/api/v1/retrieval/bm25", data=body, content_type="application/json").status_code
+    response = client_with_key(raw_key).post("/api/v1/retrieval/bm25", data=body, content_type="application/json")
+    return response.status_code
 
 
 def printed_key(output: str) -> str:

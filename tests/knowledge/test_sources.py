@@ -14,9 +14,8 @@ from knowledge.models import Document, KnowledgeSource, SourceRun, originals_sto
 from knowledge.services import create_knowledge_base, delete_knowledge_base
 from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
-from tenants.models import RateTier
 from tests.conftest import client_for
-from tests.knowledge.test_views import client_with
+from tests.factories import give_unlimited_rate_tier
 from tests.peers import Website
 
 pytestmark = [pytest.mark.slow]
@@ -38,9 +37,8 @@ def roots(settings, tmp_path):
 @pytest.fixture
 def admin_key(tenant):
     """A key with the ``admin`` scope (sources) and ``search``, on a tier without practical limits."""
-    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_window=10**6)
-    tenant.save()
-    return client_with(tenant, "admin", "search")
+    give_unlimited_rate_tier(tenant)
+    return client_for(tenant, "admin", "search")
 
 
 @pytest.fixture
@@ -199,7 +197,7 @@ def test_bad_bodies_are_400_naming_the_field(admin_key, kb, roots, body, field):
 @pytest.mark.django_db
 def test_sources_need_the_admin_scope_and_stay_in_their_tenant(tenant, kb, roots):
     source = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
-    ingest_key = client_with(tenant, "ingest", "search")
+    ingest_key = client_for(tenant, "ingest", "search")
     for method, url in [
         ("get", sources_url(kb)),
         ("post", sources_url(kb)),
@@ -211,12 +209,12 @@ def test_sources_need_the_admin_scope_and_stay_in_their_tenant(tenant, kb, roots
         assert (response.status_code, response.json()["error"]["code"]) == (403, "insufficient_scope"), (method, url)
     from tests.factories import TenantFactory
 
-    stranger = client_with(TenantFactory(), "admin")
+    stranger = client_for(TenantFactory(), "admin")
     assert stranger.get(sources_url(kb)).json()["error"]["code"] == "knowledge_base_not_found"
     other_kb = create_knowledge_base(tenant=tenant, name="other")
-    missing = client_with(tenant, "admin").delete(f"{sources_url(other_kb)}/{source.pk}")
+    missing = client_for(tenant, "admin").delete(f"{sources_url(other_kb)}/{source.pk}")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "source_not_found")
-    admin = client_with(tenant, "admin")
+    admin = client_for(tenant, "admin")
     elsewhere = admin.patch(f"{sources_url(other_kb)}/{source.pk}", {"enabled": False}, format="json")
     assert (elsewhere.status_code, elsewhere.json()["error"]["code"]) == (404, "source_not_found")
     assert KnowledgeSource.objects.get(pk=source.pk).periodic_task.enabled

@@ -10,25 +10,18 @@ from rest_framework.test import APIClient
 from knowledge.models import Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
 from knowledge.services import VERSION_SETTINGS
 from tenants.models import RateTier
-from tenants.services import create_api_key
-from tests.factories import KnowledgeBaseFactory, TenantFactory
+from tests.conftest import client_for
+from tests.factories import KnowledgeBaseFactory, TenantFactory, give_unlimited_rate_tier
 
 pytestmark = [pytest.mark.slow]
 STATS_URL = "/api/v1/stats"
 
 
-def client_with(tenant, *scopes: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant, scopes=scopes).raw_key}")
-    return client
-
-
 @pytest.fixture
 def writer(tenant) -> APIClient:
     """A key that may read and write, on a tier that lets tests poll tasks as fast as they like."""
-    tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_window=10**6)
-    tenant.save()
-    return client_with(tenant, "ingest", "search")
+    give_unlimited_rate_tier(tenant)
+    return client_for(tenant, "ingest", "search")
 
 
 def upload(client, kb_id, *files, **fields):
@@ -67,7 +60,7 @@ def test_create_list_and_read_knowledge_bases(writer, tenant, embedder):
     assert (created["embedding_model"], created["embedding_dim"]) == (embedder.model_name, embedder.dimension)
     assert created["chunk_overlap"] <= 60 and created["document_count"] == 0
 
-    reader = client_with(tenant, "search")
+    reader = client_for(tenant, "search")
     listed = reader.get("/api/v1/knowledge-bases").json()
     assert [kb["id"] for kb in listed["results"]] == [created["id"]] and listed["count"] == 1
     assert reader.get(f"/api/v1/knowledge-bases/{created['id']}").json() == created
@@ -92,12 +85,12 @@ def test_knowledge_base_errors_are_json(writer, tenant, embedder):
 @pytest.mark.django_db
 def test_writes_need_the_ingest_scope_and_reads_search_or_ingest(tenant):
     kb = KnowledgeBaseFactory(tenant=tenant)
-    search_only, ingest_only = client_with(tenant, "search"), client_with(tenant, "ingest")
+    search_only, ingest_only = client_for(tenant, "search"), client_for(tenant, "ingest")
     refused = search_only.post("/api/v1/knowledge-bases", {"name": "x"}, format="json")
     assert (refused.status_code, refused.json()["error"]["details"]) == (403, {"required_scope": "ingest"})
     assert upload(search_only, kb.pk, text_file("a.txt", "hello")).status_code == 403
     assert ingest_only.get(f"/api/v1/knowledge-bases/{kb.pk}/documents").status_code == 200
-    admin_only = client_with(tenant, "admin").get(f"/api/v1/knowledge-bases/{kb.pk}")
+    admin_only = client_for(tenant, "admin").get(f"/api/v1/knowledge-bases/{kb.pk}")
     assert (admin_only.status_code, admin_only.json()["error"]["code"]) == (403, "insufficient_scope")
 
 
@@ -106,7 +99,7 @@ def test_knowledge_requests_are_rate_limited_per_tier(tenant):
     tier = tenant.rate_tier
     tier.endpoint_limits = {**tier.endpoint_limits, "knowledge": 2}
     tier.save()
-    reader = client_with(tenant, "search")
+    reader = client_for(tenant, "search")
     statuses = [reader.get("/api/v1/knowledge-bases").status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
 
@@ -202,7 +195,7 @@ def test_a_task_is_visible_to_its_tenant_only(writer, tenant, embedder, django_c
     with django_capture_on_commit_callbacks(execute=False):  # queued, never sent: no worker needed
         task_id = upload(writer, kb.pk, text_file("a.txt", "hello")).json()["task_id"]
     assert writer.get(f"/api/v1/tasks/{task_id}").json()["state"] == "PENDING"
-    stranger = client_with(TenantFactory(), "search", "ingest").get(f"/api/v1/tasks/{task_id}")
+    stranger = client_for(TenantFactory(), "search", "ingest").get(f"/api/v1/tasks/{task_id}")
     assert (stranger.status_code, stranger.json()["error"]["code"]) == (404, "task_not_found")
 
 
@@ -295,7 +288,7 @@ def test_version_requests_are_checked(writer, tenant, django_capture_on_commit_c
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "version_not_found")
     bad = writer.post(versions_url, {"activate": "sometimes"}, format="json")
     assert (bad.status_code, bad.json()["error"]["code"]) == (400, "invalid_request")
-    reader = client_with(tenant, "search")
+    reader = client_for(tenant, "search")
     assert reader.get(versions_url).status_code == 200
     assert reader.post(f"{versions_url}/1/activate").status_code == 403
     assert reader.post(f"{versions_url}/1/retire").status_code == 403
@@ -322,9 +315,7 @@ def test_a_ready_version_is_retired_and_the_active_one_is_refused(writer, tenant
 @pytest.mark.django_db
 @pytest.mark.parametrize("scopes", [["ingest"], ["admin"], ["ingest", "admin"]])
 def test_stats_need_the_search_scope(tenant, api_client, scopes):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {create_api_key(tenant=tenant, scopes=scopes).raw_key}")
-    response = client.get(STATS_URL)
+    response = client_for(tenant, *scopes).get(STATS_URL)
     assert response.status_code == 403, response.content
     assert response.json()["error"]["code"] == "insufficient_scope"
     assert api_client.get(STATS_URL).status_code == 200

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from knowledge.models import Chunk, Document, KnowledgeBase
 from tenants.models import ApiKey, Tenant
+from tests.conftest import client_with_key
 
 URL = "/api/v1/retrieval/vector"
 KEY_PATTERN = re.compile(r"^rk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$")
@@ -31,9 +32,8 @@ def run(command: str, *args, **options) -> tuple[str, str]:
 
 
 def search_with(raw_key: str, **body):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
-    return client.post(URL, data=json.dumps({"query": "hello", **body}), content_type="application/json")
+    body = json.dumps({"query": "hello", **body})
+    return client_with_key(raw_key).post(URL, data=body, content_type="application/json")
 
 
 # --- create_tenant --------------------------------------------------------------------------------

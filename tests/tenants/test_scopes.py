@@ -6,19 +6,17 @@ import re
 
 import pytest
 from django.core.management import CommandError, call_command
-from rest_framework.test import APIClient
 
 from tenants.models import ApiKey
 from tenants.services import create_api_key, validate_scopes
+from tests.conftest import client_with_key
 from tests.factories import TenantFactory
 
 SEARCH_PATHS = ["vector", "bm25", "hybrid", "search"]
 
 
 def search_with(raw_key: str, path: str = "vector", body: str = '{"query": "hello"}'):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
-    return client.post(f"/api/v1/retrieval/{path}", data=body, content_type="application/json")
+    return client_with_key(raw_key).post(f"/api/v1/retrieval/{path}", data=body, content_type="application/json")
 
 
 @pytest.mark.django_db
