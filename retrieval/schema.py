@@ -204,7 +204,7 @@ SUMMARIES = {
     "bm25": "Keyword (BM25) search; never embeds the query",
     "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused by weighted RRF",
     "graph": "Graph search: passages mentioning the query's entities and their neighbours (never embeds); "
-    "`scope: global`: communities ranked by their summaries",
+    "`scope: global`: communities ranked by their summaries (BM25 and cosine: that one embeds the query)",
     None: "Search in the mode the body names (vector, bm25, hybrid or graph; default hybrid)",
 }
 DESCRIPTION = (

@@ -92,7 +92,8 @@ class HybridSearchView(SearchView):
 
 class GraphSearchView(SearchView):
     """``POST /api/v1/retrieval/graph``: passages reached from the query's entities (never embeds);
-    with ``"scope": "global"``, the knowledge bases' communities ranked by their summaries (uncached)."""
+    with ``"scope": "global"``, the knowledge bases' communities ranked by their summaries (BM25 and cosine: the
+    query is embedded; uncached)."""
 
     input_serializer = GraphSearchInput
     mode = "graph"
