@@ -57,11 +57,6 @@ class VectorIndex(ABC):
         ``plan()`` returned for the same scope and filters (None: the search works it out)."""
 
     @abstractmethod
-    def vectors(self, scope: SearchScope, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-        """The stored vectors of the chunks of ``chunk_ids`` in scope, by chunk id: the dense leg scores
-        passages another leg found with them before the query has its vector (no filters, as ``similarities``)."""
-
-    @abstractmethod
     def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:
         """The chunks of ``chunk_ids`` in scope, each with its cosine to ``query_vector``, in no order: the
         dense score of passages another retriever found (the caller chose them, so no filters)."""

@@ -143,21 +143,6 @@ class PgVectorIndex(VectorIndex):
             rows = cursor.fetchall()
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
 
-    def vectors(self, scope: SearchScope, chunk_ids: list[int]) -> dict[int, np.ndarray]:
-        """One read by primary key in pgvector's binary form (``vector_send``: no text to parse, which cost
-        29-73 ms for 100 vectors at load ~8)."""
-        if not chunk_ids:
-            return {}
-        where, params = self._where(scope, SqlFilter())
-        statement = sql.SQL("SELECT id, vector_send(embedding) FROM {table} WHERE id = ANY(%s) AND {where}").format(
-            table=sql.Identifier(self.table), where=where
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(statement.as_string(cursor.cursor), [list(chunk_ids), *params])
-            rows = cursor.fetchall()
-        # vector_send: the dimension and a reserved word (int16 each), then the float4s, big-endian.
-        return {chunk_id: np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32) for chunk_id, data in rows}
-
     def _nearest(self, cursor, dim: int, where: sql.Composable, params: list, vector, top_k: int, exact: bool):
         """The nearest-rows query and its arguments. Both paths return the full-precision distance; the
         graph walk orders by the half-precision one, the expression of the per-dimension HNSW index."""

@@ -137,9 +137,6 @@ class ListQuery:
     tokens: list[str] | None = None
     token_weights: list[float] | None = None
     vectors: dict[str, np.ndarray] | None = None
-    # Passages outside the list the leg scored with it (the dense leg: BM25's head, for the union), by
-    # chunk id; None: not in the leg's scope.
-    scored: dict[int, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

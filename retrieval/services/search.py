@@ -118,7 +118,6 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
             candidates,
             hops,
             fusion.feedback,
-            fusion.leg_candidates,
             timings,
         )
         found = _candidate_counts([ranked for leg in legs for ranked in leg.lists])
@@ -440,57 +439,20 @@ def retrieve_vector(
     compiled: CompiledFilter,
     plans: list[object | None],
     candidates: int,
-    head: HeadVectors | None = None,
 ) -> LegResult:
-    """One dense list per query variant, over every model group; keeps the content hashes pgvector returns.
-    ``head``: passages another leg found, with their stored vectors, that each list also scores (its ``scored``)."""
+    """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
     lists, queries, hashes = [], [], {}
     for i, variant in enumerate(variants):
         hits = []
         for group, plan in zip(groups, plans, strict=True):
             hits += index.search(_scope(tenant, group), vectors[group.model_name][i], candidates, compiled.sql, plan)
-        scored = {} if head is None else head.cosines(vectors, i)
         hits.sort(key=lambda hit: -hit.score)
         hashes.update((hit.chunk_id, hit.content_hash) for hit in hits if hit.content_hash is not None)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("vector", variant.text, weight * variant.weight, ranked))
-        vectors_by_model = {group.model_name: vectors[group.model_name][i] for group in groups}
-        queries.append(ListQuery(vectors=vectors_by_model, scored=scored))
+        queries.append(ListQuery(vectors={group.model_name: vectors[group.model_name][i] for group in groups}))
     return LegResult("vector", lists=lists, queries=queries, content_hashes=hashes)
-
-
-@dataclass(frozen=True)
-class HeadVectors:
-    """Passages another leg found and their stored vectors per embedding model (absent: not in its scope)."""
-
-    chunk_ids: list[int]
-    by_model: dict[str, dict[int, np.ndarray]]
-
-    def cosines(self, vectors: dict[str, np.ndarray], variant: int) -> dict[int, float | None]:
-        """Each passage's cosine to query variant ``variant``'s vector under its model (None: in no scope)."""
-        scored: dict[int, float | None] = dict.fromkeys(self.chunk_ids)
-        for model, stored in self.by_model.items():
-            query = vectors[model][variant].astype(np.float64)
-            for chunk_id, vector in stored.items():
-                scored[chunk_id] = float(query @ vector / (np.linalg.norm(query) * np.linalg.norm(vector)))
-        return scored
-
-
-def read_head_vectors(
-    tenant: Tenant, groups: list[ModelGroup], chunk_ids: list[int], timings: StageTimings
-) -> HeadVectors | None:
-    """The union's dense side read early: the stored vectors of BM25's head, while the query embeds. None on
-    any failure: ``score_union`` then reads their cosines itself (and degrades if that fails too)."""
-    with timings.stage("union"):
-        try:
-            index = vector_index()
-            return HeadVectors(
-                chunk_ids, {group.model_name: index.vectors(_scope(tenant, group), chunk_ids) for group in groups}
-            )
-        except Exception:
-            logger.warning("the union's early read failed; its scoring reads again", exc_info=True)
-            return None
 
 
 @dataclass(frozen=True)
@@ -515,37 +477,24 @@ def score_union(
 ) -> UnionScored:
     """``leg_candidates`` "union": every BM25 and dense list also ranks the other leg's first
     ``UNION_HEAD`` passages it did not find, scored as it would have scored them (the dense cosine of
-    BM25's; the BM25 score of the dense leg's, the keyword index searched inside their ids: no match,
-    no entry). A passage one leg ranks high then gets the other leg's rank too, where it had
+    BM25's, read by id; the BM25 score of the dense leg's, the keyword index searched inside their ids:
+    no match, no entry). A passage one leg ranks high then gets the other leg's rank too, where it had
     none: fusion by rank no longer treats "not in this leg's top ``candidates``" as "ranked last". No
-    second search; the graph's list stays as found. On any failure the lists as found, degraded.
-    When BM25 answered before the query embedded (the usual order), the dense leg already scored BM25's
-    head from its stored vectors (``read_head_vectors``) and only the BM25 side is left, on this thread;
-    else the cosines are read by id while the keyword index scores on the lexical pool."""
+    second search; the graph's list stays as found. On any failure the lists as found, degraded."""
     scorable = [leg for leg in legs if leg.retriever in CALIBRATED and leg.lists and not leg.failure]
     if leg_candidates != "union" or len(scorable) < 2:  # one leg: its lists are the union
         return UnionScored(legs, [])
-    union = {chunk_id for leg in scorable for chunk_id in _union_head(leg)}
+    union = {chunk_id for leg in scorable for ranked in leg.lists for chunk_id, _ in ranked.hits[:UNION_HEAD]}
     bm25, vector = sorted(scorable, key=lambda leg: leg.retriever)
-    lexical = None  # the dense side reads nothing (``read_head_vectors`` did): the BM25 side on this thread
-    if _reads(vector, union):  # else the keyword index (no database) on the lexical pool while this thread reads
-        lexical = _in_pool(_lexical_pool, timings, "union", _leg_over, tenant, groups, version_ids, bm25, union)
+    # The keyword index (no database) on the lexical pool while this thread reads the dense scores.
+    lexical = _in_pool(_lexical_pool, timings, "union", _leg_over, tenant, groups, version_ids, bm25, union)
     with timings.stage("union"):
         try:
             dense = _leg_over(tenant, groups, version_ids, vector, union)
-            keyword = _leg_over(tenant, groups, version_ids, bm25, union) if lexical is None else lexical.result()
-            scored = {"bm25": keyword, "vector": dense}
+            scored = {"bm25": lexical.result(), "vector": dense}
         except Exception as exc:
             return UnionScored(legs, [degradation_of("union", exc).as_dict()])
     return UnionScored([scored.get(leg.retriever, leg) for leg in legs], [])
-
-
-def _reads(vector: LegResult, union: set[int]) -> bool:
-    """Whether the dense side of the union reads cosines (some passages were not scored with the leg)."""
-    return any(
-        union - {chunk_id for chunk_id, _ in ranked.hits} - query.scored.keys()
-        for ranked, query in zip(vector.lists, vector.queries, strict=True)
-    )
 
 
 def _leg_over(
@@ -557,13 +506,10 @@ def _leg_over(
     for ranked, query in zip(leg.lists, leg.queries, strict=True):
         missing = sorted(union - {chunk_id for chunk_id, _ in ranked.hits})
         if leg.retriever == "vector":
-            unread = [chunk_id for chunk_id in missing if chunk_id not in query.scored]
             scored = [
-                (chunk_id, query.scored[chunk_id]) for chunk_id in missing if query.scored.get(chunk_id) is not None
-            ] + [
                 (hit.chunk_id, hit.score)
                 for group in groups
-                for hit in index.similarities(_scope(tenant, group), query.vectors[group.model_name], unread)
+                for hit in index.similarities(_scope(tenant, group), query.vectors[group.model_name], missing)
             ]
         else:
             hits = _bm25_hits(index, tenant.pk, version_ids, query.tokens, len(missing), missing, query.token_weights)
@@ -876,17 +822,14 @@ def _retrieve(
     candidates: int,
     hops: int,
     feedback: Feedback,
-    leg_candidates: str,
     timings: StageTimings,
 ) -> tuple[list[LegResult], dict[int, str]]:
     """The legs that ran (BM25, graph, vector, in that order), and the content hashes of the graph's
     hits, looked up while the others run. The query embeds on the embedding pool and the keyword index
     searches on the lexical pool while this (the request) thread does the database work: BM25's reads,
     the vector plan, the graph; then whichever pool answers first is finished first (pgvector as soon
-    as the vectors are there, BM25's check as soon as its hits are). With ``leg_candidates`` "union"
-    and BM25 first, BM25's head's stored vectors are read while the query embeds, and the dense leg
-    scores them beside its search (the union's dense side, off the critical path). Raises the last
-    failed leg's error when no leg answers."""
+    as the vectors are there, BM25's check as soon as its hits are). Raises the last failed leg's
+    error when no leg answers."""
     embedding = lexical = None
     if weights["vector"] > 0:
         embedding = _in_pool(_embedding_pool, timings, "embed", embed, groups, [v.text for v in variants])
@@ -922,7 +865,6 @@ def _retrieve(
             graph = legs["graph"]
             hit_ids = {chunk_id for ranked in graph.lists for chunk_id, _ in ranked.hits}
             known_hashes = selectors.content_hashes(hit_ids - graph.content_hashes.keys())
-    head: HeadVectors | None = None
     pending = {future: name for future, name in ((embedding, "embed"), (lexical, "bm25")) if future is not None}
     while pending:
         since = time.perf_counter()
@@ -934,22 +876,14 @@ def _retrieve(
             legs["bm25"] = _finish_bm25(
                 tenant, version_ids, variants, weights["bm25"], compiled, candidates, query, feedback, future, timings
             )
-            if leg_candidates == "union" and embedding in pending and not legs["bm25"].failure:
-                head = read_head_vectors(tenant, groups, _union_head(legs["bm25"]), timings)
         else:
             legs["vector"] = _finish_vector(
-                tenant, groups, variants, weights["vector"], compiled, plans, plan_error, candidates, future, timings,
-                head,
-            )  # fmt: skip
+                tenant, groups, variants, weights["vector"], compiled, plans, plan_error, candidates, future, timings
+            )
     ran = [legs[name] for name in ("bm25", "graph", "vector") if name in legs]
     if ran and all(leg.failure for leg in ran):
         raise ran[-1].unavailable
     return ran, known_hashes
-
-
-def _union_head(leg: LegResult) -> list[int]:
-    """The passages of a leg's lists' first ``UNION_HEAD`` hits."""
-    return sorted({chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[:UNION_HEAD]})
 
 
 def _in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, function, *args) -> Future:
@@ -983,8 +917,7 @@ def _finish_bm25(
 
 
 def _finish_vector(
-    tenant, groups, variants, weight, compiled, plans, plan_error: Exception | None, candidates, embedding: Future,
-    timings, head: HeadVectors | None,
+    tenant, groups, variants, weight, compiled, plans, plan_error: Exception | None, candidates, embedding: Future, timings
 ) -> LegResult:
     """The vector leg once the query embedded: pgvector searched, or the embedding's (or the plan's) failure."""
     try:
@@ -995,7 +928,7 @@ def _finish_vector(
         return _failed_leg("vector", plan_error, VectorIndexUnavailable, "vector search is unavailable")
     with timings.stage("vector"):
         try:
-            return retrieve_vector(tenant, groups, variants, vectors, weight, compiled, plans, candidates, head)
+            return retrieve_vector(tenant, groups, variants, vectors, weight, compiled, plans, candidates)
         except Exception as exc:
             return _failed_leg("vector", exc, VectorIndexUnavailable, "vector search is unavailable")
 

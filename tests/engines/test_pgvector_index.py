@@ -565,24 +565,3 @@ def test_similarities_leave_out_chunks_outside_the_scope(two_tenants):
     assert [hit.chunk_id for hit in index.similarities(scope_of(kb_a), query, mixed)] == [rows["A"][0].pk]
     other_dimension = SearchScope(kb_a.tenant_id, (kb_a.active_version_id,), 768)
     assert index.similarities(other_dimension, query, mixed) == []
-
-
-def test_vectors_are_the_stored_ones_read_by_id():
-    kb = KnowledgeBaseFactory()
-    stored = [unit_vector(seed) * 1.5 for seed in range(450, 460)]
-    chunks = add_chunks(DocumentFactory(knowledge_base=kb), stored)
-    wanted = [chunks[1].pk, chunks[4].pk, chunks[9].pk]
-    vectors = PgVectorIndex(CHUNKS).vectors(scope_of(kb), wanted)
-    assert sorted(vectors) == sorted(wanted)
-    for i in (1, 4, 9):
-        assert vectors[chunks[i].pk].dtype == np.float32
-        assert np.array_equal(vectors[chunks[i].pk], np.asarray(stored[i], dtype=np.float32))  # bit for bit
-    assert PgVectorIndex(CHUNKS).vectors(scope_of(kb), []) == {}
-
-
-def test_vectors_leave_out_chunks_outside_the_scope(two_tenants):
-    query, kb_a, kb_b, rows = two_tenants
-    index = PgVectorIndex(CHUNKS)
-    mixed = [rows["A"][0].pk, rows["B"][0].pk, rows["B"][1].pk]
-    assert list(index.vectors(scope_of(kb_a), mixed)) == [rows["A"][0].pk]
-    assert index.vectors(SearchScope(kb_a.tenant_id, (kb_a.active_version_id,), 768), mixed) == {}

@@ -1,7 +1,6 @@
 """The search pipeline (retrieval.services.search.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from engines.rerankers import reset_reranker
 from retrieval.fusion import RankedList
-from retrieval.services import search as search_module
 from retrieval.services.search import fuse, gate_graph, search
 from retrieval.tuning import FusionSettings
 from retrieval.types import SearchRequest
@@ -283,45 +281,6 @@ def test_each_leg_ranks_the_union_of_both_legs_candidates_by_its_own_score(sampl
     for leg in ("vector", "bm25"):
         ranked = sorted((hit.retrievers[leg] for hit in union.results if leg in hit.retrievers), key=lambda c: c["rank"])
         assert [c["score"] for c in ranked] == sorted((c["score"] for c in ranked), reverse=True)
-
-
-@pytest.mark.parametrize("first", ["bm25", "vector"])
-def test_the_union_scores_the_same_whichever_leg_answers_first(sample_kb, monkeypatch, first):
-    """BM25 first (the usual order): its head's stored vectors are read while the query embeds and scored
-    with numpy, no read after the legs; the dense leg first: its cosines are read by id after them. The
-    leg that goes second waits until the first has been finished."""
-    query = "How should I store the lithium battery pack?"
-    expected = run(sample_kb, query, mode="hybrid", top_k=8, candidates=8, leg_candidates="union")
-    finished, reads = threading.Event(), []
-    second, finisher = ("embed", "_finish_bm25") if first == "bm25" else ("search_keyword_index", "_finish_vector")
-    for name, wrap in ((second, "wait"), (finisher, "set")):
-        original = getattr(search_module, name)
-
-        def wrapped(*args, _original=original, _wrap=wrap):
-            if _wrap == "wait":
-                assert finished.wait(30), "the other leg never finished"
-                return _original(*args)
-            result = _original(*args)
-            finished.set()
-            return result
-
-        monkeypatch.setattr(search_module, name, wrapped)
-    index_type = type(search_module.vector_index())
-    for method in ("vectors", "similarities"):
-
-        def spied(self, *args, _method=method, _original=getattr(index_type, method)):
-            if args[-1]:  # the chunk ids: an empty list reads nothing
-                reads.append(_method)
-            return _original(self, *args)
-
-        monkeypatch.setattr(index_type, method, spied)
-    union = run(sample_kb, query, mode="hybrid", top_k=8, candidates=8, leg_candidates="union")
-    assert not union.degraded
-    assert set(reads) == ({"vectors"} if first == "bm25" else {"similarities"})
-    assert [hit.chunk_id for hit in union.results] == [hit.chunk_id for hit in expected.results]
-    for hit, before in zip(union.results, expected.results, strict=True):
-        assert hit.fused_score == pytest.approx(before.fused_score, abs=1e-9)
-        assert hit.retrievers["vector"]["score"] == pytest.approx(before.retrievers["vector"]["score"], abs=1e-6)
 
 
 def test_a_failing_union_keeps_the_lists_as_found_and_says_so(sample_kb, monkeypatch):
