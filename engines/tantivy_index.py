@@ -36,6 +36,9 @@ from engines.base import (
 POINTER_FILE = "CURRENT"
 STATE_FILE = "analyzer.json"
 WRITER_HEAP_BYTES = 64_000_000
+# Up to how many chunk ids a search inside them asks one term query each rather than a term set: the two
+# cost the same near 150 ids in a SciFact KB (0.22 vs 0.33 ms at 100, 0.66 vs 0.47 at 300).
+TERM_QUERIES_UP_TO = 100
 
 
 def _schema() -> tantivy.Schema:
@@ -169,13 +172,20 @@ class TantivyLexicalIndex(LexicalIndex):
             (tantivy.Occur.Must, tantivy.Query.const_score_query(term(self.schema, "tenant_id", tenant_id), 0.0)),
         ]
         if allowed_chunk_ids is not None:
-            allowed = tantivy.Query.term_set_query(self.schema, "chunk_id", allowed_chunk_ids)
-            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0)))
+            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(self._ids(allowed_chunk_ids), 0.0)))
         searcher = self._searcher(generation)
         result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
         # The chunk ids from their fast field in one call, not each hit's stored document (~10 µs a hit).
         chunk_ids = searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
         return [LexicalHit(chunk_id=chunk_id, score=score) for (score, _), chunk_id in zip(result.hits, chunk_ids)]
+
+    def _ids(self, chunk_ids: list[int]) -> tantivy.Query:
+        """The chunks of ``chunk_ids``: a few as one term query each (a term set query of 10 ids cost 0.26 ms
+        in a SciFact search, 10 term queries 0.06 ms: the union scores another leg's head so), many as a term set."""
+        if len(chunk_ids) > TERM_QUERIES_UP_TO:
+            return tantivy.Query.term_set_query(self.schema, "chunk_id", chunk_ids)
+        terms = [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chunk_id", c)) for c in chunk_ids]
+        return tantivy.Query.boolean_query(terms)
 
     def _version_dir(self, version_id: int) -> Path:
         return self.root / f"kbv-{int(version_id)}"

@@ -22,7 +22,7 @@ import tantivy
 
 from engines.base import LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
-from engines.tantivy_index import TantivyLexicalIndex
+from engines.tantivy_index import TERM_QUERIES_UP_TO, TantivyLexicalIndex
 from tests.conftest import corrupt_keyword_index
 from tests.peers import Peer, PeerRequest, Reply
 
@@ -146,6 +146,14 @@ def test_allowed_chunk_ids_restrict_results_without_changing_scores(index):
     assert ids(hits) == [4, 2]
     assert all(hit.score == pytest.approx(unfiltered[hit.chunk_id], rel=1e-6) for hit in hits)
     assert search(index, "apple cherry", allowed=[]) == []
+
+
+def test_a_search_inside_many_chunk_ids_finds_what_one_inside_few_finds(index):
+    """Few ids and many ids are asked differently of tantivy (a term query each, or a term set): same hits."""
+    write(index, CORPUS)
+    few = search(index, "apple cherry", allowed=[2, 4, 6])
+    many = search(index, "apple cherry", allowed=[2, 4, 6, *range(1000, 1000 + TERM_QUERIES_UP_TO)])
+    assert [(hit.chunk_id, hit.score) for hit in many] == [(hit.chunk_id, hit.score) for hit in few]
 
 
 def test_a_repeated_query_token_counts_twice(index):
