@@ -504,7 +504,7 @@ def run_variant(
 
 SWEEP_WEIGHTS = "vector=0.3,0.5,0.7,1,1.5,bm25=1"
 SWEEP_RRF_KS = (10, 20, 60)
-SWEEP_CANDIDATES = (50, 100)
+SWEEP_CANDIDATES = (DEPTH, 2 * DEPTH)  # an evaluation cannot measure fewer than DEPTH: see the command
 
 
 def best_run(results: Sequence[RunResult]) -> RunResult:

@@ -325,22 +325,22 @@ def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_sett
     report_path, out = tmp_path / "sweep.json", io.StringIO()
     call_command(
         "evaluate", dataset=labels, split="test", tenant=tenant.name, kb="science", sweep=True, write=True,
-        weights="vector=0,1,bm25=1", rrf_k="1,60", candidates="5", output=report_path, no_progress=True, stdout=out,
+        weights="vector=0,1,bm25=1", rrf_k="1,60", candidates="200", output=report_path, no_progress=True, stdout=out,
     )  # fmt: skip
     report = json.loads(report_path.read_text())
     assert report["ingestion"] is None and report["knowledge_base"]["tenant"] == tenant.name
     runs = report["runs"]
     assert [run["label"] for run in runs] == [
-        "hybrid cand=5 w=vector=0,bm25=1 k=1",
-        "hybrid cand=5 w=vector=0,bm25=1 k=60",
-        "hybrid cand=5 w=vector=1,bm25=1 k=1",
-        "hybrid cand=5 w=vector=1,bm25=1 k=60",
+        "hybrid cand=200 w=vector=0,bm25=1 k=1",
+        "hybrid cand=200 w=vector=0,bm25=1 k=60",
+        "hybrid cand=200 w=vector=1,bm25=1 k=1",
+        "hybrid cand=200 w=vector=1,bm25=1 k=60",
     ]
     assert all(run["queries"] == 3 and run["metrics"]["recall@100"] == 1.0 for run in runs)  # every label matched
     merit = [(run["metrics"]["ndcg@10"], run["metrics"]["recall@100"]) for run in runs]
     best = runs[merit.index(max(merit))]
     assert report["sweep"]["best"] == best["label"] and report["sweep"]["written"] is True
-    expected = {"candidates": 5, "weights": best["weights"], "rrf_k": best["rrf_k"]}
+    expected = {"candidates": 200, "weights": best["weights"], "rrf_k": best["rrf_k"]}
     assert report["sweep"]["search_settings"] == expected
     kb = KnowledgeBase.objects.select_related("active_version").get(tenant=tenant, name="science")
     assert kb.active_version.search_settings == expected and kb.search_settings == {}
@@ -350,7 +350,11 @@ def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_sett
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"write": True}, "--write stores what --sweep found"), ({"tenant": "acme"}, "name it with --kb")],
+    [
+        ({"write": True}, "--write stores what --sweep found"),
+        ({"tenant": "acme"}, "name it with --kb"),
+        ({"candidates": "50,100"}, "--candidates 50: a search fuses at least its top_k"),
+    ],
 )
 def test_sweep_options_that_cannot_work_are_refused(tmp_path, options, message):
     with pytest.raises(CommandError, match=message):

@@ -135,6 +135,12 @@ class Command(BaseCommand):
             raise CommandError(
                 f"unknown mode, expander, aggregate, leg weights, leg candidates or fusion: {', '.join(unknown)}"
             )
+        candidates = _ints(options["candidates"])
+        if shallow := [depth for depth in candidates if depth < evaluation.DEPTH]:
+            raise CommandError(
+                f"--candidates {','.join(map(str, shallow))}: a search fuses at least its top_k candidates, and an "
+                f"evaluation asks for {evaluation.DEPTH} results, so it would measure {evaluation.DEPTH}"
+            )
         try:
             weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
@@ -144,7 +150,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         variants = evaluation.build_variants(
             modes,
-            candidates=_ints(options["candidates"]),
+            candidates=candidates,
             weights=weights,
             rrf_ks=_ints(options["rrf_k"]) if options["rrf_k"] else [None],
             fusions=_names(options["fusion"]) or [None],
