@@ -411,19 +411,21 @@ class GraphEntity(models.Model):
         return self.label
 
 
+def _unchecked_key(to: type[models.Model], related_name: str = "+") -> models.ForeignKey:
+    """A key of the graph's bulk rows that the database does not check (see ``GraphEdge``); Django's
+    deletions still cascade through it."""
+    return models.ForeignKey(
+        to, on_delete=models.CASCADE, related_name=related_name, db_index=False, db_constraint=False
+    )
+
+
 class GraphMention(models.Model):
     """An entity mentioned in a passage, ``count`` times; graph hits map back to passages through it.
     Its keys but the chunk's are not checked by the database (see ``GraphEdge``)."""
 
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
-    kb_version = models.ForeignKey(
-        KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
-    entity = models.ForeignKey(
-        GraphEntity, on_delete=models.CASCADE, related_name="mentions", db_index=False, db_constraint=False
-    )
+    tenant = _unchecked_key(Tenant)
+    kb_version = _unchecked_key(KnowledgeBaseVersion)
+    entity = _unchecked_key(GraphEntity, related_name="mentions")
     chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
     count = models.PositiveIntegerField()
 
@@ -445,18 +447,10 @@ class GraphEdge(models.Model):
     deletions still cascade through them."""
 
     pk = models.CompositePrimaryKey("source", "target", "kind")
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
-    kb_version = models.ForeignKey(
-        KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
-    source = models.ForeignKey(
-        GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
-    target = models.ForeignKey(
-        GraphEntity, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
-    )
+    tenant = _unchecked_key(Tenant)
+    kb_version = _unchecked_key(KnowledgeBaseVersion)
+    source = _unchecked_key(GraphEntity)
+    target = _unchecked_key(GraphEntity)
     kind = models.CharField(
         max_length=64, blank=True, default="", help_text="Empty: co-occurrence; else the relation an LLM named."
     )
