@@ -173,7 +173,7 @@ def graph_stage_off():
 
     def no_extraction(self, pending) -> None:
         for doc in pending:
-            doc.extractions = [Extraction((), ())] * len(doc.drafts)
+            doc.extractions = [Extraction(())] * len(doc.drafts)
 
     saved = services.Ingester._extract, services.graph_store
     services.Ingester._extract, services.graph_store = no_extraction, NoGraph

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,11 +182,18 @@ class Entity:
 
 
 @dataclass(frozen=True)
-class Relation:
-    source: str  # entity names, source < target; relations are undirected
-    target: str
-    weight: float
-    kind: str = ""  # "": co-occurrence; else the relation an LLM named (made_by, located_in, ...)
+class Relations:
+    """A passage's relations as columns, one entry per relation (undirected: either end may come first).
+    No object per relation: a Chinese passage has ~70 of them, and a store maps a whole batch's entity
+    indices to its ids at once."""
+
+    sources: tuple[int, ...] = ()  # an end's index in the extraction's entities
+    targets: tuple[int, ...] = ()  # the other end's
+    weights: tuple[float, ...] = ()
+    kinds: tuple[str, ...] = ()  # each relation's kind, an LLM's name for it (made_by...); () when all are ""
+
+    def __len__(self) -> int:
+        return len(self.weights)
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,28 @@ class Extraction:
     """What one passage adds to its KB version's graph."""
 
     entities: tuple[Entity, ...]
-    relations: tuple[Relation, ...]
+    relations: Relations = Relations()
+
+    @classmethod
+    def by_name(cls, entities: tuple[Entity, ...], relations: Iterable[tuple[str, str, float, str]]) -> Extraction:
+        """An extraction whose relations are given as (source name, target name, weight, kind), kind "" for
+        co-occurrence; both names must be entities'."""
+        index = {entity.name: position for position, entity in enumerate(entities)}
+        rows = list(relations)
+        kinds = tuple(kind for _, _, _, kind in rows)
+        return cls(entities, Relations(
+            tuple(index[source] for source, _, _, _ in rows), tuple(index[target] for _, target, _, _ in rows),
+            tuple(weight for _, _, weight, _ in rows), kinds if any(kinds) else (),
+        ))  # fmt: skip
+
+    def named_relations(self) -> Iterator[tuple[str, str, float, str]]:
+        """(source name, target name, weight, kind) per relation, in order; kind "" for co-occurrence."""
+        names = [entity.name for entity in self.entities]
+        relations = self.relations
+        kinds = relations.kinds or ("",) * len(relations)
+        for source, target, weight, kind in zip(relations.sources, relations.targets, relations.weights, kinds,
+                                                strict=True):  # fmt: skip
+            yield names[source], names[target], weight, kind
 
 
 @dataclass(frozen=True)

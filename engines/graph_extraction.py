@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from engines.analysis import (
     OUT_OF_DICTIONARY, Analyzer, dictionary_tag, han_runs, latin_compounds, normalize, part_of_speech,
 )  # fmt: skip
-from engines.base import Entity, Extraction, Relation
+from engines.base import Entity, Extraction, Relations
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
@@ -101,7 +101,8 @@ class EntityExtractor:
             if mention.name in kept:
                 first.setdefault(mention.name, mention)
         entities = tuple(Entity(name, m.label, m.kind, counts[name]) for name, m in first.items())
-        return Extraction(entities, self._relations([m for m in mentions if m.name in kept]))
+        index = {name: position for position, name in enumerate(first)}
+        return Extraction(entities, _relations([(index[m.name], m.position) for m in mentions if m.name in index]))
 
     def query_names(self, text: str) -> list[str]:
         """Names an entity of the query may have: its extracted entities, then its word n-grams (Latin
@@ -242,21 +243,26 @@ class EntityExtractor:
                 offset += len(word)
         return [(word, han) for _, word, han in sorted(words)]
 
-    @staticmethod
-    def _relations(mentions: list[_Mention]) -> tuple[Relation, ...]:
-        weights: Counter[tuple[str, str]] = Counter()
-        for index, left in enumerate(mentions):  # sorted by position
-            neighbours: set[str] = set()
-            for right in mentions[index + 1 :]:
-                distance = right.position - left.position
-                if distance >= RELATION_WINDOW:
+
+def _relations(mentions: list[tuple[int, int]]) -> Relations:
+    """The co-occurrence relations of a passage's mentions, given as (entity index, position) in text
+    order: entity indices, not names, and columns, not an object per relation."""
+    weights: dict[tuple[int, int], float] = {}
+    for at, (left, position) in enumerate(mentions):
+        neighbours: set[int] = set()
+        for right, there in mentions[at + 1 :]:
+            distance = there - position
+            if distance >= RELATION_WINDOW:
+                break
+            if right == left:
+                continue
+            if right not in neighbours:
+                if len(neighbours) == RELATION_NEIGHBOURS:
                     break
-                if right.name == left.name:
-                    continue
-                if right.name not in neighbours:
-                    if len(neighbours) == RELATION_NEIGHBOURS:
-                        break
-                    neighbours.add(right.name)
-                pair = (left.name, right.name) if left.name < right.name else (right.name, left.name)
-                weights[pair] += 1 - distance / RELATION_WINDOW
-        return tuple(Relation(source, target, round(weight, 4)) for (source, target), weight in weights.items())
+                neighbours.add(right)
+            pair = (left, right) if left < right else (right, left)
+            weights[pair] = weights.get(pair, 0.0) + (1 - distance / RELATION_WINDOW)
+    return Relations(
+        tuple(source for source, _ in weights), tuple(target for _, target in weights),
+        tuple(round(weight, 4) for weight in weights.values()),
+    )  # fmt: skip

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from engines.base import Entity, Extraction, Relation
+from engines.base import Entity, Extraction
 from engines.graph_extraction import EntityExtractor
 from engines.llm import ChatClient, LLMError
 
@@ -145,5 +145,5 @@ def with_triples(extractor: EntityExtractor, extraction: Extraction, triples: li
         weights[source, target, triple.relation] = weights.get((source, target, triple.relation), 0.0) + 1.0
     if not weights:
         return extraction
-    relations = tuple(Relation(source, target, weight, kind) for (source, target, kind), weight in weights.items())
-    return Extraction(tuple(entities.values()), relations)
+    relations = ((source, target, weight, kind) for (source, target, kind), weight in weights.items())
+    return Extraction.by_name(tuple(entities.values()), relations)

@@ -99,9 +99,9 @@ class Neo4jGraphStore(GraphStore):
                 for chunk_id, extraction in graphs.items()
             ]  # fmt: skip
             relations = [
-                {"chunk_id": chunk_id, "source": r.source, "target": r.target, "weight": r.weight, "kind": r.kind}
+                {"chunk_id": chunk_id, "source": source, "target": target, "weight": weight, "kind": kind}
                 for chunk_id, extraction in graphs.items()
-                for r in extraction.relations
+                for source, target, weight, kind in extraction.named_relations()
             ]
             self._run(_ADD_PASSAGES, {**scope, "passages": passages})
             self._run(_ADD_RELATIONS, {**scope, "relations": relations})

@@ -14,14 +14,18 @@ scoped by tenant and KB version and parameterized.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import nullcontext
 from functools import lru_cache
+from itertools import chain, repeat
+
+import numpy as np
 
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
 from engines.base import (
-    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity,
+    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity, Relations,
 )  # fmt: skip
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
@@ -146,25 +150,33 @@ class PostgresGraphStore(GraphStore):
         ])  # fmt: skip
         self._execute(cursor, _IDS_BY_NAME, [tenant_id, version_id, names])
         ids = dict(cursor.fetchall())
-        mentions = [
-            (ids[entity.name[:MAX_NAME_CHARS]], chunk_id, entity.count)
-            for chunk_id, extraction in graphs.items()
-            for entity in extraction.entities
-        ]
-        if mentions:
-            columns = map(_number_array, zip(*mentions, strict=True))
-            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *columns])
-        kinds: dict[str, int] = {}  # kind -> its 1-based index in the statement's array of kinds
-        relations = [
-            (chunk_id, *_ordered(ids[relation.source[:MAX_NAME_CHARS]], ids[relation.target[:MAX_NAME_CHARS]]),
-             relation.weight,
-             kinds.setdefault(relation.kind, len(kinds) + 1))
-            for chunk_id, extraction in graphs.items()
-            for relation in extraction.relations
-        ]  # fmt: skip
-        if relations:
-            columns = map(_number_array, zip(*relations, strict=True))
-            self._execute(cursor, _ADD_RELATIONS, [*columns, list(kinds), tenant_id, version_id, tenant_id, version_id])
+        extractions = list(graphs.values())
+        # each passage's entities' ids in order: the mention rows, and what its relations' entity indices point to
+        entity_ids = np.array(
+            [ids[entity.name[:MAX_NAME_CHARS]] for extraction in extractions for entity in extraction.entities],
+            dtype=np.int64,
+        )
+        entity_counts = [len(extraction.entities) for extraction in extractions]
+        if len(entity_ids):
+            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(_number_array, (
+                entity_ids, np.repeat(list(graphs), entity_counts),
+                [entity.count for extraction in extractions for entity in extraction.entities],
+            ))])  # fmt: skip
+        relation_counts = [len(extraction.relations) for extraction in extractions]
+        if sum(relation_counts):
+            # the batch's relations at once: an entity index plus its passage's offset is a row of entity_ids
+            offsets = np.repeat(np.cumsum([0, *entity_counts[:-1]]), relation_counts)
+            sources = entity_ids.take(_column(extraction.relations.sources for extraction in extractions) + offsets)
+            targets = entity_ids.take(_column(extraction.relations.targets for extraction in extractions) + offsets)
+            kinds = {"": 1}  # kind -> its 1-based index in the statement's array of kinds
+            columns = (
+                np.repeat(list(graphs), relation_counts), np.minimum(sources, targets), np.maximum(sources, targets),
+                chain.from_iterable(extraction.relations.weights for extraction in extractions),
+                chain.from_iterable(_kind_indices(extraction.relations, kinds) for extraction in extractions),
+            )  # an edge's ends as stored: source id < target id
+            self._execute(cursor, _ADD_RELATIONS, [
+                *map(_number_array, columns), list(kinds), tenant_id, version_id, tenant_id, version_id
+            ])  # fmt: skip
         return list(ids.values())
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -187,15 +199,24 @@ class PostgresGraphStore(GraphStore):
         return [GraphNode(*row) for row in self._fetch(statement, params)]
 
 
-def _ordered(first: int, second: int) -> tuple[int, int]:
-    """An edge's ends as stored: source id < target id."""
-    return (first, second) if first < second else (second, first)
+def _column(parts: Iterable[tuple[int, ...]]) -> np.ndarray:
+    """The passages' columns of integers end to end."""
+    return np.fromiter(chain.from_iterable(parts), dtype=np.int64)
 
 
-def _number_array(values) -> str:
+def _kind_indices(relations: Relations, kinds: dict[str, int]) -> Iterable[int]:
+    """Each relation's kind as its index in ``kinds`` (a kind not in it yet joins it)."""
+    if not relations.kinds:
+        return repeat(kinds[""], len(relations))
+    return [kinds.setdefault(kind, len(kinds) + 1) for kind in relations.kinds]
+
+
+def _number_array(values: Iterable | np.ndarray) -> str:
     """A PostgreSQL array literal of numbers, passed as one parameter. psycopg's client-side binding dumps a
     list element by element in Python: on Chinese ingestion a batch's relation columns (tens of thousands of
     numbers each) were the largest share of the graph writes' time; joined, they are one pass in C."""
+    if isinstance(values, np.ndarray):
+        values = values.tolist()  # Python's numbers: str() of a numpy scalar is several times slower
     return "{" + ",".join(map(str, values)) + "}"
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, Relation, entity_score
+from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, entity_score
 from knowledge.stores import graph_store
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
@@ -34,8 +34,12 @@ def store(request, db) -> GraphStore:
 def chain(*names: str, weight: float = 1.0) -> Extraction:
     """A passage mentioning ``names`` once each, each related to the next."""
     entities = tuple(Entity(name, name.upper(), "noun", 1) for name in names)
-    relations = tuple(Relation(*sorted((a, b)), weight) for a, b in zip(names, names[1:]))
-    return Extraction(entities, relations)
+    return Extraction.by_name(entities, ((a, b, weight, "") for a, b in zip(names, names[1:])))
+
+
+def with_relations(extraction: Extraction, *relations: tuple[str, str, float, str]) -> Extraction:
+    """``extraction``'s entities with ``relations`` (names, weight, kind) instead of its own."""
+    return Extraction.by_name(extraction.entities, relations)
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ def test_entities_are_one_per_name_with_their_passage_counts(store, kb):
 
 def test_reached_entities_map_back_to_the_passages_mentioning_them_most(store, kb):
     first, second = chunks_of(kb, 2)
-    extraction = Extraction((Entity("a", "a", "noun", 3),), ())
+    extraction = Extraction((Entity("a", "a", "noun", 3),))
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: extraction, second: chain("a")})
     a = ids_by_name(store, kb, "a")["a"]
     assert store.mentions(scope_of(kb), [a], per_entity=5) == [(a, first, 3), (a, second, 1)]
@@ -92,7 +96,7 @@ def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
     (chunk,) = chunks_of(kb, 1)
     # a - b - c - d, and a weaker shortcut a - c
     extraction = chain("a", "b", "c", "d", weight=3.0)
-    extraction = Extraction(extraction.entities, (*extraction.relations, Relation("a", "c", 0.5)))
+    extraction = with_relations(extraction, *extraction.named_relations(), ("a", "c", 0.5, ""))
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: extraction})
     ids = ids_by_name(store, kb, "a", "b", "c", "d")
     steps = reached(store, kb, [ids["a"]])
@@ -139,7 +143,7 @@ def test_a_walk_does_not_go_on_from_a_hub(store, kb):
 
 def test_each_step_names_its_relation_kind(store, kb):
     first, second = chunks_of(kb, 2)
-    typed = Extraction(chain("lock", "maker").entities, (Relation("lock", "maker", 1.0, "made_by"),))
+    typed = with_relations(chain("lock", "maker"), ("lock", "maker", 1.0, "made_by"))
     graphs = {first: typed, second: chain("maker", "city")}
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
     ids = ids_by_name(store, kb, "lock", "maker", "city")
@@ -179,7 +183,7 @@ def named_edges(store, kb) -> dict[tuple[str, str], float]:
 
 
 def test_removing_passages_subtracts_exactly_their_relations(store, kb):
-    typed = Extraction(chain("a", "b").entities, (Relation("a", "b", 2.0, "made_by"),))
+    typed = with_relations(chain("a", "b"), ("a", "b", 2.0, "made_by"))
     passages = {"p1": chain("a", "b", "c", weight=1.0), "p2": typed, "p3": chain("b", "c", "d", weight=0.5),
                 "p4": chain("a", "b", weight=0.25)}  # fmt: skip
     chunk_of = dict(zip(passages, chunks_of(kb, 4), strict=True))
@@ -214,8 +218,8 @@ def test_removing_passages_subtracts_exactly_their_relations(store, kb):
 def test_a_hop_goes_on_only_from_the_best_scored_entities_of_the_hop_before(store, kb):
     (chunk,) = chunks_of(kb, 1)
     # a - b (strong) - d and a - c (weak) - e: b's path is stronger, so with a frontier of 1 only b walks on
-    relations = (Relation("a", "b", 3.0), Relation("a", "c", 1.0), Relation("b", "d", 1.0), Relation("c", "e", 1.0))
-    graph = Extraction(chain(*"abcde").entities, relations)
+    relations = (("a", "b", 3.0, ""), ("a", "c", 1.0, ""), ("b", "d", 1.0, ""), ("c", "e", 1.0, ""))
+    graph = with_relations(chain(*"abcde"), *relations)
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: graph})
     ids = ids_by_name(store, kb, *"abcde")
     assert set(reached(store, kb, [ids["a"]], frontier=2)) == {ids[name] for name in "abcde"}

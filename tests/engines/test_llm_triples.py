@@ -7,7 +7,7 @@ import json
 import pytest
 
 from engines.analysis import Analyzer
-from engines.base import Entity, Extraction, Relation
+from engines.base import Entity, Extraction
 from engines.graph_extraction import EntityExtractor
 from engines.llm import ChatClient, LLMError, chat_endpoint
 from engines.llm_triples import TRIPLES_SCHEMA, Triple, TripleExtractor, TripleLimits, parse_triples, with_triples
@@ -103,12 +103,14 @@ def test_the_endpoint_path_is_added_to_a_base_url_only():
 
 def test_triples_type_the_passages_relations_and_add_their_entities():
     extractor = EntityExtractor(Analyzer(), {"skyline": "skyline home"})
-    co_occurrence = Extraction((Entity("ppr-9087", "PPR-9087", "code", 1),), (Relation("a", "b", 0.5),))
+    entities = (Entity("ppr-9087", "PPR-9087", "code", 1), Entity("recall", "recall", "noun", 1))
+    co_occurrence = Extraction.by_name(entities, [("ppr-9087", "recall", 0.5, "")])
     typed = with_triples(extractor, co_occurrence, [
         Triple(0, "PPR-9087", "manufactured_by", "Skyline"),  # an alias resolves to its entity
         Triple(0, "PPR-9087", "manufactured_by", "SKYLINE HOME"),
         Triple(0, "Shenzhen", "self", "shenzhen"),  # a relation to itself is no relation
     ])  # fmt: skip
-    assert typed.relations == (Relation("ppr-9087", "skyline home", 2.0, "manufactured_by"),)
-    assert {entity.name: entity.kind for entity in typed.entities} == {"ppr-9087": "code", "skyline home": "triple"}
+    assert list(typed.named_relations()) == [("ppr-9087", "skyline home", 2.0, "manufactured_by")]
+    kinds = {"ppr-9087": "code", "recall": "noun", "skyline home": "triple"}
+    assert {entity.name: entity.kind for entity in typed.entities} == kinds
     assert with_triples(extractor, co_occurrence, []) is co_occurrence  # no triple: co-occurrence stays

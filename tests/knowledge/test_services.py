@@ -366,6 +366,25 @@ def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_ca
     assert len(callbacks) == 1 and get_lexical_index().state(version_id) is None
 
 
+
+def test_deleting_a_kb_or_its_tenant_leaves_no_graph_rows(kb, tmp_path, django_capture_on_commit_callbacks):
+    """The graph's edges and mentions have no database-checked keys: Django's deletion must take them."""
+    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is made by Skyline Home in Shenzhen.")
+    ingest(kb, tmp_path)
+    other = KnowledgeBaseFactory(tenant=kb.tenant)
+    ingest(other, tmp_path)
+    graph_rows = (GraphEntity, GraphMention, GraphEdge, GraphPassageRelations)
+    versions = {model: model.objects.filter(kb_version=kb.active_version) for model in graph_rows}
+    assert all(rows.exists() for rows in versions.values())
+    with django_capture_on_commit_callbacks(execute=True):
+        services.delete_knowledge_base(kb)
+    assert not any(rows.exists() for rows in versions.values())
+    assert all(model.objects.filter(kb_version=other.active_version).exists() for model in graph_rows)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.delete_tenant(other.tenant)
+    assert not any(model.objects.filter(tenant=other.tenant_id).exists() for model in graph_rows)
+
+
 # --- versions ----------------------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.base import Entity, Extraction, Relation
+from engines.base import Entity, Extraction
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.services.graph import CO_OCCURRENCE, rank_by_graph
 from tests.factories import TenantFactory
@@ -67,7 +67,7 @@ def test_a_path_names_the_llm_relation_kind(kb):
 
     lock = Chunk.objects.get(kb_version=kb.active_version, document__source_uri__endswith="lock.txt")
     entities = (Entity("ppr-9087", "PPR-9087", "code", 1), Entity("skyline home", "Skyline Home", "name", 1))
-    typed = Extraction(entities, (Relation("ppr-9087", "skyline home", 1.0, "manufactured_by"),))
+    typed = Extraction.by_name(entities, [("ppr-9087", "skyline home", 1.0, "manufactured_by")])
     graph_store().replace_chunks(kb.tenant_id, kb.active_version_id, [lock.pk], {lock.pk: typed})
     ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2)
     paths = [path["path"] for path in ranking.paths.values() if path["hops"] >= 1]
