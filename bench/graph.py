@@ -4,7 +4,8 @@ only through an entity one or two hops from the question's entities).
 
     .venv/bin/python bench/graph.py
 
-Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results go to docs/BENCHMARKS.md by hand.
+Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/BENCHMARKS.md,
+"Graph retrieval".
 ``GRAPH_FUSION_HEAD=0 .venv/bin/python bench/graph.py`` measures three-way hybrid without the graph gate.
 """
 from __future__ import annotations

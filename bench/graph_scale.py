@@ -14,7 +14,8 @@ graph is written by SQL statements over ``generate_series`` (seconds, not the in
 Before / after on one build: ``--keep`` builds and keeps the tenant (its id is printed), ``--tenant
 ID`` measures a kept build, ``--code DIR`` imports the project from another checkout (e.g. an older
 commit's ``git archive``; give it this checkout's state with ``VAR_DIR=$PWD/var``), ``--delete``
-removes the kept tenant after measuring. Results go to docs/BENCHMARKS.md by hand.
+removes the kept tenant after measuring. Current figures: docs/BENCHMARKS.md,
+"Graph retrieval".
 """
 from __future__ import annotations
 

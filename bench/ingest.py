@@ -1,42 +1,25 @@
-"""Ingestion throughput end to end vs the raw embedding rate (``embed_documents`` of the same model) on the same texts.
+"""Ingestion throughput end to end against the raw embedding rate (``embed_documents``) of the same texts.
+Current figures and the commands: docs/BENCHMARKS.md, "Ingestion pipeline".
 
     .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
     .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
-    .venv/bin/python bench/ingest.py --profile             # also cProfile one extra, untimed ingestion
     .venv/bin/python bench/ingest.py --model all-MiniLM-L6-v2:torch \
         --compare-models all-MiniLM-L6-v2:onnx,all-MiniLM-L6-v2:onnx-int8   # runtimes, same run
 
-What it does:
-  1. writes N corpus documents ("title", blank line, "text") as .txt files into a temp folder, in
-     blocks of --block-docs files (one sub-folder per block);
-  2. creates a throwaway tenant; loads the embedding model (--model, default EMBEDDING_MODEL; a
-     runtime suffix picks torch / ONNX fp32 / ONNX int8) and warms it up, plus one small untimed
-     ingestion (ORM, COPY, type registry); loads and warms up each of --compare-models too;
-  3. times parse_file + chunk_sections alone over the same files (this also gives the chunk texts
-     and the embedding flush groups ingestion will produce);
-  4. per round (a fresh KB each) and per block, runs the passes below in an order that rotates from
-     block to block (I R, R I, ...), so a burst of load from other processes hits both sides alike:
-        I  ``Ingester(kb).ingest(discover_files([block_folder]))`` end to end (parse, chunk, analyze,
-           embed, COPY, lexical index), with thin timing wrappers around the Ingester's stages,
-           ``parse_file``, ``chunk_sections``, ``count_tokens``, ``embed_documents`` and
-           ``_copy_chunks`` (installed by this script only, removed afterwards, < 1 us a call);
-        R  raw ``embedder.embed_documents(texts)`` of the --model embedder (for torch:
-           ``model.encode(texts, batch_size=32, normalize_embeddings=True)``) on the block's chunk
-           texts in one call (the texts are checked identical to the rows ingestion wrote, read
-           back from the database);
-        I:<name> (only with --compare-models) the same ingestion with that embedding model, into a
-           KB of its own per round (not instrumented);
-        I0 (only with --graph-off) the same ingestion with the graph stage off (no entity extraction,
-           no graph writes), into a KB of its own per round: (I - I0) / I is the time the graph adds;
-        R:<name> (only with --compare-models) raw ``embed_documents`` of the block's texts with that model;
-        G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
-           forms with a flush size of n, which isolates the cost of embedding in small groups;
-     the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s, also reported on CPU
-     seconds (this process + its PostgreSQL backend), which other people's jobs disturb less;
-     with --budget-min (default 12) it stops starting new blocks that would not fit;
-  5. deletes the tenant (cascade), its lexical index folders and the temp folder.
+N corpus documents are written as .txt files in blocks of --block-docs; every model is loaded and
+warmed up, with one small untimed ingestion. Per block, the passes run into KBs of their own, in an
+order rotating from block to block so a burst of other people's load hits each alike:
 
-Writes bench/results/ingest-<date>.json (one entry per dataset, or <dataset>-<tag>, under "runs").
+- **I**: ``Ingester(kb).ingest`` end to end, with thin timing wrappers around its stages (installed here
+  only); **R**: the raw ``embed_documents`` of the block's chunk texts (checked identical to the rows I
+  wrote);
+- **I:<name>** / **R:<name>** (``--compare-models``): the same with another model;
+- **I0** (``--graph-off``): I with the graph stage off, so (I - I0) / I is what the graph adds;
+- **G<n>** (``--replay-groups``): the encode in Ingester's flush groups of n.
+
+Ratios are given on wall and on CPU seconds (this process and its PostgreSQL backend), which other
+people's jobs disturb less; --budget-min stops starting blocks that would not fit. Cleanup (always):
+tenant, keyword indexes and files deleted. Writes bench/results/ingest-<date>.json.
 """
 from __future__ import annotations
 
