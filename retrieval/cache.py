@@ -1,25 +1,18 @@
 """Search result cache in Redis (django-redis), in front of :func:`retrieval.services.search.search`.
 
-The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
-switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched and the tenant's vocabulary stamp (its synonyms and protected terms): what one
-query reads (``searched_knowledge``), which a miss hands on to the search; then the fusion settings the
-search will use (its KBs' own, ``retrieval.tuning``), the settings that shape rankings
-(``settings.RANKING_SETTINGS``, defined beside them) and the stored response's field names. Every
-content change bumps a revision (an edit of the synonyms: the stamp), so old entries become
-unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
+The key hashes the normalized request (every option, expansion switches resolved), the tenant, the id and
+``revision`` of every active KB version searched (``searched_knowledge``, which a miss hands on to the
+search), the tenant's vocabulary stamp, the fusion settings the search will use (``retrieval.tuning``),
+the ranking settings (``settings.RANKING_SETTINGS``) and the stored response's fields. Every content
+change bumps a revision or the stamp, so old entries become unreachable rather than stale; they expire
+with ``SEARCH_CACHE_TTL_S``.
 
-An entry is the response rendered as the API's JSON body renders it, but for its stage timings (a
-hit's are its own): a hit sends those bytes with its own fields appended, never decoding them; callers
-that want the response's objects decode it on demand.
-
-A response naming a degradation is not stored: a transient backend failure must not be served for an
-hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
-result and compute themselves if it is slow. A lookup is one Redis round trip (a script reads the entry and
-takes the lock on a miss), and so is storing the answer with the lock released. With Redis unreachable,
-searches run uncached.
-
-``search()`` itself stays uncached for callers that measure it (the evaluation harness).
+An entry is the response's JSON body as rendered, without its stage timings: a hit sends those bytes with
+its own fields appended, never decoding them. A response naming a degradation is not stored (a transient
+failure must not be served for an hour). Concurrent identical misses compute once: the first takes a
+short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
+themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
+uncached for callers that measure it (the evaluation harness).
 """
 from __future__ import annotations
 
