@@ -27,4 +27,6 @@ class Observability(Section):
 
     @property
     def tracing(self) -> bool:
-        return bool(self.OTEL_EXPORTER_OTLP_ENDPOINT or self.OTEL_TRACES_EXPORTER) and self.OTEL_TRACES_EXPORTER != "none"
+        """Whether spans are exported: an endpoint or an exporter is set, and the exporter is not "none"."""
+        exporter = self.OTEL_TRACES_EXPORTER
+        return bool(self.OTEL_EXPORTER_OTLP_ENDPOINT or exporter) and exporter != "none"
