@@ -199,7 +199,7 @@ def main() -> int:
         "code": _common.code_fingerprint(
             ["retrieval/services/search.py", "retrieval/views.py", "engines/pgvector_index.py",
              "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
-             "retrieval_site/settings.py"]
+             "retrieval_site/settings/__init__.py"]
         ),
     }
     result["loadavg_1m_at_start"] = round(load_at_start, 2)

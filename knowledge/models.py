@@ -374,8 +374,8 @@ class PendingLexicalChange(models.Model):
     Written in the transaction that changes the rows and deleted once the index holds the change, so
     the index can never miss a committed change: a process killed between the database commit and
     the index write leaves this row for the next writer or ``check_kb --repair`` to apply; a
-    transaction that rolls back takes it along, and the index was never touched (see the README's
-    Consistency section)."""
+    transaction that rolls back takes it along, and the index was never touched (see docs/operations.md,
+    "Consistency of rows and keyword index")."""
 
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+")
     document_ids = ArrayField(models.BigIntegerField())

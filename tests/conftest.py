@@ -22,7 +22,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--console-screenshots",
         metavar="DIR",
-        help="write the browser tests' screenshots of the console pages here (docs/console in the README)",
+        help="write the browser tests' screenshots of the console pages here (docs/console/, shown in docs/console.md)",
     )
 
 

@@ -1,4 +1,4 @@
-"""The floors of the codebase (README, "Architecture"): an import never runs back up.
+"""The floors of the codebase (docs/architecture.md): an import never runs back up.
 
 Every import statement counts, including those inside functions and ``TYPE_CHECKING`` blocks: a
 deferred import is still a dependency. Tests and benchmarks may import anything.

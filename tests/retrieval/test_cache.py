@@ -173,7 +173,7 @@ def test_every_ranking_setting_is_part_of_the_key(tenant, settings, name):
 
 
 # Settings the search and engine code reads that never change which passages rank where, and why.
-# A setting read there that is neither here nor marked Ranks in retrieval_site/settings.py fails below.
+# A setting read there that is neither here nor marked Ranks in retrieval_site/settings/ fails below.
 NOT_RANKING = {
     "BASE_DIR": "a path",
     "VAR_DIR": "a path",

@@ -22,7 +22,7 @@ SERVERS = {
     "elasticsearch": "docker.elastic.co/elasticsearch/",
     "neo4j": "neo4j:",
 }
-# Read by something other than settings.py: compose itself, the web command, prometheus_client, the JVM.
+# Read by something other than the settings: compose itself, the web command, prometheus_client, the JVM.
 NOT_SETTINGS = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD", "WEB_PORT", "WEB_WORKERS",
                 "PROMETHEUS_MULTIPROC_DIR", "ES_JAVA_OPTS", "NEO4J_PASSWORD", "NEO4J_HEAP"}  # fmt: skip
 
