@@ -24,10 +24,9 @@ DEFAULT_FUSION = "rrf"
 # docs/BENCHMARKS.md, "Per-query leg weights"); "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
 # What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
-# which it scores without searching again: ``retrieval.services.search.score_union``). "union" ranks
-# better on SciFact train (+0.004, XQuAD-en unchanged) but its ``relevance`` threshold share is 0.899
-# (goal 0.90: a different top 10, not different scores) and it costs 6-14 % of hybrid p50 at load 5-8
-# (docs/BENCHMARKS.md, "The union's cost and threshold share"): a KB or a request opts in.
+# which it scores without searching again: ``retrieval.services.union``). "union" ranks a little better
+# but misses the threshold-share goal and costs latency (docs/BENCHMARKS.md, "The union's cost and
+# threshold share"): a KB or a request opts in.
 DEFAULT_LEG_CANDIDATES = "own"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
