@@ -89,7 +89,7 @@ def main() -> int:
     endpoints = {"bm25": reverse("retrieval-bm25"), "hybrid": reverse("retrieval-hybrid")}
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
                     "loadavg_at_start": [round(x, 2) for x in load_at_start],
-                    "code": _common.code_fingerprint(["retrieval/services/search.py", "retrieval/views.py",
+                    "code": _common.code_fingerprint(["retrieval/services", "retrieval/views.py",
                                                       "engines/tantivy_index.py", "retrieval/fusion.py",
                                                       "engines/pgvector_index.py", "knowledge/services.py"])}
     tenant = tier = proc = version = None
