@@ -511,7 +511,7 @@ def main() -> int:
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
                     "code": _common.code_fingerprint(["knowledge/services.py", "knowledge/tasks.py", "knowledge/views.py",
-                                                      "retrieval/services/search.py", "retrieval/cache.py"])}
+                                                      "retrieval/services", "retrieval/cache.py"])}
     if args.before_tree:
         result["code_before"] = {"tree": str(args.before_tree)}
     tenant = tier = web = worker = before = None

@@ -347,7 +347,7 @@ def main() -> int:
         "settings": {"SEARCH_CANDIDATES": depth, "HNSW_EF_SEARCH": settings.HNSW_EF_SEARCH,
                      "VECTOR_EXACT_SCAN_THRESHOLD": settings.VECTOR_EXACT_SCAN_THRESHOLD,
                      "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND},
-        "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services/search.py"]),
+        "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services"]),
         "sizes": {},
     }
     tenant = tier = None

@@ -197,7 +197,7 @@ def main() -> int:
         "machine": _common.machine_info(),
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
-            ["retrieval/services/search.py", "retrieval/views.py", "engines/pgvector_index.py",
+            ["retrieval/services", "retrieval/views.py", "engines/pgvector_index.py",
              "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
              "retrieval_site/settings/__init__.py"]
         ),

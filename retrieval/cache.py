@@ -30,7 +30,8 @@ from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
-from retrieval.services.search import search, searched_settings
+from retrieval.services.planning import searched_settings
+from retrieval.services.search import search
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant

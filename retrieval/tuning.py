@@ -24,8 +24,9 @@ DEFAULT_FUSION = "rrf"
 # "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
 # What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
-# scored without searching again). "union" ranks a little better but misses the ``relevance`` threshold
-# goal, so a KB or a request opts in (docs/benchmarks/decisions.md, "The union's cost and threshold share").
+# which it scores without searching again: ``retrieval.services.union``). "union" ranks a little better
+# but misses the threshold-share goal, so a KB or a request opts in (docs/benchmarks/decisions.md,
+# "The union's cost and threshold share").
 DEFAULT_LEG_CANDIDATES = "own"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
