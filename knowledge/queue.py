@@ -11,21 +11,21 @@ from django.db import transaction
 
 from knowledge.models import KnowledgeBase, KnowledgeTask
 
-_TASKS: dict[str, object] = {}
+_TASKS: list = []
 
 
 def register(*tasks) -> None:
-    """Make Celery tasks queueable by their names (``knowledge.tasks.ingest_documents``)."""
-    for task in tasks:
-        _TASKS[task.name] = task
+    """Make Celery tasks queueable by their names (``knowledge.tasks.ingest_documents``). Their names are
+    read when one is sent: reading one binds the Celery app, which would start the embedded broker."""
+    _TASKS.extend(tasks)
 
 
 def enqueue(name: str, args: tuple, *, task_id: str | None = None, robust: bool = False) -> None:
     """Send task ``name`` once the transaction commits (at once outside one). ``robust``: a failure to
     send (the broker down) is logged, not raised, and the work is left to a periodic task."""
-    if name not in _TASKS:
+    task = next((task for task in _TASKS if task.name == name), None)
+    if task is None:
         raise LookupError(f"no task {name!r} is registered (knowledge.tasks registers them when imported)")
-    task = _TASKS[name]
     transaction.on_commit(lambda: task.apply_async(args, task_id=task_id), robust=robust)
 
 
