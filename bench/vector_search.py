@@ -7,7 +7,7 @@ The rows are synthetic because embedding 100k real passages takes too long on a 
 SciFact passages are embedded once (cached under bench/results/cache/), and each row's vector is
 ``normalize(a + 0.35 b + 0.1 g)`` for random real vectors a, b and Gaussian noise g. Its text is the
 passage of a plus a unique suffix (the service dedups hits by content hash). 1,000 documents x 100 chunks
-go in by the production binary COPY, with ``doc_type`` and metadata fields to filter on 20 %, 5 % and
+go in by the production binary COPY (``knowledge.ingestion.chunk_copy.copy_chunks``), with ``doc_type`` and metadata fields to filter on 20 %, 5 % and
 0.5 % of the rows. The HNSW index is dropped before the load and rebuilt after it.
 
 Measured: query embedding alone, ``PgVectorIndex.search`` per filter (exact vs forced HNSW), HTTP
@@ -91,8 +91,9 @@ def load_synthetic_documents(
     (``vectors[i]`` is row ``first_row + i``), so a KB can grow in slices."""
     from django.db import transaction
 
-    from knowledge import services
     from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
     from knowledge.models import Document
 
     metadata = metadata or (lambda g: {"shop_id": g % 20, "campaign_id": g % 200})
@@ -123,9 +124,9 @@ def load_synthetic_documents(
             )
             for i in rows
         ]
-        batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
+        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels()))
     with transaction.atomic():
-        services._copy_chunks(kb, kb.active_version, batches)
+        copy_chunks(kb, kb.active_version, batches)
 
 
 def main() -> int:
@@ -164,7 +165,7 @@ def main() -> int:
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from engines.embedders import get_embedder
@@ -198,8 +199,8 @@ def main() -> int:
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
             ["retrieval/services", "retrieval/views.py", "engines/pgvector_index.py",
-             "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
-             "retrieval_site/settings/__init__.py"]
+             "engines/embedders/sentence_transformers_embedder.py", "knowledge/ingestion/chunk_copy.py",
+             "retrieval_site/settings"]
         ),
     }
     result["loadavg_1m_at_start"] = round(load_at_start, 2)
@@ -233,7 +234,7 @@ def main() -> int:
 
         tenant = create_tenant(_common.unique_name("bench-vector"))
         tier = _common.unlimited_rate_tier(tenant)
-        kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
+        kb = create_knowledge_base(tenant=tenant, name="vector-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
             cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
@@ -595,7 +596,6 @@ def main() -> int:
         cleanup = {}
         cleanup_error = None
         from django.db import DatabaseError, connection
-        from knowledge import services
 
         try:
             if tenant is not None or index_dropped:

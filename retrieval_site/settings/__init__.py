@@ -10,11 +10,13 @@ from __future__ import annotations
 import dj_database_url
 
 from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
+from core.faults import refuse_in_production
 from core.redis import celery_redis_url, embedded_redis_location
 from retrieval_site.settings.base import BASE_DIR
 from retrieval_site.settings.environment import Environment, read_environment
 
 env = read_environment()
+refuse_in_production(env.CRASH_TEST_PAUSE_AT, debug=env.DEBUG, fault_injection=env.FAULT_INJECTION)
 globals().update(env.model_dump())  # every field is a Django setting of the same name
 
 INSTALLED_APPS = [

@@ -36,6 +36,8 @@ class Ingestion(Section):
     # URL sources never reach private, loopback or link-local addresses (nor redirect there), except
     # in these networks, e.g. 10.1.0.0/16 for an intranet wiki (tests allow 127.0.0.1/32).
     SOURCE_URL_ALLOWED_NETWORKS: Networks = []
-    # Crash tests: stops an ingesting process at a boundary of the commit protocol of rows and keyword
-    # index, to be killed there (knowledge.services.pause_at); empty, the only value outside tests, does nothing.
+    # Crash tests (core.faults): stops an ingesting process at a boundary of the commit protocol of rows
+    # and keyword index, to be killed there. Allowed only with FAULT_INJECTION (tests) or DEBUG: otherwise
+    # startup refuses it.
     CRASH_TEST_PAUSE_AT: Literal["", "rows_written", "rows_committed", "index_committed"] = ""
+    FAULT_INJECTION: bool = False

@@ -4,7 +4,9 @@ import time
 
 import pytest
 
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from tests.retrieval.services.conftest import names, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

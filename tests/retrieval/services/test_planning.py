@@ -2,7 +2,7 @@
 query's language and the KBs' floor."""
 import pytest
 
-from knowledge.services import update_search_settings
+from knowledge.knowledge_bases import update_search_settings
 from tests.retrieval.services.conftest import names, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
