@@ -442,7 +442,7 @@ class GraphEdge(models.Model):
 
     Its keys, like a mention's (but its chunk), are not checked by the database: a passage adds dozens of
     edges and mentions, and a deferred foreign-key check each made the graph writes far slower
-    (BENCHMARKS.md, "The graph stage's share of ingestion"). ``PostgresGraphStore`` keeps them whole (an
+    (docs/benchmarks/decisions.md, "Relation columns, the Han run cache and unchecked keys"). ``PostgresGraphStore`` keeps them whole (an
     entity goes when nothing mentions it, an edge with its passages' relations), and Django's deletions
     still cascade through them."""
 
