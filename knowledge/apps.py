@@ -6,4 +6,6 @@ class KnowledgeConfig(AppConfig):
     name = 'knowledge'
 
     def ready(self):
-        from knowledge import signals  # noqa: F401 - connects the receivers
+        from knowledge import monitoring, signals  # noqa: F401 - signals connects the receivers
+
+        monitoring.connect()

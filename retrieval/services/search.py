@@ -30,7 +30,7 @@ from cachetools import TTLCache
 from django.conf import settings
 
 from core.errors import DomainError
-from core.metrics import record_search
+from core.metrics import record_circuit, record_search
 from engines import get_lexical_index
 from engines.analysis import Analyzer, detect_language
 from engines.base import LexicalHit, LexicalIndexError, SearchScope
@@ -666,7 +666,10 @@ def rerank(
                 message = "reranking was requested but no reranker is configured"
                 return Reranked(fused, None, [_degraded("rerank", "not_configured", message).as_dict()])
             contents = selectors.chunk_contents(tenant, [candidate.chunk_id for candidate in head])
-            scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
+            try:
+                scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
+            finally:
+                record_circuit("reranker", reranker.circuit_open)  # its breaker moves only on a call
             by_chunk = {candidate.chunk_id: score for candidate, score in zip(head, scores, strict=True)}
         except Exception as exc:
             return Reranked(fused, None, [degradation_of("rerank", exc).as_dict()])

@@ -7,6 +7,7 @@ from pathlib import Path
 import factory
 import pytest
 from django.db import connection
+from prometheus_client import REGISTRY
 from django.test.utils import CaptureQueriesContext
 
 from engines import get_lexical_index
@@ -647,6 +648,18 @@ def test_reranker_faults_fall_back_to_the_fused_order(sample_kb, rerank_server, 
     assert response.reranked is False
     assert [d["stage"] for d in response.degraded] == ["rerank"]
     assert [h.chunk_id for h in response.results] == [h.chunk_id for h in baseline.results]
+
+
+def test_the_reranker_breaker_state_is_exported_after_each_call(sample_kb, rerank_server):
+    def breaker_open() -> float | None:
+        return REGISTRY.get_sample_value("retrieval_circuit_breaker_open", {"breaker": "reranker"})
+
+    assert run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True).reranked is True
+    assert breaker_open() == 0
+    rerank_server.mode = "500"
+    causes = [run(sample_kb, f"battery {n}", mode="hybrid", top_k=3, rerank=True).degraded[0]["cause"] for n in range(6)]
+    assert causes == ["server_error"] * 5 + ["circuit_open"]  # the breaker's default: 5 failures in a row
+    assert breaker_open() == 1
 
 
 def test_rerank_without_a_reranker_says_so(sample_kb, settings):
