@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from engines.rerankers import reset_reranker
@@ -226,6 +227,17 @@ def client_with_key(raw_key: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
     return client
+
+
+def scraped_metrics(client) -> dict[str, dict[frozenset, float]]:
+    """What ``GET /metrics`` exposes right now: sample name -> its label sets (as item sets) -> value."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.content
+    samples: dict[str, dict[frozenset, float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[frozenset(sample.labels.items())] = sample.value
+    return samples
 
 
 def client_for(tenant, *scopes: str) -> APIClient:

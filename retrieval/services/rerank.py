@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from core.metrics import record_circuit
 from engines.rerankers import get_reranker
 from retrieval import selectors
 from retrieval.fusion import FusedCandidate
@@ -26,7 +27,10 @@ def rerank(
                 message = "reranking was requested but no reranker is configured"
                 return Reranked(fused, None, [degradation("rerank", "not_configured", message).as_dict()])
             contents = selectors.chunk_contents(tenant, [candidate.chunk_id for candidate in head])
-            scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
+            try:
+                scores = reranker.rerank(query, [contents[candidate.chunk_id] for candidate in head])
+            finally:
+                record_circuit("reranker", reranker.circuit_open)  # its breaker moves only on a call
             by_chunk = {candidate.chunk_id: score for candidate, score in zip(head, scores, strict=True)}
         except Exception as exc:
             return Reranked(fused, None, [degradation_of("rerank", exc).as_dict()])

@@ -314,6 +314,7 @@ def test_request_ids_idempotency_rate_limits_and_metrics_work_when_served(server
 
     status, _, metrics = exchange(server_url, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     assert status == 200
+    assert b'retrieval_kb_versions{status="active"}' in metrics  # read from the database at the scrape
     assert b'retrieval_request_latency_seconds_count{endpoint="retrieval-bm25",mode="bm25"}' in metrics
 
 
