@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from knowledge.errors import InvalidSourcePath
 from knowledge.models import KnowledgeBaseVersion, SourceRun
-from knowledge.services import create_knowledge_base, fail_version
+from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.versions import fail_version
 from knowledge.sources import create_source, sync
 from tests.conftest import scraped_metrics
 
