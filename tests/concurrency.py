@@ -62,3 +62,21 @@ def meet_before(monkeypatch, owner: object, name: str, parties: int = 2) -> None
         return original(*args, **kwargs)
 
     monkeypatch.setattr(owner, name, met)
+
+
+def recorded_sleeps(monkeypatch, module) -> list[tuple[int, float]]:
+    """Gives ``module`` a ``time`` whose ``sleep`` records (thread id, seconds), then sleeps as before:
+    a product's backoff or poll becomes an event a test can wait for."""
+    sleeps: list[tuple[int, float]] = []
+    real = module.time
+
+    class RecordingTime:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        def sleep(self, seconds: float) -> None:
+            sleeps.append((threading.get_ident(), seconds))
+            real.sleep(seconds)
+
+    monkeypatch.setattr(module, "time", RecordingTime())
+    return sleeps

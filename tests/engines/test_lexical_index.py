@@ -11,12 +11,10 @@ import os
 import re
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import tantivy
@@ -25,7 +23,7 @@ from engines import tantivy_index
 from engines.base import LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from engines.tantivy_index import TERM_QUERIES_UP_TO, TantivyLexicalIndex
-from tests.concurrency import wait_until
+from tests.concurrency import recorded_sleeps, wait_until
 from tests.conftest import corrupt_keyword_index
 from tests.peers import Peer, PeerRequest, Reply
 
@@ -318,13 +316,7 @@ def test_tantivy_write_waits_for_another_process_writer(tmp_path, monkeypatch):
     index = TantivyLexicalIndex(tmp_path)
     write(index, [doc(1, "before")])
     foreign = tantivy.Index.open(_version_dir(tmp_path)).writer()
-    backoffs: list[float] = []  # the writer's waits after LockBusy, slept through as before
-
-    def backoff(seconds: float) -> None:
-        backoffs.append(seconds)
-        time.sleep(seconds)
-
-    monkeypatch.setattr(tantivy_index, "time", SimpleNamespace(monotonic=time.monotonic, sleep=backoff))
+    backoffs = recorded_sleeps(monkeypatch, tantivy_index)  # the writer's waits after LockBusy
     done = threading.Event()
     thread = threading.Thread(target=lambda: (write(index, [doc(2, "after")]), done.set()))
     thread.start()

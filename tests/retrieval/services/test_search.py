@@ -1,7 +1,6 @@
 """The search pipeline (retrieval.services.search.search): BM25, hybrid fusion, language-aware weights,
 expansion, reranking and degradation, over the real database, tantivy index and model."""
 import re
-import time
 from pathlib import Path
 
 import factory
@@ -29,6 +28,7 @@ from retrieval.fusion import RankedList
 from retrieval.services.search import fuse, gate_graph, search
 from retrieval.tuning import FusionSettings
 from retrieval.types import SearchRequest
+from tests.concurrency import wait_until
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -527,9 +527,9 @@ def test_the_bm25_leg_runs_while_the_query_embeds_and_the_critical_path_adds_up(
         return [span for span in spans.get_finished_spans() if span.name == "search.bm25"]
 
     def after_the_bm25_leg(request):
-        deadline = time.monotonic() + 10  # a bound, not a measurement: the search must not wait for it
-        while len(bm25_spans()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        # A search that waited for the embedding first never ends the BM25 leg: the wait fails, and with
+        # it the embedding request, and the assertions below.
+        wait_until(lambda: len(bm25_spans()) >= 3, timeout=10, message="the BM25 leg to end while embedding")
         return answer(request)
 
     embedding_server.respond = after_the_bm25_leg
