@@ -14,14 +14,17 @@ POLL_S = 0.01
 RACE_TIMEOUT_S = 120
 
 
-def wait_until(condition: Callable[[], T], *, timeout: float = 30, message: str = "the condition") -> T:
-    """``condition()``'s first truthy value, polled until ``timeout`` seconds have passed; after that the
-    test fails with ``message``. The cap only ends a wait that would hang: it is not what a test checks."""
+def wait_until(
+    condition: Callable[[], T], *, timeout: float = 30, message: str = "the condition", interval: float = POLL_S
+) -> T:
+    """``condition()``'s first truthy value, polled every ``interval`` seconds; once ``timeout`` seconds
+    have passed the test fails with ``message``. The cap only ends a wait that would hang: it is not
+    what a test checks, so make it generous."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"still waiting after {timeout:g} s: {message}")
-        time.sleep(POLL_S)
+        time.sleep(interval)
     return value
 
 
@@ -80,3 +83,29 @@ def recorded_sleeps(monkeypatch, module) -> list[tuple[int, float]]:
 
     monkeypatch.setattr(module, "time", RecordingTime())
     return sleeps
+
+
+class ManualClock:
+    """A module's ``time`` whose ``monotonic`` and ``perf_counter`` read a time the test moves by hand
+    (everything else is the real ``time``'s): durations the code measures are then exact."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = monotonic
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def manual_clock(monkeypatch, module) -> ManualClock:
+    """Puts a :class:`ManualClock` in place of ``module.time`` for the test."""
+    clock = ManualClock()
+    monkeypatch.setattr(module, "time", clock)
+    return clock

@@ -5,26 +5,12 @@ import pytest
 
 from retrieval.services import timings as timings_module
 from retrieval.services.timings import StageTimings
-
-
-class Clock:
-    """``time.perf_counter`` as ``StageTimings`` reads it, at a time the test sets."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.concurrency import ManualClock, manual_clock
 
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(timings_module, "time", clock)
-    return clock
+def clock(monkeypatch) -> ManualClock:
+    return manual_clock(monkeypatch, timings_module)
 
 
 def test_a_stage_records_its_milliseconds_and_adds_up_when_entered_again(clock):
