@@ -39,7 +39,9 @@ def main() -> None:
 
     from knowledge.models import Chunk
     from knowledge.selectors import entity_extractor_for_tenant
-    from knowledge.services import Ingester, create_knowledge_base, delete_tenant, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base, delete_tenant
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
     from tenants.services import create_tenant

@@ -43,7 +43,7 @@ def main() -> None:
     _common.setup_django(args.code)
     from django.db import connection
 
-    from knowledge.services import delete_tenant
+    from knowledge.knowledge_bases import delete_tenant
     from tenants.models import Tenant
 
     print("load average:", os.getloadavg(), "code:", _common.REPO_ROOT)
@@ -69,7 +69,7 @@ def build(chunks: int, vocabulary: int):
     from django.db import connection, transaction
 
     from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
-    from knowledge.services import create_knowledge_base
+    from knowledge.knowledge_bases import create_knowledge_base
     from tenants.services import create_tenant
 
     tenant = create_tenant(_common.unique_name("bench-graph-scale"))

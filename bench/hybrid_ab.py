@@ -82,7 +82,11 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     _common, vs = _tree_modules(tree)
     from django.db import connection
 
-    from knowledge import services
+    try:
+        from knowledge.knowledge_bases import create_knowledge_base
+        from knowledge.lexical import rebuild_lexical_index
+    except ImportError:  # older trees
+        from knowledge.services import create_knowledge_base, rebuild_lexical_index
     from tenants.services import create_api_key, create_tenant
 
     try:
@@ -96,7 +100,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     tenant = create_tenant(_common.unique_name("bench-ab"))
     tier = getattr(_common, "unlimited_rate_tier", None) or vs.unlimited_rate_tier  # moved in later trees
     tier = tier(tenant)
-    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
+    kb = create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
     try:
@@ -108,7 +112,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE knowledge_chunk")
         cursor.execute("ANALYZE knowledge_document")
-    services.rebuild_lexical_index(kb.active_version)
+    rebuild_lexical_index(kb.active_version)
     key = create_api_key(tenant=tenant, name="bench").raw_key
     return {"tenant": tenant.pk, "tier": tier.pk if tier else None, "key": key}
 

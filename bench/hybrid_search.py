@@ -5,11 +5,11 @@
 
 Data: built like bench/vector_search.py (its helpers are imported, not copied): the cached real
 SciFact embeddings (all 5,183 passages, default model) are mixed into 100k synthetic unit vectors
-``normalize(a + 0.35 b + 0.1 g)`` and COPYed (``knowledge.services._copy_chunks``) into a throwaway
+``normalize(a + 0.35 b + 0.1 g)`` and COPYed (``knowledge.ingestion.chunk_copy.copy_chunks``) into a throwaway
 tenant / KB / 1,000 documents x 100 chunks. Each chunk's TEXT is the full SciFact passage of its main
 component ``a`` (+ a unique ``[synthetic chunk N]`` tag so content-hash dedup keeps every row), so the
 keyword index sees realistic text: every passage appears ~19 times. The lexical index is then built
-with ``knowledge.services.rebuild_lexical_index(version)`` (timed). By default the shared HNSW index is
+with ``knowledge.lexical.rebuild_lexical_index(version)`` (timed). By default the shared HNSW index is
 left in place (other benchmarks may be measuring on the same database) and the rows go into the live
 graph (slow: ~200-1,000 rows/s on these machines); ``--drop-hnsw`` drops it before the COPY and
 rebuilds it after (timed), like vector_search.py, and restores it in cleanup if anything fails.
@@ -73,7 +73,8 @@ def main() -> int:
     from django.urls import reverse
 
     import vector_search as vs
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.lexical import rebuild_lexical_index
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from knowledge.selectors import analyzer_for_tenant
@@ -91,7 +92,7 @@ def main() -> int:
                     "loadavg_at_start": [round(x, 2) for x in load_at_start],
                     "code": _common.code_fingerprint(["retrieval/services/search.py", "retrieval/views.py",
                                                       "engines/tantivy_index.py", "retrieval/fusion.py",
-                                                      "engines/pgvector_index.py", "knowledge/services.py"])}
+                                                      "engines/pgvector_index.py", "knowledge/lexical.py"])}
     tenant = tier = proc = version = None
     index_dropped = False
     workdir = Path(tempfile.mkdtemp(prefix="bench-hybrid-"))
@@ -107,7 +108,7 @@ def main() -> int:
 
         tenant = create_tenant(_common.unique_name("bench-hybrid"))
         tier = _common.unlimited_rate_tier(tenant)
-        kb = services.create_knowledge_base(tenant=tenant, name="hybrid-bench")
+        kb = create_knowledge_base(tenant=tenant, name="hybrid-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [vs.INDEX_NAME])
@@ -136,7 +137,7 @@ def main() -> int:
             cursor.execute("ANALYZE knowledge_document")
         print(f"COPY {args.chunks} rows in {copy_s:.1f} s (into a live HNSW index: {hnsw_present_at_load and not args.drop_hnsw})", flush=True)
         started = time.perf_counter()
-        n_lex = services.rebuild_lexical_index(version)
+        n_lex = rebuild_lexical_index(version)
         lex_s = time.perf_counter() - started
         print(f"rebuild_lexical_index: {n_lex} chunks in {lex_s:.1f} s", flush=True)
         result["load"] = {"chunks": args.chunks, "copy_s": round(copy_s, 1), "copy_rows_per_s": round(args.chunks / copy_s),

@@ -216,7 +216,9 @@ def latency_summary(records: list[dict]) -> dict:
 
 
 def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[dict, int]:
-    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
 
     kb_api = api.create_kb("lifecycle-api")
     kb_inproc = create_knowledge_base(tenant=tenant, name="lifecycle-inprocess")
@@ -339,7 +341,7 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     (with a cheap request before each, as a yardstick; servers in an order alternating round by
     round), then by calling the service in this process; check every answer's version."""
     from knowledge.models import Chunk, KnowledgeBaseVersion
-    from knowledge.services import activate_version
+    from knowledge.versions import activate_version
 
     log_offsets = {name: path.stat().st_size for name, path in log_paths.items()}
     activations = []  # {version, sent, answered, status, how, tree}
@@ -463,11 +465,15 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     from django.db import transaction
     from django.utils import timezone
 
-    from knowledge import services
     from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
+    from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.lexical import rebuild_lexical_index
     from knowledge.models import Document, KnowledgeBaseVersion
+    from knowledge.versions import VERSION_SETTINGS
 
-    kb = services.create_knowledge_base(tenant=tenant, name=name)
+    kb = create_knowledge_base(tenant=tenant, name=name)
     rng = np.random.default_rng(10)
     documents = Document.objects.bulk_create(
         [Document(tenant=tenant, knowledge_base=kb, source_uri=f"synthetic/{i:05d}.txt", title=row["title"],
@@ -478,7 +484,7 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     for number, parts in enumerate(chunks_per_doc, start=1):
         version = kb.active_version if number == 1 else KnowledgeBaseVersion.objects.create(
             knowledge_base=kb, number=number, status=KnowledgeBaseVersion.Status.READY, finished_at=timezone.now(),
-            **{setting: getattr(kb, setting) for setting in services.VERSION_SETTINGS},
+            **{setting: getattr(kb, setting) for setting in VERSION_SETTINGS},
         )
         batches = []
         for document, row in zip(documents, rows):
@@ -488,11 +494,11 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
             vectors = rng.standard_normal((len(texts), kb.embedding_dim), dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             drafts = [ChunkDraft(text=text, token_count=len(text) // 5) for text in texts]
-            batches.append(services.ChunkBatch(document, drafts, vectors, services._Labels()))
+            batches.append(ChunkBatch(document, drafts, vectors, Labels()))
             written += len(texts)
         with transaction.atomic():
-            services._copy_chunks(kb, version, batches)
-        services.rebuild_lexical_index(version)
+            copy_chunks(kb, version, batches)
+        rebuild_lexical_index(version)
     return kb.pk, written
 
 
@@ -528,13 +534,15 @@ def main() -> int:
     import logging
 
     from engines.embedders import get_embedder
-    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-                    "code": _common.code_fingerprint(["knowledge/services.py", "knowledge/tasks.py", "knowledge/views.py",
+                    "code": _common.code_fingerprint(["knowledge/versions.py", "knowledge/documents.py", "knowledge/tasks.py", "knowledge/views.py",
                                                       "retrieval/services/search.py", "retrieval/cache.py"])}
     if args.before_tree:
         result["code_before"] = {"tree": str(args.before_tree)}

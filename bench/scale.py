@@ -100,7 +100,7 @@ SYNTHETIC_TAG = " [synthetic chunk "  # load_synthetic_documents' row suffix
 
 def build_keyword_index(version) -> int:
     """The version's keyword index through the engine's own ``rebuild`` (one writer, one commit), as
-    ``knowledge.services.rebuild_lexical_index`` builds it but with each distinct passage analyzed once:
+    ``knowledge.lexical.rebuild_lexical_index`` builds it but with each distinct passage analyzed once:
     a synthetic row's text is one of 5,183 real passages plus a unique tag, and analysis is most of a
     rebuild (~330 us a row: about 6 minutes of CPU at 1M rows). A sample of rows is checked against the
     analysis of the whole text first."""
@@ -347,7 +347,7 @@ def main() -> int:
     from engines.base import SearchScope
     from engines.embedders import get_embedder
     from engines.pgvector_index import hnsw_index_name, register_vector_type
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
@@ -416,7 +416,7 @@ def main() -> int:
         else:
             tenant = create_tenant(_common.unique_name("bench-scale"))
             tier = _common.unlimited_rate_tier(tenant)
-            kb = services.create_knowledge_base(tenant=tenant, name="scale-bench")
+            kb = create_knowledge_base(tenant=tenant, name="scale-bench")
         version = kb.active_version
         scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=DIM)
         compiled = {name: compile_filters(spec) for name, spec in FILTERS.items()}

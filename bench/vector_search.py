@@ -12,7 +12,7 @@ far too long on this CPU):
      Gaussian g with E|g| = 1 (components N(0, 1/d)); its chunk text is the passage of a (first
      1,000 characters) plus a unique suffix, because the service dedups hits by content hash;
   3. rows go into a throwaway tenant / KB / 1,000 documents x 100 chunks with the production binary
-     COPY (``knowledge.services._copy_chunks``), doc_type cycling over txt/md/html/pdf/docx (20 %
+     COPY (``knowledge.ingestion.chunk_copy.copy_chunks``), doc_type cycling over txt/md/html/pdf/docx (20 %
      each) and chunk metadata {"shop_id": i % 20, "campaign_id": i % 200}, so
      ``metadata.shop_id = 3`` selects 5 % and ``metadata.campaign_id = 7`` selects 0.5 %;
   4. the HNSW index ``chunk_embedding_hnsw_384`` is dropped before the load and rebuilt after it
@@ -107,8 +107,9 @@ def load_synthetic_documents(
     (``vectors[i]`` is row ``first_row + i``), so a KB can grow in slices."""
     from django.db import transaction
 
-    from knowledge import services
     from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
     from knowledge.models import Document
 
     metadata = metadata or (lambda g: {"shop_id": g % 20, "campaign_id": g % 200})
@@ -139,9 +140,9 @@ def load_synthetic_documents(
             )
             for i in rows
         ]
-        batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
+        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels()))
     with transaction.atomic():
-        services._copy_chunks(kb, kb.active_version, batches)
+        copy_chunks(kb, kb.active_version, batches)
 
 
 def main() -> int:
@@ -180,7 +181,7 @@ def main() -> int:
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from engines.embedders import get_embedder
@@ -214,7 +215,7 @@ def main() -> int:
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
             ["retrieval/services/search.py", "retrieval/views.py", "engines/pgvector_index.py",
-             "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
+             "engines/embedders/sentence_transformers_embedder.py", "knowledge/ingestion/chunk_copy.py",
              "retrieval_site/settings.py"]
         ),
     }
@@ -249,7 +250,7 @@ def main() -> int:
 
         tenant = create_tenant(_common.unique_name("bench-vector"))
         tier = _common.unlimited_rate_tier(tenant)
-        kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
+        kb = create_knowledge_base(tenant=tenant, name="vector-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
             cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
@@ -611,7 +612,6 @@ def main() -> int:
         cleanup = {}
         cleanup_error = None
         from django.db import DatabaseError, connection
-        from knowledge import services
 
         try:
             if tenant is not None or index_dropped:

@@ -7,3 +7,4 @@ class KnowledgeConfig(AppConfig):
 
     def ready(self):
         from knowledge import signals  # noqa: F401 - connects the receivers
+        from knowledge import tasks  # noqa: F401 - registers the tasks that knowledge.queue sends

@@ -32,14 +32,8 @@ from knowledge.selectors import (
     versions_of,
 )
 from knowledge.serializers import UploadInput
-from knowledge.services import (
-    activate_version,
-    check_upload_sizes,
-    queue_uploads,
-    reingest_documents,
-    retire_version,
-    start_version_build,
-)
+from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
+from knowledge.versions import activate_version, retire_version, start_version_build
 from knowledge.sources import queue_sync
 from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import

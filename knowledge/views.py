@@ -49,17 +49,10 @@ from knowledge.serializers import (
     VersionInput,
     VersionOutput,
 )
-from knowledge.services import (
-    activate_version,
-    check_upload_size,
-    check_upload_sizes,
-    create_knowledge_base,
-    delete_document,
-    labels_from,
-    queue_uploads,
-    retire_version,
-    start_version_build,
-)
+from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
+from knowledge.ingestion.files import labels_from
+from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.versions import activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope

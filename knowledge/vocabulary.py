@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from knowledge.models import DictionaryTerm, Synonym
-from knowledge.services import expire_cached_answers
+from knowledge.revisions import expire_cached_answers
 from tenants.models import Tenant
 
 SYNONYMS_CSV, SYNONYMS_SOLR, TERMS_CSV = "synonyms-csv", "synonyms-solr", "terms-csv"

@@ -27,6 +27,7 @@ from pydantic import PositiveInt, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
+from core.faults import refuse_in_production
 from core.redis import celery_redis_url, embedded_redis_location
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -313,10 +314,11 @@ class Environment(BaseSettings):
     OTEL_SERVICE_NAME: str = "retrieval-service"
     OTEL_EXPORTER_OTLP_TIMEOUT_S: PositiveFloat = 10.0
 
-    # --- Crash tests --------------------------------------------------------------------------
+    # --- Crash tests (core.faults) --------------------------------------------------------------
     # Stops an ingesting process at a boundary of the commit protocol of rows and keyword index, to be
-    # killed there (knowledge.services.pause_at); empty, the only value outside tests, does nothing.
+    # killed there. Allowed only with FAULT_INJECTION (tests) or DEBUG: otherwise startup refuses it.
     CRASH_TEST_PAUSE_AT: Literal["", "rows_written", "rows_committed", "index_committed"] = ""
+    FAULT_INJECTION: bool = False
 
     @classmethod
     def variables(cls) -> list[str]:
@@ -346,6 +348,7 @@ def read_environment() -> Environment:
 
 
 env = read_environment()
+refuse_in_production(env.CRASH_TEST_PAUSE_AT, debug=env.DEBUG, fault_injection=env.FAULT_INJECTION)
 globals().update(env.model_dump())  # every field is a Django setting of the same name
 
 INSTALLED_APPS = [

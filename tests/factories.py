@@ -4,7 +4,7 @@ import numpy as np
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, KnowledgeBase
-from knowledge.services import activate_first_version
+from knowledge.versions import activate_first_version
 from engines.embedders import DEFAULT_LOCAL_MODEL
 from tenants.models import RateTier, Tenant
 

@@ -1,4 +1,5 @@
-"""The floors of the codebase (README, "Architecture"): an import never runs back up.
+"""The floors of the codebase (README, "Architecture"): an import never runs back up, and the modules
+of a package never import one another in a circle.
 
 Every import statement counts, including those inside functions and ``TYPE_CHECKING`` blocks: a
 deferred import is still a dependency. Tests and benchmarks may import anything.
@@ -72,6 +73,73 @@ def test_no_cycle_between_packages():
     for package in sorted(graph):
         visit(package, [package])
     assert not cycles, "package import cycles:\n" + "\n".join(sorted(set(cycles)))
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that a file imports: ``from a.b import c`` names ``a.b.c`` when that is
+    a module, else ``a.b``; relative imports are resolved. A parent package imported on the way (its
+    ``__init__``) is not counted: only the names an import statement gives."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    here = module_name(path, root).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".")
+            base = node.module if node.level == 0 else base
+            names.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+    return (names & modules) - {module_name(path, root)}
+
+
+def module_cycles(package: str, root: Path = ROOT) -> list[str]:
+    """Import cycles between the modules of ``package`` (``a -> b -> a``): empty when there is none."""
+    paths = {module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+    graph = {module: imported_modules(path, root, set(paths)) for module, path in paths.items()}
+    cycles = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph[module]):
+            if imported in path:
+                cycle = path[path.index(imported) :]
+                start = cycle.index(min(cycle))  # one spelling per cycle, whichever module it was found from
+                cycles.add(" -> ".join(cycle[start:] + cycle[:start] + [min(cycle)]))
+            elif imported not in done:
+                visit(imported, path + [imported])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    return sorted(cycles)
+
+
+@pytest.mark.parametrize("package", sorted(FLOOR_OF))
+def test_no_import_cycle_inside_a_package(package):
+    cycles = module_cycles(package)
+    assert not cycles, f"module import cycles in {package}:\n" + "\n".join(cycles)
+
+
+def test_a_deferred_import_back_makes_a_cycle(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from ..a import x\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    assert module_cycles("pkg", tmp_path) == ["pkg.a -> pkg.sub.b -> pkg.a"]
+    (package / "sub" / "b.py").write_text("x = 1\n")
+    (package / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import c\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import d\n")
+    assert module_cycles("pkg", tmp_path) == ["pkg.c -> pkg.d -> pkg.c"]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from knowledge.models import Document
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from retrieval.services.search import search

@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from knowledge.models import DictionaryTerm, Document, KnowledgeBaseVersion, KnowledgeTask, Synonym
-from knowledge.services import VERSION_SETTINGS
+from knowledge.versions import VERSION_SETTINGS
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
-from knowledge.services import create_knowledge_base, delete_knowledge_base
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
 from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
 from tests.conftest import client_for

@@ -14,7 +14,9 @@ from django.conf import settings
 from engines.base import GraphScope
 from knowledge import tasks
 from knowledge.models import Chunk, Document, originals_storage
-from knowledge.services import create_knowledge_base, discover_files, queue_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.stored import queue_files
+from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.stores import graph_store
 from retrieval_site.celery import app
 from tests.conftest import database_url_of_this_run

@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from knowledge.models import Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
-from knowledge.services import VERSION_SETTINGS
+from knowledge.versions import VERSION_SETTINGS
 from tenants.models import RateTier
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory, TenantFactory, give_unlimited_rate_tier

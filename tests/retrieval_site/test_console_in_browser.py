@@ -11,7 +11,9 @@ from playwright.sync_api import expect
 
 from knowledge.communities import rebuild_communities
 from knowledge.models import DictionaryTerm, Document
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from tenants.services import create_tenant
 
 pytestmark = pytest.mark.slow

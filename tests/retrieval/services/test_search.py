@@ -13,14 +13,11 @@ from engines.base import LexicalDocument
 
 from knowledge.models import Chunk, DictionaryTerm, Document, Synonym
 from knowledge.selectors import analyzer_for_tenant
-from knowledge.services import (
-    Ingester,
-    create_knowledge_base,
-    delete_document,
-    discover_files,
-    rebuild_lexical_index,
-    update_search_settings,
-)
+from knowledge.documents import delete_document
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
+from knowledge.lexical import rebuild_lexical_index
 from retrieval.expansion import ExpansionOptions
 from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from engines.rerankers import reset_reranker

@@ -1,57 +1,26 @@
-import hashlib
+"""The Ingester (knowledge.ingestion.pipeline): parse, chunk, embed, write, index, graph."""
 import json
 import threading
-from datetime import timedelta
 
 import numpy as np
 import pytest
-from django.core.files.base import ContentFile
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from engines import get_lexical_index
-from knowledge import chunking, services
+from knowledge import chunking
 from knowledge.chunking import SHORT_PASSAGE_TOKENS
-from knowledge.models import (
-    Chunk,
-    Document,
-    GraphEdge,
-    GraphEntity,
-    GraphMention,
-    GraphPassageRelations,
-    KnowledgeBase,
-    KnowledgeBaseVersion,
-    Synonym,
-)
-from knowledge.services import (
-    Ingester,
-    activate_version,
-    create_knowledge_base,
-    discover_files,
-    fill_version,
-    rebuild_lexical_index,
-    start_version_build,
-    version_build_files,
-)
+from knowledge.ingestion import pipeline
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.lexical import rebuild_lexical_index
+from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations, Synonym
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
-from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
+from tests.factories import TenantFactory
+from tests.knowledge.helpers import chunk_texts, graph_names, ingest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
-
-
-@pytest.fixture
-def kb(tenant, embedder):
-    return create_knowledge_base(tenant=tenant, name="docs", chunk_size=120, chunk_overlap=16)
-
-
-def ingest(kb, *paths):
-    return Ingester(kb).ingest(discover_files(paths))
-
-
-def chunk_texts(document: Document) -> list[str]:
-    return list(document.chunks.order_by("ordinal").values_list("content", flat=True))
 
 
 def test_sample_kb_round_trips_every_format(sample_kb):
@@ -149,13 +118,13 @@ def test_a_failed_write_leaves_the_previous_chunks(kb, tmp_path, monkeypatch):
     ingest(kb, tmp_path)
     before = chunk_texts(Document.objects.get(knowledge_base=kb))
 
-    real_copy = services._copy_chunks
+    real_copy = pipeline.copy_chunks
 
     def copy_then_crash(*args, **kwargs):
         real_copy(*args, **kwargs)  # rows are written inside the document's transaction...
         raise RuntimeError("disk full")  # ...which then fails before it commits
 
-    monkeypatch.setattr(services, "_copy_chunks", copy_then_crash)
+    monkeypatch.setattr(pipeline, "copy_chunks", copy_then_crash)
     path.write_text("Version two of the guide, much longer than before.")
     with pytest.raises(RuntimeError):
         ingest(kb, tmp_path)
@@ -193,12 +162,12 @@ def test_a_new_version_that_fails_keeps_the_old_one_searchable(kb, tmp_path):
 def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_keeps_its_vector(
     kb, tmp_path, embedder, monkeypatch
 ):
-    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 2)
+    monkeypatch.setattr(pipeline, "EMBED_FLUSH_CHUNKS", 2)
     topics = ["smart lock batteries", "door hinge screws", "window sensor pairing", "garage remote codes", "hub reset"]
     for i, topic in enumerate(topics):
         (tmp_path / f"doc{i}.txt").write_text(f"Document {i} explains {topic}.")
     events: list[tuple[str, str]] = []
-    real_parse, real_copy, real_embed = services.parse_file, services._copy_chunks, embedder.embed_documents
+    real_parse, real_copy, real_embed = pipeline.parse_file, pipeline.copy_chunks, embedder.embed_documents
 
     def parse(path):
         events.append(("parse", path.name))
@@ -212,8 +181,8 @@ def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_
         events.append(("embed in " + threading.current_thread().name.split("_")[0], str(len(texts))))
         return real_embed(texts)
 
-    monkeypatch.setattr(services, "parse_file", parse)
-    monkeypatch.setattr(services, "_copy_chunks", copy)
+    monkeypatch.setattr(pipeline, "parse_file", parse)
+    monkeypatch.setattr(pipeline, "copy_chunks", copy)
     monkeypatch.setattr(embedder, "embed_documents", embed)
     report = ingest(kb, tmp_path)
 
@@ -229,8 +198,8 @@ def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_
 
 
 def test_groups_grow_from_a_small_first_one_so_the_model_starts_early(kb, tmp_path, embedder, monkeypatch):
-    monkeypatch.setattr(services, "EMBED_FIRST_FLUSH_CHUNKS", 1)
-    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 4)
+    monkeypatch.setattr(pipeline, "EMBED_FIRST_FLUSH_CHUNKS", 1)
+    monkeypatch.setattr(pipeline, "EMBED_FLUSH_CHUNKS", 4)
     for i in range(10):
         (tmp_path / f"doc{i}.txt").write_text(f"Document {i} is about the PPR-{9000 + i} smart lock.")
     sizes: list[int] = []
@@ -252,7 +221,7 @@ def test_groups_grow_from_a_small_first_one_so_the_model_starts_early(kb, tmp_pa
 def test_a_group_the_embedder_fails_fails_only_its_own_documents(
     tenant, tmp_path, remote_model, embedding_server, monkeypatch
 ):
-    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 1)
+    monkeypatch.setattr(pipeline, "EMBED_FLUSH_CHUNKS", 1)
     kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
     texts = {"a.txt": "Returns are accepted within 30 days.", "b.txt": "Shipping takes two days.",
              "c.txt": "Gift cards never expire."}  # fmt: skip
@@ -317,221 +286,12 @@ def test_ingested_text_is_found_by_vector_search(kb, tmp_path):
     assert hits[0].source_uri.endswith("lock.md")
 
 
-def test_vector_index_exists_per_dimension(kb):
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = 'knowledge_chunk' AND indexname = %s",
-            [f"chunk_embedding_hnsw_{kb.embedding_dim}"],
-        )
-        (definition,) = cursor.fetchone()
-    assert "hnsw" in definition and f"halfvec({kb.embedding_dim})" in definition and "halfvec_cosine_ops" in definition
-
-
 def test_search_sees_only_the_callers_tenant(kb, tmp_path):
     other_kb = create_knowledge_base(tenant=TenantFactory(), name="docs")
     (tmp_path / "secret.txt").write_text("The other tenant's secret launch date is 2027-03-01.")
     ingest(other_kb, tmp_path / "secret.txt")
     hits = search(kb.tenant, SearchRequest(mode="vector", query="secret launch date", top_k=10)).results
     assert hits == []
-
-
-def test_relabelling_keeps_what_is_not_given_and_each_chunks_own_metadata(db):
-    document = DocumentFactory(title="Manual", tags=["a"], metadata={"lang": "en", "page": 9})
-    for page in (1, 2):  # a key the chunk shares with its document is the document's
-        ChunkFactory(document=document, tags=["a"], metadata={"page": 9, "lang": "en", "section": page})
-    revision = document.knowledge_base.active_version.revision
-
-    services.update_document_labels(document, metadata={"shop_id": 3})
-    services.update_document_labels(document, tags=["b"])
-
-    stored = Document.objects.get(pk=document.pk)
-    assert (stored.title, stored.tags, stored.metadata) == ("Manual", ["b"], {"shop_id": 3})
-    chunks = document.chunks.order_by("ordinal").values_list("tags", "metadata")
-    assert list(chunks) == [(["b"], {"section": 1, "shop_id": 3}), (["b"], {"section": 2, "shop_id": 3})]
-    assert KnowledgeBaseVersion.objects.get(pk=document.knowledge_base.active_version_id).revision == revision + 2
-
-
-def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_capture_on_commit_callbacks):
-    (tmp_path / "a.txt").write_text("The garden hose reel mounts on any wall.")
-    ingest(kb, tmp_path)
-    kb_id, version_id = kb.pk, kb.active_version_id
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        with pytest.raises(RuntimeError), transaction.atomic():
-            services.delete_knowledge_base(kb)
-            raise RuntimeError("the surrounding change failed")
-    assert callbacks == [] and KnowledgeBase.objects.filter(pk=kb_id).exists()
-    assert get_lexical_index().state(version_id) is not None
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        services.delete_knowledge_base(KnowledgeBase.objects.get(pk=kb_id))
-    assert len(callbacks) == 1 and get_lexical_index().state(version_id) is None
-
-
-
-def test_deleting_a_kb_or_its_tenant_leaves_no_graph_rows(kb, tmp_path, django_capture_on_commit_callbacks):
-    """The graph's edges and mentions have no database-checked keys: Django's deletion must take them."""
-    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is made by Skyline Home in Shenzhen.")
-    ingest(kb, tmp_path)
-    other = KnowledgeBaseFactory(tenant=kb.tenant)
-    ingest(other, tmp_path)
-    graph_rows = (GraphEntity, GraphMention, GraphEdge, GraphPassageRelations)
-    versions = {model: model.objects.filter(kb_version=kb.active_version) for model in graph_rows}
-    assert all(rows.exists() for rows in versions.values())
-    with django_capture_on_commit_callbacks(execute=True):
-        services.delete_knowledge_base(kb)
-    assert not any(rows.exists() for rows in versions.values())
-    assert all(model.objects.filter(kb_version=other.active_version).exists() for model in graph_rows)
-    with django_capture_on_commit_callbacks(execute=True):
-        services.delete_tenant(other.tenant)
-    assert not any(model.objects.filter(tenant=other.tenant_id).exists() for model in graph_rows)
-
-
-# --- versions ----------------------------------------------------------------------------------------
-
-
-def test_files_ingested_while_a_version_builds_land_in_both(kb, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=False):  # the build task is recorded, never sent
-        building, _ = start_version_build(kb, activate=False, chunk_size=64)
-    data = b"Returns are accepted within 30 days of delivery."
-    original = services.keep_original(kb, "a.txt", hashlib.md5(data).hexdigest(), ContentFile(data))
-    files = [{"source_uri": "a.txt", "original": original, "labels": None}]  # an ingestion task's arguments
-    services.ingest_stored_files(kb, files, on_progress=lambda done: None)
-    document = Document.objects.get(knowledge_base=kb)
-    assert document.chunks.filter(kb_version=kb.active_version).exists()
-    assert document.chunks.filter(kb_version=building).exists()
-    services.ingest_stored_files(kb, files, on_progress=lambda done: None)  # again: still one chunk set in each
-    for version in (kb.active_version, building):
-        ordinals = list(document.chunks.filter(kb_version=version).values_list("ordinal", flat=True))
-        assert sorted(ordinals) == list(range(len(ordinals)))
-
-
-def test_a_new_version_keeps_the_measured_search_settings_while_the_model_stays(
-    kb, remote_model, django_capture_on_commit_callbacks
-):
-    measured = services.update_search_settings(kb, {"rrf_k": 20, "weights": {"vector": 0.5}}, version=kb.active_version)
-    with django_capture_on_commit_callbacks(execute=False):  # the build tasks are recorded, never sent
-        same_model, _ = start_version_build(kb, activate=False, chunk_size=64)
-    assert same_model.search_settings == measured
-    same_model.status = same_model.Status.FAILED  # one version builds at a time
-    same_model.save(update_fields=["status"])
-    with django_capture_on_commit_callbacks(execute=False):
-        other_model, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
-    assert other_model.search_settings == {}  # measured on another model's vectors: not carried over
-    with pytest.raises(ValueError):
-        services.update_search_settings(KnowledgeBaseFactory(tenant=kb.tenant), {}, version=other_model)
-
-
-def test_a_new_model_answers_searches_only_after_the_switch(
-    kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
-):
-    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
-    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
-    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
-        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
-    fill_version(version, version_build_files(version), on_progress=lambda done: None)
-    assert version.status == version.Status.READY
-
-    def vector_search() -> list[int]:
-        embedding_server.requests.clear()
-        request = SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[kb.pk])
-        return [hit.chunk_id for hit in search(kb.tenant, request).results]
-
-    before = vector_search()
-    assert embedding_server.requests == []  # the active version's local model embeds the query
-    assert set(before) <= set(Chunk.objects.filter(kb_version=kb.active_version).values_list("id", flat=True))
-    activate_version(version)
-    after = vector_search()
-    assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
-    assert after and set(after) <= set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
-
-
-def test_a_new_version_must_answer_the_tenants_recent_queries(
-    kb, tmp_path, remote_model, embedding_server, django_capture_on_commit_callbacks
-):
-    from core.usage import ServedQuery, count_query
-
-    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
-    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
-    for query in ("door thickness", "PPR-9087 lock", "door thickness"):
-        count_query(kb.tenant_id, ServedQuery(mode="hybrid", cached=False, latency_ms=5.0, query=query, hits=1))
-    embedding_server.failing_inputs = {"door thickness"}  # the new model cannot embed one of them
-    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
-        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
-    fill_version(version, version_build_files(version), on_progress=lambda done: None)
-    assert version.status == version.Status.FAILED
-    assert "recent query 'door thickness' failed" in version.error and "EmbeddingError" in version.error
-    asked = [request.json()["input"] for request in embedding_server.requests]
-    assert ["door thickness"] in asked  # the most frequent query is tried first
-
-    embedding_server.failing_inputs = set()
-    with django_capture_on_commit_callbacks(execute=False):
-        version, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
-    embedding_server.requests.clear()
-    fill_version(version, version_build_files(version), on_progress=lambda done: None)
-    assert (version.status, version.error) == (version.Status.READY, "")
-    asked = [request.json()["input"] for request in embedding_server.requests]
-    assert ["door thickness"] in asked and ["ppr-9087 lock"] in asked  # both queries, as counted
-
-
-def test_versions_retired_or_failed_past_the_retention_are_purged(tenant):
-    kb = KnowledgeBaseFactory(tenant=tenant)
-    document = DocumentFactory(knowledge_base=kb)
-    first = kb.active_version
-    ChunkFactory(document=document)
-    settings_of = {"embedding_model": first.embedding_model, "embedding_dim": first.embedding_dim,
-                   "chunk_size": first.chunk_size, "chunk_overlap": first.chunk_overlap}  # fmt: skip
-    second = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
-    ChunkFactory(document=document, kb_version=second)
-    activate_version(second)
-    long_ago = timezone.now() - timedelta(days=8)
-    failed = KnowledgeBaseVersion.objects.create(
-        knowledge_base=kb, number=3, status="failed", finished_at=long_ago, **settings_of
-    )
-    recent = KnowledgeBaseVersion.objects.create(
-        knowledge_base=kb, number=4, status="retired", retired_at=timezone.now(), **settings_of
-    )
-    assert services.purge_old_versions(retention_days=7) == 1  # the failed one; version 1 was retired just now
-    assert not KnowledgeBaseVersion.objects.filter(pk=failed.pk).exists()
-    assert Chunk.objects.filter(kb_version_id=first.pk).exists()
-    KnowledgeBaseVersion.objects.filter(pk=first.pk).update(retired_at=long_ago)
-
-    assert services.purge_old_versions(retention_days=7) == 1
-    remaining = set(KnowledgeBaseVersion.objects.filter(knowledge_base=kb).values_list("pk", flat=True))
-    assert remaining == {second.pk, recent.pk}
-    assert not Chunk.objects.filter(kb_version_id=first.pk).exists()
-    assert Chunk.objects.filter(kb_version=second).count() == 1
-
-
-def test_a_switch_sets_each_documents_chunk_count_to_the_new_versions_and_rewrites_only_those_that_change(tenant):
-    kb = KnowledgeBaseFactory(tenant=tenant)
-    first = kb.active_version
-    same, grows, absent = (DocumentFactory(knowledge_base=kb) for _ in range(3))
-    settings_of = {name: getattr(first, name) for name in services.VERSION_SETTINGS}
-    second = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
-    held = {  # chunks of each document in each version
-        (same, first): 2, (same, second): 2, (grows, first): 1, (grows, second): 3, (absent, first): 2,
-    }  # fmt: skip
-    for (document, version), count in held.items():
-        ChunkFactory.create_batch(count, document=document, kb_version=version)
-    Document.objects.filter(knowledge_base=kb).update(chunk_count=2)  # as ingestion into version 1 left them
-    Document.objects.filter(pk=grows.pk).update(chunk_count=1)
-
-    def counts_and_row_versions() -> dict[int, tuple[int, str]]:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT id, chunk_count, xmin::text FROM knowledge_document WHERE knowledge_base_id = %s", [kb.pk])
-            return {pk: (count, xmin) for pk, count, xmin in cursor.fetchall()}
-
-    before = counts_and_row_versions()
-    activate_version(second)
-    after = counts_and_row_versions()
-    assert {pk: count for pk, (count, _) in after.items()} == {same.pk: 2, grows.pk: 3, absent.pk: 0}
-    assert after[same.pk][1] == before[same.pk][1]  # an unchanged count is not rewritten
-    activate_version(first)  # the rollback restores them
-    assert {pk: count for pk, (count, _) in counts_and_row_versions().items()} == {same.pk: 2, grows.pk: 1, absent.pk: 2}
-
-
-def graph_names(kb) -> dict[str, int]:
-    """Entity name -> passages mentioning it in the KB's active version."""
-    return dict(GraphEntity.objects.filter(kb_version=kb.active_version).values_list("name", "chunk_count"))
 
 
 def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_path):
@@ -558,7 +318,7 @@ def test_ingestion_builds_the_graph_and_a_reingest_replaces_its_part(kb, tmp_pat
 
 
 def test_graph_extraction_runs_in_its_own_thread_and_each_chunk_gets_its_own(kb, tmp_path, monkeypatch):
-    monkeypatch.setattr(services, "EMBED_FLUSH_CHUNKS", 1)
+    monkeypatch.setattr(pipeline, "EMBED_FLUSH_CHUNKS", 1)
     codes = ["PPR-9087", "SKY-30452", "PPR-9100"]
     for i, code in enumerate(codes):
         (tmp_path / f"doc{i}.txt").write_text(f"The lock {code} is made by Skyline Home.")
@@ -578,15 +338,6 @@ def test_graph_extraction_runs_in_its_own_thread_and_each_chunk_gets_its_own(kb,
         mentions = GraphMention.objects.filter(kb_version=kb.active_version, entity__name=code.lower())
         assert list(mentions.values_list("chunk__document__source_uri", flat=True)) == [f"{tmp_path.name}/doc{i}.txt"]
     assert graph_names(kb)["skyline home"] == 3
-
-
-def test_deleting_a_document_removes_its_part_of_the_graph(kb, tmp_path):
-    (tmp_path / "lock.txt").write_text("The PortaLock Pro lock PPR-9087 is made by Skyline Home.")
-    (tmp_path / "sensor.txt").write_text("The AirSense monitor SKY-30452 is made by Skyline Home.")
-    ingest(kb, tmp_path)
-    services.delete_document(Document.objects.get(knowledge_base=kb, source_uri__endswith="/lock.txt"))
-    names = graph_names(kb)
-    assert "ppr-9087" not in names and names["skyline home"] == 1 and "sky-30452" in names
 
 
 def test_synonym_groups_make_one_entity(kb, tmp_path):
@@ -661,80 +412,6 @@ def test_a_chunk_and_its_title_fit_the_models_window(tenant, tmp_path, embedder)
     assert context_tokens > 20
     for chunk in document.chunks.all():
         assert chunk.token_count + context_tokens <= embedder.max_tokens
-
-
-def test_a_ready_version_is_retired_and_can_still_be_activated(tenant):
-    kb = KnowledgeBaseFactory(tenant=tenant)
-    first = kb.active_version
-    settings_of = {name: getattr(first, name) for name in services.VERSION_SETTINGS}
-    ready = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=2, status="ready", **settings_of)
-    building = KnowledgeBaseVersion.objects.create(knowledge_base=kb, number=3, **settings_of)
-    retired = services.retire_version(ready)
-    assert retired.status == "retired" and retired.retired_at is not None
-    assert services.retire_version(retired).retired_at == retired.retired_at  # again: nothing changes
-    for version, says in ((first, "is active: .* activate another version instead"), (building, "building")):
-        with pytest.raises(services.VersionConflict, match=says):
-            services.retire_version(version)
-        version.refresh_from_db()
-        assert version.status in ("active", "building")
-    activate_version(retired)
-    kb.refresh_from_db()
-    assert kb.active_version_id == ready.pk
-
-
-@pytest.fixture
-def queued(monkeypatch):
-    """The ingestion tasks the services queue, recorded (their arguments) instead of sent to a worker."""
-    from knowledge import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.ingest_documents, "apply_async", lambda args, task_id: sent.append(args))
-    return sent
-
-
-def test_reingesting_rechunks_a_document_even_unchanged_and_skips_one_without_its_file(
-    kb, tmp_path, queued, django_capture_on_commit_callbacks
-):
-    (tmp_path / "lock.txt").write_text("The PPR-9087 lock fits doors 35 to 80 mm thick.")
-    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
-    document = Document.objects.get(knowledge_base=kb)
-    services.update_document_labels(document, title="Lock manual")  # applies when the file is re-chunked
-    assert Document.objects.get(pk=document.pk).context == ""
-    unstored = DocumentFactory(knowledge_base=kb, source_uri="gone.txt", original="")
-    with django_capture_on_commit_callbacks(execute=True):
-        task, skipped = services.reingest_documents(kb, [document, unstored])
-    assert task.kind == "ingest" and skipped == [unstored]
-    ((kb_id, files),) = queued
-    assert kb_id == kb.pk and [item["source_uri"] for item in files] == [document.source_uri]
-    unforced = [{**item, "force": False} for item in files]
-    assert services.ingest_stored_files(kb, unforced, on_progress=lambda done: None).unchanged == 1
-    report = services.ingest_stored_files(kb, files, on_progress=lambda done: None)
-    assert (report.unchanged, report.replaced) == (0, 1)
-    document.refresh_from_db()
-    assert (document.title, document.context, document.status) == ("Lock manual", "Lock manual", "ready")
-    assert services.reingest_documents(kb, [unstored]) == (None, [unstored])
-    with pytest.raises(ValueError, match="not in knowledge base"):
-        services.reingest_documents(kb, [DocumentFactory()])
-
-
-def test_an_uploaded_document_records_its_original_at_once_so_a_failed_one_can_be_reingested(
-    kb, queued, django_capture_on_commit_callbacks
-):
-    from django.core.files.uploadedfile import SimpleUploadedFile
-
-    upload = SimpleUploadedFile("returns.txt", b"Returns are accepted within 30 days of delivery.")
-    with django_capture_on_commit_callbacks(execute=True):
-        _, (document,) = services.queue_uploads(kb, [upload], None)
-    assert document.status == "pending" and document.original
-    ((_, files),) = queued
-    services.fail_pending_documents(kb.pk, files, "ingestion failed: the worker gave up")  # as a task giving up does
-    with django_capture_on_commit_callbacks(execute=True):
-        services.reingest_documents(kb, [Document.objects.get(pk=document.pk)])
-    ((_, again),) = queued[1:]
-    assert again[0]["labels"] is None  # never ingested: the file's own labels
-    services.ingest_stored_files(kb, again, on_progress=lambda done: None)
-    document.refresh_from_db()
-    assert (document.status, document.error, document.chunk_count > 0) == ("ready", "", True)
 
 
 @pytest.fixture

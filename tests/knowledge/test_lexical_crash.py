@@ -1,7 +1,7 @@
-"""Crash safety of the commit protocol of rows and keyword index (knowledge.services): a real
+"""Crash safety of the commit protocol of rows and keyword index (knowledge.lexical): a real
 ``manage.py ingest`` process is killed with SIGKILL at each boundary (``CRASH_TEST_PAUSE_AT`` makes it
-wait there). Right after the kill no search answers with a chunk the database does not hold and
-``check_kb`` reports what is not indexed yet; after the next run of the same ingestion (or
+wait there: ``core.faults``). Right after the kill no search answers with a chunk the database does not
+hold and ``check_kb`` reports what is not indexed yet; after the next run of the same ingestion (or
 ``check_kb --repair``) the index holds exactly the committed chunks."""
 import io
 import os
@@ -21,7 +21,10 @@ from django.db import connection
 from engines import get_lexical_index
 from engines.base import LexicalIndexError
 from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
-from knowledge.services import Ingester, create_knowledge_base, delete_document, discover_files
+from knowledge.documents import delete_document
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tenants.services import create_tenant
@@ -46,6 +49,7 @@ def ingest_process(folder: Path, pause_at: str = "") -> subprocess.Popen:
         "DATABASE_URL": f"postgres://{params['user']}@{quote(params['host'], safe='')}/{params['dbname']}",
         "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
         "CRASH_TEST_PAUSE_AT": pause_at,
+        "FAULT_INJECTION": "1",
         "LOG_LEVEL": "WARNING",
     }
     command = [sys.executable, "manage.py", "ingest", str(folder), "--tenant", TENANT, "--kb", KB, "--no-progress"]
