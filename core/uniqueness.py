@@ -4,11 +4,14 @@ domain's conflict (or is resolved by the writer), so two concurrent creates give
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import psycopg
 from django.db import IntegrityError, transaction
+
+T = TypeVar("T")
 
 
 def violated_unique_constraint(error: IntegrityError) -> str | None:
@@ -28,3 +31,18 @@ def conflict_on(constraint: str, conflict: Exception) -> Iterator[None]:
         if violated_unique_constraint(error) != constraint:
             raise
         raise conflict from error
+
+
+def redrawn_on_collision(constraint: str, insert: Callable[[], T], *, attempts: int = 3) -> T:
+    """``insert()``, which draws a random unique value (a key prefix, a task id) and stores it, drawn
+    again while the value is already stored under ``constraint``; the last collision raises. Random
+    values of 48 bits or more about never collide: this settles the time they do."""
+    for _ in range(attempts - 1):
+        try:
+            with transaction.atomic():
+                return insert()
+        except IntegrityError as error:
+            if violated_unique_constraint(error) != constraint:
+                raise
+    with transaction.atomic():
+        return insert()

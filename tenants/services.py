@@ -1,7 +1,6 @@
 """Writes for tenants and API keys."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import secrets
 from collections.abc import Iterable
@@ -11,8 +10,8 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from core.uniqueness import conflict_on
-from tenants.errors import KeyPrefixTaken, TenantExists
+from core.uniqueness import conflict_on, redrawn_on_collision
+from tenants.errors import TenantExists
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
 
 KEY_PREFIX_BYTES = 6
@@ -21,7 +20,6 @@ KEY_SCHEME = "rk"
 # PostgreSQL's names for the UNIQUE of a ``unique=True`` column (``<table>_<column>_key``).
 TENANT_NAME_UNIQUE = "tenants_tenant_name_key"
 API_KEY_PREFIX_UNIQUE = "tenants_apikey_prefix_key"
-PREFIX_ATTEMPTS = 3  # a random 48-bit prefix about never repeats; when it does, the next draw settles it
 # ``ApiKey.last_used_at`` is kept to this resolution, so authenticating does not write on every request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -82,19 +80,15 @@ def create_api_key(
     *, tenant: Tenant, name: str = "", expires_at: datetime | None = None, scopes: Iterable[str] | None = None
 ) -> IssuedKey:
     scope_list = default_scopes() if scopes is None else validate_scopes(scopes)
-    for _ in range(PREFIX_ATTEMPTS - 1):
-        with contextlib.suppress(KeyPrefixTaken):
-            return _insert_api_key(tenant, name, expires_at, scope_list)
-    return _insert_api_key(tenant, name, expires_at, scope_list)
+    return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, scope_list))
 
 
 def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, scopes: list[str]) -> IssuedKey:
     prefix = secrets.token_hex(KEY_PREFIX_BYTES)
     raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
-    with conflict_on(API_KEY_PREFIX_UNIQUE, KeyPrefixTaken(f"API key prefix {prefix} is taken")):
-        api_key = ApiKey.objects.create(
-            tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at, scopes=scopes
-        )
+    api_key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at, scopes=scopes
+    )
     return IssuedKey(api_key=api_key, raw_key=raw_key)
 
 
