@@ -1,5 +1,4 @@
 """The per-tenant usage counters in the real Redis: what the dashboard reads, and their bounds."""
-import pytest
 from django.core.cache import cache
 
 from core import usage

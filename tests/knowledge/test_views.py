@@ -391,8 +391,8 @@ def test_a_too_large_upload_is_refused_before_its_key_is_read(writer, tenant, se
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_creates_of_one_kb_name_answer_201_and_409(tenant, embedder):
     clients = [client_for(tenant, "ingest") for _ in range(2)]
-    create = "/api/v1/knowledge-bases"
-    responses = race(*[lambda client=client: client.post(create, {"name": "twin"}, format="json") for client in clients])
+    body = {"name": "twin"}
+    responses = race(*[lambda c=client: c.post("/api/v1/knowledge-bases", body, format="json") for client in clients])
     assert sorted(response.status_code for response in responses) == [201, 409], [r.content for r in responses]
     [conflict] = [response for response in responses if response.status_code == 409]
     assert conflict.json()["error"]["code"] == "knowledge_base_exists"

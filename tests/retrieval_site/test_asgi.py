@@ -54,7 +54,8 @@ def served(log_dir, *options: str, **environment):
         if server.poll() is not None:
             pytest.fail(f"gunicorn exited:\n{log.read_text()}")
         try:
-            return exchange(("127.0.0.1", port), b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200
+            health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            return exchange(("127.0.0.1", port), health)[0] == 200
         except (OSError, ValueError, IndexError):
             return False
 
