@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import IntegrityError
 from django.http import Http404, JsonResponse
 from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from core.request_id import request_id_of
+from core.uniqueness import violated_unique_constraint
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,8 @@ def api_exception_handler(exc, context):
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         body = error_body(exc.code, exc.message, request, exc.details)
         return Response(body, status=exc.status_code, headers=headers)
+    if isinstance(exc, IntegrityError):
+        return _conflict(exc, request)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),
@@ -130,6 +134,15 @@ def api_exception_handler(exc, context):
         message, details = str(getattr(exc, "detail", exc)), None
     response.data = error_body(code, message, request, details)
     return response
+
+
+def _conflict(exc: IntegrityError, request) -> Response:
+    """The safety net behind the services, which map each unique constraint to their own conflict: a
+    violation one of them missed is still the client's 409, never a 500."""
+    constraint = violated_unique_constraint(exc)
+    logger.warning("unmapped integrity error", extra={"constraint": constraint, "request_id": request_id_of(request)})
+    message = "The request conflicts with stored data" + (" (a unique value is taken)." if constraint else ".")
+    return Response(error_body("conflict", message, request), status=status.HTTP_409_CONFLICT)
 
 
 def json_400(request, exception=None):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from core.uniqueness import conflict_on
 from engines import get_lexical_index
+from knowledge.errors import KnowledgeBaseExists
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import clean_search_settings
 from knowledge.stores import graph_store
@@ -23,13 +25,13 @@ def create_knowledge_base(
     languages: list[str] | None = None,
     description: str = "",
 ) -> KnowledgeBase:
-    """A KB with an empty active version 1, sized for its embedding model."""
-    kb = KnowledgeBase.objects.create(
-        tenant=tenant,
-        name=name,
-        description=description,
-        **index_settings(embedding_model, chunk_size, chunk_overlap, languages),
-    )
+    """A KB with an empty active version 1, sized for its embedding model. The name's uniqueness is
+    the database's (``KnowledgeBaseExists``): of two concurrent creates, the second waits for the
+    first and then conflicts."""
+    index = index_settings(embedding_model, chunk_size, chunk_overlap, languages)
+    taken = KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
+    with conflict_on("unique_kb_name_per_tenant", taken):
+        kb = KnowledgeBase.objects.create(tenant=tenant, name=name, description=description, **index)
     activate_first_version(kb)
     return kb
 
@@ -79,7 +81,12 @@ def _drop_version_indexes(tenant_id: int, version_ids: list[int]) -> None:
 
 
 def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tuple[KnowledgeBase, bool]:
-    kb = KnowledgeBase.objects.filter(tenant=tenant, name=name).select_related("active_version").first()
+    """Of two processes creating it at once, the one that loses the insert reads the winner's KB."""
+    existing = KnowledgeBase.objects.filter(tenant=tenant, name=name).select_related("active_version")
+    kb = existing.first()
     if kb is not None:
         return kb, False
-    return create_knowledge_base(tenant=tenant, name=name, **options), True
+    try:
+        return create_knowledge_base(tenant=tenant, name=name, **options), True
+    except KnowledgeBaseExists:
+        return existing.get(), False

@@ -9,9 +9,11 @@ import uuid
 
 from django.db import transaction
 
+from core.uniqueness import redrawn_on_collision
 from knowledge.models import KnowledgeBase, KnowledgeTask
 
 _TASKS: list = []
+TASK_ID_UNIQUE = "knowledge_knowledgetask_task_id_key"  # PostgreSQL's name for the column's UNIQUE
 
 
 def register(*tasks) -> None:
@@ -31,8 +33,11 @@ def enqueue(name: str, args: tuple, *, task_id: str | None = None, robust: bool 
 
 def queue_task(kb: KnowledgeBase, kind: str, name: str, args: tuple) -> KnowledgeTask:
     """Record task ``name`` for the KB's tenant, who can follow it, then send it once the transaction commits."""
-    record = KnowledgeTask.objects.create(
-        task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=kind
+    record = redrawn_on_collision(
+        TASK_ID_UNIQUE,
+        lambda: KnowledgeTask.objects.create(
+            task_id=str(uuid.uuid4()), tenant_id=kb.tenant_id, knowledge_base=kb, kind=kind
+        ),
     )
     enqueue(name, args, task_id=record.task_id)
     return record

@@ -18,7 +18,7 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
-from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
+from knowledge.errors import InvalidEmbeddingModel
 from knowledge.parsing import ParseError
 from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.selectors import (
@@ -186,9 +186,6 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     def create(self, request: Request) -> Response:
         params = KnowledgeBaseInput(data=request.data)
         params.is_valid(raise_exception=True)
-        name = params.validated_data["name"]
-        if knowledge_bases_of(request.tenant).filter(name=name).exists():
-            raise KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
         try:
             kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
         except EmbeddingError as exc:

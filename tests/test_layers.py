@@ -3,6 +3,9 @@ of a package never import one another in a circle.
 
 Every import statement counts, including those inside functions and ``TYPE_CHECKING`` blocks: a
 deferred import is still a dependency. Tests and benchmarks may import anything.
+
+And no test asserts a duration: on a shared, loaded machine a bound on the wall clock fails at random
+and proves nothing a recorded event would not (``tests.concurrency``, ``tests.peers``).
 """
 from __future__ import annotations
 
@@ -152,3 +155,94 @@ def test_every_import_statement_counts(tmp_path, source, expected):
     module = tmp_path / "module.py"
     module.write_text(source)
     assert imported_packages(module) == expected
+
+
+# --- no test asserts a duration ---------------------------------------------------------------------
+
+CLOCKS = {"time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns", "monotonic_ns"}
+
+
+def _reads_the_clock(node: ast.AST, clock_names: set[str]) -> bool:
+    """``time.<clock>()``, a clock imported by name (``from time import monotonic``), or a name
+    assigned from either (``started = time.perf_counter()``, ``elapsed = time.time() - started``)."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call):
+            func = inner.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if func.value.id == "time" and func.attr in CLOCKS:
+                    return True
+            elif isinstance(func, ast.Name) and func.id in clock_names:
+                return True
+        elif isinstance(inner, ast.Name) and inner.id in clock_names and isinstance(inner.ctx, ast.Load):
+            return True
+    return False
+
+
+def _assigned(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(name, the expression it gets) of an assignment; ``a, b = x, y`` pairs them up."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            return [pair for inner, part in zip(target.elts, value.elts) for pair in _assigned(inner, part)]
+        return [(name.id, value) for name in ast.walk(target) if isinstance(name, ast.Name)]
+    return []
+
+
+def timed_assertions(path: Path) -> list[int]:
+    """Lines of ``assert`` statements that compare something read from the wall clock."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "time"
+        for alias in node.names
+        if alias.name in CLOCKS
+    }
+    clock_calls = set(imported)
+    timed: set[str] = set()  # names holding a clock reading or a difference of them
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name, value in _assigned(target, node.value):
+                    if _reads_the_clock(value, clock_calls | timed):
+                        timed.add(name)
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+        and any(
+            isinstance(compare, ast.Compare)
+            and any(_reads_the_clock(side, clock_calls | timed) for side in [compare.left, *compare.comparators])
+            for compare in ast.walk(node.test)
+        )
+    )
+
+
+def test_no_test_asserts_a_duration():
+    timed = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line in timed_assertions(path)
+    ]
+    assert not timed, "assertions on the wall clock (assert what the timing stood for instead):\n" + "\n".join(timed)
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("import time\nstarted = time.perf_counter()\nassert time.perf_counter() - started < 1", [3]),
+        ("import time\nassert time.time() > 0", [2]),
+        ("import time\ndeadline = time.monotonic() + 5\nassert time.monotonic() < deadline, 'late'", [3]),
+        ("import time\nstarted = time.monotonic()\nelapsed = time.monotonic() - started\nassert elapsed < 2", [4]),
+        ("from time import perf_counter as now\nt = now()\nassert now() - t <= 0.5", [3]),
+        ("import time\nassert ok and (time.monotonic() - t0) < 3", [2]),
+        ("import time\nstarted = time.monotonic()\nassert result == 42", []),
+        ("import time\nanswers, deadline = [], time.monotonic() + 9\nassert answers == []", []),
+        ("assert clock.perf_counter() == 100.0\nassert timings.milliseconds['vector'] == 10", []),
+    ],
+)
+def test_a_wall_clock_comparison_in_an_assertion_is_found(tmp_path, source, lines):
+    module = tmp_path / "test_module.py"
+    module.write_text(source)
+    assert timed_assertions(module) == lines

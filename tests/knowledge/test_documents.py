@@ -7,6 +7,7 @@ from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.ingestion.stored import fail_pending_documents, ingest_stored_files
 from knowledge.models import Document, KnowledgeBaseVersion
+from tests.concurrency import race
 from tests.factories import ChunkFactory, DocumentFactory
 from tests.knowledge.helpers import graph_names, ingest
 
@@ -91,3 +92,17 @@ def test_an_uploaded_document_records_its_original_at_once_so_a_failed_one_can_b
     ingest_stored_files(kb, again, on_progress=lambda done: None)
     document.refresh_from_db()
     assert (document.status, document.error, document.chunk_count > 0) == ("ready", "", True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_uploads_of_one_file_name_at_once_share_one_document(kb, queued):
+    """The second insert of the name waits for the first, fails on ``unique_source_per_kb`` and reads
+    the first's row (``get_or_create``): both are queued, neither fails."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    texts = (b"Returns are accepted within 30 days.", b"Returns are accepted within 60 days.")
+    uploads = [SimpleUploadedFile("returns.txt", text) for text in texts]
+    outcomes = race(*[lambda upload=upload: queue_uploads(kb, [upload], None) for upload in uploads])
+    assert all(isinstance(outcome, tuple) for outcome in outcomes), outcomes
+    [document] = Document.objects.filter(knowledge_base=kb, source_uri="returns.txt")
+    assert [documents[0].pk for _, documents in outcomes] == [document.pk] * 2 and len(queued) == 2

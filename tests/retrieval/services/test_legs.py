@@ -1,12 +1,12 @@
 """The legs side by side (retrieval.services.legs): BM25 runs while the query embeds, and the
 request thread's critical path adds up."""
-import time
 
 import pytest
 
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from tests.concurrency import wait_until
 from tests.retrieval.services.conftest import names, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -28,9 +28,9 @@ def test_the_bm25_leg_runs_while_the_query_embeds_and_the_critical_path_adds_up(
         return [span for span in spans.get_finished_spans() if span.name == "search.bm25"]
 
     def after_the_bm25_leg(request):
-        deadline = time.monotonic() + 10  # a bound, not a measurement: the search must not wait for it
-        while len(bm25_spans()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        # A search that waited for the embedding first never ends the BM25 leg: the wait fails, and with
+        # it the embedding request, and the assertions below.
+        wait_until(lambda: len(bm25_spans()) >= 3, timeout=10, message="the BM25 leg to end while embedding")
         return answer(request)
 
     embedding_server.respond = after_the_bm25_leg
