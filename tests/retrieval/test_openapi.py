@@ -9,9 +9,7 @@ import pytest
 import schemathesis
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
-from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
@@ -125,17 +123,6 @@ def test_swagger_ui_is_served_from_local_static_files(client):
 
 
 # === fuzzing with schemathesis =====================================================================
-
-
-@pytest.fixture
-def keep_test_transaction(db) -> None:
-    """Django closes "old" connections when each request starts and ends; the test client disconnects
-    that handler, and so must a WSGI caller, or the first request ends the test's transaction."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
