@@ -94,9 +94,11 @@ class ConditionInput(serializers.Serializer):
 
 class MetadataConditionInput(serializers.Serializer):
     logical_operator = serializers.ChoiceField(choices=("and", "or"), default="and", allow_null=True)
-    conditions = ConditionInput(
-        many=True, max_length=MAX_CONDITIONS, required=False, allow_null=True, help_text="null or missing: no filter"
-    )
+    # A ListField: ``ConditionInput(many=True, allow_null=True)`` would let each item be null too.
+    conditions = serializers.ListField(
+        child=ConditionInput(), max_length=MAX_CONDITIONS, required=False, allow_null=True,
+        help_text="null or missing: no filter",
+    )  # fmt: skip
 
 
 @extend_schema_field(
@@ -122,7 +124,10 @@ class DifyRecordOutput(serializers.Serializer):
     content = serializers.CharField()
     score = serializers.FloatField(help_text="in [0, 1]; see the module docs for its definition")
     title = serializers.CharField()
-    metadata = serializers.DictField(help_text="the chunk's metadata with path, source, doc_id, chunk_id, kb_id")
+    metadata = serializers.DictField(
+        help_text="the chunk's metadata with path, source, doc_id, chunk_id, kb_id, doc_type, document_id and "
+        "document_name (what Dify cites the record by)"
+    )
 
 
 class DifyRetrievalOutput(serializers.Serializer):
@@ -281,7 +286,8 @@ def filters_from_metadata_condition(condition: dict | None) -> dict | None:
 
 def skipped_condition_notes(condition: dict | None) -> list[str]:
     return [
-        f"metadata_condition.conditions[{i}] ({item['comparison_operator']!r} on {item['name']!r}) has no value: skipped"
+        f"metadata_condition.conditions[{i}] ({item['comparison_operator']!r} on {item['name']!r}) "
+        "has no value: skipped"
         for i, item in enumerate((condition or {}).get("conditions") or [])
         if not _has_value(item)
     ]

@@ -204,6 +204,7 @@ def test_a_knowledge_id_the_key_does_not_have_is_2001(dify, sample_kb):
         {"metadata_condition": {"conditions": [{"name": "doc_id", "comparison_operator": "contains", "value": "1"}]}},
         {"metadata_condition": {"conditions": [{"name": "shop_id", "comparison_operator": ">", "value": "many"}]}},
         {"metadata_condition": {"conditions": [{"name": "", "comparison_operator": "is", "value": "x"}]}},
+        {"metadata_condition": {"logical_operator": "and", "conditions": [None]}},
     ],
 )
 def test_a_bad_body_is_400_in_difys_shape(dify, sample_kb, change):
@@ -247,7 +248,8 @@ def test_dify_registers_the_endpoint_and_refuses_a_bad_key(sample_kb, sample_key
     with pytest.raises(DifyRefused, match="403"):
         DifyClient(endpoint, "rk_not_a_key", in_process).register(body_less=body_less)
     # The endpoint Dify registered serves its searches.
-    assert DifyClient(endpoint, sample_key, in_process).retrieve(fixture_bytes("dify_no_condition.json", str(sample_kb.pk)))
+    body = fixture_bytes("dify_no_condition.json", str(sample_kb.pk))
+    assert DifyClient(endpoint, sample_key, in_process).retrieve(body)
 
 
 def test_only_the_probe_itself_is_answered_as_one(dify, sample_kb):
@@ -257,7 +259,8 @@ def test_only_the_probe_itself_is_answered_as_one(dify, sample_kb):
 
 
 @pytest.mark.parametrize(
-    "name", ["dify_no_condition.json", "dify_conditions_null.json", "dify_all_operators.json", "dify_console_quotes.json"]
+    "name",
+    ["dify_no_condition.json", "dify_conditions_null.json", "dify_all_operators.json", "dify_console_quotes.json"],
 )
 def test_the_bodies_dify_sends_get_records_dify_reads(dify, sample_kb, sample_key, in_process, name):
     """Null condition, null conditions, every operator (or-ed with their complements: no passage is
@@ -326,7 +329,8 @@ def test_the_same_call_again_is_counted_once_up_to_difys_three_retries(sample_kb
 
 def test_difys_retries_of_a_failing_call_count_once(tmp_path, limited_tenant, embedder, settings, in_process):
     """Dify's schedule (0.5, 1, 2 s) on a 503: four attempts, one counted; Dify shows its own error."""
-    kb = ingest(write_files(tmp_path / "kb", {"kettle.txt": ("电水壶 The kettle boils water.", None)}), limited_tenant, "kb")
+    folder = write_files(tmp_path / "kb", {"kettle.txt": ("电水壶 The kettle boils water.", None)})
+    kb = ingest(folder, limited_tenant, "kb")
     corrupt_keyword_index(settings.LEXICAL_INDEX_DIR, kb.active_version_id)  # a Chinese query: BM25 is the sole leg
     key = create_api_key(tenant=limited_tenant).raw_key
     dify = DifyClient(IN_PROCESS, key, in_process)
