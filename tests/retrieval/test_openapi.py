@@ -80,6 +80,10 @@ def test_dify_endpoint_documents_difys_body_and_error_shapes(openapi):
         codes |= {example["value"]["error_code"] for example in error["examples"].values()}
     assert {1001, 2001} <= codes
     assert operation["security"] == [{"DifyBearerApiKey": []}]
+    schemas = openapi["components"]["schemas"]
+    assert "notes" in schemas["DifyRetrievalOutput"]["properties"]
+    assert schemas["MetadataConditionInput"]["properties"]["conditions"]["nullable"] is True
+    assert "/api/v1/dify//retrieval" not in openapi["paths"]  # the trailing-slash route is the same operation
 
 
 def test_security_schemes_are_a_bearer_key_or_the_x_api_key_header(openapi):
