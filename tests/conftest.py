@@ -211,6 +211,20 @@ def database_url_of_this_run() -> str:
 
 
 @pytest.fixture
+def keep_test_transaction(db) -> None:
+    """Django closes "old" connections when each request starts and ends; the test client disconnects
+    that handler, and so must a WSGI caller, or the first request ends the test's transaction."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
 def spans():
     """Tracing on (core.tracing), into memory, one span exported as it ends."""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -346,3 +346,12 @@ def test_a_served_search_is_traced_in_the_callers_trace(django_db_setup, tmp_pat
             interval=0.1,
             message="the server span, in the caller's trace, at the collector",
         )
+
+
+def test_a_served_worker_loads_the_model_before_it_takes_a_request(django_db_setup, tmp_path):
+    """``post_worker_init`` warms the worker up (``retrieval.warmup``) before it accepts a connection: its
+    first requests find the model loaded (else ``/ready`` would answer "loading" while a background
+    thread loads it), so no first search, Dify's (which gives up after 5 s) included, waits for it."""
+    with served(tmp_path) as address:
+        _, _, body = exchange(address, b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert json.loads(body)["checks"]["embedder"]["message"] == f"{settings.EMBEDDING_MODEL} loaded"
