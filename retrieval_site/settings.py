@@ -284,6 +284,17 @@ class Environment(BaseSettings):
     # Versions retired (or failed) longer than this are purged by the hourly beat task; until then a
     # retired version can be activated again (rollback).
     KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7
+    # Search analytics (retrieval.search_log): each tenant's queries (text, mode, KBs, hit count, best
+    # relevance, leg agreement; no key, no client) are kept this long, then purged by the hourly beat task.
+    # A tenant's "record searches" switch (the admin) turns it off for that tenant.
+    SEARCH_LOG_RETENTION_DAYS: NonNegativeInt = 30
+    # They are written off the request thread: a queue of at most this many waits for the writer, which
+    # inserts up to SEARCH_LOG_BATCH_SIZE rows at a time, at least every SEARCH_LOG_FLUSH_S seconds. A full
+    # queue drops the search's row (counted in retrieval_search_log_dropped) rather than wait.
+    # SEARCH_LOG_FLUSH_S 0: no writer thread (rows wait for retrieval.search_log.flush(): tests).
+    SEARCH_LOG_QUEUE_SIZE: PositiveInt = 10_000
+    SEARCH_LOG_BATCH_SIZE: PositiveInt = 500
+    SEARCH_LOG_FLUSH_S: NonNegativeFloat = 1.0
     # Folder sources (POST /api/v1/knowledge-bases/{id}/sources) must lie under one of these folders; a
     # relative source path is taken from the first. Relative roots are taken from the project folder.
     KNOWLEDGE_SOURCE_ROOTS: CommaList = ["var/sources"]
@@ -560,6 +571,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0},
     "purge-removed-documents": {"task": "knowledge.tasks.purge_removed_documents", "schedule": 3600.0},
+    "purge-search-logs": {"task": "retrieval.tasks.purge_search_logs", "schedule": 3600.0},
 }
 DJANGO_CELERY_BEAT_TZ_AWARE = True
 STORAGES["originals"] = {
