@@ -66,8 +66,9 @@ def normalized_query(text: str) -> str:
 
 
 def record_search(tenant: Tenant, request: SearchRequest, hits: int, facts: dict) -> None:
-    """Queue one searched query for the analytics (unless the tenant opted out); never blocks."""
-    if not tenant.record_searches:
+    """Queue one searched query for the analytics (unless the tenant opted out, or the service:
+    ``SEARCH_LOG_ENABLED``); never blocks."""
+    if not (tenant.record_searches and settings.SEARCH_LOG_ENABLED):
         return
     row = (tenant.pk, normalized_query(request.query), request.mode, sorted(set(request.kb_ids or ())), hits,
            facts.get("best_relevance"), facts.get("legs_disagree"), timezone.now())  # fmt: skip

@@ -286,7 +286,9 @@ class Environment(BaseSettings):
     KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7
     # Search analytics (retrieval.search_log): each tenant's queries (text, mode, KBs, hit count, best
     # relevance, leg agreement; no key, no client) are kept this long, then purged by the hourly beat task.
-    # A tenant's "record searches" switch (the admin) turns it off for that tenant.
+    # A tenant's "record searches" switch (the admin) turns it off for that tenant; SEARCH_LOG_ENABLED
+    # false for every tenant (bench/hybrid_ab.py compares the two).
+    SEARCH_LOG_ENABLED: bool = True
     SEARCH_LOG_RETENTION_DAYS: NonNegativeInt = 30
     # They are written off the request thread: a queue of at most this many waits for the writer, which
     # inserts up to SEARCH_LOG_BATCH_SIZE rows at a time, at least every SEARCH_LOG_FLUSH_S seconds. A full

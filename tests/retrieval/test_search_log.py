@@ -60,11 +60,17 @@ def test_an_api_search_and_its_cached_repeat_are_each_one_row_without_the_key(sa
     assert rows[0]["legs_disagree"] == rows[1]["legs_disagree"]  # the cache entry keeps what the log reads
 
 
-def test_a_tenant_that_opted_out_is_not_recorded(sample_kb):
-    tenant = sample_kb.tenant
+def test_a_tenant_that_opted_out_or_a_service_with_the_log_off_records_nothing(settings, tenant):
     tenant.record_searches = False
     record_search(tenant, SearchRequest(query="firmware"), 3, {"best_relevance": 0.5})
-    assert flush() == 0 and not SearchLog.objects.filter(tenant=tenant).exists()
+    assert flush() == 0
+    tenant.record_searches = True
+    settings.SEARCH_LOG_ENABLED = False
+    record_search(tenant, SearchRequest(query="firmware"), 3, {"best_relevance": 0.5})
+    assert flush() == 0
+    settings.SEARCH_LOG_ENABLED = True
+    record_search(tenant, SearchRequest(query="firmware"), 3, {"best_relevance": 0.5})
+    assert flush() == 1 and SearchLog.objects.get().tenant_id == tenant.pk
 
 
 def test_the_console_tests_are_not_recorded(admin_client, sample_kb):
