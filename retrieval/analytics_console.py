@@ -64,8 +64,11 @@ def analytics_view(request, context: dict) -> TemplateResponse:
 
         def rows(stats):
             return [
-                {"stats": item, "test": testing_link(tenant.pk, item.query, item.mode, kb_ids),
-                 "curation": curation_links(tenant, item.query, analyzer)}  # fmt: skip
+                {
+                    "stats": item,
+                    "test": testing_link(tenant.pk, item.query, item.mode, kb_ids),
+                    "curation": curation_links(tenant, item.query, analyzer),
+                }
                 for item in stats
             ]
 

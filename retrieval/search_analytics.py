@@ -8,7 +8,7 @@ threshold, and those where BM25 and dense shared no hit in their first five.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
@@ -25,7 +25,7 @@ class QueryStats:
     query: str
     mode: str
     volume: int  # searches in the window
-    last_seen: object  # datetime
+    last_seen: datetime
     previous: int = 0  # searches in the window before (top queries)
     best_relevance: float | None = None  # the lowest best relevance in the window (low relevance)
 
@@ -71,13 +71,14 @@ def search_analytics(tenant: Tenant, kb: KnowledgeBase | None, *, days: int, thr
 
 
 def searches_of(tenant: Tenant, kb: KnowledgeBase | None) -> QuerySet[SearchLog]:
+    """The tenant's recorded searches that covered ``kb`` (None: all of them)."""
     rows = SearchLog.objects.filter(tenant=tenant)
     if kb is not None:
         rows = rows.filter(Q(kb_ids__contains=[kb.pk]) | Q(kb_ids=[]))  # [] : all the tenant's KBs
     return rows
 
 
-def _grouped(rows: QuerySet[SearchLog], since) -> QuerySet:
+def _grouped(rows: QuerySet[SearchLog], since: datetime) -> QuerySet:
     return rows.values("query", "mode").annotate(
         volume=Count("id", filter=Q(created_at__gte=since)),
         previous=Count("id", filter=Q(created_at__lt=since)),

@@ -9,9 +9,9 @@ from html import unescape
 import pytest
 from django.contrib.auth.models import User
 
+from knowledge.selectors import searched_knowledge
 from knowledge.services import Ingester, create_knowledge_base, discover_files
 from retrieval.cache import cached_search, search_cache_key
-from knowledge.selectors import searched_knowledge
 from retrieval.expansion import ExpansionOptions
 from retrieval.search_log import flush
 from retrieval.types import SearchRequest

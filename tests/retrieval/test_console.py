@@ -8,9 +8,18 @@ from html import unescape
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from knowledge.services import (
+    Ingester,
+    activate_version,
+    create_knowledge_base,
+    discover_files,
+    fill_version,
+    start_version_build,
+    version_build_files,
+)
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
-from tests.factories import ChunkFactory, KnowledgeBaseFactory
+from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -198,12 +207,6 @@ def multilingual_model(settings, embedding_server):
 def test_a_chinese_query_skips_an_english_models_dense_leg_until_a_multilingual_version_is_active(
     admin_client, tmp_path, embedding_server, multilingual_model, django_capture_on_commit_callbacks
 ):
-    from knowledge.services import (
-        Ingester, activate_version, create_knowledge_base, discover_files, fill_version, start_version_build,
-        version_build_files,
-    )  # fmt: skip
-    from tests.factories import TenantFactory
-
     kb = create_knowledge_base(tenant=TenantFactory(), name="shop")  # the bundled English-only model
     (tmp_path / "refunds.txt").write_text("退款在五个工作日内到账。Refunds reach your account within five working days.")
     Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))

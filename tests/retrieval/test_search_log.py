@@ -6,7 +6,6 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
