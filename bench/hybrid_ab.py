@@ -12,8 +12,10 @@ with ``--in-tree <tree> --step prepare > state.json``. Both trees' gunicorns the
 going to each in turn. ``--server-cache`` also measures cache hits (give each tree its own Redis database
 with ``--tree-env NAME=REDIS_URL=...?db=N``, or one tree's misses are the other's hits); ``GET /health`` is
 the HTTP floor; ``--throughput-s`` adds closed-loop clients; ``--floor`` times the raw engine calls in the
-last tree's process. The servers' CPU per request is reported beside the latencies. Cleanup (always):
-servers stopped, loaded data deleted, HNSW index restored. Writes bench/results/hybrid_ab-<date>.json.
+last tree's process. The servers' CPU per request is reported beside the latencies. The search analytics'
+recording cost: this tree twice, ``--tree on=. --tree off=. --tree-env off=SEARCH_LOG_ENABLED=false
+--modes hybrid``. Cleanup (always): servers stopped, loaded data deleted, HNSW index restored. Writes
+bench/results/hybrid_ab-<date>.json.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Recorded here: request latency by endpoint and mode, the latency of each pipeline stage, cache
 hits and misses, rate-limited requests, degradations (and reranker fallbacks) by cause, ingestion
-outcomes and whether a circuit breaker is open. ``/metrics`` answers only allowed addresses or a
-bearer token.
+outcomes, whether a circuit breaker is open, and searches the search analytics dropped. ``/metrics``
+answers only allowed addresses or a bearer token.
 
 With several gunicorn workers every worker keeps its own counters; set ``PROMETHEUS_MULTIPROC_DIR``
 (``./run serve`` does when ``WEB_WORKERS`` > 1) so prometheus_client sums them across processes.
@@ -68,6 +68,11 @@ INGESTED_DOCUMENTS = Counter(
     ["outcome"],
 )
 INGESTED_CHUNKS = Counter("retrieval_ingest_chunks", "Chunks written by ingestion.")
+SEARCH_LOG_DROPPED = Counter(
+    "retrieval_search_log_dropped",
+    "Searches left out of the search analytics, by reason (full: the writer's queue was full; failed: its insert failed).",
+    ["reason"],
+)
 
 INGEST_OUTCOMES = ("added", "unchanged", "replaced", "failed")
 
@@ -168,6 +173,10 @@ CELERY_QUEUE_LENGTH.read_by(celery_queue_lengths)
 
 def record_cache(hit: bool) -> None:
     CACHE_REQUESTS.labels("hit" if hit else "miss").inc()
+
+
+def record_search_log_dropped(reason: str, count: int = 1) -> None:
+    SEARCH_LOG_DROPPED.labels(reason).inc(count)
 
 
 def record_rate_limited(endpoint: str) -> None:

@@ -30,6 +30,7 @@ from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
+from retrieval.search_log import FACTS, answer_facts, record_search
 from retrieval.services.planning import searched_settings
 from retrieval.services.search import search
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
@@ -70,7 +71,15 @@ class CachedSearch:
         as_dict = self.response.as_dict()
         rendered = JSONRenderer().render({name: value for name, value in as_dict.items() if name not in _TIMINGS})
         texts = [query["text"] for query in self.response.queries[:1]]
-        return {"total": len(self.response.results), "query": texts[0] if texts else ""}, rendered
+        summary = {"total": len(self.response.results), "query": texts[0] if texts else "", **self.facts}
+        return summary, rendered
+
+    @functools.cached_property
+    def facts(self) -> dict:
+        """What the search analytics keep of the answer (``retrieval.search_log.answer_facts``)."""
+        if self._stored is not None:
+            return {name: self._stored[0].get(name) for name in FACTS}  # an entry stored before they were kept: None
+        return answer_facts(self.response)
 
     @property
     def total(self) -> int:
@@ -94,9 +103,20 @@ class CachedSearch:
         return self.stored[1][:-1] + b"," + tail[1:]
 
 
-def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> CachedSearch:
+def cached_search(
+    tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None, *, logged: bool = True
+) -> CachedSearch:
     """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
-    the caller read it already (the API reads it with the key's check)."""
+    the caller read it already (the API reads it with the key's check). ``logged``: the answer goes to
+    the search analytics (``retrieval.search_log``; not the console's own tests)."""
+    outcome = _cached_search(tenant, request, knowledge)
+    if logged:
+        hits = outcome.total if outcome.cached else len(outcome.response.results)  # a computed one: not rendered for it
+        record_search(tenant, request, hits, outcome.facts)
+    return outcome
+
+
+def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None) -> CachedSearch:
     if settings.SEARCH_CACHE_TTL_S <= 0:
         return CachedSearch(search(tenant, request, knowledge))
     started = time.perf_counter()

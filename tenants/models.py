@@ -80,6 +80,11 @@ class Tenant(models.Model):
     expand_synonyms = models.BooleanField(default=True)
     expand_spelling = models.BooleanField(default=False, help_text="Spelling correction against the KB vocabulary.")
     expand_llm = models.BooleanField(default=False, help_text="LLM query rewriting (needs LLM_URL).")
+    record_searches = models.BooleanField(
+        default=True,
+        help_text="Keep the tenant's queries for the console's search analytics (the query text and how it was "
+        "answered; no key, no client; purged after SEARCH_LOG_RETENTION_DAYS).",
+    )
     rate_tier = models.ForeignKey(
         RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants"
     )

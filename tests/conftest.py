@@ -62,6 +62,13 @@ def redis_key_prefix(settings):
 
 
 @pytest.fixture(autouse=True)
+def search_log_on_the_test_thread(settings):
+    """No search-log writer thread (its own connection cannot see a test's uncommitted rows): searches
+    queue their rows, a test writes them with ``retrieval.search_log.flush()``; each test starts empty."""
+    settings.SEARCH_LOG_FLUSH_S = 0
+
+
+@pytest.fixture(autouse=True)
 def fresh_redis_breakers():
     """Each test starts with every Redis circuit closed: an outage one test provokes is its own."""
     from core import redis

@@ -231,6 +231,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0},
     "purge-removed-documents": {"task": "knowledge.tasks.purge_removed_documents", "schedule": 3600.0},
+    "purge-search-logs": {"task": "retrieval.tasks.purge_search_logs", "schedule": 3600.0},
 }
 DJANGO_CELERY_BEAT_TZ_AWARE = True
 STORAGES["originals"] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from retrieval_site.settings.base import CommaList, HttpUrlOrUnset, Ranks, Section
 from retrieval_site.settings.database import database_name
@@ -35,3 +35,15 @@ class Search(Section):
     DENSE_WEIGHT_FLOOR: Annotated[NonNegativeFloat, Ranks] = 0.0
     SPELLING_WEIGHT: Annotated[NonNegativeFloat, Ranks] = 0.7
     SPELLING_MAX_VOCABULARY: Annotated[PositiveInt, Ranks] = 50_000  # a KB's most frequent terms it knows
+    # Search analytics (retrieval.search_log): each tenant's queries (text, mode, KBs, hit count, best
+    # relevance, leg agreement; no key, no client) are kept this long, then purged by the hourly beat task.
+    # A tenant's "record searches" switch (the admin) turns it off for that tenant; SEARCH_LOG_ENABLED
+    # false for every tenant. Rows are written off the request thread: a queue of at most
+    # SEARCH_LOG_QUEUE_SIZE waits for the writer, which inserts up to SEARCH_LOG_BATCH_SIZE rows at a time,
+    # at least every SEARCH_LOG_FLUSH_S seconds (0: no writer thread, rows wait for flush(): tests). A full
+    # queue drops the search's row (counted in retrieval_search_log_dropped) rather than wait.
+    SEARCH_LOG_ENABLED: bool = True
+    SEARCH_LOG_RETENTION_DAYS: NonNegativeInt = 30
+    SEARCH_LOG_QUEUE_SIZE: PositiveInt = 10_000
+    SEARCH_LOG_BATCH_SIZE: PositiveInt = 500
+    SEARCH_LOG_FLUSH_S: NonNegativeFloat = 1.0

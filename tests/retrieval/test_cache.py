@@ -197,6 +197,11 @@ NOT_RANKING = {
     "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
     "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
+    **dict.fromkeys(
+        ("SEARCH_LOG_ENABLED", "SEARCH_LOG_RETENTION_DAYS", "SEARCH_LOG_QUEUE_SIZE", "SEARCH_LOG_BATCH_SIZE",
+         "SEARCH_LOG_FLUSH_S"),
+        "what the search analytics keep of answers (retrieval.search_log), not the answers",
+    ),  # fmt: skip
 }
 
 
