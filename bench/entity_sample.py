@@ -24,7 +24,7 @@ def main() -> None:
     from engines.analysis import Analyzer
     from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor
     from knowledge.parsing import parse_file
-    from knowledge.services import discover_files
+    from knowledge.ingestion.files import discover_files
 
     extractor = EntityExtractor(Analyzer())
     sections = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]
