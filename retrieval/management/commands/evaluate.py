@@ -9,7 +9,27 @@ from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
-from retrieval import evaluation
+from retrieval.evaluation.datasets import corpus_files, load_dataset
+from retrieval.evaluation.knowledge_bases import (
+    EVAL_TENANT,
+    KbSettings,
+    eval_knowledge_base,
+    eval_tenant,
+    ingest_corpus,
+    labelled_knowledge_base,
+)
+from retrieval.evaluation.metrics import METRICS
+from retrieval.evaluation.reports import build_report, compare_reports, git_commit
+from retrieval.evaluation.runs import run_variant
+from retrieval.evaluation.sweep import (
+    SWEEP_CANDIDATES,
+    SWEEP_RRF_KS,
+    SWEEP_WEIGHTS,
+    best_run,
+    suggested_settings,
+    write_suggested_settings,
+)
+from retrieval.evaluation.variants import DEPTH, EXPANDERS, build_variants, parse_feedback, parse_weight_grid
 from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
 
@@ -85,14 +105,14 @@ class Command(BaseCommand):
             "--sweep",
             action="store_true",
             help="hybrid over a grid of fusion settings (weights, RRF k and candidates not given take "
-            f"{evaluation.SWEEP_WEIGHTS}; {','.join(map(str, evaluation.SWEEP_RRF_KS))}; "
-            f"{','.join(map(str, evaluation.SWEEP_CANDIDATES))}), then the best by nDCG@10",
+            f"{SWEEP_WEIGHTS}; {','.join(map(str, SWEEP_RRF_KS))}; "
+            f"{','.join(map(str, SWEEP_CANDIDATES))}), then the best by nDCG@10",
         )
         parser.add_argument(
             "--write", action="store_true", help="with --sweep: store the best settings on the KB's active version"
         )
         parser.add_argument(
-            "--candidates", default=str(evaluation.DEPTH), help="depth of each retriever's list; a list sweeps values"
+            "--candidates", default=str(DEPTH), help="depth of each retriever's list; a list sweeps values"
         )
         parser.add_argument(
             "--feedback",
@@ -114,20 +134,20 @@ class Command(BaseCommand):
             raise CommandError("give --dataset DIR to evaluate, or --compare A.json B.json")
 
     def _evaluate(self, options) -> None:
-        commit = evaluation.git_commit()
+        commit = git_commit()
         if options["write"] and not options["sweep"]:
             raise CommandError("--write stores what --sweep found: give --sweep too")
         if options["tenant"] and not options["kb"]:
             raise CommandError("--tenant evaluates one of the tenant's knowledge bases: name it with --kb")
         if options["sweep"]:
             options["modes"] = "hybrid"
-            options["weights"] = options["weights"] or evaluation.SWEEP_WEIGHTS
-            options["rrf_k"] = options["rrf_k"] or ",".join(map(str, evaluation.SWEEP_RRF_KS))
-            if options["candidates"] == str(evaluation.DEPTH):  # the option's default
-                options["candidates"] = ",".join(map(str, evaluation.SWEEP_CANDIDATES))
+            options["weights"] = options["weights"] or SWEEP_WEIGHTS
+            options["rrf_k"] = options["rrf_k"] or ",".join(map(str, SWEEP_RRF_KS))
+            if options["candidates"] == str(DEPTH):  # the option's default
+                options["candidates"] = ",".join(map(str, SWEEP_CANDIDATES))
         modes = _names(options["modes"])
         expand = tuple(_names(options["expand"]))
-        unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(evaluation.EXPANDERS))
+        unknown = sorted(set(modes) - set(MODES)) + sorted(set(expand) - set(EXPANDERS))
         unknown += sorted(set(_names(options["aggregate"])) - set(AGGREGATES))
         unknown += sorted(set(_names(options["leg_weights"])) - set(LEG_WEIGHTS))
         unknown += sorted(set(_names(options["leg_candidates"])) - set(LEG_CANDIDATES))
@@ -136,19 +156,19 @@ class Command(BaseCommand):
                 f"unknown mode, expander, aggregate, leg weights, leg candidates or fusion: {', '.join(unknown)}"
             )
         candidates = _ints(options["candidates"])
-        if shallow := [depth for depth in candidates if depth < evaluation.DEPTH]:
+        if shallow := [depth for depth in candidates if depth < DEPTH]:
             raise CommandError(
                 f"--candidates {','.join(map(str, shallow))}: a search fuses at least its top_k candidates, and an "
-                f"evaluation asks for {evaluation.DEPTH} results, so it would measure {evaluation.DEPTH}"
+                f"evaluation asks for {DEPTH} results, so it would measure {DEPTH}"
             )
         try:
-            weights = evaluation.parse_weight_grid(options["weights"]) if options["weights"] else [None]
+            weights = parse_weight_grid(options["weights"]) if options["weights"] else [None]
             floors = [float(value) for value in _names(options["dense_floor"])] or [None]
-            feedbacks = [evaluation.parse_feedback(value) for value in _names(options["feedback"])] or [None]
-            dataset = evaluation.load_dataset(options["dataset"], options["split"], with_corpus=not options["tenant"])
+            feedbacks = [parse_feedback(value) for value in _names(options["feedback"])] or [None]
+            dataset = load_dataset(options["dataset"], options["split"], with_corpus=not options["tenant"])
         except (ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
-        variants = evaluation.build_variants(
+        variants = build_variants(
             modes,
             candidates=candidates,
             weights=weights,
@@ -166,16 +186,16 @@ class Command(BaseCommand):
         if options["tenant"]:
             tenant, kb, ingestion = *self._labelled_kb(options["tenant"], options["kb"]), None
         else:
-            tenant, kb, ingestion = evaluation.eval_tenant(), *self._ingested_kb(dataset, options)
+            tenant, kb, ingestion = eval_tenant(), *self._ingested_kb(dataset, options)
 
         query_ids = list(dataset.qrels)[: options["limit"]]
         results = []
         for variant in variants:
             with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
-                results.append(evaluation.run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
+                results.append(run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
 
         command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
-        report = evaluation.build_report(dataset, kb, results, ingestion, command=command, commit=commit)
+        report = build_report(dataset, kb, results, ingestion, command=command, commit=commit)
         if options["sweep"]:
             report["sweep"] = self._sweep_outcome(kb, results, write=options["write"])
         stamp = report["created_at"].replace(":", "")
@@ -187,27 +207,27 @@ class Command(BaseCommand):
 
     def _labelled_kb(self, tenant_name: str, kb_name: str):
         try:
-            tenant, kb = evaluation.labelled_knowledge_base(tenant_name, kb_name)
+            tenant, kb = labelled_knowledge_base(tenant_name, kb_name)
         except (TenantNotFound, KnowledgeBase.DoesNotExist):
             raise CommandError(f"tenant {tenant_name!r} has no knowledge base named {kb_name!r}") from None
         self.stdout.write(f"evaluating knowledge base {tenant.name}/{kb.name} (version {kb.active_version.number})")
         return tenant, kb
 
     def _ingested_kb(self, dataset, options):
-        kb_settings = evaluation.KbSettings(
+        kb_settings = KbSettings(
             model=options["model"] or settings.EMBEDDING_MODEL,
             languages=tuple(_names(options["languages"])) if options["languages"] else None,
             chunk_size=options["chunk_size"],
             chunk_overlap=options["chunk_overlap"],
         )
         try:
-            kb, created = evaluation.eval_knowledge_base(dataset, kb_settings, options["kb"])
+            kb, created = eval_knowledge_base(dataset, kb_settings, options["kb"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {evaluation.EVAL_TENANT}/{kb.name}")
-        files = evaluation.corpus_files(dataset)
+        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {EVAL_TENANT}/{kb.name}")
+        files = corpus_files(dataset)
         with tqdm(total=len(files), unit="doc", desc="ingest", disable=options["no_progress"], file=self.stderr) as bar:
-            ingestion = evaluation.ingest_corpus(kb, files, bar.update)
+            ingestion = ingest_corpus(kb, files, bar.update)
         summary = ingestion.as_dict()
         rate = f", {ingestion.chunks / ingestion.seconds:.1f} chunks/s" if ingestion.chunks else ""
         self.stdout.write(
@@ -217,12 +237,12 @@ class Command(BaseCommand):
         return kb, ingestion
 
     def _sweep_outcome(self, kb, results, *, write: bool) -> dict:
-        best = evaluation.best_run(results)
-        suggested = evaluation.suggested_settings(best.variant)
+        best = best_run(results)
+        suggested = suggested_settings(best.variant)
         ndcg = best.summary()["metrics"]["ndcg@10"]
         self.stdout.write(f"best: {best.variant.label} (nDCG@10 {ndcg:.4f}); search settings {json.dumps(suggested)}")
         if write:
-            stored = evaluation.write_suggested_settings(kb, suggested)
+            stored = write_suggested_settings(kb, suggested)
             where = f"{kb.tenant.name}/{kb.name} version {kb.active_version.number}"
             self.stdout.write(f"written to {where}: {json.dumps(stored)}")
         else:
@@ -230,11 +250,11 @@ class Command(BaseCommand):
         return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
     def _print_runs(self, dataset, runs: list[dict]) -> None:
-        header = ["run", *evaluation.METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]
+        header = ["run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]
         rows = [
             [
                 run["label"],
-                *(f"{run['metrics'][metric]:.4f}" for metric in evaluation.METRICS),
+                *(f"{run['metrics'][metric]:.4f}" for metric in METRICS),
                 f"{run['latency_ms']['p50']}",
                 f"{run['latency_ms']['p95']}",
                 f"{run['dense_skipped_queries']}" if run["mode"] == "hybrid" else "-",
@@ -252,16 +272,16 @@ class Command(BaseCommand):
             before, after = (json.loads(path.read_text(encoding="utf-8")) for path in (before_path, after_path))
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot read report: {exc}") from None
-        rows = evaluation.compare_reports(before, after)
+        rows = compare_reports(before, after)
         if not rows:
             raise CommandError("no run of the first report matches a run of the second (same label, or same mode)")
         self._table(
-            ["run", "queries", *(f"Δ {metric}" for metric in evaluation.METRICS), "Δ p50 ms", "nDCG better/worse"],
+            ["run", "queries", *(f"Δ {metric}" for metric in METRICS), "Δ p50 ms", "nDCG better/worse"],
             [
                 [
                     row["label"],
                     str(row["queries"]),
-                    *(f"{row['delta'][metric]:+.4f}" for metric in evaluation.METRICS),
+                    *(f"{row['delta'][metric]:+.4f}" for metric in METRICS),
                     f"{row['latency_p50_delta_ms']:+.2f}",
                     f"{row['ndcg@10_better']}/{row['ndcg@10_worse']}",
                 ]

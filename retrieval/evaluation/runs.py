@@ -1,0 +1,79 @@
+"""Running a variant: every judged query through the service's own ``search`` (what the API calls),
+scored and timed."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from knowledge.models import KnowledgeBase
+from retrieval.evaluation.datasets import BeirDataset, corpus_id_from_uri
+from retrieval.evaluation.metrics import METRICS, distinct, score_query, threshold_curve
+from retrieval.evaluation.variants import Variant
+from retrieval.services.search import search
+from tenants.models import Tenant
+
+
+@dataclass
+class RunResult:
+    variant: Variant
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # metrics + latency_ms
+    degraded_queries: int = 0
+    dense_skipped_queries: int = 0
+    judged_relevance: list[tuple[float, bool]] = field(default_factory=list)  # top-10 documents' relevance
+
+    def summary(self) -> dict:
+        latencies = [scores["latency_ms"] for scores in self.per_query.values()]
+        return {
+            **self.variant.as_dict(),
+            "queries": len(self.per_query),
+            "metrics": {
+                metric: round(float(np.mean([s[metric] for s in self.per_query.values()])), 4)
+                if self.per_query
+                else 0.0
+                for metric in METRICS
+            },
+            "latency_ms": {
+                "p50": round(float(np.percentile(latencies, 50)), 2) if latencies else None,
+                "p95": round(float(np.percentile(latencies, 95)), 2) if latencies else None,
+            },
+            "degraded_queries": self.degraded_queries,
+            "dense_skipped_queries": self.dense_skipped_queries,
+            "relevance_threshold": threshold_curve(self.judged_relevance),
+        }
+
+    def as_dict(self) -> dict:
+        return {**self.summary(), "per_query": self.per_query}
+
+
+def run_variant(
+    tenant: Tenant,
+    kb: KnowledgeBase,
+    dataset: BeirDataset,
+    variant: Variant,
+    query_ids: Sequence[str],
+    on_progress: Callable[[int], None] = lambda done: None,
+) -> RunResult:
+    """Every query through ``search``; latency is the wall time of that call (one untimed warm-up
+    first, so loading the model is not counted)."""
+    result = RunResult(variant)
+    if query_ids:
+        search(tenant, variant.request(dataset.queries[query_ids[0]], kb.pk))
+    for qid in query_ids:
+        started = time.perf_counter()
+        response = search(tenant, variant.request(dataset.queries[qid], kb.pk))
+        latency_ms = (time.perf_counter() - started) * 1000
+        ranking = [corpus_id_from_uri(hit.source_uri) for hit in response.results]
+        best = {}  # each document of the top 10 at its best chunk, as the metrics rank it
+        for corpus_id, hit in zip(ranking, response.results):
+            best.setdefault(corpus_id, hit.relevance)
+        judgments = dataset.qrels[qid]
+        result.judged_relevance += [(best[doc], judgments.get(doc, 0) > 0) for doc in distinct(ranking)[:10]]
+        scores = {name: round(value, 6) for name, value in score_query(ranking, dataset.qrels[qid]).items()}
+        result.per_query[qid] = {**scores, "latency_ms": round(latency_ms, 2)}
+        result.degraded_queries += bool(response.degraded)
+        result.dense_skipped_queries += variant.mode == "hybrid" and response.weights.get("vector", 0) == 0
+        on_progress(1)
+    return result
