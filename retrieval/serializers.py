@@ -88,6 +88,30 @@ class ExpandInput(ShallowFieldsSerializer):
     max_expansions = StrictIntegerField(min_value=0, max_value=10, default=3)
 
 
+MAX_QUERY_VECTOR_DIMENSIONS = 16_000  # pgvector's largest vector
+
+
+class QueryVectorInput(ShallowFieldsSerializer):
+    """A caller's own embedding of the query, with the model it came from (both are checked against the
+    searched KB versions: 400 ``query_vector_mismatch``)."""
+
+    model = StrictCharField(
+        max_length=200, help_text="the embedding model that made it, as the KB version names it (embedding_model)"
+    )
+    values = serializers.ListField(
+        child=StrictFloatField(),
+        min_length=1,
+        max_length=MAX_QUERY_VECTOR_DIMENSIONS,
+        help_text="the query's embedding, as many finite numbers as the model's dimension (embedding_dim); "
+        "scaled to unit length before the cosine search, so it may not be all zeros",
+    )
+
+    def validate_values(self, values):
+        if not any(values):
+            raise serializers.ValidationError("a zero vector has no direction to search")
+        return values
+
+
 class SearchInput(ShallowFieldsSerializer):
     query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     top_k = StrictIntegerField(min_value=1, max_value=100, default=10)
@@ -179,6 +203,12 @@ class SearchInput(ShallowFieldsSerializer):
         help_text="RM3: the original query's share of the expanded query's weights (default: the KB's, else 0.5)",
     )
     expand = ExpandInput(required=False)
+    query_vector = QueryVectorInput(
+        required=False,
+        help_text="vector and hybrid: the caller's embedding of query; the dense leg searches it and the service "
+        "does not embed the query (only variants an expansion adds); query still drives BM25, the reranker and "
+        "highlighting",
+    )
 
     def validate(self, data):
         if data.get("candidates") is not None:  # fusing fewer than top_k candidates could not fill the answer

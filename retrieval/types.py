@@ -20,6 +20,14 @@ MODES = ("vector", "bm25", "hybrid", "graph")
 RETRIEVERS = ("vector", "bm25", "graph")
 
 
+@dataclass(frozen=True)
+class QueryVector:
+    """The caller's own embedding of ``query``: the dense leg searches it instead of embedding the query."""
+
+    model: str  # the embedding model it came from; must be the searched KB versions' model
+    values: tuple[float, ...]
+
+
 @dataclass
 class SearchRequest:
     query: str
@@ -45,6 +53,7 @@ class SearchRequest:
     feedback_terms: int | None = None
     feedback_query_weight: float | None = None
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
+    query_vector: QueryVector | None = None
 
 
 @dataclass

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from engines.analysis import Analyzer
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback
@@ -27,3 +29,4 @@ class SearchContext:
     hops: int  # the graph leg's neighbourhood
     feedback: Feedback  # RM3 on the BM25 leg
     timings: StageTimings
+    query_vector: np.ndarray | None = None  # the caller's embedding of the original query (``caller_vector``)
