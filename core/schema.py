@@ -88,6 +88,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ),
             ("graph_unavailable", "graph search is unavailable: unexpected OperationalError; details are in the "
              "service log"),
+            ("reranker_unavailable", "reranking is unavailable: the reranker answered HTTP 500"),
             ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
         ],
     ),

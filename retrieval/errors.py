@@ -32,5 +32,11 @@ class VectorIndexUnavailable(UnavailableError):
     code = "vector_index_unavailable"
 
 
+class RerankerUnavailable(UnavailableError):
+    """Reranking failed and ``RERANK_ON_FAILURE`` is ``error``: no unreranked answer instead."""
+
+    code = "reranker_unavailable"
+
+
 class GraphUnavailable(UnavailableError):
     code = "graph_unavailable"

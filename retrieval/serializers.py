@@ -290,6 +290,12 @@ class DegradationOutput(serializers.Serializer):
     stage = serializers.CharField()
     cause = serializers.CharField()
     message = serializers.CharField()
+    fallback = serializers.ChoiceField(
+        choices=["fused", "dense"],
+        required=False,
+        help_text="rerank only: the order answered instead (RERANK_FALLBACK_ORDER): fused, or dense (by cosine, "
+        "hits the dense leg did not find after them in fused order)",
+    )
 
 
 class SearchOutput(serializers.Serializer):

@@ -121,9 +121,11 @@ class Degradation:
     stage: str  # "expand", "bm25", "feedback", "vector", "graph", "union", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
+    fallback: str | None = None  # rerank: the order answered instead ("fused" or "dense", RERANK_FALLBACK_ORDER)
 
     def as_dict(self) -> dict:
-        return {"stage": self.stage, "cause": self.cause, "message": self.message}
+        entry = {"stage": self.stage, "cause": self.cause, "message": self.message}
+        return entry if self.fallback is None else {**entry, "fallback": self.fallback}
 
 
 @dataclass(frozen=True)

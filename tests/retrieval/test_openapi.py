@@ -69,7 +69,7 @@ def test_error_examples_use_the_codes_the_service_answers(openapi):
     assert codes["409"] == {"idempotency_in_flight"} and codes["422"] == {"idempotency_key_reused"}
     assert codes["503"] == {
         "embedder_unavailable", "lexical_index_unavailable", "vector_index_unavailable", "graph_unavailable",
-        "rate_limiter_unavailable",
+        "reranker_unavailable", "rate_limiter_unavailable",
     }
 
 
