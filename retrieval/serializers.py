@@ -67,6 +67,56 @@ class WeightsField(serializers.DictField):
         return weights
 
 
+CANDIDATES_HELP = (
+    "depth of each retriever's list before fusion: one integer for every leg, or per leg ({\"vector\": 80, "
+    "\"bm25\": 40}; a leg not named takes the default); default: the KB's, else SEARCH_CANDIDATES; a value "
+    "below top_k is raised to top_k"
+)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATES},
+            {
+                "type": "object",
+                "properties": {
+                    retriever: {"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATES} for retriever in RETRIEVERS
+                },
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+        ],
+        "description": CANDIDATES_HELP,
+    }
+)
+class CandidatesField(serializers.Field):
+    """An integer depth for every leg, or an object of depths per leg."""
+
+    depth = StrictIntegerField(min_value=1, max_value=MAX_CANDIDATES)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            return self.depth.run_validation(data)
+        unknown = sorted(set(data) - set(RETRIEVERS))
+        if unknown:
+            raise serializers.ValidationError(f"unknown retriever(s) {', '.join(unknown)}; use {', '.join(RETRIEVERS)}")
+        if not data:
+            raise serializers.ValidationError("name at least one retriever's depth, or give one integer")
+        depths, errors = {}, {}
+        for retriever, value in data.items():
+            try:
+                depths[retriever] = self.depth.run_validation(value)
+            except serializers.ValidationError as exc:
+                errors[retriever] = exc.detail
+        if errors:
+            raise serializers.ValidationError(errors)
+        return depths
+
+    def to_representation(self, value):
+        return value
+
+
 @extend_schema_field(
     {
         "type": "object",
@@ -120,13 +170,7 @@ class SearchInput(ShallowFieldsSerializer):
     )
     filters = FiltersField(required=False)
     weights = WeightsField(required=False)
-    candidates = StrictIntegerField(
-        min_value=1,
-        max_value=MAX_CANDIDATES,
-        required=False,
-        help_text="depth of each retriever's list before fusion (default: the KB's, else SEARCH_CANDIDATES); "
-        "a value below top_k is raised to top_k",
-    )
+    candidates = CandidatesField(required=False, help_text=CANDIDATES_HELP)
     fusion = serializers.ChoiceField(
         choices=FUSIONS,
         required=False,
@@ -211,8 +255,11 @@ class SearchInput(ShallowFieldsSerializer):
     )
 
     def validate(self, data):
-        if data.get("candidates") is not None:  # fusing fewer than top_k candidates could not fill the answer
-            data["candidates"] = max(data["candidates"], data["top_k"])
+        candidates = data.get("candidates")  # fusing fewer than top_k candidates could not fill the answer
+        if isinstance(candidates, dict):
+            data["candidates"] = {leg: max(depth, data["top_k"]) for leg, depth in candidates.items()}
+        elif candidates is not None:
+            data["candidates"] = max(candidates, data["top_k"])
         return data
 
 

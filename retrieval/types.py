@@ -36,7 +36,7 @@ class SearchRequest:
     kb_ids: list[int] | None = None
     filters: dict | None = None
     weights: dict[str, float] | None = None
-    candidates: int | None = None
+    candidates: int | dict[str, int] | None = None  # one depth for every leg, or per leg ({"vector": 80})
     fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
     leg_weights: str | None = None  # RRF: "evidence" (per query, retrieval.fusion.weighted_by_evidence) or "fixed"
     leg_candidates: str | None = None  # "union" (each leg ranks every leg's candidates) or "own"

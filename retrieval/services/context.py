@@ -25,7 +25,7 @@ class SearchContext:
     weights: dict[str, float]  # retriever -> weight; 0: it does not run
     compiled: CompiledFilter
     analyzer: Analyzer  # the tenant's, with its vocabulary
-    candidates: int  # how many hits each list keeps
+    depths: dict[str, int]  # retriever -> how many hits each of its lists keeps
     hops: int  # the graph leg's neighbourhood
     feedback: Feedback  # RM3 on the BM25 leg
     timings: StageTimings

@@ -25,7 +25,7 @@ from retrieval.services.planning import caller_vector, expand, model_groups, sea
 from retrieval.services.rerank import rerank
 from retrieval.services.timings import StageTimings
 from retrieval.services.union import score_union
-from retrieval.types import SearchRequest, SearchResponse
+from retrieval.types import RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 
 
@@ -48,7 +48,7 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
         context = SearchContext(
             tenant=tenant, groups=tuple(groups), version_ids=version_ids, variants=tuple(expansion.variants),
             weights=weights.by_retriever, compiled=compiled, analyzer=vocabulary.analyzer,
-            candidates=fusion.candidates, hops=settings.GRAPH_HOPS if request.hops is None else request.hops,
+            depths={name: fusion.depth(name) for name in RETRIEVERS}, hops=settings.GRAPH_HOPS if request.hops is None else request.hops,
             feedback=fusion.feedback, timings=timings, query_vector=query_vector,
         )  # fmt: skip
         retrieved = retrieve(context)

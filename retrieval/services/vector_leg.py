@@ -59,7 +59,7 @@ def retrieve_vector(
 ) -> LegResult:
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
-    weight, candidates, groups = context.weights["vector"], context.candidates, context.groups
+    weight, candidates, groups = context.weights["vector"], context.depths["vector"], context.groups
     lists, queries, hashes = [], [], {}
     for i, variant in enumerate(context.variants):
         hits = []

@@ -699,6 +699,16 @@ def test_a_query_vector_in_a_mode_without_a_dense_leg_is_400(tenant, api_client,
     assert_error(response, 400, "query_vector_not_applicable", mode)
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "candidates, needle",
+    [({"vectors": 5}, "unknown retriever"), ({}, "at least one"), ({"bm25": 0}, "bm25"), ({"vector": "5"}, "vector"),
+     ({"graph": 201}, "200"), ([5], "integer")],
+)  # fmt: skip
+def test_bad_candidates_per_leg_are_400(api_client, candidates, needle):
+    assert_error(search(api_client, {"query": "x", "candidates": candidates}), 400, "invalid_request", needle)
+
+
 # === tenant isolation ==============================================================================
 
 
