@@ -24,12 +24,14 @@ class ErrorOutput(serializers.Serializer):
 # status -> (description, [(code, message)]): one example per code a client can receive.
 ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
     400: (
-        "Invalid body, filter or JSON.",
+        "Invalid body, filter or JSON, or a query vector the searched knowledge bases cannot use.",
         [
             ("invalid_request", "top_k: Ensure this value is less than or equal to 100."),
             ("invalid_filter", "unknown filter field 'colour'"),
             ("malformed_json", "JSON parse error - Expecting value: line 1 column 1 (char 0)"),
             ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
+            ("query_vector_mismatch", "query_vector has 768 dimensions; model 'all-MiniLM-L6-v2' makes 384"),
+            ("query_vector_not_applicable", "query_vector needs a dense leg; mode bm25 has none"),
         ],
     ),
     401: (
@@ -86,6 +88,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ),
             ("graph_unavailable", "graph search is unavailable: unexpected OperationalError; details are in the "
              "service log"),
+            ("reranker_unavailable", "reranking is unavailable: the reranker answered HTTP 500"),
             ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
         ],
     ),

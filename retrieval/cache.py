@@ -156,6 +156,7 @@ def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: Searched
         "query": " ".join(request.query.split()),
         "kb_ids": sorted(set(request.kb_ids or ())),
         "expand": expand,
+        "query_vector": vars(request.query_vector) if request.query_vector else None,
     }
     material = {
         "tenant": tenant.pk,

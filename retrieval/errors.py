@@ -8,6 +8,18 @@ class InvalidFilter(DomainError):
     code = "invalid_filter"
 
 
+class QueryVectorMismatch(DomainError):
+    """The caller's query vector is not from the searched versions' model, or not of its dimension."""
+
+    code = "query_vector_mismatch"
+
+
+class QueryVectorNotApplicable(DomainError):
+    """A query vector in a mode with no dense leg (bm25, graph): it would be silently ignored."""
+
+    code = "query_vector_not_applicable"
+
+
 class EmbedderUnavailable(UnavailableError):
     code = "embedder_unavailable"
 
@@ -18,6 +30,12 @@ class LexicalIndexUnavailable(UnavailableError):
 
 class VectorIndexUnavailable(UnavailableError):
     code = "vector_index_unavailable"
+
+
+class RerankerUnavailable(UnavailableError):
+    """Reranking failed and ``RERANK_ON_FAILURE`` is ``error``: no unreranked answer instead."""
+
+    code = "reranker_unavailable"
 
 
 class GraphUnavailable(UnavailableError):

@@ -177,6 +177,11 @@ REQUEST_EXAMPLES = {
             {"query": "how do I install the smart lock", "top_k": 5,
              "filters": {"doc_type": {"in": ["pdf", "md"]}, "metadata.shop_id": 102}},
         ),
+        (
+            "Own query vector (shortened: all-MiniLM-L6-v2 makes 384 values)",
+            {"query": "How should I store the lithium battery pack?", "top_k": 3,
+             "query_vector": {"model": "all-MiniLM-L6-v2", "values": [0.0132, -0.0871, 0.0415]}},
+        ),
     ],
     "bm25": [("Identifier lookup", {"query": "PPR-9087", "top_k": 5})],
     "hybrid": [

@@ -67,6 +67,56 @@ class WeightsField(serializers.DictField):
         return weights
 
 
+CANDIDATES_HELP = (
+    "depth of each retriever's list before fusion: one integer for every leg, or per leg ({\"vector\": 80, "
+    "\"bm25\": 40}; a leg not named takes the default); default: the KB's, else SEARCH_CANDIDATES; a value "
+    "below top_k is raised to top_k"
+)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATES},
+            {
+                "type": "object",
+                "properties": {
+                    retriever: {"type": "integer", "minimum": 1, "maximum": MAX_CANDIDATES} for retriever in RETRIEVERS
+                },
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+        ],
+        "description": CANDIDATES_HELP,
+    }
+)
+class CandidatesField(serializers.Field):
+    """An integer depth for every leg, or an object of depths per leg."""
+
+    depth = StrictIntegerField(min_value=1, max_value=MAX_CANDIDATES)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            return self.depth.run_validation(data)
+        unknown = sorted(set(data) - set(RETRIEVERS))
+        if unknown:
+            raise serializers.ValidationError(f"unknown retriever(s) {', '.join(unknown)}; use {', '.join(RETRIEVERS)}")
+        if not data:
+            raise serializers.ValidationError("name at least one retriever's depth, or give one integer")
+        depths, errors = {}, {}
+        for retriever, value in data.items():
+            try:
+                depths[retriever] = self.depth.run_validation(value)
+            except serializers.ValidationError as exc:
+                errors[retriever] = exc.detail
+        if errors:
+            raise serializers.ValidationError(errors)
+        return depths
+
+    def to_representation(self, value):
+        return value
+
+
 @extend_schema_field(
     {
         "type": "object",
@@ -88,6 +138,30 @@ class ExpandInput(ShallowFieldsSerializer):
     max_expansions = StrictIntegerField(min_value=0, max_value=10, default=3)
 
 
+MAX_QUERY_VECTOR_DIMENSIONS = 16_000  # pgvector's largest vector
+
+
+class QueryVectorInput(ShallowFieldsSerializer):
+    """A caller's own embedding of the query, with the model it came from (both are checked against the
+    searched KB versions: 400 ``query_vector_mismatch``)."""
+
+    model = StrictCharField(
+        max_length=200, help_text="the embedding model that made it, as the KB version names it (embedding_model)"
+    )
+    values = serializers.ListField(
+        child=StrictFloatField(),
+        min_length=1,
+        max_length=MAX_QUERY_VECTOR_DIMENSIONS,
+        help_text="the query's embedding, as many finite numbers as the model's dimension (embedding_dim); "
+        "scaled to unit length before the cosine search, so it may not be all zeros",
+    )
+
+    def validate_values(self, values):
+        if not any(values):
+            raise serializers.ValidationError("a zero vector has no direction to search")
+        return values
+
+
 class SearchInput(ShallowFieldsSerializer):
     query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     top_k = StrictIntegerField(min_value=1, max_value=100, default=10)
@@ -96,13 +170,7 @@ class SearchInput(ShallowFieldsSerializer):
     )
     filters = FiltersField(required=False)
     weights = WeightsField(required=False)
-    candidates = StrictIntegerField(
-        min_value=1,
-        max_value=MAX_CANDIDATES,
-        required=False,
-        help_text="depth of each retriever's list before fusion (default: the KB's, else SEARCH_CANDIDATES); "
-        "a value below top_k is raised to top_k",
-    )
+    candidates = CandidatesField(required=False, help_text=CANDIDATES_HELP)
     fusion = serializers.ChoiceField(
         choices=FUSIONS,
         required=False,
@@ -179,10 +247,19 @@ class SearchInput(ShallowFieldsSerializer):
         help_text="RM3: the original query's share of the expanded query's weights (default: the KB's, else 0.5)",
     )
     expand = ExpandInput(required=False)
+    query_vector = QueryVectorInput(
+        required=False,
+        help_text="vector and hybrid: the caller's embedding of query; the dense leg searches it and the service "
+        "does not embed the query (only variants an expansion adds); query still drives BM25, the reranker and "
+        "highlighting",
+    )
 
     def validate(self, data):
-        if data.get("candidates") is not None:  # fusing fewer than top_k candidates could not fill the answer
-            data["candidates"] = max(data["candidates"], data["top_k"])
+        candidates = data.get("candidates")  # fusing fewer than top_k candidates could not fill the answer
+        if isinstance(candidates, dict):
+            data["candidates"] = {leg: max(depth, data["top_k"]) for leg, depth in candidates.items()}
+        elif candidates is not None:
+            data["candidates"] = max(candidates, data["top_k"])
         return data
 
 
@@ -260,6 +337,12 @@ class DegradationOutput(serializers.Serializer):
     stage = serializers.CharField()
     cause = serializers.CharField()
     message = serializers.CharField()
+    fallback = serializers.ChoiceField(
+        choices=["fused", "dense"],
+        required=False,
+        help_text="rerank only: the order answered instead (RERANK_FALLBACK_ORDER): fused, or dense (by cosine, "
+        "hits the dense leg did not find after them in fused order)",
+    )
 
 
 class SearchOutput(serializers.Serializer):

@@ -7,7 +7,7 @@ note says so. The request's own values win over all of them. The result is part 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
 
@@ -49,9 +49,14 @@ class FusionSettings:
     feedback_terms: int
     feedback_query_weight: float
     notes: tuple[str, ...] = ()
+    leg_depths: dict[str, int] = field(default_factory=dict)  # the request's per-leg candidates; else ``candidates``
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def depth(self, retriever: str) -> int:
+        """How many hits ``retriever``'s lists keep before fusion."""
+        return self.leg_depths.get(retriever, self.candidates)
 
     @property
     def feedback(self) -> Feedback:
@@ -104,7 +109,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
         "leg_weights": request.leg_weights,
         "leg_candidates": request.leg_candidates,
         "rrf_k": request.rrf_k,
-        "candidates": request.candidates,
+        "candidates": request.candidates if isinstance(request.candidates, int) else None,
         "dense_weight_floor": request.dense_weight_floor,
         "aggregate": request.aggregate,
         "group_by": request.group_by,
@@ -116,4 +121,6 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
     resolved["weights"].update(request.weights or {})
     # A list shorter than top_k could not fill the answer (a request's own value is raised likewise).
     resolved["candidates"] = max(resolved["candidates"], request.top_k)
+    if isinstance(request.candidates, dict):
+        resolved["leg_depths"] = {leg: max(depth, request.top_k) for leg, depth in sorted(request.candidates.items())}
     return FusionSettings(**resolved, notes=tuple(notes))

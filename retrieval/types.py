@@ -20,6 +20,14 @@ MODES = ("vector", "bm25", "hybrid", "graph")
 RETRIEVERS = ("vector", "bm25", "graph")
 
 
+@dataclass(frozen=True)
+class QueryVector:
+    """The caller's own embedding of ``query``: the dense leg searches it instead of embedding the query."""
+
+    model: str  # the embedding model it came from; must be the searched KB versions' model
+    values: tuple[float, ...]
+
+
 @dataclass
 class SearchRequest:
     query: str
@@ -28,7 +36,7 @@ class SearchRequest:
     kb_ids: list[int] | None = None
     filters: dict | None = None
     weights: dict[str, float] | None = None
-    candidates: int | None = None
+    candidates: int | dict[str, int] | None = None  # one depth for every leg, or per leg ({"vector": 80})
     fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
     leg_weights: str | None = None  # RRF: "evidence" (per query, retrieval.fusion.weighted_by_evidence) or "fixed"
     leg_candidates: str | None = None  # "union" (each leg ranks every leg's candidates) or "own"
@@ -45,6 +53,7 @@ class SearchRequest:
     feedback_terms: int | None = None
     feedback_query_weight: float | None = None
     expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
+    query_vector: QueryVector | None = None
 
 
 @dataclass
@@ -112,9 +121,11 @@ class Degradation:
     stage: str  # "expand", "bm25", "feedback", "vector", "graph", "union", "group" or "rerank"
     cause: str  # short and machine-readable: the failing component's own cause, else a generic one
     message: str
+    fallback: str | None = None  # rerank: the order answered instead ("fused" or "dense", RERANK_FALLBACK_ORDER)
 
     def as_dict(self) -> dict:
-        return {"stage": self.stage, "cause": self.cause, "message": self.message}
+        entry = {"stage": self.stage, "cause": self.cause, "message": self.message}
+        return entry if self.fallback is None else {**entry, "fallback": self.fallback}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from core.fields import validated_body
 from core.idempotency import IdempotentPostMixin
 from core.request_id import request_id_of
 from core.ratelimit import RateLimitedMixin
-from retrieval.types import MODES, SearchRequest
+from retrieval.types import MODES, QueryVector, SearchRequest
 from retrieval.serializers import GraphSearchInput, ModeSearchInput, SearchInput
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
@@ -50,8 +50,12 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
         expand = data.pop("expand", None)
         mode = data.pop("mode", self.mode)
+        given = data.pop("query_vector", None)
         search_request = SearchRequest(
-            **data, mode=mode, expand=ExpansionOptions(**expand) if expand else ExpansionOptions()
+            **data,
+            mode=mode,
+            expand=ExpansionOptions(**expand) if expand else ExpansionOptions(),
+            query_vector=QueryVector(given["model"], tuple(given["values"])) if given else None,
         )
         rows = request.read_along
         knowledge = None if rows is None else searched_knowledge_in(rows, search_request.kb_ids)

@@ -279,7 +279,10 @@ def api_client(tenant) -> APIClient:
 
 
 class RerankServer(Peer):
-    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault."""
+    """A ``/v1/rerank`` peer: answers by word overlap, or with an injected fault ("slow": after
+    ``SLOW_S``, beyond ``SEARCH_DEADLINE_MS``)."""
+
+    SLOW_S = 3.0
 
     def __init__(self):
         self.mode = "ok"
@@ -290,6 +293,8 @@ class RerankServer(Peer):
             return Reply(500, {})
         if self.mode == "garbage":
             return Reply(body=b"not json")
+        if self.mode == "slow":
+            return Reply(body={"results": []}, delay_s=self.SLOW_S)
         if self.mode == "null":
             return Reply(body={"results": [{"index": 0, "relevance_score": None}]})
         body = request.json()

@@ -27,12 +27,13 @@ def prepare_bm25(context: SearchContext) -> LexicalQuery:
     """With filters, the chunk ids SQL says match (the source of truth for filters) for the index to
     search inside; when too many match, the index searches without them, ten times deeper, and its
     hits are filtered after."""
-    allowed, depth = None, context.candidates
+    candidates = context.depths["bm25"]
+    allowed, depth = None, candidates
     if context.compiled.q:
         allowed = selectors.filtered_chunk_ids(
             context.tenant, context.version_ids, context.compiled, settings.LEXICAL_FILTER_MAX_IDS
         )
-        depth = context.candidates if allowed is not None else context.candidates * 10
+        depth = candidates if allowed is not None else candidates * 10
     return LexicalQuery(context.analyzer, allowed, depth)
 
 
@@ -60,7 +61,7 @@ def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) 
     for variant, hits, tokens in zip(context.variants, found.hits, found.tokens, strict=True):
         if query.allowed is None:
             hits = _hits_of_existing_chunks(index, context, tokens, hits, query.depth, hashes)
-        ranked = [(hit.chunk_id, hit.score) for hit in hits[: context.candidates]]
+        ranked = [(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]
         lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
         queries.append(ListQuery(tokens=tokens))
     return LegResult(
@@ -89,7 +90,7 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
         )
         if query.allowed is None:
             hits = _hits_of_existing_chunks(index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights)
-        lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.candidates]]))
+        lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]))
         queries.append(ListQuery(tokens=weighted.tokens, token_weights=weighted.weights))
         for version_id in version_ids:
             ceilings[ranked.query, version_id] = index.max_score(version_id, weighted.tokens, weighted.weights)
@@ -127,7 +128,7 @@ def _hits_of_existing_chunks(
     dropped and the search goes deeper by as many, so it never takes a real chunk's place. With
     filters it goes ten times deeper until enough pass, the index runs out, or
     :data:`FILTERED_DEPTH_LIMIT` is reached: the hits a search inside the filter's ids would give."""
-    tenant, compiled, candidates = context.tenant, context.compiled, context.candidates
+    tenant, compiled, candidates = context.tenant, context.compiled, context.depths["bm25"]
     while True:
         passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
         kept = [hit for hit in hits if hit.chunk_id in passing]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from engines.analysis import Analyzer
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback
@@ -23,7 +25,8 @@ class SearchContext:
     weights: dict[str, float]  # retriever -> weight; 0: it does not run
     compiled: CompiledFilter
     analyzer: Analyzer  # the tenant's, with its vocabulary
-    candidates: int  # how many hits each list keeps
+    depths: dict[str, int]  # retriever -> how many hits each of its lists keeps
     hops: int  # the graph leg's neighbourhood
     feedback: Feedback  # RM3 on the BM25 leg
     timings: StageTimings
+    query_vector: np.ndarray | None = None  # the caller's embedding of the original query (``caller_vector``)

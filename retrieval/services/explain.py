@@ -8,7 +8,7 @@ from retrieval.services.document_order import DocumentOrder
 from retrieval.services.legs import Retrieved
 from retrieval.services.union import UnionScored
 from retrieval.tuning import FusionSettings
-from retrieval.types import Expansion, Reranked, Weights
+from retrieval.types import RETRIEVERS, Expansion, Reranked, Weights
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def explain(
             *documents.degraded,
             *reranked.degraded,
         ],
-        notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
+        notes=[*fusion.notes, *_depth_notes(fusion), *weights.notes, *(note for leg in legs for note in leg.notes)],
         candidates={**_found(retrieved), "fused": len(fused)},
     )
 
@@ -53,3 +53,11 @@ def _found(retrieved: Retrieved) -> dict[str, int]:
         for ranked in leg.lists:
             chunk_ids.setdefault(ranked.retriever, set()).update(chunk_id for chunk_id, _ in ranked.hits)
     return {retriever: len(ids) for retriever, ids in chunk_ids.items()}
+
+
+def _depth_notes(fusion: FusionSettings) -> list[str]:
+    """The request's per-leg candidates, as each leg ran them (below top_k: raised to it)."""
+    if not fusion.leg_depths:
+        return []
+    depths = ", ".join(f"{leg} {fusion.depth(leg)}" for leg in RETRIEVERS if leg in fusion.leg_depths)
+    return [f"candidates per leg: {depths}; other legs {fusion.candidates}"]

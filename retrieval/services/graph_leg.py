@@ -17,7 +17,7 @@ def retrieve_graph(context: SearchContext) -> LegResult:
     if context.compiled.q and hits:
         passing = selectors.hashes_of_chunks_passing(context.tenant, [chunk_id for chunk_id, _ in hits], context.compiled)
         hits = [hit for hit in hits if hit[0] in passing]
-    hits = hits[: context.candidates]
+    hits = hits[: context.depths["graph"]]
     explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
     return LegResult(
         "graph", lists=[RankedList("graph", query, context.weights["graph"], hits)], content_hashes=passing,

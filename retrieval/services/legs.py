@@ -32,8 +32,13 @@ def retrieve(context: SearchContext) -> Retrieved:
     leg's error when no leg answers."""
     timings, weights = context.timings, context.weights
     embedding = lexical = None
-    if weights["vector"] > 0:
-        embedding = in_pool(embedding_pool, timings, "embed", embed, context.groups, [v.text for v in context.variants])
+    embedding_stage = "embed"
+    texts = [variant.text for variant in context.variants]
+    if weights["vector"] > 0 and context.query_vector is not None and len(texts) == 1:
+        embedding, embedding_stage = Future(), "vector"  # the caller's vector: nothing to embed
+        embedding.set_result(embed(context.groups, texts, context.query_vector))
+    elif weights["vector"] > 0:
+        embedding = in_pool(embedding_pool, timings, "embed", embed, context.groups, texts, context.query_vector)
     legs: dict[str, LegResult] = {}
     query: LexicalQuery | None = None
     if weights["bm25"] > 0:
@@ -63,7 +68,7 @@ def retrieve(context: SearchContext) -> Retrieved:
             graph = legs["graph"]
             hit_ids = {chunk_id for ranked in graph.lists for chunk_id, _ in ranked.hits}
             known_hashes = selectors.content_hashes(hit_ids - graph.content_hashes.keys())
-    pending = {future: name for future, name in ((embedding, "embed"), (lexical, "bm25")) if future is not None}
+    pending = {future: name for future, name in ((embedding, embedding_stage), (lexical, "bm25")) if future is not None}
     while pending:
         since = time.perf_counter()
         done, _ = wait(pending, return_when=FIRST_COMPLETED)

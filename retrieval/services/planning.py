@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from engines.analysis import detect_language
 from knowledge.selectors import SearchedKnowledge, SearchedVersion, SynonymRule
+from retrieval.errors import QueryVectorMismatch, QueryVectorNotApplicable
 from retrieval.expansion import expand_query
 from retrieval.tuning import FusionSettings, effective_settings
 from retrieval.types import RETRIEVERS, Expansion, ModelGroup, SearchRequest, Weights
@@ -28,6 +31,38 @@ def model_groups(versions: Iterable[SearchedVersion]) -> list[ModelGroup]:
         )
         for (model, dim), members in grouped.items()
     ]
+
+
+def caller_vector(request: SearchRequest, groups: list[ModelGroup]) -> np.ndarray | None:
+    """The caller's query vector as the dense leg searches it (unit length, float32), checked against
+    the searched versions: one model, the one it names, and that model's dimension. None: the service
+    embeds the query."""
+    given = request.query_vector
+    if given is None:
+        return None
+    if request.mode not in ("vector", "hybrid"):
+        raise QueryVectorNotApplicable(f"query_vector needs a dense leg; mode {request.mode} has none")
+    models = sorted({group.model_name for group in groups})
+    if len(models) > 1:
+        raise QueryVectorMismatch(
+            f"the searched knowledge bases use different embedding models ({', '.join(models)}): one query "
+            "vector cannot serve them; search them separately or send the query text alone",
+            details={"models": models},
+        )
+    vector = np.asarray(given.values, dtype=np.float64)
+    for group in groups:
+        if group.model_name != given.model:
+            raise QueryVectorMismatch(
+                f"query_vector is from model {given.model!r}; the searched knowledge bases use {group.model_name!r}",
+                details={"expected_model": group.model_name, "model": given.model},
+            )
+        if group.dimension != len(vector):
+            raise QueryVectorMismatch(
+                f"query_vector has {len(vector)} dimensions; model {group.model_name!r} makes {group.dimension}",
+                details={"expected_dimension": group.dimension, "dimension": len(vector)},
+            )
+    vector = vector / np.abs(vector).max()  # first, so that no square overflows (the serializer refused zeros)
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
 
 
 def expand(

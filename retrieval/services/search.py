@@ -21,11 +21,11 @@ from retrieval.services.explain import explain
 from retrieval.services.fuse import fuse
 from retrieval.services.hydrate import hydrate
 from retrieval.services.legs import retrieve
-from retrieval.services.planning import expand, model_groups, searched_settings, weigh
+from retrieval.services.planning import caller_vector, expand, model_groups, searched_settings, weigh
 from retrieval.services.rerank import rerank
 from retrieval.services.timings import StageTimings
 from retrieval.services.union import score_union
-from retrieval.types import SearchRequest, SearchResponse
+from retrieval.types import RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 
 
@@ -39,6 +39,7 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
             knowledge = searched_knowledge(tenant, request.kb_ids)
         fusion = searched_settings(request, knowledge)
         groups = model_groups(knowledge.versions)
+        query_vector = caller_vector(request, groups)
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
         vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)
         with timings.stage("expand"):
@@ -47,8 +48,8 @@ def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge 
         context = SearchContext(
             tenant=tenant, groups=tuple(groups), version_ids=version_ids, variants=tuple(expansion.variants),
             weights=weights.by_retriever, compiled=compiled, analyzer=vocabulary.analyzer,
-            candidates=fusion.candidates, hops=settings.GRAPH_HOPS if request.hops is None else request.hops,
-            feedback=fusion.feedback, timings=timings,
+            depths={name: fusion.depth(name) for name in RETRIEVERS}, hops=settings.GRAPH_HOPS if request.hops is None else request.hops,
+            feedback=fusion.feedback, timings=timings, query_vector=query_vector,
         )  # fmt: skip
         retrieved = retrieve(context)
         union = score_union(context, retrieved.legs, fusion.leg_candidates)

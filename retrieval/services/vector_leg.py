@@ -22,9 +22,16 @@ _vector_plans: TTLCache = TTLCache(maxsize=10_000, ttl=60)
 _vector_plans_lock = threading.Lock()
 
 
-def embed(groups: tuple[ModelGroup, ...], texts: list[str]) -> dict[str, np.ndarray]:
-    """The query variants' vectors under each group's model (runs on the embedding pool)."""
-    return {group.model_name: get_embedder(group.model_name).embed_queries(texts) for group in groups}
+def embed(groups: tuple[ModelGroup, ...], texts: list[str], given: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The query variants' vectors under each group's model (runs on the embedding pool). With the
+    caller's vector ``given`` (for one model: ``planning.caller_vector``), the original query's vector is
+    that one and only the variants an expansion added are embedded."""
+    if given is None:
+        return {group.model_name: get_embedder(group.model_name).embed_queries(texts) for group in groups}
+    vectors = {group.model_name: given[None, :] for group in groups}
+    if len(texts) == 1:
+        return vectors
+    return {model: np.vstack([own, get_embedder(model).embed_queries(texts[1:])]) for model, own in vectors.items()}
 
 
 def plan_vector(context: SearchContext) -> list[object | None]:
@@ -52,7 +59,7 @@ def retrieve_vector(
 ) -> LegResult:
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
-    weight, candidates, groups = context.weights["vector"], context.candidates, context.groups
+    weight, candidates, groups = context.weights["vector"], context.depths["vector"], context.groups
     lists, queries, hashes = [], [], {}
     for i, variant in enumerate(context.variants):
         hits = []

@@ -1,11 +1,11 @@
 """Remote models a search may call: the chat model (query rewriting) and the reranker, and their deadline."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from retrieval_site.settings.base import HttpUrlOrUnset, Ranks, Section
+from retrieval_site.settings.base import HttpUrlOrUnset, Lowercase, Ranks, Section
 
 
 class RemoteServices(Section):
@@ -23,6 +23,10 @@ class RemoteServices(Section):
     RERANKER_RETRIES: NonNegativeInt = 1
     RERANKER_MAX_TOKENS: Annotated[PositiveInt, Ranks] = 256
     RERANK_TOP_N: Annotated[PositiveInt, Ranks] = 30  # only the head of the fused list is reranked
+    # A rerank that fails (or has no reranker): "fallback" answers unreranked, degraded; "error" is a 503.
+    RERANK_ON_FAILURE: Annotated[Literal["fallback", "error"], Lowercase] = "fallback"
+    # The fallback's order: "fused" (the search's own) or "dense" (by cosine; hits without one after, fused).
+    RERANK_FALLBACK_ORDER: Annotated[Literal["fused", "dense"], Lowercase, Ranks] = "fused"
     # Total time each optional remote stage of a search may take (reranker, LLM expander, Elasticsearch):
     # connect, send, every read and every retry together. A stage that misses it is degraded ("deadline").
     SEARCH_DEADLINE_MS: PositiveInt = 2000

@@ -194,6 +194,7 @@ NOT_RANKING = {
     "RERANKER_API_KEY": "credentials",
     "RERANKER_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_RETRIES": "retries of the same request",
+    "RERANK_ON_FAILURE": "a failed rerank is degraded, and degraded answers are not cached, or an error",
     "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
     "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",

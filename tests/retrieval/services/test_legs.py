@@ -52,3 +52,15 @@ def test_the_bm25_leg_runs_while_the_query_embeds_and_the_critical_path_adds_up(
     # The request thread's own stages and waits add up to the total; counting the overlapped embedding
     # in full beside the BM25 leg (a sequential account) would exceed it.
     assert sum(path.values()) == pytest.approx(response.timings_ms["total"], abs=0.05)
+
+
+def test_each_leg_keeps_its_own_depth_of_candidates(sample_kb):
+    query = "battery storage temperature"
+    response = run(sample_kb, query, mode="hybrid", top_k=3, candidates={"vector": 4, "bm25": 9})
+    assert response.candidates["vector"] == 4 and response.candidates["bm25"] == 9
+    assert "candidates per leg: vector 4, bm25 9; other legs 100" in response.notes
+    one_depth = run(sample_kb, query, mode="hybrid", top_k=3, candidates=6)
+    assert one_depth.candidates["vector"] == one_depth.candidates["bm25"] == 6
+    assert not any(note.startswith("candidates per leg") for note in one_depth.notes)
+    raised = run(sample_kb, query, mode="hybrid", top_k=5, candidates={"bm25": 2})
+    assert raised.candidates["bm25"] == 5 and raised.candidates["vector"] == 100

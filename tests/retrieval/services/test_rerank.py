@@ -1,9 +1,14 @@
-"""The rerank stage (retrieval.services.rerank): the head reordered, or the fused order when the reranker fails."""
+"""The rerank stage (retrieval.services.rerank): the head reordered; when the reranker fails, the fused
+or the dense order (RERANK_FALLBACK_ORDER), or a 503 (RERANK_ON_FAILURE=error)."""
 import pytest
 from prometheus_client import REGISTRY
 
 from engines.rerankers import reset_reranker
+from retrieval.errors import RerankerUnavailable
+from tests.conftest import client_for
 from tests.retrieval.services.conftest import run
+
+FAULTS = ["500", "garbage", "null", "slow"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -17,14 +22,43 @@ def test_reranking_reorders_the_head(sample_kb, rerank_server):
     assert "rerank" in response.timings_ms
 
 
-@pytest.mark.parametrize("fault", ["500", "garbage", "null"])
+@pytest.mark.parametrize("fault", FAULTS)
 def test_reranker_faults_fall_back_to_the_fused_order(sample_kb, rerank_server, fault):
     baseline = run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5)
     rerank_server.mode = fault
     response = run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5, rerank=True)
     assert response.reranked is False
-    assert [d["stage"] for d in response.degraded] == ["rerank"]
+    assert [(d["stage"], d["fallback"]) for d in response.degraded] == [("rerank", "fused")]
     assert [h.chunk_id for h in response.results] == [h.chunk_id for h in baseline.results]
+
+
+@pytest.mark.parametrize("fault", ["500", "slow"])
+def test_the_dense_fallback_orders_by_cosine(sample_kb, rerank_server, settings, fault):
+    settings.RERANK_FALLBACK_ORDER = "dense"
+    query = "battery storage temperature"
+    fused = run(sample_kb, query, mode="hybrid", top_k=5)
+    dense = run(sample_kb, query, mode="vector", top_k=5)
+    rerank_server.mode = fault
+    response = run(sample_kb, query, mode="hybrid", top_k=5, rerank=True)
+    assert [(d["stage"], d["fallback"]) for d in response.degraded] == [("rerank", "dense")]
+    assert [h.chunk_id for h in response.results] == [h.chunk_id for h in dense.results]
+    assert [h.chunk_id for h in response.results] != [h.chunk_id for h in fused.results]  # the setting did something
+    cosines = [h.retrievers["vector"]["score"] for h in response.results]
+    assert cosines == sorted(cosines, reverse=True)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_with_on_failure_error_a_reranker_fault_is_a_503(sample_kb, rerank_server, settings, fault):
+    settings.RERANK_ON_FAILURE = "error"
+    rerank_server.mode = fault
+    with pytest.raises(RerankerUnavailable, match="reranking is unavailable"):
+        run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5, rerank=True)
+    response = client_for(sample_kb.tenant).post(
+        "/api/v1/retrieval/hybrid", {"query": "battery storage temperature", "rerank": True}, format="json"
+    )
+    assert response.status_code == 503 and response.json()["error"]["code"] == "reranker_unavailable"
+    rerank_server.mode = "ok"
+    assert run(sample_kb, "battery storage temperature", mode="hybrid", top_k=5, rerank=True).reranked is True
 
 
 def test_rerank_without_a_reranker_says_so(sample_kb, settings):
@@ -32,7 +66,8 @@ def test_rerank_without_a_reranker_says_so(sample_kb, settings):
     reset_reranker()
     response = run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True)
     assert response.reranked is False
-    assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": response.degraded[0]["message"]}]
+    message = response.degraded[0]["message"]
+    assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": message, "fallback": "fused"}]
     assert len(response.results) == 3
 
 
