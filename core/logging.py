@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponse
@@ -38,7 +38,7 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
-def tenant_of(request: HttpRequest):
+def tenant_of(request: HttpRequest) -> Any:
     """The tenant DRF authenticated, if any: DRF copies ``request.auth`` (the API key) onto the
     Django request, which is all a middleware sees."""
     api_key = getattr(request, "auth", None)

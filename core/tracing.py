@@ -30,7 +30,7 @@ _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
 
 
-def span(name: str, **attributes: Any):
+def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[object]:
     """A child span of whatever span is current (the request's, or a caller's); a no-op when tracing is off.
 
     ``with span("embed", model=name): ...``. Threads see the current span only when they run in a copy
@@ -69,11 +69,10 @@ def configure_tracing(exporter: SpanExporter | None = None, *, batch: bool = Tru
     exporter = exporter or exporter_from_settings()
     if exporter is None:
         return
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
     shutdown_tracing()
     provider = TracerProvider(resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME}))

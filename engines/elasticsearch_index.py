@@ -63,7 +63,7 @@ def _state_of(analyzer_version: str, dictionary_fingerprint: str) -> dict[str, s
     return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint}
 
 
-def _source(chunk: LexicalDocument) -> dict:
+def _source(chunk: LexicalDocument) -> dict[str, object]:
     return {"chunk_id": chunk.chunk_id, "doc_id": chunk.doc_id, "tenant_id": chunk.tenant_id, "body": chunk.text}
 
 
@@ -107,7 +107,15 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def replace_documents(self, version_id, doc_ids, chunks, *, analyzer_version, dictionary_fingerprint):
+    def replace_documents(
+        self,
+        version_id: int,
+        doc_ids: list[int],
+        chunks: list[LexicalDocument],
+        *,
+        analyzer_version: str,
+        dictionary_fingerprint: str,
+    ) -> None:
         alias = self._alias(version_id)
         with self._version_lock(version_id), _translated_errors("replace documents"):
             self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
@@ -116,7 +124,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             self._bulk_index(alias, chunks)
             self._writer().indices.refresh(index=alias)
 
-    def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
+    def rebuild(
+        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    ) -> int:
         alias = self._alias(version_id)
         target = f"{alias}-{time.time_ns()}"
         with self._version_lock(version_id), _translated_errors("rebuild"):
@@ -134,7 +144,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise
         return count
 
-    def drop(self, version_id):
+    def drop(self, version_id: int) -> None:
         with self._version_lock(version_id), _translated_errors("drop"):
             writer = self._writer()
             # Every generation, including orphans of an interrupted rebuild; names, since
@@ -145,12 +155,12 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- reads ----------------------------------------------------------------------------------
 
-    def ping(self):
+    def ping(self) -> str:
         with _translated_errors("answer a ping"):
             version = self.client.info()["version"]["number"]
         return f"Elasticsearch {version} answers"
 
-    def state(self, version_id):
+    def state(self, version_id: int) -> IndexState | None:
         alias = self._alias(version_id)
         with _translated_errors("read the index state"):
             try:
@@ -162,16 +172,24 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
         return IndexState(meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count)
 
-    def chunk_ids(self, version_id):
+    def chunk_ids(self, version_id: int) -> list[int]:
         with _translated_errors("list chunk ids"):
             try:
-                everything = {"query": {"match_all": {}}}
+                everything: dict[str, object] = {"query": {"match_all": {}}}
                 hits = scan(self._writer(), index=self._alias(version_id), query=everything, _source=False)
                 return [int(hit["_id"]) for hit in hits]
             except NotFoundError:
                 return []
 
-    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights=None):
+    def search(
+        self,
+        version_id: int,
+        tenant_id: int,
+        tokens: list[str],
+        limit: int,
+        allowed_chunk_ids: list[int] | None,
+        weights: list[float] | None = None,
+    ) -> list[LexicalHit]:
         if not tokens or limit <= 0 or allowed_chunk_ids == []:
             return []
         filters: list[Query] = [Term(tenant_id=tenant_id)]
@@ -198,7 +216,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
-    def max_score(self, version_id, tokens, weights=None):
+    def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
         """Document frequencies from the term vectors of an artificial document made of the tokens
         (one shard per index, so they are the index's own)."""
         if not tokens:

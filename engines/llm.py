@@ -39,7 +39,7 @@ class ChatClient:
                 self._client = httpx.Client()
             return self._client
 
-    def complete(self, url: str, api_key: str, payload: dict, *, timeout_s: float, deadline_s: float) -> str:
+    def complete(self, url: str, api_key: str, payload: dict[str, object], *, timeout_s: float, deadline_s: float) -> str:
         """The text of the first choice of ``payload`` (a chat completion request body)."""
         url = chat_endpoint(url)
         try:

@@ -73,7 +73,8 @@ class TripleExtractor:
     def triples(self, passages: list[str]) -> dict[int, list[Triple]]:
         """Passage index -> its triples, for the passages sent (an empty list: none stated); raises
         ``LLMError``."""
-        sent, used = [], 0
+        sent: list[int] = []
+        used = 0
         for index, passage in enumerate(passages):
             if sent and used + len(passage) > self.limits.max_input_chars:
                 break

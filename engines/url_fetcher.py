@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -43,7 +44,7 @@ class Fetched:
 
 
 class UrlFetcher:
-    def __init__(self, *, timeout_s: float, max_bytes: int, allowed_networks: list[str] = ()):
+    def __init__(self, *, timeout_s: float, max_bytes: int, allowed_networks: Sequence[str] = ()):
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.allowed_networks = [ipaddress.ip_network(network, strict=False) for network in allowed_networks]
@@ -123,7 +124,7 @@ class UrlFetcher:
             infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         except (socket.gaierror, UnicodeError) as exc:
             raise FetchError(f"cannot resolve {parts.hostname}: {exc}") from None
-        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
         for address in addresses:
             if not address.is_global and not any(address in network for network in self.allowed_networks):
                 raise FetchError(

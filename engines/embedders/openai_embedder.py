@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -27,7 +28,7 @@ class OpenAICompatibleEmbedder(Embedder):
         api_key: str,
         timeout_s: float,
         batch_size: int,
-        token_counter,
+        token_counter: Callable[[str], int],
         query_deadline_s: float | None = None,
     ):
         self.model_name = model_name
