@@ -106,14 +106,19 @@ def wait_for_quiet(max_wait_s: float, threshold: float = 1.5) -> float:
 
 
 def code_fingerprint(paths: list[str]) -> dict:
-    """Short SHA-256 of the production files a benchmark exercises (the code changes while we measure)."""
+    """Short SHA-256 of the production files a benchmark exercises (the code changes while we measure);
+    a directory counts as all its Python files (the search pipeline is ``retrieval/services``)."""
     import hashlib
 
     out = {}
     for rel in paths:
         path = REPO_ROOT / rel
         try:
-            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+            if path.is_dir():
+                content = b"".join(file.name.encode() + file.read_bytes() for file in sorted(path.glob("*.py")))
+            else:
+                content = path.read_bytes()
+            out[rel] = hashlib.sha256(content).hexdigest()[:12]
         except OSError:
             out[rel] = None
     return out

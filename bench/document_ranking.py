@@ -30,7 +30,7 @@ def main() -> None:
     _common.setup_django()
 
     from knowledge.models import KnowledgeBase
-    from knowledge.services import update_search_settings
+    from knowledge.knowledge_bases import update_search_settings
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
 

@@ -4,7 +4,8 @@ only through an entity one or two hops from the question's entities).
 
     .venv/bin/python bench/graph.py
 
-Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results go to docs/BENCHMARKS.md by hand.
+Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/BENCHMARKS.md,
+"Graph retrieval".
 ``GRAPH_FUSION_HEAD=0 .venv/bin/python bench/graph.py`` measures three-way hybrid without the graph gate.
 """
 from __future__ import annotations
@@ -39,7 +40,9 @@ def main() -> None:
 
     from knowledge.models import Chunk
     from knowledge.selectors import entity_extractor_for_tenant
-    from knowledge.services import Ingester, create_knowledge_base, delete_tenant, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base, delete_tenant
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
     from tenants.services import create_tenant

@@ -8,7 +8,7 @@ whole search's p50 / p95 and the graph leg's own, and what the graph leg found (
 The KB is one ``manage.py evaluate`` built (it prints ``reusing knowledge base ...``); the queries are the
 split's judged ones, in file order. Each query runs two-way (graph weight 0) and three-way (``"graph":
 true``), the order alternating from query to query, after one untimed warm-up round of 10 queries.
-Results go to docs/BENCHMARKS.md by hand.
+Current figures: docs/BENCHMARKS.md, "Graph retrieval".
 """
 from __future__ import annotations
 

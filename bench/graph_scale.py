@@ -14,7 +14,8 @@ graph is written by SQL statements over ``generate_series`` (seconds, not the in
 Before / after on one build: ``--keep`` builds and keeps the tenant (its id is printed), ``--tenant
 ID`` measures a kept build, ``--code DIR`` imports the project from another checkout (e.g. an older
 commit's ``git archive``; give it this checkout's state with ``VAR_DIR=$PWD/var``), ``--delete``
-removes the kept tenant after measuring. Results go to docs/BENCHMARKS.md by hand.
+removes the kept tenant after measuring. Current figures: docs/BENCHMARKS.md,
+"Graph retrieval".
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def main() -> None:
     _common.setup_django(args.code)
     from django.db import connection
 
-    from knowledge.services import delete_tenant
+    from knowledge.knowledge_bases import delete_tenant
     from tenants.models import Tenant
 
     print("load average:", os.getloadavg(), "code:", _common.REPO_ROOT)
@@ -69,7 +70,7 @@ def build(chunks: int, vocabulary: int):
     from django.db import connection, transaction
 
     from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
-    from knowledge.services import create_knowledge_base
+    from knowledge.knowledge_bases import create_knowledge_base
     from tenants.services import create_tenant
 
     tenant = create_tenant(_common.unique_name("bench-graph-scale"))

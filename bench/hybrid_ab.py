@@ -1,33 +1,21 @@
-"""Two checkouts of the service side by side at 100k chunks: /bm25, /hybrid and /vector over HTTP,
-interleaved query by query, so "before" and "after" share the machine's load minute by minute.
+"""Two servers side by side at 100k chunks: /bm25, /hybrid and /vector over HTTP, interleaved query by query,
+so both share the machine's load minute by minute. Current figures and the command: docs/BENCHMARKS.md,
+"Latency at 100k chunks".
 
-    LC_ALL=C.UTF-8 .venv/bin/python bench/hybrid_ab.py --tree before=/work/wt/old --tree after=. \\
-        --chunks 100000 --requests 150 --embedding-backend torch
+    LC_ALL=C.UTF-8 .venv/bin/python bench/hybrid_ab.py --tree before=../before --tree after=. --requests 120
 
-Each tree is a checkout (a ``git worktree add --detach <dir> <commit>`` of an old commit works; a tree
-without git, e.g. a ``git archive`` export, is named by a digest of its Python sources) with its own
-``.venv`` and its own ``var/`` (embedded PostgreSQL, Redis, keyword indexes), so schemas may differ
-between the two. For each tree, a subprocess running that tree's code loads the same data
-as bench/hybrid_search.py (its ``vector_search`` helpers: SciFact passages and real vectors mixed into
-``--chunks`` synthetic rows by COPY, the HNSW index dropped and rebuilt, the keyword index rebuilt)
-into a throwaway tenant on an unlimited rate tier; then both trees' gunicorns serve at once
-(``--workers``/``--threads``, TORCH_THREADS=1, the result cache off unless ``--server-cache``) and
-every query goes to each tree in turn, the order alternating. ``--server-cache`` also measures cache
-hits (one query repeated); ``GET /health`` is the HTTP floor (the front, the middleware and the client).
-``--throughput-s`` adds a closed loop of ``--clients`` concurrent clients per mode and tree
-(interleaved in slices of a few seconds); the servers' CPU per request (their workers' user + system
-time) is reported for ``/health``, the hits and each mode's throughput phase. Cleanup (always): servers
-stopped, each tree's bench tenant, tier and keyword index deleted, its HNSW index restored. ``--floor``
-then times the raw engine calls (embed, pgvector, tantivy, RRF) in the last tree's process: the
-physical floor.
-
-Two trees of the same schema may share one database and Redis (``VAR_DIR=<one tree>/var`` for both)
-and one bench tenant: load it once with ``--in-tree <tree> --step prepare > state.json`` and pass
-``--prepared NAME=state.json`` for each (such data is neither loaded nor deleted by the run); with
-``--server-cache`` give each its own Redis database (``--tree-env NAME=REDIS_URL=...?db=N``), or one
-tree's misses are the other's hits. ``--embedding-model`` prepares a KB recorded under another model
-(e.g. ``all-MiniLM-L6-v2:onnx-int8``: its queries embed in int8; the stored vectors stay synthetic).
-Writes bench/results/hybrid_ab-<date>.json.
+Each ``--tree`` is a checkout with its own ``.venv`` (another commit's ``git worktree add --detach`` or
+``git archive``), or this one twice. For each, a subprocess running that tree's code loads the data of
+``vector_search.load_synthetic_documents`` (real SciFact passages and vectors mixed into ``--chunks``
+synthetic rows) into a throwaway tenant, unless ``--prepared NAME=state.json`` names data already loaded
+with ``--in-tree <tree> --step prepare > state.json``. Both trees' gunicorns then serve at once, each query
+going to each in turn. ``--server-cache`` also measures cache hits (give each tree its own Redis database
+with ``--tree-env NAME=REDIS_URL=...?db=N``, or one tree's misses are the other's hits); ``GET /health`` is
+the HTTP floor; ``--throughput-s`` adds closed-loop clients; ``--floor`` times the raw engine calls in the
+last tree's process. The servers' CPU per request is reported beside the latencies. The search analytics'
+recording cost: this tree twice, ``--tree on=. --tree off=. --tree-env off=SEARCH_LOG_ENABLED=false
+--modes hybrid``. Cleanup (always): servers stopped, loaded data deleted, HNSW index restored. Writes
+bench/results/hybrid_ab-<date>.json.
 """
 from __future__ import annotations
 
@@ -82,7 +70,11 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     _common, vs = _tree_modules(tree)
     from django.db import connection
 
-    from knowledge import services
+    try:
+        from knowledge.knowledge_bases import create_knowledge_base
+        from knowledge.lexical import rebuild_lexical_index
+    except ImportError:  # older trees
+        from knowledge.services import create_knowledge_base, rebuild_lexical_index
     from tenants.services import create_api_key, create_tenant
 
     try:
@@ -96,7 +88,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     tenant = create_tenant(_common.unique_name("bench-ab"))
     tier = getattr(_common, "unlimited_rate_tier", None) or vs.unlimited_rate_tier  # moved in later trees
     tier = tier(tenant)
-    kb = services.create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
+    kb = create_knowledge_base(tenant=tenant, name="ab-bench", embedding_model=embedding_model or None)
     with connection.cursor() as cursor:
         cursor.execute(f"DROP INDEX IF EXISTS {vs.INDEX_NAME}")
     try:
@@ -108,7 +100,7 @@ def prepare(tree: Path, chunks: int, docs: int, seed: int, embedding_model: str)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE knowledge_chunk")
         cursor.execute("ANALYZE knowledge_document")
-    services.rebuild_lexical_index(kb.active_version)
+    rebuild_lexical_index(kb.active_version)
     key = create_api_key(tenant=tenant, name="bench").raw_key
     return {"tenant": tenant.pk, "tier": tier.pk if tier else None, "key": key}
 

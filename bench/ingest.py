@@ -1,42 +1,25 @@
-"""Ingestion throughput end to end vs the raw embedding rate (``embed_documents`` of the same model) on the same texts.
+"""Ingestion throughput end to end against the raw embedding rate (``embed_documents``) of the same texts.
+Current figures and the commands: docs/BENCHMARKS.md, "Ingestion pipeline".
 
     .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
     .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
-    .venv/bin/python bench/ingest.py --profile             # also cProfile one extra, untimed ingestion
     .venv/bin/python bench/ingest.py --model all-MiniLM-L6-v2:torch \
         --compare-models all-MiniLM-L6-v2:onnx,all-MiniLM-L6-v2:onnx-int8   # runtimes, same run
 
-What it does:
-  1. writes N corpus documents ("title", blank line, "text") as .txt files into a temp folder, in
-     blocks of --block-docs files (one sub-folder per block);
-  2. creates a throwaway tenant; loads the embedding model (--model, default EMBEDDING_MODEL; a
-     runtime suffix picks torch / ONNX fp32 / ONNX int8) and warms it up, plus one small untimed
-     ingestion (ORM, COPY, type registry); loads and warms up each of --compare-models too;
-  3. times parse_file + chunk_sections alone over the same files (this also gives the chunk texts
-     and the embedding flush groups ingestion will produce);
-  4. per round (a fresh KB each) and per block, runs the passes below in an order that rotates from
-     block to block (I R, R I, ...), so a burst of load from other processes hits both sides alike:
-        I  ``Ingester(kb).ingest(discover_files([block_folder]))`` end to end (parse, chunk, analyze,
-           embed, COPY, lexical index), with thin timing wrappers around the Ingester's stages,
-           ``parse_file``, ``chunk_sections``, ``count_tokens``, ``embed_documents`` and
-           ``_copy_chunks`` (installed by this script only, removed afterwards, < 1 us a call);
-        R  raw ``embedder.embed_documents(texts)`` of the --model embedder (for torch:
-           ``model.encode(texts, batch_size=32, normalize_embeddings=True)``) on the block's chunk
-           texts in one call (the texts are checked identical to the rows ingestion wrote, read
-           back from the database);
-        I:<name> (only with --compare-models) the same ingestion with that embedding model, into a
-           KB of its own per round (not instrumented);
-        I0 (only with --graph-off) the same ingestion with the graph stage off (no entity extraction,
-           no graph writes), into a KB of its own per round: (I - I0) / I is the time the graph adds;
-        R:<name> (only with --compare-models) raw ``embed_documents`` of the block's texts with that model;
-        G<n> (only with --replay-groups / --replay-flush N) the same encode in the groups Ingester
-           forms with a flush size of n, which isolates the cost of embedding in small groups;
-     the ratio is sum(R time) / sum(I time) = ingest chunks/s / raw chunks/s, also reported on CPU
-     seconds (this process + its PostgreSQL backend), which other people's jobs disturb less;
-     with --budget-min (default 12) it stops starting new blocks that would not fit;
-  5. deletes the tenant (cascade), its lexical index folders and the temp folder.
+N corpus documents are written as .txt files in blocks of --block-docs; every model is loaded and
+warmed up, with one small untimed ingestion. Per block, the passes run into KBs of their own, in an
+order rotating from block to block so a burst of other people's load hits each alike:
 
-Writes bench/results/ingest-<date>.json (one entry per dataset, or <dataset>-<tag>, under "runs").
+- **I**: ``Ingester(kb).ingest`` end to end, with thin timing wrappers around its stages (installed here
+  only); **R**: the raw ``embed_documents`` of the block's chunk texts (checked identical to the rows I
+  wrote);
+- **I:<name>** / **R:<name>** (``--compare-models``): the same with another model;
+- **I0** (``--graph-off``): I with the graph stage off, so (I - I0) / I is what the graph adds;
+- **G<n>** (``--replay-groups``): the encode in Ingester's flush groups of n.
+
+Ratios are given on wall and on CPU seconds (this process and its PostgreSQL backend), which other
+people's jobs disturb less; --budget-min stops starting blocks that would not fit. Cleanup (always):
+tenant, keyword indexes and files deleted. Writes bench/results/ingest-<date>.json.
 """
 from __future__ import annotations
 
@@ -95,16 +78,16 @@ _CLASS_STAGES = [
 _MODULE_STAGES = [
     ("parse_file", "parse"),
     ("chunk_sections", "chunk"),
-    ("_copy_chunks", "copy"),
+    ("copy_chunks", "copy"),
     ("apply_pending_lexical_changes", "lexical"),
-    ("bump_revision", "bump_revision"),
+    ("bump_revisions", "bump_revision"),
 ]
 
 
 @contextlib.contextmanager
 def instrumented(embedder, timings: Timings, groups: list[list[str]]):
     """Time the ingestion stages without touching production code; everything is restored on exit."""
-    from knowledge import services
+    from knowledge.ingestion import pipeline
 
     restore = []
 
@@ -116,10 +99,10 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
         setattr(owner, attribute, timings.wrap(label, original))
 
     for owner_name, attribute, label in _CLASS_STAGES:
-        patch(getattr(services, owner_name), attribute, label)
+        patch(getattr(pipeline, owner_name), attribute, label)
     for attribute, label in _MODULE_STAGES:
-        patch(services, attribute, label)
-    patch(type(services.graph_store()), "replace_chunks", "graph_writes")
+        patch(pipeline, attribute, label)
+    patch(type(pipeline.graph_store()), "replace_chunks", "graph_writes")
 
     embed = embedder.embed_documents
 
@@ -131,7 +114,7 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
     embedder.count_tokens = timings.wrap("count_tokens", embedder.count_tokens)
 
     # The analyzer (jieba tokens for the lexical index) is created per Ingester; wrap it on creation.
-    init = services.Ingester.__init__
+    init = pipeline.Ingester.__init__
     analyzers = []
 
     def init_and_wrap_analyzer(self, *args, **kwargs):
@@ -147,11 +130,11 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
         if extractor is not None:
             extractor.extract = timings.wrap("extract", extractor.extract)
 
-    services.Ingester.__init__ = init_and_wrap_analyzer
+    pipeline.Ingester.__init__ = init_and_wrap_analyzer
     try:
         yield
     finally:
-        services.Ingester.__init__ = init
+        pipeline.Ingester.__init__ = init
         for owner, attribute, original in reversed(restore):
             setattr(owner, attribute, original)
         for name in ("embed_documents", "count_tokens"):
@@ -165,7 +148,7 @@ def graph_stage_off():
     """Ingestion without its graph stage (a bench-only switch): every passage gets an empty extraction
     and the graph store writes nothing; everything is restored on exit."""
     from engines.base import Extraction
-    from knowledge import services
+    from knowledge.ingestion import pipeline
 
     class NoGraph:
         def replace_chunks(self, *args, **kwargs) -> None:
@@ -175,12 +158,12 @@ def graph_stage_off():
         for doc in pending:
             doc.extractions = [Extraction(())] * len(doc.drafts)
 
-    saved = services.Ingester._extract, services.graph_store
-    services.Ingester._extract, services.graph_store = no_extraction, NoGraph
+    saved = pipeline.Ingester._extract, pipeline.graph_store
+    pipeline.Ingester._extract, pipeline.graph_store = no_extraction, NoGraph
     try:
         yield
     finally:
-        services.Ingester._extract, services.graph_store = saved
+        pipeline.Ingester._extract, pipeline.graph_store = saved
 
 
 STAGE_LABELS = [
@@ -193,9 +176,9 @@ STAGE_LABELS = [
     ("flush", "_flush per EMBED_FLUSH_CHUNKS chunks (start embedding it, write the group before)"),
     ("write", "  _write_embedded (wait for the group's vectors, then write it)"),
     ("upsert", "    _upsert_documents (one INSERT .. ON CONFLICT)"),
-    ("copy", "    _copy_chunks (one COPY per flush)"),
+    ("copy", "    copy_chunks (one COPY per flush)"),
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
-    ("bump_revision", "    bump_revision"),
+    ("bump_revision", "    bump_revisions"),
     ("graph_writes", "    graph_store().replace_chunks (the old passages' graph out, the new ones' in)"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
     ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
@@ -323,11 +306,13 @@ def main() -> int:
     _common.setup_django()
     from django.conf import settings
 
-    from knowledge import services
+    from knowledge.ingestion import pipeline
     from knowledge.chunking import chunk_sections
     from knowledge.models import Chunk
     from knowledge.parsing import parse_file
-    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
     from engines.embedders import get_embedder
     from tenants.services import create_tenant
 
@@ -348,7 +333,7 @@ def main() -> int:
         result["machine"] = _common.machine_info()
         result["loadavg_1m_at_start"] = round(load_at_start, 2)
         result["code"] = _common.code_fingerprint(
-            ["knowledge/services.py", "knowledge/chunking.py", "knowledge/parsing.py",
+            ["knowledge/ingestion/pipeline.py", "knowledge/ingestion/chunk_copy.py", "knowledge/chunking.py", "knowledge/parsing.py",
              "engines/embedders/sentence_transformers_embedder.py", "engines/embedders/onnx_embedder.py",
              "engines/tantivy_index.py"]
         )
@@ -357,8 +342,8 @@ def main() -> int:
             "TORCH_THREADS": settings.TORCH_THREADS,
             "ONNX_THREADS": settings.ONNX_THREADS,
             "ONNX_BATCH_SIZE": settings.ONNX_BATCH_SIZE,
-            "EMBED_FLUSH_CHUNKS": services.EMBED_FLUSH_CHUNKS,
-            "EMBED_FIRST_FLUSH_CHUNKS": getattr(services, "EMBED_FIRST_FLUSH_CHUNKS", None),
+            "EMBED_FLUSH_CHUNKS": pipeline.EMBED_FLUSH_CHUNKS,
+            "EMBED_FIRST_FLUSH_CHUNKS": getattr(pipeline, "EMBED_FIRST_FLUSH_CHUNKS", None),
         }
         tenant = create_tenant(_common.unique_name("bench-ingest"))
 
@@ -391,7 +376,7 @@ def main() -> int:
                 per_doc.append([d.text for d in drafts])
             block_texts.append([t for texts in per_doc for t in texts])
             block_groups.append(
-                flush_groups(per_doc, services.EMBED_FLUSH_CHUNKS, getattr(services, "EMBED_FIRST_FLUSH_CHUNKS", None))
+                flush_groups(per_doc, pipeline.EMBED_FLUSH_CHUNKS, getattr(pipeline, "EMBED_FIRST_FLUSH_CHUNKS", None))
             )
             block_docs_texts.append(per_doc)
         all_texts = [t for texts in block_texts for t in texts]
@@ -429,7 +414,7 @@ def main() -> int:
 
         # Passes per block: I (ingest), R (raw encode, one call), G<n> (raw encode in groups formed like
         # Ingester does with a flush size of n). Their order rotates from block to block.
-        replay_sizes = sorted(set(args.replay_flush) | ({services.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
+        replay_sizes = sorted(set(args.replay_flush) | ({pipeline.EMBED_FLUSH_CHUNKS} if args.replay_groups else set()))
         replays = [f"G{n}" for n in replay_sizes]
         passes = ["I", "R"] + replays + [f"{kind}:{name}" for name in compare_models for kind in ("I", "R")]
         passes += ["I0"] if args.graph_off else []

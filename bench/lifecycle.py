@@ -1,53 +1,29 @@
-"""Knowledge lifecycle through the real service (issue 10 item 8): ingestion through the API and a
-Celery worker, search latency while a new version builds, and the time to switch and roll back.
+"""Knowledge lifecycle through the real service: ingestion through the API and a Celery worker, search
+latency while a new version builds, and the time to switch and roll back. Current figures and the
+commands: docs/BENCHMARKS.md, "Knowledge lifecycle".
 
-    .venv/bin/python bench/lifecycle.py                    # 1,000 SciFact abstracts, all three parts
-    .venv/bin/python bench/lifecycle.py --docs 400 --parts ingest
+    .venv/bin/python bench/lifecycle.py --docs 400 --block-docs 100      # all three parts
+    .venv/bin/python bench/lifecycle.py --parts switch --synthetic-docs 400 --bystander-chunks 10000
 
-Servers (started here, 127.0.0.1 only, stopped at the end): one gunicorn like ``./run serve``
-(``retrieval_site/gunicorn.conf.py``, 1 worker x 4 threads, TORCH_THREADS/ONNX_THREADS 1, result
-cache on as in production) and one Celery worker like ``./run serve``'s (``celery -A retrieval_site
-worker --concurrency 1``, default pool, thread settings from the environment), both on this
-checkout's embedded PostgreSQL and Redis. A throwaway tenant on an unlimited rate tier, with a
-``search,ingest`` key; default embedding model (EMBEDDING_MODEL) everywhere.
+One gunicorn and one Celery worker as ``./run serve`` starts them, on this checkout's embedded PostgreSQL
+and Redis, and a throwaway tenant on an unlimited rate tier. Passes that are compared run in an order
+rotating block by block, so a burst of other people's load hits each alike.
 
-1. ``ingest``: N SciFact documents (title, blank line, text) as .txt files in blocks of --block-docs.
-   Per block, in an order that rotates from block to block (so a burst of other people's load hits
-   each alike):
-     A  API + worker: ``POST /api/v1/knowledge-bases/{id}/documents`` (multipart, --files-per-request
-        files a request: Django accepts 100 at most), then ``GET /api/v1/tasks/{id}`` every 0.2 s until
-        every task is done; timed from the first POST to the last task seen finished;
-     I  in-process: ``Ingester(kb).ingest(discover_files([block]))`` in this process (what
-        ``manage.py ingest`` runs), its embed calls recorded;
-     R  raw ``embedder.embed_documents`` on the texts I embedded, one call (always right after I).
-   Ratios: chunks/s of A over I (goal >= 0.9) and of I over R. Both paths warmed up first (model,
-   DB path, the worker's model).
-2. ``rebuild``: --search-clients clients send hybrid searches back to back (a fresh SciFact query
-   each, so no cache hit) against the API KB: idle for --idle-s, then while ``POST .../versions``
-   ``{"chunk_size": --rebuild-chunk-size, "activate": "manual"}`` builds version 2 from the stored
-   originals (until its task is done), then idle again. p50/p95 during the build over idle (goal
-   <= 1.5x), errors (goal 0).
-3. ``switch``: searches keep running (a fixed set of --switch-queries queries in a cycle, so the
-   result cache answers most: a cached answer of the replaced version would show), while
-   ``POST .../versions/2/activate`` and ``.../versions/1/activate`` (rollback) alternate --switches
-   times, --switch-gap-s apart, then as many pairs by calling ``activate_version`` in this process.
-   Measured: the activation request as the client sees it, the server's own time for it
-   (``latency_ms`` of its ``retrieval.access`` log line), the service call alone, a cheap request
-   (``GET /api/v1/knowledge-bases/{id}``, before each activation) as a yardstick of what the load
-   does to any request, failed searches, and answers from the wrong version (a search started after
-   an activation answered, whose hits come from another version: the version of every hit is looked
-   up by chunk id).
-   ``--before-tree DIR`` serves the same database and Redis from a second checkout as well (e.g. an
-   older commit: ``git archive <commit> | tar -x -C DIR`` and ``ln -s $PWD/.venv DIR/.venv``): each
-   round of switch + rollback goes through both servers, in an order alternating round by round,
-   so before and after share the machine's load minute by minute.
-   ``--synthetic-docs N`` runs this part alone, on a KB written directly (no model, minutes instead of
-   an hour): N SciFact documents in two ready versions chunked differently (2 and 3 chunks a
-   document, so every document's chunk count changes at each switch), random vectors, real keyword
-   indexes; ``--bystander-chunks M`` adds another KB of M chunks to the same table, as other tenants'
-   rows are in production.
-Cleanup (always): stop both servers, drop the lexical indexes, delete the tenant, its tier, the files.
-Writes bench/results/lifecycle-<date>.json.
+1. ``ingest``: per block of SciFact documents, **A** the API (multipart upload, then polling the tasks),
+   **I** ``Ingester(kb).ingest`` in this process, **R** the raw ``embed_documents`` of I's texts. Goal: A
+   at >= 0.9 of I's chunks/s.
+2. ``rebuild``: hybrid searches back to back (fresh queries: no cache hit), idle, then while
+   ``POST .../versions`` builds version 2, then idle again. Goal: p50 during the build <= 1.5x idle.
+3. ``switch``: searches keep running (a few queries in a cycle, so a cached answer of the replaced
+   version would show) while versions 2 and 1 are activated in turn through the API, then by
+   ``activate_version`` in-process. A ``GET`` of the KB before each activation is a yardstick of what the
+   load does to any request; every hit's version is looked up, so an answer from the wrong version
+   counts. ``--before-tree DIR`` also serves the same data from another checkout, alternating round
+   by round. ``--synthetic-docs N`` runs this part alone on a KB written without the model (every
+   document's chunk count changes at each switch); ``--bystander-chunks M`` adds another KB's rows.
+
+Cleanup (always): servers stopped, indexes, tenant, tier and files deleted. Writes
+bench/results/lifecycle-<date>.json.
 """
 from __future__ import annotations
 
@@ -216,7 +192,9 @@ def latency_summary(records: list[dict]) -> dict:
 
 
 def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[dict, int]:
-    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
 
     kb_api = api.create_kb("lifecycle-api")
     kb_inproc = create_knowledge_base(tenant=tenant, name="lifecycle-inprocess")
@@ -339,7 +317,7 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     (with a cheap request before each, as a yardstick; servers in an order alternating round by
     round), then by calling the service in this process; check every answer's version."""
     from knowledge.models import Chunk, KnowledgeBaseVersion
-    from knowledge.services import activate_version
+    from knowledge.versions import activate_version
 
     log_offsets = {name: path.stat().st_size for name, path in log_paths.items()}
     activations = []  # {version, sent, answered, status, how, tree}
@@ -463,11 +441,15 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     from django.db import transaction
     from django.utils import timezone
 
-    from knowledge import services
     from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
+    from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.lexical import rebuild_lexical_index
     from knowledge.models import Document, KnowledgeBaseVersion
+    from knowledge.versions import VERSION_SETTINGS
 
-    kb = services.create_knowledge_base(tenant=tenant, name=name)
+    kb = create_knowledge_base(tenant=tenant, name=name)
     rng = np.random.default_rng(10)
     documents = Document.objects.bulk_create(
         [Document(tenant=tenant, knowledge_base=kb, source_uri=f"synthetic/{i:05d}.txt", title=row["title"],
@@ -478,7 +460,7 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     for number, parts in enumerate(chunks_per_doc, start=1):
         version = kb.active_version if number == 1 else KnowledgeBaseVersion.objects.create(
             knowledge_base=kb, number=number, status=KnowledgeBaseVersion.Status.READY, finished_at=timezone.now(),
-            **{setting: getattr(kb, setting) for setting in services.VERSION_SETTINGS},
+            **{setting: getattr(kb, setting) for setting in VERSION_SETTINGS},
         )
         batches = []
         for document, row in zip(documents, rows):
@@ -488,11 +470,11 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
             vectors = rng.standard_normal((len(texts), kb.embedding_dim), dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             drafts = [ChunkDraft(text=text, token_count=len(text) // 5) for text in texts]
-            batches.append(services.ChunkBatch(document, drafts, vectors, services._Labels()))
+            batches.append(ChunkBatch(document, drafts, vectors, Labels()))
             written += len(texts)
         with transaction.atomic():
-            services._copy_chunks(kb, version, batches)
-        services.rebuild_lexical_index(version)
+            copy_chunks(kb, version, batches)
+        rebuild_lexical_index(version)
     return kb.pk, written
 
 
@@ -528,14 +510,16 @@ def main() -> int:
     import logging
 
     from engines.embedders import get_embedder
-    from knowledge.services import Ingester, create_knowledge_base, discover_files
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     result: dict = {"config": vars(args), "machine": _common.machine_info(),
                     "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-                    "code": _common.code_fingerprint(["knowledge/services.py", "knowledge/tasks.py", "knowledge/views.py",
-                                                      "retrieval/services/search.py", "retrieval/cache.py"])}
+                    "code": _common.code_fingerprint(["knowledge/versions.py", "knowledge/documents.py", "knowledge/tasks.py",
+                                                      "knowledge/views.py", "retrieval/services", "retrieval/cache.py"])}
     if args.before_tree:
         result["code_before"] = {"tree": str(args.before_tree)}
     tenant = tier = web = worker = before = None

@@ -1,43 +1,25 @@
 """Scale to 1M chunks: HNSW build cost, storage (vector vs halfvec), recall@10 and latency over HTTP.
+Current figures and the command: docs/BENCHMARKS.md, "Scale to 1M chunks".
 
-    nice -n 5 .venv/bin/python bench/scale.py --sizes 100000,300000,1000000 \\
-        --grid vector:16:64:300000,halfvec:16:64:300000,vector:24:100:100000,halfvec:24:100:100000
-    nice -n 5 .venv/bin/python bench/scale.py --sizes 1000000 --grid '' --keep   # then, on the kept rows:
-    nice -n 5 .venv/bin/python bench/scale.py --reuse <tenant id> [--keep]
+    LC_ALL=C.UTF-8 .venv/bin/python bench/scale.py --sizes 100000,1000000 --grid vector:16:64:1000000 \
+        --grid-from 1000000 --requests 60 --warmup 5 --recall-queries 100 --max-exact-rows 50000
+    .venv/bin/python bench/scale.py --sizes 1000000 --grid '' --keep     # then --reuse <tenant id>
 
-Data (the helpers of bench/vector_search.py, imported, not copied): the 5,183 SciFact passages embedded
-once with the service's default embedder (cached); each row's vector is ``normalize(a + 0.35 b + 0.1 g)``
-for random real vectors a, b and Gaussian noise g, its text the real passage of ``a`` plus a unique tag
-(real text for the BM25 leg), 100 chunks a document, and two business fields for filters:
-``metadata.segment = g % 10`` (10 % of the rows per value), ``metadata.campaign = g % 100`` (1 %) and
-``metadata.cohort = g % 1000`` (0.1 %). One throwaway tenant grows through ``--sizes`` (ascending) by
-binary COPY in slices of 100k rows, with every HNSW index on the table dropped first, so each index is
-built after the load (``maintenance_work_mem`` = --maintenance-work-mem, ``max_parallel_maintenance_workers``
-2); the keyword index is rebuilt by the engine with each distinct passage analyzed once
+Data: ``vector_search.load_synthetic_documents``'s rows (real SciFact vectors mixed, each row's text a real
+passage) with filter fields ``metadata.segment`` (10 %), ``campaign`` (1 %) and ``cohort`` (0.1 %). One
+throwaway tenant grows through ``--sizes`` by binary COPY; every HNSW index is dropped before a load and
+built after it, and the keyword index is rebuilt with each distinct passage analyzed once
 (:func:`build_keyword_index`).
 
-At each size:
-  1. each ``--grid`` variant (``storage:m:ef_construction:largest size``; storage ``vector`` or
-     ``halfvec``, an expression index on ``embedding::<storage>(384)``) is built alone (time, peak memory of the
-     PostgreSQL processes, index size), searched in-process the way the engine searches (depth
-     SEARCH_CANDIDATES, ``hnsw.ef_search`` = max(HNSW_EF_SEARCH, 2 x depth), iterative scan
-     relaxed_order, no sort: the graph walk) and dropped; recall@10 is against exact top-10 computed
-     in numpy from the same float32 vectors (checked against a sequential scan in SQL for a few queries);
-  2. the service's own index (``vector_index().ensure_index(384)``: whatever engines/pgvector_index.py
-     builds) is built the same way and measured through ``PgVectorIndex.search`` (its exact-scan
-     threshold and fallback included);
-  3. per filter, the search forced exact and forced through the graph (the engine's steering),
-     interleaved (the data for ``VECTOR_EXACT_SCAN_THRESHOLD``), with the plan PostgreSQL picks for the
-     graph query when left free;
-  4. gunicorn (``_common.start_gunicorn``, result cache off) answers real SciFact queries, sequentially,
-     the scenarios interleaved query by query: vector and hybrid without a filter, vector at 10 % and
-     1 %, hybrid at 10 % and 1 %; each response counts as short when it has fewer than top_k hits.
+At each size: each ``--grid`` variant (``storage:m:ef_construction:largest size``) is built alone (time,
+peak memory of the PostgreSQL processes, size), searched as the engine searches and dropped; the
+service's own index is built and searched through ``PgVectorIndex.search``; each filter is searched
+forced exact and forced through the graph, interleaved (the data behind ``VECTOR_EXACT_SCAN_THRESHOLD``);
+then gunicorn answers real queries with and without filters, the scenarios interleaved. Recall@10 is
+against the exact top-10 computed in numpy from the same vectors.
 
-Peak memory is sampled every 0.2 s over the PostgreSQL server's processes: the sum of their private
-resident memory plus the largest shared resident memory of one of them (the parallel build's graph
-lives in shared memory that the leader and the workers all map). Cleanup (always, unless --keep): stop
-gunicorn, drop the bench indexes, delete the rows and the tenant, VACUUM, rebuild the service's index.
-Writes bench/results/scale-<date>.json.
+Cleanup (always, unless --keep): gunicorn stopped, bench indexes dropped, rows and tenant deleted, the
+service's index rebuilt. Writes bench/results/scale-<date>.json.
 """
 from __future__ import annotations
 
@@ -100,7 +82,7 @@ SYNTHETIC_TAG = " [synthetic chunk "  # load_synthetic_documents' row suffix
 
 def build_keyword_index(version) -> int:
     """The version's keyword index through the engine's own ``rebuild`` (one writer, one commit), as
-    ``knowledge.services.rebuild_lexical_index`` builds it but with each distinct passage analyzed once:
+    ``knowledge.lexical.rebuild_lexical_index`` builds it but with each distinct passage analyzed once:
     a synthetic row's text is one of 5,183 real passages plus a unique tag, and analysis is most of a
     rebuild (~330 us a row: about 6 minutes of CPU at 1M rows). A sample of rows is checked against the
     analysis of the whole text first."""
@@ -347,7 +329,7 @@ def main() -> int:
     from engines.base import SearchScope
     from engines.embedders import get_embedder
     from engines.pgvector_index import hnsw_index_name, register_vector_type
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
@@ -365,7 +347,7 @@ def main() -> int:
         "settings": {"SEARCH_CANDIDATES": depth, "HNSW_EF_SEARCH": settings.HNSW_EF_SEARCH,
                      "VECTOR_EXACT_SCAN_THRESHOLD": settings.VECTOR_EXACT_SCAN_THRESHOLD,
                      "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND},
-        "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services/search.py"]),
+        "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services"]),
         "sizes": {},
     }
     tenant = tier = None
@@ -416,7 +398,7 @@ def main() -> int:
         else:
             tenant = create_tenant(_common.unique_name("bench-scale"))
             tier = _common.unlimited_rate_tier(tenant)
-            kb = services.create_knowledge_base(tenant=tenant, name="scale-bench")
+            kb = create_knowledge_base(tenant=tenant, name="scale-bench")
         version = kb.active_version
         scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=DIM)
         compiled = {name: compile_filters(spec) for name, spec in FILTERS.items()}

@@ -1,22 +1,13 @@
-"""Slow clients against the served process: the threaded WSGI worker (before) vs the asyncio worker
-(after, ``./run serve`` today), both up at once and measured in alternation.
+"""Slow clients: the threaded WSGI worker (before issue 15) against the asyncio worker that ``./run serve``
+starts, both up at once and measured in alternation. Current figures: docs/BENCHMARKS.md, "Slow clients".
 
-    .venv/bin/python bench/slow_clients.py
-    .venv/bin/python bench/slow_clients.py --rounds 3 --drippers 50 --requests 30
+    .venv/bin/python bench/slow_clients.py --rounds 5 --requests 40
 
-KB: the repo's ``sample_kb/`` ingested into a throwaway bench tenant (own rate tier, huge limit).
-Servers, one worker each, on 127.0.0.1, result cache off (every search runs):
-  * before: ``gunicorn retrieval_site.wsgi --config retrieval_site/gunicorn.conf.py -k gthread --threads 4``
-    as ``./run serve`` ran until now;
-  * after: ``gunicorn --config retrieval_site/gunicorn.conf.py`` (asyncio worker, Django on 4 threads).
-Per round and server (the two interleaved, so load drifts hit both):
-  * ``quiet``: ``--requests`` sequential ``GET /health`` and ``POST /api/v1/retrieval/hybrid`` (fresh
-    SciFact queries) on new connections;
-  * ``slow``: the same while ``--drippers`` connections each promise a 100-byte body, send its first
-    byte, then one byte every 0.5 s (the issue's attack); a request not answered within
-    ``--request-timeout-s`` counts as a timeout, and a scenario stops at its third.
-Cleanup (always): stop both servers, drop the KB's lexical index, delete the tenant and its tier.
-Writes bench/results/slow_clients-<date>.json.
+The sample KB in a throwaway tenant; one worker per server, result cache off. Per round and server:
+``quiet`` sends sequential ``GET /health`` and ``POST /hybrid`` requests on new connections; ``slow`` sends
+the same while ``--drippers`` connections each promise a 100-byte body and send one byte every 0.5 s. A
+request unanswered within ``--request-timeout-s`` is a timeout; a scenario stops at its third. Cleanup
+(always): servers stopped, tenant and tier deleted. Writes bench/results/slow_clients-<date>.json.
 """
 from __future__ import annotations
 

@@ -1,35 +1,19 @@
-"""Vector search latency over HTTP at 100k chunks (with and without filters) and HNSW recall@10.
+"""Vector search latency over HTTP at 100k synthetic chunks (with and without filters) and HNSW recall@10;
+its loaders build the synthetic rows of bench/hybrid_ab.py and bench/scale.py too.
 
-    .venv/bin/python bench/vector_search.py
     .venv/bin/python bench/vector_search.py --chunks 100000 --requests 300 --recall-queries 200
 
-The 100k rows are synthetic, built from real embeddings (embedding 100k real passages would take
-far too long on this CPU):
-  1. all 5,183 SciFact documents (title + " " + text, truncated by the model at 256 word pieces) are
-     embedded once with the default model; the vectors are cached under bench/results/cache/ (keyed
-     by model, corpus and max_seq_length; --no-cache to skip);
-  2. each synthetic vector is v = normalize(a + 0.35 b + 0.1 g) for random real vectors a, b and a
-     Gaussian g with E|g| = 1 (components N(0, 1/d)); its chunk text is the passage of a (first
-     1,000 characters) plus a unique suffix, because the service dedups hits by content hash;
-  3. rows go into a throwaway tenant / KB / 1,000 documents x 100 chunks with the production binary
-     COPY (``knowledge.services._copy_chunks``), doc_type cycling over txt/md/html/pdf/docx (20 %
-     each) and chunk metadata {"shop_id": i % 20, "campaign_id": i % 200}, so
-     ``metadata.shop_id = 3`` selects 5 % and ``metadata.campaign_id = 7`` selects 0.5 %;
-  4. the HNSW index ``chunk_embedding_hnsw_384`` is dropped before the load and rebuilt after it
-     (timed, with --maintenance-work-mem), then the table is ANALYZEd.
+The rows are synthetic because embedding 100k real passages takes too long on a small CPU: the 5,183
+SciFact passages are embedded once (cached under bench/results/cache/), and each row's vector is
+``normalize(a + 0.35 b + 0.1 g)`` for random real vectors a, b and Gaussian noise g. Its text is the
+passage of a plus a unique suffix (the service dedups hits by content hash). 1,000 documents x 100 chunks
+go in by the production binary COPY (``knowledge.ingestion.chunk_copy.copy_chunks``), with ``doc_type`` and metadata fields to filter on 20 %, 5 % and
+0.5 % of the rows. The HNSW index is dropped before the load and rebuilt after it.
 
-Then: in-process timings (query embedding alone per TORCH_THREADS value; the GIN pending list left
-by the bulk load, measured then merged; ``PgVectorIndex.search`` per scenario at top_k and at the
-service's SEARCH_CANDIDATES depth; its row-count probe alone; exact vs forced HNSW), HTTP latency
-through gunicorn on 127.0.0.1 (``--config retrieval_site/gunicorn.conf.py --workers 1 --threads 4``
-like ./run; the result cache off; the bench tenant on its own unlimited rate tier) once per
---torch-threads value, with real SciFact queries sent sequentially and the scenarios interleaved query
-by query so load bursts from other processes hit all alike (each config gets its own queries;
---http-budget-s caps the timed part), and recall@10 of HNSW
-(exact_scan_threshold=1) against exact search within the same scope at several ef_search values.
-
-Cleanup (always): stop gunicorn, drop the HNSW index, delete the tenant (cascade) and its rate tier,
-VACUUM ANALYZE, rebuild the HNSW index over the remaining rows. Writes bench/results/vector_search-<date>.json.
+Measured: query embedding alone, ``PgVectorIndex.search`` per filter (exact vs forced HNSW), HTTP
+latency through gunicorn (result cache off, scenarios interleaved query by query) and recall@10 of
+HNSW against exact search in the same scope. Cleanup (always): gunicorn stopped, tenant deleted, HNSW
+index rebuilt over the remaining rows. Writes bench/results/vector_search-<date>.json.
 """
 from __future__ import annotations
 
@@ -107,8 +91,9 @@ def load_synthetic_documents(
     (``vectors[i]`` is row ``first_row + i``), so a KB can grow in slices."""
     from django.db import transaction
 
-    from knowledge import services
     from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
     from knowledge.models import Document
 
     metadata = metadata or (lambda g: {"shop_id": g % 20, "campaign_id": g % 200})
@@ -139,9 +124,9 @@ def load_synthetic_documents(
             )
             for i in rows
         ]
-        batches.append(services.ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], services._Labels()))
+        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels()))
     with transaction.atomic():
-        services._copy_chunks(kb, kb.active_version, batches)
+        copy_chunks(kb, kb.active_version, batches)
 
 
 def main() -> int:
@@ -180,7 +165,7 @@ def main() -> int:
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
-    from knowledge import services
+    from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from engines.embedders import get_embedder
@@ -213,9 +198,9 @@ def main() -> int:
         "machine": _common.machine_info(),
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
-            ["retrieval/services/search.py", "retrieval/views.py", "engines/pgvector_index.py",
-             "engines/embedders/sentence_transformers_embedder.py", "knowledge/services.py",
-             "retrieval_site/settings.py"]
+            ["retrieval/services", "retrieval/views.py", "engines/pgvector_index.py",
+             "engines/embedders/sentence_transformers_embedder.py", "knowledge/ingestion/chunk_copy.py",
+             "retrieval_site/settings"]
         ),
     }
     result["loadavg_1m_at_start"] = round(load_at_start, 2)
@@ -249,7 +234,7 @@ def main() -> int:
 
         tenant = create_tenant(_common.unique_name("bench-vector"))
         tier = _common.unlimited_rate_tier(tenant)
-        kb = services.create_knowledge_base(tenant=tenant, name="vector-bench")
+        kb = create_knowledge_base(tenant=tenant, name="vector-bench")
         version = kb.active_version
         with connection.cursor() as cursor:
             cursor.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
@@ -611,7 +596,6 @@ def main() -> int:
         cleanup = {}
         cleanup_error = None
         from django.db import DatabaseError, connection
-        from knowledge import services
 
         try:
             if tenant is not None or index_dropped:

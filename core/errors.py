@@ -9,12 +9,14 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from core.request_id import request_id_of
+from core.uniqueness import violated_unique_constraint
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +110,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         body = error_body(exc.code, exc.message, request, exc.details)
         return Response(body, status=exc.status_code, headers=headers)
+    if isinstance(exc, IntegrityError):
+        return _conflict(exc, request)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is larger than the allowed maximum.", request),
@@ -131,6 +135,15 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         message, details = str(getattr(exc, "detail", exc)), None
     response.data = error_body(code, message, request, details)
     return response
+
+
+def _conflict(exc: IntegrityError, request: object) -> Response:
+    """The safety net behind the services, which map each unique constraint to their own conflict: a
+    violation one of them missed is still the client's 409, never a 500."""
+    constraint = violated_unique_constraint(exc)
+    logger.warning("unmapped integrity error", extra={"constraint": constraint, "request_id": request_id_of(request)})
+    message = "The request conflicts with stored data" + (" (a unique value is taken)." if constraint else ".")
+    return Response(error_body("conflict", message, request), status=status.HTTP_409_CONFLICT)
 
 
 def json_400(request: HttpRequest, exception: Exception) -> HttpResponse:

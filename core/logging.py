@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 NO_REQUEST_ID = "-"
 
 # Set by ``RequestIdMiddleware`` for the duration of a request; threads started for the request
-# see it only when they run in a copy of the request's context (see ``retrieval.services.search``).
+# see it only when they run in a copy of the request's context (see ``retrieval.services.pools``).
 request_id_var: ContextVar[str] = ContextVar("request_id", default=NO_REQUEST_ID)
 
 access_logger = logging.getLogger("retrieval.access")

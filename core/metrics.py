@@ -1,29 +1,41 @@
 """Prometheus metrics of the search service, on top of django-prometheus's HTTP and model metrics.
 
 Recorded here: request latency by endpoint and mode, the latency of each pipeline stage, cache
-hits and misses, rate-limited requests, degradations (and reranker fallbacks) by cause, and
-ingestion outcomes. ``/metrics`` answers only allowed addresses or a bearer token.
+hits and misses, rate-limited requests, degradations (and reranker fallbacks) by cause, ingestion
+outcomes, whether a circuit breaker is open, and searches the search analytics dropped. ``/metrics``
+answers only allowed addresses or a bearer token.
 
 With several gunicorn workers every worker keeps its own counters; set ``PROMETHEUS_MULTIPROC_DIR``
 (``./run serve`` does when ``WEB_WORKERS`` > 1) so prometheus_client sums them across processes.
+
+What lives in a shared store (version builds and source runs in the database, the Celery queue in
+the broker) is read when ``/metrics`` is scraped (:class:`StateGauge`), not kept by any process: the
+Celery workers that build versions and sync sources are not scraped, and a process's copy would go
+stale. Domain apps give each state gauge its reader; this module imports none of them.
 """
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django_prometheus.exports import ExportToDjangoView
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
 
+from core import redis
 from core.errors import error_body
 from core.logging import tenant_of
 from core.usage import ServedQuery, count_query
+
+logger = logging.getLogger(__name__)
 
 # URL names of the search endpoints (retrieval/urls.py): their 200s are queries served.
 SEARCH_ENDPOINTS = frozenset({"retrieval-vector", "retrieval-bm25", "retrieval-hybrid", "retrieval-search"})
@@ -57,8 +69,79 @@ INGESTED_DOCUMENTS = Counter(
     ["outcome"],
 )
 INGESTED_CHUNKS = Counter("retrieval_ingest_chunks", "Chunks written by ingestion.")
+SEARCH_LOG_DROPPED = Counter(
+    "retrieval_search_log_dropped",
+    "Searches left out of the search analytics, by reason (full: the writer's queue was full; failed: its insert failed).",
+    ["reason"],
+)
 
 INGEST_OUTCOMES = ("added", "unchanged", "replaced", "failed")
+
+# Each process sets its own breakers' state; with PROMETHEUS_MULTIPROC_DIR the live workers' maximum:
+# 1 while any worker skips the component.
+CIRCUIT_OPEN = Gauge(
+    "retrieval_circuit_breaker_open",
+    "1 while a circuit breaker skips its component (redis, reranker), else 0.",
+    ["breaker"],
+    multiprocess_mode="livemax",
+)
+BREAKERS = ("redis", "reranker")
+for breaker in BREAKERS:
+    CIRCUIT_OPEN.labels(breaker).set(0)  # closed until one opens: a series from the start
+
+# Gauges read from a shared store at each scrape, exported beside the process's own metrics.
+STATE_REGISTRY = CollectorRegistry()
+# The broker's answer bounds a scrape: Prometheus gives up on /metrics after 10 s by default.
+BROKER_TIMEOUT_S = 2.0
+
+
+class StateGauge:
+    """A gauge whose values a reader takes from a shared store when ``/metrics`` is scraped.
+
+    ``read_by`` names the reader (a domain app's, or the broker's below): it returns the value of each
+    label tuple. A reader that raises (its store is down) exports no sample and is logged; the rest of
+    the scrape still answers.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str] = ()):
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self._reader: Callable[[], Mapping[tuple[str, ...], float]] | None = None
+        STATE_REGISTRY.register(self)
+
+    def read_by(self, reader: Callable[[], Mapping[tuple[str, ...], float]]) -> None:
+        self._reader = reader
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
+        try:
+            values = self._reader() if self._reader is not None else {}
+        except Exception as exc:  # a scrape every 15 s: one line each, no traceback
+            logger.warning("could not read the metric %s: %s: %s", self.name, type(exc).__name__, exc)
+            values = {}
+        for labels, value in values.items():
+            family.add_metric(list(labels), value)
+        yield family
+
+
+KB_VERSIONS = StateGauge(
+    "retrieval_kb_versions",
+    "Knowledge base versions by status (building, ready, active, retired, failed).",
+    ["status"],
+)
+OLDEST_BUILD_AGE = StateGauge(
+    "retrieval_version_build_oldest_age_seconds", "Age of the oldest version still building; 0 when none is."
+)
+SOURCE_SYNC_FAILURES = StateGauge(
+    "retrieval_source_sync_consecutive_failures",
+    "Syncs of a source that failed in a row since its last successful one.",
+    ["knowledge_base", "source"],
+)
+CELERY_QUEUE_LENGTH = StateGauge(
+    "retrieval_celery_queue_length", "Tasks waiting in a Celery queue of the broker.", ["queue"]
+)
 
 
 def record_search(timings_ms: dict[str, float], degraded: list[dict[str, Any]]) -> None:
@@ -71,8 +154,30 @@ def record_search(timings_ms: dict[str, float], degraded: list[dict[str, Any]]) 
             RERANK_FALLBACKS.labels(degradation["cause"]).inc()
 
 
+def record_circuit(breaker: str, is_open: bool) -> None:
+    CIRCUIT_OPEN.labels(breaker).set(int(is_open))
+
+
+def celery_queue_lengths() -> dict[tuple[str, ...], float]:
+    """Tasks waiting in each queue the Celery app sends to, as the broker counts them."""
+    app = current_app
+    queues = {app.conf.task_default_queue, *(queue.name for queue in app.conf.task_queues or ())}
+    options = {"socket_timeout": BROKER_TIMEOUT_S, "socket_connect_timeout": BROKER_TIMEOUT_S, "max_retries": 0}
+    with app.connection_for_read(connect_timeout=BROKER_TIMEOUT_S, transport_options=options) as connection:
+        channel = connection.default_channel
+        return {(name,): channel.queue_declare(name).message_count for name in sorted(queues)}
+
+
+redis.on_circuit_change(lambda name, is_open: record_circuit("redis", is_open))
+CELERY_QUEUE_LENGTH.read_by(celery_queue_lengths)
+
+
 def record_cache(hit: bool) -> None:
     CACHE_REQUESTS.labels("hit" if hit else "miss").inc()
+
+
+def record_search_log_dropped(reason: str, count: int = 1) -> None:
+    SEARCH_LOG_DROPPED.labels(reason).inc(count)
 
 
 def record_rate_limited(endpoint: str) -> None:
@@ -162,4 +267,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         message = "Metrics are only served to allowed addresses or with the metrics token."
         return JsonResponse(error_body("forbidden", message, request), status=403)
     response: HttpResponse = ExportToDjangoView(request)
+    response.content += generate_latest(STATE_REGISTRY)
     return response

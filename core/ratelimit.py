@@ -55,16 +55,24 @@ class RateLimitedMixin(_View):
         """The counter (and ``endpoint_limits`` entry) an authenticated call counts against."""
         raise NotImplementedError
 
+    def counts_against_limit(self, request: Request) -> bool:
+        """False: an authenticated call checked against the limit but not counted (a client's blind
+        retry of a call counted already)."""
+        return True
+
     def perform_authentication(self, request: Request) -> None:
         try:
             super().perform_authentication(request)
         except exceptions.APIException:
             self._count(request, ANONYMOUS)  # a bad key counts against the caller's address
             raise
-        self._count(request, self.rate_limit_endpoint(request) if request.auth is not None else ANONYMOUS)
+        if request.auth is None:
+            self._count(request, ANONYMOUS)
+        else:
+            self._count(request, self.rate_limit_endpoint(request), increment=self.counts_against_limit(request))
 
-    def _count(self, request: Request, endpoint: str) -> None:
-        usage = count_call(request, endpoint)
+    def _count(self, request: Request, endpoint: str, *, increment: bool = True) -> None:
+        usage = count_call(request, endpoint, increment=increment)
         if usage is None:
             return
         self.headers.update(usage.headers())  # DRF adds these to whatever response follows
@@ -76,8 +84,9 @@ class RateLimitedMixin(_View):
             )
 
 
-def count_call(request: Request, endpoint: str) -> RateLimitUsage | None:
-    """Count this call. None: Redis is unreachable and the limiter fails open (else 503)."""
+def count_call(request: Request, endpoint: str, *, increment: bool = True) -> RateLimitUsage | None:
+    """Count this call (``increment`` False: only check it). None: Redis is unreachable and the limiter
+    fails open (else 503)."""
     if endpoint == ANONYMOUS:
         # No peer address (a server on a unix socket behind a proxy): all such callers share one counter.
         key = "ip" if request.META.get("REMOTE_ADDR") else (lambda group, request: "no-address")
@@ -88,7 +97,7 @@ def count_call(request: Request, endpoint: str) -> RateLimitUsage | None:
         key, limit = (lambda group, request: tenant_key), api_key.tenant.rate_tier.limit_for(endpoint)
     try:
         usage = get_usage(
-            request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=True
+            request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=increment
         )
     except REDIS_ERRORS as exc:
         _unavailable(exc, endpoint)

@@ -163,6 +163,14 @@ def _client(socket: Path) -> redis.Redis:
     return redis.Redis(unix_socket_path=str(socket), socket_timeout=_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
 
 
+# Told (server name, open) each time a breaker opens or closes: core.metrics exports the state.
+_circuit_listeners: list[Callable[[str, bool], None]] = []
+
+
+def on_circuit_change(listener: Callable[[str, bool], None]) -> None:
+    _circuit_listeners.append(listener)
+
+
 class RedisCircuitOpen(redis.ConnectionError):
     """Raised instead of calling Redis while its circuit is open; callers degrade as for any outage."""
 
@@ -229,6 +237,7 @@ class RedisBreaker:
                     "Redis (%s) circuit opened after %d failures in %s s: skipped for %s s: %s",
                     self.name, self.failures, self.window_s, self.cooldown_s, exc,
                 )  # fmt: skip
+                self._tell(is_open=True)
 
     def _succeeded(self, probe: bool) -> None:
         if not probe:
@@ -236,6 +245,11 @@ class RedisBreaker:
         with self._lock:
             self._probing, self._opened_at = False, None
             logger.info("Redis (%s) answers again, circuit closed", self.name)
+            self._tell(is_open=False)
+
+    def _tell(self, *, is_open: bool) -> None:
+        for listener in _circuit_listeners:
+            listener(self.name, is_open)
 
 
 _breakers: dict[str, RedisBreaker] = {}

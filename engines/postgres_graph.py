@@ -63,7 +63,7 @@ class PostgresGraphStore(GraphStore):
         self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
     ) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GRAPH_WRITE_LOCK_CLASS, version_id & 0x7FFFFFFF])
+            _lock_version_graph(cursor, version_id)
             touched: set[int] = set()
             if removed_chunk_ids:
                 touched.update(self._remove(cursor, tenant_id, version_id, removed_chunk_ids))
@@ -123,6 +123,7 @@ class PostgresGraphStore(GraphStore):
             for c in communities
         ]  # fmt: skip
         with transaction.atomic(), connection.cursor() as cursor:
+            _lock_version_graph(cursor, version_id)  # two replacements at once would insert the same numbers
             self._execute(cursor, _DROP_COMMUNITIES, [tenant_id, [version_id]])
             if rows:
                 cursor.executemany(_INSERT_COMMUNITY.format(**self._tables).as_string(cursor.cursor), rows)
@@ -209,6 +210,11 @@ class PostgresGraphStore(GraphStore):
 
     def _nodes(self, statement: sql.SQL, params: _Params) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._fetch(statement, params)]
+
+
+def _lock_version_graph(cursor, version_id: int) -> None:
+    """Until the transaction ends, the one writer of this version's graph."""
+    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GRAPH_WRITE_LOCK_CLASS, version_id & 0x7FFFFFFF])
 
 
 def _column(parts: Iterable[tuple[int, ...]]) -> np.ndarray:

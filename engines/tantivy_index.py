@@ -8,7 +8,7 @@ Layout: ``kbv-<version>/CURRENT`` names the live generation folder; a rebuild fi
 generation and switches ``CURRENT`` atomically, so searches never see a half-built index and a
 failed rebuild leaves the old one serving; the next rebuild removes what a killed one left. Only one
 writer may hold an index at a time (also across processes): writes retry on ``LockBusy``; rebuilds of
-one version must not run concurrently (``knowledge.services`` serializes them with a database lock).
+one version must not run concurrently (``knowledge.lexical`` serializes them with a database lock).
 """
 from __future__ import annotations
 

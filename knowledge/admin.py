@@ -1,4 +1,4 @@
-"""The knowledge console. Writes go through ``knowledge.services``, so versions, chunks, lexical indexes
+"""The knowledge console. Writes go through the knowledge write modules, so versions, chunks, lexical indexes
 and cached answers follow every change; what only a rebuild may change is read-only here."""
 from django import forms
 from django.conf import settings
@@ -29,13 +29,8 @@ from knowledge.models import (
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
 from knowledge.search_settings import clean_search_settings
-from knowledge.services import (
-    create_knowledge_base,
-    delete_document,
-    delete_knowledge_base,
-    delete_tenant,
-    update_document_labels,
-)
+from knowledge.documents import delete_document, update_document_labels
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant

@@ -6,4 +6,7 @@ class KnowledgeConfig(AppConfig):
     name = 'knowledge'
 
     def ready(self):
-        from knowledge import signals  # noqa: F401 - connects the receivers
+        from knowledge import monitoring, signals  # noqa: F401 - signals connects the receivers
+        from knowledge import tasks  # noqa: F401 - registers the tasks that knowledge.queue sends
+
+        monitoring.connect()

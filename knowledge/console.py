@@ -20,6 +20,7 @@ from django.utils import timezone
 from core.errors import DomainError
 from core.redis import REDIS_ERRORS
 from engines.embedders import EmbeddingError
+from knowledge.errors import VocabularyChanged
 from knowledge.models import Document, KnowledgeBase, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.selectors import (
@@ -32,14 +33,8 @@ from knowledge.selectors import (
     versions_of,
 )
 from knowledge.serializers import UploadInput
-from knowledge.services import (
-    activate_version,
-    check_upload_sizes,
-    queue_uploads,
-    reingest_documents,
-    retire_version,
-    start_version_build,
-)
+from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
+from knowledge.versions import activate_version, retire_version, start_version_build
 from knowledge.sources import queue_sync
 from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
@@ -87,13 +82,18 @@ def import_view(request, context: dict, *, model_admin, formats: list[str]) -> T
         tenant, text = form.cleaned_data["tenant"], form.cleaned_data["text"]
         plan = plan_import(tenant, form.cleaned_data["format"], text)
         if "apply" in data and not plan.errors:
-            apply_import(tenant, plan)
-            messages.success(
-                request,
-                f"Imported for {tenant.name}: {len(plan.add)} added, {len(plan.update)} updated, "
-                f"{len(plan.unchanged)} unchanged.",
-            )
-            return redirect(f"admin:{context['opts'].app_label}_{context['opts'].model_name}_changelist")
+            try:
+                apply_import(tenant, plan)
+            except VocabularyChanged as changed:
+                messages.error(request, changed.message)
+                plan = plan_import(tenant, form.cleaned_data["format"], text)  # the preview as things are now
+            else:
+                messages.success(
+                    request,
+                    f"Imported for {tenant.name}: {len(plan.add)} added, {len(plan.update)} updated, "
+                    f"{len(plan.unchanged)} unchanged.",
+                )
+                return redirect(f"admin:{context['opts'].app_label}_{context['opts'].model_name}_changelist")
         # The preview carries the lines (an uploaded file's too) to the apply step.
         form = VocabularyImportForm({**data.dict(), "text": text}, tenants=tenants, formats=formats)
     context.update(form=form, plan=plan, has_tenants=tenants.exists())

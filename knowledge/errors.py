@@ -43,6 +43,12 @@ class VersionConflict(ConflictError):
     code = "version_conflict"
 
 
+class VocabularyChanged(ConflictError):
+    """409: a concurrent import added some of the planned terms first; a new preview shows them."""
+
+    code = "vocabulary_changed"
+
+
 class SourceNotFound(NotFoundError):
     code = "source_not_found"
 

@@ -200,8 +200,8 @@ class Chunk(models.Model):
             GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"]),
             GinIndex(fields=["tags"], name="chunk_tags_gin"),
         ]
-        # No default ordering: it would join and sort documents, KBs and tenants on every
-        # search query (measured: 27 ms instead of 0.6 ms for 100 ids). The admin orders its lists.
+        # No default ordering: it would join and sort documents, KBs and tenants on every search
+        # query. The admin orders its lists.
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
@@ -374,8 +374,8 @@ class PendingLexicalChange(models.Model):
     Written in the transaction that changes the rows and deleted once the index holds the change, so
     the index can never miss a committed change: a process killed between the database commit and
     the index write leaves this row for the next writer or ``check_kb --repair`` to apply; a
-    transaction that rolls back takes it along, and the index was never touched (see the README's
-    Consistency section)."""
+    transaction that rolls back takes it along, and the index was never touched (see docs/operations.md,
+    "Consistency of rows and keyword index")."""
 
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="+")
     document_ids = ArrayField(models.BigIntegerField())
@@ -440,11 +440,11 @@ class GraphEdge(models.Model):
     neighbour, the strongest first through an index on either end. ``passages``: the passage relations
     it sums; the row goes with the last of them (``GraphPassageRelations`` says what each passage added).
 
-    Its keys, like a mention's (but its chunk), are not checked by the database: a Chinese passage adds ~70
-    edges and ~24 mentions, and their deferred foreign-key checks (one lookup each, at COMMIT) were half
-    of the graph writes' time. ``PostgresGraphStore`` keeps them whole (an entity goes only when nothing
-    mentions it, an edge with its passages' relations, a version's graph all at once), and Django's
-    deletions still cascade through them."""
+    Its keys, like a mention's (but its chunk), are not checked by the database: a passage adds dozens of
+    edges and mentions, and a deferred foreign-key check each made the graph writes far slower
+    (docs/benchmarks/decisions.md, "Relation columns, the Han run cache and unchecked keys"). ``PostgresGraphStore`` keeps them whole (an
+    entity goes when nothing mentions it, an edge with its passages' relations), and Django's deletions
+    still cascade through them."""
 
     pk = models.CompositePrimaryKey("source", "target", "kind")
     tenant = _unchecked_key(Tenant)

@@ -220,10 +220,8 @@ def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> Knowl
 
 def _count_contents(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
     """Set ``chunk_count`` and ``document_count``: one aggregate over the version's own rows, its id a
-    constant, so PostgreSQL finds them by the version index. Counted for all versions at once (joined
-    and grouped, or as correlated subqueries), the plans read the chunk table at large, every
-    tenant's rows: 16-99 ms for a 3,000-chunk version in a 35,000-row table, growing with the table
-    (docs/BENCHMARKS.md, lifecycle (c))."""
+    constant, so PostgreSQL finds them by the version index (counted for all versions at once, the plans
+    read every tenant's chunks: docs/BENCHMARKS.md, "Knowledge lifecycle")."""
     counts = Chunk.objects.filter(kb_version_id=version.pk).aggregate(
         chunk_count=Count("id"), document_count=Count("document_id", distinct=True)
     )

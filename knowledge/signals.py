@@ -5,7 +5,7 @@ from django.dispatch import receiver
 from django_celery_beat.models import PeriodicTask
 
 from knowledge.models import DictionaryTerm, KnowledgeSource, Synonym
-from knowledge.services import expire_cached_answers
+from knowledge.revisions import expire_cached_answers
 
 
 @receiver([post_save, post_delete], sender=Synonym)

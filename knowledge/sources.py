@@ -28,16 +28,10 @@ from engines.url_fetcher import FetchError, UrlFetcher
 from knowledge.errors import InvalidSourcePath
 from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.parsing import SUPPORTED_SUFFIXES
-from knowledge.services import (
-    SIDECAR_SUFFIX,
-    SourceFile,
-    ingest_stored_files,
-    keep_original,
-    queue_task,
-    remove_from_search,
-    store_local_files,
-    task_file,
-)
+from knowledge.documents import remove_from_search
+from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, keep_original, task_file
+from knowledge.ingestion.stored import ingest_stored_files, store_local_files
+from knowledge.queue import queue_task
 
 SYNC_TASK = "knowledge.tasks.sync_source"
 FAILURES_KEPT = 50  # per run
@@ -174,11 +168,9 @@ def delete_source(source: KnowledgeSource) -> None:
 
 def queue_sync(source: KnowledgeSource) -> KnowledgeTask:
     """Sync a source now (``POST .../sources/{id}/sync``, the admin's action): a task its tenant can follow."""
-    from knowledge.tasks import sync_source  # here: the tasks module imports this one
-
     with transaction.atomic():
         return queue_task(
-            source.knowledge_base, KnowledgeTask.Kind.SYNC_SOURCE, sync_source, (source.pk, SourceRun.Trigger.MANUAL)
+            source.knowledge_base, KnowledgeTask.Kind.SYNC_SOURCE, SYNC_TASK, (source.pk, SourceRun.Trigger.MANUAL)
         )
 
 

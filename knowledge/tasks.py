@@ -1,4 +1,4 @@
-"""Celery tasks of the knowledge lifecycle: thin shells around ``knowledge.services``.
+"""Celery tasks of the knowledge lifecycle: thin shells around the knowledge writes.
 
 Declared with ``@shared_task`` (they bind to the app ``retrieval_site.celery`` loads), so this app
 never imports the wiring. Transient failures (database, Redis, embedder, a busy keyword index) retry
@@ -20,18 +20,11 @@ from engines.base import LexicalIndexError
 from engines.embedders import EmbeddingError
 from knowledge import sources
 from knowledge.communities import rebuild_communities
+from knowledge.documents import purge_document_rows, purge_documents_removed_before
+from knowledge.ingestion.stored import fail_pending_documents, ingest_stored_files
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeSource, KnowledgeTask, SourceRun
-from knowledge.services import (
-    activate_version,
-    fail_pending_documents,
-    fail_version,
-    fill_version,
-    ingest_stored_files,
-    purge_document_rows,
-    purge_old_versions,
-    purge_documents_removed_before,
-    version_build_files,
-)
+from knowledge.queue import register
+from knowledge.versions import activate_version, fail_version, fill_version, purge_old_versions, version_build_files
 
 TRANSIENT_ERRORS = (
     OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError, EmbeddingError, LexicalIndexError,
@@ -162,3 +155,6 @@ def purge_removed_documents() -> int:
 def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict:
     done = progress.as_dict() if progress else None
     return {"version": version.number, "status": version.status, "error": version.error, "progress": done}
+
+
+register(ingest_documents, build_version, sync_source, purge_documents)  # queued by name (knowledge.queue)

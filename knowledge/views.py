@@ -18,7 +18,7 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
-from knowledge.errors import InvalidEmbeddingModel, KnowledgeBaseExists
+from knowledge.errors import InvalidEmbeddingModel
 from knowledge.parsing import ParseError
 from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.selectors import (
@@ -49,17 +49,10 @@ from knowledge.serializers import (
     VersionInput,
     VersionOutput,
 )
-from knowledge.services import (
-    activate_version,
-    check_upload_size,
-    check_upload_sizes,
-    create_knowledge_base,
-    delete_document,
-    labels_from,
-    queue_uploads,
-    retire_version,
-    start_version_build,
-)
+from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
+from knowledge.ingestion.files import labels_from
+from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.versions import activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -193,9 +186,6 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     def create(self, request: Request) -> Response:
         params = KnowledgeBaseInput(data=request.data)
         params.is_valid(raise_exception=True)
-        name = params.validated_data["name"]
-        if knowledge_bases_of(request.tenant).filter(name=name).exists():
-            raise KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
         try:
             kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
         except EmbeddingError as exc:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.uniqueness import conflict_on
+from knowledge.errors import VocabularyChanged
 from knowledge.models import DictionaryTerm, Synonym
-from knowledge.services import expire_cached_answers
+from knowledge.revisions import expire_cached_answers
 from tenants.models import Tenant
 
 SYNONYMS_CSV, SYNONYMS_SOLR, TERMS_CSV = "synonyms-csv", "synonyms-solr", "terms-csv"
@@ -59,7 +61,9 @@ def apply_import(tenant: Tenant, plan: Plan) -> None:
     """Write a plan without errors; cached answers of the tenant expire once, after the writes."""
     if plan.errors:
         raise ValueError("a plan with errors is not applied: fix the lines it names")
-    plan.model.objects.bulk_create(plan.add)
+    changed = VocabularyChanged("another import added some of these terms meanwhile: preview the import again")
+    with conflict_on("unique_dictionary_term", changed):
+        plan.model.objects.bulk_create(plan.add)
     for row in plan.update:
         row.save()
     expire_cached_answers(tenant.pk)

@@ -1,10 +1,11 @@
 """The console's retrieval testing, as the admin page of the runs it keeps: the index lists it as
-"Retrieval testing"; its list is the testing page (with the user's history), ``compare/`` beside it."""
+"Retrieval testing"; its list is the testing page (with the user's history), ``compare/`` and the
+search analytics (``analytics/``) beside it."""
 from django.contrib import admin
 from django.urls import path
 
 from core.admin import ReadOnlyAdminMixin
-from retrieval import console
+from retrieval import analytics_console, console
 from retrieval.models import RetrievalRun
 
 
@@ -21,13 +22,21 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_urls(self):
         compare = self.admin_site.admin_view(self.compare_view)
-        return [path("compare/", compare, name="retrieval_retrievalrun_compare"), *super().get_urls()]
+        analytics = self.admin_site.admin_view(self.analytics_view)
+        return [
+            path("compare/", compare, name="retrieval_retrievalrun_compare"),
+            path("analytics/", analytics, name="retrieval_retrievalrun_analytics"),
+            *super().get_urls(),
+        ]
 
     def changelist_view(self, request, extra_context=None):
         return console.testing_view(request, self._context(request, "Retrieval testing"))
 
     def compare_view(self, request):
         return console.compare_view(request, self._context(request, "Compare retrieval settings"))
+
+    def analytics_view(self, request):
+        return analytics_console.analytics_view(request, self._context(request, "Search analytics"))
 
     def _context(self, request, title: str) -> dict:
         return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title}

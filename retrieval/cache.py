@@ -1,25 +1,18 @@
 """Search result cache in Redis (django-redis), in front of :func:`retrieval.services.search.search`.
 
-The key hashes the normalized request (query trimmed, whitespace collapsed; every option; expansion
-switches resolved against the tenant's defaults), the tenant, the id and ``revision`` of every active
-KB version searched and the tenant's vocabulary stamp (its synonyms and protected terms): what one
-query reads (``searched_knowledge``), which a miss hands on to the search; then the fusion settings the
-search will use (its KBs' own, ``retrieval.tuning``), the settings that shape rankings
-(``settings.RANKING_SETTINGS``, defined beside them) and the stored response's field names. Every
-content change bumps a revision (an edit of the synonyms: the stamp), so old entries become
-unreachable rather than stale; they expire with ``SEARCH_CACHE_TTL_S``.
+The key hashes the normalized request (every option, expansion switches resolved), the tenant, the id and
+``revision`` of every active KB version searched (``searched_knowledge``, which a miss hands on to the
+search), the tenant's vocabulary stamp, the fusion settings the search will use (``retrieval.tuning``),
+the ranking settings (``settings.RANKING_SETTINGS``) and the stored response's fields. Every content
+change bumps a revision or the stamp, so old entries become unreachable rather than stale; they expire
+with ``SEARCH_CACHE_TTL_S``.
 
-An entry is the response rendered as the API's JSON body renders it, but for its stage timings (a
-hit's are its own): a hit sends those bytes with its own fields appended, never decoding them; callers
-that want the response's objects decode it on demand.
-
-A response naming a degradation is not stored: a transient backend failure must not be served for an
-hour. Concurrent identical misses compute once: the first takes a short lock, the others poll for its
-result and compute themselves if it is slow. A lookup is one Redis round trip (a script reads the entry and
-takes the lock on a miss), and so is storing the answer with the lock released. With Redis unreachable,
-searches run uncached.
-
-``search()`` itself stays uncached for callers that measure it (the evaluation harness).
+An entry is the response's JSON body as rendered, without its stage timings: a hit sends those bytes with
+its own fields appended, never decoding them. A response naming a degradation is not stored (a transient
+failure must not be served for an hour). Concurrent identical misses compute once: the first takes a
+short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
+themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
+uncached for callers that measure it (the evaluation harness).
 """
 from __future__ import annotations
 
@@ -37,7 +30,9 @@ from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
-from retrieval.services.search import search, searched_settings
+from retrieval.search_log import FACTS, answer_facts, record_search
+from retrieval.services.planning import searched_settings
+from retrieval.services.search import search
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
@@ -76,7 +71,15 @@ class CachedSearch:
         as_dict = self.response.as_dict()
         rendered = JSONRenderer().render({name: value for name, value in as_dict.items() if name not in _TIMINGS})
         texts = [query["text"] for query in self.response.queries[:1]]
-        return {"total": len(self.response.results), "query": texts[0] if texts else ""}, rendered
+        summary = {"total": len(self.response.results), "query": texts[0] if texts else "", **self.facts}
+        return summary, rendered
+
+    @functools.cached_property
+    def facts(self) -> dict:
+        """What the search analytics keep of the answer (``retrieval.search_log.answer_facts``)."""
+        if self._stored is not None:
+            return {name: self._stored[0].get(name) for name in FACTS}  # an entry stored before they were kept: None
+        return answer_facts(self.response)
 
     @property
     def total(self) -> int:
@@ -100,9 +103,20 @@ class CachedSearch:
         return self.stored[1][:-1] + b"," + tail[1:]
 
 
-def cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> CachedSearch:
+def cached_search(
+    tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None, *, logged: bool = True
+) -> CachedSearch:
     """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
-    the caller read it already (the API reads it with the key's check)."""
+    the caller read it already (the API reads it with the key's check). ``logged``: the answer goes to
+    the search analytics (``retrieval.search_log``; not the console's own tests)."""
+    outcome = _cached_search(tenant, request, knowledge)
+    if logged:
+        hits = outcome.total if outcome.cached else len(outcome.response.results)  # a computed one: not rendered for it
+        record_search(tenant, request, hits, outcome.facts)
+    return outcome
+
+
+def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None) -> CachedSearch:
     if settings.SEARCH_CACHE_TTL_S <= 0:
         return CachedSearch(search(tenant, request, knowledge))
     started = time.perf_counter()

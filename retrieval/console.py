@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.datastructures import MultiValueDict
 
 from core.errors import DomainError
+from engines.analysis import Analyzer
 from knowledge.models import KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant
 from retrieval.cache import cached_search
@@ -198,10 +199,11 @@ def explain(tenant: Tenant, response: SearchResponse) -> list[dict]:
     ]
 
 
-def curation_links(tenant: Tenant, query: str) -> list[dict]:
-    """Per term of the query as written: prefilled admin forms adding it as a protected term or
-    starting a synonym rule (saving either expires the tenant's cached answers)."""
-    analyzer = analyzer_for_tenant(tenant.pk)
+def curation_links(tenant: Tenant, query: str, analyzer: Analyzer | None = None) -> list[dict]:
+    """Per term of the query as written (the spans the tenant's analyzer makes tokens of): prefilled
+    admin forms adding it as a protected term or starting a synonym rule (saving either expires the
+    tenant's cached answers). ``analyzer``: the tenant's, when the caller has it already."""
+    analyzer = analyzer or analyzer_for_tenant(tenant.pk)
     surfaces = dict.fromkeys(term.surface(query) for term in terms(analyzer, query))
     return [
         {
@@ -230,7 +232,30 @@ def movements(before: SearchResponse, after: SearchResponse) -> tuple[dict[int, 
 
 
 def _prefilled(url_name: str, **initial) -> str:
-    return f"{reverse(url_name)}?{urlencode(initial)}"
+    return f"{reverse(url_name)}?{urlencode(initial, doseq=True)}"
+
+
+def testing_link(tenant_id: int, query: str, mode: str, kb_ids: list[int]) -> str:
+    """The retrieval testing page with this search in its form, ready to run (``prefilled_test``)."""
+    return _prefilled("admin:retrieval_retrievalrun_changelist", tenant=tenant_id, query=query, mode=mode,
+                      knowledge_bases=kb_ids)  # fmt: skip
+
+
+def prefilled_test(params) -> dict:
+    """The testing form's initial values from a link's query string (``testing_link``); the form
+    checks them when it is submitted."""
+    initial = {name: params.get(name) for name in ("tenant", "query", "mode") if params.get(name)}
+    kb_ids = [value for value in params.getlist("knowledge_bases") if value.isdigit()]
+    return {**initial, "knowledge_bases": kb_ids} if kb_ids else initial
+
+
+DENSE_LANGUAGE_NOTE = "dense retrieval "  # how weigh()'s note on the query's language starts
+
+
+def dense_language_note(response: SearchResponse) -> str | None:
+    """The search's note saying the dense leg was skipped (or turned down) because no searched
+    model covers the query's language, if it has one (``retrieval.services.search.weigh``)."""
+    return next((note for note in response.notes if note.startswith(DENSE_LANGUAGE_NOTE)), None)
 
 
 # --- views ----------------------------------------------------------------------------------------
@@ -245,7 +270,7 @@ def testing_view(request, context: dict) -> TemplateResponse:
             raise Http404("no such run")
         run = get_object_or_404(request.user.retrieval_runs, pk=int(data["rerun"]))
         data = MultiValueDict(run.params)
-    form = RetrievalTestForm(data, tenants=tenants)
+    form = RetrievalTestForm(data, tenants=tenants, initial=prefilled_test(request.GET))
     if data is not None and form.is_valid() and form.is_global():
         context.update(form=form, communities=_run_global(request, form), runs=recent_runs(request.user),
                        has_tenants=True, compare_url=reverse("admin:retrieval_retrievalrun_compare"))  # fmt: skip
@@ -291,7 +316,7 @@ def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None 
     if not form.is_valid():
         return None
     try:
-        return cached_search(form.cleaned_data["tenant"], search_request or form.search_request())
+        return cached_search(form.cleaned_data["tenant"], search_request or form.search_request(), logged=False)
     except DomainError as exc:
         form.add_error(None, f"The search failed: {exc.message}")
         messages.error(request, "The search failed; see the message above the form.")
@@ -316,4 +341,5 @@ def _outcome_context(tenant: Tenant, outcome) -> dict:
         "cached": outcome.cached,
         "hits": explain(tenant, response),
         "timings": sorted(response.timings_ms.items(), key=lambda item: item[0] == "total"),
+        "dense_language": dense_language_note(response),
     }

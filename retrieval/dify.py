@@ -1,12 +1,12 @@
 """Dify's External Knowledge API: ``POST /api/v1/dify/retrieval`` (endpoint to register in Dify: ``…/api/v1/dify``).
 
 The contract follows Dify's documentation of the External Knowledge API
-(https://docs.dify.ai/en/use-dify/knowledge/external-knowledge-api) and the request its client builds in
-``ExternalDatasetService.fetch_external_knowledge_retrieval`` (langgenius/dify,
-``api/services/external_knowledge_service.py``): ``Authorization: Bearer <key>`` and a JSON body
-``{"knowledge_id", "query", "retrieval_setting": {"top_k", "score_threshold"}, "metadata_condition"?}``,
-where ``score_threshold`` is 0.0 when the threshold is off in Dify and ``metadata_condition`` is only sent
-when set. Dify reads ``records`` of a 200 and treats any other status as a failure.
+(https://docs.dify.ai/en/use-dify/knowledge/external-knowledge-api) and its client (langgenius/dify,
+``api/services/knowledge/external/service.py`` through ``core/helper/ssrf_proxy.py``): ``Authorization:
+Bearer <key>`` and a JSON body ``{"retrieval_setting": {"top_k", "score_threshold"}, "query",
+"knowledge_id", "metadata_condition"}``, where ``score_threshold`` is 0.0 when the threshold is off in
+Dify and ``metadata_condition`` is ``null`` when no condition is set. Dify reads ``records`` of a 200 and
+treats any other status as a failure; it applies neither ``top_k`` nor the threshold itself.
 
 Errors on this endpoint use Dify's shape ``{"error_code", "error_msg"}``: 1001 (403) a missing or
 malformed ``Authorization`` header, 1002 (403) a key that is unknown, expired, revoked or lacks the
@@ -15,15 +15,17 @@ malformed ``Authorization`` header, 1002 (403) a key that is unknown, expired, r
 that status as ``error_code`` (400 a bad body or filter, 429 rate limited, 503 no retriever can answer).
 
 Scores (``records[].score``, what ``score_threshold`` compares against) are each hit's ``relevance``
-(``retrieval.relevance``): in [0, 1] and comparable from query to query of a knowledge base, the same
-number the search endpoints return and threshold.
+(``retrieval.relevance``), raised where needed so that they never increase down the fused order: Dify
+sorts records by score.
 """
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from typing import Any
 
+from django.core.cache import cache
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
@@ -31,6 +33,7 @@ from rest_framework.views import APIView
 
 from core.errors import api_exception_handler
 from core.ratelimit import RateLimitedMixin
+from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.errors import KnowledgeBaseNotFound
 from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
@@ -43,6 +46,10 @@ from tenants.permissions import HasScope
 
 MAX_TOP_K = 100
 MAX_CONDITIONS = 32
+# Dify's ssrf_proxy resends a call that got 429/500/502/503/504 or timed out (5 s) unchanged, 3 times,
+# after 0.5, 1 and 2 s: at most 3 x 5 + 3.5 s after the first.
+DIFY_MAX_RETRIES = 3
+RETRY_WINDOW_S = 30
 # Dify's (status, error code) for the service's error codes; any other error keeps its status.
 _DIFY_ERRORS = {
     "invalid_api_key": (403, 1002),
@@ -66,6 +73,7 @@ _FIELD_OPERATORS = {
     "tags": {"contains": "contains", "is": "contains", "in": "any"},
 }
 _NEGATED = {"not contains": "contains", "is not": "is", "not in": "in", "not empty": "empty"}
+_VALUELESS = ("empty", "not empty")
 
 
 # --- request and response -----------------------------------------------------------------------
@@ -86,7 +94,11 @@ class ConditionInput(serializers.Serializer):
 
 class MetadataConditionInput(serializers.Serializer):
     logical_operator = serializers.ChoiceField(choices=("and", "or"), default="and", allow_null=True)
-    conditions = ConditionInput(many=True, max_length=MAX_CONDITIONS)
+    # A ListField: ``ConditionInput(many=True, allow_null=True)`` would let each item be null too.
+    conditions = serializers.ListField(
+        child=ConditionInput(), max_length=MAX_CONDITIONS, required=False, allow_null=True,
+        help_text="null or missing: no filter",
+    )  # fmt: skip
 
 
 @extend_schema_field(
@@ -112,11 +124,17 @@ class DifyRecordOutput(serializers.Serializer):
     content = serializers.CharField()
     score = serializers.FloatField(help_text="in [0, 1]; see the module docs for its definition")
     title = serializers.CharField()
-    metadata = serializers.DictField(help_text="the chunk's metadata with path, source, doc_id, chunk_id, kb_id")
+    metadata = serializers.DictField(
+        help_text="the chunk's metadata with path, source, doc_id, chunk_id, kb_id, doc_type, document_id and "
+        "document_name (what Dify cites the record by)"
+    )
 
 
 class DifyRetrievalOutput(serializers.Serializer):
     records = DifyRecordOutput(many=True)
+    notes = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="only when a condition was skipped (no value)"
+    )
 
 
 class DifyErrorOutput(serializers.Serializer):
@@ -152,25 +170,54 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
     def rate_limit_endpoint(self, request) -> str:
         return "hybrid"
 
+    def counts_against_limit(self, request) -> bool:
+        return not is_dify_retry(request)
+
     def get_exception_handler(self):
         return dify_exception_handler
 
     def post(self, request):
+        if is_registration_probe(request):
+            return Response({"records": []})  # the key was checked: Dify registers the endpoint
         params = DifyRetrievalInput(data=request.data)
         params.is_valid(raise_exception=True)
         data = params.validated_data
         setting = data["retrieval_setting"]
+        condition = data.get("metadata_condition")
         search_request = SearchRequest(
             query=data["query"],
             mode="hybrid",
             top_k=setting["top_k"],
             kb_ids=[knowledge_base_id(data["knowledge_id"])],
-            filters=filters_from_metadata_condition(data.get("metadata_condition")),
+            filters=filters_from_metadata_condition(condition),
             score_threshold=setting["score_threshold"] or 0.0,
             expand=ExpansionOptions(),
         )
         hits = cached_search(request.tenant, search_request).response.results
-        return Response({"records": [record(hit) for hit in hits]})
+        answer = {"records": [record(hit, score) for hit, score in zip(hits, scores_in_fused_order(hits))]}
+        if notes := skipped_condition_notes(condition):
+            answer["notes"] = notes
+        return Response(answer)
+
+
+def is_registration_probe(request) -> bool:
+    """Dify checks a new endpoint with ``{"knowledge_id": "", "query": "", ...}`` (before 1.x: an empty
+    POST) and refuses it on 403, 404 or 502: after the key's check, answered with no records."""
+    if not request.body:
+        return True
+    data = request.data
+    return isinstance(data, dict) and data.get("knowledge_id") == "" and data.get("query") == ""
+
+
+def is_dify_retry(request) -> bool:
+    """The same key and body again within ``RETRY_WINDOW_S`` of the first, at most ``DIFY_MAX_RETRIES``
+    times: Dify retrying a call (it ignores ``Retry-After``), which counts once against the limit."""
+    key = f"dify:retry:{request.auth.pk}:{hashlib.sha256(request.body).hexdigest()}"
+    try:
+        return not cache.add(key, 0, timeout=RETRY_WINDOW_S) and cache.incr(key) <= DIFY_MAX_RETRIES
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("Dify retry detection", exc)
+        return False
 
 
 def dify_exception_handler(exc, context):
@@ -195,7 +242,19 @@ def knowledge_base_id(knowledge_id: str) -> int:
     return int(knowledge_id)
 
 
-def record(hit: SearchHit) -> dict:
+def scores_in_fused_order(hits: list[SearchHit]) -> list[float]:
+    """Each hit's relevance, raised to the highest one ranked below it: Dify sorts records by score
+    (stably), so it keeps the fused order, and no score falls under the threshold its hit passed."""
+    scores, floor = [], 0.0
+    for hit in reversed(hits):
+        floor = max(floor, hit.relevance)
+        scores.append(floor)
+    return scores[::-1]
+
+
+def record(hit: SearchHit, score: float) -> dict:
+    """Dify cites a record by ``metadata.document_id`` (else by its title, merging same-titled documents)."""
+    title = hit.title or hit.source_uri
     metadata = {
         **hit.metadata,
         "path": hit.source_uri,
@@ -204,8 +263,10 @@ def record(hit: SearchHit) -> dict:
         "chunk_id": hit.chunk_id,
         "kb_id": hit.kb_id,
         "doc_type": hit.doc_type,
+        "document_id": str(hit.doc_id),
+        "document_name": title,
     }
-    return {"content": hit.content, "score": hit.relevance, "title": hit.title or hit.source_uri, "metadata": metadata}
+    return {"content": hit.content, "score": score, "title": title, "metadata": metadata}
 
 
 # --- metadata_condition -> the filter language ------------------------------------------------------
@@ -213,13 +274,28 @@ def record(hit: SearchHit) -> dict:
 
 def filters_from_metadata_condition(condition: dict | None) -> dict | None:
     """Dify's conditions as a filter (``retrieval.filters``): ``doc_type``, ``doc_id``, ``created_at`` and
-    ``tags`` are the chunk's fields, any other name is ``metadata.<name>``. Raises ``InvalidFilter``."""
-    if not condition or not condition["conditions"]:
-        return None
+    ``tags`` are the chunk's fields, any other name is ``metadata.<name>``; a condition without a value
+    is skipped, as Dify's own knowledge bases do. Raises ``InvalidFilter``."""
     clauses = [
-        _condition(item, path=f"metadata_condition.conditions[{i}]") for i, item in enumerate(condition["conditions"])
+        _condition(item, path=f"metadata_condition.conditions[{i}]")
+        for i, item in enumerate((condition or {}).get("conditions") or [])
+        if _has_value(item)
     ]
-    return {condition.get("logical_operator") or "and": clauses}
+    return {condition.get("logical_operator") or "and": clauses} if clauses else None
+
+
+def skipped_condition_notes(condition: dict | None) -> list[str]:
+    return [
+        f"metadata_condition.conditions[{i}] ({item['comparison_operator']!r} on {item['name']!r}) "
+        "has no value: skipped"
+        for i, item in enumerate((condition or {}).get("conditions") or [])
+        if not _has_value(item)
+    ]
+
+
+def _has_value(item: dict) -> bool:
+    """Dify's manual filter sends ``value: null`` for a blank field; only ``empty`` / ``not empty`` need none."""
+    return item.get("value") is not None or item["comparison_operator"] in _VALUELESS
 
 
 def _condition(item: dict, *, path: str) -> dict:

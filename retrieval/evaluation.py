@@ -26,16 +26,10 @@ from django.conf import settings
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import merged_search_settings
 from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of, search_settings_of
-from knowledge.services import (
-    SIDECAR_SUFFIX,
-    IngestReport,
-    Ingester,
-    SourceFile,
-    discover_files,
-    get_or_create_knowledge_base,
-    rebuild_lexical_index,
-    update_search_settings,
-)
+from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, discover_files
+from knowledge.ingestion.pipeline import IngestReport, Ingester
+from knowledge.knowledge_bases import get_or_create_knowledge_base, update_search_settings
+from knowledge.lexical import rebuild_lexical_index
 from engines.embedders import get_embedder
 from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions

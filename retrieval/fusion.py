@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 DEFAULT_RRF_K = 60
-# The power of a list's first-hit relevance in its per-query weight: the one constant of the rule, chosen
-# from 1, 2, 3, 4, 6, 8 on half of SciFact train (even query ids; docs/BENCHMARKS.md, "Per-query leg weights").
+# The power of a list's first-hit relevance in its per-query weight: the rule's one constant, fitted on half
+# of SciFact train (docs/benchmarks/decisions.md, "Per-query leg weights").
 EVIDENCE_POWER = 2
 # A list's evidence counts as at least this much (not fitted): a leg with none (its first hit no better than
 # unrelated passages, or a tiny KB whose calibration says so of every hit) then only fills the tail, behind

@@ -1,6 +1,9 @@
-"""What the search keeps: the console's history of retrieval tests."""
+"""What the search keeps: the console's history of retrieval tests, and the tenants' queries."""
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.utils import timezone
 
 from tenants.models import Tenant
 
@@ -21,6 +24,31 @@ class RetrievalRun(models.Model):
         indexes = [models.Index(fields=["user", "-created_at"], name="retrieval_run_user_recent")]
         verbose_name = "retrieval test"
         verbose_name_plural = "retrieval testing"
+
+    def __str__(self) -> str:
+        return self.query
+
+
+class SearchLog(models.Model):
+    """One query a tenant's client searched, as the console's search analytics read it
+    (``retrieval.search_log`` writes them off the request thread). Only the query text and how it
+    was answered: no API key, no client address, no user."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="search_logs")
+    query = models.TextField()  # whitespace collapsed and casefolded: one row per way of asking it
+    mode = models.CharField(max_length=16)
+    kb_ids = ArrayField(models.BigIntegerField())  # the knowledge bases searched
+    hits = models.PositiveIntegerField()
+    best_relevance = models.FloatField(null=True)  # None: no hit
+    # BM25 and dense shared no hit in their first five (None: not both legs answered)
+    legs_disagree = models.BooleanField(null=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="search_log_tenant_recent"),
+            GinIndex(fields=["kb_ids"], name="search_log_kb_ids"),
+        ]
 
     def __str__(self) -> str:
         return self.query

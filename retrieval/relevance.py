@@ -20,13 +20,17 @@ worth showing); a reranked hit keeps the same definition, so thresholds do not c
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
 from retrieval import selectors
+from retrieval.fusion import FusedCandidate, RankedList
 
 BACKGROUND_QUANTILE = 0.95
 SAMPLE_SIZE = 256
+# The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
+CALIBRATED = ("vector", "bm25")
 
 _backgrounds: dict[int, tuple[int, float]] = {}  # version id -> (revision, background cosine)
 _lock = threading.Lock()
@@ -66,6 +70,35 @@ def dense_background(version_id: int, revision: int) -> float:
     with _lock:
         _backgrounds[version_id] = (revision, background)
     return background
+
+
+@dataclass(frozen=True)
+class RelevanceScales:
+    """What maps one search's raw scores onto ``relevance``: the BM25 ceiling per (query variant, KB
+    version), and each searched version's revision (its dense background's key)."""
+
+    ceilings: dict[tuple[str, int], float]
+    revisions: dict[int, int]
+
+    def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
+        dense = lexical = None
+        if (vector := candidate.retrievers.get("vector")) is not None:
+            dense = self.dense(vector.score, version_id)
+        if (bm25 := candidate.retrievers.get("bm25")) is not None:
+            lexical = self.lexical(bm25.score, bm25.query, version_id)
+        return combined_relevance(dense, lexical)
+
+    def leg_relevance(self, ranked: RankedList, score: float, version_id: int) -> float:
+        """One hit's relevance by its own list's retriever (``vector`` or ``bm25``)."""
+        if ranked.retriever == "vector":
+            return self.dense(score, version_id)
+        return self.lexical(score, ranked.query, version_id)
+
+    def dense(self, cosine: float, version_id: int) -> float:
+        return dense_relevance(cosine, dense_background(version_id, self.revisions[version_id]))
+
+    def lexical(self, score: float, query: str, version_id: int) -> float:
+        return lexical_relevance(score, self.ceilings.get((query, version_id), 0.0))
 
 
 def _clip(value: float) -> float:

@@ -268,7 +268,12 @@ DIFY_ERRORS = {
         "Invalid Authorization header format. Expected 'Bearer <api-key>' format.",
     ),
     404: ("2001: `knowledge_id` is not one of the key's knowledge bases.", 2001, "The knowledge does not exist."),
-    429: ("Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`).", 429, "Rate limit exceeded."),
+    429: (
+        "Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`, which Dify ignores). Dify's unchanged "
+        "retries of a call (same key and body within 30 s, at most 3) are checked but not counted.",
+        429,
+        "Rate limit exceeded.",
+    ),
     503: ("No retriever can answer.", 503, "cannot embed the query: the embedding service did not answer"),
 }
 DIFY_REQUEST_EXAMPLE = {
@@ -277,7 +282,7 @@ DIFY_REQUEST_EXAMPLE = {
     "retrieval_setting": {"top_k": 3, "score_threshold": 0.2},
     "metadata_condition": {
         "logical_operator": "and",
-        "conditions": [{"name": ["category"], "comparison_operator": "is", "value": "product"}],
+        "conditions": [{"name": "category", "comparison_operator": "is", "value": "product"}],
     },
 }
 DIFY_RESPONSE_EXAMPLE = {
@@ -294,6 +299,8 @@ DIFY_RESPONSE_EXAMPLE = {
                 "chunk_id": HIT_EXAMPLE["chunk_id"],
                 "kb_id": HIT_EXAMPLE["kb_id"],
                 "doc_type": HIT_EXAMPLE["doc_type"],
+                "document_id": str(HIT_EXAMPLE["doc_id"]),
+                "document_name": HIT_EXAMPLE["title"],
             },
         }
     ]
@@ -338,9 +345,15 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 summary="Dify External Knowledge API: hybrid search of one knowledge base",
                 description=(
                     "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
-                    "knowledge base id as the external knowledge ID. Errors use Dify's shape "
-                    "`{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, comparable across "
-                    "queries of the knowledge base; see the search endpoints), `score_threshold` drops hits below it."
+                    "knowledge base id as the external knowledge ID. Dify's registration probe (`knowledge_id` "
+                    "and `query` both blank, or an empty body: outside this schema) gets `{\"records\": []}` "
+                    "once the key is checked. "
+                    "Errors use Dify's shape `{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, "
+                    "comparable across queries of the knowledge base; see the search endpoints), raised where "
+                    "needed so that it never increases down the ranking (Dify sorts by score); "
+                    "`score_threshold` drops hits whose relevance is below it. `metadata_condition` null, or "
+                    "its `conditions` null or missing: no filter; a condition without a value is skipped and "
+                    "named in `notes`. `metadata.document_id` is what Dify cites a record by."
                 ),
                 tags=["dify"],
                 request=DifyRetrievalInput,

@@ -71,7 +71,7 @@ class WeightsField(serializers.DictField):
     {
         "type": "object",
         "description": "ANDed conditions on doc_type, doc_id, created_at, tags and metadata.<key>, with "
-        "and / or / not; the grammar (README: Filters) needs key patterns OpenAPI 3.0 cannot state",
+        "and / or / not; the grammar (docs/api.md, Filters) needs key patterns OpenAPI 3.0 cannot state",
     }
 )
 class FiltersField(serializers.JSONField):

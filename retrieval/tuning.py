@@ -15,19 +15,18 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
-# How the lists become one (``retrieval.fusion``): weighted RRF, the product's fusion. The weighted sum of
-# each leg's calibrated relevance ranked better on every shared set with a dense leg (docs/BENCHMARKS.md,
-# "Score fusion"): a KB or a request chooses it with ``fusion: "relevance"``.
+# How the lists become one (``retrieval.fusion``): weighted RRF, the product's fusion. ``fusion: "relevance"``
+# ranks better where a dense leg runs and is an option per KB or request (docs/benchmarks/decisions.md,
+# "Score fusion").
 DEFAULT_FUSION = "rrf"
 # RRF's leg weights per query: "evidence" scales each leg's weight by its first hit's calibrated relevance
-# (``retrieval.fusion.weighted_by_evidence``; SciFact train +0.008, the other shared sets within 0.002:
-# docs/BENCHMARKS.md, "Per-query leg weights"); "fixed" keeps the configured weights for every query.
+# (``retrieval.fusion.weighted_by_evidence``; docs/benchmarks/decisions.md, "Per-query leg weights");
+# "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
 # What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
-# which it scores without searching again: ``retrieval.services.search.score_union``). "union" ranks
-# better on SciFact train (+0.004, XQuAD-en unchanged) but its ``relevance`` threshold share is 0.899
-# (goal 0.90: a different top 10, not different scores) and it costs 6-14 % of hybrid p50 at load 5-8
-# (docs/BENCHMARKS.md, "The union's cost and threshold share"): a KB or a request opts in.
+# which it scores without searching again: ``retrieval.services.union``). "union" ranks a little better
+# but misses the threshold-share goal, so a KB or a request opts in (docs/benchmarks/decisions.md,
+# "The union's cost and threshold share").
 DEFAULT_LEG_CANDIDATES = "own"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"

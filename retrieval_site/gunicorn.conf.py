@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("TORCH_THREADS", "1")
 
 # The asyncio worker reads requests on its event loop and hands them whole to Django's WEB_THREADS
-# threads: a slow or idle client holds a coroutine, not a thread (README: Reliability). It answers
+# threads: a slow or idle client holds a coroutine, not a thread (docs/api.md: Reliability). It answers
 # malformed HTTP with the service's JSON errors.
 wsgi_app = "retrieval_site.asgi:application"
 worker_class = "core.gunicorn_worker.Worker"

@@ -19,6 +19,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/retrieval/", include("retrieval.urls")),
     path("api/v1/dify/retrieval", DifyRetrievalView.as_view(), name="dify-retrieval"),  # Dify: endpoint …/api/v1/dify
+    # An endpoint typed with a trailing slash in Dify (…/api/v1/dify/): Dify appends "/retrieval".
+    path("api/v1/dify//retrieval", DifyRetrievalView.as_view(schema=None), name="dify-retrieval-slash"),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

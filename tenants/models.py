@@ -1,7 +1,9 @@
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
+
+from core.uniqueness import violated_unique_constraint
 
 # The counters a tier limits: one per search mode (retrieval's MODES, graph included), the stats endpoint's, and the
 # knowledge API's reads and writes (a test keeps them equal to what the views count). A counter joins
@@ -12,6 +14,7 @@ _ENDPOINT_NAMES = ", ".join(RATE_LIMITED_ENDPOINTS)
 # New tenants get the free tier; recreated with the limits the migrations give it if it was deleted.
 FREE_TIER = "free"
 FREE_TIER_LIMITS = {"requests_per_window": 100, "endpoint_limits": {"hybrid": 50}}
+RATE_TIER_NAME_UNIQUE = "tenants_ratetier_name_key"  # PostgreSQL's name for the column's UNIQUE
 
 
 class RateTier(models.Model):
@@ -51,11 +54,21 @@ class RateTier(models.Model):
 
 def default_rate_tier() -> int:
     """The free tier's id (only its id is read and nothing ordered by other columns, so old migrations
-    keep working as the model grows)."""
-    pk = RateTier.objects.filter(name=FREE_TIER).order_by().values_list("pk", flat=True).first()
+    keep working as the model grows). Of two processes recreating it at once, the loser reads the winner's."""
+    pk = _free_tier_pk()
     if pk is None:
-        pk = RateTier.objects.create(name=FREE_TIER, **FREE_TIER_LIMITS).pk
+        try:
+            with transaction.atomic():
+                pk = RateTier.objects.create(name=FREE_TIER, **FREE_TIER_LIMITS).pk
+        except IntegrityError as error:
+            if violated_unique_constraint(error) != RATE_TIER_NAME_UNIQUE:
+                raise
+            pk = _free_tier_pk()
     return pk
+
+
+def _free_tier_pk() -> int | None:
+    return RateTier.objects.filter(name=FREE_TIER).order_by().values_list("pk", flat=True).first()
 
 
 class Tenant(models.Model):
@@ -67,6 +80,11 @@ class Tenant(models.Model):
     expand_synonyms = models.BooleanField(default=True)
     expand_spelling = models.BooleanField(default=False, help_text="Spelling correction against the KB vocabulary.")
     expand_llm = models.BooleanField(default=False, help_text="LLM query rewriting (needs LLM_URL).")
+    record_searches = models.BooleanField(
+        default=True,
+        help_text="Keep the tenant's queries for the console's search analytics (the query text and how it was "
+        "answered; no key, no client; purged after SEARCH_LOG_RETENTION_DAYS).",
+    )
     rate_tier = models.ForeignKey(
         RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants"
     )

@@ -7,15 +7,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.uniqueness import conflict_on, redrawn_on_collision
+from tenants.errors import TenantExists
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
 
 KEY_PREFIX_BYTES = 6
 KEY_SECRET_BYTES = 32
 KEY_SCHEME = "rk"
+# PostgreSQL's names for the UNIQUE of a ``unique=True`` column (``<table>_<column>_key``).
+TENANT_NAME_UNIQUE = "tenants_tenant_name_key"
+API_KEY_PREFIX_UNIQUE = "tenants_apikey_prefix_key"
 # ``ApiKey.last_used_at`` is kept to this resolution, so authenticating does not write on every request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
@@ -48,12 +52,17 @@ class IssuedKey:
 
 
 def create_tenant(name: str) -> Tenant:
-    return Tenant.objects.create(name=name)
+    with conflict_on(TENANT_NAME_UNIQUE, TenantExists(f"a tenant named {name!r} already exists")):
+        return Tenant.objects.create(name=name)
 
 
 def get_or_create_tenant(name: str) -> Tenant:
-    """The tenant named ``name``, created when missing (the demo and evaluation set-ups)."""
-    return Tenant.objects.filter(name=name).first() or create_tenant(name)
+    """The tenant named ``name``, created when missing (the demo and evaluation set-ups); of two
+    processes creating it at once, the one that loses the insert reads the winner's row."""
+    try:
+        return Tenant.objects.filter(name=name).first() or create_tenant(name)
+    except TenantExists:
+        return Tenant.objects.get(name=name)
 
 
 def validate_scopes(scopes: Iterable[str]) -> list[str]:
@@ -67,19 +76,18 @@ def validate_scopes(scopes: Iterable[str]) -> list[str]:
     return wanted
 
 
-@transaction.atomic
 def create_api_key(
     *, tenant: Tenant, name: str = "", expires_at: datetime | None = None, scopes: Iterable[str] | None = None
 ) -> IssuedKey:
+    scope_list = default_scopes() if scopes is None else validate_scopes(scopes)
+    return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, scope_list))
+
+
+def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, scopes: list[str]) -> IssuedKey:
     prefix = secrets.token_hex(KEY_PREFIX_BYTES)
     raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
     api_key = ApiKey.objects.create(
-        tenant=tenant,
-        name=name,
-        prefix=prefix,
-        key_hash=hash_api_key(raw_key),
-        expires_at=expires_at,
-        scopes=default_scopes() if scopes is None else validate_scopes(scopes),
+        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at, scopes=scopes
     )
     return IssuedKey(api_key=api_key, raw_key=raw_key)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from engines.rerankers import reset_reranker
@@ -22,7 +23,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--console-screenshots",
         metavar="DIR",
-        help="write the browser tests' screenshots of the console pages here (docs/console in the README)",
+        help="write the browser tests' screenshots of the console pages here (docs/console/, shown in docs/console.md)",
     )
 
 
@@ -58,6 +59,13 @@ def redis_key_prefix(settings):
         cache.delete_pattern("*")
     except REDIS_ERRORS:  # a test that stopped its Redis leaves nothing to wipe
         pass
+
+
+@pytest.fixture(autouse=True)
+def search_log_on_the_test_thread(settings):
+    """No search-log writer thread (its own connection cannot see a test's uncommitted rows): searches
+    queue their rows, a test writes them with ``retrieval.search_log.flush()``; each test starts empty."""
+    settings.SEARCH_LOG_FLUSH_S = 0
 
 
 @pytest.fixture(autouse=True)
@@ -210,6 +218,20 @@ def database_url_of_this_run() -> str:
 
 
 @pytest.fixture
+def keep_test_transaction(db) -> None:
+    """Django closes "old" connections when each request starts and ends; the test client disconnects
+    that handler, and so must a WSGI caller, or the first request ends the test's transaction."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
 def spans():
     """Tracing on (core.tracing), into memory, one span exported as it ends."""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -226,6 +248,17 @@ def client_with_key(raw_key: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
     return client
+
+
+def scraped_metrics(client) -> dict[str, dict[frozenset, float]]:
+    """What ``GET /metrics`` exposes right now: sample name -> its label sets (as item sets) -> value."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.content
+    samples: dict[str, dict[frozenset, float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[frozenset(sample.labels.items())] = sample.value
+    return samples
 
 
 def client_for(tenant, *scopes: str) -> APIClient:

@@ -4,7 +4,8 @@ import numpy as np
 from django.utils import timezone
 
 from knowledge.models import Chunk, Document, KnowledgeBase
-from knowledge.services import activate_first_version
+from knowledge.versions import activate_first_version
+from retrieval.models import SearchLog
 from engines.embedders import DEFAULT_LOCAL_MODEL
 from tenants.models import RateTier, Tenant
 
@@ -77,3 +78,18 @@ def give_unlimited_rate_tier(tenant: Tenant) -> None:
     """A tier without practical limits, so a test may poll tasks as fast as it likes."""
     tenant.rate_tier = RateTier.objects.create(name=f"unlimited-{tenant.pk}", requests_per_window=10**6)
     tenant.save()
+
+
+class SearchLogFactory(factory.django.DjangoModelFactory):
+    """A searched query as ``retrieval.search_log`` keeps it: a hybrid search of all the tenant's KBs."""
+
+    class Meta:
+        model = SearchLog
+
+    tenant = factory.SubFactory(TenantFactory)
+    query = "firmware update"
+    mode = "hybrid"
+    kb_ids = factory.LazyFunction(list)
+    hits = 5
+    best_relevance = 0.8
+    legs_disagree = False

@@ -2,12 +2,17 @@
 
 The clients under test (embedder, reranker, LLM expander, Elasticsearch adapter) talk to it over a
 real socket, so timeouts, refused connections, status codes and malformed bodies reach them as they
-would in production; the peer records every request for the test to inspect.
+would in production; the peer records every request, and how its answer ended, for the test to
+inspect: a client that hung up before the answer was out (its timeout or deadline) is recorded, so no
+test needs to time the client.
 """
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,15 +20,23 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 
+POLL_S = 0.01  # how often a held answer looks whether its client is still there
+
+
 @dataclass
 class PeerRequest:
-    """One request as the peer received it. Header names are lower-cased: HTTP ignores their case."""
+    """One request as the peer received it. Header names are lower-cased: HTTP ignores their case.
+
+    ``outcome`` is how its answer ended: ``pending`` while the peer holds it back or sends it,
+    ``answered`` once all of it went out, ``hung_up`` when the client closed the connection first (it
+    stopped waiting), ``cut_short`` when the peer was closed first."""
 
     method: str
     path: str  # without the query string, which is parsed into ``params``
     params: dict[str, list[str]]
     headers: dict[str, str]
     body: bytes
+    outcome: str = "pending"
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -77,9 +90,7 @@ class Peer:
     def _answer(self, request: PeerRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
-        reply = self.respond(request)
-        self._closing.wait(reply.delay_s)
-        return reply
+        return self.respond(request)
 
 
 class _Server(ThreadingHTTPServer):
@@ -102,8 +113,10 @@ class _Handler(BaseHTTPRequestHandler):
         )
         reply = self.server.peer._answer(request)
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        if not self._hold(request, reply.delay_s):
+            return
         if reply.drip_s:
-            self._drip(reply, payload)
+            self._drip(request, reply, payload)
             return
         try:
             self.send_response(reply.status)
@@ -114,20 +127,47 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 self.wfile.write(payload)
         except OSError:
-            pass  # the client stopped waiting (a timeout test)
+            request.outcome = "hung_up"
+            return
+        request.outcome = "answered"
 
-    def _drip(self, reply: Reply, payload: bytes) -> None:
+    def _drip(self, request: PeerRequest, reply: Reply, payload: bytes) -> None:
         headers = {"Content-Type": "application/json", **reply.headers, "Content-Length": str(len(payload))}
         head = f"HTTP/1.0 {reply.status} OK\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        closing = self.server.peer._closing
         try:
             for byte in (head + "\r\n").encode() + payload:
-                if closing.wait(reply.drip_s):
+                if not self._hold(request, reply.drip_s):
                     return
                 self.wfile.write(bytes([byte]))
                 self.wfile.flush()
         except OSError:
-            pass  # the client hung up (it met its deadline)
+            request.outcome = "hung_up"
+            return
+        request.outcome = "answered"
+
+    def _hold(self, request: PeerRequest, seconds: float) -> bool:
+        """Holds the answer back ``seconds``; False, with the request's outcome set, as soon as the
+        client hangs up or the peer closes."""
+        ends_at = time.monotonic() + seconds
+        while not self._client_gone():
+            remaining = ends_at - time.monotonic()
+            if remaining <= 0:
+                return True
+            if self.server.peer._closing.wait(min(remaining, POLL_S)):
+                request.outcome = "cut_short"
+                return False
+        request.outcome = "hung_up"
+        return False
+
+    def _client_gone(self) -> bool:
+        """The client closed its end: the request was read whole, so a readable socket means EOF."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _serve
 

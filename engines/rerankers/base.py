@@ -18,6 +18,11 @@ class Reranker(ABC):
 
     name: str
 
+    @property
+    def circuit_open(self) -> bool:
+        """Whether calls are refused at once (a remote endpoint's breaker); a local model has none."""
+        return False
+
     @abstractmethod
     def rerank(self, query: str, passages: list[str]) -> list[float]:
         """One finite score per passage, in the passages' order; raises :class:`RerankError`."""

@@ -96,6 +96,11 @@ class RemoteReranker(Reranker):
     def close(self) -> None:
         self._client.close()
 
+    @property
+    def circuit_open(self) -> bool:
+        """Open (or half open, its trial call not yet answered): until a call succeeds again."""
+        return self._breaker.current_state != pybreaker.STATE_CLOSED
+
     def _admit(self) -> bool:
         """Fail fast while the breaker is open; once it may reset, let one trial call through (True)."""
         with self._gate:

@@ -8,7 +8,8 @@ mixed with the original query (its tokens' frequencies over the query's length) 
 ``query_weight · P(w|Q) + (1 - query_weight) · P(w|R)`` (Lavrenko & Croft's relevance model, interpolated
 as in RM3). Everything is on the analyzer's tokens, so stopwords are already gone and Chinese works alike.
 Feedback helps when the first pass is mostly right (a vocabulary mismatch the top passages bridge) and
-drifts when it is not: it is an option, measured per dataset (docs/BENCHMARKS.md).
+drifts when it is not: it is an option, off by default (docs/benchmarks/decisions.md, "RM3 pseudo-relevance
+feedback").
 """
 from __future__ import annotations
 

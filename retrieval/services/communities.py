@@ -25,7 +25,8 @@ from retrieval import selectors
 from retrieval.errors import GraphUnavailable
 from retrieval.filters import compile_filters
 from retrieval.fusion import RankedList, reciprocal_rank_fusion
-from retrieval.services.search import degradation_of, model_groups
+from retrieval.services.degradation import degradation_of
+from retrieval.services.planning import model_groups
 from retrieval.services.timings import StageTimings
 from retrieval.types import Degradation
 from tenants.models import Tenant

@@ -37,7 +37,7 @@ from tests.factories import TenantFactory
 from tests.peers import Peer, Reply
 from tests.retrieval.test_views import MANUALS, build_corpus
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+INTEGRATIONS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 KETTLE_QUERY = "How long does the kettle need to boil water?"
 EMPTY_ANSWER = {"results": [], "mode": "hybrid", "total": 0}
 
@@ -169,13 +169,13 @@ def test_the_retriever_and_tool_work_async_and_scoped(service):
 
 
 @pytest.mark.slow
-def test_the_readme_langchain_example_runs(service):
+def test_the_documented_langchain_example_runs(service):
     url, key = service
-    code = re.search(r"## Python client and LangChain.*?```python\n(.*?)```", README.read_text(), re.S).group(1)
+    code = re.search(r"## Python client and LangChain.*?```python\n(.*?)```", INTEGRATIONS.read_text(), re.S).group(1)
     assert len(code.strip().splitlines()) <= 5
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # noqa: S102 - the README's own code
+        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # noqa: S102 - the documentation's own code
     assert output.getvalue().startswith("[1] ")
 
 

@@ -7,8 +7,10 @@ import json
 
 import pytest
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.db import IntegrityError, transaction
 
-from core.errors import json_400, json_403
+from core.errors import api_exception_handler, json_400, json_403
+from tenants.models import Tenant
 
 
 @pytest.mark.parametrize(
@@ -37,3 +39,13 @@ def test_content_negotiation_failures_carry_their_own_code_and_a_message(api_cli
     assert response.status_code == status
     error = json.loads(response.content)["error"]
     assert error["code"] == code and error["message"]
+
+
+@pytest.mark.django_db
+def test_a_unique_violation_no_service_mapped_is_a_409_conflict_not_a_500(rf, tenant):
+    """The handler's safety net; each service maps its own constraints to its own code first."""
+    with pytest.raises(IntegrityError) as violation, transaction.atomic():
+        Tenant.objects.create(name=tenant.name)
+    response = api_exception_handler(violation.value, {"request": rf.post("/api/v1/knowledge-bases")})
+    assert response.status_code == 409
+    assert response.data["error"]["code"] == "conflict" and response.data["error"]["message"]

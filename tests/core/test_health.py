@@ -3,7 +3,6 @@ API, with really broken engines: tests/retrieval/test_views.py.)"""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import OperationalError
@@ -13,6 +12,7 @@ from engines import get_lexical_index
 from engines.base import LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from engines.tantivy_index import TantivyLexicalIndex
+from tests.concurrency import wait_until
 from tests.conftest import client_for
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -177,13 +177,13 @@ def test_elasticsearch_ping_reports_an_unreachable_server():
 
 @pytest.mark.django_db
 def test_ready_never_waits_for_the_model_it_reports_loading(client, settings, monkeypatch, fresh_warm_up):
-    release = threading.Event()
-    monkeypatch.setattr(health.EmbedderWarmUp, "_load", lambda self: release.wait(5))
+    """The load only ends once the test releases it, after the answer: the answer cannot have waited."""
+    release, loaded = threading.Event(), threading.Event()
+    monkeypatch.setattr(health.EmbedderWarmUp, "_load", lambda self: (release.wait(60), loaded.set()))
     settings.EMBEDDING_MODEL = "model-not-loaded-yet"
     try:
-        started = time.perf_counter()
         status, body = ready(client)
-        assert time.perf_counter() - started < 2
+        assert not loaded.is_set()
         assert status == 503
         assert body["checks"]["embedder"] == failed("model-not-loaded-yet is loading")
     finally:
@@ -193,13 +193,13 @@ def test_ready_never_waits_for_the_model_it_reports_loading(client, settings, mo
 @pytest.mark.django_db
 def test_a_model_that_cannot_load_is_reported_with_its_error(client, settings, fresh_warm_up):
     settings.EMBEDDING_MODEL = "/nonexistent/model-folder"
-    deadline = time.monotonic() + 10
-    while True:
+
+    def reported_unloadable():  # reported loading first, while the warm-up thread tries
         status, body = ready(client)
         message = body["checks"]["embedder"]["message"]
-        if "cannot be loaded" in message or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        return (status, message) if "cannot be loaded" in message else None
+
+    status, message = wait_until(reported_unloadable, interval=0.05, message="the failed load to be reported")
     assert status == 503
     assert "cannot be loaded" in message and "unknown embedding model" in message
 

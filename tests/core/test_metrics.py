@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,16 +16,19 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from django.urls import resolve
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+from redis import TimeoutError as RedisTimeoutError
 from rest_framework.response import Response
 
-from core import metrics
+from core import metrics, redis
 from core.metrics import INGEST_OUTCOMES
 from core.usage import query_counts, query_usage
 from knowledge.models import KnowledgeBase
-from tests.conftest import client_for, corrupt_keyword_index
+from tests.conftest import client_for, corrupt_keyword_index, database_url_of_this_run, scraped_metrics
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 OUTSIDER = "203.0.113.7"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sample(name: str, **labels: str) -> float:
@@ -225,3 +233,101 @@ def test_ingestion_counts_documents_by_outcome_and_chunks(tmp_path: Path, tenant
         "added": 2, "replaced": 1, "unchanged": 1, "failed": 2,
     }  # fmt: skip
     assert chunks.value == 3
+
+
+# === circuit breakers and state read at each scrape ================================================
+
+
+def test_the_redis_circuit_gauge_follows_the_breaker_opening_and_closing():
+    breaker = redis.RedisBreaker("metrics-test", failures=1, window_s=60, cooldown_s=0.05)
+
+    def command(error: Exception | None):
+        def call():
+            if error is not None:
+                raise error
+            return "PONG"
+
+        return call
+
+    with pytest.raises(RedisTimeoutError):
+        breaker.call(command(RedisTimeoutError("Timeout reading from socket")))
+    assert sample("retrieval_circuit_breaker_open", breaker="redis") == 1
+    time.sleep(0.1)  # the cool-down: the next call probes Redis
+    assert breaker.call(command(None)) == "PONG"
+    assert sample("retrieval_circuit_breaker_open", breaker="redis") == 0
+
+
+@pytest.fixture
+def state_gauge():
+    gauge = metrics.StateGauge("retrieval_test_state", "A state gauge of this test.", ["part"])
+    yield gauge
+    metrics.STATE_REGISTRY.unregister(gauge)
+
+
+def test_state_gauges_are_read_at_each_scrape(client, state_gauge):
+    values = {("a",): 1.0}
+    state_gauge.read_by(lambda: values)
+    assert scraped_metrics(client)["retrieval_test_state"] == {frozenset({("part", "a")}): 1.0}
+    values[("b",)] = 2.0
+    assert scraped_metrics(client)["retrieval_test_state"] == {
+        frozenset({("part", "a")}): 1.0, frozenset({("part", "b")}): 2.0,
+    }  # fmt: skip
+
+
+def test_a_reader_that_fails_exports_nothing_and_the_scrape_still_answers(client, state_gauge, caplog):
+    def unreachable():
+        raise ConnectionError("the store is down")
+
+    state_gauge.read_by(unreachable)
+    samples = scraped_metrics(client)
+    assert "retrieval_test_state" not in samples
+    assert "retrieval_request_latency_seconds_count" in samples
+    assert any("retrieval_test_state" in record.getMessage() for record in caplog.records)
+
+
+def test_the_celery_queue_length_counts_the_tasks_waiting_in_the_broker(client, celery_app):
+    before = scraped_metrics(client)["retrieval_celery_queue_length"][frozenset({("queue", "celery")})]
+    try:
+        for _ in range(2):
+            celery_app.send_task("tests.no_such_task")  # no worker runs: they wait
+        after = scraped_metrics(client)["retrieval_celery_queue_length"][frozenset({("queue", "celery")})]
+    finally:
+        celery_app.control.purge()
+    assert after == before + 2
+
+
+def test_an_unreachable_broker_leaves_its_gauge_out_of_the_scrape(client, celery_app):
+    broker_url = celery_app.conf.broker_url
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens on it
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    celery_app.conf.broker_url = f"redis://127.0.0.1:{port}/0"
+    try:
+        samples = scraped_metrics(client)
+    finally:
+        celery_app.conf.broker_url = broker_url
+    assert "retrieval_celery_queue_length" not in samples
+    assert "retrieval_request_latency_seconds_count" in samples
+
+
+SCRAPE = "import django; django.setup(); from django.test import Client; print(Client().get('/metrics').content.decode())"
+
+
+@pytest.mark.django_db(transaction=True)  # the scraping process reads committed rows
+def test_with_several_workers_the_scrape_holds_the_breakers_and_the_state_read_at_scrape(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR (compose, ``WEB_WORKERS`` > 1) /metrics reads the workers' files:
+    the breakers' gauges are there, and the state gauges are appended to them."""
+    environment = {**os.environ, "DATABASE_URL": database_url_of_this_run(), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", SCRAPE], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    samples = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(result.stdout)
+        for sample in family.samples
+    }
+    assert samples[("retrieval_circuit_breaker_open", frozenset({("breaker", "redis")}))] == 0
+    assert ("retrieval_kb_versions", frozenset({("status", "failed")})) in samples
+    assert ("retrieval_celery_queue_length", frozenset({("queue", "celery")})) in samples
+    assert ("retrieval_version_build_oldest_age_seconds", frozenset()) in samples

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 
 import pytest
 import redis
 
+from core import redis as core_redis
 from core.redis import RedisBreaker, RedisCircuitOpen, celery_redis_url
 from core.usage import flush_counts
+from tests.concurrency import ManualClock, manual_clock
 from tests.factories import KnowledgeBaseFactory
 
 
@@ -45,24 +46,30 @@ def test_the_circuit_opens_after_the_failures_and_skips_redis(caplog):
     assert [r.getMessage() for r in caplog.records if "circuit opened" in r.getMessage()]
 
 
-def test_failures_outside_the_window_do_not_add_up():
+@pytest.fixture
+def clock(monkeypatch) -> ManualClock:
+    """The breaker's clock, moved by hand: windows and cool-downs pass without waiting."""
+    return manual_clock(monkeypatch, core_redis)
+
+
+def test_failures_outside_the_window_do_not_add_up(clock):
     breaker, calls = RedisBreaker("test", failures=2, window_s=0.1, cooldown_s=60), Calls()
     fail(breaker, calls, 1)
-    time.sleep(0.2)
+    clock.advance(0.2)
     fail(breaker, calls, 1)
     calls.error = None
     assert breaker.call(calls) == "PONG"
 
 
-def test_after_the_cooldown_one_probe_closes_or_reopens_the_circuit(caplog):
+def test_after_the_cooldown_one_probe_closes_or_reopens_the_circuit(caplog, clock):
     caplog.set_level(logging.INFO, logger="core.redis")
     breaker, calls = RedisBreaker("test", failures=1, window_s=60, cooldown_s=0.1), Calls()
     fail(breaker, calls, 1)
-    time.sleep(0.15)
+    clock.advance(0.15)
     fail(breaker, calls, 1)  # the probe fails: open again for another cool-down
     with pytest.raises(RedisCircuitOpen):
         breaker.call(calls)
-    time.sleep(0.15)
+    clock.advance(0.15)
     calls.error = None
     assert breaker.call(calls) == "PONG"  # the probe succeeds: closed
     assert breaker.call(calls) == "PONG"
@@ -70,10 +77,10 @@ def test_after_the_cooldown_one_probe_closes_or_reopens_the_circuit(caplog):
     assert any("circuit reopened" in m for m in messages) and any("circuit closed" in m for m in messages)
 
 
-def test_while_a_probe_runs_other_calls_are_still_skipped():
+def test_while_a_probe_runs_other_calls_are_still_skipped(clock):
     breaker, calls = RedisBreaker("test", failures=1, window_s=60, cooldown_s=0.05), Calls()
     fail(breaker, calls, 1)
-    time.sleep(0.1)
+    clock.advance(0.1)
     probing, release = threading.Event(), threading.Event()
 
     def slow_probe() -> str:

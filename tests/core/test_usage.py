@@ -1,11 +1,9 @@
 """The per-tenant usage counters in the real Redis: what the dashboard reads, and their bounds."""
-import time
-
-import pytest
 from django.core.cache import cache
 
 from core import usage
 from core.usage import ServedQuery, count_query, query_usage
+from tests.concurrency import wait_until
 
 DAY = 86400
 NOW = 1_780_000_000.0  # a fixed instant, so days and windows are known
@@ -80,10 +78,7 @@ def test_searches_are_summed_and_sent_in_one_round_trip_which_a_reader_sends_fir
 def test_the_sums_are_sent_within_the_interval_without_a_reader(settings):
     settings.USAGE_COUNTERS_FLUSH_S = 0.05
     count_query(1, served(), now=NOW)
-    deadline = time.monotonic() + 10
-    while sent_queries(1) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert sent_queries(1) == 1
+    assert wait_until(lambda: sent_queries(1), message="the flush timer to send the sums") == 1
 
 
 def test_with_no_interval_each_search_is_sent_at_once(settings):

@@ -3,13 +3,14 @@
 The remote side is a small HTTP server on 127.0.0.1 that answers with the real local model's
 vectors (so a correct client reproduces local results) or with injected faults.
 """
-import time
 
 import numpy as np
 import pytest
 
 from knowledge.models import Document
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from retrieval.services.search import search
@@ -74,13 +75,14 @@ def test_remote_faults_raise_embedding_error(embedding_server, mode):
 
 
 def test_a_dripping_answer_is_cut_off_at_the_total_timeout(embedding_server):
-    """One byte every 50 ms never trips the 1 s read timeout; the request as a whole gets 1 s."""
+    """One byte every 50 ms never trips the 1 s read timeout; the request as a whole gets 1 s, and a
+    vector's thousands of bytes take minutes: the answer is still being sent when the client gives up."""
     client = remote(embedding_server)
     embedding_server.mode = "drip"
-    started = time.monotonic()
     with pytest.raises(EmbeddingError, match="deadline"):
         client.embed_documents(["hello"])
-    assert time.monotonic() - started < 3 * 1.0
+    [request] = [request for request in embedding_server.requests if request.json()["input"] == ["hello"]]
+    assert request.outcome == "pending"
 
 
 def test_refused_connection_raises_embedding_error(embedding_server):

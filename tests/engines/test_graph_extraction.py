@@ -138,7 +138,7 @@ def test_extraction_cuts_no_han_run_again_that_analysis_cut_while_the_next_group
     """Ingestion extracts a group of passages while the next group is analyzed: the jieba words of the
     first group's runs must still be cached then (a cut costs more than the rest of the extraction)."""
     from engines import analysis
-    from knowledge.services import EMBED_FLUSH_CHUNKS
+    from knowledge.ingestion.pipeline import EMBED_FLUSH_CHUNKS
 
     han = [chr(code) for code in range(0x4E00, 0x9FA6)]
     characters = random.Random(12).choices(han, k=2 * EMBED_FLUSH_CHUNKS * 160)

@@ -10,6 +10,7 @@ import pytest
 
 from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, entity_score
 from knowledge.stores import graph_store
+from tests.concurrency import race
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 
@@ -322,3 +323,28 @@ def test_a_misspelt_name_finds_the_most_similar_entity_in_scope(store, kb):
     other = KnowledgeBaseFactory()
     assert store.find_similar(scope_of(other), ["portalok pro"], 0.6) == []
     assert store.find_similar(GraphScope(other.tenant_id, (kb.active_version_id,)), ["portalok pro"], 0.6) == []
+
+
+# --- concurrent writers of one version's graph (tests.concurrency.race: threads on the real database) -
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_of_one_versions_entities_share_one_row_per_name(kb):
+    store, (first, second) = graph_store(), chunks_of(kb, 2)
+    outcomes = race(
+        lambda: store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("lock", "door")}),
+        lambda: store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {second: chain("door", "lock")}),
+    )
+    assert outcomes == [None, None]
+    nodes = store.find_entities(scope_of(kb), ["lock", "door"])
+    assert sorted((node.name, node.chunk_count) for node in nodes) == [("door", 2), ("lock", 2)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_replacements_of_one_versions_communities_leave_one_whole_set(kb):
+    store = graph_store()
+    sets = [[community(kb, 0, 0, summary=name), community(kb, 0, 1, summary=name)] for name in ("One", "Other")]
+    version = kb.active_version_id
+    outcomes = race(*[lambda rows=rows: store.replace_communities(kb.tenant_id, version, rows) for rows in sets])
+    assert outcomes == [None, None]
+    assert store.communities(scope_of(kb)) in sets

@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,9 +19,11 @@ from pathlib import Path
 import pytest
 import tantivy
 
+from engines import tantivy_index
 from engines.base import LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from engines.tantivy_index import TERM_QUERIES_UP_TO, TantivyLexicalIndex
+from tests.concurrency import recorded_sleeps, wait_until
 from tests.conftest import corrupt_keyword_index
 from tests.peers import Peer, PeerRequest, Reply
 
@@ -311,15 +312,16 @@ def test_tantivy_reads_of_a_corrupt_index_raise_lexical_index_errors(tmp_path, d
         assert caught.value.cause == "unreadable_index" and f"KB version {VERSION}" in caught.value.message
 
 
-def test_tantivy_write_waits_for_another_process_writer(tmp_path):
+def test_tantivy_write_waits_for_another_process_writer(tmp_path, monkeypatch):
     index = TantivyLexicalIndex(tmp_path)
     write(index, [doc(1, "before")])
     foreign = tantivy.Index.open(_version_dir(tmp_path)).writer()
+    backoffs = recorded_sleeps(monkeypatch, tantivy_index)  # the writer's waits after LockBusy
     done = threading.Event()
     thread = threading.Thread(target=lambda: (write(index, [doc(2, "after")]), done.set()))
     thread.start()
-    time.sleep(0.3)
-    assert not done.is_set()  # still retrying LockBusy
+    wait_until(lambda: len(backoffs) >= 2, message="the writer to retry LockBusy twice")
+    assert not done.is_set()
     foreign.wait_merging_threads()  # releases the lock
     thread.join(timeout=10)
     assert done.is_set()
@@ -457,28 +459,32 @@ def test_es_unreachable_server_is_a_connection_error():
     assert caught.value.cause == "connection_error"
 
 
-def test_es_silent_server_is_a_timeout():
-    with socket.socket() as silent:  # listens, never answers
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        index = ElasticsearchLexicalIndex(f"http://127.0.0.1:{silent.getsockname()[1]}", request_timeout_s=0.3)
-        started = time.monotonic()
-        with pytest.raises(LexicalIndexError) as caught:
-            index.search(3, TENANT, ["a"], 10, None)
+def held(fake: FakeElasticsearch, **reply_changes) -> None:
+    """Every answer of ``fake`` held back or dripped as ``reply_changes`` say (``Reply``'s fields)."""
+    answer = fake.respond
+    fake.respond = lambda request: dataclasses.replace(answer(request), **reply_changes)
+
+
+def test_es_silent_server_is_a_timeout_and_not_retried(fake):
+    fake.route("POST", ".*/_search", body={"hits": {"hits": []}})
+    held(fake, delay_s=60)  # answers after the test
+    index = ElasticsearchLexicalIndex(fake.url, request_timeout_s=0.3)  # the client's own retries on
+    with pytest.raises(LexicalIndexError) as caught:
+        index.search(3, TENANT, ["a"], 10, None)
     assert caught.value.cause == "timeout"
-    assert time.monotonic() - started < 2  # not retried
+    [request] = fake.requests
+    wait_until(lambda: request.outcome == "hung_up", message="the client to close the connection it gave up on")
 
 
 def test_es_search_dripping_its_answer_is_cut_off_at_the_deadline(fake):
-    """Each byte arrives well within the 2 s read timeout; the whole search may take 0.5 s."""
+    """Each byte arrives well within the 2 s read timeout; the whole search may take 0.5 s, the whole
+    answer would take half a minute: it is still being sent when the search gives up."""
     fake.route("POST", "/unit-kbv-3/_search", body={"hits": {"hits": []}})
-    answer = fake.respond
-    fake.respond = lambda request: dataclasses.replace(answer(request), drip_s=0.05)
-    started = time.monotonic()
+    held(fake, drip_s=0.2)
     with pytest.raises(LexicalIndexError) as caught:
         es_index(fake.url, search_deadline_s=0.5).search(3, TENANT, ["a"], 10, None)
     assert caught.value.cause == "deadline"
-    assert time.monotonic() - started < 3 * 0.5
+    assert [request.outcome for request in fake.requests] == ["pending"]
 
 
 def test_es_first_write_creates_generation_zero_behind_the_alias(fake):

@@ -7,7 +7,7 @@ import pytest
 
 from engines.embedders import EmbeddingError, get_embedder
 from engines.embedders.onnx_embedder import EXPORT_SETTINGS, OnnxEmbedder, exported_model, source_key
-from knowledge.services import create_knowledge_base
+from knowledge.knowledge_bases import create_knowledge_base
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,9 @@ from django.utils.html import escape
 
 from engines import get_lexical_index
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from tests.conftest import client_for
 from tenants.models import Tenant
 from tests.factories import ChunkFactory, TenantFactory

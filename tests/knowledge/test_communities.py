@@ -8,11 +8,13 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from engines.base import GraphScope
-from knowledge import services
 from knowledge.communities import rebuild_communities
+from knowledge.documents import delete_document
 from knowledge.models import Chunk, Document, GraphEntity
 from knowledge.selectors import analyzer_for_tenant
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.stores import graph_store
 from tests.peers import Reply
 
@@ -73,7 +75,7 @@ def test_a_rebuild_replaces_the_communities_and_follows_deleted_documents(kb):
     rebuild_communities(kb.active_version)
     assert communities_of(kb) == first  # same graph, same communities
     for document in Document.objects.filter(knowledge_base=kb, source_uri__contains="/dishes-"):
-        services.delete_document(document)
+        delete_document(document)
     rebuild_communities(kb.active_version)
     remaining = set(Chunk.objects.filter(kb_version=kb.active_version).values_list("id", flat=True))
     after = communities_of(kb)

@@ -10,8 +10,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
+from knowledge import console
 from knowledge.models import DictionaryTerm, Document, KnowledgeBaseVersion, KnowledgeTask, Synonym
-from knowledge.services import VERSION_SETTINGS
+from knowledge.versions import VERSION_SETTINGS
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
 pytestmark = pytest.mark.django_db
@@ -49,6 +50,28 @@ def test_lines_with_errors_are_listed_and_nothing_is_applied(admin_client, tenan
     html = page.content.decode()
     assert "not a valid regular expression" in html and 'name="apply"' not in html
     assert not DictionaryTerm.objects.exists()
+
+
+def test_an_import_another_one_overtook_is_previewed_again_with_its_error(admin_client, tenant, monkeypatch):
+    """Another import adds the term between this one's plan and its write (as two at once would): the
+    unique constraint refuses the write, and the page previews the import as things now are."""
+    plan_import = console.plan_import
+
+    def overtaken(tenant, file_format, text):
+        plan = plan_import(tenant, file_format, text)
+        DictionaryTerm.objects.get_or_create(tenant=tenant, value="PPR-9087")  # the other import lands
+        return plan
+
+    monkeypatch.setattr(console, "plan_import", overtaken)
+    form = {"tenant": tenant.pk, "format": "terms-csv", "text": "value,kind,note\nPPR-9087,term,\n", "apply": "Apply"}
+    page = admin_client.post(f"{TERMS}import/", form)
+    assert page.status_code == 200
+    assert [str(message) for message in get_messages(page.wsgi_request)] == [
+        "another import added some of these terms meanwhile: preview the import again"
+    ]
+    plan = page.context["plan"]
+    assert (len(plan.add), len(plan.unchanged)) == (0, 1)
+    assert DictionaryTerm.objects.filter(tenant=tenant).count() == 1
 
 
 def test_an_empty_import_and_a_format_of_the_other_model_are_form_errors(admin_client, tenant):

@@ -11,7 +11,7 @@ from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
-from knowledge.services import create_knowledge_base, delete_knowledge_base
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
 from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
 from tests.conftest import client_for
@@ -428,8 +428,8 @@ def test_a_beat_process_picks_up_an_edited_file(celery_worker, tenant, kb, roots
     database) sends a 10-second source's syncs to the worker; an edited file reaches search."""
     import subprocess
     import sys
-    import time
 
+    from tests.concurrency import wait_until
     from tests.conftest import database_url_of_this_run
     from tests.knowledge.test_tasks import ROOT
 
@@ -442,12 +442,12 @@ def test_a_beat_process_picks_up_an_edited_file(celery_worker, tenant, kb, roots
     log_path = tmp_path / "beat.log"
 
     def wait_for_run(done) -> SourceRun:
-        deadline = time.monotonic() + 90
-        while not (run := SourceRun.objects.filter(source=source, status="succeeded").order_by("-id").first()) or not done(run):
+        def finished_run() -> SourceRun | None:
             assert beat.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, f"no such run in time:\n{log_path.read_text()}"
-            time.sleep(0.5)
-        return run
+            run = SourceRun.objects.filter(source=source, status="succeeded").order_by("-id").first()
+            return run if run is not None and done(run) else None
+
+        return wait_until(finished_run, timeout=90, interval=0.5, message=f"such a run (beat's log: {log_path})")
 
     with open(log_path, "ab") as log:
         beat = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)

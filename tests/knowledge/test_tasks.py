@@ -3,7 +3,6 @@ the embedded Redis as broker and result backend, and the test database."""
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -14,9 +13,12 @@ from django.conf import settings
 from engines.base import GraphScope
 from knowledge import tasks
 from knowledge.models import Chunk, Document, originals_storage
-from knowledge.services import create_knowledge_base, discover_files, queue_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.stored import queue_files
+from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.stores import graph_store
 from retrieval_site.celery import app
+from tests.concurrency import wait_until
 from tests.conftest import database_url_of_this_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -74,9 +76,11 @@ def test_a_task_ingests_files_marks_the_bad_one_failed_and_reports_progress(cele
 def finished_spans_once(spans, name: str) -> tuple:
     """The finished spans once ``name`` is among them: a worker stores a task's result before it ends
     the task's span, so a client that saw the result may read the spans a moment too early."""
-    deadline = time.monotonic() + TASK_TIMEOUT_S  # a bound, not a measurement
-    while not any(span.name == name for span in spans.get_finished_spans()) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(
+        lambda: any(span.name == name for span in spans.get_finished_spans()),
+        timeout=TASK_TIMEOUT_S,
+        message=f"the span {name} to end",
+    )
     return spans.get_finished_spans()
 
 
@@ -162,11 +166,17 @@ def start_worker_process(log_path: Path, **env: str) -> tuple[subprocess.Popen, 
     command = [sys.executable, "-m", "celery", "-A", "retrieval_site", "worker", "--pool", "solo", "-n", name]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not app.control.ping(destination=[name], timeout=0.5):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"the worker did not start:\n{log_path.read_text()}")
+
+    def answers_ping() -> bool:  # each ping waits up to 0.5 s for the answer
+        if process.poll() is not None:
+            raise AssertionError(f"the worker exited:\n{log_path.read_text()}")
+        return bool(app.control.ping(destination=[name], timeout=0.5))
+
+    try:
+        wait_until(answers_ping, timeout=60, message=f"the worker to start (log: {log_path})")
+    except AssertionError:
+        process.kill()
+        raise
     return process, name
 
 
@@ -206,17 +216,19 @@ def test_a_worker_killed_mid_task_leaves_every_document_exactly_once(celery_app,
     first, _ = start_worker_process(tmp_path / "worker.log", **visibility)
     try:
         task = queue_files(kb, discover_files([folder]))
-        deadline = time.monotonic() + TASK_TIMEOUT_S
-        while AsyncResult(task.task_id).state not in ("STARTED", "PROGRESS"):
-            assert time.monotonic() < deadline, "the worker never started the task"
-            time.sleep(0.05)
-        time.sleep(1.0)
+
+        def some_documents_in() -> bool:  # killed mid-task: some documents written, not all
+            result = AsyncResult(task.task_id)
+            return result.state == "PROGRESS" and result.info["done"] > 0
+
+        wait_until(some_documents_in, timeout=TASK_TIMEOUT_S, interval=0.05, message="the worker to ingest a document")
         first.kill()
         first.wait()
     finally:
         stop(first)
     assert AsyncResult(task.task_id).state not in ("SUCCESS", "FAILURE"), "finished before the kill: no crash tested"
-    time.sleep(2.5)  # past the visibility timeout: the next worker takes the task again at start
+    # The broker hands the task to the next worker once it has been unacknowledged past the visibility
+    # timeout: at the worker's start or at its next look (every 10 s); wait() waits for either.
     second, _ = start_worker_process(tmp_path / "worker.log", **visibility)
     try:
         result = wait(task.task_id)

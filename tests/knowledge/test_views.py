@@ -1,15 +1,16 @@
 """The knowledge REST API over real HTTP handling, the real database and, for uploads, a real worker;
 ``GET /api/v1/stats`` access: the ``search`` scope, its own rate-limit counter (counts: core/test_health.py)."""
 import json
-import time
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
+from knowledge import queue
 from knowledge.models import Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
-from knowledge.services import VERSION_SETTINGS
+from knowledge.versions import VERSION_SETTINGS
 from tenants.models import RateTier
+from tests.concurrency import race, wait_until
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory, TenantFactory, give_unlimited_rate_tier
 
@@ -35,17 +36,18 @@ def text_file(name: str, text: str) -> SimpleUploadedFile:
 
 def poll(client, status_url: str, timeout_s: float = 120) -> list[dict]:
     """Every distinct answer of the task's status until it ends."""
-    answers, deadline = [], time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    answers: list[dict] = []
+
+    def ended() -> bool:
         response = client.get(status_url)
         assert response.status_code == 200, response.content
         body = response.json()
         if not answers or answers[-1] != body:
             answers.append(body)
-        if body["state"] in ("SUCCESS", "FAILURE"):
-            return answers
-        time.sleep(0.1)
-    raise AssertionError(f"the task did not end within {timeout_s} s: {answers[-1]}")
+        return body["state"] in ("SUCCESS", "FAILURE")
+
+    wait_until(ended, timeout=timeout_s, interval=0.1, message=f"the task at {status_url} to end")
+    return answers
 
 
 # --- knowledge bases ---------------------------------------------------------------------------------
@@ -181,11 +183,14 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
     original = Document.objects.get(pk=lock["id"]).original
     assert writer.delete(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}").status_code == 204
     assert lock["id"] not in bm25_hits()  # at once; the row and its original go by a task
-    deadline = time.monotonic() + 60
-    while (gone := writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")).status_code == 200:
-        assert gone.json()["status"] == "removed" and time.monotonic() < deadline, gone.json()
-        time.sleep(0.1)
-    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "document_not_found")
+
+    def purged():  # "removed" until the task deletes the row
+        answer = writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}")
+        assert answer.status_code == 404 or answer.json()["status"] == "removed", answer.json()
+        return answer if answer.status_code == 404 else None
+
+    gone = wait_until(purged, timeout=60, interval=0.1, message="the removed document to be purged")
+    assert gone.json()["error"]["code"] == "document_not_found"
     assert not originals_storage().exists(original)
 
 
@@ -378,3 +383,33 @@ def test_a_too_large_upload_is_refused_before_its_key_is_read(writer, tenant, se
     url = f"/api/v1/knowledge-bases/{kb.pk}/documents"
     response = writer.post(url, {"files": [text_file("a.txt", "x" * 500)]}, format="multipart", HTTP_IDEMPOTENCY_KEY="big")
     assert (response.status_code, response.json()["error"]["code"]) == (413, "payload_too_large")
+
+
+# --- uniqueness under concurrent requests (tests.concurrency.race: threads on the real database) -----
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_creates_of_one_kb_name_answer_201_and_409(tenant, embedder):
+    clients = [client_for(tenant, "ingest") for _ in range(2)]
+    body = {"name": "twin"}
+    responses = race(*[lambda c=client: c.post("/api/v1/knowledge-bases", body, format="json") for client in clients])
+    assert sorted(response.status_code for response in responses) == [201, 409], [r.content for r in responses]
+    [conflict] = [response for response in responses if response.status_code == 409]
+    assert conflict.json()["error"]["code"] == "knowledge_base_exists"
+    assert KnowledgeBase.objects.filter(tenant=tenant, name="twin").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_version_builds_answer_202_and_409_with_one_new_number(tenant, embedder, monkeypatch):
+    """Version numbers are taken one at a time (the KB row is locked): the second request waits for the
+    first, then finds its version building."""
+    sent = []
+    monkeypatch.setattr(queue, "enqueue", lambda name, args, **options: sent.append(name))  # no worker here
+    kb = KnowledgeBaseFactory(tenant=tenant)
+    clients = [client_for(tenant, "ingest") for _ in range(2)]
+    url = f"/api/v1/knowledge-bases/{kb.pk}/versions"
+    responses = race(*[lambda client=client: client.post(url, {}, format="json") for client in clients])
+    assert sorted(response.status_code for response in responses) == [202, 409], [r.content for r in responses]
+    [conflict] = [response for response in responses if response.status_code == 409]
+    assert conflict.json()["error"]["code"] == "version_conflict"
+    assert sorted(kb.versions.values_list("number", flat=True)) == [1, 2] and len(sent) == 1

@@ -4,8 +4,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from knowledge import vocabulary
+from knowledge.errors import VocabularyChanged
 from knowledge.models import DictionaryTerm, Synonym
 from tenants.models import Tenant
+from tests.concurrency import race
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +90,14 @@ def test_exports_read_back_as_the_same_rules(tenant):
     ]:
         plan = vocabulary.plan_import(tenant, file_format, text)
         assert (len(plan.add), len(plan.update), len(plan.unchanged), plan.errors) == (0, 0, 2, [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_of_two_imports_planned_together_and_applied_at_once_one_writes_and_one_conflicts(tenant):
+    text = "value,kind,note\nPPR-9087,,battery\n"
+    plans = [vocabulary.plan_import(tenant, vocabulary.TERMS_CSV, text) for _ in range(2)]  # both see no term
+    outcomes = race(*[lambda plan=plan: vocabulary.apply_import(tenant, plan) for plan in plans])
+    [conflict] = [outcome for outcome in outcomes if outcome is not None]
+    assert isinstance(conflict, VocabularyChanged), conflict
+    assert (conflict.status_code, conflict.code) == (409, "vocabulary_changed")
+    assert list(DictionaryTerm.objects.filter(tenant=tenant).values_list("value", flat=True)) == ["PPR-9087"]

@@ -9,23 +9,23 @@ import io
 import json
 import re
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
 from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
-from knowledge.services import update_search_settings
+from knowledge.knowledge_bases import update_search_settings
 from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
+from tests.concurrency import race, recorded_sleeps, wait_until
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory
 
@@ -173,7 +173,7 @@ def test_every_ranking_setting_is_part_of_the_key(tenant, settings, name):
 
 
 # Settings the search and engine code reads that never change which passages rank where, and why.
-# A setting read there that is neither here nor marked Ranks in retrieval_site/settings.py fails below.
+# A setting read there that is neither here nor marked Ranks in retrieval_site/settings/ fails below.
 NOT_RANKING = {
     "BASE_DIR": "a path",
     "VAR_DIR": "a path",
@@ -197,6 +197,11 @@ NOT_RANKING = {
     "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
     "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
+    **dict.fromkeys(
+        ("SEARCH_LOG_ENABLED", "SEARCH_LOG_RETENTION_DAYS", "SEARCH_LOG_QUEUE_SIZE", "SEARCH_LOG_BATCH_SIZE",
+         "SEARCH_LOG_FLUSH_S"),
+        "what the search analytics keep of answers (retrieval.search_log), not the answers",
+    ),  # fmt: skip
 }
 
 
@@ -307,8 +312,7 @@ def test_a_ttl_of_zero_disables_the_cache(api_client, settings, pipeline_runs):
 def test_entries_expire(api_client, settings):
     settings.SEARCH_CACHE_TTL_S = 1
     assert [post(api_client)["cached"] for _ in range(2)] == [False, True]
-    time.sleep(1.2)
-    assert post(api_client)["cached"] is False
+    wait_until(lambda: post(api_client)["cached"] is False, interval=0.1, message="the entry to expire (hits keep it)")
 
 
 @pytest.mark.django_db
@@ -340,52 +344,49 @@ def test_a_failed_search_releases_the_lock(tenant, monkeypatch):
 # --- concurrent misses -----------------------------------------------------------------------------
 
 
-def _run_concurrently(tenant, count: int) -> list[bool]:
+def concurrent_searches(tenant, count: int) -> list[bool]:
     """``count`` identical searches at once, each in its own thread; whether each was a cache hit."""
-    barrier, cached = threading.Barrier(count), [None] * count
-
-    def worker(i: int) -> None:
-        try:
-            barrier.wait(5)
-            cached[i] = cached_search(tenant, SearchRequest(query="kettle", mode="bm25")).cached
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(20)
-    return cached
+    request = SearchRequest(query="kettle", mode="bm25")
+    outcomes = race(*[lambda: cached_search(tenant, request).cached] * count)
+    assert all(isinstance(outcome, bool) for outcome in outcomes), outcomes
+    return outcomes
 
 
-@pytest.fixture
-def slow_pipeline(monkeypatch) -> list[float]:
-    """Each pipeline run takes 0.5 s; returns the start times of the runs."""
-    started: list[float] = []
+def first_run_held_until(monkeypatch, condition) -> list[int]:
+    """The pipeline's runs (their threads) in order; the first, the lock holder's, starts searching
+    only once ``condition()`` holds."""
+    runs: list[int] = []
+    counting = threading.Lock()
 
-    def slow_search(tenant, request, knowledge=None):
-        started.append(time.monotonic())
-        time.sleep(0.5)
+    def held_search(tenant, request, knowledge=None):
+        with counting:
+            runs.append(threading.get_ident())
+            first = len(runs) == 1
+        if first:
+            wait_until(condition, message="the other searches while the first one holds the lock")
         return search(tenant, request, knowledge)
 
-    monkeypatch.setattr(cache, "search", slow_search)
-    return started
+    monkeypatch.setattr(cache, "search", held_search)
+    return runs
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_identical_misses_compute_once(tenant, slow_pipeline):
-    cached = _run_concurrently(tenant, 4)
-    assert len(slow_pipeline) == 1
+def test_concurrent_identical_misses_compute_once(tenant, monkeypatch, settings):
+    settings.SEARCH_CACHE_WAIT_S = 30  # waiters never give up on the holder here
+    polls = recorded_sleeps(monkeypatch, cache)  # a search waiting for the holder's answer polls
+    runs = first_run_held_until(monkeypatch, lambda: len({thread for thread, _ in polls}) == 3)  # 3 wait
+    cached = concurrent_searches(tenant, 4)
+    assert len(runs) == 1
     assert sorted(cached) == [False, True, True, True]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_waiters_compute_themselves_when_the_first_is_slow(tenant, slow_pipeline, settings):
+def test_waiters_compute_themselves_when_the_first_is_slow(tenant, monkeypatch, settings):
     settings.SEARCH_CACHE_WAIT_S = 0.1
-    cached = _run_concurrently(tenant, 3)
+    runs = first_run_held_until(monkeypatch, lambda: len(runs) == 3)  # both others gave up on the holder
+    cached = concurrent_searches(tenant, 3)
     assert cached == [False, False, False]
-    assert len(slow_pipeline) == 3
+    assert len(set(runs)) == 3
 
 
 # --- Redis unavailable -----------------------------------------------------------------------------

@@ -8,9 +8,13 @@ from html import unescape
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.versions import activate_version, fill_version, start_version_build, version_build_files
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
-from tests.factories import ChunkFactory, KnowledgeBaseFactory
+from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -176,3 +180,57 @@ def test_the_global_scope_needs_graph_mode(admin_client, sample_kb):
     page = admin_client.post(TESTING, form(sample_kb.tenant, "鱼香肉丝", mode="hybrid", graph_scope="global"))
     assert page.context["form"].errors["graph_scope"] == ["the global scope is a graph search: choose mode graph"]
     assert page.context.get("communities") is None and page.context["outcome"] is None
+
+
+# --- the dense leg and the query's language ------------------------------------------------------
+
+MULTILINGUAL = "remote:bge-m3"  # served over a real socket by the fake embeddings server (tests.peers)
+
+
+@pytest.fixture
+def multilingual_model(settings, embedding_server):
+    """A remote model named like a multilingual one (the fake server answers with the local model's
+    vectors: what is proved is that the dense leg runs, not what it finds)."""
+    from engines import embedders
+
+    settings.EMBEDDING_URL = embedding_server.url
+    settings.EMBEDDING_TIMEOUT_S = 5.0
+    yield embedders.get_embedder(MULTILINGUAL)
+    embedders._embedders.pop(MULTILINGUAL, None)
+
+
+def test_a_chinese_query_skips_an_english_models_dense_leg_until_a_multilingual_version_is_active(
+    admin_client, tmp_path, embedding_server, multilingual_model, django_capture_on_commit_callbacks
+):
+    kb = create_knowledge_base(tenant=TenantFactory(), name="shop")  # the bundled English-only model
+    (tmp_path / "refunds.txt").write_text("退款在五个工作日内到账。Refunds reach your account within five working days.")
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    query = "钱多久能退回来"  # a paraphrase: no word of the passage
+
+    def test_page() -> tuple[dict, str]:
+        embedding_server.requests.clear()
+        page = admin_client.post(TESTING, form(kb.tenant, query, knowledge_bases=[kb.pk]))
+        return page.context["outcome"], page.content.decode()
+
+    outcome, html = test_page()
+    assert outcome["response"].weights["vector"] == 0.0
+    assert outcome["dense_language"] == (
+        "dense retrieval skipped: the query is in 'zh', which the embedding model (all-MiniLM-L6-v2) does not cover"
+    )
+    assert 'class="errornote dense-language"' in html and "docs/multilingual.md" in html
+
+    # Blue-green: a version with a multilingual remote model, its languages naming zh, builds beside the
+    # active one (which keeps answering) and answers once it is switched to.
+    with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
+        version, _ = start_version_build(kb, activate=False, embedding_model=MULTILINGUAL, languages=["zh", "en"])
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    assert (version.status, version.embedding_model, version.languages) == ("ready", MULTILINGUAL, ["zh", "en"])
+    assert test_page()[0]["dense_language"] is not None
+    activate_version(version)
+
+    outcome, html = test_page()
+    response = outcome["response"]
+    assert response.weights["vector"] > 0 and outcome["dense_language"] is None and response.notes == []
+    assert [request.json()["input"] for request in embedding_server.requests] == [[query]]  # embedded remotely
+    assert any("vector" in hit.retrievers for hit in response.results)
+    assert "dense-language" not in html

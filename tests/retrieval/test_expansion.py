@@ -6,7 +6,6 @@ endpoint or injects one fault; every fault must leave the original query searcha
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from retrieval import expansion
 from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
 from retrieval.expansion import rm3
 from retrieval.expansion.base import ExpansionContext
+from tests.concurrency import wait_until
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
 from tests.peers import Peer, PeerRequest, Reply
 
@@ -232,8 +232,8 @@ class ChatServer(Peer):
             message["content"] = "\n  \n"
         elif self.mode == "null_content":
             message["content"] = None
-        delay_s = 1.0 if self.mode == "timeout" else 0.0
-        drip_s = 0.05 if self.mode == "drip" else 0.0
+        delay_s = 60.0 if self.mode == "timeout" else 0.0  # answers after the test (close() cuts it short)
+        drip_s = 0.2 if self.mode == "drip" else 0.0
         return Reply(body={"choices": [{"index": 0, "message": message}]}, delay_s=delay_s, drip_s=drip_s)
 
 
@@ -296,27 +296,28 @@ def test_llm_url_with_the_full_path_is_used_as_is(tenant, chat_server, settings)
 )
 def test_llm_faults_fall_back_to_the_original_query(tenant, chat_server, mode, cause):
     chat_server.mode = mode
-    started = time.monotonic()
     result = run("wifi password", tenant, **only(llm=True))
-    assert time.monotonic() - started < 0.3 + 0.5
     assert result.variants == [QueryVariant("wifi password", 1.0, "original")]
     [entry] = result.degraded
     assert (entry["stage"], entry["component"], entry["cause"]) == ("expand", "llm", cause)
     assert entry["message"]
+    [request] = chat_server.requests  # not retried
+    ended = "hung_up" if mode == "timeout" else "answered"  # a timed-out client closed its connection
+    wait_until(lambda: request.outcome == ended, message=f"the request {ended}")
 
 
 @pytest.mark.parametrize("mode", ["drip", "timeout"])
 def test_an_llm_answer_slower_than_the_search_deadline_is_cut_off(tenant, chat_server, settings, mode):
-    """Dripping one byte every 50 ms never trips the 0.3 s read timeout; the 0.5 s total deadline stops it."""
+    """Dripping one byte every 200 ms never trips a read timeout; the 0.5 s total deadline stops it, long
+    before the answer (held a minute, or dripped for half of one) has reached the client."""
     settings.SEARCH_DEADLINE_MS = 500
     settings.LLM_TIMEOUT_S = 5.0
     chat_server.mode = mode
-    started = time.monotonic()
     result = run("wifi password", tenant, **only(llm=True))
-    # Without the deadline the read timeout alone would allow 5 s; the margin absorbs a loaded machine.
-    assert time.monotonic() - started < 0.8 * settings.LLM_TIMEOUT_S
     assert texts(result.variants) == ["wifi password"]
     assert [entry["cause"] for entry in result.degraded] == ["deadline"]
+    [request] = chat_server.requests
+    assert request.outcome != "answered"
 
 
 def test_llm_refused_connection_falls_back(tenant, settings):
@@ -325,11 +326,9 @@ def test_llm_refused_connection_falls_back(tenant, settings):
         port = probe.getsockname()[1]
     settings.LLM_URL = f"http://127.0.0.1:{port}"
     settings.LLM_TIMEOUT_S = 0.3
-    started = time.monotonic()
     result = run("wifi password", tenant, **only(llm=True))
-    assert time.monotonic() - started < 0.3 + 0.5
     assert texts(result.variants) == ["wifi password"]
-    assert [entry["cause"] for entry in result.degraded] == ["connection_error"]
+    assert [entry["cause"] for entry in result.degraded] == ["connection_error"]  # refused: nothing waited for
 
 
 def test_an_unconfigured_llm_is_reported_only_when_requested(tenant, settings):

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 from django.conf import settings
 
 from tenants.services import create_api_key
+from tests.concurrency import wait_until
 from tests.conftest import database_url_of_this_run
 from tests.factories import TenantFactory
 
@@ -48,17 +49,18 @@ def served(log_dir, *options: str, **environment):
          "--bind", f"127.0.0.1:{port}", "--workers", "1", *options],
         cwd=settings.BASE_DIR, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
+
+    def answers_health() -> bool:  # up once /health answers (the worker warms the model up first)
+        if server.poll() is not None:
+            pytest.fail(f"gunicorn exited:\n{log.read_text()}")
+        try:
+            health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            return exchange(("127.0.0.1", port), health)[0] == 200
+        except (OSError, ValueError, IndexError):
+            return False
+
     try:
-        deadline = time.monotonic() + 120
-        while True:  # up once /health answers (the worker warms the model up first)
-            try:
-                if exchange(("127.0.0.1", port), b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200:
-                    break
-            except (OSError, ValueError, IndexError):
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gunicorn did not start:\n{log.read_text()}")
-            time.sleep(0.3)
+        wait_until(answers_health, timeout=120, interval=0.3, message=f"gunicorn to answer /health (log: {log})")
         yield ("127.0.0.1", port)
     finally:
         server.terminate()
@@ -215,6 +217,7 @@ class Drippers:
         for conn in self.idle:  # one complete request each, then nothing
             conn.sendall(GET_HEALTH.encode() + b"\r\n")
             assert read_response(conn)[0] == 200
+        self.rounds = 0  # of drips sent to every connection
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drip, args=(every_s,), daemon=True)
         self._thread.start()
@@ -225,6 +228,7 @@ class Drippers:
                 conn.sendall(b"X")  # one more byte of a header name
             for conn in self.bodies:
                 conn.sendall(b" ")
+            self.rounds += 1
 
     def all_open(self) -> bool:
         """No connection was answered or closed by the server (so every one is still waiting on it)."""
@@ -251,7 +255,7 @@ def test_slow_and_idle_clients_do_not_hold_the_server(server_url, raw_key):
     health checks and searches are answered while every one of them is still open and waiting."""
     drippers = Drippers(server_url, raw_key, count=50)
     try:
-        time.sleep(1.0)  # a few drips in
+        wait_until(lambda: drippers.rounds >= 2, message="two drips on every connection")
         for _ in range(10):
             assert exchange(server_url, GET_HEALTH.encode() + b"Connection: close\r\n\r\n")[0] == 200
         status, _, answer = exchange(server_url, request_head(raw_key, "Content-Length: 19") + b'{"query": "kettle"}')
@@ -261,15 +265,22 @@ def test_slow_and_idle_clients_do_not_hold_the_server(server_url, raw_key):
         drippers.close()
 
 
+def drip_until_answered(conn: socket.socket, byte: bytes, every_s: float = 0.1) -> None:
+    """Sends ``byte`` every ``every_s`` (never idle, never done) until the server answers or closes;
+    at most 100 of them."""
+    for _ in range(100):
+        try:
+            conn.sendall(byte)
+        except OSError:
+            return  # the server answered and closed
+        if select.select([conn], [], [], every_s)[0]:
+            return  # its answer (or its close) is there to read
+
+
 def test_headers_that_never_end_get_a_json_408(impatient_server_url):
     with socket.create_connection(impatient_server_url, timeout=60) as conn:
         conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        for _ in range(100):  # one byte every 0.1 s: never idle, never done
-            try:
-                conn.sendall(b"X")
-            except OSError:
-                break  # the server answered and closed
-            time.sleep(0.1)
+        drip_until_answered(conn, b"X")  # of a header name
         status, headers, body = read_response(conn)
     assert (status, headers["content-type"]) == (408, "application/json"), body
     assert json.loads(body)["error"]["code"] == "request_timeout"
@@ -279,12 +290,7 @@ def test_a_body_that_never_ends_gets_a_json_408(impatient_server_url, raw_key):
     head = request_head(raw_key, "Content-Length: 100", "X-Request-ID: slow-body-1")
     with socket.create_connection(impatient_server_url, timeout=60) as conn:
         conn.sendall(head + b"{")
-        for _ in range(100):
-            try:
-                conn.sendall(b" ")
-            except OSError:
-                break
-            time.sleep(0.1)
+        drip_until_answered(conn, b" ")
         status, headers, body = read_response(conn)
     assert (status, headers["content-type"]) == (408, "application/json"), body
     error = json.loads(body)["error"]
@@ -314,6 +320,7 @@ def test_request_ids_idempotency_rate_limits_and_metrics_work_when_served(server
 
     status, _, metrics = exchange(server_url, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     assert status == 200
+    assert b'retrieval_kb_versions{status="active"}' in metrics  # read from the database at the scrape
     assert b'retrieval_request_latency_seconds_count{endpoint="retrieval-bm25",mode="bm25"}' in metrics
 
 
@@ -329,10 +336,22 @@ def test_a_served_search_is_traced_in_the_callers_trace(django_db_setup, tmp_pat
     ) as address:
         head = request_head(raw_key, "Content-Length: 19", f"traceparent: 00-{trace_id}-00f067aa0ba902b7-01")
         assert exchange(address, head + b'{"query": "kettle"}')[0] == 200
-        for _ in range(300):  # spans leave in batches
-            exported = b"".join(r.body for r in collector.requests if r.path == "/v1/traces")
-            if bytes.fromhex(trace_id) in exported and b"/api/v1/retrieval/bm25" in exported:
-                break  # the server span ends last: its batch may follow the one of the search's spans
-            time.sleep(0.1)
-    assert bytes.fromhex(trace_id) in exported
-    assert b"/api/v1/retrieval/bm25" in exported
+
+        def exported() -> bytes:  # spans leave in batches
+            return b"".join(r.body for r in collector.requests if r.path == "/v1/traces")
+
+        # The server span ends last: its batch may follow the one of the search's spans.
+        wait_until(
+            lambda: bytes.fromhex(trace_id) in exported() and b"/api/v1/retrieval/bm25" in exported(),
+            interval=0.1,
+            message="the server span, in the caller's trace, at the collector",
+        )
+
+
+def test_a_served_worker_loads_the_model_before_it_takes_a_request(django_db_setup, tmp_path):
+    """``post_worker_init`` warms the worker up (``retrieval.warmup``) before it accepts a connection: its
+    first requests find the model loaded (else ``/ready`` would answer "loading" while a background
+    thread loads it), so no first search, Dify's (which gives up after 5 s) included, waits for it."""
+    with served(tmp_path) as address:
+        _, _, body = exchange(address, b"GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert json.loads(body)["checks"]["embedder"]["message"] == f"{settings.EMBEDDING_MODEL} loaded"

@@ -22,7 +22,7 @@ SERVERS = {
     "elasticsearch": "docker.elastic.co/elasticsearch/",
     "neo4j": "neo4j:",
 }
-# Read by something other than settings.py: compose itself, the web command, prometheus_client, the JVM.
+# Read by something other than the settings: compose itself, the web command, prometheus_client, the JVM.
 NOT_SETTINGS = {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD", "WEB_PORT", "WEB_WORKERS",
                 "PROMETHEUS_MULTIPROC_DIR", "ES_JAVA_OPTS", "NEO4J_PASSWORD", "NEO4J_HEAP"}  # fmt: skip
 
@@ -87,6 +87,31 @@ def test_every_variable_is_a_setting_and_every_required_secret_is_in_env_example
     assert {"POSTGRES_PASSWORD", "DJANGO_SECRET_KEY"} <= required
     assert required <= set(env_example), "a variable compose requires is missing from .env.example"
     assert "127.0.0.1" in env_example["DJANGO_ALLOWED_HOSTS"].split(","), "the health check's Host"
+
+
+def test_prometheus_scrapes_every_web_container_and_evaluates_the_alert_rules(compose):
+    prometheus = compose["services"]["prometheus"]
+    assert prometheus["image"].startswith("prom/prometheus:")
+    mount = next(volume for volume in prometheus["volumes"] if volume.endswith(":/etc/prometheus:ro"))
+    config_dir = ROOT / mount.split(":")[0]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    config = yaml.safe_load((config_dir / "prometheus.yml").read_text())
+    assert all((config_dir / rules).is_file() for rules in config["rule_files"])
+    assert "alerts.yml" in config["rule_files"]
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "retrieval" and job.get("metrics_path", "/metrics") == "/metrics"
+    assert job["dns_sd_configs"] == [{"names": ["web"], "type": "A", "port": 8000}]  # each replica on its own
+    assert "healthcheck" in prometheus
+    data = next(v.split(":")[0] for v in prometheus["volumes"] if v.endswith(":/prometheus"))
+    assert data in compose["volumes"]
+
+
+def test_web_containers_admit_prometheus_scraping_them_by_address(compose, env_example):
+    """Prometheus reaches each container by its IP (the Host header); /metrics admits the compose network."""
+    command = " ".join(compose["services"]["web"]["command"].split())
+    assert "export DJANGO_ALLOWED_HOSTS=$${DJANGO_ALLOWED_HOSTS},$$(hostname -i | tr ' ' ',')" in command
+    assert command.index("export DJANGO_ALLOWED_HOSTS") < command.index("exec gunicorn")
+    assert "172.16.0.0/12" in env_example["METRICS_ALLOWED_IPS"].split(",")  # Docker's default bridge networks
 
 
 def has_docker_compose() -> bool:

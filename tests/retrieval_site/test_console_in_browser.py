@@ -11,8 +11,11 @@ from playwright.sync_api import expect
 
 from knowledge.communities import rebuild_communities
 from knowledge.models import DictionaryTerm, Document
-from knowledge.services import Ingester, create_knowledge_base, discover_files
-from tenants.services import create_tenant
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
+from retrieval import search_log
+from tenants.services import create_api_key, create_tenant
 
 pytestmark = pytest.mark.slow
 
@@ -170,6 +173,53 @@ def test_an_imported_synonyms_csv_changes_what_a_query_finds(logged_in, live_ser
     expect(page.locator("table.summary")).to_contain_text("order (synonym, weight 0.8)")
     expect(page.locator("li.hit").first).to_be_visible()
     assert "order" in [mark.lower() for mark in page.locator("li.hit").first.locator("mark").all_inner_texts()]
+
+
+def test_search_analytics_list_what_clients_asked_and_a_synonym_from_there_closes_the_gap(
+    logged_in, live_server, order_kb, screenshot
+):
+    raw_key = create_api_key(tenant=order_kb.tenant).raw_key
+    page = logged_in
+
+    def search(query: str) -> dict:
+        answer = page.request.post(f"{live_server.url}/api/v1/retrieval/bm25", data={"query": query},
+                                   headers={"Authorization": f"Bearer {raw_key}"})  # fmt: skip
+        assert answer.ok, answer.text()
+        return answer.json()
+
+    for query in (ORDER_QUERY, ORDER_QUERY, ORDER_QUERY, "consignment", "consignment"):
+        search(query)
+    assert search_log.flush() == 5  # the live server's rows, written here rather than by the writer thread
+
+    open_lifecycle(page, live_server, order_kb)
+    page.click("#kb-analytics")
+    expect(page.locator("#content h1")).to_have_text("Search analytics")
+    top = page.locator("#top tr.query-row").first
+    assert top.locator(".query").inner_text() == ORDER_QUERY.casefold()
+    assert (top.locator(".volume").inner_text(), top.locator(".trend").inner_text()) == ("3", "new")
+    gap = page.locator("#no-results tr.query-row", has_text="consignment")
+    expect(gap.locator(".volume")).to_have_text("2")
+    screenshot(page, "search-analytics")
+
+    # The row's test link opens the testing page with the query, its mode and the KB filled in.
+    gap.locator("a.test-link").click()
+    assert page.input_value("input[name=query]") == "consignment"
+    assert page.input_value("select[name=mode]") == "bm25"
+    page.click("input[value=Search]")
+    expect(page.locator("p.empty").first).to_contain_text("No hits")
+
+    # Its synonym action: the add form holds the query's term; the curator adds what it means.
+    page.go_back()
+    page.go_back()
+    page.locator("#no-results tr.query-row", has_text="consignment").locator("a.add-synonym").click()
+    assert page.input_value("#id_terms") == "consignment"
+    page.fill("#id_terms", "consignment,order")
+    page.click("input[name=_save]")
+    expect(page.locator(".messagelist")).to_contain_text("was added successfully")
+
+    after = search("consignment")
+    assert after["cached"] is False and after["total"] > 0  # the cached empty answer is not served again
+    assert any("order" in hit["content"].lower() for hit in after["results"])
 
 
 # --- a knowledge base's lifecycle, with a real worker -------------------------------------------------

@@ -59,6 +59,17 @@ def test_keys_are_not_added_on_the_tenant_page(admin_client, tenant):
     assert not ApiKey.objects.filter(tenant=tenant).exists()
 
 
+def test_a_tenant_opts_out_of_the_search_analytics_on_its_page(admin_client, tenant):
+    assert tenant.record_searches is True  # recorded unless it opts out
+    assert 'name="record_searches"' in admin_client.get(f"{ADMIN}/tenant/{tenant.pk}/change/").content.decode()
+    assert admin_client.post(f"{ADMIN}/tenant/{tenant.pk}/change/", tenant_form(tenant)).status_code == 302
+    tenant.refresh_from_db()
+    assert tenant.record_searches is False
+    admin_client.post(f"{ADMIN}/tenant/{tenant.pk}/change/", tenant_form(tenant, record_searches="on"))
+    tenant.refresh_from_db()
+    assert tenant.record_searches is True
+
+
 def test_a_key_added_in_the_admin_is_issued_by_the_service_and_its_secret_shown_once(admin_client, tenant):
     page = admin_client.get(f"{ADMIN}/apikey/add/")
     assert list(page.context["adminform"].form.fields) == ["tenant", "name", "scopes", "expires_at"]

@@ -1,18 +1,25 @@
+import secrets
+import threading
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from tenants.models import ApiKey, Tenant
+from tenants import services as tenant_services
+from tenants.errors import TenantExists
+from tenants.models import FREE_TIER, ApiKey, RateTier, Tenant
 from tenants.selectors import api_key_for
 from tenants.services import (
     LAST_USED_RESOLUTION,
+    IssuedKey,
     create_api_key,
+    create_tenant,
     get_or_create_tenant,
     hash_api_key,
     record_api_key_use,
     revoke_api_key,
 )
+from tests.concurrency import meet_before, race
 
 
 @pytest.mark.django_db
@@ -77,3 +84,53 @@ def test_get_or_create_tenant_returns_the_existing_one_or_a_new_one(tenant):
     assert get_or_create_tenant(tenant.name) == tenant
     created = get_or_create_tenant("newcomer")
     assert created.pk != tenant.pk and Tenant.objects.get(name="newcomer") == created
+
+
+# --- uniqueness under concurrent creates (tests.concurrency.race: threads on the real database) ------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_of_two_concurrent_creates_of_one_tenant_name_one_wins_and_one_conflicts():
+    outcomes = race(lambda: create_tenant("twin"), lambda: create_tenant("twin"))
+    [created] = [outcome for outcome in outcomes if isinstance(outcome, Tenant)]
+    [conflict] = [outcome for outcome in outcomes if not isinstance(outcome, Tenant)]
+    assert isinstance(conflict, TenantExists), conflict
+    assert (conflict.status_code, conflict.code) == (409, "tenant_exists")
+    assert list(Tenant.objects.filter(name="twin")) == [created]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_get_or_create_tenant_both_get_the_one_row(monkeypatch):
+    meet_before(monkeypatch, tenant_services, "create_tenant")  # both saw no tenant of that name
+    outcomes = race(lambda: get_or_create_tenant("twin"), lambda: get_or_create_tenant("twin"))
+    assert all(isinstance(outcome, Tenant) for outcome in outcomes), outcomes
+    assert [outcome.pk for outcome in outcomes] == [Tenant.objects.get(name="twin").pk] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tenants_created_while_the_free_tier_is_missing_share_one_recreated_tier(monkeypatch):
+    elsewhere = RateTier.objects.create(name="elsewhere", requests_per_window=1)
+    Tenant.objects.update(rate_tier=elsewhere)
+    RateTier.objects.filter(name=FREE_TIER).delete()
+    meet_before(monkeypatch, RateTier.objects, "create")  # both found no free tier
+    outcomes = race(lambda: create_tenant("one"), lambda: create_tenant("other"))
+    assert all(isinstance(outcome, Tenant) for outcome in outcomes), outcomes
+    [free] = RateTier.objects.filter(name=FREE_TIER)
+    assert [outcome.rate_tier_id for outcome in outcomes] == [free.pk, free.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_keys_drawing_one_prefix_at_once_both_get_issued_with_distinct_prefixes(monkeypatch, tenant):
+    draws, token_hex, lock = [], secrets.token_hex, threading.Lock()
+
+    def same_first_prefix(nbytes):
+        with lock:
+            draws.append(nbytes)
+            return "0" * (2 * nbytes) if len(draws) <= 2 else token_hex(nbytes)
+
+    monkeypatch.setattr(secrets, "token_hex", same_first_prefix)
+    outcomes = race(lambda: create_api_key(tenant=tenant), lambda: create_api_key(tenant=tenant))
+    assert all(isinstance(outcome, IssuedKey) for outcome in outcomes), outcomes
+    prefixes = sorted(outcome.api_key.prefix for outcome in outcomes)
+    assert prefixes[0] == "000000000000" and prefixes[1] != prefixes[0] and len(draws) == 3
+    assert all(api_key_for(outcome.raw_key).tenant == tenant for outcome in outcomes)

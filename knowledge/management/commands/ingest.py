@@ -4,7 +4,10 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from knowledge.communities import rebuild_communities
-from knowledge.services import Ingester, discover_files, get_or_create_knowledge_base, queue_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.ingestion.stored import queue_files
+from knowledge.knowledge_bases import get_or_create_knowledge_base
 from tenants.selectors import TenantNotFound, tenant_by_name
 
 

@@ -38,7 +38,7 @@ class Command(BaseCommand):
 
         for previous in owner.api_keys.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True):
             revoke_api_key(previous)
-        # search and ingest: the README examples search, upload and build versions with this key.
+        # search and ingest: the README's and docs/knowledge.md's examples search, upload and build versions with this key.
         raw_key = create_api_key(tenant=owner, name=DEMO_KEY_NAME, scopes=[Scope.SEARCH, Scope.INGEST]).raw_key
         kb_id = owner.knowledge_bases.get(name=kb).pk
         self.stdout.write(

@@ -1,5 +1,5 @@
 from knowledge.management.maintenance import ActiveVersionsCommand
-from knowledge.services import rebuild_lexical_index
+from knowledge.lexical import rebuild_lexical_index
 
 
 class Command(ActiveVersionsCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
-from django.db import IntegrityError
 
+from tenants.errors import TenantExists
 from tenants.models import Tenant
 from tenants.services import create_tenant
 
@@ -17,6 +17,6 @@ class Command(BaseCommand):
             raise CommandError("a tenant name must have 1 to 100 characters")
         try:
             tenant = create_tenant(name)
-        except IntegrityError:
-            raise CommandError(f"a tenant named {name!r} already exists") from None
+        except TenantExists as exists:
+            raise CommandError(exists.message) from None
         self.stdout.write(f"created tenant {tenant.name} (id {tenant.pk})")

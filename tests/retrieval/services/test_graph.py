@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engines.base import Entity, Extraction
-from knowledge.services import Ingester, create_knowledge_base, discover_files
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from retrieval.services.graph import CO_OCCURRENCE, rank_by_graph
 from tests.factories import TenantFactory
 
@@ -101,7 +103,7 @@ def test_codes_never_match_fuzzily(kb):
 def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_graph(kb):
     from engines.graph_extraction import EXTRACTOR_VERSION
     from knowledge.models import Chunk, KnowledgeBaseVersion
-    from knowledge.services import rebuild_graph
+    from knowledge.graph_build import rebuild_graph
     from knowledge.stores import graph_store
 
     version = kb.active_version
@@ -121,7 +123,7 @@ def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_grap
 
 def test_rebuild_graph_refuses_to_replace_typed_relations(kb, settings):
     from knowledge.errors import VersionConflict
-    from knowledge.services import rebuild_graph
+    from knowledge.graph_build import rebuild_graph
 
     settings.GRAPH_LLM_TRIPLES, settings.LLM_URL = True, "http://127.0.0.1:9/v1"
     with pytest.raises(VersionConflict, match="GRAPH_LLM_TRIPLES"):

@@ -1,36 +1,44 @@
-"""StageTimings: the one place a search stage starts and ends."""
+"""StageTimings: the one place a search stage starts and ends, on a clock the test moves by hand."""
 import threading
-import time
 
 import pytest
 
+from retrieval.services import timings as timings_module
 from retrieval.services.timings import StageTimings
+from tests.concurrency import ManualClock, manual_clock
 
 
-def test_a_stage_records_its_milliseconds_and_adds_up_when_entered_again():
+@pytest.fixture
+def clock(monkeypatch) -> ManualClock:
+    return manual_clock(monkeypatch, timings_module)
+
+
+def test_a_stage_records_its_milliseconds_and_adds_up_when_entered_again(clock):
     timings = StageTimings()
     with timings.stage("vector"):
-        time.sleep(0.01)
+        clock.advance(0.010)
     first = timings.milliseconds["vector"]
     with timings.stage("vector"):
-        time.sleep(0.01)
-    assert first >= 10 and timings.milliseconds["vector"] >= first + 10
+        clock.advance(0.004)
+    assert first == pytest.approx(10) and timings.milliseconds["vector"] == pytest.approx(14)
     assert list(timings.milliseconds) == ["vector"]
 
 
-def test_a_failing_stage_is_still_timed_and_its_error_goes_on():
+def test_a_failing_stage_is_still_timed_and_its_error_goes_on(clock):
     timings = StageTimings()
     with pytest.raises(ZeroDivisionError), timings.stage("bm25"):
+        clock.advance(0.003)
         1 / 0
-    assert list(timings.milliseconds) == ["bm25"]
+    assert timings.milliseconds == {"bm25": pytest.approx(3)}
 
 
 def test_stages_timed_from_other_threads_all_land():
     timings = StageTimings()
+    all_in = threading.Barrier(8)  # every thread is inside its stage at once
 
     def embed(name: str) -> None:
         with timings.stage(name):
-            time.sleep(0.005)
+            all_in.wait(10)
 
     threads = [threading.Thread(target=embed, args=(f"stage-{i}",)) for i in range(8)]
     for thread in threads:
@@ -40,13 +48,13 @@ def test_stages_timed_from_other_threads_all_land():
     assert sorted(timings.milliseconds) == sorted(f"stage-{i}" for i in range(8))
 
 
-def test_the_critical_path_counts_the_request_threads_stages_and_its_waits_and_adds_up_to_the_total():
+def test_the_critical_path_counts_the_request_threads_stages_and_its_waits_and_adds_up_to_the_total(clock):
     timings = StageTimings()
     started = threading.Event()
     release = threading.Event()
 
     def embed() -> None:
-        with timings.stage("embed"):
+        with timings.stage("embed"):  # from 0 ms to 5 ms
             started.set()
             release.wait(10)
 
@@ -54,31 +62,29 @@ def test_the_critical_path_counts_the_request_threads_stages_and_its_waits_and_a
         worker = threading.Thread(target=embed)
         worker.start()
         started.wait(10)
-        with timings.stage("bm25"):  # on the request thread, while "embed" runs elsewhere
-            time.sleep(0.002)
-        since = time.perf_counter()
+        with timings.stage("bm25"):  # on the request thread, while "embed" runs elsewhere: 0 to 2 ms
+            clock.advance(0.002)
+        since = clock.perf_counter()
+        clock.advance(0.003)  # the request thread waits for "embed" from 2 ms to 5 ms
         release.set()
         worker.join(10)
         timings.waited("embed", since)
 
-    path = timings.critical_path
-    assert set(path) == {"bm25", "embed", "rest"}
-    assert path["bm25"] == pytest.approx(timings.milliseconds["bm25"], abs=0.002)
-    assert path["embed"] < timings.milliseconds["embed"]  # only the wait for it is on the path
-    assert sum(path.values()) == pytest.approx(timings.milliseconds["total"], abs=0.01)
+    assert timings.milliseconds == {"embed": pytest.approx(5), "bm25": pytest.approx(2), "total": pytest.approx(5)}
+    assert timings.critical_path == {"bm25": pytest.approx(2), "embed": pytest.approx(3), "rest": pytest.approx(0)}
 
 
-def test_a_stage_of_another_thread_is_not_on_the_critical_path_unless_waited_for():
+def test_a_stage_of_another_thread_is_not_on_the_critical_path_unless_waited_for(clock):
     timings = StageTimings()
 
     def embed() -> None:
         with timings.stage("embed"):
-            pass
+            clock.advance(0.004)
 
     with timings.stage("total"):
         worker = threading.Thread(target=embed)
         worker.start()
         worker.join(10)  # joined without saying it waited for "embed"
-    assert "embed" in timings.milliseconds
-    assert set(timings.critical_path) == {"rest"}
-    assert timings.critical_path["rest"] == pytest.approx(timings.milliseconds["total"], abs=0.002)
+        clock.advance(0.001)
+    assert timings.milliseconds["embed"] == pytest.approx(4)
+    assert timings.critical_path == {"rest": pytest.approx(5)}

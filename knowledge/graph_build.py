@@ -1,0 +1,41 @@
+"""Rebuilding a version's knowledge graph from its chunk rows (``manage.py rebuild_graph``); ingestion
+writes the graph of each chunk as it goes (``knowledge.ingestion.pipeline``)."""
+from __future__ import annotations
+
+from itertools import islice
+
+from django.db.models import F
+
+from knowledge.errors import VersionConflict
+from knowledge.models import Chunk, KnowledgeBaseVersion, current_graph_extractor
+from knowledge.selectors import entity_extractor_for_tenant, triple_extractor
+from knowledge.stores import graph_store
+
+GRAPH_REBUILD_BATCH = 500  # passages re-extracted and written per transaction
+
+
+def rebuild_graph(version: KnowledgeBaseVersion) -> int:
+    """Re-extract the graph of every chunk of a version with the current extractor (after
+    ``EXTRACTOR_VERSION`` changed, or to repair it), ``GRAPH_REBUILD_BATCH`` chunks per transaction,
+    then record the extractor on the version; returns the number of chunks. Its communities are the
+    caller's next step (``knowledge.communities.rebuild_communities``).
+
+    With ``GRAPH_LLM_TRIPLES`` on it refuses: the LLM's typed relations come from ingestion, and a
+    rebuild would replace them by co-occurrence; build a new version instead."""
+    if triple_extractor() is not None:
+        raise VersionConflict(
+            "GRAPH_LLM_TRIPLES is on: typed relations come from the LLM at ingestion; build a new version instead"
+        )
+    tenant_id = version.knowledge_base.tenant_id
+    extractor = entity_extractor_for_tenant(tenant_id)
+    rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).order_by("id").values_list("id", "content")
+    chunks = rows.iterator(chunk_size=2000)
+    count = 0
+    while batch := list(islice(chunks, GRAPH_REBUILD_BATCH)):
+        graphs = {chunk_id: extractor.extract(content) for chunk_id, content in batch}
+        graph_store().replace_chunks(tenant_id, version.pk, list(graphs), graphs)
+        count += len(graphs)
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
+        graph_extractor=current_graph_extractor(), revision=F("revision") + 1
+    )
+    return count

@@ -1,0 +1,256 @@
+"""Versions of a knowledge base (blue-green): build one beside the active version, validate it,
+activate it (the previous one is retired, so activating that again is the rollback), retire, purge."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Case, Count, F, Max, Q, Value, When
+from django.utils import timezone
+
+from core.usage import frequent_queries
+from engines import get_lexical_index
+from engines.base import SearchScope, SqlFilter
+from engines.embedders import get_embedder
+from knowledge.errors import VersionConflict
+from knowledge.ingestion.files import Labels, stored_sources, task_file
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
+from knowledge.queue import queue_task
+from knowledge.selectors import analyzer_for_tenant
+from knowledge.stores import vector_index
+
+BUILD_TASK = "knowledge.tasks.build_version"
+
+
+def index_settings(
+    embedding_model: str | None, chunk_size: int | None, chunk_overlap: int | None, languages: list[str] | None
+) -> dict:
+    """Model, dimension, chunking (capped for the model) and languages of a KB or version; omitted
+    values take the service defaults. Loads the model: ``EmbeddingError`` for an unusable one."""
+    embedder = get_embedder(embedding_model)
+    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    return {
+        "embedding_model": embedder.model_name,
+        "embedding_dim": embedder.dimension,
+        "chunk_size": size,
+        "chunk_overlap": min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+        "languages": list(embedder.languages) if languages is None else languages,
+    }
+
+
+VERSION_SETTINGS = ("embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages")
+
+
+def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
+    """Version 1, empty and active, with the KB's settings and the vector index its dimension needs."""
+    version = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb,
+        number=1,
+        status=KnowledgeBaseVersion.Status.ACTIVE,
+        activated_at=timezone.now(),
+        **{name: getattr(kb, name) for name in VERSION_SETTINGS},
+    )
+    kb.active_version = version
+    kb.save(update_fields=["active_version"])
+    vector_index().ensure_index(kb.embedding_dim)
+    return version
+
+
+def start_version_build(
+    kb: KnowledgeBase,
+    *,
+    activate: bool,
+    embedding_model: str | None = None,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    languages: list[str] | None = None,
+) -> tuple[KnowledgeBaseVersion, KnowledgeTask]:
+    """A new version (settings omitted: the active version's; languages: the new model's when the model
+    changes), built by a task from the stored originals while searches keep reading the active version;
+    ``activate``: switch to it once it validates. One version builds at a time."""
+    active = kb.active_version
+    if embedding_model is None:
+        embedding_model, languages = active.embedding_model, active.languages if languages is None else languages
+    index = index_settings(
+        embedding_model,
+        chunk_size or active.chunk_size,
+        active.chunk_overlap if chunk_overlap is None else chunk_overlap,
+        languages,
+    )
+    vector_index().ensure_index(index["embedding_dim"])
+    with transaction.atomic():
+        KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()  # version numbers one at a time
+        building = kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING).first()
+        if building is not None:
+            raise VersionConflict(f"version {building.number} is still building")
+        number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
+        # Settings measured on the active version carry over while the model does (not across models).
+        same_model = index["embedding_model"] == active.embedding_model
+        search_settings = active.search_settings if same_model else {}
+        version = KnowledgeBaseVersion.objects.create(
+            knowledge_base=kb, number=number, search_settings=search_settings, **index
+        )
+        task = queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, BUILD_TASK, (version.pk, activate))
+    return version, task
+
+
+def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
+    """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
+    documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
+    return [
+        task_file(doc.source_uri, doc.original, Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
+        for doc in documents.exclude(original="").order_by("pk")
+    ]
+
+
+def fill_version(
+    version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
+) -> KnowledgeBaseVersion:
+    """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
+    ``ready`` when every ready document of the KB has chunks in it and a sample of the tenant's recent
+    queries is answered by it without error, else ``failed`` naming what is missing or failed."""
+    kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
+    with stored_sources(files) as sources:
+        report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
+    missing = list(
+        Document.objects.filter(knowledge_base=kb, status=Document.Status.READY)
+        .exclude(pk__in=Chunk.objects.filter(kb_version=version).values("document_id"))
+        .order_by("source_uri")
+        .values_list("source_uri", flat=True)
+    )
+    reasons = dict(report.failures)
+    version.error = "; ".join(f"{uri}: {reasons.get(uri, 'no stored original')}" for uri in missing[:20])
+    if not missing:
+        version.error = _sample_queries_failure(kb, version)
+    version.status = KnowledgeBaseVersion.Status.FAILED if version.error else KnowledgeBaseVersion.Status.READY
+    version.finished_at = timezone.now()
+    version.save(update_fields=["status", "error", "finished_at"])
+    return version
+
+
+# A new version must answer this many of the tenant's most frequent recent queries (core.usage) before it is ready.
+VALIDATION_QUERIES = 20
+
+
+def _sample_queries_failure(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> str:
+    """Each sampled query through both legs of the new version (its model embeds the query for its
+    vectors; its keyword index takes the analyzed tokens): '' when all answer, else why the first failed."""
+    queries = frequent_queries(kb.tenant_id, VALIDATION_QUERIES)
+    if not queries:
+        return ""
+    embedder, analyzer = get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id)
+    scope = SearchScope(kb.tenant_id, (version.pk,), version.embedding_dim)
+    for query in queries:
+        try:
+            vector_index().search(scope, embedder.embed_query(query), 10, SqlFilter())
+            get_lexical_index().search(version.pk, kb.tenant_id, analyzer.tokens(query), 10, None)
+        except Exception as exc:  # any failure of the new version keeps it from searches
+            return f"the recent query {query!r} failed on this version: {type(exc).__name__}: {exc}"
+    return ""
+
+
+def fail_version(version_id: int, reason: str) -> None:
+    """A build that gave up: its version is ``failed`` (never activated), with the reason."""
+    KnowledgeBaseVersion.objects.filter(pk=version_id, status=KnowledgeBaseVersion.Status.BUILDING).update(
+        status=KnowledgeBaseVersion.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+
+
+def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+    """Switch the KB's searches to ``version`` in one transaction: the active one is retired (kept, so
+    activating it again is the rollback: instant, nothing re-embedded). The KB takes the version's
+    model and chunking; both versions' revisions move on, so no cached answer of either is reused."""
+    with transaction.atomic():
+        kb = KnowledgeBase.objects.select_for_update().get(pk=version.knowledge_base_id)
+        version = KnowledgeBaseVersion.objects.select_for_update().get(pk=version.pk)
+        if version.pk == kb.active_version_id:
+            return version
+        if version.status not in (KnowledgeBaseVersion.Status.READY, KnowledgeBaseVersion.Status.RETIRED):
+            raise VersionConflict(
+                f"version {version.number} is {version.status}: only a ready or retired one can be activated"
+            )
+        _switch_versions(kb.active_version_id, version)
+        for name in VERSION_SETTINGS:
+            setattr(kb, name, getattr(version, name))
+        kb.active_version = version
+        kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
+        _count_chunks_of(kb, version)
+    return version
+
+
+def _switch_versions(previous_id: int, version: KnowledgeBaseVersion) -> None:
+    """In one statement (each is a round trip inside the switch's transaction): ``version`` active, the
+    previous one retired, both revisions moved on."""
+    now, active = timezone.now(), KnowledgeBaseVersion.Status.ACTIVE
+    this = Q(pk=version.pk)
+    KnowledgeBaseVersion.objects.filter(pk__in=[previous_id, version.pk]).update(
+        status=Case(When(this, then=Value(active)), default=Value(KnowledgeBaseVersion.Status.RETIRED)),
+        activated_at=Case(When(this, then=Value(now)), default=F("activated_at")),
+        retired_at=Case(When(this, then=F("retired_at")), default=Value(now)),
+        revision=F("revision") + 1,
+    )
+    version.status, version.activated_at, version.revision = active, now, version.revision + 1
+
+
+def _count_chunks_of(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> None:
+    """Set each document's chunk count to what ``version`` holds of it, writing only the rows whose
+    count changes. Counted in one pass, compared here and written by id: plans that do not depend on
+    statistics, which a version just built has not got yet (a correlated count or a joined UPDATE is
+    planned as nested loops over the fresh rows, and takes seconds inside the switch's transaction)."""
+    held = dict(
+        Chunk.objects.filter(kb_version=version).order_by().values("document_id").annotate(n=Count("id"))
+        .values_list("document_id", "n")
+    )
+    changed = [
+        (document_id, held.get(document_id, 0))
+        for document_id, count in Document.objects.filter(knowledge_base=kb).values_list("id", "chunk_count")
+        if count != held.get(document_id, 0)
+    ]
+    if changed:
+        ids, counts = zip(*changed)
+        with connection.cursor() as cursor:
+            cursor.execute(_SET_CHUNK_COUNTS_SQL, [list(ids), list(counts)])
+
+
+_SET_CHUNK_COUNTS_SQL = (
+    f"UPDATE {Document._meta.db_table} AS d SET chunk_count = v.n "
+    "FROM unnest(%s::bigint[], %s::integer[]) AS v(id, n) WHERE d.id = v.id"
+)
+
+
+def retire_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+    """Set aside a ready version that will not be activated: it is purged KB_VERSION_RETENTION_DAYS
+    later and can be activated until then. The active version is retired only by activating another;
+    a building one cannot be stopped."""
+    with transaction.atomic():
+        version = KnowledgeBaseVersion.objects.select_for_update().get(pk=version.pk)
+        if version.status == KnowledgeBaseVersion.Status.RETIRED:
+            return version
+        if version.status != KnowledgeBaseVersion.Status.READY:
+            hint = {"active": ": activate another version instead"}.get(version.status, "")
+            raise VersionConflict(
+                f"version {version.number} is {version.status}: only a ready one can be retired{hint}"
+            )
+        version.status, version.retired_at = KnowledgeBaseVersion.Status.RETIRED, timezone.now()
+        version.save(update_fields=["status", "retired_at"])
+    return version
+
+
+def purge_old_versions(retention_days: int) -> int:
+    """Delete versions retired, or failed, more than ``retention_days`` ago: their chunks and keyword
+    index go with them (no rollback to them any more). Returns how many were purged."""
+    cutoff = timezone.now() - timedelta(days=retention_days)
+    old = KnowledgeBaseVersion.objects.filter(
+        Q(status=KnowledgeBaseVersion.Status.RETIRED, retired_at__lt=cutoff)
+        | Q(status=KnowledgeBaseVersion.Status.FAILED, finished_at__lt=cutoff)
+    )
+    purged = 0
+    for version in old:
+        with transaction.atomic():
+            get_lexical_index().drop(version.pk)
+            version.delete()  # its chunks cascade
+        purged += 1
+    return purged

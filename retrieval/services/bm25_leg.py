@@ -1,0 +1,171 @@
+"""The BM25 leg: the database reads before the keyword index searches, the index's search, the
+check of its hits against the chunk table, and the RM3 feedback pass."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from django.conf import settings
+
+from engines import get_lexical_index
+from engines.analysis import Analyzer
+from engines.base import LexicalHit, LexicalIndex, LexicalIndexError
+from retrieval import selectors
+from retrieval.expansion.rm3 import feedback_query
+from retrieval.fusion import RankedList
+from retrieval.services.context import SearchContext
+from retrieval.types import LegResult, LexicalHits, LexicalQuery, ListQuery
+
+logger = logging.getLogger("retrieval.services.search")  # the pipeline's logger, as log filters know it
+
+# How deep, in times the leg's candidates, a filtered search without the filter's chunk ids may go
+# to find enough hits that pass (docs/BENCHMARKS.md, "Scale to 1M chunks").
+FILTERED_DEPTH_LIMIT = 1000
+
+
+def prepare_bm25(context: SearchContext) -> LexicalQuery:
+    """With filters, the chunk ids SQL says match (the source of truth for filters) for the index to
+    search inside; when too many match, the index searches without them, ten times deeper, and its
+    hits are filtered after."""
+    allowed, depth = None, context.candidates
+    if context.compiled.q:
+        allowed = selectors.filtered_chunk_ids(
+            context.tenant, context.version_ids, context.compiled, settings.LEXICAL_FILTER_MAX_IDS
+        )
+        depth = context.candidates if allowed is not None else context.candidates * 10
+    return LexicalQuery(context.analyzer, allowed, depth)
+
+
+def search_keyword_index(context: SearchContext, query: LexicalQuery) -> LexicalHits:
+    """The keyword index's hits and BM25 ceilings per query variant. No database: it runs on the
+    lexical pool, beside the embedding and the request thread's database work."""
+    index = get_lexical_index()
+    notes = _lexical_index_notes(index, context.version_ids, query.analyzer)
+    hits, analyzed, ceilings = [], [], {}
+    for variant in context.variants:
+        tokens = query.analyzer.tokens(variant.text)
+        hits.append(bm25_hits(index, context.tenant.pk, context.version_ids, tokens, query.depth, query.allowed))
+        analyzed.append(tokens)
+        for version_id in context.version_ids:
+            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
+    return LexicalHits(hits, analyzed, ceilings, notes)
+
+
+def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
+    """One BM25 list per query variant, of the index's hits the chunk table confirms (they exist and
+    pass the filters; searched inside the allowed ids, they need no check)."""
+    index = get_lexical_index()
+    weight = context.weights["bm25"]
+    lists, queries, hashes = [], [], {}
+    for variant, hits, tokens in zip(context.variants, found.hits, found.tokens, strict=True):
+        if query.allowed is None:
+            hits = _hits_of_existing_chunks(index, context, tokens, hits, query.depth, hashes)
+        ranked = [(hit.chunk_id, hit.score) for hit in hits[: context.candidates]]
+        lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
+        queries.append(ListQuery(tokens=tokens))
+    return LegResult(
+        "bm25", lists=lists, queries=queries, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes
+    )
+
+
+def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) -> LegResult:
+    """The leg searched again with each variant's RM3 query (``retrieval.expansion.rm3``), built from
+    its first list's top passages as indexed. The lists keep their variant's text; its BM25 ceiling
+    becomes the weighted query's, so ``relevance`` stays a share of the most the query could score."""
+    index = get_lexical_index()
+    feedback, version_ids = context.feedback, context.version_ids
+    top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
+    texts = selectors.indexed_texts(context.tenant, list(top))
+    lists, queries, ceilings, hashes = [], [], dict(leg.ceilings), dict(leg.content_hashes)
+    for ranked, first in zip(leg.lists, leg.queries, strict=True):
+        passages = [
+            (query.analyzer.tokens(texts[chunk_id]), score)
+            for chunk_id, score in ranked.hits[: feedback.docs]
+            if chunk_id in texts
+        ]
+        weighted = feedback_query(first.tokens, passages, feedback)
+        hits = bm25_hits(
+            index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights
+        )
+        if query.allowed is None:
+            hits = _hits_of_existing_chunks(index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights)
+        lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.candidates]]))
+        queries.append(ListQuery(tokens=weighted.tokens, token_weights=weighted.weights))
+        for version_id in version_ids:
+            ceilings[ranked.query, version_id] = index.max_score(version_id, weighted.tokens, weighted.weights)
+    return replace(leg, lists=lists, queries=queries, content_hashes=hashes, ceilings=ceilings)
+
+
+def bm25_hits(
+    index: LexicalIndex,
+    tenant_id: int,
+    version_ids: tuple[int, ...],
+    tokens: list[str],
+    depth: int,
+    allowed: list[int] | None,
+    weights: list[float] | None = None,
+) -> list[LexicalHit]:
+    """The index's hits over every searched version, best first."""
+    hits = []
+    for version_id in version_ids:
+        hits += index.search(version_id, tenant_id, tokens, depth, allowed, weights)
+    hits.sort(key=lambda hit: -hit.score)
+    return hits
+
+
+def _hits_of_existing_chunks(
+    index: LexicalIndex,
+    context: SearchContext,
+    tokens: list[str],
+    hits: list[LexicalHit],
+    depth: int,
+    hashes: dict[int, str],
+    weights: list[float] | None = None,
+) -> list[LexicalHit]:
+    """Of the index's ``hits``, those whose chunk exists and passes the filters; their content hashes
+    are added to ``hashes``. An entry whose chunk is gone (a change not yet applied to the index) is
+    dropped and the search goes deeper by as many, so it never takes a real chunk's place. With
+    filters it goes ten times deeper until enough pass, the index runs out, or
+    :data:`FILTERED_DEPTH_LIMIT` is reached: the hits a search inside the filter's ids would give."""
+    tenant, compiled, candidates = context.tenant, context.compiled, context.candidates
+    while True:
+        passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
+        kept = [hit for hit in hits if hit.chunk_id in passing]
+        if compiled.q:
+            deeper = min(depth * 10, candidates * FILTERED_DEPTH_LIMIT)
+        else:
+            deeper = candidates + len(hits) - len(kept)
+        if len(kept) >= candidates or len(hits) < depth or deeper <= depth:  # enough, or no more to find
+            break
+        depth = deeper
+        hits = bm25_hits(index, tenant.pk, context.version_ids, tokens, depth, None, weights)
+    hashes.update(passing)
+    if not compiled.q and len(kept) < len(hits):
+        logger.warning(
+            "the keyword index of KB versions %s holds %d entries for chunks not in the database; "
+            "`manage.py check_kb --repair` removes them if they stay",
+            list(context.version_ids), len(hits) - len(kept),
+        )  # fmt: skip
+    return kept
+
+
+def _lexical_index_notes(index: LexicalIndex, version_ids: tuple[int, ...], analyzer: Analyzer) -> list[str]:
+    """Raises when an index was built by another analyzer version (its tokens would not match);
+    a note when only the custom dictionary changed since."""
+    notes = []
+    for version_id in version_ids:
+        state = index.state(version_id)
+        if state is None:
+            continue
+        if state.analyzer_version != analyzer.version:
+            raise LexicalIndexError(
+                "stale_index",
+                f"the keyword index of KB version {version_id} was built with analyzer {state.analyzer_version}, "
+                f"the service runs {analyzer.version}: run `manage.py rebuild_lexical_index`",
+            )
+        if state.dictionary_fingerprint != analyzer.dictionary_fingerprint:
+            notes.append(
+                f"the custom dictionary changed since KB version {version_id} was indexed; "
+                "run `manage.py rebuild_lexical_index` so protected terms match in full"
+            )
+    return notes

@@ -1,0 +1,55 @@
+"""The explain stage: the response's account of how the search ran, gathered from every stage's output."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retrieval.fusion import FusedCandidate
+from retrieval.services.document_order import DocumentOrder
+from retrieval.services.legs import Retrieved
+from retrieval.services.union import UnionScored
+from retrieval.tuning import FusionSettings
+from retrieval.types import Expansion, Reranked, Weights
+
+
+@dataclass(frozen=True)
+class Explanation:
+    queries: list[dict]  # the variants searched, the original first
+    degraded: list[dict]  # the optional stages that failed, in the pipeline's order
+    notes: list[str]
+    candidates: dict[str, int]  # retriever -> distinct chunks it found; "fused": after deduplication
+
+
+def explain(
+    *,
+    fusion: FusionSettings,
+    expansion: Expansion,
+    weights: Weights,
+    retrieved: Retrieved,
+    union: UnionScored,
+    fused: list[FusedCandidate],
+    documents: DocumentOrder,
+    reranked: Reranked,
+) -> Explanation:
+    legs = union.legs
+    return Explanation(
+        queries=[{"text": v.text, "weight": v.weight, "origin": v.origin} for v in expansion.variants],
+        degraded=[
+            *expansion.degraded,
+            *(leg.failure.as_dict() for leg in legs if leg.failure),
+            *union.degraded,
+            *(degradation.as_dict() for leg in legs for degradation in leg.degraded),
+            *documents.degraded,
+            *reranked.degraded,
+        ],
+        notes=[*fusion.notes, *weights.notes, *(note for leg in legs for note in leg.notes)],
+        candidates={**_found(retrieved), "fused": len(fused)},
+    )
+
+
+def _found(retrieved: Retrieved) -> dict[str, int]:
+    """The distinct chunks each retriever found itself (before the union scored the others')."""
+    chunk_ids: dict[str, set[int]] = {}
+    for leg in retrieved.legs:
+        for ranked in leg.lists:
+            chunk_ids.setdefault(ranked.retriever, set()).update(chunk_id for chunk_id, _ in ranked.hits)
+    return {retriever: len(ids) for retriever, ids in chunk_ids.items()}

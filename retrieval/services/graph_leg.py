@@ -1,0 +1,25 @@
+"""The graph leg as a ranked list: the graph's ranking (``retrieval.services.graph``) filtered and cut."""
+from __future__ import annotations
+
+from retrieval import selectors
+from retrieval.fusion import RankedList
+from retrieval.services.context import SearchContext
+from retrieval.services.graph import rank_by_graph
+from retrieval.types import LegResult
+
+
+def retrieve_graph(context: SearchContext) -> LegResult:
+    """One list for the original query only (synonym groups are already entity aliases); each hit
+    keeps the path that found it."""
+    query = context.variants[0].text
+    ranking = rank_by_graph(context.tenant.pk, context.version_ids, query, hops=context.hops)
+    hits, passing = ranking.hits, {}
+    if context.compiled.q and hits:
+        passing = selectors.hashes_of_chunks_passing(context.tenant, [chunk_id for chunk_id, _ in hits], context.compiled)
+        hits = [hit for hit in hits if hit[0] in passing]
+    hits = hits[: context.candidates]
+    explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
+    return LegResult(
+        "graph", lists=[RankedList("graph", query, context.weights["graph"], hits)], content_hashes=passing,
+        notes=ranking.notes, explanations=explanations,
+    )  # fmt: skip

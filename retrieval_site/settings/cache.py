@@ -1,0 +1,33 @@
+"""Redis: the result cache, rate-limit counters, idempotency records and usage counters."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from retrieval_site.settings.base import RedisUrlOrUnset, Section
+
+
+class Cache(Section):
+    title = "Cache, rate limits and idempotency (Redis)"
+
+    REDIS_URL: RedisUrlOrUnset = ""  # unset: the embedded server
+    EMBEDDED_REDIS_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "redis")
+    REDIS_TIMEOUT_S: PositiveFloat = 0.5  # short: a Redis outage degrades, never stalls
+    # Circuit breaker: after this many timeouts or connection errors within the window, Redis is skipped
+    # (cache, rate limits per RATE_LIMIT_FAIL_OPEN, idempotency, counters) for the cool-down.
+    REDIS_BREAKER_FAILURES: PositiveInt = 5
+    REDIS_BREAKER_WINDOW_S: PositiveFloat = 10.0
+    REDIS_BREAKER_COOLDOWN_S: PositiveFloat = 5.0
+    SEARCH_CACHE_TTL_S: NonNegativeInt = 3600  # 0 disables the result cache
+    SEARCH_CACHE_WAIT_S: NonNegativeFloat = 2.0  # identical misses wait this long for the first
+    # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
+    API_KEY_CACHE_TTL_S: NonNegativeInt = 5
+    # Each process sends its searches' usage counters (the dashboard's) to Redis this often, summed.
+    USAGE_COUNTERS_FLUSH_S: NonNegativeFloat = 1.0  # 0: one round trip per search, after its answer
+    # Tiers live in the database (admin: Rate tiers); counters are fixed windows of this length.
+    RATE_LIMIT_WINDOW_S: PositiveInt = 60
+    RATE_LIMIT_FAIL_OPEN: bool = True  # Redis down: serve (true) or 503 (false)
+    RATE_LIMIT_ANONYMOUS: NonNegativeInt = 100  # per client IP and window, no key or a bad one
+    IDEMPOTENCY_TTL_S: PositiveInt = 24 * 3600  # how long a stored response is replayed
+    IDEMPOTENCY_LOCK_TTL_S: PositiveInt = 120  # in-flight marker; outlives any request

@@ -1,0 +1,46 @@
+"""The database: a PostgreSQL + pgvector server at DATABASE_URL, else the embedded one under VAR_DIR."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import dj_database_url
+from pydantic import AfterValidator, Field, NonNegativeInt, PositiveInt
+
+from core.embedded_postgres import EMBEDDED_DATABASE
+from retrieval_site.settings.base import Section
+
+
+def _physical_memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+
+
+def _database_url(value: str) -> str:
+    if value and dj_database_url.parse(value).get("OPTIONS", {}).get("server_side_binding"):  # unknown schemes raise
+        # A vector search sends its planner settings and its query in one message, which PostgreSQL
+        # accepts only as a simple query: client-side binding (psycopg's and Django's default).
+        raise ValueError("server_side_binding is not supported: vector search needs client-side binding")
+    return value
+
+
+def database_name(url: str) -> str:
+    return dj_database_url.parse(url)["NAME"] if url else EMBEDDED_DATABASE
+
+
+class Database(Section):
+    title = "Database"
+
+    DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
+    EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
+    # The embedded server's memory (ignored with DATABASE_URL), applied when it starts: its buffer cache
+    # should hold the HNSW index and the rows a search reads (~400 MB at 100k chunks); the default is a
+    # 16th of this machine's memory within 128-1024 MB. The planner's estimate of all caches: half of it.
+    EMBEDDED_PG_SHARED_BUFFERS_MB: PositiveInt = Field(
+        default_factory=lambda: min(1024, max(128, _physical_memory_mb() // 16))
+    )
+    EMBEDDED_PG_EFFECTIVE_CACHE_SIZE_MB: PositiveInt = Field(
+        default_factory=lambda: max(512, _physical_memory_mb() // 2)
+    )
+    DB_CONN_MAX_AGE: NonNegativeInt = 60
+    TEST_DATABASE_NAME: str = "test_retrieval"

@@ -1,0 +1,42 @@
+"""Embedding models and the vector (pgvector HNSW) leg."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+from retrieval_site.settings.base import CommaList, HttpUrlOrUnset, Lowercase, Ranks, Section
+
+
+class Embeddings(Section):
+    title = "Embeddings and vector search"
+
+    # A name from the bundled aliases (all-MiniLM-L6-v2), a sentence-transformers model folder, or,
+    # with EMBEDDING_URL set, the model name sent to that OpenAI-compatible /v1/embeddings endpoint.
+    EMBEDDING_MODEL: str = "all-MiniLM-L6-v2"
+    EMBEDDING_URL: Annotated[HttpUrlOrUnset, Ranks] = ""
+    EMBEDDING_API_KEY: str = ""
+    EMBEDDING_TIMEOUT_S: PositiveFloat = 30.0
+    EMBEDDING_BATCH_SIZE: PositiveInt = 32
+    # Languages of a model the service does not know, e.g. "zh,en": they decide its dense weight.
+    EMBEDDING_LANGUAGES: Annotated[CommaList, Ranks] = []
+    # gunicorn.conf.py makes it 1 in web workers; other processes (ingest, evaluate) use every core.
+    TORCH_THREADS: PositiveInt = Field(default_factory=lambda: os.cpu_count() or 1)
+    # Runtime of a local model named without a runtime suffix (':torch', ':onnx', ':onnx-int8'): onnx
+    # (ONNX Runtime, fp32: the torch vectors within float rounding, ~3x faster per query) or torch.
+    EMBEDDING_BACKEND: Annotated[Literal["onnx", "torch"], Lowercase, Ranks] = "onnx"
+    # Exported (and quantized) ONNX graphs, one folder per hash of the model files + export settings.
+    ONNX_CACHE_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "onnx")
+    # Threads per process; like TORCH_THREADS (its default): 1 in gunicorn workers, all cores otherwise. One batch
+    # (a query) runs on this many intra-op threads; several (an ingestion group) run side by side, one thread each.
+    ONNX_THREADS: PositiveInt = Field(default_factory=lambda data: data["TORCH_THREADS"])
+    # Texts per ONNX Runtime call (sorted by length first, so they pad little): small batches keep a
+    # layer's activations in the CPU cache (docs/BENCHMARKS.md). torch and remote calls use EMBEDDING_BATCH_SIZE.
+    ONNX_BATCH_SIZE: PositiveInt = 4
+    # Up to this many matching rows a search scans them exactly instead of walking HNSW, in an index of
+    # 100k rows; above that the limit grows with the square root of the index's rows (12,649 at 1M).
+    VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 4000
+    # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
+    HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
