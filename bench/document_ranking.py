@@ -29,8 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     _common.setup_django()
 
-    from knowledge.models import KnowledgeBase
     from knowledge.knowledge_bases import update_search_settings
+    from knowledge.models import KnowledgeBase
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
 

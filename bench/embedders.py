@@ -72,7 +72,7 @@ def main() -> int:
             vector = embedders[runtime].embed_query(query)
             query_s[runtime].append(time.perf_counter() - started)
             query_vectors[runtime].append(vector)
-    batch_s = {runtime: 0.0 for runtime in runtimes}
+    batch_s = dict.fromkeys(runtimes, 0.0)
     passage_vectors = {runtime: [] for runtime in runtimes}
     for i, batch in enumerate(batches):
         for runtime in runtimes[i % len(runtimes) :] + runtimes[: i % len(runtimes)]:

@@ -23,8 +23,8 @@ def main() -> None:
     _common.setup_django()
     from engines.analysis import Analyzer
     from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor
-    from knowledge.parsing import parse_file
     from knowledge.ingestion.files import discover_files
+    from knowledge.parsing import parse_file
 
     extractor = EntityExtractor(Analyzer())
     sections = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]

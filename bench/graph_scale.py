@@ -69,8 +69,8 @@ def build(chunks: int, vocabulary: int):
     """A fresh tenant whose one KB version holds ``chunks`` synthetic passages and their graph."""
     from django.db import connection, transaction
 
-    from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
     from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
     from tenants.services import create_tenant
 
     tenant = create_tenant(_common.unique_name("bench-graph-scale"))

@@ -259,7 +259,7 @@ def main() -> int:
         bases = {}
         for name, tree in trees.items():
             port = _common.free_port()
-            log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")
+            log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")  # noqa: SIM115  # the server's, for its life
             procs[name] = subprocess.Popen(
                 [str(tree / ".venv" / "bin" / "gunicorn"), *_server_args(tree, args.threads), "--config",
                  "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
@@ -357,7 +357,7 @@ def main() -> int:
         for name, state in states.items():
             try:
                 result["cleanup"][name] = _in_tree(trees[name], "--step", "cleanup", "--state", json.dumps(state))
-            except Exception as exc:  # noqa: BLE001 - report and clean the other tree
+            except Exception as exc:  # report and clean the other tree
                 result["cleanup"][name] = {"error": repr(exc)}
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print(f"wrote {_common.write_result('hybrid_ab', result)}")
@@ -369,7 +369,7 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
     request of a tree and mode a text it was not sent before. Adds each mode's CPU per request of the
     tree's workers to ``cpu_ms``."""
     counts = {name: {mode: [0, 0.0] for mode in modes} for name in names}
-    cpu_s = {name: {mode: 0.0 for mode in modes} for name in names}
+    cpu_s = {name: dict.fromkeys(modes, 0.0) for name in names}
     sent = {(name, mode): iter(range(10**9)) for name in names for mode in modes}
     lock = threading.Lock()
     slice_s = args.throughput_s / 4

@@ -260,15 +260,15 @@ def cpu_now(backend_pid: int | None) -> float:
 def drop_lexical_indexes(tenant) -> None:
     """Ingestion also writes an on-disk lexical index per KB version; remove the bench's."""
     try:
-        from knowledge.models import KnowledgeBaseVersion
         from engines import get_lexical_index
+        from knowledge.models import KnowledgeBaseVersion
     except ImportError:
         return
     try:
         index = get_lexical_index()
         for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True):
             index.drop(version_id)
-    except Exception as exc:  # noqa: BLE001 - cleanup must go on to delete the tenant
+    except Exception as exc:  # cleanup must go on to delete the tenant
         print(f"WARNING: could not drop the bench's lexical indexes: {exc}", file=sys.stderr)
 
 
@@ -306,14 +306,14 @@ def main() -> int:
     _common.setup_django()
     from django.conf import settings
 
-    from knowledge.ingestion import pipeline
+    from engines.embedders import get_embedder
     from knowledge.chunking import chunk_sections
-    from knowledge.models import Chunk
-    from knowledge.parsing import parse_file
+    from knowledge.ingestion import pipeline
     from knowledge.ingestion.files import discover_files
     from knowledge.ingestion.pipeline import Ingester
     from knowledge.knowledge_bases import create_knowledge_base
-    from engines.embedders import get_embedder
+    from knowledge.models import Chunk
+    from knowledge.parsing import parse_file
     from tenants.services import create_tenant
 
     rows = _common.read_jsonl(DATASETS[args.dataset], limit=args.docs)
@@ -424,8 +424,8 @@ def main() -> int:
             _, padded = padded_tokens(embedder, replayed)
             replay_padding[size] = padded
         result["padding"]["padded_tokens_replay_flush"] = {str(n): v for n, v in replay_padding.items()}
-        totals = {p: 0.0 for p in passes}
-        cpu_s = {p: 0.0 for p in passes}
+        totals = dict.fromkeys(passes, 0.0)
+        cpu_s = dict.fromkeys(passes, 0.0)
         from django.db import connection
 
         with connection.cursor() as cursor:
@@ -455,7 +455,7 @@ def main() -> int:
                 if args.graph_off
                 else None
             )
-            round_totals = {p: 0.0 for p in passes}
+            round_totals = dict.fromkeys(passes, 0.0)
             round_texts: list[str] = []
             for k, block in enumerate(blocks):
                 # Stay inside the time budget: skip the rest once the next block would not fit. Every

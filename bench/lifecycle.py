@@ -48,7 +48,7 @@ TASK_DONE = {"SUCCESS", "FAILURE"}
 
 def start_worker(log_path: Path, concurrency: int) -> subprocess.Popen:
     """A Celery worker like ``./run serve``'s, in its own process group."""
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115  # the worker writes to it for as long as it runs
     return subprocess.Popen(
         [str(_common.REPO_ROOT / ".venv" / "bin" / "celery"), "-A", "retrieval_site", "worker",
          "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle", "--without-gossip"],

@@ -32,9 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common
+import numpy as np
 
 DIM = 384
 SLICE_ROWS = 100_000  # rows per COPY transaction (bounds the client's memory at 1M)
@@ -153,7 +152,7 @@ def exact_or_hnsw(scope, compiled: dict, vectors: np.ndarray, queries: int, max_
             planner = plan_shape(cursor.fetchone()[0])
         paths = [path for path in forced if path == "hnsw" or matching <= max_exact_rows]
         times: dict = {path: [] for path in paths}
-        short = {path: 0 for path in paths}
+        short = dict.fromkeys(paths, 0)
         for i, vector in enumerate(vectors[:queries]):
             for path in paths[i % len(paths):] + paths[: i % len(paths)]:
                 started = time.perf_counter()
@@ -321,11 +320,11 @@ def main() -> int:
     import logging
 
     import httpx
+    import vector_search as vs
     from django.conf import settings
     from django.db import connection, transaction
     from django.urls import reverse
 
-    import vector_search as vs
     from engines.base import SearchScope
     from engines.embedders import get_embedder
     from engines.pgvector_index import hnsw_index_name, register_vector_type

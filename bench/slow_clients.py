@@ -102,6 +102,7 @@ def main() -> int:
     import logging
 
     from django.core.management import call_command
+
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -27,9 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common
+import numpy as np
 
 INDEX_NAME = "chunk_embedding_hnsw_384"
 DOC_TYPES = ["txt", "md", "html", "pdf", "docx"]
@@ -165,12 +164,12 @@ def main() -> int:
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
+    from engines.base import SearchScope
+    from engines.embedders import get_embedder
+    from engines.pgvector_index import PgVectorIndex
     from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
-    from engines.embedders import get_embedder
-    from engines.base import SearchScope
-    from engines.pgvector_index import PgVectorIndex
     from retrieval.filters import compile_filters
     from tenants.services import create_api_key, create_tenant
 
@@ -425,8 +424,8 @@ def main() -> int:
             ready_s = time.perf_counter() - started
             http_times = {name: [] for name in SCENARIOS}
             server_times = {name: [] for name in SCENARIOS}
-            short = {name: 0 for name in SCENARIOS}
-            cached = {name: 0 for name in SCENARIOS}
+            short = dict.fromkeys(SCENARIOS, 0)
+            cached = dict.fromkeys(SCENARIOS, 0)
             stages = {name: {} for name in SCENARIOS}
             # Each config gets its own queries, so nothing it sends was seen by an earlier config.
             offset = thread_configs.index(config) * (args.warmup + args.requests)
@@ -627,7 +626,7 @@ def main() -> int:
                             cursor.execute("VACUUM knowledge_chunk")
                 index_dropped = False
                 cleanup["vacuum_and_index_rebuild_s"] = round(time.perf_counter() - started, 1)
-        except Exception as exc:  # noqa: BLE001 - reported below, then re-raised
+        except Exception as exc:  # reported below, then re-raised
             cleanup_error = exc
             cleanup["error"] = repr(exc)
             print(

@@ -4,16 +4,18 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django_celery_beat.validators import crontab_validator
 from django.http import HttpResponse
 from django.urls import path, re_path, reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
+from django_celery_beat.validators import crontab_validator
 
 from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import console, selectors, vocabulary
+from knowledge.documents import delete_document, update_document_labels
 from knowledge.errors import InvalidSourcePath
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
@@ -26,11 +28,9 @@ from knowledge.models import (
     SourceRun,
     Synonym,
 )
+from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
-from knowledge.search_settings import clean_search_settings
-from knowledge.documents import delete_document, update_document_labels
-from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant

@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
 from django.conf import settings
-from django.db import connection
 from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
 
 from core.usage import query_counts
-
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
-from knowledge.search_settings import merged_search_settings
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
@@ -33,6 +31,7 @@ from knowledge.models import (
     Synonym,
     current_graph_extractor,
 )
+from knowledge.search_settings import merged_search_settings
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -249,7 +248,7 @@ def task_status(tenant: Tenant, task_id: str) -> dict:
     return status
 
 
-def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
+def analyzer_for_tenant(tenant_id: int) -> Analyzer:
     """The analyzer with the tenant's protected terms (one small query; analyzers are cached)."""
     from engines.analysis import DictionaryEntry, analyzer_for
 
@@ -271,7 +270,7 @@ class SynonymRule:
 class Vocabulary:
     """What a search applies of a tenant's synonyms and protected terms."""
 
-    analyzer: "Analyzer"
+    analyzer: Analyzer
     synonyms: tuple[SynonymRule, ...]
 
 
@@ -291,7 +290,7 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
+def entity_extractor_for_tenant(tenant_id: int) -> EntityExtractor:
     """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
     named by its first term (the others are its aliases)."""
     from engines.analysis import normalize
@@ -315,7 +314,7 @@ def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
     return dict(versions.values_list("pk", "graph_extractor"))
 
 
-def triple_extractor() -> "TripleExtractor | None":
+def triple_extractor() -> TripleExtractor | None:
     """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
     if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
         return None

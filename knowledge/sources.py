@@ -25,12 +25,12 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from engines.url_fetcher import FetchError, UrlFetcher
-from knowledge.errors import InvalidSourcePath
-from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
-from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.documents import remove_from_search
+from knowledge.errors import InvalidSourcePath
 from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, keep_original, task_file
 from knowledge.ingestion.stored import ingest_stored_files, store_local_files
+from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
+from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.queue import queue_task
 
 SYNC_TASK = "knowledge.tasks.sync_source"

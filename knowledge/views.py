@@ -18,9 +18,11 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
+from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
 from knowledge.errors import InvalidEmbeddingModel
+from knowledge.ingestion.files import labels_from
+from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.parsing import ParseError
-from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.selectors import (
     document_of,
     documents_of,
@@ -49,9 +51,7 @@ from knowledge.serializers import (
     VersionInput,
     VersionOutput,
 )
-from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
-from knowledge.ingestion.files import labels_from
-from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.versions import activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope

@@ -29,12 +29,12 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
+from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
 from retrieval.search_log import FACTS, answer_facts, record_search
 from retrieval.services.planning import searched_settings
 from retrieval.services.search import search
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
-from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
 
 _EXPANDERS = ("synonyms", "spelling", "llm")

@@ -23,15 +23,15 @@ from urllib.parse import quote, unquote
 import numpy as np
 from django.conf import settings
 
+from engines import get_lexical_index
+from engines.embedders import get_embedder
+from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, discover_files
+from knowledge.ingestion.pipeline import Ingester, IngestReport
+from knowledge.knowledge_bases import get_or_create_knowledge_base, update_search_settings
+from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import merged_search_settings
 from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of, search_settings_of
-from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, discover_files
-from knowledge.ingestion.pipeline import IngestReport, Ingester
-from knowledge.knowledge_bases import get_or_create_knowledge_base, update_search_settings
-from knowledge.lexical import rebuild_lexical_index
-from engines.embedders import get_embedder
-from engines import get_lexical_index
 from retrieval.expansion import ExpansionOptions
 from retrieval.services.search import search
 from retrieval.tuning import DEFAULT_FEEDBACK
@@ -588,7 +588,7 @@ def build_report(
     the run started: the code it imported), scores."""
     embedder = get_embedder(kb.embedding_model)
     return {
-        "created_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
         "commit": commit,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},

@@ -305,9 +305,9 @@ def _timestamp(value: Any, path: str) -> dt.datetime:
     if moment is None:
         raise InvalidFilter(f"{path}: {text!r} is not an ISO date or datetime")
     if timezone.is_naive(moment):
-        return timezone.make_aware(moment, dt.timezone.utc)
+        return timezone.make_aware(moment, dt.UTC)
     # As UTC: PostgreSQL refuses offsets beyond +-15:59, and the instant must fall within years 1-9999.
     try:
-        return moment.astimezone(dt.timezone.utc)
+        return moment.astimezone(dt.UTC)
     except OverflowError:
         raise InvalidFilter(f"{path}: {text!r} is outside the years 1-9999 in UTC") from None

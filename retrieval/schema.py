@@ -18,7 +18,6 @@ from drf_spectacular.utils import (
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, error_responses
 from retrieval.serializers import GlobalGraphOutput, SearchOutput
 
-
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [
     IDEMPOTENCY_KEY_HEADER,
@@ -262,15 +261,19 @@ class SearchViewSchema(OpenApiViewExtension):
 DIFY_ERRORS = {
     400: ("A bad body or filter: `error_code` is the status.", 400, "retrieval_setting: This field is required."),
     403: (
-        "1001: a missing or malformed `Authorization` header; 1002: an unknown, expired or revoked key, or one "
-        "without the `search` scope.",
+        (
+            "1001: a missing or malformed `Authorization` header; 1002: an unknown, expired or revoked key, or "
+            "one without the `search` scope."
+        ),
         1001,
         "Invalid Authorization header format. Expected 'Bearer <api-key>' format.",
     ),
     404: ("2001: `knowledge_id` is not one of the key's knowledge bases.", 2001, "The knowledge does not exist."),
     429: (
-        "Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`, which Dify ignores). Dify's unchanged "
-        "retries of a call (same key and body within 30 s, at most 3) are checked but not counted.",
+        (
+            "Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`, which Dify ignores). Dify's "
+            "unchanged retries of a call (same key and body within 30 s, at most 3) are checked but not counted."
+        ),
         429,
         "Rate limit exceeded.",
     ),

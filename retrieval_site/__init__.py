@@ -14,6 +14,6 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 # The Celery app loads with Django, so @shared_task tasks bind to it (Celery's Django guide).
-from retrieval_site.celery import app as celery_app  # noqa: E402
+from retrieval_site.celery import app as celery_app
 
 __all__ = ("celery_app",)

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run against the real embedded PostgreSQL + pgvector and the real model."""
+import contextlib
 import io
 import json
 import os
@@ -49,16 +50,13 @@ def redis_key_prefix(settings):
     from django.core.cache import cache
 
     from core.redis import REDIS_ERRORS
-
     from core.usage import flush_counts
 
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
     yield
     flush_counts()  # the usage counters this process still sums go under this test's prefix, then go
-    try:
+    with contextlib.suppress(REDIS_ERRORS):  # a test that stopped its Redis leaves nothing to wipe
         cache.delete_pattern("*")
-    except REDIS_ERRORS:  # a test that stopped its Redis leaves nothing to wipe
-        pass
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import scale  # noqa: E402  (bench/ is not a package; its scripts import _common as a sibling)
-import vector_search  # noqa: E402
+import scale  # bench/ is not a package; its scripts import _common as a sibling
+import vector_search
 
 
 def test_filters_select_the_rows_whose_business_fields_match():
@@ -63,8 +63,8 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
     """The bench's shortcut (each distinct passage analyzed once, its tag apart) indexes the tokens the
     service's rebuild indexes: the same hits with the same scores."""
     from engines import get_lexical_index
-    from knowledge.selectors import analyzer_for_tenant
     from knowledge.lexical import rebuild_lexical_index
+    from knowledge.selectors import analyzer_for_tenant
     from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
     passages = ["Warranty claims need the receipt.", "The battery lasts 12 hours; charge it overnight."]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from retrieval_client import (
     AsyncRetrievalClient,
     AuthenticationError,
@@ -22,6 +23,7 @@ from retrieval_client import (
     RetrievalClient,
     SearchHit,
     SearchResult,
+    ServerError,
     ServiceUnavailableError,
     TransportError,
 )
@@ -31,7 +33,6 @@ from retrieval_client.langchain import (
     format_context,
     search_knowledge_base_tool,
 )
-
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
 from tests.peers import Peer, Reply
@@ -175,7 +176,7 @@ def test_the_documented_langchain_example_runs(service):
     assert len(code.strip().splitlines()) <= 5
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # noqa: S102 - the documentation's own code
+        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # the documentation's own code
     assert output.getvalue().startswith("[1] ")
 
 
@@ -248,7 +249,7 @@ def test_an_error_that_a_retry_cannot_fix_is_not_retried(slept):
     with scripted(Reply(400, invalid)) as peer, pytest.raises(InvalidRequestError):
         RetrievalClient(peer.url, "k", retries=3).vector("q", top_k=1000)
     assert len(peer.requests) == 1 and slept == []
-    with scripted(Reply(502, b"<html>bad gateway</html>")) as peer, pytest.raises(Exception) as bad:
+    with scripted(Reply(502, b"<html>bad gateway</html>")) as peer, pytest.raises(ServerError) as bad:
         RetrievalClient(peer.url, "k").hybrid("q")
     assert bad.value.code == "http_502" and "bad gateway" in bad.value.message
 

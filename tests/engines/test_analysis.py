@@ -259,7 +259,7 @@ def test_word_cache_starting_over_gives_the_same_tokens(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "text, language",
+    ("text", "language"),
     [
         ("如何更换滤芯", "zh"),
         ("如何 更換 濾芯", "zh"),
@@ -303,7 +303,7 @@ def segmented(monkeypatch) -> Iterator[list[str]]:
     texts: list[str] = []
 
     class Recorder:
-        def lcut(self, text: str, HMM: bool) -> list[str]:  # noqa: N803 (jieba's spelling)
+        def lcut(self, text: str, HMM: bool) -> list[str]:  # jieba's spelling
             texts.append(text)
             return [text]
 

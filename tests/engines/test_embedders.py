@@ -7,12 +7,12 @@ vectors (so a correct client reproduces local results) or with injected faults.
 import numpy as np
 import pytest
 
-from knowledge.models import Document
+from engines.embedders import EmbeddingError, get_embedder
+from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from engines.embedders import EmbeddingError, get_embedder
-from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
+from knowledge.models import Document
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 
@@ -44,7 +44,7 @@ def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_mod
     assert caught.value.cause == "embedder_unavailable"
 
 
-@pytest.mark.parametrize("runtime, threads", [(":torch", 1), (":onnx", 1), (":onnx", 2)])
+@pytest.mark.parametrize(("runtime", "threads"), [(":torch", 1), (":onnx", 1), (":onnx", 2)])
 def test_a_runtime_failure_while_embedding_raises_embedding_error(overlong_model, runtime, threads, settings, tmp_path):
     settings.ONNX_CACHE_DIR, settings.ONNX_THREADS = tmp_path, threads
     embedder = get_embedder(f"{overlong_model}{runtime}")

@@ -261,7 +261,7 @@ def test_concurrent_writers_to_one_version_both_succeed(index):
             barrier.wait()
             for n in range(first_chunk, first_chunk + 5):
                 write(index, [doc(n, f"shared token{n}")])
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(start,)) for start in (1, 101)]

@@ -74,7 +74,7 @@ def test_passages_beyond_the_input_budget_are_not_sent(server):
 
 
 @pytest.mark.parametrize(
-    "reply, cause",
+    ("reply", "cause"),
     [
         (Reply(body=b"<html>Bad gateway</html>"), "malformed_response"),
         (Reply(body=ChatServer.completion("Sure! Here are the triples: PPR-9087 made by Skyline")), "malformed_response"),

@@ -23,10 +23,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from knowledge.models import Chunk, KnowledgeBaseVersion
-from engines.base import SearchScope
 from engines import pgvector_index
+from engines.base import SearchScope
 from engines.pgvector_index import PgVectorIndex
+from knowledge.models import Chunk, KnowledgeBaseVersion
 from retrieval.filters import compile_filters
 from tests.factories import DIMENSION, ChunkFactory, DocumentFactory, KnowledgeBaseFactory, unit_vector
 
@@ -394,7 +394,7 @@ def test_a_plan_made_while_the_query_embeds_spares_the_search_its_count(big_kb):
 
 # --- tenant isolation ----------------------------------------------------------------------------
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 ISOLATION_FILTERS = [
     None,

@@ -99,7 +99,7 @@ def test_a_body_over_the_limit_fails(site):
 
 
 @pytest.mark.parametrize(
-    "reply, reason",
+    ("reply", "reason"),
     [
         # one read longer than the time left: the read timeout or the deadline, whichever fires first
         (Reply(200, b"late", delay_s=3), "ReadTimeout|not fetched within 0.5 s"),

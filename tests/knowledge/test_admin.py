@@ -10,12 +10,12 @@ from django.db.models import Q
 from django.utils.html import escape
 
 from engines import get_lexical_index
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from tests.conftest import client_for
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from tenants.models import Tenant
+from tests.conftest import client_for
 from tests.factories import ChunkFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -10,11 +10,11 @@ from django.core.management import CommandError, call_command
 from engines.base import GraphScope
 from knowledge.communities import rebuild_communities
 from knowledge.documents import delete_document
-from knowledge.models import Chunk, Document, GraphEntity
-from knowledge.selectors import analyzer_for_tenant
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk, Document, GraphEntity
+from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import graph_store
 from tests.peers import Reply
 

@@ -20,11 +20,11 @@ from django.db import connection
 
 from engines import get_lexical_index
 from engines.base import LexicalIndexError
-from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
 from knowledge.documents import delete_document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tenants.services import create_tenant

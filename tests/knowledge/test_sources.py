@@ -10,10 +10,10 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
-from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
-from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
+from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
+from knowledge.sources import create_source, delete_source, set_schedule, sync
 from tests.conftest import client_for
 from tests.factories import give_unlimited_rate_tier
 from tests.peers import Website
@@ -120,7 +120,7 @@ def test_a_source_is_changed_in_place_and_paused(admin_key, kb, celery_app):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, field",
+    ("body", "field"),
     [
         ({}, "non_field_errors"),
         ({"urls": ["https://example.com/a.html"]}, "urls"),  # the source is a folder
@@ -176,7 +176,7 @@ def test_another_tenants_folder_stays_theirs(admin_key, kb, roots):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, field",
+    ("body", "field"),
     [
         ({"kind": "folder", "path": "handbook"}, "interval_seconds"),
         ({"kind": "folder", "path": "handbook", "interval_seconds": 60, "crontab": "* * * * *"}, "interval_seconds"),

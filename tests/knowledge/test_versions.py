@@ -38,7 +38,7 @@ def test_a_new_version_keeps_the_measured_search_settings_while_the_model_stays(
     with django_capture_on_commit_callbacks(execute=False):
         other_model, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
     assert other_model.search_settings == {}  # measured on another model's vectors: not carried over
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a version of knowledge base"):
         update_search_settings(KnowledgeBaseFactory(tenant=kb.tenant), {}, version=other_model)
 
 

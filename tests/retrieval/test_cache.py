@@ -18,8 +18,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
-from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.knowledge_bases import update_search_settings
+from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key

@@ -4,9 +4,10 @@ sample knowledge base, Dify's answer and error shapes, scores, and every compari
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from operator import eq, ge, gt, le, lt
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

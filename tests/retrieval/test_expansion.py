@@ -12,8 +12,7 @@ import pytest
 from knowledge.models import KnowledgeBaseVersion, Synonym
 from knowledge.selectors import SynonymRule, searched_knowledge, tenant_vocabulary
 from retrieval import expansion
-from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
-from retrieval.expansion import rm3
+from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query, rm3
 from retrieval.expansion.base import ExpansionContext
 from tests.concurrency import wait_until
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
@@ -282,7 +281,7 @@ def test_llm_url_with_the_full_path_is_used_as_is(tenant, chat_server, settings)
 
 
 @pytest.mark.parametrize(
-    "mode, cause",
+    ("mode", "cause"),
     [
         ("timeout", "timeout"),
         ("429", "rate_limited"),

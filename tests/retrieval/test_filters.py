@@ -6,8 +6,9 @@ the fixture wrote), so the expected id sets are computed independently of the SQ
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -17,7 +18,7 @@ from retrieval.errors import InvalidFilter
 from retrieval.filters import MAX_CLAUSES, MAX_DEPTH, MAX_LIST_ITEMS, MAX_STRING, compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MISSING = object()
 
 

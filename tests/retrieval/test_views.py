@@ -194,14 +194,14 @@ def test_ranks_are_consecutive_and_scores_descend(corpus):
     assert [hit["rank"] for hit in results] == list(range(1, len(results) + 1))
     scores = [hit["score"] for hit in results]
     assert scores == sorted(scores, reverse=True)
-    assert len(set(hit["chunk_id"] for hit in results)) == len(results)
+    assert len({hit["chunk_id"] for hit in results}) == len(results)
     assert file_names(results)[0] == "kettle.txt"
 
 
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "query, expected",
+    ("query", "expected"),
     [
         ("How many days do I have to return an unopened product for a refund?", "returns.md"),
         ("How long does the electric kettle take to boil water?", "kettle.txt"),
@@ -264,7 +264,7 @@ def test_kb_ids_restricts_the_search_to_those_knowledge_bases(corpus):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, expected",
+    ("filters", "expected"),
     [
         ({"doc_type": "txt"}, {"kettle.txt", "jupiter.txt"}),
         ({"doc_type": {"eq": "md"}}, {"returns.md"}),
@@ -282,7 +282,7 @@ def test_doc_type_filters(corpus, filters, expected):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, expected",
+    ("filters", "expected"),
     [
         ({"metadata.region": "eu"}, {"returns.md", "garden.html"}),
         ({"metadata.region": {"ne": "eu"}}, {"kettle.txt", "jupiter.txt"}),
@@ -425,7 +425,7 @@ def test_malformed_json_is_400(api_client, body):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, needle",
+    ("body", "needle"),
     [
         ([{"query": "x"}], "Expected a dictionary, but got list"),
         ("just a string", "Expected a dictionary, but got str"),
@@ -439,7 +439,7 @@ def test_body_that_is_not_an_object_is_400(api_client, body, needle):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, needles",
+    ("body", "needles"),
     [
         ({}, ["query: This field is required."]),
         ({"top_k": 5}, ["query: This field is required."]),
@@ -472,7 +472,7 @@ def test_several_invalid_fields_are_all_named(api_client):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needles, details",
+    ("filters", "needles", "details"),
     [
         ({"colour": "red"}, ["unknown field 'colour'"], {"field": "colour"}),
         (
@@ -500,7 +500,7 @@ def test_unknown_filter_fields_and_operators_are_named(api_client, filters, need
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needle",
+    ("filters", "needle"),
     [
         (["doc_type", "md"], "filters: expected a JSON object, got array"),
         ({"doc_id": "7"}, "filters.doc_id.eq: expected an integer, got string"),
@@ -557,7 +557,7 @@ def test_query_is_trimmed_before_embedding(corpus):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needle",
+    ("filters", "needle"),
     [
         ({"doc_type": "t\u0000xt"}, "filters.doc_type.eq: strings may not contain NUL"),
         ({"metadata.region": "e\u0000u"}, "filters.metadata.region.eq: strings may not contain NUL"),
@@ -719,7 +719,7 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "path, body, mode",
+    ("path", "body", "mode"),
     [
         ("/api/v1/retrieval/bm25", {}, "bm25"),
         ("/api/v1/retrieval/hybrid", {}, "hybrid"),
@@ -749,7 +749,7 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "path, body, needles",
+    ("path", "body", "needles"),
     [
         ("/api/v1/retrieval/search", {"mode": "sparse"}, ["mode", "sparse"]),
         ("/api/v1/retrieval/graph", {"hops": 4}, ["hops"]),

@@ -190,7 +190,7 @@ MALFORMED = {
 }
 
 
-@pytest.mark.parametrize("raw, status, code", MALFORMED.values(), ids=MALFORMED.keys())
+@pytest.mark.parametrize(("raw", "status", "code"), MALFORMED.values(), ids=MALFORMED.keys())
 def test_malformed_http_gets_a_json_error(server_url, raw, status, code):
     answered, headers, body = exchange(server_url, raw.encode("latin-1"))
     assert (answered, headers["content-type"]) == (status, "application/json"), body

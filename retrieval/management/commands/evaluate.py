@@ -10,8 +10,8 @@ from tqdm import tqdm
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
 from retrieval import evaluation
-from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
+from tenants.selectors import TenantNotFound
 
 
 def _ints(spec: str) -> list[int]:

@@ -5,11 +5,11 @@ import pytest
 
 from engines import get_lexical_index
 from engines.base import LexicalDocument
-from knowledge.models import Chunk, DictionaryTerm
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
 from knowledge.lexical import rebuild_lexical_index
+from knowledge.models import Chunk, DictionaryTerm
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 from tests.retrieval.services.conftest import names, run
 

@@ -7,10 +7,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engines import get_lexical_index
-from knowledge.selectors import analyzer_for_tenant
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.selectors import analyzer_for_tenant
 from retrieval.fusion import RankedList
 from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from retrieval.services.fuse import fuse, gate_graph

@@ -102,8 +102,8 @@ def test_codes_never_match_fuzzily(kb):
 
 def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_graph(kb):
     from engines.graph_extraction import EXTRACTOR_VERSION
-    from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.graph_build import rebuild_graph
+    from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.stores import graph_store
 
     version = kb.active_version

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from knowledge.models import Document, Synonym
 from knowledge.documents import delete_document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
+from knowledge.models import Document, Synonym
 from retrieval.expansion import ExpansionOptions
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import hit_names, names, run
