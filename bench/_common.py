@@ -3,6 +3,7 @@
 Each script does ``import _common`` (its own folder is first on ``sys.path`` when run as
 ``.venv/bin/python bench/<name>.py``) and calls :func:`setup_django` before importing project code.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -252,12 +253,25 @@ def start_gunicorn(
     ``tree``: the checkout whose code it serves (with its own ``.venv``)."""
     log = open(log_path, "ab")  # noqa: SIM115  # the server writes to it for as long as it runs
     return subprocess.Popen(
-        [str(tree / ".venv" / "bin" / "gunicorn"),
-         "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--timeout", "120", *extra_args],
+        [
+            str(tree / ".venv" / "bin" / "gunicorn"),
+            "--config",
+            "retrieval_site/gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--timeout",
+            "120",
+            *extra_args,
+        ],
         cwd=tree,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
-             **extra_env},
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
+            "OPENBLAS_NUM_THREADS": "1",
+            **extra_env,
+        },
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so stopping it never touches anything else

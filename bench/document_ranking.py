@@ -13,6 +13,7 @@ set ({"rrf_k": 60}: the resolution path with a KB value, same ranking). Reported
 and each p50's ratio to the shipped config's.
 Writes bench/results/document_ranking-<date>.json. Restores the KB's search settings when done.
 """
+
 from __future__ import annotations
 
 import argparse

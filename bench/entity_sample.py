@@ -6,6 +6,7 @@ curated vocabulary, printed as ``name/kind``.
 
 Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMARKS.md, "Graph retrieval".
 """
+
 from __future__ import annotations
 
 import argparse

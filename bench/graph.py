@@ -8,6 +8,7 @@ Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/B
 "Graph retrieval".
 ``GRAPH_FUSION_HEAD=0 .venv/bin/python bench/graph.py`` measures three-way hybrid without the graph gate.
 """
+
 from __future__ import annotations
 
 import os

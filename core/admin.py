@@ -1,4 +1,5 @@
 """Admin building blocks shared by the apps' consoles."""
+
 from __future__ import annotations
 
 from django.db.models import Model

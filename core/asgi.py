@@ -18,6 +18,7 @@ slower here (docs/BENCHMARKS.md, "Slow clients").
 
 These answers are the service's JSON errors with a request id.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -105,7 +106,10 @@ class WSGIOnThreads:
         started: list[Any] = []
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: object = None) -> None:
-            started[:] = [int(status.split(" ", 1)[0]), [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]]
+            started[:] = [
+                int(status.split(" ", 1)[0]),
+                [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers],
+            ]
 
         result = self.wsgi_application(environ, start_response)  # type: ignore[arg-type]  # Django never calls start_response's write()
         close = getattr(result, "close", lambda: None)
@@ -197,7 +201,9 @@ class _Request:
         """Answers for Django, which then sees the client gone and answers nothing more."""
         self.answered = True
         request_id = accepted_request_id(self.headers.get(REQUEST_ID_HEADER.lower().encode(), b"").decode("latin-1"))
-        logger.warning("request refused before Django", extra={"status": status, "code": code, "request_id": request_id})
+        logger.warning(
+            "request refused before Django", extra={"status": status, "code": code, "request_id": request_id}
+        )
         body = json.dumps(error_document(code, message, request_id)).encode()
         headers = [
             (b"content-type", b"application/json"),

@@ -3,6 +3,7 @@
 Domain apps raise subclasses of :class:`DomainError` (each names its status and code); this module
 knows none of them.
 """
+
 from __future__ import annotations
 
 import logging

@@ -5,6 +5,7 @@ it there. It only works with ``DEBUG`` or ``FAULT_INJECTION`` on; with neither, 
 the environment stops startup (``refuse_in_production``, called as the settings load), since a paused
 process would hang while it holds locks.
 """
+
 from __future__ import annotations
 
 import signal

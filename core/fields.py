@@ -5,6 +5,7 @@ DRF's fields are lenient: ``CharField`` takes ``123``, ``FloatField`` takes ``tr
 quietly reinterpreted. ``ShallowFieldsSerializer``: a serializer that validates a hot endpoint's body
 without rebuilding its fields per request; ``validated_body``: a body seen before is not validated again.
 """
+
 from __future__ import annotations
 
 import copy

@@ -12,6 +12,7 @@ of its own once the request is complete). On top of gunicorn's own worker this a
   requests on a connection have gunicorn's ``keepalive`` seconds, and bodies are bounded by
   :mod:`core.asgi`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -74,7 +75,9 @@ class JSONErrorProtocol(ASGIProtocol):  # type: ignore[misc]  # gunicorn has no 
 
         request_id = uuid.uuid4().hex  # the request could not be read, so no X-Request-ID of the client's
         code = CODES.get(status, "bad_request" if status < 500 else "internal_error")
-        logger.warning("request refused by the server", extra={"status": status, "code": code, "request_id": request_id})
+        logger.warning(
+            "request refused by the server", extra={"status": status, "code": code, "request_id": request_id}
+        )
         body = json.dumps(error_document(code, _message(status, message), request_id)).encode()
         headers = "".join(f"{name}: {value}\r\n" for name, value in extra_headers)
         head = (

@@ -6,6 +6,7 @@ store, which this floor cannot import). gunicorn workers load the model before t
 (``retrieval.warmup``); under any other server the first probe starts loading it in a background
 thread (3-6 s) and ``/ready`` answers 503 "loading" until it is done, so a probe never waits for it.
 """
+
 from __future__ import annotations
 
 import logging

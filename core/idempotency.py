@@ -6,6 +6,7 @@ another request is a 422; a retry while the first is still running is a 409 (a R
 with a TTL marks it in flight). 5xx responses are not stored, so a retry after a server error runs
 again. With Redis unreachable, requests pass through unprotected (logged) rather than failing.
 """
+
 from __future__ import annotations
 
 import contextlib

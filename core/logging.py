@@ -4,6 +4,7 @@ The request-id middleware puts the id in a context variable; ``RequestIdFilter``
 log handler in ``settings.LOGGING``) copies it onto every record, whichever logger emitted it, so a
 JSON log line can be joined to the response that carried the same ``X-Request-ID``.
 """
+
 from __future__ import annotations
 
 import logging

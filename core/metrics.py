@@ -13,6 +13,7 @@ the broker) is read when ``/metrics`` is scraped (:class:`StateGauge`), not kept
 Celery workers that build versions and sync sources are not scraped, and a process's copy would go
 stale. Domain apps give each state gauge its reader; this module imports none of them.
 """
+
 from __future__ import annotations
 
 import hmac

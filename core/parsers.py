@@ -5,6 +5,7 @@ DRF's ``JSONParser`` turns only ``ValueError`` into a 400: a body nested ~900 de
 surrogate (``"\\ud800"``) parsed to a string that no database, cache key or renderer can encode. All are
 refused here, at the edge.
 """
+
 from __future__ import annotations
 
 import codecs

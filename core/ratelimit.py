@@ -7,6 +7,7 @@ over the limit is a 429 ``rate_limited`` with ``Retry-After``. With Redis unreac
 ``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503 and ``Retry-After``;
 calls without a valid key still get their 401/403, never a 503 hiding why they are refused.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

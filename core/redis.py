@@ -12,6 +12,7 @@ Redis holds only derived or short-lived data (result cache, rate-limit counters,
 so the embedded server keeps it in memory: nothing is written to disk. Every call to it goes through a
 circuit breaker (:class:`GuardedRedis`), so a Redis that hangs is skipped instead of waited for.
 """
+
 from __future__ import annotations
 
 import fcntl

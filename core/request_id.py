@@ -1,4 +1,5 @@
 """Request IDs: accepted from ``X-Request-ID`` when sane, generated otherwise, echoed on every response."""
+
 from __future__ import annotations
 
 import re

@@ -1,6 +1,7 @@
 """OpenAPI pieces every endpoint shares (drf-spectacular): the error shape with an example per code,
 and the API-key security schemes. Extensions register on import: ``CoreConfig.ready`` imports this.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -8,6 +8,7 @@ Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (OTLP over HTTP to ``<endpoint
 manager. Spans leave the process from a background thread (a batch processor, bounded by
 ``OTEL_EXPORTER_OTLP_TIMEOUT_S``), never on the request path.
 """
+
 from __future__ import annotations
 
 import contextlib

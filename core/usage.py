@@ -12,6 +12,7 @@ A process adds up its searches and sends them every ``USAGE_COUNTERS_FLUSH_S`` i
 their own process's sums first; another worker's show within that time. A worker stopping sends its
 sums at exit; one killed loses at most that time's counts.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -16,6 +16,7 @@ whitespace tokenizer, so they rank alike and a query matches exactly what was in
 
 Any change to the tokens this produces must bump ``ANALYZER_VERSION``: indexes store the version.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Interfaces of the retrieval engines; one module per implementation beside this one."""
+
 from __future__ import annotations
 
 import math

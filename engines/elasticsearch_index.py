@@ -10,6 +10,7 @@ so Elasticsearch indexes exactly the tokens tantivy indexes. Scoring is Lucene's
 b = 0.75) on one shard, so collection statistics are exact. Lucene (since 8.0) drops BM25's constant
 ``(k1 + 1)`` factor that tantivy keeps: scores differ by that factor, rankings do not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -305,7 +306,8 @@ def _translated_errors(action: str) -> Iterator[None]:
     except BulkIndexError as exc:
         statuses = [item.get("status", 500) for result in exc.errors for item in result.values()]
         raise LexicalIndexError(
-            _cause_of_status(max(statuses, default=500)), f"Elasticsearch rejected documents ({action}): {exc.errors[:3]}"
+            _cause_of_status(max(statuses, default=500)),
+            f"Elasticsearch rejected documents ({action}): {exc.errors[:3]}",
         ) from exc
 
 

@@ -14,6 +14,7 @@ mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``R
 characters, each pair adding ``1 - distance / RELATION_WINDOW``. The neighbour bound keeps a Chinese
 passage, which the window holds whole, from relating every pair of its entities.
 """
+
 from __future__ import annotations
 
 import re

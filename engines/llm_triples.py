@@ -6,6 +6,7 @@ the answer is capped at ``max_output_tokens``, and the call is over within ``dea
 wrong with the call or the answer raises :class:`engines.llm.LLMError`; the caller keeps the
 co-occurrence relations then. A passage the answer gives no triple keeps its co-occurrence relations too.
 """
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ hand out plain integers. Walks expand one hop per query (the ``fanout`` stronges
 frontier entity) and keep every simple path, as the PostgreSQL statement does. Every query runs with a
 transaction timeout, and the driver with connection and acquisition timeouts: a total deadline.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,7 +69,9 @@ class Neo4jGraphStore(GraphStore):
     def __init__(self, url: str, *, timeout_s: float):
         parts = urlsplit(url)
         auth = (parts.username, parts.password or "") if parts.username else None
-        address = urlunsplit((parts.scheme, (parts.hostname or "") + (f":{parts.port}" if parts.port else ""), "", "", ""))
+        address = urlunsplit(
+            (parts.scheme, (parts.hostname or "") + (f":{parts.port}" if parts.port else ""), "", "", "")
+        )
         self.address, self.timeout_s = address, timeout_s
         self._driver = neo4j.GraphDatabase.driver(
             address,

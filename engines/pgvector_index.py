@@ -13,6 +13,7 @@ the graph until enough rows pass them; when few rows match (:func:`exact_scan_li
 about the square root of the index's size), an exact scan over those rows is both faster and exact.
 The engine decides, and steers the planner to its choice either way.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -159,8 +160,12 @@ class PgVectorIndex(VectorIndex):
         statement = sql.SQL(
             "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
             "WHERE {where} ORDER BY {order} LIMIT %s"
-        ).format(order=order.format(dim=sql.Literal(dim)), dim=sql.Literal(dim), table=sql.Identifier(self.table),
-                 where=where)
+        ).format(
+            order=order.format(dim=sql.Literal(dim)),
+            dim=sql.Literal(dim),
+            table=sql.Identifier(self.table),
+            where=where,
+        )
         arguments = [vector, *params, *([] if exact else [vector]), top_k]
         return statement.as_string(cursor.cursor), arguments
 

@@ -12,6 +12,7 @@ replaces exactly its part of the graph. Writes to one version's graph take a tra
 advisory lock (edges are shared rows: concurrent upserts would otherwise deadlock). Every statement is
 scoped by tenant and KB version and parameterized.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -183,7 +184,9 @@ class PostgresGraphStore(GraphStore):
             targets = entity_ids.take(_column(extraction.relations.targets for extraction in extractions) + offsets)
             kinds = {"": 1}  # kind -> its 1-based index in the statement's array of kinds
             columns: tuple[_Numbers, ...] = (
-                np.repeat(list(graphs), relation_counts), np.minimum(sources, targets), np.maximum(sources, targets),
+                np.repeat(list(graphs), relation_counts),
+                np.minimum(sources, targets),
+                np.maximum(sources, targets),
                 chain.from_iterable(extraction.relations.weights for extraction in extractions),
                 chain.from_iterable(_kind_indices(extraction.relations, kinds) for extraction in extractions),
             )  # an edge's ends as stored: source id < target id

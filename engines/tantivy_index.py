@@ -10,6 +10,7 @@ failed rebuild leaves the old one serving; the next rebuild removes what a kille
 writer may hold an index at a time (also across processes): writes retry on ``LockBusy``; rebuilds of
 one version must not run concurrently (``knowledge.lexical`` serializes them with a database lock).
 """
+
 from __future__ import annotations
 
 import json
@@ -205,7 +206,10 @@ class TantivyLexicalIndex(LexicalIndex):
         result = searcher.search(tantivy.Query.boolean_query(required), limit, count=False)
         # The chunk ids from their fast field in one call, not each hit's stored document.
         chunk_ids = cast(list[int], searcher.fast_field_values("chunk_id", [address for _, address in result.hits]))
-        return [LexicalHit(chunk_id=chunk_id, score=score) for (score, _), chunk_id in zip(result.hits, chunk_ids, strict=True)]
+        return [
+            LexicalHit(chunk_id=chunk_id, score=score)
+            for (score, _), chunk_id in zip(result.hits, chunk_ids, strict=True)
+        ]
 
     def _ids(self, chunk_ids: list[int]) -> tantivy.Query:
         """The chunks of ``chunk_ids``: a few as one term query each (``TERM_QUERIES_UP_TO``), many as a term set."""
@@ -304,7 +308,9 @@ class _Writer:
                 if "LockBusy" not in str(exc):
                     raise LexicalIndexError("index_error", f"cannot open the lexical index for writing: {exc}") from exc
                 if time.monotonic() > deadline:
-                    raise LexicalIndexError("index_locked", f"lexical index is locked by another writer: {exc}") from exc
+                    raise LexicalIndexError(
+                        "index_locked", f"lexical index is locked by another writer: {exc}"
+                    ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 

@@ -8,6 +8,7 @@ Each hop resolves its host once, checks the addresses and connects to the checke
 ``Host`` and, for HTTPS, in SNI and the certificate check), so a name that resolves to another address
 by the time of the connection (DNS rebinding) cannot reach it.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -79,7 +80,10 @@ class UrlFetcher:
         raise FetchError(f"more than {MAX_REDIRECTS} redirects")
 
     def _answer(self, url: str, response: httpx.Response, deadline: float) -> Fetched:
-        validators = {"etag": response.headers.get("etag", ""), "last_modified": response.headers.get("last-modified", "")}
+        validators = {
+            "etag": response.headers.get("etag", ""),
+            "last_modified": response.headers.get("last-modified", ""),
+        }
         if response.status_code == 304:
             return Fetched(url, "not_modified", **validators)
         if response.status_code in GONE_STATUSES:
@@ -132,4 +136,3 @@ class UrlFetcher:
                     "(SOURCE_URL_ALLOWED_NETWORKS)"
                 )
         return addresses[0]
-

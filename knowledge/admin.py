@@ -1,5 +1,6 @@
 """The knowledge console. Writes go through the knowledge write modules, so versions, chunks, lexical indexes
 and cached answers follow every change; what only a rebuild may change is read-only here."""
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -161,7 +162,9 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, a
 
     def glance_view(self, request):
         title = "Knowledge bases at a glance"
-        return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
+        return console.glance_view(
+            request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
+        )
 
     def lifecycle_view(self, request, kb_id: str):
         context = {**self.admin_site.each_context(request), "opts": self.opts}
@@ -298,12 +301,19 @@ class KnowledgeSourceForm(forms.ModelForm):
         return data
 
     def schedule(self) -> dict:
-        return {"interval_seconds": self.cleaned_data.get("interval_seconds"), "crontab": self.cleaned_data.get("crontab")}
+        return {
+            "interval_seconds": self.cleaned_data.get("interval_seconds"),
+            "crontab": self.cleaned_data.get("crontab"),
+        }
 
     def create(self) -> KnowledgeSource:
         data = self.cleaned_data
         return create_source(
-            data["knowledge_base"], kind=data["kind"], path=data.get("path", ""), urls=data.get("urls"), **self.schedule()
+            data["knowledge_base"],
+            kind=data["kind"],
+            path=data.get("path", ""),
+            urls=data.get("urls"),
+            **self.schedule(),
         )
 
 
@@ -322,7 +332,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         schedule = ["interval_seconds", "crontab"]
-        return [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
+        return (
+            [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
+        )
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -336,7 +348,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     @admin.display(description="schedule")
     def schedule(self, source: KnowledgeSource) -> str:
         schedule = source_schedule(source)
-        return f"every {schedule['interval_seconds']} s" if "interval_seconds" in schedule else schedule.get("crontab", "")
+        return (
+            f"every {schedule['interval_seconds']} s" if "interval_seconds" in schedule else schedule.get("crontab", "")
+        )
 
     @admin.display(description="last run")
     def last_run(self, source: KnowledgeSource) -> str:
@@ -359,7 +373,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     def sync_now(self, request, queryset):
         for source in queryset:
             queue_sync(source)
-        self.message_user(request, f"{queryset.count()} sync(s) queued; their runs appear on each source.", messages.SUCCESS)
+        self.message_user(
+            request, f"{queryset.count()} sync(s) queued; their runs appear on each source.", messages.SUCCESS
+        )
 
 
 @admin.register(Chunk)

@@ -2,8 +2,8 @@ from django.apps import AppConfig
 
 
 class KnowledgeConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'knowledge'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "knowledge"
 
     def ready(self):
         # signals connects the receivers; tasks registers the tasks that knowledge.queue sends.

@@ -3,6 +3,7 @@
 re-ingested, all through the services the REST API calls), and the bulk import of synonyms and
 protected terms (upload or paste, preview what changes and every line that cannot be used, then
 apply). Registered as admin views by ``knowledge.admin``."""
+
 from __future__ import annotations
 
 import re

@@ -161,9 +161,7 @@ class Document(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")
-        ]
+        constraints = [models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")]
 
     def __str__(self) -> str:
         return self.title or self.source_uri

@@ -1,4 +1,5 @@
 """Reads for knowledge bases."""
+
 from __future__ import annotations
 
 import json
@@ -381,7 +382,12 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
     building, sources = _versions_in_build(kbs), _sources_with_last_run(kbs)
     return [
         KnowledgeBaseGlance(
-            kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, []), building.get(kb.pk, []), sources.get(kb.pk, [])
+            kb,
+            statuses[kb.pk],
+            chunks.get(kb.pk, 0),
+            errors.get(kb.pk, []),
+            building.get(kb.pk, []),
+            sources.get(kb.pk, []),
         )
         for kb in kbs
     ]
@@ -390,7 +396,9 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
 def _sources_with_last_run(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeSource, dict, SourceRun | None]]]:
     """Each KB's sources with their schedule and latest run (one query for the runs of all of them)."""
     sources = list(_sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base__in=kbs)))
-    runs = SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
+    runs = (
+        SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
+    )
     last = {run.source_id: run for run in runs}
     by_kb: dict[int, list] = {}
     for source in sources:
@@ -441,7 +449,9 @@ def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
 
 def entity_mentions(entity: GraphEntity, limit: int = 30) -> list[GraphMention]:
     """The passages mentioning an entity most, with their documents (its own tenant and version)."""
-    mentions = GraphMention.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity)
+    mentions = GraphMention.objects.filter(
+        tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity
+    )
     return list(mentions.select_related("chunk__document").order_by("-count", "chunk_id")[:limit])
 
 

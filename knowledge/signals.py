@@ -1,4 +1,5 @@
 """Model changes that cached answers must follow."""
+
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django_celery_beat.models import PeriodicTask

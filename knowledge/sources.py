@@ -6,6 +6,7 @@ A sync goes through the same ingestion as uploads (``ingest_stored_files``): a c
 chunks stay searchable until its new ones commit, in one transaction, and a version being built gets
 the files too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -271,7 +272,9 @@ def _collect_urls(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
     for url in source.urls:
         validators = source.fetch_state.get(url, {}) if url in ready else {}
         try:
-            fetched = fetcher.fetch(url, etag=validators.get("etag", ""), last_modified=validators.get("last_modified", ""))
+            fetched = fetcher.fetch(
+                url, etag=validators.get("etag", ""), last_modified=validators.get("last_modified", "")
+            )
         except FetchError as exc:
             collected.present.add(url)
             collected.failures.append((url, str(exc)))

@@ -14,6 +14,7 @@ short lock in the same Redis round trip as its lookup, the others poll for its r
 themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
 """
+
 from __future__ import annotations
 
 import functools

@@ -18,6 +18,7 @@ Scores (``records[].score``, what ``score_threshold`` compares against) are each
 (``retrieval.relevance``), raised where needed so that they never increase down the fused order: Dify
 sorts records by score.
 """
+
 from __future__ import annotations
 
 import datetime as dt

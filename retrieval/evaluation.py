@@ -5,6 +5,7 @@ be checked by hand. The rest ingests a corpus into a dedicated tenant once, runs
 ``retrieval.services.search.search`` (what the API calls), and builds a JSON-ready report: numbers that
 measure what clients get, not a lab copy of the pipeline.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -423,9 +424,7 @@ def build_variants(
             list(hybrid), candidates, aggregates, rm3
         ):
             rrf_k, legs = (rrf_k, legs) if fusion in (None, "rrf") else (None, None)
-            variant = Variant(
-                mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs, union
-            )
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs, union)
             if variant not in variants:
                 variants.append(variant)
     return variants

@@ -4,6 +4,7 @@ The search views are documented here (shared error shapes: ``core.schema``) thro
 the views, so the documentation (long examples) stays out of the request path's code. Extensions
 register on import: ``RetrievalConfig.ready`` imports this module.
 """
+
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
@@ -349,7 +350,7 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 description=(
                     "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
                     "knowledge base id as the external knowledge ID. Dify's registration probe (`knowledge_id` "
-                    "and `query` both blank, or an empty body: outside this schema) gets `{\"records\": []}` "
+                    'and `query` both blank, or an empty body: outside this schema) gets `{"records": []}` '
                     "once the key is checked. "
                     "Errors use Dify's shape `{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, "
                     "comparable across queries of the knowledge base; see the search endpoints), raised where "
@@ -364,9 +365,7 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 responses={200: DifyRetrievalOutput, **errors},
                 examples=[
                     OpenApiExample("Dify request", value=DIFY_REQUEST_EXAMPLE, request_only=True),
-                    OpenApiExample(
-                        "Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]
-                    ),
+                    OpenApiExample("Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]),
                 ],
             )
             def post(self, request):

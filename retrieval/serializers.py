@@ -43,9 +43,7 @@ class QueryField(StrictCharField):
 @extend_schema_field(
     {
         "type": "object",
-        "properties": {
-            retriever: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for retriever in RETRIEVERS
-        },
+        "properties": {retriever: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for retriever in RETRIEVERS},
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
@@ -76,6 +74,8 @@ class WeightsField(serializers.DictField):
 )
 class FiltersField(serializers.JSONField):
     pass
+
+
 MAX_HOPS = 3
 
 

@@ -3,6 +3,7 @@
 Thread pools are capped before numpy/torch load: on 2 cores torch's OpenMP pool and OpenBLAS's pool
 fight each other (a hybrid query measured 40 ms median with defaults, 17 ms with OpenBLAS at 1).
 """
+
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

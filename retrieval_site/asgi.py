@@ -8,7 +8,7 @@ import os
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retrieval_site.settings")
 
 from core.asgi import BoundedRequest, WSGIOnThreads  # after the settings module is named
 

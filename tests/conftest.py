@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run against the real embedded PostgreSQL + pgvector and the real model."""
+
 import contextlib
 import io
 import json
@@ -198,7 +199,9 @@ def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
 
     with django_db_blocker.unblock():
         tenant = create_tenant(SAMPLE_TENANT)
-        call_command("ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO())
+        call_command(
+            "ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
+        )
         return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
 
 

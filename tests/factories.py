@@ -1,4 +1,5 @@
 """Model factories. Chunks get seeded random unit vectors: fast, and real rows in real pgvector."""
+
 import factory
 import numpy as np
 from django.utils import timezone

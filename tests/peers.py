@@ -6,6 +6,7 @@ would in production; the peer records every request, and how its answer ended, f
 inspect: a client that hung up before the answer was out (its timeout or deadline) is recorded, so no
 test needs to time the client.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ HNSW index: a search then copies hundreds of pages from the OS cache (docs/BENCH
 written to a file of their own in the data dir each time this module starts the server, so they apply
 at its next start; a server already running keeps its own until it is stopped.
 """
+
 from __future__ import annotations
 
 import os

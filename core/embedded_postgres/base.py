@@ -5,6 +5,7 @@ settings starts nothing and every entry point (``manage.py``, gunicorn workers, 
 server on its first query. The socket folder is only known once the server runs, so it is filled in
 here rather than in settings.
 """
+
 from __future__ import annotations
 
 from typing import Any

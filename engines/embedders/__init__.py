@@ -7,6 +7,7 @@ end in a runtime suffix: ``:torch`` (sentence-transformers), ``:onnx`` (ONNX Run
 torch and fp32 ONNX give the same vectors (cosine >= 0.9999), so they share a name; int8 moves
 vectors, so it is a name of its own, and a KB version records which one built it.
 """
+
 from __future__ import annotations
 
 import threading

@@ -9,6 +9,7 @@ Tokenization (the model's fast tokenizer, same truncation), mean pooling over th
 L2 normalization repeat what sentence-transformers does, so fp32 vectors equal the torch ones within
 float rounding.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -79,10 +79,14 @@ class OpenAICompatibleEmbedder(Embedder):
             raise EmbeddingError(f"embedding endpoint {self._url}: {exc}", "deadline") from exc
         except httpx.TimeoutException as exc:  # a socket timeout shortened to the deadline is that deadline
             if deadline_s < self._timeout_s:
-                raise EmbeddingError(f"embedding endpoint {self._url}: no answer within the deadline", "deadline") from exc
+                raise EmbeddingError(
+                    f"embedding endpoint {self._url}: no answer within the deadline", "deadline"
+                ) from exc
             raise EmbeddingError(f"embedding endpoint {self._url} failed: {exc}") from exc
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"embedding endpoint {self._url} failed: {exc}") from exc
         if matrix.ndim != 2 or matrix.shape[0] != len(texts):
-            raise EmbeddingError(f"embedding endpoint {self._url} returned {matrix.shape[0]} vectors for {len(texts)} inputs")
+            raise EmbeddingError(
+                f"embedding endpoint {self._url} returned {matrix.shape[0]} vectors for {len(texts)} inputs"
+            )
         return matrix

@@ -1,4 +1,5 @@
 """Chunk rows written with one binary COPY, PostgreSQL's fastest way in (ORM inserts are many times slower)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

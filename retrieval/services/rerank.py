@@ -1,4 +1,5 @@
 """The rerank stage: the fused head reordered by the cross-encoder, when the request asks."""
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -1,4 +1,5 @@
 """Smoke tests of ``bench/scale.py``'s data generator and ground truth (no timing, no large data)."""
+
 from __future__ import annotations
 
 import sys
@@ -86,6 +87,12 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
 
 
 def test_plan_shape_names_each_node_down_the_first_children():
-    explain = [{"Plan": {"Node Type": "Limit", "Plans": [
-        {"Node Type": "Index Scan", "Index Name": "chunk_embedding_hnsw_384"}]}}]
+    explain = [
+        {
+            "Plan": {
+                "Node Type": "Limit",
+                "Plans": [{"Node Type": "Index Scan", "Index Name": "chunk_embedding_hnsw_384"}],
+            }
+        }
+    ]
     assert scale.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"

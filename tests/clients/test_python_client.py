@@ -1,5 +1,6 @@
 """The Python client (``clients/python``, import ``retrieval_client``) against the real service over real HTTP
 (pytest-django's live server), and its retries against a fake peer that injects 429s, 503s and refusals."""
+
 from __future__ import annotations
 
 import asyncio

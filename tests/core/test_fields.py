@@ -1,4 +1,5 @@
 """Strict JSON fields and serializers that copy their declared fields shallowly."""
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 

@@ -1,4 +1,5 @@
 """Idempotency-Key through the real API, records and locks in the real embedded Redis."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The shared analyzer: pure unit tests (no database, no model)."""
+
 import json
 import logging
 import random
@@ -177,7 +178,14 @@ def test_possessive_s_is_removed(plain):
 
 def test_numbers_are_kept_as_written(plain):
     assert plain.tokens("released 2023 with 042 items, v2.3.1") == [
-        "releas", "2023", "042", "item", "v2.3.1", "v2", "3", "1",
+        "releas",
+        "2023",
+        "042",
+        "item",
+        "v2.3.1",
+        "v2",
+        "3",
+        "1",
     ]
 
 

@@ -1,4 +1,5 @@
 """Leiden communities of an entity graph, their hierarchy, and extractive summaries (plain data)."""
+
 from __future__ import annotations
 
 import itertools

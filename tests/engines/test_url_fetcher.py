@@ -1,5 +1,6 @@
 """The URL sources' fetcher against a real web server on 127.0.0.1: conditional requests, redirects
 checked hop by hop against non-public addresses, size limit and total deadline."""
+
 import socket
 
 import pytest

@@ -1,5 +1,6 @@
 """The knowledge console through the admin's own views: every write must reach what the services keep
 in step (versions, chunks' labels, lexical indexes, revisions), and searches must see it."""
+
 from __future__ import annotations
 
 import json

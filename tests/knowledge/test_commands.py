@@ -1,4 +1,5 @@
 """knowledge's management commands that the ingest tests (tests/tenants/test_commands.py) do not cover."""
+
 from __future__ import annotations
 
 import io

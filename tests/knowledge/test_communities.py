@@ -1,5 +1,6 @@
 """Communities of a KB version's graph, built by the service the ingestion task, the ingest command and
 the worker run: Leiden over the version's real entity graph, summaries, supporting passages, vectors."""
+
 from __future__ import annotations
 
 import io
@@ -41,7 +42,9 @@ def kb(tenant, embedder, tmp_path):
 
 
 def names_of(kb, entity_ids) -> set[str]:
-    return set(GraphEntity.objects.filter(kb_version=kb.active_version, pk__in=entity_ids).values_list("name", flat=True))
+    return set(
+        GraphEntity.objects.filter(kb_version=kb.active_version, pk__in=entity_ids).values_list("name", flat=True)
+    )
 
 
 def communities_of(kb):

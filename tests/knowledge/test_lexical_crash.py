@@ -3,6 +3,7 @@
 wait there: ``core.faults``). Right after the kill no search answers with a chunk the database does not
 hold and ``check_kb`` reports what is not indexed yet; after the next run of the same ingestion (or
 ``check_kb --repair``) the index holds exactly the committed chunks."""
+
 import io
 import os
 import signal

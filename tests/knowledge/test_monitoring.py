@@ -1,5 +1,6 @@
 """knowledge.monitoring: versions by status, the oldest build's age and each source's failed syncs in a
 row, read from the database at each scrape of the real ``/metrics``."""
+
 from __future__ import annotations
 
 import shutil

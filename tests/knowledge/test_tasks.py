@@ -1,5 +1,6 @@
 """Ingestion tasks on a real Celery worker (in a thread of this process, or a process of its own),
 the embedded Redis as broker and result backend, and the test database."""
+
 import os
 import subprocess
 import sys

@@ -1,4 +1,5 @@
 """Synonyms and protected terms in bulk: plans with per-line errors, applying, exporting back."""
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext

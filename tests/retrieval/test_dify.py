@@ -1,6 +1,7 @@
 """Dify's External Knowledge API (``retrieval.dify``): Dify's documented request shapes replayed against the
 sample knowledge base, Dify's answer and error shapes, scores, and every comparison operator of
 ``metadata_condition`` checked against the rows it selects."""
+
 from __future__ import annotations
 
 import json

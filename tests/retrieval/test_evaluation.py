@@ -1,4 +1,5 @@
 """Relevance metrics against hand-computed numbers, and the ``evaluate`` command end to end."""
+
 import io
 import json
 import math
@@ -184,7 +185,10 @@ def test_leg_weights_and_leg_candidates_are_hybrid_variants_and_reach_the_reques
     assert variants[5].request("q", kb_id=7).leg_weights is None
     assert variants[6].request("q", kb_id=7).leg_candidates is None
     assert suggested_settings(variants[1]) == {
-        "candidates": 100, "fusion": "rrf", "leg_weights": "fixed", "leg_candidates": "union"
+        "candidates": 100,
+        "fusion": "rrf",
+        "leg_weights": "fixed",
+        "leg_candidates": "union",
     }
 
 
@@ -197,7 +201,10 @@ def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_requ
     request = variants[2].request("q", kb_id=7)
     assert (request.feedback_docs, request.feedback_terms, request.feedback_query_weight) == (10, 5, 0.7)
     assert suggested_settings(variants[2]) == {
-        "candidates": 100, "feedback_docs": 10, "feedback_terms": 5, "feedback_query_weight": 0.7
+        "candidates": 100,
+        "feedback_docs": 10,
+        "feedback_terms": 5,
+        "feedback_query_weight": 0.7,
     }
 
 

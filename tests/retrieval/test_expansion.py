@@ -3,6 +3,7 @@
 The LLM side is a ``tests.peers.Peer`` on 127.0.0.1 that answers like an OpenAI-compatible
 endpoint or injects one fault; every fault must leave the original query searchable and be reported.
 """
+
 from __future__ import annotations
 
 import socket
@@ -166,9 +167,7 @@ def test_known_short_and_coded_words_are_left_alone(tenant, kb, settings):
     assert spelling("router installation minutes", tenant, [version]) == []  # all in the vocabulary
     assert spelling("rooter2 teh", tenant, [version]) == []  # digits; shorter than four letters
     assert spelling("instalación", tenant, [version]) == []  # not a plain Latin word
-    assert spelling("rooter instalation", tenant, [version]) == [
-        QueryVariant("router installation", 0.55, "spelling")
-    ]
+    assert spelling("rooter instalation", tenant, [version]) == [QueryVariant("router installation", 0.55, "spelling")]
     assert spelling("xyzzyq", tenant, [version]) == []  # nothing close enough
 
 

@@ -4,6 +4,7 @@ Knowledge bases are built from small files written into ``tmp_path`` and ingeste
 ``ingest`` command and the real all-MiniLM-L6-v2 model, so every expected ranking below follows from
 text written in this module: a query paraphrasing one passage must rank that passage first.
 """
+
 from __future__ import annotations
 
 import io
@@ -57,10 +58,7 @@ GARDEN = (
     "and should be watered deeply each morning.</p></body></html>"
 )
 JUPITER = "Jupiter is the largest planet in the solar system and is orbited by dozens of moons."
-VAULT = (
-    "The vault combination for the Zurich branch is written in the blue ledger "
-    "kept under the clock tower."
-)
+VAULT = "The vault combination for the Zurich branch is written in the blue ledger kept under the clock tower."
 
 MANUALS = {
     "returns.md": (RETURNS, {"title": "Return policy", "tags": ["policy", "returns"],
@@ -708,9 +706,6 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
         not_found = http.get(live_server.url + "/api/v1/nothing-here")
         assert not_found.status_code == 404
         assert not_found.json()["error"]["code"] == "not_found"
-
-
-
 
 
 # === the other endpoints ===========================================================================

@@ -1,5 +1,6 @@
 """The admin console in a real browser (Chromium through Playwright) against a live server: log in,
 run retrieval tests, curate, and see every console page render."""
+
 from __future__ import annotations
 
 import re

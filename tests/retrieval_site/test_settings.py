@@ -1,6 +1,7 @@
 """The settings: typed environment variables in sections, one default each, documented in
 docs/configuration.md, and no server started by importing them (the embedded PostgreSQL and Redis start
 on first use)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Every API endpoint of the URL conf, found by walking it: each declares and enforces a scope and a rate limit,
 and arbitrary JSON never gets a 5xx or a non-JSON answer."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """API-key scopes: what a key may do, set when it is issued (service, command, admin)."""
+
 from __future__ import annotations
 
 import io

@@ -1,5 +1,6 @@
 """The BM25 leg (retrieval.services.bm25_leg): exact identifiers, filters inside or beyond the chunk
 ids, orphan index entries, stale dictionaries, and RM3 feedback."""
+
 import factory
 import pytest
 
@@ -46,8 +47,9 @@ def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(setti
         ChunkFactory.create_batch(
             400,
             document=document,
-            content=factory.Iterator([f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}"
-                                      for i in range(400)]),
+            content=factory.Iterator(
+                [f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}" for i in range(400)]
+            ),
             metadata=factory.Iterator([{"shop": i % 25} for i in range(400)]),
         )
         rebuild_lexical_index(kb.active_version)

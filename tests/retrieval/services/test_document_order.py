@@ -1,5 +1,6 @@
 """Document-aware ranking (retrieval.services.document_order): aggregation, one hit per document, and
 a failing document stage."""
+
 import pytest
 
 from knowledge.ingestion.files import discover_files

@@ -1,5 +1,6 @@
 """The graph leg on ingested passages: entities of the query, their neighbours one or two hops away,
 the passages that mention them, and the path each hit explains itself by."""
+
 from __future__ import annotations
 
 import pytest

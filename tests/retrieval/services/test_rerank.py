@@ -1,4 +1,5 @@
 """The rerank stage (retrieval.services.rerank): the head reordered, or the fused order when the reranker fails."""
+
 import pytest
 from prometheus_client import REGISTRY
 
@@ -32,7 +33,9 @@ def test_rerank_without_a_reranker_says_so(sample_kb, settings):
     reset_reranker()
     response = run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True)
     assert response.reranked is False
-    assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": response.degraded[0]["message"]}]
+    assert response.degraded == [
+        {"stage": "rerank", "cause": "not_configured", "message": response.degraded[0]["message"]}
+    ]
     assert len(response.results) == 3
 
 
@@ -43,6 +46,8 @@ def test_the_reranker_breaker_state_is_exported_after_each_call(sample_kb, reran
     assert run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True).reranked is True
     assert breaker_open() == 0
     rerank_server.mode = "500"
-    causes = [run(sample_kb, f"battery {n}", mode="hybrid", top_k=3, rerank=True).degraded[0]["cause"] for n in range(6)]
+    causes = [
+        run(sample_kb, f"battery {n}", mode="hybrid", top_k=3, rerank=True).degraded[0]["cause"] for n in range(6)
+    ]
     assert causes == ["server_error"] * 5 + ["circuit_open"]  # the breaker's default: 5 failures in a row
     assert breaker_open() == 1

@@ -1,6 +1,7 @@
 """The search pipeline end to end (retrieval.services.search.search): what a response says, tenant
 and filter scoping, expansion, KB settings and the keyword index kept in step with ingestion, over the
 real database, tantivy index and model. Each stage's own behaviour is tested beside its module."""
+
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,9 @@ def test_synonyms_reach_documents_the_query_words_miss(sample_kb):
     query = "这家店有过敏保护吗"
     plain = run(sample_kb, query, mode="hybrid", top_k=3, expand=ExpansionOptions(synonyms=True))
     assert "restaurant-food-safety.md" not in names(plain)
-    Synonym.objects.create(tenant=sample_kb.tenant, kind=Synonym.Kind.EXPLICIT, terms=["过敏"], replacements=["饮食禁忌"], weight=0.8)
+    Synonym.objects.create(
+        tenant=sample_kb.tenant, kind=Synonym.Kind.EXPLICIT, terms=["过敏"], replacements=["饮食禁忌"], weight=0.8
+    )
     expanded = run(sample_kb, query, mode="hybrid", top_k=10, expand=ExpansionOptions(synonyms=True))
     assert [(q["text"], q["origin"], q["weight"]) for q in expanded.queries] == [
         (query, "original", 1.0),

@@ -1,4 +1,5 @@
 """StageTimings: the one place a search stage starts and ends, on a clock the test moves by hand."""
+
 import threading
 
 import pytest

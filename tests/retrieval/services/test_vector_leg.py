@@ -1,4 +1,5 @@
 """The dense leg (retrieval.services.vector_leg): query variants embedded in one batch."""
+
 import pytest
 
 from knowledge.models import Synonym
