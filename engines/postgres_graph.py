@@ -215,7 +215,7 @@ class PostgresGraphStore(GraphStore):
         return [GraphNode(*row) for row in self._fetch(statement, params)]
 
 
-def _lock_version_graph(cursor, version_id: int) -> None:
+def _lock_version_graph(cursor: CursorWrapper, version_id: int) -> None:
     """Until the transaction ends, the one writer of this version's graph."""
     cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GRAPH_WRITE_LOCK_CLASS, version_id & 0x7FFFFFFF])
 

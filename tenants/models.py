@@ -63,6 +63,7 @@ def default_rate_tier() -> int:
             if violated_unique_constraint(error) != RATE_TIER_NAME_UNIQUE:
                 raise
             pk = _free_tier_pk()
+            assert pk is not None  # the row whose insert beat ours
     return pk
 
 
