@@ -3,6 +3,7 @@
 Each script does ``import _common`` (its own folder is first on ``sys.path`` when run as
 ``.venv/bin/python bench/<name>.py``) and calls :func:`setup_django` before importing project code.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -73,7 +74,7 @@ def machine_info() -> dict:
         "cpu_model": cpu_model,
         "mem_total_gb": mem_gb,
         "python": platform.python_version(),
-        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "env": {
             name: os.environ[name]
             for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_THREADS", "DATABASE_URL")
@@ -85,7 +86,7 @@ def machine_info() -> dict:
 
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
-    except Exception:  # noqa: BLE001 - informational only
+    except Exception:  # informational only
         pass
     return info
 
@@ -149,7 +150,7 @@ def summarize_ms(seconds: list[float]) -> dict:
 
 
 def result_path(name: str) -> Path:
-    return RESULTS_DIR / f"{name}-{dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d')}.json"
+    return RESULTS_DIR / f"{name}-{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d')}.json"
 
 
 def write_result(name: str, data: dict, *, key: str | None = None) -> Path:
@@ -192,7 +193,7 @@ def _numeric(text: str) -> bool:
 
 
 def unique_name(prefix: str) -> str:
-    return f"{prefix}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    return f"{prefix}-{dt.datetime.now(dt.UTC).strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
 
 
 def scifact_passages_and_queries() -> tuple[list[str], list[str]]:
@@ -207,8 +208,8 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
     """Drop the lexical indexes of the bench tenant's KB versions, delete the tenant (cascade) and its
     tier, then run ``then`` (returns more to report, e.g. an index restored). Never raises: a failure
     is reported in the result and on stderr. Also records the load at the end."""
-    from knowledge.models import KnowledgeBaseVersion
     from engines import get_lexical_index
+    from knowledge.models import KnowledgeBaseVersion
 
     cleanup: dict = {}
     try:
@@ -217,7 +218,7 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
             for version_id in versions:
                 try:
                     get_lexical_index().drop(version_id)
-                except Exception as exc:  # noqa: BLE001 - the tenant is deleted anyway
+                except Exception as exc:  # the tenant is deleted anyway
                     cleanup["lexical_drop_error"] = repr(exc)
             started = time.perf_counter()
             tenant.delete()
@@ -226,7 +227,7 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
             tier.delete()
         if then is not None:
             cleanup.update(then())
-    except Exception as exc:  # noqa: BLE001 - cleanup reports and goes on
+    except Exception as exc:  # cleanup reports and goes on
         cleanup["error"] = repr(exc)
         print(f"CLEANUP FAILED: {exc!r}; delete tenants named {tenant_prefix}-* by hand", file=sys.stderr)
     result["cleanup"] = cleanup
@@ -250,14 +251,27 @@ def start_gunicorn(
     WEB_THREADS threads, TORCH_THREADS=1 unless the environment says otherwise, the model loaded before
     the first request), on 127.0.0.1 only; ``extra_args`` override the config (another worker class).
     ``tree``: the checkout whose code it serves (with its own ``.venv``)."""
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115  # the server writes to it for as long as it runs
     return subprocess.Popen(
-        [str(tree / ".venv" / "bin" / "gunicorn"),
-         "--config", "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--timeout", "120", *extra_args],
+        [
+            str(tree / ".venv" / "bin" / "gunicorn"),
+            "--config",
+            "retrieval_site/gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--timeout",
+            "120",
+            *extra_args,
+        ],
         cwd=tree,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", "OPENBLAS_NUM_THREADS": "1",
-             **extra_env},
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
+            "OPENBLAS_NUM_THREADS": "1",
+            **extra_env,
+        },
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so stopping it never touches anything else

@@ -13,6 +13,7 @@ set ({"rrf_k": 60}: the resolution path with a KB value, same ranking). Reported
 and each p50's ratio to the shipped config's.
 Writes bench/results/document_ranking-<date>.json. Restores the KB's search settings when done.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,8 @@ def main() -> None:
     args = parser.parse_args()
     _common.setup_django()
 
-    from knowledge.models import KnowledgeBase
     from knowledge.knowledge_bases import update_search_settings
+    from knowledge.models import KnowledgeBase
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
 

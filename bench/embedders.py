@@ -16,6 +16,7 @@ Loads all-MiniLM-L6-v2 three times (``:torch``, ``:onnx``, ``:onnx-int8``) with 
 checkout exported into DIR (its ``exported_model``), so old and new graphs are timed in one run.
 Writes bench/results/embedders-<date>.json and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,7 +73,7 @@ def main() -> int:
             vector = embedders[runtime].embed_query(query)
             query_s[runtime].append(time.perf_counter() - started)
             query_vectors[runtime].append(vector)
-    batch_s = {runtime: 0.0 for runtime in runtimes}
+    batch_s = dict.fromkeys(runtimes, 0.0)
     passage_vectors = {runtime: [] for runtime in runtimes}
     for i, batch in enumerate(batches):
         for runtime in runtimes[i % len(runtimes) :] + runtimes[: i % len(runtimes)]:
@@ -92,19 +93,33 @@ def main() -> int:
             "cosine_to_torch_passages_min_mean": [float(cosine_passages.min()), float(cosine_passages.mean())],
         }
         result[runtime] = summary
-        rows.append([
-            runtime, latency["p50_ms"], latency["p95_ms"], summary["passages_per_s"],
-            f"{statistics.median(query_s['torch']) / statistics.median(query_s[runtime]):.2f}x",
-            f"{cosine_queries.min():.6f} / {cosine_queries.mean():.6f}",
-            f"{cosine_passages.min():.6f} / {cosine_passages.mean():.6f}",
-        ])
+        rows.append(
+            [
+                runtime,
+                latency["p50_ms"],
+                latency["p95_ms"],
+                summary["passages_per_s"],
+                f"{statistics.median(query_s['torch']) / statistics.median(query_s[runtime]):.2f}x",
+                f"{cosine_queries.min():.6f} / {cosine_queries.mean():.6f}",
+                f"{cosine_passages.min():.6f} / {cosine_passages.mean():.6f}",
+            ]
+        )
     result["loadavg_at_end"] = os.getloadavg()
     _common.print_table(
-        ["runtime", "query p50 ms", "p95 ms", "passages/s (batch 32)", "query speed-up",
-         "cosine to torch, queries min / mean", "passages min / mean"],
+        [
+            "runtime",
+            "query p50 ms",
+            "p95 ms",
+            "passages/s (batch 32)",
+            "query speed-up",
+            "cosine to torch, queries min / mean",
+            "passages min / mean",
+        ],
         rows,
-        title=(f"all-MiniLM-L6-v2, {args.threads} thread(s), {len(queries)} queries, {len(batches)} batches of 32; "
-               f"load {result['loadavg_at_start'][0]:.2f} -> {result['loadavg_at_end'][0]:.2f}"),
+        title=(
+            f"all-MiniLM-L6-v2, {args.threads} thread(s), {len(queries)} queries, {len(batches)} batches of 32; "
+            f"load {result['loadavg_at_start'][0]:.2f} -> {result['loadavg_at_end'][0]:.2f}"
+        ),
     )
     print(f"\nwrote {_common.write_result('embedders', result, key=f'threads-{args.threads}')}")
     return 0

@@ -6,6 +6,7 @@ curated vocabulary, printed as ``name/kind``.
 
 Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMARKS.md, "Graph retrieval".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ def main() -> None:
     _common.setup_django()
     from engines.analysis import Analyzer
     from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor
-    from knowledge.parsing import parse_file
     from knowledge.ingestion.files import discover_files
+    from knowledge.parsing import parse_file
 
     extractor = EntityExtractor(Analyzer())
     sections = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]

@@ -8,6 +8,7 @@ Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/B
 "Graph retrieval".
 ``GRAPH_FUSION_HEAD=0 .venv/bin/python bench/graph.py`` measures three-way hybrid without the graph gate.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,11 +39,11 @@ def main() -> None:
     _common.setup_django()
     from django.conf import settings
 
-    from knowledge.models import Chunk
-    from knowledge.selectors import entity_extractor_for_tenant
     from knowledge.ingestion.files import discover_files
     from knowledge.ingestion.pipeline import Ingester
     from knowledge.knowledge_bases import create_knowledge_base, delete_tenant
+    from knowledge.models import Chunk
+    from knowledge.selectors import entity_extractor_for_tenant
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
     from tenants.services import create_tenant

@@ -10,6 +10,7 @@ split's judged ones, in file order. Each query runs two-way (graph weight 0) and
 true``), the order alternating from query to query, after one untimed warm-up round of 10 queries.
 Current figures: docs/BENCHMARKS.md, "Graph retrieval".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,10 @@ def main() -> None:
         print(f"{variant}: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms over {len(seconds)} searches")
     ratio = statistics.median(total["three-way"]) / statistics.median(total["two-way"])
     graph = _common.summarize_ms(graph_ms)
-    print(f"three-way / two-way p50: {ratio:.2f}; graph leg p50 {graph['p50_ms']} ms, p95 {graph['p95_ms']} ms; "
-          f"graph passages per query median {statistics.median(passages):.0f}, max {max(passages)}")
+    print(
+        f"three-way / two-way p50: {ratio:.2f}; graph leg p50 {graph['p50_ms']} ms, p95 {graph['p95_ms']} ms; "
+        f"graph passages per query median {statistics.median(passages):.0f}, max {max(passages)}"
+    )
     print("load average:", os.getloadavg())
 
 

@@ -17,6 +17,7 @@ commit's ``git archive``; give it this checkout's state with ``VAR_DIR=$PWD/var`
 removes the kept tenant after measuring. Current figures: docs/BENCHMARKS.md,
 "Graph retrieval".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,8 @@ def build(chunks: int, vocabulary: int):
     """A fresh tenant whose one KB version holds ``chunks`` synthetic passages and their graph."""
     from django.db import connection, transaction
 
-    from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
     from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.models import Chunk, Document, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
     from tenants.services import create_tenant
 
     tenant = create_tenant(_common.unique_name("bench-graph-scale"))
@@ -89,7 +90,7 @@ def build(chunks: int, vocabulary: int):
         cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(
             f"""
-            INSERT INTO {tables['chunks']} (document_id, kb_version_id, tenant_id, knowledge_base_id, ordinal,
+            INSERT INTO {tables["chunks"]} (document_id, kb_version_id, tenant_id, knowledge_base_id, ordinal,
                 content, content_hash, token_count, embedding_dim, embedding, doc_type, created_at, tags, metadata)
             SELECT %(document)s, %(version)s, %(tenant)s, %(kb)s, n, 'synthetic passage ' || n, md5(n::text), 10, 3,
                 '[0,0,1]', 'txt', now(), '{{}}', '{{}}'
@@ -99,7 +100,7 @@ def build(chunks: int, vocabulary: int):
         )
         cursor.execute(
             f"""
-            INSERT INTO {tables['entities']} (tenant_id, kb_version_id, name, label, kind, chunk_count)
+            INSERT INTO {tables["entities"]} (tenant_id, kb_version_id, name, label, kind, chunk_count)
             SELECT %(tenant)s, %(version)s, format('ent-%%s', lpad(n::text, 5, '0')),
                    format('ENT-%%s', lpad(n::text, 5, '0')), 'code', 0
             FROM generate_series(0, %(vocabulary)s - 1) AS n
@@ -113,12 +114,12 @@ def build(chunks: int, vocabulary: int):
             f"""
             CREATE TEMPORARY TABLE draws ON COMMIT DROP AS
             SELECT c.id AS chunk_id, min(d.position) AS position, e.id AS entity_id
-            FROM {tables['chunks']} AS c CROSS JOIN LATERAL (
+            FROM {tables["chunks"]} AS c CROSS JOIN LATERAL (
                 SELECT position, least(floor(exp(random() * ln(%(vocabulary)s + 1)))::int - 1,
                                        %(vocabulary)s - 1) + 0 * c.id AS rank
                 FROM generate_series(1, %(per_chunk)s) AS position
             ) AS d JOIN (
-                SELECT id, substr(name, 5)::int AS rank FROM {tables['entities']} WHERE kb_version_id = %(version)s
+                SELECT id, substr(name, 5)::int AS rank FROM {tables["entities"]} WHERE kb_version_id = %(version)s
             ) AS e ON e.rank = d.rank
             WHERE c.kb_version_id = %(version)s
             GROUP BY c.id, e.id
@@ -127,7 +128,7 @@ def build(chunks: int, vocabulary: int):
         )
         cursor.execute(
             f"""
-            INSERT INTO {tables['mentions']} (tenant_id, kb_version_id, entity_id, chunk_id, count)
+            INSERT INTO {tables["mentions"]} (tenant_id, kb_version_id, entity_id, chunk_id, count)
             SELECT %(tenant)s, %(version)s, entity_id, chunk_id, 1 FROM draws
             """,
             scope,
@@ -145,14 +146,14 @@ def build(chunks: int, vocabulary: int):
         )
         cursor.execute(
             f"""
-            INSERT INTO {tables['edges']} (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)
+            INSERT INTO {tables["edges"]} (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)
             SELECT %(tenant)s, %(version)s, a, b, '', 0.5 * count(*), count(*) FROM pairs GROUP BY a, b
             """,
             scope,
         )
         cursor.execute(
             f"""
-            INSERT INTO {tables['passage_relations']} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids,
+            INSERT INTO {tables["passage_relations"]} (chunk_id, tenant_id, kb_version_id, source_ids, target_ids,
                                                        weights, kinds)
             SELECT chunk_id, %(tenant)s, %(version)s, array_agg(a), array_agg(b), array_agg(0.5::float8),
                    array_agg(''::text)
@@ -162,20 +163,18 @@ def build(chunks: int, vocabulary: int):
         )
         cursor.execute(
             f"""
-            UPDATE {tables['entities']} AS e SET chunk_count = counted.n
+            UPDATE {tables["entities"]} AS e SET chunk_count = counted.n
             FROM (SELECT entity_id, count(*) AS n FROM draws GROUP BY entity_id) AS counted
             WHERE e.id = counted.entity_id
             """
         )
-        cursor.execute(
-            f"DELETE FROM {tables['entities']} WHERE kb_version_id = %(version)s AND chunk_count = 0", scope
-        )
+        cursor.execute(f"DELETE FROM {tables['entities']} WHERE kb_version_id = %(version)s AND chunk_count = 0", scope)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         cursor.execute(
-            f"""SELECT (SELECT count(*) FROM {tables['entities']} WHERE kb_version_id = %(version)s),
-                       (SELECT count(*) FROM {tables['mentions']} WHERE kb_version_id = %(version)s),
-                       (SELECT count(*) FROM {tables['edges']} WHERE kb_version_id = %(version)s)""",
+            f"""SELECT (SELECT count(*) FROM {tables["entities"]} WHERE kb_version_id = %(version)s),
+                       (SELECT count(*) FROM {tables["mentions"]} WHERE kb_version_id = %(version)s),
+                       (SELECT count(*) FROM {tables["edges"]} WHERE kb_version_id = %(version)s)""",
             scope,
         )
         entities, mentions, edges = cursor.fetchone()

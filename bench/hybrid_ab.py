@@ -17,6 +17,7 @@ recording cost: this tree twice, ``--tree on=. --tree off=. --tree-env off=SEARC
 --modes hybrid``. Cleanup (always): servers stopped, loaded data deleted, HNSW index restored. Writes
 bench/results/hybrid_ab-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -135,7 +136,11 @@ def floor(tree: Path, state: dict, count: int) -> dict:
     version = KnowledgeBase.objects.get(tenant_id=state["tenant"]).active_version
     scope = SearchScope(state["tenant"], (version.pk,), version.embedding_dim)
     embedder, vectors, lexical = get_embedder(version.embedding_model), vector_index(), get_lexical_index()
-    analyzer, depth, no_filter = analyzer_for_tenant(state["tenant"]), settings.SEARCH_CANDIDATES, compile_filters(None).sql
+    analyzer, depth, no_filter = (
+        analyzer_for_tenant(state["tenant"]),
+        settings.SEARCH_CANDIDATES,
+        compile_filters(None).sql,
+    )
     _, queries = _common.scifact_passages_and_queries()
     times: dict[str, list[float]] = {name: [] for name in ("embed", "vector", "bm25", "rrf", "sum")}
     for i, query in enumerate(queries[-10:] + queries[:count]):
@@ -146,14 +151,21 @@ def floor(tree: Path, state: dict, count: int) -> dict:
         t2 = time.perf_counter()
         keyword = lexical.search(version.pk, state["tenant"], analyzer.tokens(query), depth, None)
         t3 = time.perf_counter()
-        reciprocal_rank_fusion([RankedList("vector", query, 1.0, [(h.chunk_id, h.score) for h in dense]),
-                                RankedList("bm25", query, 1.0, [(h.chunk_id, h.score) for h in keyword])])
+        reciprocal_rank_fusion(
+            [
+                RankedList("vector", query, 1.0, [(h.chunk_id, h.score) for h in dense]),
+                RankedList("bm25", query, 1.0, [(h.chunk_id, h.score) for h in keyword]),
+            ]
+        )
         t4 = time.perf_counter()
         if i >= 10:  # the first ten warm up
             for name, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
                 times[name].append(seconds * 1000)
-    return {"embedder": embedder.model_name, "backend": settings.EMBEDDING_BACKEND,
-            **{f"{name}_p50_ms": round(statistics.median(values), 2) for name, values in times.items()}}
+    return {
+        "embedder": embedder.model_name,
+        "backend": settings.EMBEDDING_BACKEND,
+        **{f"{name}_p50_ms": round(statistics.median(values), 2) for name, values in times.items()},
+    }
 
 
 # --- the driver -------------------------------------------------------------------------------------
@@ -163,7 +175,11 @@ def _in_tree(tree: Path, *args: str, env: dict[str, str] | None = None) -> dict:
     """Run this script's ``--in-tree`` step with the tree's interpreter; its last stdout line is JSON."""
     out = subprocess.run(
         [str(tree / ".venv" / "bin" / "python"), str(HERE), "--in-tree", str(tree), *args],
-        cwd=tree, check=True, stdout=subprocess.PIPE, text=True, env={**os.environ, "LC_ALL": "C.UTF-8", **(env or {})},
+        cwd=tree,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LC_ALL": "C.UTF-8", **(env or {})},
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -188,27 +204,44 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20240601)
-    parser.add_argument("--embedding-model", default="",
-                        help="prepare: the bench KB's model as its version records it, e.g. all-MiniLM-L6-v2:onnx-int8 "
-                        "(empty: the default); the stored vectors are the default model's either way (a latency bench)")
+    parser.add_argument(
+        "--embedding-model",
+        default="",
+        help="prepare: the bench KB's model as its version records it, e.g. all-MiniLM-L6-v2:onnx-int8 "
+        "(empty: the default); the stored vectors are the default model's either way (a latency bench)",
+    )
     parser.add_argument("--requests", type=int, default=150, help="timed queries per mode and tree")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--modes", default="bm25,hybrid,vector")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--embedding-backend", default="", help="EMBEDDING_BACKEND for both servers (empty: each tree's default)")
+    parser.add_argument(
+        "--embedding-backend", default="", help="EMBEDDING_BACKEND for both servers (empty: each tree's default)"
+    )
     parser.add_argument("--server-cache", action="store_true", help="result cache on; also measure cache hits")
     parser.add_argument("--throughput-s", type=float, default=0, help="seconds of closed-loop load per mode and tree")
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--floor", type=int, default=100,
-                        help="queries for the raw engine calls, in the last tree's process after the HTTP runs (0: skip)")
-    parser.add_argument("--tree-env", action="append", default=[],
-                        help="NAME=VAR=VALUE: an environment variable for that tree's server only (e.g. its own "
-                        "REDIS_URL database, so two trees sharing one Redis do not answer each other's misses)")
-    parser.add_argument("--prepared", action="append", default=[],
-                        help="NAME=FILE: that tree's data is already loaded (FILE holds the JSON its prepare step "
-                        "printed); it is neither loaded nor cleaned up (for profiling between runs)")
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=100,
+        help="queries for the raw engine calls, in the last tree's process after the HTTP runs (0: skip)",
+    )
+    parser.add_argument(
+        "--tree-env",
+        action="append",
+        default=[],
+        help="NAME=VAR=VALUE: an environment variable for that tree's server only (e.g. its own "
+        "REDIS_URL database, so two trees sharing one Redis do not answer each other's misses)",
+    )
+    parser.add_argument(
+        "--prepared",
+        action="append",
+        default=[],
+        help="NAME=FILE: that tree's data is already loaded (FILE holds the JSON its prepare step "
+        "printed); it is neither loaded nor cleaned up (for profiling between runs)",
+    )
     args = parser.parse_args()
 
     if args.in_tree:
@@ -231,9 +264,12 @@ def main() -> int:
     import httpx
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    result: dict = {"config": vars(args), "machine": _common.machine_info(),
-                    "commits": {name: tree_version(path) for name, path in trees.items()},
-                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    result: dict = {
+        "config": vars(args),
+        "machine": _common.machine_info(),
+        "commits": {name: tree_version(path) for name, path in trees.items()},
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     print("; ".join(f"{name}: {trees[name]} at {version}" for name, version in result["commits"].items()), flush=True)
     prepared = {name: json.loads(Path(path).read_text()) for name, path in (i.split("=", 1) for i in args.prepared)}
     states: dict[str, dict] = {}
@@ -244,11 +280,24 @@ def main() -> int:
             if name in prepared:
                 continue
             started = time.perf_counter()
-            states[name] = _in_tree(tree, "--step", "prepare", "--chunks", str(args.chunks), "--docs",
-                                    str(args.docs), "--seed", str(args.seed))
+            states[name] = _in_tree(
+                tree,
+                "--step",
+                "prepare",
+                "--chunks",
+                str(args.chunks),
+                "--docs",
+                str(args.docs),
+                "--seed",
+                str(args.seed),
+            )
             print(f"{name}: {args.chunks} chunks loaded in {time.perf_counter() - started:.0f} s", flush=True)
-        env = {"TORCH_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "LC_ALL": "C.UTF-8",
-               "SEARCH_CACHE_TTL_S": "3600" if args.server_cache else "0"}
+        env = {
+            "TORCH_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "LC_ALL": "C.UTF-8",
+            "SEARCH_CACHE_TTL_S": "3600" if args.server_cache else "0",
+        }
         if args.embedding_backend:
             env["EMBEDDING_BACKEND"] = args.embedding_backend
         servers = {**states, **prepared}
@@ -259,21 +308,42 @@ def main() -> int:
         bases = {}
         for name, tree in trees.items():
             port = _common.free_port()
-            log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")
+            log = open(logs / f"hybrid_ab-{name}-{os.getpid()}.log", "ab")  # noqa: SIM115  # the server's, for its life
             procs[name] = subprocess.Popen(
-                [str(tree / ".venv" / "bin" / "gunicorn"), *_server_args(tree, args.threads), "--config",
-                 "retrieval_site/gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
-                 "--timeout", "120"],
-                cwd=tree, env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **env,
-                               "WEB_THREADS": str(args.threads), **tree_env[name]},
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(tree / ".venv" / "bin" / "gunicorn"),
+                    *_server_args(tree, args.threads),
+                    "--config",
+                    "retrieval_site/gunicorn.conf.py",
+                    "--bind",
+                    f"127.0.0.1:{port}",
+                    "--workers",
+                    str(args.workers),
+                    "--timeout",
+                    "120",
+                ],
+                cwd=tree,
+                env={
+                    **os.environ,
+                    "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
+                    **env,
+                    "WEB_THREADS": str(args.threads),
+                    **tree_env[name],
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             bases[name] = f"http://127.0.0.1:{port}"
         for name in trees:
             _common.wait_ready(procs[name], bases[name])
         passages, queries = _common.scifact_passages_and_queries()
-        clients = {name: httpx.Client(base_url=bases[name], timeout=60,
-                                      headers={"Authorization": f"Bearer {servers[name]['key']}"}) for name in trees}
+        clients = {
+            name: httpx.Client(
+                base_url=bases[name], timeout=60, headers={"Authorization": f"Bearer {servers[name]['key']}"}
+            )
+            for name in trees
+        }
         paths = {m: f"/api/v1/retrieval/{m}" for m in modes}
 
         def call(name: str, mode: str, query: str) -> tuple[float, dict]:
@@ -285,16 +355,18 @@ def main() -> int:
             return elapsed * 1000, response.json()
 
         names = list(trees)
-        for query in queries[-args.warmup:]:
+        for query in queries[-args.warmup :]:
             for mode in modes:
                 for name in names:
                     call(name, mode, query)
-        samples = {name: {mode: {"client": [], "server": [], "stages": {}, "critical": {}} for mode in modes} for name in names}
+        samples = {
+            name: {mode: {"client": [], "server": [], "stages": {}, "critical": {}} for mode in modes} for name in names
+        }
         loads = []
         for i, query in enumerate(queries[: args.requests]):
             if i % 25 == 0:
                 loads.append(round(os.getloadavg()[0], 2))
-            for mode in modes[i % len(modes):] + modes[: i % len(modes)]:
+            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 for name in names if i % 2 == 0 else names[::-1]:
                     elapsed, payload = call(name, mode, query)
                     sample = samples[name][mode]
@@ -306,10 +378,15 @@ def main() -> int:
                         sample["critical"].setdefault(stage, []).append(ms)
         result["loadavg_1m_during"] = loads
         result["latency"] = {
-            name: {mode: {"client": _percentiles(s["client"]), "server": _percentiles(s["server"]),
-                          "stage_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["stages"].items()},
-                          "critical_path_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["critical"].items()}}
-                   for mode, s in by_mode.items()}
+            name: {
+                mode: {
+                    "client": _percentiles(s["client"]),
+                    "server": _percentiles(s["server"]),
+                    "stage_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["stages"].items()},
+                    "critical_path_p50_ms": {st: _percentiles(v)["p50_ms"] for st, v in s["critical"].items()},
+                }
+                for mode, s in by_mode.items()
+            }
             for name, by_mode in samples.items()
         }
         # The HTTP floor: what the front, the middleware and this client cost with no search behind them.
@@ -345,8 +422,16 @@ def main() -> int:
             _common.stop_process(proc)
         if args.floor > 0:
             last = names[-1]
-            result["floor"] = _in_tree(trees[last], "--step", "floor", "--state", json.dumps(servers[last]),
-                                       "--floor", str(args.floor), env=env)
+            result["floor"] = _in_tree(
+                trees[last],
+                "--step",
+                "floor",
+                "--state",
+                json.dumps(servers[last]),
+                "--floor",
+                str(args.floor),
+                env=env,
+            )
         shown = ("latency", "http_floor", "cache_hit", "throughput", "server_cpu_ms_per_request", "floor")
         print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
         return 0
@@ -357,7 +442,7 @@ def main() -> int:
         for name, state in states.items():
             try:
                 result["cleanup"][name] = _in_tree(trees[name], "--step", "cleanup", "--state", json.dumps(state))
-            except Exception as exc:  # noqa: BLE001 - report and clean the other tree
+            except Exception as exc:  # report and clean the other tree
                 result["cleanup"][name] = {"error": repr(exc)}
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print(f"wrote {_common.write_result('hybrid_ab', result)}")
@@ -369,7 +454,7 @@ def throughput(call, names: list[str], modes: list[str], queries: list[str], arg
     request of a tree and mode a text it was not sent before. Adds each mode's CPU per request of the
     tree's workers to ``cpu_ms``."""
     counts = {name: {mode: [0, 0.0] for mode in modes} for name in names}
-    cpu_s = {name: {mode: 0.0 for mode in modes} for name in names}
+    cpu_s = {name: dict.fromkeys(modes, 0.0) for name in names}
     sent = {(name, mode): iter(range(10**9)) for name in names for mode in modes}
     lock = threading.Lock()
     slice_s = args.throughput_s / 4
@@ -419,8 +504,12 @@ def tree_version(tree: Path) -> str:
     """The code a tree holds: its commit, or for a tree that is no git checkout (a ``git archive`` export)
     a digest of its Python sources, so that two results still say whether they measured the same code."""
     if (tree / ".git").exists():  # a directory in a clone, a file in a worktree
-        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ).stdout.strip()
     digest = hashlib.sha256()
     for folder, subfolders, files in os.walk(tree):  # symlinks (.venv) are not followed
         subfolders[:] = sorted(name for name in subfolders if not name.startswith(".") and name != "var")

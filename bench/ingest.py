@@ -21,6 +21,7 @@ Ratios are given on wall and on CPU seconds (this process and its PostgreSQL bac
 people's jobs disturb less; --budget-min stops starting blocks that would not fit. Cleanup (always):
 tenant, keyword indexes and files deleted. Writes bench/results/ingest-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -120,7 +121,11 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
     def init_and_wrap_analyzer(self, *args, **kwargs):
         init(self, *args, **kwargs)
         analyzer = getattr(self, "analyzer", None)
-        if analyzer is not None and hasattr(analyzer, "analyze") and "analyze" not in getattr(analyzer, "__dict__", {"analyze": 1}):
+        if (
+            analyzer is not None
+            and hasattr(analyzer, "analyze")
+            and "analyze" not in getattr(analyzer, "__dict__", {"analyze": 1})
+        ):
             try:
                 analyzer.analyze = timings.wrap("analyze", analyzer.analyze)
                 analyzers.append(analyzer)
@@ -183,7 +188,6 @@ STAGE_LABELS = [
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
     ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]
-
 
 
 def write_corpus(rows: list[dict], folder: Path, block_docs: int) -> tuple[list[Path], int]:
@@ -260,45 +264,76 @@ def cpu_now(backend_pid: int | None) -> float:
 def drop_lexical_indexes(tenant) -> None:
     """Ingestion also writes an on-disk lexical index per KB version; remove the bench's."""
     try:
-        from knowledge.models import KnowledgeBaseVersion
         from engines import get_lexical_index
+        from knowledge.models import KnowledgeBaseVersion
     except ImportError:
         return
     try:
         index = get_lexical_index()
-        for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True):
+        for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list(
+            "pk", flat=True
+        ):
             index.drop(version_id)
-    except Exception as exc:  # noqa: BLE001 - cleanup must go on to delete the tenant
+    except Exception as exc:  # cleanup must go on to delete the tenant
         print(f"WARNING: could not drop the bench's lexical indexes: {exc}", file=sys.stderr)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="scifact")
-    parser.add_argument("--model", default=None, help="embedding model of I and R (default: EMBEDDING_MODEL), "
-                        "e.g. all-MiniLM-L6-v2:torch, all-MiniLM-L6-v2:onnx, all-MiniLM-L6-v2:onnx-int8")
-    parser.add_argument("--compare-models", default="", metavar="NAMES",
-                        help="comma list of more embedding models, each ingested alongside (pass I:<name>)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="embedding model of I and R (default: EMBEDDING_MODEL), "
+        "e.g. all-MiniLM-L6-v2:torch, all-MiniLM-L6-v2:onnx, all-MiniLM-L6-v2:onnx-int8",
+    )
+    parser.add_argument(
+        "--compare-models",
+        default="",
+        metavar="NAMES",
+        help="comma list of more embedding models, each ingested alongside (pass I:<name>)",
+    )
     parser.add_argument("--docs", type=int, default=1000, help="number of corpus documents (default 1000)")
     parser.add_argument("--block-docs", type=int, default=200, help="documents per paired block (default 200)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over all blocks, each into a fresh KB")
     parser.add_argument(
-        "--replay-groups", action="store_true",
+        "--replay-groups",
+        action="store_true",
         help="also time raw encode on ingestion's own flush groups (EMBED_FLUSH_CHUNKS; one more pass per block)",
     )
     parser.add_argument(
-        "--replay-flush", type=int, action="append", default=[], metavar="N",
+        "--replay-flush",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
         help="also time raw encode in groups formed like Ingester would with a flush size of N (repeatable)",
     )
-    parser.add_argument("--graph-off", action="store_true",
-                        help="also ingest each block with the graph stage off (pass I0): the graph's share")
-    parser.add_argument("--budget-min", type=float, default=12.0,
-                        help="stop starting new blocks when the script would exceed this many minutes (default 12)")
+    parser.add_argument(
+        "--graph-off",
+        action="store_true",
+        help="also ingest each block with the graph stage off (pass I0): the graph's share",
+    )
+    parser.add_argument(
+        "--budget-min",
+        type=float,
+        default=12.0,
+        help="stop starting new blocks when the script would exceed this many minutes (default 12)",
+    )
     parser.add_argument("--tag", default="", help="store the result under '<dataset>-<tag>' in the JSON file")
-    parser.add_argument("--profile", action="store_true", help="cProfile one extra, untimed ingestion of all docs (outside --budget-min)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile one extra, untimed ingestion of all docs (outside --budget-min)",
+    )
     parser.add_argument("--profile-top", type=int, default=30)
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5",
+    )
     args = parser.parse_args()
     load_at_start = _common.wait_for_quiet(args.wait_quiet)
     script_started = time.perf_counter()
@@ -306,14 +341,14 @@ def main() -> int:
     _common.setup_django()
     from django.conf import settings
 
-    from knowledge.ingestion import pipeline
+    from engines.embedders import get_embedder
     from knowledge.chunking import chunk_sections
-    from knowledge.models import Chunk
-    from knowledge.parsing import parse_file
+    from knowledge.ingestion import pipeline
     from knowledge.ingestion.files import discover_files
     from knowledge.ingestion.pipeline import Ingester
     from knowledge.knowledge_bases import create_knowledge_base
-    from engines.embedders import get_embedder
+    from knowledge.models import Chunk
+    from knowledge.parsing import parse_file
     from tenants.services import create_tenant
 
     rows = _common.read_jsonl(DATASETS[args.dataset], limit=args.docs)
@@ -333,9 +368,15 @@ def main() -> int:
         result["machine"] = _common.machine_info()
         result["loadavg_1m_at_start"] = round(load_at_start, 2)
         result["code"] = _common.code_fingerprint(
-            ["knowledge/ingestion/pipeline.py", "knowledge/ingestion/chunk_copy.py", "knowledge/chunking.py", "knowledge/parsing.py",
-             "engines/embedders/sentence_transformers_embedder.py", "engines/embedders/onnx_embedder.py",
-             "engines/tantivy_index.py"]
+            [
+                "knowledge/ingestion/pipeline.py",
+                "knowledge/ingestion/chunk_copy.py",
+                "knowledge/chunking.py",
+                "knowledge/parsing.py",
+                "engines/embedders/sentence_transformers_embedder.py",
+                "engines/embedders/onnx_embedder.py",
+                "engines/tantivy_index.py",
+            ]
         )
         result["settings"] = {
             "EMBEDDING_BATCH_SIZE": settings.EMBEDDING_BATCH_SIZE,
@@ -368,7 +409,10 @@ def main() -> int:
                 parsed = parse_file(source.path)
                 t1 = time.perf_counter()
                 drafts = chunk_sections(
-                    parsed.sections, count_tokens=embedder.count_tokens, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+                    parsed.sections,
+                    count_tokens=embedder.count_tokens,
+                    chunk_size=chunk_size,
+                    chunk_overlap=chunk_overlap,
                 )
                 t2 = time.perf_counter()
                 parse_s += t1 - t0
@@ -424,8 +468,8 @@ def main() -> int:
             _, padded = padded_tokens(embedder, replayed)
             replay_padding[size] = padded
         result["padding"]["padded_tokens_replay_flush"] = {str(n): v for n, v in replay_padding.items()}
-        totals = {p: 0.0 for p in passes}
-        cpu_s = {p: 0.0 for p in passes}
+        totals = dict.fromkeys(passes, 0.0)
+        cpu_s = dict.fromkeys(passes, 0.0)
         from django.db import connection
 
         with connection.cursor() as cursor:
@@ -455,7 +499,7 @@ def main() -> int:
                 if args.graph_off
                 else None
             )
-            round_totals = {p: 0.0 for p in passes}
+            round_totals = dict.fromkeys(passes, 0.0)
             round_texts: list[str] = []
             for k, block in enumerate(blocks):
                 # Stay inside the time budget: skip the rest once the next block would not fit. Every
@@ -464,8 +508,10 @@ def main() -> int:
                 per_chunk = sum(totals.values()) / done_chunks if done_chunks else 0.0
                 if done_chunks and spent + per_chunk * len(block_texts[k]) > args.budget_min * 60:
                     budget_hit = True
-                    print(f"time budget of {args.budget_min} min reached: stopping after {len(block_rows)} blocks",
-                          flush=True)
+                    print(
+                        f"time budget of {args.budget_min} min reached: stopping after {len(block_rows)} blocks",
+                        flush=True,
+                    )
                     break
                 shift = step % len(passes)
                 order = passes[shift:] + passes[:shift]
@@ -533,7 +579,9 @@ def main() -> int:
                     flush=True,
                 )
             written = list(
-                Chunk.objects.filter(knowledge_base=kb).order_by("document__source_uri", "ordinal").values_list("content", flat=True)
+                Chunk.objects.filter(knowledge_base=kb)
+                .order_by("document__source_uri", "ordinal")
+                .values_list("content", flat=True)
             )
             text_mismatch += sum(a != b for a, b in zip(written, round_texts)) + abs(len(written) - len(round_texts))
             round_rows.append(
@@ -577,8 +625,12 @@ def main() -> int:
                 "ratio_cpu_ingest_vs_raw": round(cpu_s["R"] / cpu_s["I"], 4) if cpu_s["I"] else None,
                 "ratio_flush_groups_vs_raw": {p[1:]: round(totals["R"] / totals[p], 4) for p in replays},
                 # Less noise-sensitive: raw encode time plus ingestion's measured non-embedding time.
-                "ratio_raw_plus_overhead_model": round(totals["R"] / (totals["R"] + totals["I"] - timings.seconds["embed"]), 4),
-                "non_embedding_s_per_1000_chunks": round((totals["I"] - timings.seconds["embed"]) / total_chunks * 1000, 2),
+                "ratio_raw_plus_overhead_model": round(
+                    totals["R"] / (totals["R"] + totals["I"] - timings.seconds["embed"]), 4
+                ),
+                "non_embedding_s_per_1000_chunks": round(
+                    (totals["I"] - timings.seconds["embed"]) / total_chunks * 1000, 2
+                ),
                 "ratio_per_round": [row["ratio"] for row in round_rows],
                 # --compare-models: each model's ingestion rate, and its speed relative to the I pass.
                 "compared_ingest_chunks_per_s": {p[2:]: round(rate[p], 2) for p in passes if p.startswith("I:")},
@@ -597,7 +649,9 @@ def main() -> int:
                 "graph_stage_share": round(1 - totals["I0"] / totals["I"], 4) if "I0" in totals else None,
                 "graph_stage_share_cpu": round(1 - cpu_s["I0"] / cpu_s["I"], 4) if "I0" in cpu_s else None,
                 "ratio_per_block_min_median_max": [
-                    min(block_ratios), round(statistics.median(block_ratios), 4), max(block_ratios)
+                    min(block_ratios),
+                    round(statistics.median(block_ratios), 4),
+                    max(block_ratios),
                 ],
                 "goal": 0.85,
                 "goal_met": ratio >= 0.85,
@@ -607,24 +661,60 @@ def main() -> int:
         # --- report --------------------------------------------------------------------------------
         _common.print_table(
             ["pass (sum over all blocks and rounds)", "seconds", "chunks/s", "vs raw", "CPU s", "vs raw (CPU)"],
-            [["raw encode, one call per block", f"{totals['R']:.2f}", f"{rate['R']:.1f}", "100.0%",
-              f"{cpu_s['R']:.1f}", "100.0%"]]
+            [
+                [
+                    "raw encode, one call per block",
+                    f"{totals['R']:.2f}",
+                    f"{rate['R']:.1f}",
+                    "100.0%",
+                    f"{cpu_s['R']:.1f}",
+                    "100.0%",
+                ]
+            ]
             + [
-                [f"raw encode in flush groups of {p[1:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
-                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
+                [
+                    f"raw encode in flush groups of {p[1:]}",
+                    f"{totals[p]:.2f}",
+                    f"{rate[p]:.1f}",
+                    f"{totals['R'] / totals[p]:.1%}",
+                    f"{cpu_s[p]:.1f}",
+                    f"{cpu_s['R'] / cpu_s[p]:.1%}",
+                ]
                 for p in replays
             ]
-            + [["ingestion end to end", f"{totals['I']:.2f}", f"{rate['I']:.1f}", f"{ratio:.1%}",
-                f"{cpu_s['I']:.1f}", f"{cpu_s['R'] / cpu_s['I']:.1%}"]]
             + [
-                [f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
-                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
-                for p in passes if ":" in p
+                [
+                    "ingestion end to end",
+                    f"{totals['I']:.2f}",
+                    f"{rate['I']:.1f}",
+                    f"{ratio:.1%}",
+                    f"{cpu_s['I']:.1f}",
+                    f"{cpu_s['R'] / cpu_s['I']:.1%}",
+                ]
             ]
             + [
-                ["ingestion with the graph stage off", f"{totals[p]:.2f}", f"{rate[p]:.1f}",
-                 f"{totals['R'] / totals[p]:.1%}", f"{cpu_s[p]:.1f}", f"{cpu_s['R'] / cpu_s[p]:.1%}"]
-                for p in passes if p == "I0"
+                [
+                    f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}",
+                    f"{totals[p]:.2f}",
+                    f"{rate[p]:.1f}",
+                    f"{totals['R'] / totals[p]:.1%}",
+                    f"{cpu_s[p]:.1f}",
+                    f"{cpu_s['R'] / cpu_s[p]:.1%}",
+                ]
+                for p in passes
+                if ":" in p
+            ]
+            + [
+                [
+                    "ingestion with the graph stage off",
+                    f"{totals[p]:.2f}",
+                    f"{rate[p]:.1f}",
+                    f"{totals['R'] / totals[p]:.1%}",
+                    f"{cpu_s[p]:.1f}",
+                    f"{cpu_s['R'] / cpu_s[p]:.1%}",
+                ]
+                for p in passes
+                if p == "I0"
             ],
             title=(
                 f"Ingestion vs raw encode - {args.dataset}, {len(rows)} docs x {args.rounds} rounds, "
@@ -639,14 +729,22 @@ def main() -> int:
             seconds = timings.seconds[name]
             stage_rows.append([label, f"{seconds:.2f}", f"{seconds / totals['I']:.1%}", timings.calls[name]])
         stage_rows.append(
-            ["other (outside init, prepare and flush: the last group's write among it)", f"{other:.2f}",
-             f"{other / totals['I']:.1%}", ""]
+            [
+                "other (outside init, prepare and flush: the last group's write among it)",
+                f"{other:.2f}",
+                f"{other / totals['I']:.1%}",
+                "",
+            ]
         )
-        _common.print_table(["ingestion stage", "seconds", "share", "calls"], stage_rows, title="Where ingestion time goes")
+        _common.print_table(
+            ["ingestion stage", "seconds", "share", "calls"], stage_rows, title="Where ingestion time goes"
+        )
         summary = result["summary"]
         if args.graph_off:
-            print(f"\ngraph stage: {summary['graph_stage_share']:.1%} of ingestion's wall time "
-                  f"({summary['graph_stage_share_cpu']:.1%} of its CPU seconds), (I - I0) / I")
+            print(
+                f"\ngraph stage: {summary['graph_stage_share']:.1%} of ingestion's wall time "
+                f"({summary['graph_stage_share_cpu']:.1%} of its CPU seconds), (I - I0) / I"
+            )
         print(
             f"\nsummary: ingest {summary['ingest_chunks_per_s']} chunks/s vs raw encode "
             f"{summary['raw_encode_chunks_per_s']} chunks/s -> {ratio:.1%} (goal 85 %: "

@@ -25,6 +25,7 @@ rotating block by block, so a burst of other people's load hits each alike.
 Cleanup (always): servers stopped, indexes, tenant, tier and files deleted. Writes
 bench/results/lifecycle-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,10 +49,20 @@ TASK_DONE = {"SUCCESS", "FAILURE"}
 
 def start_worker(log_path: Path, concurrency: int) -> subprocess.Popen:
     """A Celery worker like ``./run serve``'s, in its own process group."""
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115  # the worker writes to it for as long as it runs
     return subprocess.Popen(
-        [str(_common.REPO_ROOT / ".venv" / "bin" / "celery"), "-A", "retrieval_site", "worker",
-         "--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle", "--without-gossip"],
+        [
+            str(_common.REPO_ROOT / ".venv" / "bin" / "celery"),
+            "-A",
+            "retrieval_site",
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            "warning",
+            "--without-mingle",
+            "--without-gossip",
+        ],
         cwd=_common.REPO_ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings"},
         stdout=log,
@@ -203,7 +214,7 @@ def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[d
     chunks = {"A": 0, "I": 0}
     rows = []
     for k, block in enumerate(blocks):
-        order = passes[k % 2:] + passes[: k % 2]
+        order = passes[k % 2 :] + passes[: k % 2]
         load = os.getloadavg()[0]
         seconds, counts = {}, {}
         for p in order:
@@ -220,7 +231,9 @@ def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[d
                 if failed:
                     print(f"WARNING: block {k}: {failed[:2]}", file=sys.stderr)
                 counts["A"] = sum((s["result"] or {}).get("chunks", 0) for s in states)
-                seconds["W"] = sum((s["result"] or {}).get("seconds", 0.0) for s in states)  # the Ingester, in the worker
+                seconds["W"] = sum(
+                    (s["result"] or {}).get("seconds", 0.0) for s in states
+                )  # the Ingester, in the worker
             else:
                 groups: list[list[str]] = []
                 with ingest_bench.instrumented(embedder, ingest_bench.Timings(), groups):
@@ -234,12 +247,22 @@ def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[d
         for p in chunks:
             chunks[p] += counts[p]
         n = counts["I"]
-        rows.append({"block": k, "order": " ".join(order), "loadavg_1m_before": round(load, 2),
-                     "chunks_api": counts["A"], "chunks_inprocess": n,
-                     **{f"{p}_s": round(v, 3) for p, v in seconds.items()}})
-        print(f"block {k} [{' '.join(order)}]: API+worker {counts['A'] / seconds['A']:.1f}, in-process "
-              f"{n / seconds['I']:.1f}, raw encode {n / seconds['R']:.1f} chunks/s; API/in-process "
-              f"{seconds['I'] / seconds['A']:.1%} (load {load:.1f})", flush=True)
+        rows.append(
+            {
+                "block": k,
+                "order": " ".join(order),
+                "loadavg_1m_before": round(load, 2),
+                "chunks_api": counts["A"],
+                "chunks_inprocess": n,
+                **{f"{p}_s": round(v, 3) for p, v in seconds.items()},
+            }
+        )
+        print(
+            f"block {k} [{' '.join(order)}]: API+worker {counts['A'] / seconds['A']:.1f}, in-process "
+            f"{n / seconds['I']:.1f}, raw encode {n / seconds['R']:.1f} chunks/s; API/in-process "
+            f"{seconds['I'] / seconds['A']:.1%} (load {load:.1f})",
+            flush=True,
+        )
     rate = {"A": chunks["A"] / totals["A"], "I": chunks["I"] / totals["I"], "R": chunks["I"] / totals["R"]}
     ratio = rate["A"] / rate["I"]
     result = {
@@ -247,24 +270,36 @@ def part_ingest(args, api: Api, blocks: list[Path], tenant, embedder) -> tuple[d
         "chunks_api": chunks["A"],
         "chunks_inprocess": chunks["I"],
         "seconds": {p: round(v, 2) for p, v in totals.items()},
-        "chunks_per_s": {"api_worker": round(rate["A"], 2), "inprocess": round(rate["I"], 2),
-                         "raw_encode": round(rate["R"], 2)},
+        "chunks_per_s": {
+            "api_worker": round(rate["A"], 2),
+            "inprocess": round(rate["I"], 2),
+            "raw_encode": round(rate["R"], 2),
+        },
         "ratio_api_vs_inprocess": round(ratio, 4),
         "ratio_inprocess_vs_raw": round(rate["I"] / rate["R"], 4),
         "ratio_api_vs_raw": round(rate["A"] / rate["R"], 4),
         # The Ingester's own time inside the tasks over the whole API path (uploads, queue, polling).
         "worker_ingester_share_of_api_s": round(totals["W"] / totals["A"], 4),
-        "per_block_ratio_api_vs_inprocess": [round(r["I_s"] / r["A_s"] * r["chunks_api"] / r["chunks_inprocess"], 4)
-                                             for r in rows],
+        "per_block_ratio_api_vs_inprocess": [
+            round(r["I_s"] / r["A_s"] * r["chunks_api"] / r["chunks_inprocess"], 4) for r in rows
+        ],
         "goal": 0.9,
         "goal_met": ratio >= 0.9,
     }
     _common.print_table(
         ["path", "seconds", "chunks", "chunks/s", "vs in-process"],
-        [["API + Celery worker", f"{totals['A']:.1f}", chunks["A"], f"{rate['A']:.1f}", f"{ratio:.1%}"],
-         ["  of which the Ingester in the worker", f"{totals['W']:.1f}", "", "", ""],
-         ["in-process Ingester", f"{totals['I']:.1f}", chunks["I"], f"{rate['I']:.1f}", "100.0%"],
-         ["raw embed_documents", f"{totals['R']:.1f}", chunks["I"], f"{rate['R']:.1f}", f"{rate['R'] / rate['I']:.1%}"]],
+        [
+            ["API + Celery worker", f"{totals['A']:.1f}", chunks["A"], f"{rate['A']:.1f}", f"{ratio:.1%}"],
+            ["  of which the Ingester in the worker", f"{totals['W']:.1f}", "", "", ""],
+            ["in-process Ingester", f"{totals['I']:.1f}", chunks["I"], f"{rate['I']:.1f}", "100.0%"],
+            [
+                "raw embed_documents",
+                f"{totals['R']:.1f}",
+                chunks["I"],
+                f"{rate['R']:.1f}",
+                f"{rate['R'] / rate['I']:.1%}",
+            ],
+        ],
         title=f"Ingestion, {len(blocks)} blocks (goal: API + worker >= 90 % of in-process)",
     )
     return result, kb_api
@@ -279,10 +314,17 @@ def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tu
         with SearchLoad([base], key, kb_id, queries, args.search_clients) as searches:
             if phase == "build":
                 started = time.perf_counter()
-                task_id, number = api.build_version(kb_id, {"chunk_size": args.rebuild_chunk_size, "activate": "manual"})
+                task_id, number = api.build_version(
+                    kb_id, {"chunk_size": args.rebuild_chunk_size, "activate": "manual"}
+                )
                 state = api.wait_tasks([task_id], poll_s=0.5)[0]
-                build = {"version": number, "seconds": round(time.perf_counter() - started, 1),
-                         "state": state["state"], "result": state["result"], "error": state["error"]}
+                build = {
+                    "version": number,
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "state": state["state"],
+                    "result": state["result"],
+                    "error": state["error"],
+                }
             else:
                 time.sleep(args.idle_s)
         records[phase] = searches.records
@@ -303,16 +345,27 @@ def part_rebuild(args, api: Api, base: str, key: str, kb_id: int, queries) -> tu
     }
     _common.print_table(
         ["searches", "n", "p50 ms", "p95 ms", "errors", "degraded"],
-        [[phase, s["n"], s["p50_ms"], s["p95_ms"], s["errors"], s["degraded"]]
-         for phase, s in [("idle (before + after)", idle), ("during the build", during)]]
+        [
+            [phase, s["n"], s["p50_ms"], s["p95_ms"], s["errors"], s["degraded"]]
+            for phase, s in [("idle (before + after)", idle), ("during the build", during)]
+        ]
         + [["during / idle", "", f"{p50_ratio:.2f}x", f"{p95_ratio:.2f}x", "", ""]],
         title=f"Search while version {build['version']} builds ({build['seconds']} s, {build['state']}; goal <= 1.5x, no error)",
     )
     return result, build["version"]
 
 
-def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new: int, old: int,
-                queries: list[str], log_paths: dict[str, Path]) -> dict:
+def part_switch(
+    args,
+    apis: dict[str, Api],
+    base: str,
+    key: str,
+    kb_id: int,
+    new: int,
+    old: int,
+    queries: list[str],
+    log_paths: dict[str, Path],
+) -> dict:
     """Alternate activating ``new`` and ``old`` while searches run, through the API of each server
     (with a cheap request before each, as a yardstick; servers in an order alternating round by
     round), then by calling the service in this process; check every answer's version."""
@@ -323,29 +376,49 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     activations = []  # {version, sent, answered, status, how, tree}
     reference_s: dict[str, list[float]] = {name: [] for name in apis}
     names = list(apis)
-    versions = {v.number: v for v in KnowledgeBaseVersion.objects.filter(knowledge_base_id=kb_id, number__in=[new, old])}
+    versions = {
+        v.number: v for v in KnowledgeBaseVersion.objects.filter(knowledge_base_id=kb_id, number__in=[new, old])
+    }
     bases = [str(api.client.base_url).rstrip("/") for api in apis.values()]  # searches load every server alike
     with SearchLoad(bases, key, kb_id, itertools.cycle(queries), args.search_clients) as searches:
         time.sleep(args.switch_gap_s)
         for round_ in range(args.switches):
-            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 for number in (new, old):
                     reference_s[name].append(apis[name].read_kb(kb_id))
                     sent = time.perf_counter()
                     status, seconds = apis[name].activate(kb_id, number)
-                    activations.append({"version": number, "sent": sent, "answered": sent + seconds, "status": status,
-                                        "how": "api", "tree": name})
+                    activations.append(
+                        {
+                            "version": number,
+                            "sent": sent,
+                            "answered": sent + seconds,
+                            "status": status,
+                            "how": "api",
+                            "tree": name,
+                        }
+                    )
                     time.sleep(args.switch_gap_s)
         for _ in range(args.switches):
             for number in (new, old):
                 sent = time.perf_counter()
                 activate_version(versions[number])
-                activations.append({"version": number, "sent": sent, "answered": time.perf_counter(), "status": 200,
-                                    "how": "service", "tree": None})
+                activations.append(
+                    {
+                        "version": number,
+                        "sent": sent,
+                        "answered": time.perf_counter(),
+                        "status": 200,
+                        "how": "service",
+                        "tree": None,
+                    }
+                )
                 time.sleep(args.switch_gap_s)
     records = searches.records
     version_of = dict(
-        Chunk.objects.filter(id__in={c for r in records for c in r["chunk_ids"]}).values_list("id", "kb_version__number")
+        Chunk.objects.filter(id__in={c for r in records for c in r["chunk_ids"]}).values_list(
+            "id", "kb_version__number"
+        )
     )
     # The version a search must show: the last one whose activation was answered before it started
     # (searches overlapping an activation may show either side).
@@ -361,15 +434,18 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
         if versions != {expected}:
             during = any(a["sent"] <= record["end"] and a["answered"] >= record["start"] for a in activations)
             if not during:
-                wrong.append({"expected": expected, "got": sorted(v or 0 for v in versions), "cached": record["cached"]})
+                wrong.append(
+                    {"expected": expected, "got": sorted(v or 0 for v in versions), "cached": record["cached"]}
+                )
     service_s = [a["answered"] - a["sent"] for a in activations if a["how"] == "service"]
     searches_summary = latency_summary(records)
     by_tree, rows = {}, []
     for name in names:
         server_ms, reference_server_ms = _access_log_ms(log_paths[name], log_offsets[name])
         over_api = [a for a in activations if a["tree"] == name]
-        client_s = {number: [a["answered"] - a["sent"] for a in over_api if a["version"] == number]
-                    for number in (new, old)}
+        client_s = {
+            number: [a["answered"] - a["sent"] for a in over_api if a["version"] == number] for number in (new, old)
+        }
         by_tree[name] = {
             "client_switch_ms": _common.summarize_ms(client_s[new]),
             "client_rollback_ms": _common.summarize_ms(client_s[old]),
@@ -381,15 +457,25 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
             "statuses": sorted({a["status"] for a in over_api}),
         }
         result = by_tree[name]
-        for label, summary in [("switch (client)", result["client_switch_ms"]),
-                               ("rollback (client)", result["client_rollback_ms"]),
-                               ("both (server, access log)", result["server_ms"]),
-                               ("yardstick: GET the KB (client)", result["reference_kb_read_client_ms"]),
-                               ("yardstick: GET the KB (server)", result["reference_kb_read_server_ms"])]:
+        for label, summary in [
+            ("switch (client)", result["client_switch_ms"]),
+            ("rollback (client)", result["client_rollback_ms"]),
+            ("both (server, access log)", result["server_ms"]),
+            ("yardstick: GET the KB (client)", result["reference_kb_read_client_ms"]),
+            ("yardstick: GET the KB (server)", result["reference_kb_read_server_ms"]),
+        ]:
             rows.append([name, label, summary["n"], summary["p50_ms"], summary["p95_ms"], summary["max_ms"]])
     service = _common.summarize_ms(service_s)
-    rows.append(["-", "both (activate_version() in-process)", len(service_s), service["p50_ms"], service["p95_ms"],
-                 service["max_ms"]])
+    rows.append(
+        [
+            "-",
+            "both (activate_version() in-process)",
+            len(service_s),
+            service["p50_ms"],
+            service["p95_ms"],
+            service["max_ms"],
+        ]
+    )
     worst_ms = max(a["answered"] - a["sent"] for a in activations if a["how"] == "api") * 1000
     result = {
         "activations": len(activations),
@@ -406,9 +492,11 @@ def part_switch(args, apis: dict[str, Api], base: str, key: str, kb_id: int, new
     _common.print_table(
         ["server", "activation", "n", "p50 ms", "p95 ms", "max ms"],
         rows,
-        title=(f"Switch {old} -> {new} and roll back, x{args.switches}, searches meanwhile: {searches_summary['n']} "
-               f"({searches_summary['errors']} failed, {len(wrong)} from the wrong version, {mixed} mixing versions, "
-               f"{searches_summary['cached']} cached; goal < 100 ms, no failed search)"),
+        title=(
+            f"Switch {old} -> {new} and roll back, x{args.switches}, searches meanwhile: {searches_summary['n']} "
+            f"({searches_summary['errors']} failed, {len(wrong)} from the wrong version, {mixed} mixing versions, "
+            f"{searches_summary['cached']} cached; goal < 100 ms, no failed search)"
+        ),
     )
     return result
 
@@ -452,15 +540,31 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     kb = create_knowledge_base(tenant=tenant, name=name)
     rng = np.random.default_rng(10)
     documents = Document.objects.bulk_create(
-        [Document(tenant=tenant, knowledge_base=kb, source_uri=f"synthetic/{i:05d}.txt", title=row["title"],
-                  doc_type="txt", status=Document.Status.READY, chunk_count=chunks_per_doc[0])
-         for i, row in enumerate(rows)]
+        [
+            Document(
+                tenant=tenant,
+                knowledge_base=kb,
+                source_uri=f"synthetic/{i:05d}.txt",
+                title=row["title"],
+                doc_type="txt",
+                status=Document.Status.READY,
+                chunk_count=chunks_per_doc[0],
+            )
+            for i, row in enumerate(rows)
+        ]
     )
     written = 0
     for number, parts in enumerate(chunks_per_doc, start=1):
-        version = kb.active_version if number == 1 else KnowledgeBaseVersion.objects.create(
-            knowledge_base=kb, number=number, status=KnowledgeBaseVersion.Status.READY, finished_at=timezone.now(),
-            **{setting: getattr(kb, setting) for setting in VERSION_SETTINGS},
+        version = (
+            kb.active_version
+            if number == 1
+            else KnowledgeBaseVersion.objects.create(
+                knowledge_base=kb,
+                number=number,
+                status=KnowledgeBaseVersion.Status.READY,
+                finished_at=timezone.now(),
+                **{setting: getattr(kb, setting) for setting in VERSION_SETTINGS},
+            )
         )
         batches = []
         for document, row in zip(documents, rows):
@@ -516,10 +620,21 @@ def main() -> int:
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    result: dict = {"config": vars(args), "machine": _common.machine_info(),
-                    "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-                    "code": _common.code_fingerprint(["knowledge/versions.py", "knowledge/documents.py", "knowledge/tasks.py",
-                                                      "knowledge/views.py", "retrieval/services", "retrieval/cache.py"])}
+    result: dict = {
+        "config": vars(args),
+        "machine": _common.machine_info(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "code": _common.code_fingerprint(
+            [
+                "knowledge/versions.py",
+                "knowledge/documents.py",
+                "knowledge/tasks.py",
+                "knowledge/views.py",
+                "retrieval/services",
+                "retrieval/cache.py",
+            ]
+        ),
+    }
     if args.before_tree:
         result["code_before"] = {"tree": str(args.before_tree)}
     tenant = tier = web = worker = before = None
@@ -566,8 +681,9 @@ def main() -> int:
                 apis, logs = {"after": api}, {"after": web_log}
                 if args.before_tree:
                     before, apis["before"], logs["before"] = start_before_server(args.before_tree, workdir, key)
-                result["switch"] = part_switch(args, apis, base, key, kb_id, new, 1,
-                                               query_texts[-args.switch_queries:], logs)
+                result["switch"] = part_switch(
+                    args, apis, base, key, kb_id, new, 1, query_texts[-args.switch_queries :], logs
+                )
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         return 0
     finally:
@@ -615,7 +731,7 @@ def synthetic_switch(args, tenant, workdir: Path) -> tuple[dict, subprocess.Pope
         if args.before_tree:
             before, apis["before"], logs["before"] = start_before_server(args.before_tree, workdir, key)
         _, query_texts = _common.scifact_passages_and_queries()
-        result = part_switch(args, apis, base, key, kb_id, 2, 1, query_texts[-args.switch_queries:], logs)
+        result = part_switch(args, apis, base, key, kb_id, 2, 1, query_texts[-args.switch_queries :], logs)
     finally:
         _common.stop_process(web)
     return {"setup": setup, **result}, before

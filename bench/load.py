@@ -15,6 +15,7 @@ one identical hybrid request sequentially (after one priming request).
 Cleanup (always): stop gunicorn, drop the KB's lexical index, delete the tenant and its tier.
 Writes bench/results/load-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,10 +62,17 @@ async def run_scenario(base, headers, endpoint, bodies, concurrency, max_request
     ms = [x * 1000 for x in latencies]
     errors = n - statuses.get(200, 0)
     return {
-        "concurrency": concurrency, "requests": n, "wall_s": round(wall, 2), "rps": round(n / wall, 1),
-        "p50_ms": round(_common.percentile(ms, 50), 1), "p95_ms": round(_common.percentile(ms, 95), 1),
-        "p99_ms": round(_common.percentile(ms, 99), 1), "max_ms": round(max(ms), 1) if ms else None,
-        "errors": errors, "error_rate": round(errors / n, 4) if n else None, "statuses": {str(k): v for k, v in statuses.items()},
+        "concurrency": concurrency,
+        "requests": n,
+        "wall_s": round(wall, 2),
+        "rps": round(n / wall, 1),
+        "p50_ms": round(_common.percentile(ms, 50), 1),
+        "p95_ms": round(_common.percentile(ms, 95), 1),
+        "p99_ms": round(_common.percentile(ms, 99), 1),
+        "max_ms": round(max(ms), 1) if ms else None,
+        "errors": errors,
+        "error_rate": round(errors / n, 4) if n else None,
+        "statuses": {str(k): v for k, v in statuses.items()},
         "cached_answers": cached,
     }
 
@@ -93,20 +101,27 @@ def main() -> int:
     levels = [int(x) for x in args.concurrency.split(",")]
     modes = [m.strip() for m in args.modes.split(",")]
     endpoints = {m: reverse(f"retrieval-{m}") for m in modes}
-    result = {"config": vars(args), "machine": _common.machine_info(),
-              "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    result = {
+        "config": vars(args),
+        "machine": _common.machine_info(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     tenant = tier = proc = None
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     try:
         tenant = create_tenant(_common.unique_name("bench-load"))
         tier = _common.unlimited_rate_tier(tenant)
         t0 = time.perf_counter()
-        call_command("ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="load-bench",
-                     no_progress=True)
+        call_command(
+            "ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="load-bench", no_progress=True
+        )
         kb = KnowledgeBase.objects.get(tenant=tenant, name="load-bench")
-        result["kb"] = {"source": "sample_kb/", "ingest_s": round(time.perf_counter() - t0, 1),
-                        "documents": kb.documents.count() if hasattr(kb, "documents") else None,
-                        "chunks": kb.active_version.chunks.count() if hasattr(kb.active_version, "chunks") else None}
+        result["kb"] = {
+            "source": "sample_kb/",
+            "ingest_s": round(time.perf_counter() - t0, 1),
+            "documents": kb.documents.count() if hasattr(kb, "documents") else None,
+            "chunks": kb.active_version.chunks.count() if hasattr(kb.active_version, "chunks") else None,
+        }
         print(f"ingested sample_kb: {result['kb']}", flush=True)
         headers = {"Authorization": f"Bearer {create_api_key(tenant=tenant, name='bench').raw_key}"}
         _, queries = _common.scifact_passages_and_queries()
@@ -135,11 +150,16 @@ def main() -> int:
         for c in levels:
             for m in modes:
                 load_before = os.getloadavg()[0]
-                r = asyncio.run(run_scenario(base, headers, endpoints[m], bodies(), c, args.max_requests, args.max_seconds))
+                r = asyncio.run(
+                    run_scenario(base, headers, endpoints[m], bodies(), c, args.max_requests, args.max_seconds)
+                )
                 r.update(mode=m, loadavg_1m_before=round(load_before, 2))
                 result["scenarios"].append(r)
-                print(f"{m:6s} c={c:2d}: {r['requests']} req {r['rps']} req/s p50 {r['p50_ms']} p95 {r['p95_ms']} "
-                      f"p99 {r['p99_ms']} errors {r['errors']} cached {r['cached_answers']} load {load_before:.2f}", flush=True)
+                print(
+                    f"{m:6s} c={c:2d}: {r['requests']} req {r['rps']} req/s p50 {r['p50_ms']} p95 {r['p95_ms']} "
+                    f"p99 {r['p99_ms']} errors {r['errors']} cached {r['cached_answers']} load {load_before:.2f}",
+                    flush=True,
+                )
 
         def same():
             while True:
@@ -148,10 +168,15 @@ def main() -> int:
         for m in ("hybrid", "bm25"):
             prime = asyncio.run(run_scenario(base, headers, endpoints[m], same(), 1, 1, 30))
             r = asyncio.run(run_scenario(base, headers, endpoints[m], same(), 1, args.cache_requests, args.max_seconds))
-            r.update(mode=f"{m} cache hit", first_request_ms=prime["p50_ms"], loadavg_1m_before=round(os.getloadavg()[0], 2))
+            r.update(
+                mode=f"{m} cache hit", first_request_ms=prime["p50_ms"], loadavg_1m_before=round(os.getloadavg()[0], 2)
+            )
             result["scenarios"].append(r)
-            print(f"cache hit {m}: first {prime['p50_ms']} ms, then p50 {r['p50_ms']} p95 {r['p95_ms']} p99 {r['p99_ms']} "
-                  f"cached {r['cached_answers']}/{r['requests']}", flush=True)
+            print(
+                f"cache hit {m}: first {prime['p50_ms']} ms, then p50 {r['p50_ms']} p95 {r['p95_ms']} p99 {r['p99_ms']} "
+                f"cached {r['cached_answers']}/{r['requests']}",
+                flush=True,
+            )
         return 0
     finally:
         if proc is not None:

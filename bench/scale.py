@@ -21,6 +21,7 @@ against the exact top-10 computed in numpy from the same vectors.
 Cleanup (always, unless --keep): gunicorn stopped, bench indexes dropped, rows and tenant deleted, the
 service's index rebuilt. Writes bench/results/scale-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common
+import numpy as np
 
 DIM = 384
 SLICE_ROWS = 100_000  # rows per COPY transaction (bounds the client's memory at 1M)
@@ -105,14 +105,18 @@ def build_keyword_index(version) -> int:
         return f"{passages[passage]} {analyzer.analyze(SYNTHETIC_TAG.lstrip() + tag)}"
 
     rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).values_list(
-        "id", "document_id", "document__context", "metadata__section", "content")
+        "id", "document_id", "document__context", "metadata__section", "content"
+    )
     for _, _, context, section, content in rows[:300]:
         if analyzed(context, section, content) != analyzer.analyze(contextual_text(context, content, section)):
             raise RuntimeError(f"analyzing passage and tag apart changes the tokens of {content[-40:]!r}")
-    documents = (LexicalDocument(chunk_id, doc_id, tenant_id, analyzed(context, section, content))
-                 for chunk_id, doc_id, context, section, content in rows.iterator(chunk_size=5000))
-    return get_lexical_index().rebuild(version.pk, documents, analyzer_version=analyzer.version,
-                                       dictionary_fingerprint=analyzer.dictionary_fingerprint)
+    documents = (
+        LexicalDocument(chunk_id, doc_id, tenant_id, analyzed(context, section, content))
+        for chunk_id, doc_id, context, section, content in rows.iterator(chunk_size=5000)
+    )
+    return get_lexical_index().rebuild(
+        version.pk, documents, analyzer_version=analyzer.version, dictionary_fingerprint=analyzer.dictionary_fingerprint
+    )
 
 
 def plan_shape(explain: list) -> str:
@@ -135,8 +139,10 @@ def exact_or_hnsw(scope, compiled: dict, vectors: np.ndarray, queries: int, max_
     from engines.pgvector_index import PgVectorIndex, register_vector_type
 
     depth = settings.SEARCH_CANDIDATES
-    forced = {"exact": PgVectorIndex("knowledge_chunk", exact_scan_threshold=10**12),
-              "hnsw": PgVectorIndex("knowledge_chunk", exact_scan_threshold=0)}
+    forced = {
+        "exact": PgVectorIndex("knowledge_chunk", exact_scan_threshold=10**12),
+        "hnsw": PgVectorIndex("knowledge_chunk", exact_scan_threshold=0),
+    }
     out = {}
     for name, spec in compiled.items():
         where, params = PgVectorIndex._where(scope, spec.sql)
@@ -153,15 +159,18 @@ def exact_or_hnsw(scope, compiled: dict, vectors: np.ndarray, queries: int, max_
             planner = plan_shape(cursor.fetchone()[0])
         paths = [path for path in forced if path == "hnsw" or matching <= max_exact_rows]
         times: dict = {path: [] for path in paths}
-        short = {path: 0 for path in paths}
+        short = dict.fromkeys(paths, 0)
         for i, vector in enumerate(vectors[:queries]):
-            for path in paths[i % len(paths):] + paths[: i % len(paths)]:
+            for path in paths[i % len(paths) :] + paths[: i % len(paths)]:
                 started = time.perf_counter()
                 hits = forced[path].search(scope, vector, depth, spec.sql, plan=matching)
                 times[path].append(time.perf_counter() - started)
                 short[path] += len(hits) < min(depth, matching)
-        out[name] = {"matching_rows": matching, "planner_unsteered": planner,
-                     **{path: {**_common.summarize_ms(times[path]), "short": short[path]} for path in paths}}
+        out[name] = {
+            "matching_rows": matching,
+            "planner_unsteered": planner,
+            **{path: {**_common.summarize_ms(times[path]), "short": short[path]} for path in paths},
+        }
     return out
 
 
@@ -184,12 +193,17 @@ def keyword_filter_cost(tenant, version, compiled: dict, queries: list[str], lim
     versions = (version.pk,)
     out = {}
     for name, spec in compiled.items():
-        times: dict = {"read_ids": [], "index_inside_ids": [], "index_unfiltered": [],
-                       "leg_inside_ids": [], "leg_without_ids": []}
+        times: dict = {
+            "read_ids": [],
+            "index_inside_ids": [],
+            "index_unfiltered": [],
+            "leg_inside_ids": [],
+            "leg_without_ids": [],
+        }
         allowed, differing = None, 0
         for i, text in enumerate(queries):
             hits, paths = {}, [("leg_inside_ids", 10**9), ("leg_without_ids", 1)]
-            for path, cap in paths[i % 2:] + paths[: i % 2]:
+            for path, cap in paths[i % 2 :] + paths[: i % 2]:
                 request = SearchRequest(query=text, mode="bm25", top_k=10, filters=FILTERS[name])
                 with override_settings(LEXICAL_FILTER_MAX_IDS=cap, SEARCH_CACHE_TTL_S=0):
                     started = time.perf_counter()
@@ -206,8 +220,11 @@ def keyword_filter_cost(tenant, version, compiled: dict, queries: list[str], lim
             started = time.perf_counter()
             index.search(version.pk, tenant.pk, tokens, depth, None)
             times["index_unfiltered"].append(time.perf_counter() - started)
-        out[name] = {"ids": None if allowed is None else len(allowed), "legs_differing": differing,
-                     **{part: _common.summarize_ms(seconds)["p50_ms"] for part, seconds in times.items()}}
+        out[name] = {
+            "ids": None if allowed is None else len(allowed),
+            "legs_differing": differing,
+            **{part: _common.summarize_ms(seconds)["p50_ms"] for part, seconds in times.items()},
+        }
     return out
 
 
@@ -290,9 +307,12 @@ class PeakMemory:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,300000,1000000", help="ascending row counts")
-    parser.add_argument("--grid", default="vector:16:64:300000,halfvec:16:64:300000",
-                        help="comma list of storage:m:ef_construction:largest_size variants built by the bench "
-                        "besides the service's own index ('' for none)")
+    parser.add_argument(
+        "--grid",
+        default="vector:16:64:300000,halfvec:16:64:300000",
+        help="comma list of storage:m:ef_construction:largest_size variants built by the bench "
+        "besides the service's own index ('' for none)",
+    )
     parser.add_argument("--grid-from", type=int, default=0, help="build the grid variants only at sizes from this one")
     parser.add_argument("--recall-queries", type=int, default=200)
     parser.add_argument("--requests", type=int, default=100, help="timed HTTP requests per scenario and size")
@@ -300,17 +320,33 @@ def main() -> int:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--maintenance-work-mem", default="4GB")
     parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--vector-only", action="store_true",
-                        help="no keyword index and no HTTP: builds, recall and in-process searches only")
-    parser.add_argument("--threshold-queries", type=int, default=30,
-                        help="queries per filter for the exact-vs-HNSW comparison (0: skip it)")
-    parser.add_argument("--max-exact-rows", type=int, default=200_000,
-                        help="filters matching more rows are not scanned exactly in that comparison")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the tenant, its rows and indexes for a later --reuse (prints its id)")
-    parser.add_argument("--reuse", type=int, metavar="TENANT_ID",
-                        help="a tenant a --keep run left: no load or builds, the exact-vs-HNSW comparison and "
-                        "HTTP on its rows as they are, then the cleanup (unless --keep)")
+    parser.add_argument(
+        "--vector-only",
+        action="store_true",
+        help="no keyword index and no HTTP: builds, recall and in-process searches only",
+    )
+    parser.add_argument(
+        "--threshold-queries",
+        type=int,
+        default=30,
+        help="queries per filter for the exact-vs-HNSW comparison (0: skip it)",
+    )
+    parser.add_argument(
+        "--max-exact-rows",
+        type=int,
+        default=200_000,
+        help="filters matching more rows are not scanned exactly in that comparison",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the tenant, its rows and indexes for a later --reuse (prints its id)"
+    )
+    parser.add_argument(
+        "--reuse",
+        type=int,
+        metavar="TENANT_ID",
+        help="a tenant a --keep run left: no load or builds, the exact-vs-HNSW comparison and "
+        "HTTP on its rows as they are, then the cleanup (unless --keep)",
+    )
     args = parser.parse_args()
     sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
     grid = [Variant.parse(x) for x in args.grid.split(",") if x.strip()]
@@ -321,11 +357,11 @@ def main() -> int:
     import logging
 
     import httpx
+    import vector_search as vs
     from django.conf import settings
     from django.db import connection, transaction
     from django.urls import reverse
 
-    import vector_search as vs
     from engines.base import SearchScope
     from engines.embedders import get_embedder
     from engines.pgvector_index import hnsw_index_name, register_vector_type
@@ -344,9 +380,12 @@ def main() -> int:
         "config": vars(args),
         "machine": _common.machine_info(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "settings": {"SEARCH_CANDIDATES": depth, "HNSW_EF_SEARCH": settings.HNSW_EF_SEARCH,
-                     "VECTOR_EXACT_SCAN_THRESHOLD": settings.VECTOR_EXACT_SCAN_THRESHOLD,
-                     "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND},
+        "settings": {
+            "SEARCH_CANDIDATES": depth,
+            "HNSW_EF_SEARCH": settings.HNSW_EF_SEARCH,
+            "VECTOR_EXACT_SCAN_THRESHOLD": settings.VECTOR_EXACT_SCAN_THRESHOLD,
+            "EMBEDDING_BACKEND": settings.EMBEDDING_BACKEND,
+        },
         "code": _common.code_fingerprint(["engines/pgvector_index.py", "retrieval/services"]),
         "sizes": {},
     }
@@ -377,9 +416,12 @@ def main() -> int:
             build()
             seconds = time.perf_counter() - started
         execute("RESET maintenance_work_mem")
-        return {"build_s": round(seconds, 1), "peak_mem_mb": round(memory.peak_bytes / 2**20),
-                "mem_before_mb": round(baseline / 2**20),
-                "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+        return {
+            "build_s": round(seconds, 1),
+            "peak_mem_mb": round(memory.peak_bytes / 2**20),
+            "mem_before_mb": round(baseline / 2**20),
+            "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
 
     try:
         passages, queries = _common.scifact_passages_and_queries()
@@ -387,7 +429,7 @@ def main() -> int:
         real, _, from_cache = vs.real_vectors(embedder, passages, cache=True)
         result["real_vectors"] = {"model": embedder.model_name, "count": len(real), "from_cache": from_cache}
         contents = [p[:1000] for p in passages]
-        recall_vectors = np.asarray(embedder.embed_documents(queries[-args.recall_queries:]), dtype=np.float32)
+        recall_vectors = np.asarray(embedder.embed_documents(queries[-args.recall_queries :]), dtype=np.float32)
         http_queries = queries[: args.warmup + args.requests]
 
         rng = np.random.default_rng(args.seed)
@@ -408,14 +450,15 @@ def main() -> int:
         def probe_and_serve(entry: dict) -> None:
             """The exact-vs-HNSW comparison, the filtered BM25 leg's parts, then HTTP."""
             if args.threshold_queries:
-                entry["exact_or_hnsw"] = exact_or_hnsw(scope, compiled, recall_vectors, args.threshold_queries,
-                                                       args.max_exact_rows)
+                entry["exact_or_hnsw"] = exact_or_hnsw(
+                    scope, compiled, recall_vectors, args.threshold_queries, args.max_exact_rows
+                )
                 print(f"  exact or HNSW: {entry['exact_or_hnsw']}", flush=True)
             if args.vector_only:
                 return
             entry["keyword_filter_p50_ms"] = keyword_filter_cost(
-                tenant, version, compiled, http_queries[: args.threshold_queries or 30],
-                settings.LEXICAL_FILTER_MAX_IDS)
+                tenant, version, compiled, http_queries[: args.threshold_queries or 30], settings.LEXICAL_FILTER_MAX_IDS
+            )
             print(f"  keyword filter p50 ms: {entry['keyword_filter_p50_ms']}", flush=True)
             entry["http"] = http_run(args, key, http_queries, workdir, reverse, httpx)
             print_http(entry["http"])
@@ -440,8 +483,15 @@ def main() -> int:
             for first in range(loaded, size, SLICE_ROWS):
                 rows = min(SLICE_ROWS, size - first)
                 vectors, main_component = vs.synthesize(real, rows, rng)
-                vs.load_synthetic_documents(kb, contents, vectors, main_component, rows // CHUNKS_PER_DOC,
-                                            first_row=first, metadata=business_fields)
+                vs.load_synthetic_documents(
+                    kb,
+                    contents,
+                    vectors,
+                    main_component,
+                    rows // CHUNKS_PER_DOC,
+                    first_row=first,
+                    metadata=business_fields,
+                )
                 all_vectors[first : first + rows] = vectors
             loaded = size
             entry["copy_s"] = round(time.perf_counter() - started, 1)
@@ -455,18 +505,24 @@ def main() -> int:
                 build_keyword_index(version)
                 entry["lexical_rebuild_s"] = round(time.perf_counter() - started, 1)
             entry["table_total_mb"] = round(execute("SELECT pg_total_relation_size('knowledge_chunk')")[0][0] / 2**20)
-            print(f"  COPY {entry['copy_s']} s, lexical index {entry.get('lexical_rebuild_s')} s, "
-                  f"table {entry['table_total_mb']} MB", flush=True)
+            print(
+                f"  COPY {entry['copy_s']} s, lexical index {entry.get('lexical_rebuild_s')} s, "
+                f"table {entry['table_total_mb']} MB",
+                flush=True,
+            )
 
             # row g of all_vectors <-> the g-th chunk id of the tenant (one COPY per slice, in row order)
-            ids = np.array([r[0] for r in execute(
-                "SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])])
+            ids = np.array(
+                [r[0] for r in execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
+            )
             for g in rng.integers(0, size, 5):
                 content = execute("SELECT content FROM knowledge_chunk WHERE id = %s", [int(ids[g])])[0][0]
                 if not content.endswith(f"[synthetic chunk {g}]"):
                     raise RuntimeError(f"row {g} is not chunk id {ids[g]}: ids are not in COPY order")
-            truth = {name: exact_top_k(all_vectors[:size], recall_vectors, args.top_k, filter_mask(name, size))
-                     for name in (None, *FILTERS)}
+            truth = {
+                name: exact_top_k(all_vectors[:size], recall_vectors, args.top_k, filter_mask(name, size))
+                for name in (None, *FILTERS)
+            }
             register_vector_type()
             # the numpy truth against PostgreSQL's own exact scan, for a few queries
             for q in range(3):
@@ -475,7 +531,8 @@ def main() -> int:
                     cursor.execute(
                         f"SELECT id FROM knowledge_chunk WHERE tenant_id = %s AND embedding_dim = {DIM} "
                         f"ORDER BY (embedding::vector({DIM})) <=> %s LIMIT %s",
-                        [tenant.pk, recall_vectors[q], args.top_k])
+                        [tenant.pk, recall_vectors[q], args.top_k],
+                    )
                     sql_ids = {row[0] for row in cursor.fetchall()}
                     cursor.execute("RESET enable_indexscan")
                 overlap = len(sql_ids & set(ids[truth[None][q]].tolist()))
@@ -495,9 +552,12 @@ def main() -> int:
                         times.append(time.perf_counter() - t0)
                         short += len(hits) < args.top_k
                         recalls.append(len(set(hits[: args.top_k]) & set(ids[expected].tolist())) / args.top_k)
-                    out[name or "none"] = {"recall_at_10": round(float(np.mean(recalls)), 4),
-                                           "min_recall": round(min(recalls), 2), "short": short,
-                                           **_common.summarize_ms(times)}
+                    out[name or "none"] = {
+                        "recall_at_10": round(float(np.mean(recalls)), 4),
+                        "min_recall": round(min(recalls), 2),
+                        "short": short,
+                        **_common.summarize_ms(times),
+                    }
                 return out
 
             entry["variants"] = {}
@@ -512,24 +572,28 @@ def main() -> int:
                     extra = f" AND ({sql_filter.sql})" if sql_filter else ""
                     with transaction.atomic(), connection.cursor() as cursor:
                         # steered to the graph walk as the engine steers its own (no sort)
-                        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true), "
-                                       "set_config('enable_sort', 'off', true)", [str(ef_search)])
+                        cursor.execute(
+                            "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)",
+                            [str(ef_search)],
+                        )
                         cursor.execute(
                             f"SELECT id, (embedding::{variant.storage}({DIM})) <=> "
                             f"(%s::vector({DIM}))::{variant.storage}({DIM}) AS distance FROM knowledge_chunk "
                             f"WHERE tenant_id = %s AND kb_version_id = %s AND embedding_dim = {DIM}{extra} "
                             "ORDER BY distance LIMIT %s",
-                            [qv, tenant.pk, version.pk, *(sql_filter.params if sql_filter else []), depth])
+                            [qv, tenant.pk, version.pk, *(sql_filter.params if sql_filter else []), depth],
+                        )
                         rows = cursor.fetchall()
                     return [chunk_id for chunk_id, _ in sorted(rows, key=lambda row: row[1])]
 
                 build["search"] = measure(variant_search)
                 entry["variants"][variant.label] = build
-                print(f"  {variant.label}: build {build['build_s']} s, peak {build['peak_mem_mb']} MB, "
-                      f"index {build['index_mb']} MB, recall@10 "
-                      + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)"
-                                  for k, v in build["search"].items()),
-                      flush=True)
+                print(
+                    f"  {variant.label}: build {build['build_s']} s, peak {build['peak_mem_mb']} MB, "
+                    f"index {build['index_mb']} MB, recall@10 "
+                    + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
+                    flush=True,
+                )
                 execute(f"DROP INDEX {variant.name}")
 
             # the service's own index and search path
@@ -539,13 +603,19 @@ def main() -> int:
             build["indexdef"] = execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [service_index])[0][0]
             execute("ANALYZE knowledge_chunk")
             engine = vector_index()
-            build["search"] = measure(lambda qv, name: [
-                hit.chunk_id for hit in engine.search(scope, qv, depth, compiled[name].sql if name else no_filter.sql)])
+            build["search"] = measure(
+                lambda qv, name: [
+                    hit.chunk_id
+                    for hit in engine.search(scope, qv, depth, compiled[name].sql if name else no_filter.sql)
+                ]
+            )
             entry["service_index"] = build
-            print(f"  service index ({build['indexdef'].split(' USING ')[1]}): build {build['build_s']} s, "
-                  f"peak {build['peak_mem_mb']} MB, index {build['index_mb']} MB, recall@10 "
-                  + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
-                  flush=True)
+            print(
+                f"  service index ({build['indexdef'].split(' USING ')[1]}): build {build['build_s']} s, "
+                f"peak {build['peak_mem_mb']} MB, index {build['index_mb']} MB, recall@10 "
+                + ", ".join(f"{k} {v['recall_at_10']:.3f} ({v['p50_ms']} ms)" for k, v in build["search"].items()),
+                flush=True,
+            )
 
             probe_and_serve(entry)
             entry["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -558,8 +628,10 @@ def main() -> int:
             tenant = None
         if tenant is not None:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'bench_scale_%%' "
-                               "OR indexname = %s", [hnsw_index_name(DIM)])
+                cursor.execute(
+                    "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'bench_scale_%%' OR indexname = %s",
+                    [hnsw_index_name(DIM)],
+                )
                 for (name,) in cursor.fetchall():
                     cursor.execute(f'DROP INDEX IF EXISTS "{name}"')
                 started = time.perf_counter()
@@ -584,8 +656,11 @@ def main() -> int:
 
 
 def print_http(http: dict) -> None:
-    print("  HTTP p50 (p95) ms: " + ", ".join(
-        f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in http.items()), flush=True)
+    print(
+        "  HTTP p50 (p95) ms: "
+        + ", ".join(f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in http.items()),
+        flush=True,
+    )
 
 
 def http_run(args, key: str, queries: list[str], workdir: Path, reverse, httpx) -> dict:
@@ -600,7 +675,7 @@ def http_run(args, key: str, queries: list[str], workdir: Path, reverse, httpx) 
         _common.wait_ready(proc, base_url)
         with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
             for i, query in enumerate(queries):
-                order = HTTP_SCENARIOS[i % len(HTTP_SCENARIOS):] + HTTP_SCENARIOS[: i % len(HTTP_SCENARIOS)]
+                order = HTTP_SCENARIOS[i % len(HTTP_SCENARIOS) :] + HTTP_SCENARIOS[: i % len(HTTP_SCENARIOS)]
                 for name, endpoint, filter_name in order:
                     body = {"query": query, "top_k": args.top_k, "rerank": False}
                     if filter_name:
@@ -620,8 +695,11 @@ def http_run(args, key: str, queries: list[str], workdir: Path, reverse, httpx) 
     finally:
         _common.stop_process(proc)
     return {
-        name: {**_common.summarize_ms(times[name]), "short": short[name],
-               "server_stage_p50_ms": {s: round(_common.percentile(v, 50), 2) for s, v in sorted(stages[name].items())}}
+        name: {
+            **_common.summarize_ms(times[name]),
+            "short": short[name],
+            "server_stage_p50_ms": {s: round(_common.percentile(v, 50), 2) for s, v in sorted(stages[name].items())},
+        }
         for name, _, _ in HTTP_SCENARIOS
     }
 

@@ -9,6 +9,7 @@ the same while ``--drippers`` connections each promise a 100-byte body and send 
 request unanswered within ``--request-timeout-s`` is a timeout; a scenario stops at its third. Cleanup
 (always): servers stopped, tenant and tier deleted. Writes bench/results/slow_clients-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,7 @@ import _common
 
 GIVE_UP_AFTER_TIMEOUTS = 3  # a stuck server is stuck: stop the scenario there
 SERVERS = {
-    "before (gthread 1x4, WSGI)": (
-        ("retrieval_site.wsgi:application", "-k", "gthread", "--threads", "4"), {}
-    ),
+    "before (gthread 1x4, WSGI)": (("retrieval_site.wsgi:application", "-k", "gthread", "--threads", "4"), {}),
     "after (asyncio + WSGI on 4 threads)": ((), {}),
 }
 
@@ -37,8 +36,10 @@ async def drip(port: int, key: str, stop: asyncio.Event) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
         return
-    head = (f"POST /api/v1/retrieval/hybrid HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    head = (
+        f"POST /api/v1/retrieval/hybrid HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
     try:
         writer.write(head.encode())
         while not stop.is_set():
@@ -61,9 +62,10 @@ async def timed_requests(port, key, queries, n, timeout_s):
     headers = {"Authorization": f"Bearer {key}", "Connection": "close"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s, headers=headers) as client:
         for _ in range(n):
-            for name, call in (("health", lambda: client.get("/health")),
-                               ("hybrid", lambda: client.post("/api/v1/retrieval/hybrid",
-                                                              json={"query": next(queries), "top_k": 10}))):
+            for name, call in (
+                ("health", lambda: client.get("/health")),
+                ("hybrid", lambda: client.post("/api/v1/retrieval/hybrid", json={"query": next(queries), "top_k": 10})),
+            ):
                 if sum(out["timeouts"].values()) >= GIVE_UP_AFTER_TIMEOUTS:
                     return out
                 started = time.perf_counter()
@@ -102,18 +104,25 @@ def main() -> int:
     import logging
 
     from django.core.management import call_command
+
     from tenants.services import create_api_key, create_tenant
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    result = {"config": vars(args), "machine": _common.machine_info(),
-              "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "runs": []}
+    result = {
+        "config": vars(args),
+        "machine": _common.machine_info(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "runs": [],
+    }
     tenant = tier = None
     procs = {}
     workdir = Path(tempfile.mkdtemp(prefix="bench-slow-"))
     try:
         tenant = create_tenant(_common.unique_name("bench-slow"))
         tier = _common.unlimited_rate_tier(tenant)
-        call_command("ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="slow-bench", no_progress=True)
+        call_command(
+            "ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="slow-bench", no_progress=True
+        )
         key = create_api_key(tenant=tenant, name="bench").raw_key
         _, texts = _common.scifact_passages_and_queries()
         queries = iter([f"{q} ({i})" for i, q in enumerate(texts * 20)])
@@ -130,10 +139,19 @@ def main() -> int:
             for kind, drippers in (("quiet", 0), ("slow", args.drippers)):
                 for name in SERVERS:
                     load = os.getloadavg()[0]
-                    raw = asyncio.run(scenario(ports[name], key, queries, args.requests, drippers, args.request_timeout_s))
-                    run = {"round": round_, "server": name, "scenario": kind, "loadavg_1m_before": round(load, 2),
-                           "timeouts": raw["timeouts"], "errors": raw["errors"],
-                           "health_ms": _summary(raw["health"]), "hybrid_ms": _summary(raw["hybrid"])}
+                    raw = asyncio.run(
+                        scenario(ports[name], key, queries, args.requests, drippers, args.request_timeout_s)
+                    )
+                    run = {
+                        "round": round_,
+                        "server": name,
+                        "scenario": kind,
+                        "loadavg_1m_before": round(load, 2),
+                        "timeouts": raw["timeouts"],
+                        "errors": raw["errors"],
+                        "health_ms": _summary(raw["health"]),
+                        "hybrid_ms": _summary(raw["hybrid"]),
+                    }
                     result["runs"].append(run)
                     print(run, flush=True)
         rows = []
@@ -146,8 +164,11 @@ def main() -> int:
                 timeouts = sum(sum(r["timeouts"].values()) for r in runs)
                 rows.append([name, kind, _median(health), _median(health99), _median(hybrid), timeouts])
         result["summary"] = rows
-        _common.print_table(["server", "scenario", "health p50", "health p99", "hybrid p50", "timeouts"], rows,
-                            title="median over rounds, ms")
+        _common.print_table(
+            ["server", "scenario", "health p50", "health p99", "hybrid p50", "timeouts"],
+            rows,
+            title="median over rounds, ms",
+        )
         return 0
     finally:
         for proc in procs.values():
@@ -162,7 +183,11 @@ def main() -> int:
 
 def _summary(seconds: list[float]) -> dict | None:
     ms = [s * 1000 for s in seconds]
-    return {"n": len(ms), "p50": round(_common.percentile(ms, 50), 1), "p99": round(_common.percentile(ms, 99), 1)} if ms else None
+    return (
+        {"n": len(ms), "p50": round(_common.percentile(ms, 50), 1), "p99": round(_common.percentile(ms, 99), 1)}
+        if ms
+        else None
+    )
 
 
 def _median(values: list[float]) -> float | None:

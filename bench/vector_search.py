@@ -15,6 +15,7 @@ latency through gunicorn (result cache off, scenarios interleaved query by query
 HNSW against exact search in the same scope. Cleanup (always): gunicorn stopped, tenant deleted, HNSW
 index rebuilt over the remaining rows. Writes bench/results/vector_search-<date>.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common
+import numpy as np
 
 INDEX_NAME = "chunk_embedding_hnsw_384"
 DOC_TYPES = ["txt", "md", "html", "pdf", "docx"]
@@ -140,19 +140,28 @@ def main() -> int:
     parser.add_argument("--ef", default="40,100,200", help="ef_search values for recall")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument(
-        "--torch-threads", default="1,2",
+        "--torch-threads",
+        default="1,2",
         help="comma list of TORCH_THREADS values for the server (and the in-process embedding timing); "
         "'default' = leave TORCH_THREADS unset (the server then uses its gunicorn config's default, the "
         "in-process timing settings.TORCH_THREADS)",
     )
-    parser.add_argument("--server-cache", action="store_true",
-                        help="leave the service's result cache on (default: SEARCH_CACHE_TTL_S=0 for the server)")
+    parser.add_argument(
+        "--server-cache",
+        action="store_true",
+        help="leave the service's result cache on (default: SEARCH_CACHE_TTL_S=0 for the server)",
+    )
     parser.add_argument("--http-budget-s", type=float, default=180, help="cap on timed HTTP seconds per config")
     parser.add_argument("--maintenance-work-mem", default="1GB", help="session setting for the HNSW build")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--no-cache", action="store_true", help="do not read/write the real-vector cache")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5",
+    )
     args = parser.parse_args()
     load_at_start = _common.wait_for_quiet(args.wait_quiet)
     ef_values = [int(x) for x in args.ef.split(",") if x.strip()]
@@ -165,12 +174,12 @@ def main() -> int:
     from django.db.models.functions import Cast
     from pgvector.django import CosineDistance, VectorField
 
+    from engines.base import SearchScope
+    from engines.embedders import get_embedder
+    from engines.pgvector_index import PgVectorIndex
     from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
-    from engines.embedders import get_embedder
-    from engines.base import SearchScope
-    from engines.pgvector_index import PgVectorIndex
     from retrieval.filters import compile_filters
     from tenants.services import create_api_key, create_tenant
 
@@ -198,9 +207,14 @@ def main() -> int:
         "machine": _common.machine_info(),
         "endpoint": endpoint,
         "code": _common.code_fingerprint(
-            ["retrieval/services", "retrieval/views.py", "engines/pgvector_index.py",
-             "engines/embedders/sentence_transformers_embedder.py", "knowledge/ingestion/chunk_copy.py",
-             "retrieval_site/settings"]
+            [
+                "retrieval/services",
+                "retrieval/views.py",
+                "engines/pgvector_index.py",
+                "engines/embedders/sentence_transformers_embedder.py",
+                "knowledge/ingestion/chunk_copy.py",
+                "retrieval_site/settings",
+            ]
         ),
     }
     result["loadavg_1m_at_start"] = round(load_at_start, 2)
@@ -222,8 +236,11 @@ def main() -> int:
         result["real_passages"] = {"count": len(real), "embed_s": round(embed_s, 1), "from_cache": cached}
         if not cached:
             result["real_passages"]["passages_per_s"] = round(len(real) / embed_s, 1)
-        print(f"real vectors: {len(real)} SciFact passages "
-              f"({'from cache' if cached else f'embedded in {embed_s:.0f} s, {len(real) / embed_s:.1f}/s'})", flush=True)
+        print(
+            f"real vectors: {len(real)} SciFact passages "
+            f"({'from cache' if cached else f'embedded in {embed_s:.0f} s, {len(real) / embed_s:.1f}/s'})",
+            flush=True,
+        )
 
         # --- 2. synthetic rows ----------------------------------------------------------------------
         rng = np.random.default_rng(args.seed)
@@ -260,8 +277,11 @@ def main() -> int:
             analyze_s = time.perf_counter() - started
             cursor.execute("SELECT pg_relation_size(%s), pg_total_relation_size('knowledge_chunk')", [INDEX_NAME])
             index_bytes, table_bytes = cursor.fetchone()
-        print(f"HNSW build over {indexed_rows} rows: {build_s:.1f} s (maintenance_work_mem {args.maintenance_work_mem}, "
-              f"default {default_mwm}); index {index_bytes / 1e6:.0f} MB; ANALYZE {analyze_s:.1f} s", flush=True)
+        print(
+            f"HNSW build over {indexed_rows} rows: {build_s:.1f} s (maintenance_work_mem {args.maintenance_work_mem}, "
+            f"default {default_mwm}); index {index_bytes / 1e6:.0f} MB; ANALYZE {analyze_s:.1f} s",
+            flush=True,
+        )
         result["load"] = {
             "chunks": args.chunks,
             "documents": args.docs,
@@ -308,8 +328,11 @@ def main() -> int:
                 embedder.embed_query(q)
                 times.append(time.perf_counter() - started)
             embedding_by_config[config] = {"torch_threads": torch.get_num_threads(), **_common.summarize_ms(times)}
-            print(f"in-process query embedding, torch threads {torch.get_num_threads()}: "
-                  f"p50 {embedding_by_config[config]['p50_ms']} ms", flush=True)
+            print(
+                f"in-process query embedding, torch threads {torch.get_num_threads()}: "
+                f"p50 {embedding_by_config[config]['p50_ms']} ms",
+                flush=True,
+            )
         torch.set_num_threads(settings.TORCH_THREADS)
         result["inprocess_query_embedding"] = embedding_by_config
         depth = settings.SEARCH_CANDIDATES
@@ -338,9 +361,12 @@ def main() -> int:
                     gin[f"{gin_index}_error"] = str(exc)
         gin["exact_search_after"] = timed_search(exact_index, rare, 50)
         result["gin_pending_list"] = gin
-        print(f"GIN pending list after the bulk load: {gin.get('chunk_metadata_gin_pending_pages_merged')} pages; "
-              f"exact search ({rare}, k={depth}) p50 {gin['exact_search_before']['p50_ms']} ms before merging, "
-              f"{gin['exact_search_after']['p50_ms']} ms after", flush=True)
+        print(
+            f"GIN pending list after the bulk load: {gin.get('chunk_metadata_gin_pending_pages_merged')} pages; "
+            f"exact search ({rare}, k={depth}) p50 {gin['exact_search_before']['p50_ms']} ms before merging, "
+            f"{gin['exact_search_after']['p50_ms']} ms after",
+            flush=True,
+        )
 
         index = PgVectorIndex(Chunk._meta.db_table)
         # The service asks each retriever for SEARCH_CANDIDATES rows (then fuses/dedups to top_k).
@@ -352,7 +378,7 @@ def main() -> int:
                     index.search(scope, qv, k, compiled[name].sql)
         for i, qv in enumerate(qvecs):
             names = list(SCENARIOS)
-            names = names[i % len(names):] + names[: i % len(names)]
+            names = names[i % len(names) :] + names[: i % len(names)]
             for name in names:
                 for k in depths:
                     started = time.perf_counter()
@@ -365,7 +391,10 @@ def main() -> int:
 
         # Exact scan vs HNSW at the service's depth, per scope: where should the exact threshold sit?
         result["inprocess_exact_vs_hnsw"] = {
-            name: {"exact": timed_search(exact_index, name, args.inprocess), "hnsw": timed_search(forced_hnsw, name, args.inprocess)}
+            name: {
+                "exact": timed_search(exact_index, name, args.inprocess),
+                "hnsw": timed_search(forced_hnsw, name, args.inprocess),
+            }
             for name in SCENARIOS
         }
 
@@ -374,8 +403,9 @@ def main() -> int:
         probe_times = {name: [] for name in SCENARIOS}
         scoped = {
             name: compiled[name].apply(
-                Chunk.objects.filter(tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids,
-                                     embedding_dim=scope.embedding_dim)
+                Chunk.objects.filter(
+                    tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
+                )
             )
             for name in SCENARIOS
         }
@@ -389,8 +419,9 @@ def main() -> int:
         plans = {}
         for name in SCENARIOS:
             candidates = compiled[name].apply(
-                Chunk.objects.filter(tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids,
-                                     embedding_dim=scope.embedding_dim)
+                Chunk.objects.filter(
+                    tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
+                )
             )
             distance = CosineDistance(Cast("embedding", VectorField(dimensions=384)), qvecs[0])
             nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
@@ -425,8 +456,8 @@ def main() -> int:
             ready_s = time.perf_counter() - started
             http_times = {name: [] for name in SCENARIOS}
             server_times = {name: [] for name in SCENARIOS}
-            short = {name: 0 for name in SCENARIOS}
-            cached = {name: 0 for name in SCENARIOS}
+            short = dict.fromkeys(SCENARIOS, 0)
+            cached = dict.fromkeys(SCENARIOS, 0)
             stages = {name: {} for name in SCENARIOS}
             # Each config gets its own queries, so nothing it sends was seen by an earlier config.
             offset = thread_configs.index(config) * (args.warmup + args.requests)
@@ -458,7 +489,7 @@ def main() -> int:
                         budget_hit = True
                         break
                     names = list(SCENARIOS)
-                    names = names[i % len(names):] + names[: i % len(names)]
+                    names = names[i % len(names) :] + names[: i % len(names)]
                     for name in names:
                         elapsed, payload = call(q, name)
                         http_times[name].append(elapsed)
@@ -488,8 +519,11 @@ def main() -> int:
                     for name in SCENARIOS
                 },
             }
-            print(f"HTTP with TORCH_THREADS={config}: done ({len(http_times['no filter'])} requests per scenario"
-                  f"{', time budget hit' if budget_hit else ''})", flush=True)
+            print(
+                f"HTTP with TORCH_THREADS={config}: done ({len(http_times['no filter'])} requests per scenario"
+                f"{', time budget hit' if budget_hit else ''})",
+                flush=True,
+            )
 
         # --- 5. recall@10: HNSW vs exact ---------------------------------------------------------------
         recall_queries = queries[-args.recall_queries :]
@@ -524,8 +558,11 @@ def main() -> int:
                     "kth_similarity_gap_max": round(max(gaps), 4) if gaps else None,
                     "search": _common.summarize_ms(times),
                 }
-            print(f"recall {name}: " + ", ".join(f"ef {ef} {recall[name][str(ef)]['recall_at_k']:.3f}" for ef in ef_values),
-                  flush=True)
+            print(
+                f"recall {name}: "
+                + ", ".join(f"ef {ef} {recall[name][str(ef)]['recall_at_k']:.3f}" for ef in ef_values),
+                flush=True,
+            )
         result["recall"] = {"queries": len(recall_vecs), "k": args.top_k, "by_scenario": recall}
 
         # --- report -----------------------------------------------------------------------------------------
@@ -544,19 +581,37 @@ def main() -> int:
             rows = []
             for name in SCENARIOS:
                 h = result["http"][config]["scenarios"][name]
-                rows.append([
-                    name, f"{selectivity[name]:,}",
-                    plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
-                    h["client"]["p50_ms"], h["client"]["p95_ms"], h["client"]["mean_ms"],
-                    h["server_view_latency"]["p50_ms"], h["server_stage_p50_ms"].get("embed"),
-                    h["server_stage_p50_ms"].get("vector"),
-                    result["inprocess_index_search"][name][f"k={depth}"]["p50_ms"],
-                    result["inprocess_count_probe"][name]["p50_ms"],
-                    h["responses_with_fewer_than_top_k"],
-                ])
+                rows.append(
+                    [
+                        name,
+                        f"{selectivity[name]:,}",
+                        plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
+                        h["client"]["p50_ms"],
+                        h["client"]["p95_ms"],
+                        h["client"]["mean_ms"],
+                        h["server_view_latency"]["p50_ms"],
+                        h["server_stage_p50_ms"].get("embed"),
+                        h["server_stage_p50_ms"].get("vector"),
+                        result["inprocess_index_search"][name][f"k={depth}"]["p50_ms"],
+                        result["inprocess_count_probe"][name]["p50_ms"],
+                        h["responses_with_fewer_than_top_k"],
+                    ]
+                )
             _common.print_table(
-                ["scenario", "rows", "plan", "HTTP p50", "p95", "mean", "view p50", "embed p50", "vector p50",
-                 f"in-proc k={depth}", "probe p50", "<k"],
+                [
+                    "scenario",
+                    "rows",
+                    "plan",
+                    "HTTP p50",
+                    "p95",
+                    "mean",
+                    "view p50",
+                    "embed p50",
+                    "vector p50",
+                    f"in-proc k={depth}",
+                    "probe p50",
+                    "<k",
+                ],
                 rows,
                 title=(
                     f"HTTP latency (ms), TORCH_THREADS={config}, {h['client']['n']} sequential requests per scenario, "
@@ -565,12 +620,25 @@ def main() -> int:
                 ),
             )
         _common.print_table(
-            ["scope", "rows", f"exact p50 (k={depth})", "exact p95", f"hnsw p50 (k={depth})", "hnsw p95", "default path"],
             [
-                [name, f"{selectivity[name]:,}",
-                 result["inprocess_exact_vs_hnsw"][name]["exact"]["p50_ms"], result["inprocess_exact_vs_hnsw"][name]["exact"]["p95_ms"],
-                 result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p50_ms"], result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p95_ms"],
-                 plans[name]["path"]]
+                "scope",
+                "rows",
+                f"exact p50 (k={depth})",
+                "exact p95",
+                f"hnsw p50 (k={depth})",
+                "hnsw p95",
+                "default path",
+            ],
+            [
+                [
+                    name,
+                    f"{selectivity[name]:,}",
+                    result["inprocess_exact_vs_hnsw"][name]["exact"]["p50_ms"],
+                    result["inprocess_exact_vs_hnsw"][name]["exact"]["p95_ms"],
+                    result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p50_ms"],
+                    result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p95_ms"],
+                    plans[name]["path"],
+                ]
                 for name in SCENARIOS
             ],
             title=f"In-process PgVectorIndex.search, exact vs HNSW forced (ms), threshold today {index.exact_scan_threshold}",
@@ -579,8 +647,17 @@ def main() -> int:
         for name in RECALL_SCENARIOS:
             for ef in ef_values:
                 r = recall[name][str(ef)]
-                rows.append([name, ef, f"{r['recall_at_k']:.3f}", r["min_recall"], r["queries_with_fewer_than_k"],
-                             r["exact_fallbacks"], r["search"]["p50_ms"]])
+                rows.append(
+                    [
+                        name,
+                        ef,
+                        f"{r['recall_at_k']:.3f}",
+                        r["min_recall"],
+                        r["queries_with_fewer_than_k"],
+                        r["exact_fallbacks"],
+                        r["search"]["p50_ms"],
+                    ]
+                )
         _common.print_table(
             ["scope", "ef_search", "recall@10", "min", "<10 rows", "exact fallbacks", "search p50 ms"],
             rows,
@@ -620,14 +697,16 @@ def main() -> int:
                             vector_index().ensure_index(384)
                             break
                         except DatabaseError as exc:
-                            print(f"WARNING: rebuilding {INDEX_NAME} failed (attempt {attempt}): {exc}", file=sys.stderr)
+                            print(
+                                f"WARNING: rebuilding {INDEX_NAME} failed (attempt {attempt}): {exc}", file=sys.stderr
+                            )
                             if attempt == 3:
                                 raise
                             time.sleep(5)
                             cursor.execute("VACUUM knowledge_chunk")
                 index_dropped = False
                 cleanup["vacuum_and_index_rebuild_s"] = round(time.perf_counter() - started, 1)
-        except Exception as exc:  # noqa: BLE001 - reported below, then re-raised
+        except Exception as exc:  # reported below, then re-raised
             cleanup_error = exc
             cleanup["error"] = repr(exc)
             print(

@@ -3,9 +3,8 @@ an event loop (gunicorn's asyncio worker, ``core.gunicorn_worker``).
 
 :class:`WSGIOnThreads` hands a request to Django on one of a fixed pool of threads only once its body
 has arrived whole, so a slow client costs a coroutine, not a thread; the threads live as long as the
-worker, so each keeps its database connection (``DB_CONN_MAX_AGE``) as the threaded worker's did.
-(Django's own ASGI handler was measured slower here: a thread per request, hops between the event loop
-and threads around the middleware, and a connection pool; docs/BENCHMARKS.md "Slow clients".)
+worker, so each keeps its database connection (``DB_CONN_MAX_AGE``). Django's own ASGI handler was
+slower here (docs/BENCHMARKS.md, "Slow clients").
 
 :class:`BoundedRequest`, in front of it, bounds what a slow client can cost:
 
@@ -19,13 +18,17 @@ and threads around the middleware, and a connection pool; docs/BENCHMARKS.md "Sl
 
 These answers are the service's JSON errors with a request id.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
+from typing import IO, Any
+from wsgiref.types import WSGIApplication
 
 from asgiref.wsgi import WsgiToAsgiInstance
 from django.conf import settings
@@ -34,6 +37,13 @@ from core.errors import error_document
 from core.request_id import REQUEST_ID_HEADER, accepted_request_id
 
 logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApplication = Callable[[Scope, Receive, Send], Awaitable[None]]
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
 
 DISCONNECT = {"type": "http.disconnect"}
 BODY_IN_MEMORY_BYTES = 1024 * 1024  # a larger body (an upload) waits for its thread in a temporary file
@@ -48,11 +58,11 @@ class WSGIOnThreads:
     holding one whole costs nothing a stream would save.
     """
 
-    def __init__(self, wsgi_application, threads: int):
+    def __init__(self, wsgi_application: WSGIApplication, threads: int):
         self.wsgi_application = wsgi_application
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="request")
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan: nothing to start or stop
             return
         with SpooledTemporaryFile(max_size=BODY_IN_MEMORY_BYTES) as body:
@@ -65,36 +75,43 @@ class WSGIOnThreads:
                 more = message.get("more_body", False)
             body.seek(0)
             loop = asyncio.get_running_loop()
-            answer = loop.create_future()
+            answer: asyncio.Future[Answer] = loop.create_future()
 
-            def deliver(response) -> None:  # on the request thread, before it closes the response
-                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(response))
+            def deliver(response: Answer) -> None:  # on the request thread, before it closes the response
+                def settle() -> None:
+                    if not answer.done():
+                        answer.set_result(response)
+
+                loop.call_soon_threadsafe(settle)
 
             # In the thread's own context, not a copy of the loop's: Django keeps per-thread state there
-            # (the cache clients are an asgiref Local, a context variable), which a fresh copy per request
-            # would rebuild every time (a Redis client, a connection and a PING per request: 0.3 of a
-            # cache hit). Like the threaded worker's, each thread's context lives as long as the thread.
+            # (the cache clients are an asgiref Local), which a fresh copy per request would rebuild
+            # every time (a Redis client, a connection and a PING). It lives as long as the thread.
             job = loop.run_in_executor(self.executor, self._respond, scope, body, deliver)
-            await asyncio.wait({answer, job}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {answer, job}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():
                 job.result()  # the request failed before it had an answer: raised here, as before
             status, headers, content = await answer
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    def _respond(self, scope, body, deliver) -> None:
+    def _respond(self, scope: Scope, body: IO[bytes], deliver: Callable[[Answer], None]) -> None:
         """Run the request; hand the answer to the loop, then close the response on this thread (Django
         ends its request there: work deferred to the close, like the dashboard counters, follows the
         answer out instead of delaying it, and the thread's database connection is tidied as before)."""
         adapter = WsgiToAsgiInstance(self.wsgi_application)  # asgiref's ASGI scope -> WSGI environ
         adapter.scope = scope
         environ = adapter.build_environ(scope, body)
-        started = []
+        started: list[Any] = []
 
-        def start_response(status, headers, exc_info=None):
-            started[:] = [int(status.split(" ", 1)[0]), [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]]
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: object = None) -> None:
+            started[:] = [
+                int(status.split(" ", 1)[0]),
+                [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers],
+            ]
 
-        result = self.wsgi_application(environ, start_response)
+        result = self.wsgi_application(environ, start_response)  # type: ignore[arg-type]  # Django never calls start_response's write()
         close = getattr(result, "close", lambda: None)
         try:
             content = b"".join(result)
@@ -111,17 +128,17 @@ class WSGIOnThreads:
 class BoundedRequest:
     """Bounds each HTTP request's body in time and size, and gives a chunked one its length (see above)."""
 
-    def __init__(self, app):
+    def __init__(self, app: ASGIApplication):
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         return await _Request(self.app, scope, receive, send).run()
 
 
 class _Request:
-    def __init__(self, app, scope, receive, send):
+    def __init__(self, app: ASGIApplication, scope: Scope, receive: Receive, send: Send):
         self.app, self.scope, self._receive, self._send = app, scope, receive, send
         self.headers = {name.lower(): value for name, value in scope["headers"]}
         self.ends_at: float | None = None  # set on the first read of the body
@@ -129,7 +146,7 @@ class _Request:
         self.body_done = False
         self.answered = False
 
-    async def run(self):
+    async def run(self) -> None:
         length = self.headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > settings.UPLOAD_MAX_REQUEST_BYTES:
             return await self.error(413, "payload_too_large", "The request body is larger than the allowed maximum.")
@@ -137,7 +154,7 @@ class _Request:
             return await self.run_chunked()
         return await self.app(self.scope, self.receive, self._send)
 
-    async def run_chunked(self):
+    async def run_chunked(self) -> None:
         body, more = b"", True
         while more and len(body) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             message = await self.receive()
@@ -148,7 +165,7 @@ class _Request:
         scope = {**self.scope, "headers": [*self.scope["headers"], (b"content-length", str(len(body)).encode())]}
         replayed = False
 
-        async def receive():
+        async def receive() -> Message:
             nonlocal replayed
             if replayed:
                 return await self.receive()
@@ -157,7 +174,7 @@ class _Request:
 
         return await self.app(scope, receive, self._send)
 
-    async def receive(self):
+    async def receive(self) -> Message:
         """The server's ``receive``, bounded in time and size until the body is complete."""
         if self.answered:
             return DISCONNECT
@@ -180,11 +197,13 @@ class _Request:
             self.body_done = not message.get("more_body", False)
         return message
 
-    async def error(self, status: int, code: str, message: str):
+    async def error(self, status: int, code: str, message: str) -> None:
         """Answers for Django, which then sees the client gone and answers nothing more."""
         self.answered = True
         request_id = accepted_request_id(self.headers.get(REQUEST_ID_HEADER.lower().encode(), b"").decode("latin-1"))
-        logger.warning("request refused before Django", extra={"status": status, "code": code, "request_id": request_id})
+        logger.warning(
+            "request refused before Django", extra={"status": status, "code": code, "request_id": request_id}
+        )
         body = json.dumps(error_document(code, message, request_id)).encode()
         headers = [
             (b"content-type", b"application/json"),

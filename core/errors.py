@@ -3,13 +3,15 @@
 Domain apps raise subclasses of :class:`DomainError` (each names its status and code); this module
 knows none of them.
 """
+
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import IntegrityError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import bad_request, page_not_found, permission_denied
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -23,11 +25,11 @@ logger = logging.getLogger(__name__)
 class DomainError(Exception):
     """An error a client can act on; subclasses pick the status and code."""
 
-    status_code = status.HTTP_400_BAD_REQUEST
+    status_code: int = status.HTTP_400_BAD_REQUEST
     code = "bad_request"
     retry_after_s: int | None = None  # set: the answer carries Retry-After (a 503 the client should retry)
 
-    def __init__(self, message: str, *, details: dict | None = None):
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None):
         super().__init__(message)
         self.message = message
         self.details = details
@@ -67,19 +69,19 @@ _DRF_CODES = {
 }
 
 
-def error_body(code: str, message: str, request, details=None) -> dict:
+def error_body(code: str, message: str, request: object, details: object = None) -> dict[str, Any]:
     return error_document(code, message, request_id_of(request), details)
 
 
-def error_document(code: str, message: str, request_id: str, details=None) -> dict:
+def error_document(code: str, message: str, request_id: str, details: object = None) -> dict[str, Any]:
     """The error shape, for answers made before Django has a request (the server, :mod:`core.asgi`)."""
-    error = {"code": code, "message": printable(message), "request_id": request_id}
+    error: dict[str, Any] = {"code": code, "message": printable(message), "request_id": request_id}
     if details:
         error["details"] = printable(details)
     return {"error": error}
 
 
-def printable(value):
+def printable(value: Any) -> Any:
     """``value`` with every string made encodable: an echoed lone surrogate becomes ``\\ud800``, never a 500."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -90,7 +92,7 @@ def printable(value):
     return value
 
 
-def _validation_message(detail) -> str:
+def _validation_message(detail: object) -> str:
     """Flatten DRF's nested error detail into one readable line: 'top_k: Ensure ... ; query: ...'."""
     if isinstance(detail, dict):
         parts = []
@@ -103,7 +105,7 @@ def _validation_message(detail) -> str:
     return str(detail)
 
 
-def api_exception_handler(exc, context):
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     request = context.get("request")
     if isinstance(exc, DomainError):
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
@@ -136,7 +138,7 @@ def api_exception_handler(exc, context):
     return response
 
 
-def _conflict(exc: IntegrityError, request) -> Response:
+def _conflict(exc: IntegrityError, request: object) -> Response:
     """The safety net behind the services, which map each unique constraint to their own conflict: a
     violation one of them missed is still the client's 409, never a 500."""
     constraint = violated_unique_constraint(exc)
@@ -145,25 +147,25 @@ def _conflict(exc: IntegrityError, request) -> Response:
     return Response(error_body("conflict", message, request), status=status.HTTP_409_CONFLICT)
 
 
-def json_400(request, exception=None):
+def json_400(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Django's own 400s (an unreadable or truncated body, a bad Host header) are JSON under ``/api/``."""
     if not request.path.startswith("/api/"):
         return bad_request(request, exception)
     return JsonResponse(error_body("bad_request", "The request could not be read.", request), status=400)
 
 
-def json_403(request, exception=None):
+def json_403(request: HttpRequest, exception: Exception) -> HttpResponse:
     if not request.path.startswith("/api/"):
         return permission_denied(request, exception)
     return JsonResponse(error_body("forbidden", "Forbidden.", request), status=403)
 
 
-def json_404(request, exception=None):
+def json_404(request: HttpRequest, exception: Exception) -> HttpResponse:
     if not request.path.startswith("/api/"):
         return page_not_found(request, exception)
     return JsonResponse(error_body("not_found", "No such endpoint.", request), status=404)
 
 
-def json_500(request):
+def json_500(request: HttpRequest) -> HttpResponse:
     logger.error("unhandled error", extra={"request_id": request_id_of(request)})
     return JsonResponse(error_body("internal_error", "Internal server error.", request), status=500)

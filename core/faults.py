@@ -5,6 +5,7 @@ it there. It only works with ``DEBUG`` or ``FAULT_INJECTION`` on; with neither, 
 the environment stops startup (``refuse_in_production``, called as the settings load), since a paused
 process would hang while it holds locks.
 """
+
 from __future__ import annotations
 
 import signal
@@ -25,7 +26,7 @@ def refuse_in_production(pause_at: str, *, debug: bool, fault_injection: bool) -
 
 def pause_at(boundary: str) -> None:
     """When ``CRASH_TEST_PAUSE_AT`` names this boundary: say so on stderr and wait to be killed."""
-    if settings.CRASH_TEST_PAUSE_AT != boundary:
+    if boundary != settings.CRASH_TEST_PAUSE_AT:
         return
     refuse_in_production(boundary, debug=settings.DEBUG, fault_injection=settings.FAULT_INJECTION)
     sys.stderr.write(f"paused at {boundary}\n")

@@ -5,24 +5,27 @@ DRF's fields are lenient: ``CharField`` takes ``123``, ``FloatField`` takes ``tr
 quietly reinterpreted. ``ShallowFieldsSerializer``: a serializer that validates a hot endpoint's body
 without rebuilding its fields per request; ``validated_body``: a body seen before is not validated again.
 """
+
 from __future__ import annotations
 
 import copy
 import threading
+from typing import Any
 
 from cachetools import LRUCache
 from rest_framework import serializers
+from rest_framework.request import Request
 
 
 class StrictCharField(serializers.CharField):
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
 class StrictIntegerField(serializers.IntegerField):
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
@@ -31,20 +34,20 @@ class StrictIntegerField(serializers.IntegerField):
 class StrictFloatField(serializers.FloatField):
     """A JSON number (an integer too); ``true`` and ``"1.5"`` are not numbers."""
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> float:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
 class StrictBooleanField(serializers.BooleanField):
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> bool:
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
 
 
-class ShallowFieldsSerializer(serializers.Serializer):
+class ShallowFieldsSerializer(serializers.Serializer[Any]):
     """A serializer whose instances take shallow copies of the declared fields instead of DRF's deep copies.
 
     DRF rebuilds every declared field per instance (``copy.deepcopy`` re-runs each field's ``__init__``) so
@@ -53,11 +56,11 @@ class ShallowFieldsSerializer(serializers.Serializer):
     copies (name, parent); what they share (children of lists and dicts, validators, choices) is read-only.
     """
 
-    def get_fields(self):
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         return {name: _unbound_copy(field) for name, field in self._declared_fields.items()}
 
 
-def _unbound_copy(field: serializers.Field) -> serializers.Field:
+def _unbound_copy(field: serializers.Field[Any, Any, Any, Any]) -> serializers.Field[Any, Any, Any, Any]:
     copied = copy.copy(field)
     copied.__dict__.pop("fields", None)  # a nested serializer builds its own fields, bound to the copy
     return copied
@@ -66,11 +69,11 @@ def _unbound_copy(field: serializers.Field) -> serializers.Field:
 # Bodies remembered per process: a search body is a few hundred bytes; larger ones are validated each time.
 REMEMBERED_BODIES = 1024
 REMEMBERED_BODY_BYTES = 4096
-_validated: LRUCache = LRUCache(maxsize=REMEMBERED_BODIES)
+_validated: LRUCache[tuple[type, str, bytes], dict[str, Any]] = LRUCache(maxsize=REMEMBERED_BODIES)
 _validated_lock = threading.Lock()
 
 
-def validated_body(request, serializer_class: type[serializers.Serializer]) -> dict:
+def validated_body(request: Request, serializer_class: type[serializers.Serializer[Any]]) -> dict[str, Any]:
     """``serializer_class``'s validated data for the DRF ``request``'s body, a copy the caller may change.
 
     A hot endpoint gets the same bodies again (every cached search answer is one), and parsing plus

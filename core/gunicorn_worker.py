@@ -12,12 +12,16 @@ of its own once the request is complete). On top of gunicorn's own worker this a
   requests on a connection have gunicorn's ``keepalive`` seconds, and bodies are bounded by
   :mod:`core.asgi`.
 """
+
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from http import HTTPStatus
+from typing import Any
 
 from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.workers import gasgi
@@ -36,29 +40,29 @@ CODES = {
 }
 
 
-class JSONErrorProtocol(ASGIProtocol):
-    _header_timer = None
+class JSONErrorProtocol(ASGIProtocol):  # type: ignore[misc]  # gunicorn has no types
+    _header_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         from django.conf import settings
 
         self._header_timer = self.worker.loop.call_later(settings.REQUEST_HEADER_TIMEOUT_S, self._headers_too_slow)
 
-    def _on_headers_complete(self):
+    def _on_headers_complete(self) -> Any:
         self._cancel_header_timer()
         return super()._on_headers_complete()
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         super().connection_lost(exc)
 
-    def _cancel_header_timer(self):
+    def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
-    def _headers_too_slow(self):
+    def _headers_too_slow(self) -> None:
         self._header_timer = None
         if self._closed:
             return
@@ -66,12 +70,14 @@ class JSONErrorProtocol(ASGIProtocol):
         self._close_transport()
         self._request_ready.set()  # the connection loop wakes, sees the connection closed, and ends
 
-    def _send_error_response(self, status, message, extra_headers=()):
+    def _send_error_response(self, status: int, message: str, extra_headers: Iterable[tuple[str, str]] = ()) -> None:
         from core.errors import error_document  # Django is set up once the worker has loaded the app
 
         request_id = uuid.uuid4().hex  # the request could not be read, so no X-Request-ID of the client's
         code = CODES.get(status, "bad_request" if status < 500 else "internal_error")
-        logger.warning("request refused by the server", extra={"status": status, "code": code, "request_id": request_id})
+        logger.warning(
+            "request refused by the server", extra={"status": status, "code": code, "request_id": request_id}
+        )
         body = json.dumps(error_document(code, _message(status, message), request_id)).encode()
         headers = "".join(f"{name}: {value}\r\n" for name, value in extra_headers)
         head = (
@@ -99,10 +105,10 @@ def _message(status: int, detail: str) -> str:
     return f"{summary}: {detail}" if detail and detail not in summary else f"{summary}."
 
 
-class Worker(gasgi.ASGIWorker):
+class Worker(gasgi.ASGIWorker):  # type: ignore[misc]  # gunicorn has no types
     """gunicorn's ASGI worker with :class:`JSONErrorProtocol` on every connection."""
 
-    def init_process(self):
+    def init_process(self) -> None:
         # gasgi's serving loop makes its connections with the module's ``ASGIProtocol``; this process
         # runs this worker class only, so it is pointed at the subclass before the loop starts.
         gasgi.ASGIProtocol = JSONErrorProtocol

@@ -6,6 +6,7 @@ store, which this floor cannot import). gunicorn workers load the model before t
 (``retrieval.warmup``); under any other server the first probe starts loading it in a background
 thread (3-6 s) and ``/ready`` answers 503 "loading" until it is done, so a probe never waits for it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
-from engines.embedders import EmbeddingError, get_embedder, loaded_embedders
 from engines import get_lexical_index
+from engines.embedders import EmbeddingError, get_embedder, loaded_embedders
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +120,8 @@ def _required(name: str) -> bool:
     return name != "cache" or not settings.RATE_LIMIT_FAIL_OPEN
 
 
-def run_checks() -> dict[str, dict]:
-    results = {}
+def run_checks() -> dict[str, dict[str, object]]:
+    results: dict[str, dict[str, object]] = {}
     for name, check in CHECKS.items():
         try:
             ok, message = True, check()
@@ -133,7 +134,7 @@ def run_checks() -> dict[str, dict]:
     return results
 
 
-def readiness() -> tuple[str, dict[str, dict]]:
+def readiness() -> tuple[str, dict[str, dict[str, object]]]:
     """``ready`` (every check passed), ``degraded`` (only optional ones failed) or ``not_ready``."""
     checks = run_checks()
     if all(check["ok"] for check in checks.values()):

@@ -6,22 +6,33 @@ another request is a 422; a retry while the first is still running is a 409 (a R
 with a TTL marks it in flight). 5xx responses are not stored, so a retry after a server error runs
 again. With Redis unreachable, requests pass through unprotected (logged) rather than failing.
 """
+
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django_redis import get_redis_connection
 from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from core.errors import ConflictError, DomainError
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
+
+if TYPE_CHECKING:
+    from rest_framework.views import APIView as _View  # what the mixin is mixed into
+else:
+    _View = object
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -61,7 +72,7 @@ class _Claim:
     token: str
     fingerprint: str
 
-    def store(self, response) -> None:
+    def store(self, response: HttpResponse) -> None:
         if response.status_code >= 500:
             return
         if hasattr(response, "render"):  # DRF renders lazily; rendering twice is a no-op
@@ -84,33 +95,33 @@ class _Claim:
             warn_redis_unavailable("idempotency", exc)
 
 
-class IdempotentPostMixin:
+class IdempotentPostMixin(_View):
     """For DRF views, after authentication and permissions: POSTs with an ``Idempotency-Key`` run once."""
 
     _claim: _Claim | None = None
 
-    def initial(self, request, *args, **kwargs) -> None:
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         key = request.headers.get(IDEMPOTENCY_HEADER)
         if request.method == "POST" and key is not None:
             self.before_idempotency(request)
             self._claim = _claim_key(request, key)
 
-    def before_idempotency(self, request) -> None:
+    def before_idempotency(self, request: Request) -> None:
         """Checks a view makes before the body is read for the key's fingerprint (e.g. its size)."""
 
-    def handle_exception(self, exc):
+    def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, _Replay):
-            return exc.response
+            return exc.response  # type: ignore[return-value]  # a plain HttpResponse: DRF finalizes any
         return super().handle_exception(exc)
 
-    def finalize_response(self, request, response, *args, **kwargs):
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         if self._claim is not None:
             self._claim.store(response)
         return response
 
-    def dispatch(self, request, *args, **kwargs):
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return super().dispatch(request, *args, **kwargs)
         finally:
@@ -118,7 +129,7 @@ class IdempotentPostMixin:
                 self._claim.release()
 
 
-def _claim_key(request, key: str) -> _Claim | None:
+def _claim_key(request: Request, key: str) -> _Claim | None:
     """Claim ``key`` for this request, or raise: a replay, a conflict, or an invalid key."""
     if not _VALID_KEY.fullmatch(key):
         raise InvalidIdempotencyKey(
@@ -126,7 +137,8 @@ def _claim_key(request, key: str) -> _Claim | None:
             details={"header": IDEMPOTENCY_HEADER},
         )
     fingerprint = _fingerprint(request)
-    record_key = cache.make_key(f"idempotency:{request.auth.tenant_id}:{key}")
+    api_key: Any = request.auth  # the tenants app's ApiKey
+    record_key = cache.make_key(f"idempotency:{api_key.tenant_id}:{key}")
     claim = _Claim(record_key, f"{record_key}:lock", f"{fingerprint}:{uuid.uuid4().hex}", fingerprint)
     try:
         stored, holder = _read_or_lock(claim)
@@ -164,7 +176,7 @@ def _read_or_lock(claim: _Claim) -> tuple[bytes | None, str | None]:
     raise IdempotencyInFlight(f"Requests with this {IDEMPOTENCY_HEADER} keep running; retry shortly.")
 
 
-def _fingerprint(request) -> str:
+def _fingerprint(request: Request) -> str:
     """Method, path and body; JSON bodies canonically, so key order and spacing do not matter; a
     multipart body by its fields and its files' names and contents (its boundary differs per retry)."""
     digest = hashlib.sha256(f"{request.method} {request.path}\n".encode())
@@ -179,15 +191,13 @@ def _fingerprint(request) -> str:
                 upload.seek(0)
         return digest.hexdigest()
     body = request.body
-    try:
+    with contextlib.suppress(ValueError, RecursionError):  # not JSON (the parser refuses it later): the raw bytes
         body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    except (ValueError, RecursionError):  # not JSON (the parser refuses it later): the raw bytes
-        pass
     digest.update(body)
     return digest.hexdigest()
 
 
-def _replayed(record: dict) -> HttpResponse:
+def _replayed(record: dict[str, Any]) -> HttpResponse:
     response = HttpResponse(record["body"], status=record["status"])
     for name, value in record["headers"].items():
         response[name] = value

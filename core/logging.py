@@ -4,13 +4,14 @@ The request-id middleware puts the id in a context variable; ``RequestIdFilter``
 log handler in ``settings.LOGGING``) copies it onto every record, whichever logger emitted it, so a
 JSON log line can be joined to the response that carried the same ``X-Request-ID``.
 """
+
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponse
@@ -38,7 +39,7 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
-def tenant_of(request: HttpRequest):
+def tenant_of(request: HttpRequest) -> Any:
     """The tenant DRF authenticated, if any: DRF copies ``request.auth`` (the API key) onto the
     Django request, which is all a middleware sees."""
     api_key = getattr(request, "auth", None)

@@ -5,14 +5,17 @@ DRF's ``JSONParser`` turns only ``ValueError`` into a 400: a body nested ~900 de
 surrogate (``"\\ud800"``) parsed to a string that no database, cache key or renderer can encode. All are
 refused here, at the edge.
 """
+
 from __future__ import annotations
 
 import codecs
 import json
 import math
+from collections.abc import Mapping
+from typing import IO, Any
 
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser, get_encoding
+from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF 3.18's, not in its stubs
 from rest_framework.utils.json import strict_constant
 
 # Far deeper than any valid request (filters nest at most 5 levels); deeper bodies only cost stack and CPU.
@@ -27,10 +30,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def refusal(data) -> str | None:
+def refusal(data: object) -> str | None:
     """Why ``data`` is unusable (nested deeper than ``MAX_JSON_DEPTH``, a string that is not valid Unicode), or
     None; walked without recursion, so the check itself cannot overflow the stack."""
-    pending = [(data, 1)]
+    pending: list[tuple[object, int]] = [(data, 1)]
     while pending:
         item, depth = pending.pop()
         if isinstance(item, (dict, list)):
@@ -49,7 +52,9 @@ def refusal(data) -> str | None:
 class StrictJSONParser(JSONParser):
     """``JSONParser`` that refuses too-deep nesting, non-finite numbers and lone surrogates with a 400."""
 
-    def parse(self, stream, media_type=None, parser_context=None):
+    def parse(
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:  # any JSON value, not only an object
         reader = codecs.getreader(get_encoding(parser_context or {}))
         try:
             data = json.load(reader(stream), parse_constant=strict_constant, parse_float=_finite_float)

@@ -7,16 +7,24 @@ over the limit is a 429 ``rate_limited`` with ``Retry-After``. With Redis unreac
 ``RATE_LIMIT_FAIL_OPEN`` decides: serve unlimited (logged), or refuse with 503 and ``Retry-After``;
 calls without a valid key still get their 401/403, never a 503 hiding why they are refused.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django_ratelimit.core import get_usage
 from rest_framework import exceptions
+from rest_framework.request import Request
 
 from core.errors import UnavailableError
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
+
+if TYPE_CHECKING:
+    from rest_framework.views import APIView as _View  # what the mixin is mixed into
+else:
+    _View = object
 
 ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
 
@@ -41,19 +49,19 @@ class RateLimitUsage:
         }
 
 
-class RateLimitedMixin:
+class RateLimitedMixin(_View):
     """For DRF views: count each call against the caller's limit for ``rate_limit_endpoint``."""
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         """The counter (and ``endpoint_limits`` entry) an authenticated call counts against."""
         raise NotImplementedError
 
-    def counts_against_limit(self, request) -> bool:
+    def counts_against_limit(self, request: Request) -> bool:
         """False: an authenticated call checked against the limit but not counted (a client's blind
         retry of a call counted already)."""
         return True
 
-    def perform_authentication(self, request) -> None:
+    def perform_authentication(self, request: Request) -> None:
         try:
             super().perform_authentication(request)
         except exceptions.APIException:
@@ -64,7 +72,7 @@ class RateLimitedMixin:
         else:
             self._count(request, self.rate_limit_endpoint(request), increment=self.counts_against_limit(request))
 
-    def _count(self, request, endpoint: str, *, increment: bool = True) -> None:
+    def _count(self, request: Request, endpoint: str, *, increment: bool = True) -> None:
         usage = count_call(request, endpoint, increment=increment)
         if usage is None:
             return
@@ -77,7 +85,7 @@ class RateLimitedMixin:
             )
 
 
-def count_call(request, endpoint: str, *, increment: bool = True) -> RateLimitUsage | None:
+def count_call(request: Request, endpoint: str, *, increment: bool = True) -> RateLimitUsage | None:
     """Count this call (``increment`` False: only check it). None: Redis is unreachable and the limiter
     fails open (else 503)."""
     if endpoint == ANONYMOUS:
@@ -85,16 +93,19 @@ def count_call(request, endpoint: str, *, increment: bool = True) -> RateLimitUs
         key = "ip" if request.META.get("REMOTE_ADDR") else (lambda group, request: "no-address")
         limit = settings.RATE_LIMIT_ANONYMOUS
     else:
-        tenant_key = f"tenant:{request.auth.tenant_id}"
-        key, limit = (lambda group, request: tenant_key), request.auth.tenant.rate_tier.limit_for(endpoint)
+        api_key: Any = request.auth  # the tenants app's ApiKey
+        tenant_key = f"tenant:{api_key.tenant_id}"
+        key, limit = (lambda group, request: tenant_key), api_key.tenant.rate_tier.limit_for(endpoint)
     try:
         usage = get_usage(
             request, group=endpoint, key=key, rate=(limit, settings.RATE_LIMIT_WINDOW_S), increment=increment
         )
     except REDIS_ERRORS as exc:
-        return _unavailable(exc, endpoint)
+        _unavailable(exc, endpoint)
+        return None
     if usage is None or usage["time_left"] < 0:  # django-ratelimit's fail-open / fail-closed answers
-        return _unavailable(RuntimeError("the rate-limit counter could not be updated"), endpoint)
+        _unavailable(RuntimeError("the rate-limit counter could not be updated"), endpoint)
+        return None
     return RateLimitUsage(
         limit=limit,
         remaining=max(0, limit - usage["count"]),

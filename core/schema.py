@@ -1,23 +1,27 @@
 """OpenAPI pieces every endpoint shares (drf-spectacular): the error shape with an example per code,
 and the API-key security schemes. Extensions register on import: ``CoreConfig.ready`` imports this.
 """
+
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 from core.idempotency import IDEMPOTENCY_KEY_PATTERN
 
 
-class ErrorDetailOutput(serializers.Serializer):
+class ErrorDetailOutput(serializers.Serializer[Any]):
     code = serializers.CharField(help_text="machine-readable, e.g. invalid_filter")
     message = serializers.CharField(help_text="human-readable; names the offending field or value")
     request_id = serializers.CharField(help_text="the X-Request-ID of the response")
     details = serializers.DictField(required=False, help_text="per-field messages of a 400 invalid_request")
 
 
-class ErrorOutput(serializers.Serializer):
+class ErrorOutput(serializers.Serializer[Any]):
     error = ErrorDetailOutput()
 
 
@@ -46,8 +50,10 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
         ],
     ),
     404: (
-        "A knowledge base the tenant does not have; on the knowledge API also one of its documents, versions or "
-        "sources, or a task (each with its own code); an unknown `?format=`.",
+        (
+            "A knowledge base the tenant does not have; on the knowledge API also one of its documents, versions or "
+            "sources, or a task (each with its own code); an unknown `?format=`."
+        ),
         [
             ("knowledge_base_not_found", "knowledge base(s) 999 not found"),
             ("document_not_found", "knowledge base 2 has no document 33"),
@@ -86,8 +92,10 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
                 "vector_index_unavailable",
                 "vector search is unavailable: unexpected OperationalError; details are in the service log",
             ),
-            ("graph_unavailable", "graph search is unavailable: unexpected OperationalError; details are in the "
-             "service log"),
+            (
+                "graph_unavailable",
+                "graph search is unavailable: unexpected OperationalError; details are in the service log",
+            ),
             ("reranker_unavailable", "reranking is unavailable: the reranker answered HTTP 500"),
             ("rate_limiter_unavailable", "Rate limiting is unavailable; retry shortly."),
         ],
@@ -132,10 +140,10 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     target_class = "tenants.authentication.ApiKeyAuthentication"
     name = ["BearerApiKey", "ApiKeyHeader"]
 
-    def get_security_requirement(self, auto_schema):
+    def get_security_requirement(self, auto_schema: AutoSchema) -> list[dict[str, list[Any]]]:
         return [{"BearerApiKey": []}, {"ApiKeyHeader": []}]
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> list[dict[str, Any]]:
         return [
             BEARER_SCHEME,
             {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "The same key, in its own header."},

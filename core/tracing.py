@@ -8,6 +8,7 @@ Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (OTLP over HTTP to ``<endpoint
 manager. Spans leave the process from a background thread (a batch processor, bounded by
 ``OTEL_EXPORTER_OTLP_TIMEOUT_S``), never on the request path.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,7 +31,7 @@ _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
 
 
-def span(name: str, **attributes: Any):
+def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[object]:
     """A child span of whatever span is current (the request's, or a caller's); a no-op when tracing is off.
 
     ``with span("embed", model=name): ...``. Threads see the current span only when they run in a copy
@@ -69,11 +70,10 @@ def configure_tracing(exporter: SpanExporter | None = None, *, batch: bool = Tru
     exporter = exporter or exporter_from_settings()
     if exporter is None:
         return
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
     shutdown_tracing()
     provider = TracerProvider(resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME}))

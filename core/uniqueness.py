@@ -2,6 +2,7 @@
 domain's conflict (or is resolved by the writer), so two concurrent creates give one success and one
 409, never a check-then-insert race or a 500.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -1,4 +1,5 @@
 """Operational endpoints: ``/health`` (liveness) and ``/ready`` (readiness); ``/metrics`` is in ``core.metrics``."""
+
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse

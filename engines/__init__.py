@@ -1,5 +1,6 @@
 """The configured lexical engine, built once per process: Elasticsearch when ``ELASTICSEARCH_URL`` is
 set, else the embedded tantivy index. (The vector index lives in the chunk table: ``knowledge.stores``.)"""
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -16,6 +16,7 @@ whitespace tokenizer, so they rank alike and a query matches exactly what was in
 
 Any change to the tokens this produces must bump ``ANALYZER_VERSION``: indexes store the version.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,7 @@ PATTERN = "pattern"
 ANALYZER_CACHE_SIZE = 256  # analyzers (one per distinct tenant dictionary) kept per process
 WORD_CACHE_SIZE = 100_000  # distinct words whose tokens are kept, per stopword set
 # Han runs whose jieba words are kept: graph extraction cuts what analysis just cut. Ingestion extracts a group
-# (up to 256 passages, ~15 runs each on CMRC 2018) while the next one is analyzed: 4,096 missed 3 in 4 runs
-# (extraction's CPU 3.2x); full on CMRC 2018 it holds ~10 MiB.
+# of passages while the next one is analyzed, so the cache holds a few groups' runs (about 10 MiB when full).
 HAN_RUN_CACHE_SIZE = 16_384
 CJK_SHARE = 0.3  # share of CJK ideographs from which a text counts as Chinese
 
@@ -115,7 +115,8 @@ def _segmenter() -> jieba.Tokenizer:
 def _dictionary_tags() -> dict[str, str]:
     """jieba's dictionary part-of-speech tag of each of its words (graph extraction reads them): read from
     the default dictionary, the segmenter's (a tokenizer that is never initialized only names the file)."""
-    return jieba.posseg.POSTokenizer(jieba.Tokenizer()).word_tag_tab
+    tags: dict[str, str] = jieba.posseg.POSTokenizer(jieba.Tokenizer()).word_tag_tab
+    return tags
 
 
 @_once
@@ -130,7 +131,8 @@ _STEMMER_LOCK = threading.Lock()  # PyStemmer documents its instances as not thr
 
 def _stem(word: str) -> str:
     with _STEMMER_LOCK:
-        return _STEMMER.stemWord(word)
+        stem: str = _STEMMER.stemWord(word)
+    return stem
 
 
 def _normalize(text: str) -> tuple[str, bool]:
@@ -149,12 +151,12 @@ def normalize(text: str) -> str:
     return _normalize(text)[0]
 
 
-def han_runs(text: str) -> Iterator[re.Match]:
+def han_runs(text: str) -> Iterator[re.Match[str]]:
     """The runs of Han characters in ``text``, in order."""
     return _HAN_RUNS.finditer(text)
 
 
-def latin_compounds(text: str) -> Iterator[re.Match]:
+def latin_compounds(text: str) -> Iterator[re.Match[str]]:
     """Words and compounds (``PPR-9087-BAT``, ``v2.3``) outside Han runs, as the analyzer cuts them."""
     return _WORDS.finditer(text)
 
@@ -166,7 +168,7 @@ def part_of_speech(han_text: str) -> list[tuple[str, str]]:
     """(word, tag) for a Han text: the analyzer's own segmentation, each word tagged from jieba's
     dictionary (``nr`` person, ``ns`` place, ``nt`` organisation, ``n`` noun...; ``OUT_OF_DICTIONARY``
     for the HMM's new words). jieba's POS tagger (``jieba.posseg``) gives nearly the same tags but runs a
-    part-of-speech HMM over every run of unknown characters: it cost 8x the segmentation on CMRC 2018."""
+    part-of-speech HMM over every run of unknown characters, several times the segmentation's cost."""
     tags = _dictionary_tags()
     return [(word, tags.get(word, OUT_OF_DICTIONARY)) for word in _han_words(han_text)]
 

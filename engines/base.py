@@ -1,4 +1,5 @@
 """Interfaces of the retrieval engines; one module per implementation beside this one."""
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ class SqlFilter:
     parameterized by the caller; empty: every row in scope passes."""
 
     sql: str = ""
-    params: tuple = ()
+    params: tuple[object, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.sql)
@@ -128,7 +129,7 @@ class LexicalIndex(ABC):
 
     @abstractmethod
     def rebuild(
-        self, version_id: int, chunks, *, analyzer_version: str, dictionary_fingerprint: str
+        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
     ) -> int:
         """Replace the whole index of a version with ``chunks`` (an iterable); returns the count."""
 

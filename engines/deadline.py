@@ -8,6 +8,7 @@ timeouts are capped by the same budget, see :func:`capped_timeout`), and at most
 run at once, so a hung peer cannot pile up threads: further calls wait in the queue and miss their
 deadline instead.
 """
+
 from __future__ import annotations
 
 import contextvars

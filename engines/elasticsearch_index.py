@@ -10,6 +10,7 @@ so Elasticsearch indexes exactly the tokens tantivy indexes. Scoring is Lucene's
 b = 0.75) on one shard, so collection statistics are exact. Lucene (since 8.0) drops BM25's constant
 ``(k1 + 1)`` factor that tantivy keeps: scores differ by that factor, rankings do not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,7 +64,7 @@ def _state_of(analyzer_version: str, dictionary_fingerprint: str) -> dict[str, s
     return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint}
 
 
-def _source(chunk: LexicalDocument) -> dict:
+def _source(chunk: LexicalDocument) -> dict[str, object]:
     return {"chunk_id": chunk.chunk_id, "doc_id": chunk.doc_id, "tenant_id": chunk.tenant_id, "body": chunk.text}
 
 
@@ -107,7 +108,15 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def replace_documents(self, version_id, doc_ids, chunks, *, analyzer_version, dictionary_fingerprint):
+    def replace_documents(
+        self,
+        version_id: int,
+        doc_ids: list[int],
+        chunks: list[LexicalDocument],
+        *,
+        analyzer_version: str,
+        dictionary_fingerprint: str,
+    ) -> None:
         alias = self._alias(version_id)
         with self._version_lock(version_id), _translated_errors("replace documents"):
             self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
@@ -116,7 +125,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             self._bulk_index(alias, chunks)
             self._writer().indices.refresh(index=alias)
 
-    def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
+    def rebuild(
+        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    ) -> int:
         alias = self._alias(version_id)
         target = f"{alias}-{time.time_ns()}"
         with self._version_lock(version_id), _translated_errors("rebuild"):
@@ -134,7 +145,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise
         return count
 
-    def drop(self, version_id):
+    def drop(self, version_id: int) -> None:
         with self._version_lock(version_id), _translated_errors("drop"):
             writer = self._writer()
             # Every generation, including orphans of an interrupted rebuild; names, since
@@ -145,12 +156,12 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- reads ----------------------------------------------------------------------------------
 
-    def ping(self):
+    def ping(self) -> str:
         with _translated_errors("answer a ping"):
             version = self.client.info()["version"]["number"]
         return f"Elasticsearch {version} answers"
 
-    def state(self, version_id):
+    def state(self, version_id: int) -> IndexState | None:
         alias = self._alias(version_id)
         with _translated_errors("read the index state"):
             try:
@@ -162,16 +173,24 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
         return IndexState(meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count)
 
-    def chunk_ids(self, version_id):
+    def chunk_ids(self, version_id: int) -> list[int]:
         with _translated_errors("list chunk ids"):
             try:
-                everything = {"query": {"match_all": {}}}
+                everything: dict[str, object] = {"query": {"match_all": {}}}
                 hits = scan(self._writer(), index=self._alias(version_id), query=everything, _source=False)
                 return [int(hit["_id"]) for hit in hits]
             except NotFoundError:
                 return []
 
-    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights=None):
+    def search(
+        self,
+        version_id: int,
+        tenant_id: int,
+        tokens: list[str],
+        limit: int,
+        allowed_chunk_ids: list[int] | None,
+        weights: list[float] | None = None,
+    ) -> list[LexicalHit]:
         if not tokens or limit <= 0 or allowed_chunk_ids == []:
             return []
         filters: list[Query] = [Term(tenant_id=tenant_id)]
@@ -198,7 +217,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
-    def max_score(self, version_id, tokens, weights=None):
+    def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
         """Document frequencies from the term vectors of an artificial document made of the tokens
         (one shard per index, so they are the index's own)."""
         if not tokens:
@@ -287,7 +306,8 @@ def _translated_errors(action: str) -> Iterator[None]:
     except BulkIndexError as exc:
         statuses = [item.get("status", 500) for result in exc.errors for item in result.values()]
         raise LexicalIndexError(
-            _cause_of_status(max(statuses, default=500)), f"Elasticsearch rejected documents ({action}): {exc.errors[:3]}"
+            _cause_of_status(max(statuses, default=500)),
+            f"Elasticsearch rejected documents ({action}): {exc.errors[:3]}",
         ) from exc
 
 

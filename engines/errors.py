@@ -1,4 +1,5 @@
 """The one error type engines raise for a failure the search can degrade around."""
+
 from __future__ import annotations
 
 

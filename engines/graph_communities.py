@@ -9,6 +9,7 @@ communities smaller than ``min_size``, belong to no community; a community Leide
 The default summary is extractive: the community's most central entities (weighted degree inside it),
 then the sentences of its passages that cover the most of them (an entity ranked i counts 1 / (1 + i)).
 """
+
 from __future__ import annotations
 
 import re
@@ -69,12 +70,7 @@ def _partition(nodes: list[int], adjacency: dict[int, dict[int, float]], resolut
     if len(nodes) < 2:
         return [nodes]
     index = {node: position for position, node in enumerate(nodes)}
-    edges = [
-        (index[a], index[b], weight)
-        for a in nodes
-        for b, weight in adjacency[a].items()
-        if b in index and a < b
-    ]
+    edges = [(index[a], index[b], weight) for a in nodes for b, weight in adjacency[a].items() if b in index and a < b]
     try:
         import igraph
         import leidenalg

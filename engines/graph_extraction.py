@@ -2,19 +2,19 @@
 
 Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
 other proper nouns, nouns of two or more characters), and the words its HMM found outside the
-dictionary as proper-noun candidates (names, transliterations: jieba's POS tagger called 78 % of them
-nouns or names on CMRC 2018) unless a function character edges them. Latin script gives identifiers and codes
-(the analyzer's compounds with letters and digits, ``PPR-9087``), capitalized multi-word names
+dictionary as proper-noun candidates (mostly names and transliterations) unless a function character
+edges them. Latin script gives identifiers and codes (``PPR-9087``), capitalized multi-word names
 (``PortaLock Pro``; not "Do I": function words are no part of a name) and a few RAKE-style key
-phrases; the tenant's protected terms are entities too. Every name is normalized like
-the analyzer normalizes text (NFKC, casefold, Traditional -> Simplified) and mapped through the
-aliases (synonym groups), so one entity per KB version stands for all its spellings. Two entities are
-related when they occur near each other in a passage: a mention is related to the mentions of the next
-``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW`` characters, and each such
-pair of mentions adds ``1 - distance / RELATION_WINDOW``. The neighbour bound is what keeps Chinese
-passages from relating every pair: 200 characters hold a whole Chinese passage of ~165 characters and
-its 24 entities (175 pairs a passage, one new edge each), but only ~35 English words.
+phrases; the tenant's protected terms are entities too. Every name is normalized as the analyzer
+normalizes text and mapped through the aliases (synonym groups), so one entity per KB version stands
+for all its spellings.
+
+Two entities are related when they occur near each other in a passage: a mention is related to the
+mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW``
+characters, each pair adding ``1 - distance / RELATION_WINDOW``. The neighbour bound keeps a Chinese
+passage, which the window holds whole, from relating every pair of its entities.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engines.analysis import (
-    OUT_OF_DICTIONARY, Analyzer, dictionary_tag, han_runs, latin_compounds, normalize, part_of_speech,
-)  # fmt: skip
+    OUT_OF_DICTIONARY,
+    Analyzer,
+    dictionary_tag,
+    han_runs,
+    latin_compounds,
+    normalize,
+    part_of_speech,
+)
 from engines.base import Entity, Extraction, Relations
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
@@ -184,7 +190,7 @@ class EntityExtractor:
         ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro)."""
         found = []
         for match in _CAPITALIZED_NAME.finditer(text):
-            run: list[re.Match] = []
+            run: list[re.Match[str]] = []
             for word in [*_NAME_WORD.finditer(match.group()), None]:
                 if word is None or self._is_function_word(word.group()):
                     if len(run) >= 2:
@@ -207,15 +213,15 @@ class EntityExtractor:
         for piece in _PHRASE_BREAK.split(folded):
             if not piece.isascii():
                 continue
-            run: list[re.Match] = []
+            run: list[re.Match[str]] = []
             for match in [*_LATIN_WORD.finditer(piece), None]:
-                breaks = match is None or self._is_function_word(match.group())
-                if breaks or len(run) == MAX_PHRASE_WORDS:
+                kept = None if match is None or self._is_function_word(match.group()) else match
+                if kept is None or len(run) == MAX_PHRASE_WORDS:
                     if len(run) >= 2:
                         phrases.append((" ".join(m.group() for m in run), folded.find(piece) + run[0].start()))
-                    run = [] if breaks else [match]
+                    run = [] if kept is None else [kept]
                 else:
-                    run.append(match)
+                    run.append(kept)
         frequency: Counter[str] = Counter()
         degree: Counter[str] = Counter()
         for phrase, _ in phrases:

@@ -6,6 +6,7 @@ Each call is not retried and is over within ``deadline_s`` (connect, send, every
 with a cause: ``deadline``, ``timeout``, ``connection_error``, ``rate_limited``, ``server_error`` or
 ``malformed_response``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,7 +40,9 @@ class ChatClient:
                 self._client = httpx.Client()
             return self._client
 
-    def complete(self, url: str, api_key: str, payload: dict, *, timeout_s: float, deadline_s: float) -> str:
+    def complete(
+        self, url: str, api_key: str, payload: dict[str, object], *, timeout_s: float, deadline_s: float
+    ) -> str:
         """The text of the first choice of ``payload`` (a chat completion request body)."""
         url = chat_endpoint(url)
         try:

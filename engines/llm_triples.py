@@ -6,6 +6,7 @@ the answer is capped at ``max_output_tokens``, and the call is over within ``dea
 wrong with the call or the answer raises :class:`engines.llm.LLMError`; the caller keeps the
 co-occurrence relations then. A passage the answer gives no triple keeps its co-occurrence relations too.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,7 +74,8 @@ class TripleExtractor:
     def triples(self, passages: list[str]) -> dict[int, list[Triple]]:
         """Passage index -> its triples, for the passages sent (an empty list: none stated); raises
         ``LLMError``."""
-        sent, used = [], 0
+        sent: list[int] = []
+        used = 0
         for index, passage in enumerate(passages):
             if sent and used + len(passage) > self.limits.max_input_chars:
                 break

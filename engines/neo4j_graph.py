@@ -8,11 +8,12 @@ hand out plain integers. Walks expand one hop per query (the ``fanout`` stronges
 frontier entity) and keep every simple path, as the PostgreSQL statement does. Every query runs with a
 transaction timeout, and the driver with connection and acquisition timeouts: a total deadline.
 """
+
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import neo4j
@@ -20,8 +21,16 @@ from neo4j.exceptions import DriverError, Neo4jError
 from neomodel import IntegerProperty, StringProperty, StructuredNode, db
 
 from engines.base import (
-    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity, entity_score,
-)  # fmt: skip
+    Community,
+    Extraction,
+    GraphNode,
+    GraphScope,
+    GraphStore,
+    GraphStoreError,
+    GraphWalk,
+    ReachedEntity,
+    entity_score,
+)
 
 
 class GraphEntityNode(StructuredNode):
@@ -60,7 +69,9 @@ class Neo4jGraphStore(GraphStore):
     def __init__(self, url: str, *, timeout_s: float):
         parts = urlsplit(url)
         auth = (parts.username, parts.password or "") if parts.username else None
-        address = urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""), "", "", ""))
+        address = urlunsplit(
+            (parts.scheme, (parts.hostname or "") + (f":{parts.port}" if parts.port else ""), "", "", "")
+        )
         self.address, self.timeout_s = address, timeout_s
         self._driver = neo4j.GraphDatabase.driver(
             address,
@@ -87,7 +98,7 @@ class Neo4jGraphStore(GraphStore):
             rows = self._run(_DELETE_PASSAGES, {**scope, "chunks": removed_chunk_ids})
             touched.update(rows[0][0] if rows else [])
         if graphs:
-            passages = [
+            passages: list[dict[str, Any]] = [
                 {
                     "chunk_id": chunk_id,
                     "entities": [
@@ -187,7 +198,7 @@ class Neo4jGraphStore(GraphStore):
         ]  # fmt: skip
 
     def chunk_total(self, scope: GraphScope) -> int:
-        return self._run(_CHUNK_TOTAL, _params(scope))[0][0]
+        return cast(int, self._run(_CHUNK_TOTAL, _params(scope))[0][0])
 
     def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
         rows = self._run(_EDGES, {"tenant": tenant_id, "version": version_id})
@@ -217,14 +228,14 @@ class Neo4jGraphStore(GraphStore):
     def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
         self._run(_DROP_VERSIONS, {"tenant": tenant_id, "versions": version_ids})
 
-    def _run(self, cypher: str, params: dict) -> list[list]:
+    def _run(self, cypher: str, params: dict[str, Any]) -> list[list[Any]]:
         try:
             records, _, _ = self._driver.execute_query(neo4j.Query(cypher, timeout=self.timeout_s), params)
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j did not answer: {exc}") from exc
         return [list(record.values()) for record in records]
 
-    def _nodes(self, cypher: str, params: dict) -> list[GraphNode]:
+    def _nodes(self, cypher: str, params: dict[str, Any]) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._run(cypher, params)]
 
 
@@ -239,7 +250,7 @@ class _Walk(NamedTuple):
     relations: tuple[str, ...]
 
 
-def _params(scope: GraphScope) -> dict:
+def _params(scope: GraphScope) -> dict[str, Any]:
     return {"tenant": scope.tenant_id, "versions": list(scope.version_ids)}
 
 

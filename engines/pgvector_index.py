@@ -13,19 +13,22 @@ the graph until enough rows pass them; when few rows match (:func:`exact_scan_li
 about the square root of the index's size), an exact scan over those rows is both faster and exact.
 The engine decides, and steers the planner to its choice either way.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import threading
 import weakref
+from typing import Any, cast
 
 import numpy as np
 from cachetools import TTLCache, cached
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 from pgvector.psycopg import register_vector
-from psycopg import sql
+from psycopg import Connection, sql
 
 from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
 
@@ -35,7 +38,7 @@ EXACT_SCAN_REFERENCE_ROWS = 100_000
 INDEX_ROWS_TTL_S = 60
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
-_VECTOR_REGISTERED: weakref.WeakSet = weakref.WeakSet()
+_VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
 
 
 def register_vector_type() -> None:
@@ -95,15 +98,15 @@ class PgVectorIndex(VectorIndex):
         )
         with connection.cursor() as cursor:
             cursor.execute(statement.as_string(cursor.cursor), [*params, self._exact_scan_limit(scope) + 1])
-            return cursor.fetchone()[0]
+            return cast(int, cursor.fetchone()[0])
 
     def _exact_scan_limit(self, scope: SearchScope) -> int:
         return exact_scan_limit(self.exact_scan_threshold, _rows_in_index(scope.embedding_dim))
 
     def search(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, plan: int | None = None
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, plan: object | None = None
     ) -> list[VectorHit]:
-        matching = self.plan(scope, filters) if plan is None else plan
+        matching = plan if isinstance(plan, int) else self.plan(scope, filters)
         if matching == 0:
             return []
         exact = matching <= self._exact_scan_limit(scope)
@@ -135,44 +138,56 @@ class PgVectorIndex(VectorIndex):
         ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
         register_vector_type()
         guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        arguments: list[Any] = [np.asarray(query_vector, dtype=np.float32), list(chunk_ids), *params]
         with guard, connection.cursor() as cursor:
-            cursor.execute(
-                statement.as_string(cursor.cursor),
-                [np.asarray(query_vector, dtype=np.float32), list(chunk_ids), *params],
-            )
+            cursor.execute(statement.as_string(cursor.cursor), arguments)
             rows = cursor.fetchall()
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
 
-    def _nearest(self, cursor, dim: int, where: sql.Composable, params: list, vector, top_k: int, exact: bool):
+    def _nearest(
+        self,
+        cursor: CursorWrapper,
+        dim: int,
+        where: sql.Composable,
+        params: list[Any],
+        vector: np.ndarray,
+        top_k: int,
+        exact: bool,
+    ) -> tuple[str, list[Any]]:
         """The nearest-rows query and its arguments. Both paths return the full-precision distance; the
         graph walk orders by the half-precision one, the expression of the per-dimension HNSW index."""
         order = sql.SQL("distance") if exact else sql.SQL("(embedding::halfvec({dim})) <=> %s::halfvec({dim})")
         statement = sql.SQL(
             "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
             "WHERE {where} ORDER BY {order} LIMIT %s"
-        ).format(order=order.format(dim=sql.Literal(dim)), dim=sql.Literal(dim), table=sql.Identifier(self.table),
-                 where=where)
+        ).format(
+            order=order.format(dim=sql.Literal(dim)),
+            dim=sql.Literal(dim),
+            table=sql.Identifier(self.table),
+            where=where,
+        )
         arguments = [vector, *params, *([] if exact else [vector]), top_k]
         return statement.as_string(cursor.cursor), arguments
 
     @staticmethod
-    def _where(scope: SearchScope, filters: SqlFilter) -> tuple[sql.Composable, list]:
-        where = sql.SQL("tenant_id = %s AND kb_version_id = ANY(%s) AND embedding_dim = %s")
-        params: list = [scope.tenant_id, list(scope.version_ids), scope.embedding_dim]
+    def _where(scope: SearchScope, filters: SqlFilter) -> tuple[sql.Composable, list[Any]]:
+        where: sql.Composable = sql.SQL("tenant_id = %s AND kb_version_id = ANY(%s) AND embedding_dim = %s")
+        params: list[Any] = [scope.tenant_id, list(scope.version_ids), scope.embedding_dim]
         if filters:
             where = sql.SQL("{} AND ({})").format(where, sql.SQL(filters.sql))
             params += filters.params
         return where, params
 
-    def _run(self, cursor, query: str, arguments: list, *, exact: bool, top_k: int) -> list[tuple]:
-        """The planner settings and the query in one round trip (a search used to take four: BEGIN, the
-        settings, the query, COMMIT). Several statements in one string run as one implicit transaction,
-        so settings made with set_config(..., true) hold for the query and end with it; inside a
-        caller's transaction a third statement puts them back. Needs Django's default client-side
-        parameter binding (the server-side kind takes one statement at a time)."""
+    def _run(
+        self, cursor: CursorWrapper, query: str, arguments: list[Any], *, exact: bool, top_k: int
+    ) -> list[tuple[Any, ...]]:
+        """The planner settings and the query in one round trip. Several statements in one string run as
+        one implicit transaction, so settings made with set_config(..., true) hold for the query and end
+        with it; inside a caller's transaction a third statement puts them back. Needs Django's default
+        client-side parameter binding (the server-side kind takes one statement at a time)."""
         # The exact scan: no index scan (HNSW is only ever one; bitmap scans on the btree/GIN filter
-        # indexes stay allowed). The walk: no sort, so the ordered HNSW scan is the plan. Left free,
-        # PostgreSQL sorted 30,000 filtered rows of 300,000 (1.8 s) where the walk took a tenth of it.
+        # indexes stay allowed). The walk: no sort, so the ordered HNSW scan is the plan; left free,
+        # PostgreSQL may sort every filtered row instead, many times slower.
         planner = (
             "SELECT set_config('enable_indexscan', %s, true), set_config('enable_sort', %s, true), "
             "set_config('hnsw.ef_search', %s, true)"
@@ -185,7 +200,7 @@ class PgVectorIndex(VectorIndex):
             values += ["on", "on", ef_search]
         cursor.execute("; ".join(statements), values)
         cursor.nextset()
-        return cursor.fetchall()
+        return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 # pgvector refuses a larger hnsw.ef_search; a deeper list comes from the iterative scan, which walks on past it.

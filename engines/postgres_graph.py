@@ -12,23 +12,35 @@ replaces exactly its part of the graph. Writes to one version's graph take a tra
 advisory lock (edges are shared rows: concurrent upserts would otherwise deadlock). Every statement is
 scoped by tenant and KB version and parameterized.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import nullcontext
-from functools import lru_cache
+from functools import cache
 from itertools import chain, repeat
+from typing import Any, cast
 
 import numpy as np
-
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 from psycopg import sql
 
 from engines.base import (
-    Community, Extraction, GraphNode, GraphScope, GraphStore, GraphStoreError, GraphWalk, ReachedEntity, Relations,
-)  # fmt: skip
+    Community,
+    Extraction,
+    GraphNode,
+    GraphScope,
+    GraphStore,
+    GraphStoreError,
+    GraphWalk,
+    ReachedEntity,
+    Relations,
+)
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
+_Params = list[Any] | dict[str, Any]  # a statement's parameters, by position or by name
+_Numbers = Iterable[int | float] | np.ndarray
 # pg_advisory_xact_lock(class, version id): one writer of a version's graph at a time
 _GRAPH_WRITE_LOCK_CLASS = 15_003
 
@@ -100,7 +112,7 @@ class PostgresGraphStore(GraphStore):
         ]  # fmt: skip
 
     def chunk_total(self, scope: GraphScope) -> int:
-        return self._fetch(_CHUNK_TOTAL, [scope.tenant_id, list(scope.version_ids)])[0][0]
+        return cast(int, self._fetch(_CHUNK_TOTAL, [scope.tenant_id, list(scope.version_ids)])[0][0])
 
     def edges(self, tenant_id: int, version_id: int) -> list[tuple[int, int, float]]:
         return [(a, b, float(weight)) for a, b, weight in self._fetch(_EDGES, [tenant_id, version_id])]
@@ -131,14 +143,14 @@ class PostgresGraphStore(GraphStore):
 
     # --- writing ---------------------------------------------------------------------------------
 
-    def _remove(self, cursor, tenant_id: int, version_id: int, chunk_ids: list[int]) -> list[int]:
+    def _remove(self, cursor: CursorWrapper, tenant_id: int, version_id: int, chunk_ids: list[int]) -> list[int]:
         """Subtract the chunks' relations from the edges (an edge goes with its last passage), delete their
         mentions; the ids of the entities they mentioned."""
         self._execute(cursor, _SUBTRACT_RELATIONS, [tenant_id, version_id, chunk_ids])
         self._execute(cursor, _DELETE_MENTIONS, [tenant_id, version_id, chunk_ids])
         return [row[0] for row in cursor.fetchall()]
 
-    def _add(self, cursor, tenant_id: int, version_id: int, graphs: dict[int, Extraction]) -> list[int]:
+    def _add(self, cursor: CursorWrapper, tenant_id: int, version_id: int, graphs: dict[int, Extraction]) -> list[int]:
         """Upsert the entities by name, insert the mentions, then one statement: each relation (one
         direction: source id < target id) to its passage's row and, summed over the batch, to its edge."""
         labels: dict[str, tuple[str, str]] = {}
@@ -159,10 +171,11 @@ class PostgresGraphStore(GraphStore):
         )
         entity_counts = [len(extraction.entities) for extraction in extractions]
         if len(entity_ids):
-            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(_number_array, (
+            mentions: tuple[_Numbers, ...] = (
                 entity_ids, np.repeat(list(graphs), entity_counts),
                 [entity.count for extraction in extractions for entity in extraction.entities],
-            ))])  # fmt: skip
+            )  # fmt: skip
+            self._execute(cursor, _INSERT_MENTIONS, [tenant_id, version_id, *map(_number_array, mentions)])
         relation_counts = [len(extraction.relations) for extraction in extractions]
         if sum(relation_counts):
             # the batch's relations at once: an entity index plus its passage's offset is a row of entity_ids
@@ -170,8 +183,10 @@ class PostgresGraphStore(GraphStore):
             sources = entity_ids.take(_column(extraction.relations.sources for extraction in extractions) + offsets)
             targets = entity_ids.take(_column(extraction.relations.targets for extraction in extractions) + offsets)
             kinds = {"": 1}  # kind -> its 1-based index in the statement's array of kinds
-            columns = (
-                np.repeat(list(graphs), relation_counts), np.minimum(sources, targets), np.maximum(sources, targets),
+            columns: tuple[_Numbers, ...] = (
+                np.repeat(list(graphs), relation_counts),
+                np.minimum(sources, targets),
+                np.maximum(sources, targets),
                 chain.from_iterable(extraction.relations.weights for extraction in extractions),
                 chain.from_iterable(_kind_indices(extraction.relations, kinds) for extraction in extractions),
             )  # an edge's ends as stored: source id < target id
@@ -182,25 +197,25 @@ class PostgresGraphStore(GraphStore):
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _execute(self, cursor, statement: sql.SQL, params: list) -> None:
+    def _execute(self, cursor: CursorWrapper, statement: sql.SQL, params: _Params) -> None:
         cursor.execute(statement.format(**self._tables).as_string(cursor.cursor), params)
 
-    def _fetch(self, statement: sql.SQL, params: list) -> list[tuple]:
+    def _fetch(self, statement: sql.SQL, params: _Params) -> list[tuple[Any, ...]]:
         """Inside a caller's transaction a read gets a savepoint, so a failed one does not abort it;
         outside one (a search, in autocommit) it needs none, and BEGIN/COMMIT would cost two round trips."""
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
         try:
             with savepoint, connection.cursor() as cursor:
                 self._execute(cursor, statement, params)
-                return cursor.fetchall()
+                return cast(list[tuple[Any, ...]], cursor.fetchall())
         except DatabaseError as exc:
             raise GraphStoreError("graph_unavailable", f"the graph tables cannot be read: {exc}") from exc
 
-    def _nodes(self, statement: sql.SQL, params: list) -> list[GraphNode]:
+    def _nodes(self, statement: sql.SQL, params: _Params) -> list[GraphNode]:
         return [GraphNode(*row) for row in self._fetch(statement, params)]
 
 
-def _lock_version_graph(cursor, version_id: int) -> None:
+def _lock_version_graph(cursor: CursorWrapper, version_id: int) -> None:
     """Until the transaction ends, the one writer of this version's graph."""
     cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GRAPH_WRITE_LOCK_CLASS, version_id & 0x7FFFFFFF])
 
@@ -217,7 +232,7 @@ def _kind_indices(relations: Relations, kinds: dict[str, int]) -> Iterable[int]:
     return [kinds.setdefault(kind, len(kinds) + 1) for kind in relations.kinds]
 
 
-def _number_array(values: Iterable | np.ndarray) -> str:
+def _number_array(values: _Numbers) -> str:
     """A PostgreSQL array literal of numbers, passed as one parameter. psycopg's client-side binding dumps a
     list element by element in Python: on Chinese ingestion a batch's relation columns (tens of thousands of
     numbers each) were the largest share of the graph writes' time; joined, they are one pass in C."""
@@ -233,8 +248,8 @@ _FIND_BY_NAME = sql.SQL(
 )
 # The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator) lets the GIN trigram
 # index find the candidates. Its threshold is the wanted similarity (set first, for the connection: no
-# other statement uses it), not the default 0.3: on SciFact's 42k entities a common word's lookup read
-# 3,670 candidates at 0.3 and 966 at 0.6 (28 vs 8 ms). The result does not depend on it, only the work.
+# other statement uses it), not the default 0.3, which makes a common word's lookup read several times the
+# candidates. The result does not depend on it, only the work.
 _FIND_SIMILAR = sql.SQL(
     """
     SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
@@ -322,7 +337,7 @@ ORDER BY s.score DESC, s.entity_id
 """
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reach(hops: int) -> sql.SQL:
     """The walk of ``hops`` hops, unrolled: one statement per hop count (the walk's steps, the entities'
     scores and labels, and their passages in one round trip)."""

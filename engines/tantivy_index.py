@@ -10,6 +10,7 @@ failed rebuild leaves the old one serving; the next rebuild removes what a kille
 writer may hold an index at a time (also across processes): writes retry on ``LockBusy``; rebuilds of
 one version must not run concurrently (``knowledge.lexical`` serializes them with a database lock).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,8 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import Literal, cast
 
 import tantivy
 
@@ -36,8 +39,8 @@ from engines.base import (
 POINTER_FILE = "CURRENT"
 STATE_FILE = "analyzer.json"
 WRITER_HEAP_BYTES = 64_000_000
-# Up to how many chunk ids a search inside them asks one term query each rather than a term set: the two
-# cost the same near 150 ids in a SciFact KB (0.22 vs 0.33 ms at 100, 0.66 vs 0.47 at 300).
+# Up to how many chunk ids a search inside them asks one term query each rather than a term set: below
+# about this many, term queries are the faster of the two.
 TERM_QUERIES_UP_TO = 100
 
 
@@ -69,7 +72,15 @@ class TantivyLexicalIndex(LexicalIndex):
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def replace_documents(self, version_id, doc_ids, chunks, *, analyzer_version, dictionary_fingerprint):
+    def replace_documents(
+        self,
+        version_id: int,
+        doc_ids: list[int],
+        chunks: list[LexicalDocument],
+        *,
+        analyzer_version: str,
+        dictionary_fingerprint: str,
+    ) -> None:
         with self._version_lock(version_id):
             generation = self._generation(version_id) or self._new_generation(version_id)
             with self._writer(generation) as writer:
@@ -82,7 +93,9 @@ class TantivyLexicalIndex(LexicalIndex):
                 self._write_state(generation, analyzer_version, dictionary_fingerprint)
             self._publish(version_id, generation)
 
-    def rebuild(self, version_id, chunks: Iterable[LexicalDocument], *, analyzer_version, dictionary_fingerprint):
+    def rebuild(
+        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    ) -> int:
         with self._version_lock(version_id):
             generation = self._new_generation(version_id)
             count = 0
@@ -101,7 +114,7 @@ class TantivyLexicalIndex(LexicalIndex):
                     self._forget(stale)
             return count
 
-    def drop(self, version_id):
+    def drop(self, version_id: int) -> None:
         with self._version_lock(version_id):
             for generation in self._version_dir(version_id).glob("gen-*"):
                 self._forget(generation)
@@ -109,7 +122,7 @@ class TantivyLexicalIndex(LexicalIndex):
 
     # --- reads ----------------------------------------------------------------------------------
 
-    def ping(self):
+    def ping(self) -> str:
         """Ready when the index root (or, before the first write, its nearest existing parent) is a
         writable folder: every ingest writes there."""
         existing = next(path for path in (self.root, *self.root.parents) if path.exists())
@@ -118,7 +131,7 @@ class TantivyLexicalIndex(LexicalIndex):
             raise LexicalIndexError("not_writable", message)
         return "tantivy: the index folder is writable"
 
-    def state(self, version_id):
+    def state(self, version_id: int) -> IndexState | None:
         with _reading(version_id):
             generation = self._generation(version_id)
             if generation is None:
@@ -130,7 +143,7 @@ class TantivyLexicalIndex(LexicalIndex):
             searcher = self._searcher(generation)
             return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
 
-    def chunk_ids(self, version_id):
+    def chunk_ids(self, version_id: int) -> list[int]:
         with _reading(version_id):
             generation = self._generation(version_id)
             if generation is None:
@@ -139,13 +152,21 @@ class TantivyLexicalIndex(LexicalIndex):
             if searcher.num_docs == 0:
                 return []
             result = searcher.search(tantivy.Query.all_query(), searcher.num_docs, count=False)
-            return searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
+            return cast(list[int], searcher.fast_field_values("chunk_id", [address for _, address in result.hits]))
 
-    def search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights=None):
+    def search(
+        self,
+        version_id: int,
+        tenant_id: int,
+        tokens: list[str],
+        limit: int,
+        allowed_chunk_ids: list[int] | None,
+        weights: list[float] | None = None,
+    ) -> list[LexicalHit]:
         with _reading(version_id):
             return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights)
 
-    def max_score(self, version_id, tokens, weights=None):
+    def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
         with _reading(version_id):
             generation = self._generation(version_id)
             if generation is None or not tokens:
@@ -156,7 +177,15 @@ class TantivyLexicalIndex(LexicalIndex):
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _search(self, version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights) -> list[LexicalHit]:
+    def _search(
+        self,
+        version_id: int,
+        tenant_id: int,
+        tokens: list[str],
+        limit: int,
+        allowed_chunk_ids: list[int] | None,
+        weights: list[float] | None,
+    ) -> list[LexicalHit]:
         generation = self._generation(version_id)
         if not tokens or limit <= 0 or allowed_chunk_ids == [] or generation is None:
             return []
@@ -167,21 +196,23 @@ class TantivyLexicalIndex(LexicalIndex):
                 tantivy.Query.boost_query(clause, weight) for clause, weight in zip(clauses, weights, strict=True)
             ]
         text_query = tantivy.Query.boolean_query([(tantivy.Occur.Should, clause) for clause in clauses])
-        clauses = [
+        required = [
             (tantivy.Occur.Must, text_query),
             (tantivy.Occur.Must, tantivy.Query.const_score_query(term(self.schema, "tenant_id", tenant_id), 0.0)),
         ]
         if allowed_chunk_ids is not None:
-            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(self._ids(allowed_chunk_ids), 0.0)))
+            required.append((tantivy.Occur.Must, tantivy.Query.const_score_query(self._ids(allowed_chunk_ids), 0.0)))
         searcher = self._searcher(generation)
-        result = searcher.search(tantivy.Query.boolean_query(clauses), limit, count=False)
-        # The chunk ids from their fast field in one call, not each hit's stored document (~10 µs a hit).
-        chunk_ids = searcher.fast_field_values("chunk_id", [address for _, address in result.hits])
-        return [LexicalHit(chunk_id=chunk_id, score=score) for (score, _), chunk_id in zip(result.hits, chunk_ids)]
+        result = searcher.search(tantivy.Query.boolean_query(required), limit, count=False)
+        # The chunk ids from their fast field in one call, not each hit's stored document.
+        chunk_ids = cast(list[int], searcher.fast_field_values("chunk_id", [address for _, address in result.hits]))
+        return [
+            LexicalHit(chunk_id=chunk_id, score=score)
+            for (score, _), chunk_id in zip(result.hits, chunk_ids, strict=True)
+        ]
 
     def _ids(self, chunk_ids: list[int]) -> tantivy.Query:
-        """The chunks of ``chunk_ids``: a few as one term query each (a term set query of 10 ids cost 0.26 ms
-        in a SciFact search, 10 term queries 0.06 ms: the union scores another leg's head so), many as a term set."""
+        """The chunks of ``chunk_ids``: a few as one term query each (``TERM_QUERIES_UP_TO``), many as a term set."""
         if len(chunk_ids) > TERM_QUERIES_UP_TO:
             return tantivy.Query.term_set_query(self.schema, "chunk_id", chunk_ids)
         terms = [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chunk_id", c)) for c in chunk_ids]
@@ -226,7 +257,7 @@ class TantivyLexicalIndex(LexicalIndex):
 
     def _searcher(self, generation: Path) -> tantivy.Searcher:
         index = self._index(generation)
-        index.reload()  # see commits of other processes (measured: ~16 µs)
+        index.reload()  # see commits of other processes (cheap)
         return index.searcher()
 
     def _version_lock(self, version_id: int) -> threading.Lock:
@@ -277,11 +308,15 @@ class _Writer:
                 if "LockBusy" not in str(exc):
                     raise LexicalIndexError("index_error", f"cannot open the lexical index for writing: {exc}") from exc
                 if time.monotonic() > deadline:
-                    raise LexicalIndexError("index_locked", f"lexical index is locked by another writer: {exc}") from exc
+                    raise LexicalIndexError(
+                        "index_locked", f"lexical index is locked by another writer: {exc}"
+                    ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         try:
             if exc_type is None:
                 try:

@@ -8,11 +8,13 @@ Each hop resolves its host once, checks the addresses and connects to the checke
 ``Host`` and, for HTTPS, in SNI and the certificate check), so a name that resolves to another address
 by the time of the connection (DNS rebinding) cannot reach it.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -43,7 +45,7 @@ class Fetched:
 
 
 class UrlFetcher:
-    def __init__(self, *, timeout_s: float, max_bytes: int, allowed_networks: list[str] = ()):
+    def __init__(self, *, timeout_s: float, max_bytes: int, allowed_networks: Sequence[str] = ()):
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.allowed_networks = [ipaddress.ip_network(network, strict=False) for network in allowed_networks]
@@ -78,7 +80,10 @@ class UrlFetcher:
         raise FetchError(f"more than {MAX_REDIRECTS} redirects")
 
     def _answer(self, url: str, response: httpx.Response, deadline: float) -> Fetched:
-        validators = {"etag": response.headers.get("etag", ""), "last_modified": response.headers.get("last-modified", "")}
+        validators = {
+            "etag": response.headers.get("etag", ""),
+            "last_modified": response.headers.get("last-modified", ""),
+        }
         if response.status_code == 304:
             return Fetched(url, "not_modified", **validators)
         if response.status_code in GONE_STATUSES:
@@ -123,7 +128,7 @@ class UrlFetcher:
             infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         except (socket.gaierror, UnicodeError) as exc:
             raise FetchError(f"cannot resolve {parts.hostname}: {exc}") from None
-        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
         for address in addresses:
             if not address.is_global and not any(address in network for network in self.allowed_networks):
                 raise FetchError(
@@ -131,4 +136,3 @@ class UrlFetcher:
                     "(SOURCE_URL_ALLOWED_NETWORKS)"
                 )
         return addresses[0]
-

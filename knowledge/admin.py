@@ -1,18 +1,24 @@
 """The knowledge console. Writes go through the knowledge write modules, so versions, chunks, lexical indexes
 and cached answers follow every change; what only a rebuild may change is read-only here."""
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django_celery_beat.validators import crontab_validator
 from django.http import HttpResponse
 from django.urls import path, re_path
+from django_celery_beat.validators import crontab_validator
 
 from core.admin import ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
-from knowledge import console, vocabulary
-from knowledge import graph_admin  # noqa: F401 - registers the graph browsers
+from knowledge import (
+    console,
+    graph_admin,  # noqa: F401 - registers the graph browsers
+    vocabulary,
+)
+from knowledge.documents import delete_document, update_document_labels
 from knowledge.errors import InvalidSourcePath
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
@@ -25,11 +31,9 @@ from knowledge.models import (
     SourceRun,
     Synonym,
 )
+from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
-from knowledge.search_settings import clean_search_settings
-from knowledge.documents import delete_document, update_document_labels
-from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant
@@ -160,7 +164,9 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, a
 
     def glance_view(self, request):
         title = "Knowledge bases at a glance"
-        return console.glance_view(request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title})
+        return console.glance_view(
+            request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
+        )
 
     def lifecycle_view(self, request, kb_id: str):
         context = {**self.admin_site.each_context(request), "opts": self.opts}
@@ -297,12 +303,19 @@ class KnowledgeSourceForm(forms.ModelForm):
         return data
 
     def schedule(self) -> dict:
-        return {"interval_seconds": self.cleaned_data.get("interval_seconds"), "crontab": self.cleaned_data.get("crontab")}
+        return {
+            "interval_seconds": self.cleaned_data.get("interval_seconds"),
+            "crontab": self.cleaned_data.get("crontab"),
+        }
 
     def create(self) -> KnowledgeSource:
         data = self.cleaned_data
         return create_source(
-            data["knowledge_base"], kind=data["kind"], path=data.get("path", ""), urls=data.get("urls"), **self.schedule()
+            data["knowledge_base"],
+            kind=data["kind"],
+            path=data.get("path", ""),
+            urls=data.get("urls"),
+            **self.schedule(),
         )
 
 
@@ -321,7 +334,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         schedule = ["interval_seconds", "crontab"]
-        return [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
+        return (
+            [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
+        )
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -335,7 +350,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     @admin.display(description="schedule")
     def schedule(self, source: KnowledgeSource) -> str:
         schedule = source_schedule(source)
-        return f"every {schedule['interval_seconds']} s" if "interval_seconds" in schedule else schedule.get("crontab", "")
+        return (
+            f"every {schedule['interval_seconds']} s" if "interval_seconds" in schedule else schedule.get("crontab", "")
+        )
 
     @admin.display(description="last run")
     def last_run(self, source: KnowledgeSource) -> str:
@@ -358,7 +375,9 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
     def sync_now(self, request, queryset):
         for source in queryset:
             queue_sync(source)
-        self.message_user(request, f"{queryset.count()} sync(s) queued; their runs appear on each source.", messages.SUCCESS)
+        self.message_user(
+            request, f"{queryset.count()} sync(s) queued; their runs appear on each source.", messages.SUCCESS
+        )
 
 
 @admin.register(Chunk)

@@ -2,11 +2,11 @@ from django.apps import AppConfig
 
 
 class KnowledgeConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'knowledge'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "knowledge"
 
     def ready(self):
-        from knowledge import monitoring, signals  # noqa: F401 - signals connects the receivers
-        from knowledge import tasks  # noqa: F401 - registers the tasks that knowledge.queue sends
+        # signals connects the receivers; tasks registers the tasks that knowledge.queue sends.
+        from knowledge import monitoring, signals, tasks  # noqa: F401
 
         monitoring.connect()

@@ -5,6 +5,7 @@ reads (MiniLM reads 256 positions and sees about one token per Chinese character
 tried in order: paragraphs, lines, sentence ends (CJK 。！？； and their ASCII forms, which NFKC
 cleaning produces from the full-width ones), clauses, words, characters.
 """
+
 from __future__ import annotations
 
 import functools

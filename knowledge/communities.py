@@ -9,6 +9,7 @@ passages' sentences covering the most of them; with ``GRAPH_LLM_SUMMARIES`` the 
 failure leaves the rest extractive), analyzes and embeds the summaries, and replaces the version's
 communities in one write.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,9 @@ def rebuild_communities(version: KnowledgeBaseVersion) -> int:
         mentions.setdefault(entity, []).append(chunk)
     supporting = [_supporting_chunks(partition, mentions) for partition in partitions]
     texts = dict(
-        Chunk.objects.filter(tenant_id=tenant_id, kb_version=version, pk__in={c for ids in supporting for c in ids})
-        .values_list("id", "content")
+        Chunk.objects.filter(
+            tenant_id=tenant_id, kb_version=version, pk__in={c for ids in supporting for c in ids}
+        ).values_list("id", "content")
     )
     summaries = [
         extractive_summary(

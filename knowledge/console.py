@@ -3,6 +3,7 @@
 re-ingested, all through the services the REST API calls), and the bulk import of synonyms and
 protected terms (upload or paste, preview what changes and every line that cannot be used, then
 apply). Registered as admin views by ``knowledge.admin``."""
+
 from __future__ import annotations
 
 import re
@@ -20,6 +21,7 @@ from django.utils import timezone
 from core.errors import DomainError
 from core.redis import REDIS_ERRORS
 from engines.embedders import EmbeddingError
+from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
 from knowledge.errors import VocabularyChanged
 from knowledge.models import Document, KnowledgeBase, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES
@@ -33,9 +35,8 @@ from knowledge.selectors import (
     versions_of,
 )
 from knowledge.serializers import UploadInput
-from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
-from knowledge.versions import activate_version, retire_version, start_version_build
 from knowledge.sources import queue_sync
+from knowledge.versions import activate_version, retire_version, start_version_build
 from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
 from tenants.models import Tenant

@@ -1,4 +1,5 @@
 """Writes for documents: upload, re-ingest, relabel, take out of search, purge."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -61,7 +62,10 @@ def queue_uploads(
                 knowledge_base=kb,
                 source_uri=name,
                 defaults={
-                    "tenant_id": kb.tenant_id, "title": Path(name).stem, "doc_type": doc_type, "original": original,
+                    "tenant_id": kb.tenant_id,
+                    "title": Path(name).stem,
+                    "doc_type": doc_type,
+                    "original": original,
                 },  # fmt: skip
             )  # a new document is pending (the model's default) until the task ingests it; its original is
             # recorded at once, so it can be re-ingested even if this ingestion fails
@@ -107,17 +111,23 @@ def remove_from_search(kb: KnowledgeBase, document_ids: Sequence[int], *, purge:
         documents = Document.objects.select_for_update().filter(knowledge_base=kb, pk__in=list(document_ids))
         ids = list(documents.exclude(status=Document.Status.REMOVED).values_list("pk", flat=True))
         held: dict[int, list[int]] = {}
-        for version_id, document_id in Chunk.objects.filter(document_id__in=ids).order_by().values_list(
-            "kb_version_id", "document_id"
-        ).distinct():
+        for version_id, document_id in (
+            Chunk.objects.filter(document_id__in=ids).order_by().values_list("kb_version_id", "document_id").distinct()
+        ):
             held.setdefault(version_id, []).append(document_id)
         for version_id, holding in held.items():
             record_lexical_change(version_id, holding)
-            chunk_ids = list(Chunk.objects.filter(kb_version_id=version_id, document_id__in=holding).values_list("id", flat=True))
+            chunk_ids = list(
+                Chunk.objects.filter(kb_version_id=version_id, document_id__in=holding).values_list("id", flat=True)
+            )
             graph_store().replace_chunks(kb.tenant_id, version_id, chunk_ids, {})
         Chunk.objects.filter(document_id__in=ids).delete()
         Document.objects.filter(pk__in=ids).update(
-            status=Document.Status.REMOVED, removed_at=timezone.now(), chunk_count=0, error="", updated_at=timezone.now()
+            status=Document.Status.REMOVED,
+            removed_at=timezone.now(),
+            chunk_count=0,
+            error="",
+            updated_at=timezone.now(),
         )
         bump_revisions(list(held))
         if purge and ids:

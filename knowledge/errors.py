@@ -1,4 +1,5 @@
 """Errors of the knowledge domain a client can act on; ``core.errors`` maps them to HTTP."""
+
 from __future__ import annotations
 
 from rest_framework import status

@@ -1,5 +1,6 @@
 """The graph browsers of the knowledge console: read-only, since ingestion and the communities task write
 the graph."""
+
 from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html_join

@@ -1,5 +1,6 @@
 """Rebuilding a version's knowledge graph from its chunk rows (``manage.py rebuild_graph``); ingestion
 writes the graph of each chunk as it goes (``knowledge.ingestion.pipeline``)."""
+
 from __future__ import annotations
 
 from itertools import islice

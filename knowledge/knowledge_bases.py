@@ -1,5 +1,6 @@
 """Writes for knowledge bases: create (with an empty active version 1), search settings, delete (a
 KB, or a tenant with all its KBs)."""
+
 from __future__ import annotations
 
 from django.db import transaction

@@ -6,6 +6,7 @@ A rollback or a kill before the COMMIT leaves the index untouched; a kill after 
 which the next write to the version (or ``check_kb --repair``) applies. Searches drop index entries
 whose chunk is gone, so the short lag after a kill never returns a missing chunk.
 """
+
 from __future__ import annotations
 
 from collections import Counter

@@ -161,9 +161,7 @@ class Document(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")
-        ]
+        constraints = [models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")]
 
     def __str__(self) -> str:
         return self.title or self.source_uri
@@ -433,6 +431,9 @@ class GraphMention(models.Model):
         # an entity's passages that mention it most, read without sorting all of a common entity's mentions
         indexes = [models.Index(fields=["entity", "-count", "chunk"], name="graph_mention_entity_top")]
 
+    def __str__(self) -> str:
+        return f"entity {self.entity_id} in chunk {self.chunk_id} x{self.count}"
+
 
 class GraphEdge(models.Model):
     """Two entities' relation of one kind in a KB version, summed over the passages that relate them:
@@ -464,6 +465,9 @@ class GraphEdge(models.Model):
             models.Index(fields=["target", "-weight"], name="graph_edge_target_top"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.source_id} - {self.target_id} ({self.kind or 'co-occurrence'})"
+
 
 class GraphPassageRelations(models.Model):
     """The relations one passage added to its version's edges (parallel arrays, source id < target id):
@@ -479,6 +483,9 @@ class GraphPassageRelations(models.Model):
 
     class Meta:
         verbose_name_plural = "graph passage relations"
+
+    def __str__(self) -> str:
+        return f"relations of chunk {self.chunk_id}"
 
 
 class GraphCommunity(models.Model):

@@ -4,6 +4,7 @@ by status, how long the oldest build has run, and each source's failed syncs in 
 Read from the database because the Celery workers that build versions and sync sources are not
 scraped; ``docs/alerts.md`` says which alert reads which.
 """
+
 from __future__ import annotations
 
 from itertools import groupby

@@ -344,9 +344,7 @@ def _parse_jsonl(raw: bytes) -> tuple[str, list[Section]]:
             if value is not None and not _json_scalar(value):
                 raise ParseError(f"FAQ line {number}: the {role} must be text")
         extra = {
-            key: value
-            for key, value in entry.items()
-            if key not in (question_key, answer_key) and _json_scalar(value)
+            key: value for key, value in entry.items() if key not in (question_key, answer_key) and _json_scalar(value)
         }
         section = _faq_section(
             "" if question is None else str(question),

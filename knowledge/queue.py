@@ -3,6 +3,7 @@
 ``knowledge.tasks`` registers its tasks here when it is imported (``KnowledgeConfig.ready``), so the
 writes that queue work never import the tasks that call them.
 """
+
 from __future__ import annotations
 
 import uuid

@@ -1,5 +1,6 @@
 """What makes cached answers expire: a version's revision (chunks changed) and a tenant's vocabulary
 stamp (synonyms or protected terms changed). The search cache key names both."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

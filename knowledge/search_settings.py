@@ -19,6 +19,7 @@ the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``
 ``feedback_docs`` (0..50 first-pass passages, 0: off), ``feedback_terms`` (1..100 words added) and
 ``feedback_query_weight`` (0..1, the original query's share).
 """
+
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
@@ -60,7 +61,7 @@ def clean_search_settings(value: object) -> dict:
     if value in (None, ""):
         return {}
     if not isinstance(value, dict):
-        raise ValidationError("search settings must be a JSON object, e.g. {\"weights\": {\"vector\": 0.5}}")
+        raise ValidationError('search settings must be a JSON object, e.g. {"weights": {"vector": 0.5}}')
     errors = [f"unknown key {key!r}; use {', '.join(KEYS)}" for key in value if key not in KEYS]
     cleaned: dict = {}
     for key in KEYS:
@@ -91,7 +92,7 @@ def merged_search_settings(*layers: dict) -> dict:
 
 def _clean_weights(weights: object) -> tuple[dict, list[str]]:
     if not isinstance(weights, dict):
-        return {}, ["weights must be an object such as {\"vector\": 0.5, \"bm25\": 1}"]
+        return {}, ['weights must be an object such as {"vector": 0.5, "bm25": 1}']
     cleaned, errors = {}, []
     for name, weight in weights.items():
         if name not in RETRIEVERS:

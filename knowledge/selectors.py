@@ -1,4 +1,5 @@
 """Reads for knowledge bases."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,12 @@ from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
 from django.conf import settings
-from django.db import connection
 from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
 
 from core.usage import query_counts
-
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
-from knowledge.search_settings import merged_search_settings
 from knowledge.models import (
     Chunk,
     DictionaryTerm,
@@ -33,6 +32,7 @@ from knowledge.models import (
     Synonym,
     current_graph_extractor,
 )
+from knowledge.search_settings import merged_search_settings
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def task_status(tenant: Tenant, task_id: str) -> dict:
     return status
 
 
-def analyzer_for_tenant(tenant_id: int) -> "Analyzer":
+def analyzer_for_tenant(tenant_id: int) -> Analyzer:
     """The analyzer with the tenant's protected terms (one small query; analyzers are cached)."""
     from engines.analysis import DictionaryEntry, analyzer_for
 
@@ -271,7 +271,7 @@ class SynonymRule:
 class Vocabulary:
     """What a search applies of a tenant's synonyms and protected terms."""
 
-    analyzer: "Analyzer"
+    analyzer: Analyzer
     synonyms: tuple[SynonymRule, ...]
 
 
@@ -291,7 +291,7 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def entity_extractor_for_tenant(tenant_id: int) -> "EntityExtractor":
+def entity_extractor_for_tenant(tenant_id: int) -> EntityExtractor:
     """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
     named by its first term (the others are its aliases)."""
     from engines.analysis import normalize
@@ -315,7 +315,7 @@ def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
     return dict(versions.values_list("pk", "graph_extractor"))
 
 
-def triple_extractor() -> "TripleExtractor | None":
+def triple_extractor() -> TripleExtractor | None:
     """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
     if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
         return None
@@ -382,7 +382,12 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
     building, sources = _versions_in_build(kbs), _sources_with_last_run(kbs)
     return [
         KnowledgeBaseGlance(
-            kb, statuses[kb.pk], chunks.get(kb.pk, 0), errors.get(kb.pk, []), building.get(kb.pk, []), sources.get(kb.pk, [])
+            kb,
+            statuses[kb.pk],
+            chunks.get(kb.pk, 0),
+            errors.get(kb.pk, []),
+            building.get(kb.pk, []),
+            sources.get(kb.pk, []),
         )
         for kb in kbs
     ]
@@ -391,7 +396,9 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
 def _sources_with_last_run(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeSource, dict, SourceRun | None]]]:
     """Each KB's sources with their schedule and latest run (one query for the runs of all of them)."""
     sources = list(_sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base__in=kbs)))
-    runs = SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
+    runs = (
+        SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
+    )
     last = {run.source_id: run for run in runs}
     by_kb: dict[int, list] = {}
     for source in sources:
@@ -442,7 +449,9 @@ def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
 
 def entity_mentions(entity: GraphEntity, limit: int = 30) -> list[GraphMention]:
     """The passages mentioning an entity most, with their documents (its own tenant and version)."""
-    mentions = GraphMention.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity)
+    mentions = GraphMention.objects.filter(
+        tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity
+    )
     return list(mentions.select_related("chunk__document").order_by("-count", "chunk_id")[:limit])
 
 

@@ -1,4 +1,5 @@
 """Input and output shapes of the knowledge endpoints."""
+
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -243,7 +244,9 @@ class SourceRunOutput(serializers.Serializer):
     unchanged = serializers.IntegerField()
     removed = serializers.IntegerField(help_text="documents gone from the source: out of search at once")
     failed = serializers.IntegerField()
-    failures = serializers.ListField(child=serializers.DictField(child=serializers.CharField()), help_text='[{"name", "error"}]')
+    failures = serializers.ListField(
+        child=serializers.DictField(child=serializers.CharField()), help_text='[{"name", "error"}]'
+    )
     error = serializers.CharField(help_text="why the whole sync failed; empty when it did not")
 
 

@@ -1,7 +1,7 @@
 """Model changes that cached answers must follow."""
+
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-
 from django_celery_beat.models import PeriodicTask
 
 from knowledge.models import DictionaryTerm, KnowledgeSource, Synonym

@@ -6,6 +6,7 @@ A sync goes through the same ingestion as uploads (``ingest_stored_files``): a c
 chunks stay searchable until its new ones commit, in one transaction, and a version being built gets
 the files too.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,12 +26,12 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from engines.url_fetcher import FetchError, UrlFetcher
-from knowledge.errors import InvalidSourcePath
-from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
-from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.documents import remove_from_search
+from knowledge.errors import InvalidSourcePath
 from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, keep_original, task_file
 from knowledge.ingestion.stored import ingest_stored_files, store_local_files
+from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
+from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.queue import queue_task
 
 SYNC_TASK = "knowledge.tasks.sync_source"
@@ -271,7 +272,9 @@ def _collect_urls(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
     for url in source.urls:
         validators = source.fetch_state.get(url, {}) if url in ready else {}
         try:
-            fetched = fetcher.fetch(url, etag=validators.get("etag", ""), last_modified=validators.get("last_modified", ""))
+            fetched = fetcher.fetch(
+                url, etag=validators.get("etag", ""), last_modified=validators.get("last_modified", "")
+            )
         except FetchError as exc:
             collected.present.add(url)
             collected.failures.append((url, str(exc)))

@@ -1,4 +1,5 @@
 """The engines over this app's tables, configured once per process."""
+
 from __future__ import annotations
 
 from functools import lru_cache

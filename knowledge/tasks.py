@@ -5,6 +5,7 @@ never imports the wiring. Transient failures (database, Redis, embedder, a busy 
 with exponential backoff and jitter, up to ``TASK_MAX_RETRIES``; anything else (a deleted knowledge
 base, a bug) fails at once. Bad files never fail a task: their documents are marked failed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

@@ -1,6 +1,13 @@
 from rest_framework.routers import SimpleRouter
 
-from knowledge.views import ID_PATTERN, DocumentViewSet, KnowledgeBaseViewSet, SourceViewSet, TaskViewSet, VersionViewSet
+from knowledge.views import (
+    ID_PATTERN,
+    DocumentViewSet,
+    KnowledgeBaseViewSet,
+    SourceViewSet,
+    TaskViewSet,
+    VersionViewSet,
+)
 
 router = SimpleRouter(trailing_slash=False)
 router.register("knowledge-bases", KnowledgeBaseViewSet, basename="knowledge-base")

@@ -1,5 +1,6 @@
 """Versions of a knowledge base (blue-green): build one beside the active version, validate it,
 activate it (the previous one is retired, so activating that again is the rollback), retire, purge."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -201,7 +202,10 @@ def _count_chunks_of(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> None:
     statistics, which a version just built has not got yet (a correlated count or a joined UPDATE is
     planned as nested loops over the fresh rows, and takes seconds inside the switch's transaction)."""
     held = dict(
-        Chunk.objects.filter(kb_version=version).order_by().values("document_id").annotate(n=Count("id"))
+        Chunk.objects.filter(kb_version=version)
+        .order_by()
+        .values("document_id")
+        .annotate(n=Count("id"))
         .values_list("document_id", "n")
     )
     changed = [

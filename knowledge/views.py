@@ -1,5 +1,6 @@
 """Endpoints over a tenant's knowledge: knowledge bases, their documents, ingestion tasks, and
 ``GET /api/v1/stats``. Thin: selectors read, services write, the exception handler maps errors."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -18,9 +19,11 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
+from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
 from knowledge.errors import InvalidEmbeddingModel
+from knowledge.ingestion.files import labels_from
+from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.parsing import ParseError
-from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.selectors import (
     document_of,
     documents_of,
@@ -49,9 +52,7 @@ from knowledge.serializers import (
     VersionInput,
     VersionOutput,
 )
-from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
-from knowledge.ingestion.files import labels_from
-from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.sources import create_source, delete_source, queue_sync, update_source
 from knowledge.versions import activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
@@ -99,7 +100,7 @@ ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, nev
 VERSION_CONFLICT = OpenApiResponse(
     response=ErrorOutput,
     description="A version is still building, or this one is building or failed (`version_conflict`); or a "
-    "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`)."
+    "request with the same `Idempotency-Key` is still running (`idempotency_in_flight`).",
 )
 
 
@@ -250,7 +251,9 @@ class DocumentViewSet(KnowledgeApiViewSet):
 
     def before_idempotency(self, request: Request) -> None:
         """A body too large is refused before an ``Idempotency-Key`` reads it for its fingerprint."""
-        check_upload_size(int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request")
+        check_upload_size(
+            int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request"
+        )
 
     def list(self, request: Request, kb_id: int) -> Response:
         return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
@@ -371,9 +374,13 @@ class VersionViewSet(KnowledgeApiViewSet):
                 "Running",
                 response_only=True,
                 value={
-                    "task_id": "0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e", "kind": "ingest", "knowledge_base": 3,
-                    "state": "PROGRESS", "progress": {"done": 3, "total": 10, "unit": "documents"},
-                    "result": None, "error": None,
+                    "task_id": "0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e",
+                    "kind": "ingest",
+                    "knowledge_base": 3,
+                    "state": "PROGRESS",
+                    "progress": {"done": 3, "total": 10, "unit": "documents"},
+                    "result": None,
+                    "error": None,
                 },  # fmt: skip
             )
         ],
@@ -407,9 +414,7 @@ SOURCE_EXAMPLE = {
         responses={200: SourceOutput(many=True), **error_responses(401, 403, 404, 429)},
         examples=[OpenApiExample("Sources", response_only=True, value=[SOURCE_EXAMPLE])],
     ),
-    retrieve=extend_schema(
-        summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}
-    ),
+    retrieve=extend_schema(summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}),
     create=extend_schema(
         summary="Register a folder or a list of URLs as a source",
         description=(
@@ -426,13 +431,17 @@ SOURCE_EXAMPLE = {
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
         examples=[
-            OpenApiExample("Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}),
+            OpenApiExample(
+                "Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}
+            ),
             OpenApiExample(
                 "URLs",
                 request_only=True,
                 value={"kind": "urls", "urls": ["https://example.com/faq.html"], "crontab": "*/15 * * * *"},
             ),
-            OpenApiExample("Registered", response_only=True, status_codes=["201"], value={**SOURCE_EXAMPLE, "runs": []}),
+            OpenApiExample(
+                "Registered", response_only=True, status_codes=["201"], value={**SOURCE_EXAMPLE, "runs": []}
+            ),
         ],
     ),
     partial_update=extend_schema(

@@ -7,6 +7,7 @@ comma-separated inside their cell) or in Solr's synonyms format (``a, b, c`` a t
 ``a, b => c`` a one-way rule, ``#`` comments); protected terms as CSV (``value,kind,note``).
 An import adds and updates, never deletes.
 """
+
 from __future__ import annotations
 
 import csv

@@ -1,6 +1,7 @@
 """The console's retrieval testing, as the admin page of the runs it keeps: the index lists it as
 "Retrieval testing"; its list is the testing page (with the user's history), ``compare/`` and the
 search analytics (``analytics/``) beside it."""
+
 from django.contrib import admin
 from django.urls import path
 

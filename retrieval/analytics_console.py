@@ -1,6 +1,7 @@
 """The console's search analytics: per tenant and knowledge base, what clients searched and where
 the answers fell short (``retrieval.search_analytics``), each query one click from the retrieval
 testing page and from a synonym or protected term made of its tokens. Registered by ``retrieval.admin``."""
+
 from __future__ import annotations
 
 from django import forms
@@ -24,7 +25,9 @@ class AnalyticsForm(forms.Form):
     knowledge_base = forms.ModelChoiceField(
         queryset=KnowledgeBase.objects.none(), required=False, empty_label="all of the tenant's"
     )
-    days = forms.IntegerField(min_value=1, max_value=365, initial=7, help_text="the window; the trend compares the one before")
+    days = forms.IntegerField(
+        min_value=1, max_value=365, initial=7, help_text="the window; the trend compares the one before"
+    )
     threshold = forms.FloatField(
         min_value=0, max_value=1, initial=DEFAULT_THRESHOLD, help_text="best relevance under it is low"
     )

@@ -14,6 +14,7 @@ short lock in the same Redis round trip as its lookup, the others poll for its r
 themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,12 +30,12 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
+from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
 from retrieval.search_log import FACTS, answer_facts, record_search
 from retrieval.services.planning import searched_settings
 from retrieval.services.search import search
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
-from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from tenants.models import Tenant
 
 _EXPANDERS = ("synonyms", "spelling", "llm")

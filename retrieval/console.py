@@ -1,6 +1,7 @@
 """The console's retrieval testing: a form over the API's search options, the same cached search the
 API runs, and every hit explained (per-leg ranks and raw scores, the variant that matched, the
 matched terms highlighted by the analyzer). Registered as admin views by ``retrieval.admin``."""
+
 from __future__ import annotations
 
 import json
@@ -115,9 +116,9 @@ class RetrievalTestForm(SearchSettingsForm):
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
-        self.fields["knowledge_bases"].queryset = KnowledgeBase.objects.filter(tenant__in=tenants).select_related(
-            "tenant"
-        ).order_by("tenant__name", "name")
+        self.fields["knowledge_bases"].queryset = (
+            KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
+        )
         self.fields["knowledge_bases"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
         if len(tenants) == 1:
             self.fields["tenant"].widget = forms.HiddenInput()

@@ -18,6 +18,7 @@ Scores (``records[].score``, what ``score_threshold`` compares against) are each
 (``retrieval.relevance``), raised where needed so that they never increase down the fused order: Dify
 sorts records by score.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -38,8 +39,8 @@ from knowledge.errors import KnowledgeBaseNotFound
 from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
-from retrieval.types import SearchHit, SearchRequest
 from retrieval.serializers import MAX_QUERY_CHARS, QueryField
+from retrieval.types import SearchHit, SearchRequest
 from tenants.authentication import ApiKeyAuthentication, HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -378,6 +379,6 @@ def _integer(value: Any, path: str) -> int:
 
 def _from_unix_seconds(value: float, path: str) -> str:
     try:
-        return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).isoformat()
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC).isoformat()
     except (OverflowError, OSError, ValueError) as exc:
         raise InvalidFilter(f"{path}.value: {value!r} is not a Unix timestamp") from exc

@@ -1,4 +1,5 @@
 """Errors of the search domain a client can act on; ``core.errors`` maps them to HTTP."""
+
 from __future__ import annotations
 
 from core.errors import DomainError, UnavailableError

@@ -28,6 +28,7 @@ operators compare JSON values of the same type (numbers numerically, strings lex
 ``contains`` / ``starts_with`` / ``ends_with`` match string values by substring, prefix or suffix
 (case-sensitive, ``%`` and ``_`` are literal); ``contains`` also matches a list holding the string.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -122,7 +123,9 @@ class _Compiler:
         if key in ("and", "or"):
             if not isinstance(value, list) or not value:
                 raise InvalidFilter(f"{path}.{key}: expected a non-empty list of filter objects")
-            parts = [self.compile_object(item, path=f"{path}.{key}[{i}]", depth=depth + 1) for i, item in enumerate(value)]
+            parts = [
+                self.compile_object(item, path=f"{path}.{key}[{i}]", depth=depth + 1) for i, item in enumerate(value)
+            ]
             combined = parts[0]
             for part in parts[1:]:
                 combined = combined & part if key == "and" else combined | part
@@ -134,7 +137,9 @@ class _Compiler:
         if key not in _FIELDS:
             known = ", ".join([*_FIELDS, "metadata.<key>", *_LOGICAL])
             raise InvalidFilter(f"{path}: unknown field {key!r} (known: {known})", details={"field": key})
-        operations = self._operations(key, value, _FIELDS[key], path=f"{path}.{key}", bare_op="contains" if key == "tags" else "eq")
+        operations = self._operations(
+            key, value, _FIELDS[key], path=f"{path}.{key}", bare_op="contains" if key == "tags" else "eq"
+        )
         q = Q()
         for op, operand in operations:
             q &= self._field(key, op, operand, path=f"{path}.{key}.{op}")
@@ -183,7 +188,11 @@ class _Compiler:
 
     def _metadata_op(self, segments: list[str], op: str, operand: Any, *, path: str) -> Q:
         if op in ("eq", "ne", "in", "nin"):
-            values = [_scalar(item, path) for item in _list(operand, path)] if op in ("in", "nin") else [_scalar(operand, path)]
+            values = (
+                [_scalar(item, path) for item in _list(operand, path)]
+                if op in ("in", "nin")
+                else [_scalar(operand, path)]
+            )
             q = Q()
             for item in values:
                 # Containment (GIN-indexed): the value itself, or a list holding it.
@@ -203,9 +212,7 @@ class _Compiler:
         # jsonb orders values of different types too (every string < every number): compare like with
         # like. Coalesce makes a missing key false rather than NULL, so `not` is the exact complement.
         json_type = "string" if isinstance(operand, str) else "number"
-        condition = Q(
-            **{f"{alias}_value__{op}": _scalar(operand, path), f"{alias}_type": json_type}
-        )
+        condition = Q(**{f"{alias}_value__{op}": _scalar(operand, path), f"{alias}_type": json_type})
         self.aliases[f"{alias}_value"] = value
         self.aliases[f"{alias}_type"] = Func(value, function="jsonb_typeof", output_field=CharField())
         self.aliases[alias] = Coalesce(ExpressionWrapper(condition, output_field=BooleanField()), Value(False))
@@ -305,9 +312,9 @@ def _timestamp(value: Any, path: str) -> dt.datetime:
     if moment is None:
         raise InvalidFilter(f"{path}: {text!r} is not an ISO date or datetime")
     if timezone.is_naive(moment):
-        return timezone.make_aware(moment, dt.timezone.utc)
+        return timezone.make_aware(moment, dt.UTC)
     # As UTC: PostgreSQL refuses offsets beyond +-15:59, and the instant must fall within years 1-9999.
     try:
-        return moment.astimezone(dt.timezone.utc)
+        return moment.astimezone(dt.UTC)
     except OverflowError:
         raise InvalidFilter(f"{path}: {text!r} is outside the years 1-9999 in UTC") from None

@@ -16,6 +16,7 @@ clear match from one that returned its nearest noise, so each list's weight is m
 evidence for this query (the calibrated ``relevance`` of its first hit, squared), and the lists so
 weighted share the weight they had together. Still weighted RRF with the same k: only the weights move.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -82,9 +83,7 @@ def score_fusion(
     return _fused(lists, lambda ranked: [ranked.weight * value for value in normalized(ranked)], dedup_key)
 
 
-def weighted_by_evidence(
-    lists: list[RankedList], evidence: Callable[[RankedList], float | None]
-) -> list[RankedList]:
+def weighted_by_evidence(lists: list[RankedList], evidence: Callable[[RankedList], float | None]) -> list[RankedList]:
     """The lists with per-query weights: each list that ``evidence`` scores (its first hit's calibrated
     relevance in [0, 1], at least ``EVIDENCE_FLOOR``; None: no calibrated scale, weight kept) gets
     ``weight × evidence²``, rescaled so that those lists' weights keep their sum (a third, unscored list
@@ -137,5 +136,9 @@ def _fused(
                 candidate.matched_queries.append(ranked.query)
     return sorted(
         candidates.values(),
-        key=lambda c: (-c.fused_score, -(c.vector_similarity if c.vector_similarity is not None else float("-inf")), c.chunk_id),
+        key=lambda c: (
+            -c.fused_score,
+            -(c.vector_similarity if c.vector_similarity is not None else float("-inf")),
+            c.chunk_id,
+        ),
     )

@@ -12,6 +12,7 @@ Chunks are then ordered by their document's score, then their own. ``group_by: "
 one hit per document, its best chunk (after reranking, if any), with its other matched chunks as
 ``passages``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -40,9 +41,7 @@ def aggregate(
         else:
             scores[document] = sum(chunk.fused_score * DAMPING**i for i, chunk in enumerate(chunks))
     order = {candidate.chunk_id: i for i, candidate in enumerate(candidates)}
-    ranked = sorted(
-        candidates, key=lambda c: (-scores[_document(c, document_of)], order[c.chunk_id])
-    )
+    ranked = sorted(candidates, key=lambda c: (-scores[_document(c, document_of)], order[c.chunk_id]))
     return ranked, {c.chunk_id: scores[_document(c, document_of)] for c in candidates}
 
 

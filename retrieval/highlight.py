@@ -1,6 +1,7 @@
 """Matched terms in a passage, found with the analyzer that indexed it: a highlight shows what BM25
 matched (a product code such as ``sky-10023908`` whole, Chinese word by word as jieba cut it), not a
 guess from string search."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """What the search keeps: the console's history of retrieval tests, and the tenants' queries."""
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex

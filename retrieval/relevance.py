@@ -17,6 +17,7 @@ depend on the other hits of the query:
 A hit's relevance is the stronger of the two (a passage strongly matched by either retriever is
 worth showing); a reranked hit keeps the same definition, so thresholds do not change with reranking.
 """
+
 from __future__ import annotations
 
 import threading

@@ -4,6 +4,7 @@ The search views are documented here (shared error shapes: ``core.schema``) thro
 the views, so the documentation (long examples) stays out of the request path's code. Extensions
 register on import: ``RetrievalConfig.ready`` imports this module.
 """
+
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
@@ -17,7 +18,6 @@ from drf_spectacular.utils import (
 
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, error_responses
 from retrieval.serializers import GlobalGraphOutput, SearchOutput
-
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [
@@ -267,15 +267,19 @@ class SearchViewSchema(OpenApiViewExtension):
 DIFY_ERRORS = {
     400: ("A bad body or filter: `error_code` is the status.", 400, "retrieval_setting: This field is required."),
     403: (
-        "1001: a missing or malformed `Authorization` header; 1002: an unknown, expired or revoked key, or one "
-        "without the `search` scope.",
+        (
+            "1001: a missing or malformed `Authorization` header; 1002: an unknown, expired or revoked key, or "
+            "one without the `search` scope."
+        ),
         1001,
         "Invalid Authorization header format. Expected 'Bearer <api-key>' format.",
     ),
     404: ("2001: `knowledge_id` is not one of the key's knowledge bases.", 2001, "The knowledge does not exist."),
     429: (
-        "Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`, which Dify ignores). Dify's unchanged "
-        "retries of a call (same key and body within 30 s, at most 3) are checked but not counted.",
+        (
+            "Rate limited like `/api/v1/retrieval/hybrid` (with `Retry-After`, which Dify ignores). Dify's "
+            "unchanged retries of a call (same key and body within 30 s, at most 3) are checked but not counted."
+        ),
         429,
         "Rate limit exceeded.",
     ),
@@ -351,7 +355,7 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 description=(
                     "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
                     "knowledge base id as the external knowledge ID. Dify's registration probe (`knowledge_id` "
-                    "and `query` both blank, or an empty body: outside this schema) gets `{\"records\": []}` "
+                    'and `query` both blank, or an empty body: outside this schema) gets `{"records": []}` '
                     "once the key is checked. "
                     "Errors use Dify's shape `{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, "
                     "comparable across queries of the knowledge base; see the search endpoints), raised where "
@@ -366,9 +370,7 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 responses={200: DifyRetrievalOutput, **errors},
                 examples=[
                     OpenApiExample("Dify request", value=DIFY_REQUEST_EXAMPLE, request_only=True),
-                    OpenApiExample(
-                        "Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]
-                    ),
+                    OpenApiExample("Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]),
                 ],
             )
             def post(self, request):

@@ -5,6 +5,7 @@ Each list groups the window's rows by (query, mode): the top queries with their 
 window before (the trend), the queries with no hit, those whose best ``relevance`` stayed under a
 threshold, and those where BM25 and dense shared no hit in their first five.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -9,6 +9,7 @@ does a batch whose insert fails. Rows still queued when a process ends are lost:
 What a row keeps: the query text (whitespace collapsed, casefolded), mode, KBs searched, hit count,
 best ``relevance`` and whether the BM25 and dense legs agreed; never the API key, client or user.
 """
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """The search's reads of the chunk table, always scoped to the tenant where the ids come from an index."""
+
 from __future__ import annotations
 
 import numpy as np

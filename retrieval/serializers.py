@@ -43,9 +43,7 @@ class QueryField(StrictCharField):
 @extend_schema_field(
     {
         "type": "object",
-        "properties": {
-            retriever: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for retriever in RETRIEVERS
-        },
+        "properties": {retriever: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT} for retriever in RETRIEVERS},
         "additionalProperties": False,
         # Named weights may not all be 0: that would search nothing.
         "not": {"minProperties": 1, "properties": {retriever: {"enum": [0]} for retriever in RETRIEVERS}},
@@ -68,8 +66,8 @@ class WeightsField(serializers.DictField):
 
 
 CANDIDATES_HELP = (
-    "depth of each retriever's list before fusion: one integer for every leg, or per leg ({\"vector\": 80, "
-    "\"bm25\": 40}; a leg not named takes the default); default: the KB's, else SEARCH_CANDIDATES; a value "
+    'depth of each retriever\'s list before fusion: one integer for every leg, or per leg ({"vector": 80, '
+    '"bm25": 40}; a leg not named takes the default); default: the KB\'s, else SEARCH_CANDIDATES; a value '
     "below top_k is raised to top_k"
 )
 
@@ -126,6 +124,8 @@ class CandidatesField(serializers.Field):
 )
 class FiltersField(serializers.JSONField):
     pass
+
+
 MAX_HOPS = 3
 
 

@@ -1,4 +1,5 @@
 """Celery tasks of the search side: thin shells around its services (bound by ``@shared_task``)."""
+
 from __future__ import annotations
 
 from celery import shared_task

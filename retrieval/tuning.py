@@ -5,6 +5,7 @@ active version's). A search of several KBs uses a KB value only where every sear
 (a missing key counts as the service default); where they disagree the service setting applies and a
 note says so. The request's own values win over all of them. The result is part of the search cache key.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -3,6 +3,7 @@
 Plain dataclasses with no behaviour of their own, so serializers, the cache and the evaluation can
 use them without importing the pipeline (``retrieval.services.search``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,7 +53,9 @@ class SearchRequest:
     feedback_docs: int | None = None  # RM3 on the BM25 leg (retrieval.expansion.rm3); 0: off
     feedback_terms: int | None = None
     feedback_query_weight: float | None = None
-    expand: ExpansionOptions = field(default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False))
+    expand: ExpansionOptions = field(
+        default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False)
+    )
     query_vector: QueryVector | None = None
 
 

@@ -5,16 +5,16 @@ from django.http import HttpResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from retrieval.cache import cached_search
-from retrieval.expansion import ExpansionOptions
 from core.fields import validated_body
 from core.idempotency import IdempotentPostMixin
-from core.request_id import request_id_of
 from core.ratelimit import RateLimitedMixin
-from retrieval.types import MODES, QueryVector, SearchRequest
+from core.request_id import request_id_of
+from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from retrieval.cache import cached_search
+from retrieval.expansion import ExpansionOptions
 from retrieval.serializers import GraphSearchInput, ModeSearchInput, SearchInput
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
-from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from retrieval.types import MODES, QueryVector, SearchRequest
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope

@@ -2,6 +2,7 @@
 fresh machine the first worker also exports it to ONNX, once, while the others wait on its lock),
 the Chinese segmenter's dictionary (~0.5 s) and its part-of-speech tags, which the graph leg reads
 to find a query's entities (another ~1 s). Called once per web worker, after it starts."""
+
 import logging
 
 logger = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import os
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'retrieval_site.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retrieval_site.settings")
 
-from core.asgi import BoundedRequest, WSGIOnThreads  # noqa: E402  (after the settings module is named)
+from core.asgi import BoundedRequest, WSGIOnThreads  # after the settings module is named
 
 application = BoundedRequest(WSGIOnThreads(get_wsgi_application(), settings.WEB_THREADS))

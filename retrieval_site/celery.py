@@ -3,6 +3,7 @@ app's ``tasks`` module, where they are declared with ``@shared_task`` so no doma
 
 Run a worker with ``celery -A retrieval_site worker``; ``./run serve`` starts one beside gunicorn.
 """
+
 import os
 
 from celery import Celery

@@ -1,4 +1,5 @@
 """gunicorn settings for `./run serve` and docker-compose; the command line may override them."""
+
 import os
 
 # Web workers answer many small queries at once: one torch thread each beats two fighting over 2

@@ -4,7 +4,6 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from tenants import console
-
 from tenants.models import ApiKey, RateTier, Scope, Tenant
 from tenants.services import create_api_key, revoke_api_key
 
@@ -16,7 +15,7 @@ class ApiKeyForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = "__all__"
+        fields = ["tenant", "name", "prefix", "key_hash", "expires_at", "revoked_at", "last_used_at", "scopes"]
 
 
 class ApiKeyInline(admin.TabularInline):

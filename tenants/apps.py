@@ -2,8 +2,8 @@ from django.apps import AppConfig
 
 
 class TenantsConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'tenants'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "tenants"
 
     def ready(self):
         from tenants import signals  # noqa: F401 - connects the receivers

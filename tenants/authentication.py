@@ -1,4 +1,5 @@
 """API-key authentication for DRF: the key alone decides the tenant of a request."""
+
 from __future__ import annotations
 
 from rest_framework import authentication, permissions

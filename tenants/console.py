@@ -1,5 +1,6 @@
 """The console's tenant dashboard: what the tenant was served (``core.usage``) beside its rate tier.
 Registered as an admin view by ``tenants.admin``."""
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -23,8 +23,7 @@ class RateTier(models.Model):
 
     name = models.CharField(max_length=50, unique=True)
     requests_per_window = models.PositiveIntegerField(
-        help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an "
-        "override."
+        help_text="Limit per window (RATE_LIMIT_WINDOW_S, 60 s by default) of each endpoint without an override."
     )
     endpoint_limits = models.JSONField(
         default=dict,
@@ -64,6 +63,7 @@ def default_rate_tier() -> int:
             if violated_unique_constraint(error) != RATE_TIER_NAME_UNIQUE:
                 raise
             pk = _free_tier_pk()
+            assert pk is not None  # the row whose insert beat ours
     return pk
 
 
@@ -85,9 +85,7 @@ class Tenant(models.Model):
         help_text="Keep the tenant's queries for the console's search analytics (the query text and how it was "
         "answered; no key, no client; purged after SEARCH_LOG_RETENTION_DAYS).",
     )
-    rate_tier = models.ForeignKey(
-        RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants"
-    )
+    rate_tier = models.ForeignKey(RateTier, on_delete=models.PROTECT, default=default_rate_tier, related_name="tenants")
     # A new random value with every write of the tenant's synonyms or protected terms (knowledge's vocabulary):
     # searches read it with their KB versions and keep the vocabulary per stamp instead of reading it each time.
     vocabulary_stamp = models.BigIntegerField(default=0, db_default=0, editable=False)

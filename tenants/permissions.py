@@ -1,6 +1,7 @@
 """Scopes: a view names the scope it needs (``required_scope``), or the scopes any one of which will
 do for a request (``scopes_for(request)``: reads and writes of one resource); the caller's API key must
 carry it."""
+
 from __future__ import annotations
 
 from rest_framework import permissions, status

@@ -1,4 +1,5 @@
 """Reads for tenants and API keys."""
+
 from __future__ import annotations
 
 import hmac

@@ -1,4 +1,5 @@
 """Writes for tenants and API keys."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Model changes that state cached in this process must follow."""
+
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 

@@ -1,6 +1,7 @@
 """Waiting and racing without measuring time: a test waits for a condition (with a generous cap, never
 asserting how long it took) and races calls on threads released together, each on its own database
 connection."""
+
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,6 @@
 """Shared fixtures. Tests run against the real embedded PostgreSQL + pgvector and the real model."""
+
+import contextlib
 import io
 import json
 import os
@@ -49,16 +51,13 @@ def redis_key_prefix(settings):
     from django.core.cache import cache
 
     from core.redis import REDIS_ERRORS
-
     from core.usage import flush_counts
 
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
     yield
     flush_counts()  # the usage counters this process still sums go under this test's prefix, then go
-    try:
+    with contextlib.suppress(REDIS_ERRORS):  # a test that stopped its Redis leaves nothing to wipe
         cache.delete_pattern("*")
-    except REDIS_ERRORS:  # a test that stopped its Redis leaves nothing to wipe
-        pass
 
 
 @pytest.fixture(autouse=True)
@@ -200,7 +199,9 @@ def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
 
     with django_db_blocker.unblock():
         tenant = create_tenant(SAMPLE_TENANT)
-        call_command("ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO())
+        call_command(
+            "ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
+        )
         return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
 
 

@@ -1,12 +1,13 @@
 """Model factories. Chunks get seeded random unit vectors: fast, and real rows in real pgvector."""
+
 import factory
 import numpy as np
 from django.utils import timezone
 
+from engines.embedders import DEFAULT_LOCAL_MODEL
 from knowledge.models import Chunk, Document, KnowledgeBase
 from knowledge.versions import activate_first_version
 from retrieval.models import SearchLog
-from engines.embedders import DEFAULT_LOCAL_MODEL
 from tenants.models import RateTier, Tenant
 
 DIMENSION = 384

@@ -6,6 +6,7 @@ would in production; the peer records every request, and how its answer ended, f
 inspect: a client that hung up before the answer was out (its timeout or deadline) is recorded, so no
 test needs to time the client.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-
 
 POLL_S = 0.01  # how often a held answer looks whether its client is still there
 

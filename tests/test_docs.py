@@ -1,6 +1,7 @@
 """The README and docs/ tell the truth: every relative link and anchor leads somewhere, the README maps
 every document, and the README's "Try it" examples, run with curl against the live service holding the
 sample knowledge base (as ``./run serve`` leaves it), answer what their comments say."""
+
 from __future__ import annotations
 
 import io

@@ -5,6 +5,7 @@ Code and docs cite a section as ``docs/BENCHMARKS.md, "<heading>"`` or ``docs/be
 reference to BENCHMARKS.md may also name a decision, because BENCHMARKS.md links every one of them from
 its last section, so a reader who opens it finds the paragraph.
 """
+
 from __future__ import annotations
 
 import re
@@ -70,8 +71,11 @@ def names_heading(name: str, heading: str) -> bool:
 
 
 def decisions_linked_from_benchmarks() -> list[str]:
-    linked = {slug for document, slug in ANCHOR_LINK.findall(BENCHMARKS.read_text(encoding="utf-8"))
-              if DOCUMENTS[document] == DECISIONS}
+    linked = {
+        slug
+        for document, slug in ANCHOR_LINK.findall(BENCHMARKS.read_text(encoding="utf-8"))
+        if DOCUMENTS[document] == DECISIONS
+    }
     return [text for (_, text), slug in zip(headings(DECISIONS), anchors(DECISIONS)) if slug in linked]
 
 
@@ -90,18 +94,27 @@ def test_named_references_point_at_headings():
         "benchmarks/decisions.md": [text for _, text in headings(DECISIONS)],
     }
     references = list(named_references())
-    broken = [f'{where}: {document}, "{name}"' for where, document, name in references
-              if not any(names_heading(name, heading) for heading in targets[document])]
+    broken = [
+        f'{where}: {document}, "{name}"'
+        for where, document, name in references
+        if not any(names_heading(name, heading) for heading in targets[document])
+    ]
     assert len(references) >= 10, "the pattern no longer finds the references the code makes"
     assert not broken, "references to no heading:\n" + "\n".join(broken)
 
 
 def test_anchor_links_point_at_headings():
     known = {BENCHMARKS: set(anchors(BENCHMARKS)), DECISIONS: set(anchors(DECISIONS))}
-    links = [(path, document, slug) for path in text_files()
-             for document, slug in ANCHOR_LINK.findall(path.read_text(encoding="utf-8", errors="replace"))]
-    broken = [f"{path.relative_to(ROOT)}: {document}#{slug}" for path, document, slug in links
-              if slug not in known[DOCUMENTS[document]]]
+    links = [
+        (path, document, slug)
+        for path in text_files()
+        for document, slug in ANCHOR_LINK.findall(path.read_text(encoding="utf-8", errors="replace"))
+    ]
+    broken = [
+        f"{path.relative_to(ROOT)}: {document}#{slug}"
+        for path, document, slug in links
+        if slug not in known[DOCUMENTS[document]]
+    ]
     assert links, "the pattern no longer finds the anchors the docs link"
     assert not broken, "links to no heading:\n" + "\n".join(broken)
 
@@ -114,6 +127,9 @@ def test_benchmarks_links_every_decision():
 
 def test_benchmark_documents_name_no_private_scratch_paths():
     for document in (BENCHMARKS, DECISIONS):
-        lines = [number for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1)
-                 if "/tmp/" in line]
+        lines = [
+            number
+            for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1)
+            if "/tmp/" in line
+        ]
         assert not lines, f"{document.relative_to(ROOT)} names /tmp/ paths on lines {lines}"

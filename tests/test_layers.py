@@ -7,6 +7,7 @@ deferred import is still a dependency. Tests and benchmarks may import anything.
 And no test asserts a duration: on a shared, loaded machine a bound on the wall clock fails at random
 and proves nothing a recorded event would not (``tests.concurrency``, ``tests.peers``).
 """
+
 from __future__ import annotations
 
 import ast

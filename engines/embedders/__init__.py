@@ -7,9 +7,11 @@ end in a runtime suffix: ``:torch`` (sentence-transformers), ``:onnx`` (ONNX Run
 torch and fp32 ONNX give the same vectors (cosine >= 0.9999), so they share a name; int8 moves
 vectors, so it is a name of its own, and a KB version records which one built it.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,12 +35,16 @@ def _bundled_models() -> dict[str, Path]:
 
 
 @lru_cache(maxsize=1)
-def _stand_in_token_counter():
+def _stand_in_token_counter() -> Callable[[str], int]:
     """The bundled MiniLM tokenizer, used to size chunks for models whose tokenizer is remote."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(_bundled_models()[DEFAULT_LOCAL_MODEL]), local_files_only=True)
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return count
 
 
 def split_runtime(model_name: str) -> tuple[str, str, str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import cast
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class Embedder(ABC):
         return self.embed_documents(texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_queries([text])[0]
+        return cast(np.ndarray, self.embed_queries([text])[0])
 
 
 class EmbeddingError(Exception):

@@ -9,6 +9,7 @@ Tokenization (the model's fast tokenizer, same truncation), mean pooling over th
 L2 normalization repeat what sentence-transformers does, so fp32 vectors equal the torch ones within
 float rounding.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,24 +17,33 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engines.embedders.base import Embedder, EmbeddingError
 
+if TYPE_CHECKING:
+    import torch
+    from onnxruntime import InferenceSession
+    from tokenizers import Encoding
+
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "int8")
+_OPSET = 17
+_OUTPUT = "last_hidden_state"
 # Everything that changes the exported files besides the model's own; part of the cache key.
 EXPORT_SETTINGS = {
     "format": 2,  # bump when this module writes a different graph
     # The TorchScript exporter over eager attention writes the attention pattern the optimizer fuses;
     # the dynamo exporter's (scaled_dot_product_attention with NaN guards) it does not.
     "exporter": "torch.onnx.export(dynamo=False), attn_implementation=eager",
-    "opset": 17,
-    "output": "last_hidden_state",
+    "opset": _OPSET,
+    "output": _OUTPUT,
     "optimizer": "optimize_model(model_type=bert, opt_level=0)",
     # The embedding tables stay fp32: quantizing them too moved query vectors further, for no speed.
     "int8": "quantize_dynamic(QInt8, per_channel=True, ops=MatMul+Attention)",
@@ -80,10 +90,10 @@ class OnnxEmbedder(Embedder):
         self._threads = threads
         # Many batches (an ingestion's) run side by side, one thread each, on a single-threaded session:
         # made on first use (a web worker with one thread never needs it).
-        self._side_by_side: tuple[object, ThreadPoolExecutor] | None = None
+        self._side_by_side: tuple[InferenceSession, ThreadPoolExecutor] | None = None
         self._side_by_side_lock = threading.Lock()
 
-    def _new_session(self, threads: int):
+    def _new_session(self, threads: int) -> InferenceSession:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -111,16 +121,16 @@ class OnnxEmbedder(Embedder):
                 embedded = pool.map(lambda batch: self._embed_batch(session, [encodings[i] for i in batch]), batches)
             else:
                 embedded = (self._embed_batch(self._session, [encodings[i] for i in batch]) for batch in batches)
-            for batch, batch_vectors in zip(batches, embedded):
+            for batch, batch_vectors in zip(batches, embedded, strict=True):
                 vectors[batch] = batch_vectors
         except Exception as exc:  # an ONNX Runtime error, e.g. more positions than the graph has
             raise EmbeddingError(f"embedding model {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
         return vectors
 
-    def _batches_side_by_side(self):
+    def _batches_side_by_side(self) -> tuple[InferenceSession, ThreadPoolExecutor]:
         """A one-thread session and ``threads`` threads to run it: batches side by side use the cores with
         no synchronisation inside an operator, where one session's intra-op pool over small batches spends
-        CPU waiting for its threads (1.7x the CPU seconds for the same passages, BENCHMARKS.md)."""
+        CPU waiting for its threads (docs/BENCHMARKS.md)."""
         with self._side_by_side_lock:
             if self._side_by_side is None:
                 pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="onnx-batch")
@@ -128,7 +138,7 @@ class OnnxEmbedder(Embedder):
             return self._side_by_side
 
     @staticmethod
-    def _embed_batch(session, encodings) -> np.ndarray:
+    def _embed_batch(session: InferenceSession, encodings: list[Encoding]) -> np.ndarray:
         length = max(len(encoding.ids) for encoding in encodings)
         feeds = {name: np.zeros((len(encodings), length), dtype=np.int64) for name in _INPUTS}
         for row, encoding in enumerate(encodings):
@@ -140,7 +150,8 @@ class OnnxEmbedder(Embedder):
         mask = feeds["attention_mask"][:, :, None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.clip(norms, 1e-12, None)
+        unit: np.ndarray = pooled / np.clip(norms, 1e-12, None)
+        return unit
 
 
 def _check_supported(model_name: str, model_path: Path) -> int:
@@ -195,7 +206,7 @@ def exported_model(model_path: Path, cache_dir: Path, precision: str) -> Path:
     return target
 
 
-def _write_atomically(target: Path, write) -> None:
+def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     """Readers never see a half-written file (a crash leaves only the temporary one)."""
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
@@ -219,28 +230,29 @@ def _export(model_path: Path, target: Path) -> None:
     class LastHiddenState(torch.nn.Module):
         """The encoder with one output; pooling runs outside the graph, over the real tokens."""
 
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.encoder = model
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.encoder(
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        ) -> torch.Tensor:
+            return self.encoder(  # type: ignore[no-any-return]  # transformers' outputs are untyped
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
             ).last_hidden_state
 
     example = tuple(torch.ones((2, 16), dtype=torch.int64) for _ in _INPUTS)
-    output = EXPORT_SETTINGS["output"]
     graph = io.BytesIO()
     with torch.no_grad():
         torch.onnx.export(
             LastHiddenState().eval(),
             example,
-            graph,
+            graph,  # type: ignore[arg-type]  # the TorchScript exporter writes to a file object too
             dynamo=False,
             input_names=list(_INPUTS),
-            output_names=[output],
-            opset_version=EXPORT_SETTINGS["opset"],
-            dynamic_axes={name: {0: "batch", 1: "sequence"} for name in (*_INPUTS, output)},
+            output_names=[_OUTPUT],
+            opset_version=_OPSET,
+            dynamic_axes={name: {0: "batch", 1: "sequence"} for name in (*_INPUTS, _OUTPUT)},
         )
     # opt_level 0: only the fusions, no hardware-specific rewrites, so the file suits any CPU.
     fused = optimize_model(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -27,7 +28,7 @@ class OpenAICompatibleEmbedder(Embedder):
         api_key: str,
         timeout_s: float,
         batch_size: int,
-        token_counter,
+        token_counter: Callable[[str], int],
         query_deadline_s: float | None = None,
     ):
         self.model_name = model_name
@@ -78,10 +79,14 @@ class OpenAICompatibleEmbedder(Embedder):
             raise EmbeddingError(f"embedding endpoint {self._url}: {exc}", "deadline") from exc
         except httpx.TimeoutException as exc:  # a socket timeout shortened to the deadline is that deadline
             if deadline_s < self._timeout_s:
-                raise EmbeddingError(f"embedding endpoint {self._url}: no answer within the deadline", "deadline") from exc
+                raise EmbeddingError(
+                    f"embedding endpoint {self._url}: no answer within the deadline", "deadline"
+                ) from exc
             raise EmbeddingError(f"embedding endpoint {self._url} failed: {exc}") from exc
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise EmbeddingError(f"embedding endpoint {self._url} failed: {exc}") from exc
         if matrix.ndim != 2 or matrix.shape[0] != len(texts):
-            raise EmbeddingError(f"embedding endpoint {self._url} returned {matrix.shape[0]} vectors for {len(texts)} inputs")
+            raise EmbeddingError(
+                f"embedding endpoint {self._url} returned {matrix.shape[0]} vectors for {len(texts)} inputs"
+            )
         return matrix

@@ -25,9 +25,12 @@ class SentenceTransformerEmbedder(Embedder):
             except Exception as exc:  # OSError, ValueError, SafetensorError, torch errors: whatever the folder holds
                 raise EmbeddingError(f"cannot load embedding model {model_name!r} from {model_path}: {exc}") from exc
         self.model_name = model_name
-        self.dimension = int(self._model.get_embedding_dimension())
+        dimension, max_seq_length = self._model.get_embedding_dimension(), self._model.max_seq_length
+        if dimension is None or max_seq_length is None:
+            raise EmbeddingError(f"embedding model {model_name!r} does not state its dimension and input length")
+        self.dimension = int(dimension)
         # Two of the model's positions go to [CLS] and [SEP].
-        self.max_tokens = int(self._model.max_seq_length) - 2
+        self.max_tokens = int(max_seq_length) - 2
         # A counter of its own: encode() sets truncation on the model's tokenizer, and an ingestion counts
         # the next documents' tokens while it embeds the previous ones in another thread.
         self._counter = Tokenizer.from_str(self._model.tokenizer.backend_tokenizer.to_str())

@@ -6,6 +6,7 @@ for tests and benchmarks only), ``RERANKER_API_KEY``, ``RERANKER_TIMEOUT_S``, ``
 ``RERANKER_MAX_TOKENS``, and ``SEARCH_DEADLINE_MS`` for the whole remote call. Neither URL nor model: no
 reranker (None).
 """
+
 from __future__ import annotations
 
 import threading

@@ -63,4 +63,5 @@ class CrossEncoderReranker(Reranker):
             raise RerankError("model_error", f"{self.name} gave scores of shape {scores.shape}, not one per passage")
         if not np.isfinite(scores).all():
             raise RerankError("malformed_response", f"{self.name} gave non-finite scores")
-        return scores.tolist()
+        result: list[float] = scores.tolist()
+        return result

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import math
 import re
@@ -106,7 +107,9 @@ class RemoteReranker(Reranker):
             state = self._breaker.current_state
             if state == pybreaker.STATE_CLOSED:
                 return False
-            reopens_at = self._breaker_storage.opened_at + timedelta(seconds=self._breaker.reset_timeout)
+            opened_at = self._breaker_storage.opened_at
+            assert opened_at is not None  # set whenever the breaker is not closed
+            reopens_at = opened_at + timedelta(seconds=self._breaker.reset_timeout)
             if self._trial_running or (state == pybreaker.STATE_OPEN and datetime.now(UTC) < reopens_at):
                 raise RerankError(
                     "circuit_open",
@@ -128,10 +131,8 @@ class RemoteReranker(Reranker):
                 if failed:
                     raise _CallFailed
 
-            try:
+            with contextlib.suppress(_CallFailed, pybreaker.CircuitBreakerError):
                 self._breaker.call(outcome)
-            except (_CallFailed, pybreaker.CircuitBreakerError):
-                pass
 
     def _is_retryable(self, error: BaseException) -> bool:
         """Transient failures, unless the server asks for a longer wait than a search can afford."""
@@ -140,12 +141,14 @@ class RemoteReranker(Reranker):
         )
 
     def _wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception()
-        return error.retry_after if error.retry_after is not None else self._backoff(state)
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, _TransientError) and error.retry_after is not None:
+            return error.retry_after
+        return self._backoff(state)
 
     def _post(self, query: str, passages: list[str]) -> list[float]:
         if self._tei:
-            body: dict = {"query": query, "texts": passages, "truncate": True}
+            body: dict[str, object] = {"query": query, "texts": passages, "truncate": True}
         else:
             body = {"model": self._model} if self._model else {}
             body |= {"query": query, "documents": passages, "top_n": len(passages), "return_documents": False}
@@ -206,7 +209,7 @@ def _parse_scores(payload: object, count: int) -> list[float]:
         score = item.get("relevance_score", item.get("score"))
         if type(index) is not int or not 0 <= index < count or index in scores:
             raise ValueError(f"index {index!r} is out of range, repeated or not an integer")
-        if type(score) not in (int, float) or not math.isfinite(score):
+        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
             raise ValueError(f"score {score!r} at index {index} is not a finite number")
         scores[index] = float(score)
     return [scores[index] for index in range(count)]

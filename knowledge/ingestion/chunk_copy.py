@@ -1,4 +1,5 @@
 """Chunk rows written with one binary COPY, PostgreSQL's fastest way in (ORM inserts are many times slower)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -48,27 +49,26 @@ def copy_chunks(kb: KnowledgeBase, version: KnowledgeBaseVersion, batches: Itera
         columns=sql.SQL(", ").join(sql.Identifier(name) for name, _ in _COPY_COLUMNS),
     )
     register_vector_type()
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(statement) as copy:
-            copy.set_types([type_name for _, type_name in _COPY_COLUMNS])
-            for batch in batches:
-                doc, labels = batch.document, batch.labels
-                for ordinal, (draft, vector) in enumerate(zip(batch.drafts, batch.vectors, strict=True)):
-                    copy.write_row(
-                        (
-                            doc.pk,
-                            version.pk,
-                            kb.tenant_id,
-                            kb.pk,
-                            ordinal,
-                            draft.text,
-                            draft.content_hash,
-                            draft.token_count,
-                            len(vector),
-                            vector,
-                            doc.doc_type,
-                            doc.created_at,  # filters on created_at mean the document's first ingestion
-                            labels.tags,
-                            Jsonb({**draft.metadata, **labels.metadata}),
-                        )
+    with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
+        copy.set_types([type_name for _, type_name in _COPY_COLUMNS])
+        for batch in batches:
+            doc, labels = batch.document, batch.labels
+            for ordinal, (draft, vector) in enumerate(zip(batch.drafts, batch.vectors, strict=True)):
+                copy.write_row(
+                    (
+                        doc.pk,
+                        version.pk,
+                        kb.tenant_id,
+                        kb.pk,
+                        ordinal,
+                        draft.text,
+                        draft.content_hash,
+                        draft.token_count,
+                        len(vector),
+                        vector,
+                        doc.doc_type,
+                        doc.created_at,  # filters on created_at mean the document's first ingestion
+                        labels.tags,
+                        Jsonb({**draft.metadata, **labels.metadata}),
                     )
+                )

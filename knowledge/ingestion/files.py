@@ -1,6 +1,7 @@
 """The files an ingestion reads: found on disk or stored as originals, with their labels (title, tags,
 metadata) from a ``<file>.meta.json`` sidecar or an upload; a file that cannot be read is recorded as a
 failed document."""
+
 from __future__ import annotations
 
 import hashlib

@@ -3,6 +3,7 @@
 Groups of documents are embedded in one background thread and their graphs extracted in another while
 this thread prepares the next group and writes the previous one (the model releases the GIL).
 """
+
 from __future__ import annotations
 
 import hashlib

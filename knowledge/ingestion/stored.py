@@ -1,5 +1,6 @@
 """Ingestion from stored originals, as the worker runs it: the files are kept first (``keep_original``),
 then a task gets JSON, the KB id and per file ``{"source_uri", "original", "labels"}`` (``task_file``)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """What the maintenance commands share: the knowledge bases they work on and one line per KB."""
+
 import time
 
 from django.core.management.base import BaseCommand, CommandError

@@ -8,7 +8,6 @@ import django.contrib.postgres.fields
 import django.db.models.deletion
 from django.db import migrations, models
 
-
 _CONVERT = [
     """
     INSERT INTO knowledge_graphedge (tenant_id, kb_version_id, source_id, target_id, kind, weight, passages)

@@ -1,5 +1,6 @@
 """BEIR-layout datasets: reading a folder's corpus, queries and judgments, and writing its corpus as
 files to ingest."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,6 @@
 """The knowledge bases an evaluation runs on: the ``eval`` tenant's, built from a dataset's corpus, or
 a tenant's own with labelled queries."""
+
 from __future__ import annotations
 
 import hashlib

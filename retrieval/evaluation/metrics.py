@@ -1,5 +1,6 @@
 """Relevance metrics: pure functions over a ranking of corpus ids and a query's judgments, so they can
 be checked by hand."""
+
 from __future__ import annotations
 
 import math

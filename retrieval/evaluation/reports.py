@@ -1,4 +1,5 @@
 """Reports: everything needed to reproduce and compare a run, and the comparison of two reports."""
+
 from __future__ import annotations
 
 import datetime as dt

@@ -1,5 +1,6 @@
 """Running a variant: every judged query through the service's own ``search`` (what the API calls),
 scored and timed."""
+
 from __future__ import annotations
 
 import time

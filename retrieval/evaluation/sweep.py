@@ -1,4 +1,5 @@
 """Sweeps: the best fusion settings for a KB, suggested and written onto it."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

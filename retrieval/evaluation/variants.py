@@ -1,5 +1,6 @@
 """Variants: the request settings one row of results is measured with, and the grids that expand to
 them."""
+
 from __future__ import annotations
 
 import itertools
@@ -150,9 +151,7 @@ def build_variants(
             list(hybrid), candidates, aggregates, rm3
         ):
             rrf_k, legs = (rrf_k, legs) if fusion in (None, "rrf") else (None, None)
-            variant = Variant(
-                mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs, union
-            )
+            variant = Variant(mode, depth, weight, rrf_k, expand, rerank, floor, method, feedback, fusion, legs, union)
             if variant not in variants:
                 variants.append(variant)
     return variants

@@ -3,6 +3,7 @@
 An expander that fails never fails the search: it becomes a ``degraded`` entry and the other
 variants (always including the original) are still searched.
 """
+
 from __future__ import annotations
 
 import logging

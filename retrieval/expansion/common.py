@@ -1,4 +1,5 @@
 """Helpers the expanders share: what counts as a Latin word character, and variant deduplication."""
+
 from __future__ import annotations
 
 from retrieval.expansion.base import QueryVariant

@@ -1,4 +1,5 @@
 """Query rewriting by an OpenAI-compatible chat model: alternative phrasings the KB may use."""
+
 from __future__ import annotations
 
 import re

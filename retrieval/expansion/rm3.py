@@ -11,6 +11,7 @@ Feedback helps when the first pass is mostly right (a vocabulary mismatch the to
 drifts when it is not: it is an option, off by default (docs/benchmarks/decisions.md, "RM3 pseudo-relevance
 feedback").
 """
+
 from __future__ import annotations
 
 from collections import Counter

@@ -3,6 +3,7 @@
 Correcting towards the searched content (not a general dictionary) only ever suggests words that can
 match something, and leaves product names and jargon the KB uses alone.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Tenant-curated synonym expansion: each matching rule rewrites one term of the query."""
+
 from __future__ import annotations
 
 import re

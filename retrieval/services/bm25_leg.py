@@ -1,5 +1,6 @@
 """The BM25 leg: the database reads before the keyword index searches, the index's search, the
 check of its hits against the chunk table, and the RM3 feedback pass."""
+
 from __future__ import annotations
 
 import logging
@@ -89,7 +90,9 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
             index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights
         )
         if query.allowed is None:
-            hits = _hits_of_existing_chunks(index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights)
+            hits = _hits_of_existing_chunks(
+                index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights
+            )
         lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]))
         queries.append(ListQuery(tokens=weighted.tokens, token_weights=weighted.weights))
         for version_id in version_ids:

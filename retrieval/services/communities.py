@@ -7,6 +7,7 @@ vector to each summary's vector under the version's model. Either list failing i
 the graph store failing (no communities to rank) is a 503 ``graph_unavailable``. Each community comes
 with its summary, key entities and supporting passages (those passing the filters).
 """
+
 from __future__ import annotations
 
 import math
@@ -86,7 +87,9 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
         lists = []
         with timings.stage("bm25"):
             try:
-                lists.append(RankedList("bm25", request.query, 1.0, _bm25(vocabulary.analyzer, request.query, communities)))
+                lists.append(
+                    RankedList("bm25", request.query, 1.0, _bm25(vocabulary.analyzer, request.query, communities))
+                )
             except Exception as exc:
                 degraded.append(degradation_of("bm25", exc))
         with timings.stage("vector"):

@@ -1,4 +1,5 @@
 """Writes of the admin console's retrieval testing."""
+
 from __future__ import annotations
 
 from retrieval.models import RetrievalRun

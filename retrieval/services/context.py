@@ -1,4 +1,5 @@
 """What every retrieval leg of one search reads, built once by the outline (``retrieval.services.search``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

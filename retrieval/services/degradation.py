@@ -1,4 +1,5 @@
 """The failure rule's one shape: what an optional stage that raised becomes (a ``degraded`` entry)."""
+
 from __future__ import annotations
 
 import logging

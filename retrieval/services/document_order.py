@@ -1,5 +1,6 @@
 """Document-aware ranking as stages (the rules are ``retrieval.grouping``): the chunks of one document
 counted together before reranking, and ``top_k`` cut as chunks or as one hit per document after."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

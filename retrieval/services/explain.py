@@ -1,4 +1,5 @@
 """The explain stage: the response's account of how the search ran, gathered from every stage's output."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """The fusion stage: the legs' lists deduplicated by content and fused (the math is ``retrieval.fusion``),
 with the graph's list gated below the other legs' heads."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

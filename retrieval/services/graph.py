@@ -9,6 +9,7 @@ product of the path's edge strengths ``w / (w + 1)``; idf: ``ln(1 + N / passages
 hubs count little); a passage scores the sum over the reached entities it mentions, each scaled by
 ``1 + ln(mentions)``, and explains itself by its best contribution's path.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """The graph leg as a ranked list: the graph's ranking (``retrieval.services.graph``) filtered and cut."""
+
 from __future__ import annotations
 
 from retrieval import selectors
@@ -15,7 +16,9 @@ def retrieve_graph(context: SearchContext) -> LegResult:
     ranking = rank_by_graph(context.tenant.pk, context.version_ids, query, hops=context.hops)
     hits, passing = ranking.hits, {}
     if context.compiled.q and hits:
-        passing = selectors.hashes_of_chunks_passing(context.tenant, [chunk_id for chunk_id, _ in hits], context.compiled)
+        passing = selectors.hashes_of_chunks_passing(
+            context.tenant, [chunk_id for chunk_id, _ in hits], context.compiled
+        )
         hits = [hit for hit in hits if hit[0] in passing]
     hits = hits[: context.depths["graph"]]
     explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}

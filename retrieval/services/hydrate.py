@@ -1,4 +1,5 @@
 """The hydrate stage: the cut candidates read back as the API's hits, with the evidence of each."""
+
 from __future__ import annotations
 
 from retrieval import selectors

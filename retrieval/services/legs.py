@@ -1,6 +1,7 @@
 """The retrieval legs of one search run side by side: the query embeds on the embedding pool and the
 keyword index searches on the lexical pool while the request thread does the database work (BM25's
 reads, the vector plan, the graph); whichever pool answers first is finished first."""
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """What a search will run, decided before any leg does: its settings, model groups, query variants
 and retriever weights."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

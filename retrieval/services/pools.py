@@ -3,6 +3,7 @@
 Torch, ONNX Runtime and tantivy release the GIL while they compute; the database work stays on the
 request thread and its one connection (a test's transaction included).
 """
+
 from __future__ import annotations
 
 import contextvars

@@ -1,5 +1,6 @@
 """The rerank stage: the fused head reordered by the cross-encoder, when the request asks; when it
 cannot, what ``RERANK_ON_FAILURE`` and ``RERANK_FALLBACK_ORDER`` say."""
+
 from __future__ import annotations
 
 from dataclasses import replace

@@ -7,6 +7,7 @@ leg, BM25's feedback pass, the union, the document stage, the reranker) becomes 
 ``{"stage", "cause", "message"}`` and one warning; only when no retriever of the search answers is it
 an error, a 503 naming the failed retriever.
 """
+
 from __future__ import annotations
 
 from django.conf import settings

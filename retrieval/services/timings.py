@@ -1,5 +1,6 @@
 """Per-search stage timings: the one place where a stage of the pipeline starts and ends, so it is
 also where each stage becomes a trace span (``core.tracing.span``; a shared no-op when tracing is off)."""
+
 from __future__ import annotations
 
 import threading

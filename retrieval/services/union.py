@@ -1,5 +1,6 @@
 """``leg_candidates: "union"``: BM25 and dense each also rank the other's first hits, scored as they
 would have scored them, so fusion by rank does not treat "not in this leg's list" as "ranked last"."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

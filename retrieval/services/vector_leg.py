@@ -1,5 +1,6 @@
 """The dense leg: the query variants embedded, the vector index's plan made while they embed, and
 pgvector searched per embedding model."""
+
 from __future__ import annotations
 
 import threading
@@ -54,9 +55,7 @@ def _vector_plan(index: VectorIndex, context: SearchContext, group: ModelGroup) 
     return plan
 
 
-def retrieve_vector(
-    context: SearchContext, vectors: dict[str, np.ndarray], plans: list[object | None]
-) -> LegResult:
+def retrieve_vector(context: SearchContext, vectors: dict[str, np.ndarray], plans: list[object | None]) -> LegResult:
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
     weight, candidates, groups = context.weights["vector"], context.depths["vector"], context.groups

@@ -5,6 +5,7 @@ Every environment variable is also a Django setting of its field's name, so code
 Fields marked ``Ranks`` change rankings: the search cache key includes them (``RANKING_SETTINGS``).
 Importing this module starts no server (see ``environment``).
 """
+
 from __future__ import annotations
 
 import dj_database_url
@@ -143,7 +144,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Retrieval service API",
     "DESCRIPTION": (
         "Ranked passages from a tenant's knowledge bases for RAG engines and agents. Every response carries "
-        "`X-Request-ID`; every error is `{\"error\": {\"code\", \"message\", \"request_id\"}}`."
+        '`X-Request-ID`; every error is `{"error": {"code", "message", "request_id"}}`.'
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -4,6 +4,7 @@ Each field names its variable, its type (parsed by pydantic-settings: an unparsa
 value stops startup with an error naming the variable) and its one default; empty counts as unset.
 Fields marked ``Ranks`` change rankings: the search cache key includes them (``RANKING_SETTINGS``).
 """
+
 from __future__ import annotations
 
 import ipaddress

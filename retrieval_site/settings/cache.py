@@ -1,4 +1,5 @@
 """Redis: the result cache, rate-limit counters, idempotency records and usage counters."""
+
 from __future__ import annotations
 
 from pathlib import Path

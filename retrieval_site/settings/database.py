@@ -1,4 +1,5 @@
 """The database: a PostgreSQL + pgvector server at DATABASE_URL, else the embedded one under VAR_DIR."""
+
 from __future__ import annotations
 
 import os

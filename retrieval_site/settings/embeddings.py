@@ -1,4 +1,5 @@
 """Embedding models and the vector (pgvector HNSW) leg."""
+
 from __future__ import annotations
 
 import os

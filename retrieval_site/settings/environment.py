@@ -6,6 +6,7 @@ Importing this starts no server. With no ``DATABASE_URL`` the database backend
 Likewise ``REDIS_URL``: unset, the cache starts an embedded Redis on a unix socket under ``var/``
 when it first connects.
 """
+
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured

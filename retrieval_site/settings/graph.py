@@ -1,4 +1,5 @@
 """The knowledge graph: its walk at query time, typed relations and communities at ingestion, its store."""
+
 from __future__ import annotations
 
 from typing import Annotated

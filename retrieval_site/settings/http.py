@@ -1,4 +1,5 @@
 """The HTTP front: Django's request handling and the asyncio worker that serves it."""
+
 from __future__ import annotations
 
 import secrets

@@ -1,4 +1,5 @@
 """Ingestion: chunking, stored originals, uploads, versions and sources."""
+
 from __future__ import annotations
 
 from pathlib import Path

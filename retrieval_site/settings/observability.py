@@ -1,4 +1,5 @@
 """Logs, metrics and traces."""
+
 from __future__ import annotations
 
 from typing import Annotated, Literal

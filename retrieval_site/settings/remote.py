@@ -1,4 +1,5 @@
 """Remote models a search may call: the chat model (query rewriting) and the reranker, and their deadline."""
+
 from __future__ import annotations
 
 from typing import Annotated, Literal

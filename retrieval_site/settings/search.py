@@ -1,4 +1,5 @@
 """The keyword leg, fusion and query expansion: how a search finds and orders passages."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Celery: broker and results on the cache's Redis (embedded by default), each in its own logical
 database, unless given URLs of their own."""
+
 from __future__ import annotations
 
 from pydantic import NonNegativeInt, PositiveInt

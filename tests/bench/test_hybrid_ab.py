@@ -1,4 +1,5 @@
 """``bench/hybrid_ab.py`` names the code each tree holds, also a tree that is not a git checkout."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,5 @@
 """Smoke tests of ``bench/scale.py``'s data generator and ground truth (no timing, no large data)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import scale  # noqa: E402  (bench/ is not a package; its scripts import _common as a sibling)
-import vector_search  # noqa: E402
+import scale  # bench/ is not a package; its scripts import _common as a sibling
+import vector_search
 
 
 def test_filters_select_the_rows_whose_business_fields_match():
@@ -63,8 +64,8 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
     """The bench's shortcut (each distinct passage analyzed once, its tag apart) indexes the tokens the
     service's rebuild indexes: the same hits with the same scores."""
     from engines import get_lexical_index
-    from knowledge.selectors import analyzer_for_tenant
     from knowledge.lexical import rebuild_lexical_index
+    from knowledge.selectors import analyzer_for_tenant
     from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
     passages = ["Warranty claims need the receipt.", "The battery lasts 12 hours; charge it overnight."]
@@ -86,6 +87,12 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
 
 
 def test_plan_shape_names_each_node_down_the_first_children():
-    explain = [{"Plan": {"Node Type": "Limit", "Plans": [
-        {"Node Type": "Index Scan", "Index Name": "chunk_embedding_hnsw_384"}]}}]
+    explain = [
+        {
+            "Plan": {
+                "Node Type": "Limit",
+                "Plans": [{"Node Type": "Index Scan", "Index Name": "chunk_embedding_hnsw_384"}],
+            }
+        }
+    ]
     assert scale.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"

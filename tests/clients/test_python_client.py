@@ -1,5 +1,6 @@
 """The Python client (``clients/python``, import ``retrieval_client``) against the real service over real HTTP
 (pytest-django's live server), and its retries against a fake peer that injects 429s, 503s and refusals."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from retrieval_client import (
     AsyncRetrievalClient,
     AuthenticationError,
@@ -22,6 +24,7 @@ from retrieval_client import (
     RetrievalClient,
     SearchHit,
     SearchResult,
+    ServerError,
     ServiceUnavailableError,
     TransportError,
 )
@@ -31,7 +34,6 @@ from retrieval_client.langchain import (
     format_context,
     search_knowledge_base_tool,
 )
-
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
 from tests.peers import Peer, Reply
@@ -175,7 +177,7 @@ def test_the_documented_langchain_example_runs(service):
     assert len(code.strip().splitlines()) <= 5
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # noqa: S102 - the documentation's own code
+        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # the documentation's own code
     assert output.getvalue().startswith("[1] ")
 
 
@@ -248,7 +250,7 @@ def test_an_error_that_a_retry_cannot_fix_is_not_retried(slept):
     with scripted(Reply(400, invalid)) as peer, pytest.raises(InvalidRequestError):
         RetrievalClient(peer.url, "k", retries=3).vector("q", top_k=1000)
     assert len(peer.requests) == 1 and slept == []
-    with scripted(Reply(502, b"<html>bad gateway</html>")) as peer, pytest.raises(Exception) as bad:
+    with scripted(Reply(502, b"<html>bad gateway</html>")) as peer, pytest.raises(ServerError) as bad:
         RetrievalClient(peer.url, "k").hybrid("q")
     assert bad.value.code == "http_502" and "bad gateway" in bad.value.message
 

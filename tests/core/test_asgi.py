@@ -1,4 +1,5 @@
 """The served ASGI layer's hand-over: Django runs on a request thread, the event loop sends its answer."""
+
 import asyncio
 import threading
 

@@ -1,4 +1,5 @@
 """CORS: only configured origins, only under /api/, with the headers our clients send and read."""
+
 from __future__ import annotations
 
 import pytest

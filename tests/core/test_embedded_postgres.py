@@ -1,4 +1,5 @@
 """The embedded PostgreSQL starts with the service's memory settings: a real server in a data dir of its own."""
+
 import shutil
 import uuid
 
@@ -34,4 +35,3 @@ def test_a_started_server_runs_with_the_settings_given_and_a_restart_takes_new_o
     socket_dir = start_embedded_postgres(data_dir, {"shared_buffers": "40MB"})
     assert _shown(socket_dir, "shared_buffers", "effective_cache_size") == ["40MB", "4GB"]  # 4GB: PostgreSQL's own
     assert (data_dir / "postgresql.conf").read_text().count("include_if_exists = 'retrieval.conf'") == 1
-

@@ -1,6 +1,7 @@
 """Django's own error views (handler400/403): JSON on ``/api/`` paths, Django's pages elsewhere.
 
 Over a real server: tests/retrieval_site/test_asgi.py (a Host not allowed, a truncated body)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Fault injection (core.faults) cannot run under production settings."""
+
 import os
 import subprocess
 import sys

@@ -1,7 +1,7 @@
 """Strict JSON fields and serializers that copy their declared fields shallowly."""
-from concurrent.futures import ThreadPoolExecutor
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from rest_framework import exceptions, serializers

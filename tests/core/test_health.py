@@ -1,5 +1,6 @@
 """/health, /ready (each check, and which one failed) and /api/v1/stats. (Degraded searches through the
 API, with really broken engines: tests/retrieval/test_views.py.)"""
+
 from __future__ import annotations
 
 import threading

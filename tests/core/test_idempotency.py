@@ -1,4 +1,5 @@
 """Idempotency-Key through the real API, records and locks in the real embedded Redis."""
+
 from __future__ import annotations
 
 import json
@@ -103,7 +104,7 @@ def test_keys_are_scoped_by_tenant(api_client, count_searches):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, status",
+    ("body", "status"),
     [({"query": "x", "top_k": 0}, 400), ({"query": "x", "kb_ids": [987654321]}, 404), ("{nope", 400)],
 )
 def test_client_errors_are_stored_and_replayed(api_client, body, status):

@@ -1,5 +1,6 @@
 """Structured logs: every line carries the request id (also lines from the embedding thread), and
 each request gets one ``retrieval.access`` line with route, method, status, latency and tenant."""
+
 from __future__ import annotations
 
 import io

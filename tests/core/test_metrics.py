@@ -1,4 +1,5 @@
 """Prometheus metrics: who may read /metrics, and what requests, searches and ingestion record."""
+
 from __future__ import annotations
 
 import io
@@ -310,7 +311,9 @@ def test_an_unreachable_broker_leaves_its_gauge_out_of_the_scrape(client, celery
     assert "retrieval_request_latency_seconds_count" in samples
 
 
-SCRAPE = "import django; django.setup(); from django.test import Client; print(Client().get('/metrics').content.decode())"
+SCRAPE = (
+    "import django; django.setup(); from django.test import Client; print(Client().get('/metrics').content.decode())"
+)
 
 
 @pytest.mark.django_db(transaction=True)  # the scraping process reads committed rows

@@ -1,4 +1,5 @@
 """The JSON parser through the full stack: bodies DRF's parser let through as 500s are 400 ``malformed_json``."""
+
 from __future__ import annotations
 
 import json

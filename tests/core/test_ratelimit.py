@@ -1,4 +1,5 @@
 """Rate limits through the real API, counted in the real embedded Redis, tiers from the database."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """core.redis: the circuit breaker, on its own and in front of a real listener that accepts connections
 and never answers (a hung Redis), through the API; and Celery's spelling of the cache's Redis."""
+
 from __future__ import annotations
 
 import logging
@@ -196,7 +197,6 @@ def test_a_hung_redis_with_rate_limits_failing_closed_is_503_with_retry_after(ap
         response = api_client.post("/api/v1/retrieval/bm25", {"query": "refund"}, format="json")
         assert response.status_code == 503 and response["Retry-After"]
         assert response.json()["error"]["code"] == "rate_limiter_unavailable"
-
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """X-Request-ID: generated when absent, echoed when sane, replaced otherwise; always on the response
 and always equal to the ``request_id`` an error body reports."""
+
 from __future__ import annotations
 
 import json

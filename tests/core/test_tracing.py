@@ -1,5 +1,6 @@
 """OpenTelemetry (core.tracing): a server span per request that honours ``traceparent``, child spans from
 ``span()``, trace ids in the JSON logs, OTLP export over a real socket, and nothing at all when off."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """The per-tenant usage counters in the real Redis: what the dashboard reads, and their bounds."""
+
 from django.core.cache import cache
 
 from core import usage

@@ -1,5 +1,6 @@
 """deploy/prometheus: the alert rules pass ``promtool check`` and their unit tests (each alert fires in one
 case and stays quiet in another), and every metric they read is one the service really exports."""
+
 from __future__ import annotations
 
 import re

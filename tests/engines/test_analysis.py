@@ -1,4 +1,5 @@
 """The shared analyzer: pure unit tests (no database, no model)."""
+
 import json
 import logging
 import random
@@ -177,7 +178,14 @@ def test_possessive_s_is_removed(plain):
 
 def test_numbers_are_kept_as_written(plain):
     assert plain.tokens("released 2023 with 042 items, v2.3.1") == [
-        "releas", "2023", "042", "item", "v2.3.1", "v2", "3", "1",
+        "releas",
+        "2023",
+        "042",
+        "item",
+        "v2.3.1",
+        "v2",
+        "3",
+        "1",
     ]
 
 
@@ -259,7 +267,7 @@ def test_word_cache_starting_over_gives_the_same_tokens(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "text, language",
+    ("text", "language"),
     [
         ("如何更换滤芯", "zh"),
         ("如何 更換 濾芯", "zh"),
@@ -303,7 +311,7 @@ def segmented(monkeypatch) -> Iterator[list[str]]:
     texts: list[str] = []
 
     class Recorder:
-        def lcut(self, text: str, HMM: bool) -> list[str]:  # noqa: N803 (jieba's spelling)
+        def lcut(self, text: str, HMM: bool) -> list[str]:  # jieba's spelling
             texts.append(text)
             return [text]
 

@@ -1,4 +1,5 @@
 """``engines.deadline.within``: a call's result, its exception, or DeadlineExceeded at the deadline."""
+
 from __future__ import annotations
 
 import socket

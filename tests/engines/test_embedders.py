@@ -7,12 +7,12 @@ vectors (so a correct client reproduces local results) or with injected faults.
 import numpy as np
 import pytest
 
-from knowledge.models import Document
+from engines.embedders import EmbeddingError, get_embedder
+from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from engines.embedders import EmbeddingError, get_embedder
-from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
+from knowledge.models import Document
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 
@@ -44,7 +44,7 @@ def test_a_model_folder_that_fails_to_load_raises_embedding_error(unloadable_mod
     assert caught.value.cause == "embedder_unavailable"
 
 
-@pytest.mark.parametrize("runtime, threads", [(":torch", 1), (":onnx", 1), (":onnx", 2)])
+@pytest.mark.parametrize(("runtime", "threads"), [(":torch", 1), (":onnx", 1), (":onnx", 2)])
 def test_a_runtime_failure_while_embedding_raises_embedding_error(overlong_model, runtime, threads, settings, tmp_path):
     settings.ONNX_CACHE_DIR, settings.ONNX_THREADS = tmp_path, threads
     embedder = get_embedder(f"{overlong_model}{runtime}")
@@ -102,18 +102,24 @@ def test_a_kb_is_searched_with_the_model_that_built_it(tenant, tmp_path, remote_
     Ingester(remote_kb).ingest(discover_files([tmp_path]))
 
     embedding_server.requests.clear()
-    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])).results
+    hits = search(
+        tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[remote_kb.pk])
+    ).results
     assert [hit.kb_id for hit in hits] == [remote_kb.pk]
     assert [r.json()["input"] for r in embedding_server.requests] == [["door thickness for the lock"]]
 
     embedding_server.requests.clear()
-    hits = search(tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])).results
+    hits = search(
+        tenant, SearchRequest(mode="vector", query="door thickness for the lock", top_k=5, kb_ids=[local_kb.pk])
+    ).results
     assert [hit.kb_id for hit in hits] == [local_kb.pk]
     assert embedding_server.requests == []
 
 
 @pytest.mark.django_db
-def test_remote_outage_fails_documents_and_searches_cleanly(tenant, tmp_path, remote_model, embedding_server, api_client):
+def test_remote_outage_fails_documents_and_searches_cleanly(
+    tenant, tmp_path, remote_model, embedding_server, api_client
+):
     kb = create_knowledge_base(tenant=tenant, name="remote", embedding_model="remote:minilm")
     (tmp_path / "a.txt").write_text("Returns are accepted within 30 days.")
     embedding_server.mode = "500"

@@ -1,4 +1,5 @@
 """Leiden communities of an entity graph, their hierarchy, and extractive summaries (plain data)."""
+
 from __future__ import annotations
 
 import itertools
@@ -21,7 +22,7 @@ def ring_of_triangles(count: int = 40) -> list[tuple[int, int, float]]:
 
 
 def test_level_zero_finds_the_dense_groups_and_ranks_members_by_centrality():
-    edges = clique(range(0, 5)) + clique(range(10, 15)) + [(0, 10, 0.1), (0, 1, 5.0)]
+    edges = clique(range(5)) + clique(range(10, 15)) + [(0, 10, 0.1), (0, 1, 5.0)]
     top = [p for p in detect_communities(edges, levels=1, split_size=100) if p.level == 0]
     assert sorted(sorted(p.members) for p in top) == [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]]
     first = next(p for p in top if 0 in p.members)
@@ -44,7 +45,7 @@ def test_big_communities_split_into_a_level_below_naming_their_parent():
 
 
 def test_a_community_leiden_cannot_split_gets_no_child_and_small_groups_are_left_out():
-    edges = clique(range(0, 6)) + [(10, 11, 1.0)]
+    edges = clique(range(6)) + [(10, 11, 1.0)]
     partitions = detect_communities(edges, levels=3, split_size=2, min_size=3)
     assert [(p.level, sorted(p.members)) for p in partitions] == [(0, [0, 1, 2, 3, 4, 5])]
 
@@ -55,7 +56,7 @@ def test_a_rebuild_of_the_same_graph_gives_the_same_communities():
 
 
 def test_louvain_fallback_finds_the_same_groups_as_leiden_on_a_clear_graph():
-    edges = clique(range(0, 5)) + clique(range(5, 10)) + [(0, 5, 0.05)]
+    edges = clique(range(5)) + clique(range(5, 10)) + [(0, 5, 0.05)]
     adjacency: dict[int, dict[int, float]] = {}
     for a, b, weight in edges:
         adjacency.setdefault(a, {})[b] = weight

@@ -1,6 +1,7 @@
 """Entity and relation extraction: Chinese by dictionary part of speech and out-of-dictionary words,
 Latin codes, names and key phrases (no function words), protected terms, aliases, normalization, and
 co-occurrence weights."""
+
 from __future__ import annotations
 
 import random

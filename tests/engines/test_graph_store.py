@@ -1,6 +1,7 @@
 """Contract of the graph stores: what a KB version's graph holds after passages are added and
 replaced, k-hop walks with their strongest paths, and scoping by tenant and KB version. Runs on the
 PostgreSQL tables (real chunks, real FKs) always, on Neo4j where ``NEO4J_URL`` points at a server."""
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,16 @@ def scope_of(kb) -> GraphScope:
     return GraphScope(kb.tenant_id, (kb.active_version_id,))
 
 
-def walk(hops: int = 2, *, fanout: int = 10, deep_fanout: int = 10, hub_passages: int = 100, frontier: int = 100,
-         entities: int = 100, per_entity: int = 10) -> GraphWalk:
+def walk(
+    hops: int = 2,
+    *,
+    fanout: int = 10,
+    deep_fanout: int = 10,
+    hub_passages: int = 100,
+    frontier: int = 100,
+    entities: int = 100,
+    per_entity: int = 10,
+) -> GraphWalk:
     return GraphWalk(hops, fanout, deep_fanout, hub_passages, frontier, 0.5, entities, per_entity)
 
 

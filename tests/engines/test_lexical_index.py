@@ -2,6 +2,7 @@
 where ``ELASTICSEARCH_URL`` points at a server. Texts and queries are already analyzed (space-separated
 tokens), so no analyzer is involved. The Elasticsearch adapter's requests are also checked against a
 recording fake server, which runs everywhere."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,9 @@ def index(backend) -> LexicalIndex:
 
 
 def doc(chunk_id: int, text: str, *, doc_id: int | None = None, tenant_id: int = TENANT) -> LexicalDocument:
-    return LexicalDocument(chunk_id=chunk_id, doc_id=chunk_id if doc_id is None else doc_id, tenant_id=tenant_id, text=text)
+    return LexicalDocument(
+        chunk_id=chunk_id, doc_id=chunk_id if doc_id is None else doc_id, tenant_id=tenant_id, text=text
+    )
 
 
 def write(index: LexicalIndex, chunks: list[LexicalDocument], *, version: int = VERSION, **state: str) -> None:
@@ -73,7 +76,14 @@ def write(index: LexicalIndex, chunks: list[LexicalDocument], *, version: int = 
     index.replace_documents(version, sorted({c.doc_id for c in chunks}), chunks, **(STATE | state))
 
 
-def search(index: LexicalIndex, query: str, *, tenant_id: int = TENANT, allowed: list[int] | None = None, version: int = VERSION) -> list[LexicalHit]:
+def search(
+    index: LexicalIndex,
+    query: str,
+    *,
+    tenant_id: int = TENANT,
+    allowed: list[int] | None = None,
+    version: int = VERSION,
+) -> list[LexicalHit]:
     return index.search(version, tenant_id, query.split(), 10, allowed)
 
 
@@ -261,7 +271,7 @@ def test_concurrent_writers_to_one_version_both_succeed(index):
             barrier.wait()
             for n in range(first_chunk, first_chunk + 5):
                 write(index, [doc(n, f"shared token{n}")])
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(start,)) for start in (1, 101)]
@@ -396,7 +406,11 @@ def test_es_client_is_created_lazily(fake):
 
 
 def test_es_search_request(fake):
-    fake.route("POST", "/unit-kbv-3/_search", body={"hits": {"hits": [{"_id": "42", "_score": 2.5}, {"_id": "7", "_score": 1.0}]}})
+    fake.route(
+        "POST",
+        "/unit-kbv-3/_search",
+        body={"hits": {"hits": [{"_id": "42", "_score": 2.5}, {"_id": "7", "_score": 1.0}]}},
+    )
     hits = es_index(fake.url).search(3, TENANT, ["鱼香肉丝", "a", "a"], 25, [42, 7])
     assert hits == [LexicalHit(42, 2.5), LexicalHit(7, 1.0)]
     (request,) = fake.requests
@@ -540,7 +554,9 @@ def test_es_an_existing_alias_is_written_without_touching_its_state(fake):
     fake.route("POST", "/unit-kbv-3/_delete_by_query", body={"deleted": 1, "failures": []})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
-    es_index(fake.url).replace_documents(3, [10], [doc(42, "a", doc_id=10)], analyzer_version="new", dictionary_fingerprint="new")
+    es_index(fake.url).replace_documents(
+        3, [10], [doc(42, "a", doc_id=10)], analyzer_version="new", dictionary_fingerprint="new"
+    )
     assert not any(call.startswith("PUT /unit-kbv-3") or "_mapping" in call for call in fake.calls())
 
 
@@ -550,7 +566,9 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     fake.route("POST", r"/unit-kbv-3-\d+/_refresh", body={})
     fake.route("GET", "/_alias/unit-kbv-3", body={"unit-kbv-3-0": {"aliases": {"unit-kbv-3": {}}}})
     fake.route("POST", "/_aliases")
-    count = es_index(fake.url).rebuild(3, iter([doc(1, "a"), doc(2, "b")]), analyzer_version="a2", dictionary_fingerprint="f2")
+    count = es_index(fake.url).rebuild(
+        3, iter([doc(1, "a"), doc(2, "b")]), analyzer_version="a2", dictionary_fingerprint="f2"
+    )
 
     assert count == 2
     create, load, refresh, _, swap = fake.requests
@@ -559,7 +577,9 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     assert create.json()["mappings"]["_meta"] == {"analyzer_version": "a2", "dictionary_fingerprint": "f2"}
     assert {line["index"]["_index"] for line in ndjson(load)[::2]} == {target}
     assert refresh.path == f"/{target}/_refresh"
-    assert swap.json() == {"actions": [{"add": {"index": target, "alias": "unit-kbv-3"}}, {"remove_index": {"index": "unit-kbv-3-0"}}]}
+    assert swap.json() == {
+        "actions": [{"add": {"index": target, "alias": "unit-kbv-3"}}, {"remove_index": {"index": "unit-kbv-3-0"}}]
+    }
 
 
 def test_es_failed_rebuild_deletes_the_new_generation_and_keeps_the_alias(fake):
@@ -582,7 +602,10 @@ def test_es_rejected_documents_are_a_lexical_index_error(fake):
     fake.route(
         "PUT|POST",
         "/_bulk",
-        body=lambda r: {"errors": True, "items": [{"index": {"_id": "1", "status": 400, "error": {"type": "mapper_parsing_exception"}}}]},
+        body=lambda r: {
+            "errors": True,
+            "items": [{"index": {"_id": "1", "status": 400, "error": {"type": "mapper_parsing_exception"}}}],
+        },
     )
     with pytest.raises(LexicalIndexError) as caught:
         es_index(fake.url).replace_documents(3, [], [doc(1, "x")], **STATE)
@@ -590,7 +613,11 @@ def test_es_rejected_documents_are_a_lexical_index_error(fake):
 
 
 def test_es_drop_deletes_every_generation_by_name(fake):
-    fake.route("GET", r"/unit-kbv-3-\*/_alias", body={"unit-kbv-3-0": {"aliases": {"unit-kbv-3": {}}}, "unit-kbv-3-17": {"aliases": {}}})
+    fake.route(
+        "GET",
+        r"/unit-kbv-3-\*/_alias",
+        body={"unit-kbv-3-0": {"aliases": {"unit-kbv-3": {}}}, "unit-kbv-3-17": {"aliases": {}}},
+    )
     fake.route("DELETE", "/unit-kbv-3-0,unit-kbv-3-17")
     es_index(fake.url).drop(3)
     assert fake.calls()[-1] == "DELETE /unit-kbv-3-0,unit-kbv-3-17"

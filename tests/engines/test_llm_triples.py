@@ -1,5 +1,6 @@
 """Typed triples from an OpenAI-compatible chat endpoint: a fake one on 127.0.0.1 answers over a real
 socket with a good answer, garbage, a slow answer or a 500; the request is bounded and asks for JSON."""
+
 from __future__ import annotations
 
 import json
@@ -74,10 +75,13 @@ def test_passages_beyond_the_input_budget_are_not_sent(server):
 
 
 @pytest.mark.parametrize(
-    "reply, cause",
+    ("reply", "cause"),
     [
         (Reply(body=b"<html>Bad gateway</html>"), "malformed_response"),
-        (Reply(body=ChatServer.completion("Sure! Here are the triples: PPR-9087 made by Skyline")), "malformed_response"),
+        (
+            Reply(body=ChatServer.completion("Sure! Here are the triples: PPR-9087 made by Skyline")),
+            "malformed_response",
+        ),
         (Reply(body=ChatServer.completion({"triples": [{"passage": "one", "subject": 1}]})), "malformed_response"),
         (Reply(500, {"error": {"message": "overloaded"}}), "server_error"),
         (Reply(body=ChatServer.completion(GOOD), delay_s=1.5), "timeout"),

@@ -1,5 +1,6 @@
 """What the Neo4j graph store does without a server (its contract runs in test_graph_store.py where
 ``NEO4J_URL`` is set): it fails fast and typed, and its entity ids are stable plain integers."""
+
 from __future__ import annotations
 
 import socket

@@ -1,4 +1,5 @@
 """The ONNX Runtime embedder against the torch (sentence-transformers) one, same bundled model files."""
+
 import os
 import threading
 

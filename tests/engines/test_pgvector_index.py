@@ -11,6 +11,7 @@ Two facts about the test database shape these tests:
 * Rolled-back tests leave their entries in the HNSW graph until VACUUM. Thousands of entries with one
   identical vector form a clique that the walk cannot leave, so each test uses its own query vector.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,10 +24,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from knowledge.models import Chunk, KnowledgeBaseVersion
-from engines.base import SearchScope
 from engines import pgvector_index
+from engines.base import SearchScope
 from engines.pgvector_index import PgVectorIndex
+from knowledge.models import Chunk, KnowledgeBaseVersion
 from retrieval.filters import compile_filters
 from tests.factories import DIMENSION, ChunkFactory, DocumentFactory, KnowledgeBaseFactory, unit_vector
 
@@ -97,6 +98,7 @@ def nearest_neighbour_statement(sql: str) -> str:
 def graph_walk_only():
     """Around an HNSW-path search: no sequential or bitmap scan and no sort, so an ordered index scan
     (HNSW) is the only undisabled plan. Never around an exact search (it would steer that to HNSW)."""
+
     def set_all(value):
         with connection.cursor() as cursor:
             cursor.execute(
@@ -116,12 +118,16 @@ def walked_the_graph(queries) -> bool:
     """Whether the last nearest-neighbour query the search ran plans as an HNSW index scan."""
     sql = nearest_neighbour_statement([q["sql"] for q in queries if "<=>" in q["sql"]][-1])
     with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),"
-                       " set_config('enable_sort', 'off', true)")
+        cursor.execute(
+            "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),"
+            " set_config('enable_sort', 'off', true)"
+        )
         cursor.execute("EXPLAIN " + sql)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),"
-                       " set_config('enable_sort', 'on', true)")
+        cursor.execute(
+            "SELECT set_config('enable_seqscan', 'on', true), set_config('enable_bitmapscan', 'on', true),"
+            " set_config('enable_sort', 'on', true)"
+        )
     return f"Index Scan using {HNSW_INDEX}" in plan
 
 
@@ -300,7 +306,9 @@ def test_threshold_decides_between_exact_and_hnsw(big_kb):
 
     # matching == threshold: exact, equal to brute force in order and score.
     with CaptureQueriesContext(connection) as ctx:
-        hits = PgVectorIndex(CHUNKS, exact_scan_threshold=matching, ef_search=40).search(scope_of(kb), query, 20, shop7_filter)
+        hits = PgVectorIndex(CHUNKS, exact_scan_threshold=matching, ef_search=40).search(
+            scope_of(kb), query, 20, shop7_filter
+        )
     assert plans(ctx.captured_queries) == ["off"]
     assert_same_ranking(hits, brute_force(shop7, query, 20))
 
@@ -394,7 +402,7 @@ def test_a_plan_made_while_the_query_embeds_spares_the_search_its_count(big_kb):
 
 # --- tenant isolation ----------------------------------------------------------------------------
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 ISOLATION_FILTERS = [
     None,
@@ -430,9 +438,7 @@ def two_tenants(db):
         ("B", kb_b, [query.copy() for _ in range(30)]),
     ):
         document = DocumentFactory(knowledge_base=kb, doc_type="pdf")
-        rows[name] = add_chunks(
-            document, vectors, doc_type="pdf", tags=["faq"], metadata={"shop_id": 7}, created_at=T0
-        )
+        rows[name] = add_chunks(document, vectors, doc_type="pdf", tags=["faq"], metadata={"shop_id": 7}, created_at=T0)
     return query, kb_a, kb_b, rows
 
 
@@ -485,8 +491,13 @@ def test_only_listed_versions_and_the_scope_dimension_are_searched():
     kb_768 = KnowledgeBaseFactory(tenant=kb.tenant, embedding_dim=768)  # creates the 768-d HNSW index too
     v1 = kb.active_version
     v2 = KnowledgeBaseVersion.objects.create(
-        knowledge_base=kb, number=2, status=KnowledgeBaseVersion.Status.BUILDING,
-        embedding_model=kb.embedding_model, embedding_dim=DIMENSION, chunk_size=kb.chunk_size, chunk_overlap=0,
+        knowledge_base=kb,
+        number=2,
+        status=KnowledgeBaseVersion.Status.BUILDING,
+        embedding_model=kb.embedding_model,
+        embedding_dim=DIMENSION,
+        chunk_size=kb.chunk_size,
+        chunk_overlap=0,
     )
     document = DocumentFactory(knowledge_base=kb)
     active = add_chunks(document, [unit_vector(seed) for seed in range(200, 240)])
@@ -498,7 +509,10 @@ def test_only_listed_versions_and_the_scope_dimension_are_searched():
     # A 768-d row filed under the 384-d version: the dimension condition alone keeps it out.
     stray = add_chunks(document, [query_768 * 1.0], embedding_dim=768)
 
-    exact, hnsw = PgVectorIndex(CHUNKS, exact_scan_threshold=100_000), PgVectorIndex(CHUNKS, exact_scan_threshold=5, ef_search=40)
+    exact, hnsw = (
+        PgVectorIndex(CHUNKS, exact_scan_threshold=100_000),
+        PgVectorIndex(CHUNKS, exact_scan_threshold=5, ef_search=40),
+    )
     v2_excluded = SearchScope(kb.tenant_id, (v1.pk, kb_768.active_version_id), DIMENSION)
     assert_same_ranking(exact.search(v2_excluded, query, 100, NO_FILTER), brute_force(active, query, 100))
     hits, steps, walked = hnsw_search(hnsw, v2_excluded, query, 10, NO_FILTER)

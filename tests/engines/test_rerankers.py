@@ -3,6 +3,7 @@
 The server scores a passage by its word overlap with the query, so the right order is known, and
 injects faults on demand; it counts requests, so retries and the circuit breaker are observable.
 """
+
 from __future__ import annotations
 
 import math
@@ -236,7 +237,6 @@ def test_a_peer_that_never_answers_is_cut_off_at_the_deadline(make_reranker):
             connection.settimeout(30)  # only ends a wait that would hang
             while connection.recv(65536):  # the request, then end of file once the client closes
                 pass
-
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])

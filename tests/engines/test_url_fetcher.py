@@ -1,5 +1,6 @@
 """The URL sources' fetcher against a real web server on 127.0.0.1: conditional requests, redirects
 checked hop by hop against non-public addresses, size limit and total deadline."""
+
 import socket
 
 import pytest
@@ -99,7 +100,7 @@ def test_a_body_over_the_limit_fails(site):
 
 
 @pytest.mark.parametrize(
-    "reply, reason",
+    ("reply", "reason"),
     [
         # one read longer than the time left: the read timeout or the deadline, whichever fires first
         (Reply(200, b"late", delay_s=3), "ReadTimeout|not fetched within 0.5 s"),

@@ -1,4 +1,5 @@
 """Small helpers the knowledge tests share: ingest paths, read back chunks and graph entities."""
+
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester, IngestReport
 from knowledge.models import Document, GraphEntity, KnowledgeBase

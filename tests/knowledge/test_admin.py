@@ -1,5 +1,6 @@
 """The knowledge console through the admin's own views: every write must reach what the services keep
 in step (versions, chunks' labels, lexical indexes, revisions), and searches must see it."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,12 @@ import pytest
 from django.conf import settings
 
 from engines import get_lexical_index
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from tests.conftest import client_for
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
 from tenants.models import Tenant
+from tests.conftest import client_for
 from tests.factories import ChunkFactory, TenantFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -45,7 +45,9 @@ def test_duplicate_chunks_in_a_document_are_dropped(embedder):
 
 def test_a_title_the_body_does_not_fit_beside_joins_the_first_passage(embedder):
     title = "Lithium battery storage"
-    body = " ".join(f"Rule {i}: keep the PPR-{9000 + i} pack between 20 and 40 % charge in a cool room." for i in range(30))
+    body = " ".join(
+        f"Rule {i}: keep the PPR-{9000 + i} pack between 20 and 40 % charge in a cool room." for i in range(30)
+    )
     drafts = chunk_sections(
         [Section(f"{title}\n\n{body}")], count_tokens=embedder.count_tokens, chunk_size=120, chunk_overlap=16,
         max_tokens=embedder.max_tokens,

@@ -1,4 +1,5 @@
 """knowledge's management commands that the ingest tests (tests/tenants/test_commands.py) do not cover."""
+
 from __future__ import annotations
 
 import io
@@ -11,10 +12,10 @@ from django.core.management.base import CommandError
 
 from engines import get_lexical_index
 from engines.base import LexicalDocument
-from knowledge.models import Document, PendingLexicalChange
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Document, PendingLexicalChange
 from tests.conftest import client_with_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -1,5 +1,6 @@
 """Communities of a KB version's graph, built by the service the ingestion task, the ingest command and
 the worker run: Leiden over the version's real entity graph, summaries, supporting passages, vectors."""
+
 from __future__ import annotations
 
 import io
@@ -10,11 +11,11 @@ from django.core.management import CommandError, call_command
 from engines.base import GraphScope
 from knowledge.communities import rebuild_communities
 from knowledge.documents import delete_document
-from knowledge.models import Chunk, Document, GraphEntity
-from knowledge.selectors import analyzer_for_tenant
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk, Document, GraphEntity
+from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import graph_store
 from tests.peers import Reply
 
@@ -41,7 +42,9 @@ def kb(tenant, embedder, tmp_path):
 
 
 def names_of(kb, entity_ids) -> set[str]:
-    return set(GraphEntity.objects.filter(kb_version=kb.active_version, pk__in=entity_ids).values_list("name", flat=True))
+    return set(
+        GraphEntity.objects.filter(kb_version=kb.active_version, pk__in=entity_ids).values_list("name", flat=True)
+    )
 
 
 def communities_of(kb):

@@ -1,4 +1,5 @@
 """Bulk import and export of synonyms and protected terms through the admin's views."""
+
 import re
 import uuid
 from datetime import timedelta
@@ -109,7 +110,9 @@ def test_knowledge_bases_at_a_glance(admin_client):
     ChunkFactory.create_batch(3, document=DocumentFactory(knowledge_base=kb))
     DocumentFactory(knowledge_base=kb, status="pending")
     DocumentFactory(knowledge_base=kb, status="failed", source_uri="bad.pdf", error="cannot parse <b>bad.pdf</b>")
-    assert f'href="{GLANCE}" class="glance-link"' in admin_client.get("/admin/knowledge/knowledgebase/").content.decode()
+    assert (
+        f'href="{GLANCE}" class="glance-link"' in admin_client.get("/admin/knowledge/knowledgebase/").content.decode()
+    )
     page = admin_client.get(GLANCE)
     (glance,) = [glance for glance in page.context["glances"] if glance.kb == kb]
     assert glance.documents_by_status == {"pending": 1, "ready": 1, "failed": 1, "removed": 0}

@@ -1,5 +1,6 @@
 """The console's graph browsers: an entity's passages and neighbours (its own tenant's only), and a
 community's summary and supporting passages."""
+
 import pytest
 from django.db.models import Q
 from django.utils.html import escape

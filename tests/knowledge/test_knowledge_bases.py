@@ -26,10 +26,14 @@ def test_a_kb_delete_rolled_back_keeps_its_lexical_index(kb, tmp_path, django_ca
     (tmp_path / "a.txt").write_text("The garden hose reel mounts on any wall.")
     ingest(kb, tmp_path)
     kb_id, version_id = kb.pk, kb.active_version_id
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        with pytest.raises(RuntimeError), transaction.atomic():
+
+    def delete_in_a_failing_change() -> None:
+        with transaction.atomic():
             delete_knowledge_base(kb)
             raise RuntimeError("the surrounding change failed")
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(RuntimeError):
+        delete_in_a_failing_change()
     assert callbacks == [] and KnowledgeBase.objects.filter(pk=kb_id).exists()
     assert get_lexical_index().state(version_id) is not None
     with django_capture_on_commit_callbacks(execute=True) as callbacks:

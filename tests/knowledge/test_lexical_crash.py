@@ -3,6 +3,7 @@
 wait there: ``core.faults``). Right after the kill no search answers with a chunk the database does not
 hold and ``check_kb`` reports what is not indexed yet; after the next run of the same ingestion (or
 ``check_kb --repair``) the index holds exactly the committed chunks."""
+
 import io
 import os
 import signal
@@ -20,11 +21,11 @@ from django.db import connection
 
 from engines import get_lexical_index
 from engines.base import LexicalIndexError
-from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
 from knowledge.documents import delete_document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexicalChange
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tenants.services import create_tenant

@@ -1,5 +1,6 @@
 """knowledge.monitoring: versions by status, the oldest build's age and each source's failed syncs in a
 row, read from the database at each scrape of the real ``/metrics``."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from knowledge.errors import InvalidSourcePath
-from knowledge.models import KnowledgeBaseVersion, SourceRun
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.versions import fail_version
+from knowledge.models import KnowledgeBaseVersion, SourceRun
 from knowledge.sources import create_source, sync
+from knowledge.versions import fail_version
 from tests.conftest import scraped_metrics
 
 pytestmark = pytest.mark.django_db

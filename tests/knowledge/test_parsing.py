@@ -75,7 +75,7 @@ def test_clean_text_whitespace_and_control_characters():
 
 
 def test_supported_suffixes_and_doc_types():
-    assert SUPPORTED_SUFFIXES == {".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx", ".csv", ".jsonl"}
+    assert {".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx", ".csv", ".jsonl"} == SUPPORTED_SUFFIXES
     assert doc_type_for(Path("a.CSV")) == "faq"
     assert doc_type_for(Path("a.jsonl")) == "faq"
     assert doc_type_for(Path("a.htm")) == "html"

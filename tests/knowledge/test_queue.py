@@ -1,4 +1,5 @@
 """knowledge.queue: a task's row, with an id unique in the database, then the task sent."""
+
 import uuid
 
 import pytest

@@ -1,4 +1,5 @@
 """A knowledge base's search settings: what is stored, what is refused, how layers merge."""
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -10,7 +11,10 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
         {"group_by": "document", "rrf_k": 20.0, "weights": {"bm25": 1, "vector": 0.5}, "dense_weight_floor": 0}
     )
     assert cleaned == {
-        "weights": {"bm25": 1.0, "vector": 0.5}, "rrf_k": 20, "dense_weight_floor": 0.0, "group_by": "document"
+        "weights": {"bm25": 1.0, "vector": 0.5},
+        "rrf_k": 20,
+        "dense_weight_floor": 0.0,
+        "group_by": "document",
     }
     assert list(cleaned) == ["weights", "rrf_k", "dense_weight_floor", "group_by"]
     assert type(cleaned["rrf_k"]) is int and type(cleaned["weights"]["bm25"]) is float

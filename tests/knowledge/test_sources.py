@@ -1,6 +1,7 @@
 """Knowledge sources: folders under the roots and URL lists, their beat entries, and syncs run by a real
 Celery worker as beat sends them (django-celery-beat's DatabaseScheduler), against the real database,
 keyword index and a real web server on 127.0.0.1."""
+
 import json
 import os
 from datetime import timedelta
@@ -10,10 +11,10 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
-from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
-from knowledge.sources import create_source, delete_source, set_schedule, sync
 from knowledge import tasks
+from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base
+from knowledge.models import Document, KnowledgeSource, SourceRun, originals_storage
+from knowledge.sources import create_source, delete_source, set_schedule, sync
 from tests.conftest import client_for
 from tests.factories import give_unlimited_rate_tier
 from tests.peers import Website
@@ -55,7 +56,9 @@ def sources_url(kb) -> str:
 
 @pytest.mark.django_db
 def test_a_folder_source_gets_a_beat_entry_with_its_interval(admin_key, kb, roots):
-    response = admin_key.post(sources_url(kb), {"kind": "folder", "path": "handbook", "interval_seconds": 60}, format="json")
+    response = admin_key.post(
+        sources_url(kb), {"kind": "folder", "path": "handbook", "interval_seconds": 60}, format="json"
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["path"] == str(roots[0] / "handbook") and body["schedule"] == {"interval_seconds": 60}
@@ -120,7 +123,7 @@ def test_a_source_is_changed_in_place_and_paused(admin_key, kb, celery_app):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, field",
+    ("body", "field"),
     [
         ({}, "non_field_errors"),
         ({"urls": ["https://example.com/a.html"]}, "urls"),  # the source is a folder
@@ -155,12 +158,16 @@ def test_folder_paths_break_no_rule(admin_key, kb, roots, tmp_path):
         "missing": "not_a_folder",
     }
     for path, rule in rules.items():
-        response = admin_key.post(sources_url(kb), {"kind": "folder", "path": path, "interval_seconds": 60}, format="json")
+        response = admin_key.post(
+            sources_url(kb), {"kind": "folder", "path": path, "interval_seconds": 60}, format="json"
+        )
         assert response.status_code == 400, (path, response.content)
         error = response.json()["error"]
         assert (error["code"], error["details"]["rule"]) == ("invalid_source_path", rule), path
         assert error["message"] and error["request_id"]
-    assert not KnowledgeSource.objects.exists() and not PeriodicTask.objects.filter(task=tasks.sync_source.name).exists()
+    assert (
+        not KnowledgeSource.objects.exists() and not PeriodicTask.objects.filter(task=tasks.sync_source.name).exists()
+    )
     in_second = {"kind": "folder", "path": str(second / "manuals"), "interval_seconds": 60}  # any root, absolute
     assert admin_key.post(sources_url(kb), in_second, format="json").status_code == 201
 
@@ -170,13 +177,15 @@ def test_another_tenants_folder_stays_theirs(admin_key, kb, roots):
     from tests.factories import KnowledgeBaseFactory
 
     create_source(KnowledgeBaseFactory(), kind="folder", path="handbook", interval_seconds=60)
-    response = admin_key.post(sources_url(kb), {"kind": "folder", "path": str(roots[0]), "interval_seconds": 60}, format="json")
+    response = admin_key.post(
+        sources_url(kb), {"kind": "folder", "path": str(roots[0]), "interval_seconds": 60}, format="json"
+    )
     assert (response.status_code, response.json()["error"]["details"]["rule"]) == (400, "taken")
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, field",
+    ("body", "field"),
     [
         ({"kind": "folder", "path": "handbook"}, "interval_seconds"),
         ({"kind": "folder", "path": "handbook", "interval_seconds": 60, "crontab": "* * * * *"}, "interval_seconds"),
@@ -293,7 +302,9 @@ def test_a_file_gone_leaves_search_at_once_and_is_purged_after_the_grace(
 
     (folder / "kettle.txt").unlink()
     beat_sends(celery_app, source)
-    Document.objects.filter(pk=kettle.pk).update(removed_at=timezone.now() - timedelta(hours=settings.SOURCE_REMOVAL_GRACE_HOURS + 1))
+    Document.objects.filter(pk=kettle.pk).update(
+        removed_at=timezone.now() - timedelta(hours=settings.SOURCE_REMOVAL_GRACE_HOURS + 1)
+    )
     assert tasks.purge_removed_documents.delay().get(timeout=TASK_TIMEOUT_S) == 1
     assert not Document.objects.filter(pk=kettle.pk).exists()
     assert not originals_storage().exists(original)
@@ -326,8 +337,12 @@ def test_a_symlink_out_of_the_roots_is_not_read(celery_app, celery_worker, kb, r
     source = create_source(kb, kind="folder", path="handbook", interval_seconds=60)
     result = beat_sends(celery_app, source)
     assert (result["added"], result["failed"]) == (2, 1)
-    assert result["failures"] == [{"name": "handbook/vault.txt", "error": "a symbolic link out of the source roots (not read)"}]
-    assert not Document.objects.filter(knowledge_base=kb, status=Document.Status.READY, source_uri__endswith="vault.txt").exists()
+    assert result["failures"] == [
+        {"name": "handbook/vault.txt", "error": "a symbolic link out of the source roots (not read)"}
+    ]
+    assert not Document.objects.filter(
+        knowledge_base=kb, status=Document.Status.READY, source_uri__endswith="vault.txt"
+    ).exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -453,7 +468,9 @@ def test_a_beat_process_picks_up_an_edited_file(celery_worker, tenant, kb, roots
         beat = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_run(lambda run: run.added == 2)
-        (roots[0] / "handbook" / "lock.md").write_text("# PPR-9087 lock\n\nThe PPR-9087 lock now fits doors 30 to 90 mm.")
+        (roots[0] / "handbook" / "lock.md").write_text(
+            "# PPR-9087 lock\n\nThe PPR-9087 lock now fits doors 30 to 90 mm."
+        )
         run = wait_for_run(lambda run: run.replaced == 1)
     finally:
         beat.terminate()

@@ -1,5 +1,6 @@
 """Ingestion tasks on a real Celery worker (in a thread of this process, or a process of its own),
 the embedded Redis as broker and result backend, and the test database."""
+
 import os
 import subprocess
 import sys
@@ -12,10 +13,10 @@ from django.conf import settings
 
 from engines.base import GraphScope
 from knowledge import tasks
-from knowledge.models import Chunk, Document, originals_storage
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.stored import queue_files
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk, Document, originals_storage
 from knowledge.stores import graph_store
 from retrieval_site.celery import app
 from tests.concurrency import wait_until

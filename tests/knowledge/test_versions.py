@@ -1,4 +1,5 @@
 """Versions (knowledge.versions): build, validate, activate, retire, purge."""
+
 from datetime import timedelta
 
 import pytest
@@ -38,7 +39,7 @@ def test_a_new_version_keeps_the_measured_search_settings_while_the_model_stays(
     with django_capture_on_commit_callbacks(execute=False):
         other_model, _ = start_version_build(kb, activate=False, embedding_model="remote:minilm")
     assert other_model.search_settings == {}  # measured on another model's vectors: not carried over
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a version of knowledge base"):
         update_search_settings(KnowledgeBaseFactory(tenant=kb.tenant), {}, version=other_model)
 
 
@@ -139,7 +140,9 @@ def test_a_switch_sets_each_documents_chunk_count_to_the_new_versions_and_rewrit
 
     def counts_and_row_versions() -> dict[int, tuple[int, str]]:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT id, chunk_count, xmin::text FROM knowledge_document WHERE knowledge_base_id = %s", [kb.pk])
+            cursor.execute(
+                "SELECT id, chunk_count, xmin::text FROM knowledge_document WHERE knowledge_base_id = %s", [kb.pk]
+            )
             return {pk: (count, xmin) for pk, count, xmin in cursor.fetchall()}
 
     before = counts_and_row_versions()
@@ -148,7 +151,11 @@ def test_a_switch_sets_each_documents_chunk_count_to_the_new_versions_and_rewrit
     assert {pk: count for pk, (count, _) in after.items()} == {same.pk: 2, grows.pk: 3, absent.pk: 0}
     assert after[same.pk][1] == before[same.pk][1]  # an unchanged count is not rewritten
     activate_version(first)  # the rollback restores them
-    assert {pk: count for pk, (count, _) in counts_and_row_versions().items()} == {same.pk: 2, grows.pk: 1, absent.pk: 2}
+    assert {pk: count for pk, (count, _) in counts_and_row_versions().items()} == {
+        same.pk: 2,
+        grows.pk: 1,
+        absent.pk: 2,
+    }
 
 
 def test_a_ready_version_is_retired_and_can_still_be_activated(tenant):

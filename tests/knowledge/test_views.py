@@ -1,5 +1,6 @@
 """The knowledge REST API over real HTTP handling, the real database and, for uploads, a real worker;
 ``GET /api/v1/stats`` access: the ``search`` scope, its own rate-limit counter (counts: core/test_health.py)."""
+
 import json
 
 import pytest
@@ -381,7 +382,9 @@ def test_a_too_large_upload_is_refused_before_its_key_is_read(writer, tenant, se
     settings.UPLOAD_MAX_REQUEST_BYTES = 100
     kb = KnowledgeBaseFactory(tenant=tenant)
     url = f"/api/v1/knowledge-bases/{kb.pk}/documents"
-    response = writer.post(url, {"files": [text_file("a.txt", "x" * 500)]}, format="multipart", HTTP_IDEMPOTENCY_KEY="big")
+    response = writer.post(
+        url, {"files": [text_file("a.txt", "x" * 500)]}, format="multipart", HTTP_IDEMPOTENCY_KEY="big"
+    )
     assert (response.status_code, response.json()["error"]["code"]) == (413, "payload_too_large")
 
 

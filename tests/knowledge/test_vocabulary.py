@@ -1,4 +1,5 @@
 """Synonyms and protected terms in bulk: plans with per-line errors, applying, exporting back."""
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -15,7 +16,7 @@ SOLR = """# returns
 退货, 退换货
 過敏 => 饮食禁忌, allergy
 
-a => 
+a =>\x20
 single
 """
 
@@ -70,7 +71,7 @@ def test_applying_writes_the_plan_and_expires_cached_answers_once(tenant):
 def test_a_plan_with_errors_is_not_applied(tenant):
     plan = vocabulary.plan_import(tenant, vocabulary.TERMS_CSV, "value,kind\nA(,pattern\nok,term\n")
     assert plan.errors and "not a valid regular expression" in plan.errors[0][1]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a plan with errors is not applied"):
         vocabulary.apply_import(tenant, plan)
     assert not DictionaryTerm.objects.exists()
 

@@ -2,6 +2,7 @@
 (``api/services/knowledge/external/service.py`` through ``api/core/helper/ssrf_proxy.py``) and how it
 reads the answers (``execute_external_knowledge_retrieval``; citations in
 ``api/services/knowledge/retrieval/dataset_retrieval.py``)."""
+
 from __future__ import annotations
 
 import json

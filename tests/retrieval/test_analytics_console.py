@@ -1,6 +1,7 @@
 """The console's search analytics page through Django's test client: its lists, its links to the
 retrieval testing page (prefilled) and to the curation forms, and the curator's loop closed: a query
 that found nothing finds its document once a synonym is added from the page, its cached answer expired."""
+
 from __future__ import annotations
 
 import re
@@ -9,10 +10,10 @@ from html import unescape
 import pytest
 from django.contrib.auth.models import User
 
-from knowledge.selectors import searched_knowledge
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.selectors import searched_knowledge
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.expansion import ExpansionOptions
 from retrieval.search_log import flush
@@ -83,7 +84,7 @@ def test_a_query_that_found_nothing_finds_its_document_after_a_synonym_added_fro
     flush()
 
     html = admin_client.get(ANALYTICS, {"tenant": kb.tenant.pk, "knowledge_base": kb.pk}).content.decode()
-    no_results = html[html.index('id="no-results"'):]
+    no_results = html[html.index('id="no-results"') :]
     synonym_form = links(no_results, "add-synonym")[0]
     assert 'value="consignment"' in admin_client.get(synonym_form).content.decode()
     saved = admin_client.post(synonym_form.split("?")[0], {"tenant": kb.tenant.pk, "kind": "equivalent",
@@ -95,4 +96,6 @@ def test_a_query_that_found_nothing_finds_its_document_after_a_synonym_added_fro
     assert after["results"][0]["source_uri"].endswith("orders.txt")
     kb.tenant.refresh_from_db()
     assert search_cache_key(kb.tenant, as_api_asks(body), searched_knowledge(kb.tenant, [kb.pk])) != stale_key
-    assert cached_search(kb.tenant, as_api_asks(body), logged=False).cached is True  # the API's new answer, under the new key
+    assert (
+        cached_search(kb.tenant, as_api_asks(body), logged=False).cached is True
+    )  # the API's new answer, under the new key

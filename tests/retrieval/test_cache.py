@@ -3,6 +3,7 @@
 The corpus is ingested with the real ``ingest`` command and model; most searches are BM25, so only
 the ingest embeds.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,8 +19,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
-from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.knowledge_bases import update_search_settings
+from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
 from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
@@ -199,8 +200,13 @@ NOT_RANKING = {
     "RANKING_SETTINGS": "the group itself",
     "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
     **dict.fromkeys(
-        ("SEARCH_LOG_ENABLED", "SEARCH_LOG_RETENTION_DAYS", "SEARCH_LOG_QUEUE_SIZE", "SEARCH_LOG_BATCH_SIZE",
-         "SEARCH_LOG_FLUSH_S"),
+        (
+            "SEARCH_LOG_ENABLED",
+            "SEARCH_LOG_RETENTION_DAYS",
+            "SEARCH_LOG_QUEUE_SIZE",
+            "SEARCH_LOG_BATCH_SIZE",
+            "SEARCH_LOG_FLUSH_S",
+        ),
         "what the search analytics keep of answers (retrieval.search_log), not the answers",
     ),  # fmt: skip
 }

@@ -1,4 +1,5 @@
 """The console's retrieval testing and compare pages through Django's test client, on the real search."""
+
 from __future__ import annotations
 
 import json
@@ -203,7 +204,9 @@ def test_a_chinese_query_skips_an_english_models_dense_leg_until_a_multilingual_
     admin_client, tmp_path, embedding_server, multilingual_model, django_capture_on_commit_callbacks
 ):
     kb = create_knowledge_base(tenant=TenantFactory(), name="shop")  # the bundled English-only model
-    (tmp_path / "refunds.txt").write_text("退款在五个工作日内到账。Refunds reach your account within five working days.")
+    (tmp_path / "refunds.txt").write_text(
+        "退款在五个工作日内到账。Refunds reach your account within five working days."
+    )
     Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
     query = "钱多久能退回来"  # a paraphrase: no word of the passage
 

@@ -1,12 +1,14 @@
 """Dify's External Knowledge API (``retrieval.dify``): Dify's documented request shapes replayed against the
 sample knowledge base, Dify's answer and error shapes, scores, and every comparison operator of
 ``metadata_condition`` checked against the rows it selects."""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from operator import eq, ge, gt, le, lt
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

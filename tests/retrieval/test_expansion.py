@@ -3,6 +3,7 @@
 The LLM side is a ``tests.peers.Peer`` on 127.0.0.1 that answers like an OpenAI-compatible
 endpoint or injects one fault; every fault must leave the original query searchable and be reported.
 """
+
 from __future__ import annotations
 
 import socket
@@ -12,8 +13,7 @@ import pytest
 from knowledge.models import KnowledgeBaseVersion, Synonym
 from knowledge.selectors import SynonymRule, searched_knowledge, tenant_vocabulary
 from retrieval import expansion
-from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query
-from retrieval.expansion import rm3
+from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query, rm3
 from retrieval.expansion.base import ExpansionContext
 from tests.concurrency import wait_until
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
@@ -167,9 +167,7 @@ def test_known_short_and_coded_words_are_left_alone(tenant, kb, settings):
     assert spelling("router installation minutes", tenant, [version]) == []  # all in the vocabulary
     assert spelling("rooter2 teh", tenant, [version]) == []  # digits; shorter than four letters
     assert spelling("instalación", tenant, [version]) == []  # not a plain Latin word
-    assert spelling("rooter instalation", tenant, [version]) == [
-        QueryVariant("router installation", 0.55, "spelling")
-    ]
+    assert spelling("rooter instalation", tenant, [version]) == [QueryVariant("router installation", 0.55, "spelling")]
     assert spelling("xyzzyq", tenant, [version]) == []  # nothing close enough
 
 
@@ -282,7 +280,7 @@ def test_llm_url_with_the_full_path_is_used_as_is(tenant, chat_server, settings)
 
 
 @pytest.mark.parametrize(
-    "mode, cause",
+    ("mode", "cause"),
     [
         ("timeout", "timeout"),
         ("429", "rate_limited"),

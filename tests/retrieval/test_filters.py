@@ -3,11 +3,13 @@
 Every case states its expectation as a Python predicate over the rows' *specifications* (the values
 the fixture wrote), so the expected id sets are computed independently of the SQL the compiler makes.
 """
+
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -17,7 +19,7 @@ from retrieval.errors import InvalidFilter
 from retrieval.filters import MAX_CLAUSES, MAX_DEPTH, MAX_LIST_ITEMS, MAX_STRING, compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MISSING = object()
 
 
@@ -105,22 +107,57 @@ def _case_id(case) -> str:
 DOC_TYPES = ("pdf", "docx", "txt", "md")
 
 ROWS = [
-    Row("r0", "pdf", at(2025, 12, 31, 23, 59, 59), ["policy", "faq"],
-        {"shop_id": 7, "lang": "zh", "price": 5, "name": "apple", "a": {"b": 1}, "contains": "yes"}),
-    Row("r1", "pdf", at(2026, 1, 1, 0, 0, 0), ["policy"],
-        {"shop_id": 8, "lang": "en", "price": 10.5, "name": "banana", "flag": True, "a": {"b": 2}, "in": 3}),
-    Row("r2", "docx", at(2026, 1, 1, 12, 0, 0), ["faq"],
-        {"shop_id": "7", "price": 0, "name": "cherry", "flag": False, "a": {"b": "x"}, "exact": None}),
-    Row("r3", "docx", at(2026, 1, 2, 0, 0, 0), [],
-        {"shop_id": None, "price": -3, "name": "date", "a": 5, "contains": "no", "code": "10"}),
-    Row("r4", "txt", at(2026, 2, 15, 8, 30, 0), ["faq", "howto", "policy"],
-        {"lang": "zh", "price": 100, "name": "elder", "a": {"c": 1}, "in": 4, "code": "9"}),
-    Row("r5", "txt", at(2025, 6, 1, 0, 0, 0), ["howto"],
-        {"shop_id": 7, "flag": True, "a": {"b": {"c": "deep"}}, "exact": 1, "code": "100"}),
+    Row(
+        "r0",
+        "pdf",
+        at(2025, 12, 31, 23, 59, 59),
+        ["policy", "faq"],
+        {"shop_id": 7, "lang": "zh", "price": 5, "name": "apple", "a": {"b": 1}, "contains": "yes"},
+    ),
+    Row(
+        "r1",
+        "pdf",
+        at(2026, 1, 1, 0, 0, 0),
+        ["policy"],
+        {"shop_id": 8, "lang": "en", "price": 10.5, "name": "banana", "flag": True, "a": {"b": 2}, "in": 3},
+    ),
+    Row(
+        "r2",
+        "docx",
+        at(2026, 1, 1, 12, 0, 0),
+        ["faq"],
+        {"shop_id": "7", "price": 0, "name": "cherry", "flag": False, "a": {"b": "x"}, "exact": None},
+    ),
+    Row(
+        "r3",
+        "docx",
+        at(2026, 1, 2, 0, 0, 0),
+        [],
+        {"shop_id": None, "price": -3, "name": "date", "a": 5, "contains": "no", "code": "10"},
+    ),
+    Row(
+        "r4",
+        "txt",
+        at(2026, 2, 15, 8, 30, 0),
+        ["faq", "howto", "policy"],
+        {"lang": "zh", "price": 100, "name": "elder", "a": {"c": 1}, "in": 4, "code": "9"},
+    ),
+    Row(
+        "r5",
+        "txt",
+        at(2025, 6, 1, 0, 0, 0),
+        ["howto"],
+        {"shop_id": 7, "flag": True, "a": {"b": {"c": "deep"}}, "exact": 1, "code": "100"},
+    ),
     Row("r6", "md", at(2026, 1, 1, 0, 0, 0), ["release-notes"], {}),
     Row("r8", "md", at(2026, 4, 1, 0, 0, 0), [], {"name": "50%_grape", "labels": ["red", "blue"]}),
-    Row("r7", "md", at(2027, 3, 3, 3, 3, 3), ["faq", "howto"],
-        {"shop_id": 9, "lang": "fr", "price": 5.0, "name": "fig", "flag": False, "isnull": True, "gt": 2}),
+    Row(
+        "r7",
+        "md",
+        at(2027, 3, 3, 3, 3, 3),
+        ["faq", "howto"],
+        {"shop_id": 9, "lang": "fr", "price": 5.0, "name": "fig", "flag": False, "isnull": True, "gt": 2},
+    ),
 ]
 
 
@@ -315,7 +352,10 @@ METADATA_CASES = [
     ({"metadata.name": {"ends_with": "%"}}, m_text("name", lambda v: v.endswith("%"))),
     ({"metadata.code": {"contains": "0"}}, m_text("code", lambda v: "0" in v)),
     ({"metadata.price": {"contains": "5"}}, lambda r: False),  # numbers are not strings
-    ({"metadata.labels": {"contains": "red"}}, lambda r: isinstance(r.meta("labels"), list) and "red" in r.meta("labels")),
+    (
+        {"metadata.labels": {"contains": "red"}},
+        lambda r: isinstance(r.meta("labels"), list) and "red" in r.meta("labels"),
+    ),
     ({"metadata.labels": {"contains": "re"}}, lambda r: False),  # list membership, not substring of an item
     ({"metadata.a.b.c": {"starts_with": "de"}}, m_text("a.b.c", lambda v: v.startswith("de"))),
     ({"metadata.contains": {"contains": "e"}}, m_text("contains", lambda v: "e" in v)),
@@ -397,9 +437,11 @@ LOGICAL_CASES = [
             ],
             "not": {"metadata.name": "banana"},
         },
-        lambda r: r.doc_type in ("pdf", "docx", "txt")
-        and ((json_cmp(r.meta("price"), "gte", 5) and "policy" not in r.tags) or r.created_at < at(2026, 1, 1))
-        and not json_eq(r.meta("name"), "banana"),
+        lambda r: (
+            r.doc_type in ("pdf", "docx", "txt")
+            and ((json_cmp(r.meta("price"), "gte", 5) and "policy" not in r.tags) or r.created_at < at(2026, 1, 1))
+            and not json_eq(r.meta("name"), "banana")
+        ),
     ),
     (
         {"or": [{"metadata.a.b": {"gt": 1, "lt": 1000}}, {"metadata.a.c": {"exists": True}}, {"doc_id": -1}]},
@@ -562,7 +604,7 @@ INJECTION_FILTERS = [
     {"metadata.name": INJECTION},
     {"metadata.name": {"in": [INJECTION, "apple' OR '1'='1"]}},
     {"metadata.name": {"gt": "zzz' OR '1'='1"}},
-    {"metadata.name\"": {"exists": True}},
+    {'metadata.name"': {"exists": True}},
     {"or": [{"metadata.lang": "zh') OR ('1'='1"}, {"metadata.lang": {"lte": "' OR 1=1; --"}}]},
 ]
 

@@ -66,7 +66,9 @@ def test_ties_go_to_higher_vector_similarity_then_lower_id():
     vector = RankedList("vector", "q", 1.0, [(D, 0.4)])
     fused = reciprocal_rank_fusion([bm25, vector], k=60)
     assert ids(fused) == [D, C]  # equal RRF scores; D has a vector similarity, C has none
-    tie = reciprocal_rank_fusion([RankedList("bm25", "q", 1.0, [(D, 1.0)]), RankedList("bm25", "p", 1.0, [(C, 1.0)])], k=60)
+    tie = reciprocal_rank_fusion(
+        [RankedList("bm25", "q", 1.0, [(D, 1.0)]), RankedList("bm25", "p", 1.0, [(C, 1.0)])], k=60
+    )
     assert ids(tie) == [C, D]
 
 

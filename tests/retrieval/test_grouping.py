@@ -1,4 +1,5 @@
 """Document-aware ranking over hand-made fused lists: aggregation, grouping, passages."""
+
 import pytest
 
 from retrieval.fusion import FusedCandidate

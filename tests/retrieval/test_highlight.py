@@ -1,4 +1,5 @@
 """Highlights from the analyzer's own tokens: what BM25 matched, escaped everywhere else."""
+
 import pytest
 
 from engines.analysis import DictionaryEntry, analyzer_for

@@ -1,5 +1,6 @@
 """The OpenAPI document (/api/schema/), Swagger UI served offline (/api/docs/), and a schemathesis
 fuzz of every API operation against that document: no generated request may cause a 5xx."""
+
 from __future__ import annotations
 
 import io
@@ -58,7 +59,9 @@ def test_every_search_endpoint_documents_body_examples_and_every_error(openapi):
 def test_error_examples_use_the_codes_the_service_answers(openapi):
     responses = openapi["paths"]["/api/v1/retrieval/hybrid"]["post"]["responses"]
     examples = {status: responses[status]["content"]["application/json"]["examples"] for status in ERROR_STATUSES}
-    codes = {status: {example["value"]["error"]["code"] for example in examples[status].values()} for status in examples}
+    codes = {
+        status: {example["value"]["error"]["code"] for example in examples[status].values()} for status in examples
+    }
     assert codes["400"] == {
         "invalid_request", "invalid_filter", "malformed_json", "invalid_idempotency_key", "query_vector_mismatch",
         "query_vector_not_applicable",
@@ -66,8 +69,12 @@ def test_error_examples_use_the_codes_the_service_answers(openapi):
     assert codes["401"] == {"missing_api_key"} and codes["403"] == {"invalid_api_key", "insufficient_scope"}
     assert codes["409"] == {"idempotency_in_flight"} and codes["422"] == {"idempotency_key_reused"}
     assert codes["503"] == {
-        "embedder_unavailable", "lexical_index_unavailable", "vector_index_unavailable", "graph_unavailable",
-        "reranker_unavailable", "rate_limiter_unavailable",
+        "embedder_unavailable",
+        "lexical_index_unavailable",
+        "vector_index_unavailable",
+        "graph_unavailable",
+        "reranker_unavailable",
+        "rate_limiter_unavailable",
     }
 
 
@@ -75,7 +82,9 @@ def test_dify_endpoint_documents_difys_body_and_error_shapes(openapi):
     operation = openapi["paths"]["/api/v1/dify/retrieval"]["post"]
     body = operation["requestBody"]["content"]["application/json"]
     assert body["schema"]["$ref"].endswith("DifyRetrievalInput") and body["examples"]
-    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("DifyRetrievalOutput")
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "DifyRetrievalOutput"
+    )
     codes = set()
     for status in ("400", "403", "404", "429", "503"):
         error = operation["responses"][status]["content"]["application/json"]

@@ -1,4 +1,5 @@
 """``relevance``: the mappings by hand, and what it means on the sample knowledge base."""
+
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
 """The search analytics' lists over recorded searches: volume and trend, no results, weak relevance,
 disagreeing legs; per knowledge base, per tenant, within the window."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -64,5 +65,9 @@ def test_a_knowledge_base_sees_its_searches_and_those_of_all_the_tenants_kbs_and
     SearchLogFactory(tenant=kb.tenant, query="the other kb", kb_ids=[other_kb.pk])
     SearchLogFactory(query="another tenant", kb_ids=[])
 
-    assert sorted(queries(search_analytics(kb.tenant, kb, days=7, threshold=0.3).top)) == ["both", "every kb", "this kb"]
+    assert sorted(queries(search_analytics(kb.tenant, kb, days=7, threshold=0.3).top)) == [
+        "both",
+        "every kb",
+        "this kb",
+    ]
     assert len(search_analytics(kb.tenant, None, days=7, threshold=0.3).top) == 4

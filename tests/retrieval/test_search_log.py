@@ -1,5 +1,6 @@
 """Recording the tenants' searches for the analytics: what a row keeps (and never), the tenant's
 opt-out, the bounded queue that drops instead of waiting, the writer thread, and the purge."""
+
 from __future__ import annotations
 
 import time

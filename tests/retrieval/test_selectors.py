@@ -1,4 +1,5 @@
 """The reads behind a search's hits."""
+
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 

@@ -1,4 +1,5 @@
 """Which fusion settings a search runs with: the request's, its knowledge bases', the service's."""
+
 from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES, DEFAULT_LEG_WEIGHTS, effective_settings
 from retrieval.types import SearchRequest
 

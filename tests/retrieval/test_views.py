@@ -4,6 +4,7 @@ Knowledge bases are built from small files written into ``tmp_path`` and ingeste
 ``ingest`` command and the real all-MiniLM-L6-v2 model, so every expected ranking below follows from
 text written in this module: a query paraphrasing one passage must rank that passage first.
 """
+
 from __future__ import annotations
 
 import io
@@ -58,10 +59,7 @@ GARDEN = (
     "and should be watered deeply each morning.</p></body></html>"
 )
 JUPITER = "Jupiter is the largest planet in the solar system and is orbited by dozens of moons."
-VAULT = (
-    "The vault combination for the Zurich branch is written in the blue ledger "
-    "kept under the clock tower."
-)
+VAULT = "The vault combination for the Zurich branch is written in the blue ledger kept under the clock tower."
 
 MANUALS = {
     "returns.md": (RETURNS, {"title": "Return policy", "tags": ["policy", "returns"],
@@ -195,14 +193,14 @@ def test_ranks_are_consecutive_and_scores_descend(corpus):
     assert [hit["rank"] for hit in results] == list(range(1, len(results) + 1))
     scores = [hit["score"] for hit in results]
     assert scores == sorted(scores, reverse=True)
-    assert len(set(hit["chunk_id"] for hit in results)) == len(results)
+    assert len({hit["chunk_id"] for hit in results}) == len(results)
     assert file_names(results)[0] == "kettle.txt"
 
 
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "query, expected",
+    ("query", "expected"),
     [
         ("How many days do I have to return an unopened product for a refund?", "returns.md"),
         ("How long does the electric kettle take to boil water?", "kettle.txt"),
@@ -265,7 +263,7 @@ def test_kb_ids_restricts_the_search_to_those_knowledge_bases(corpus):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, expected",
+    ("filters", "expected"),
     [
         ({"doc_type": "txt"}, {"kettle.txt", "jupiter.txt"}),
         ({"doc_type": {"eq": "md"}}, {"returns.md"}),
@@ -283,7 +281,7 @@ def test_doc_type_filters(corpus, filters, expected):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, expected",
+    ("filters", "expected"),
     [
         ({"metadata.region": "eu"}, {"returns.md", "garden.html"}),
         ({"metadata.region": {"ne": "eu"}}, {"kettle.txt", "jupiter.txt"}),
@@ -426,7 +424,7 @@ def test_malformed_json_is_400(api_client, body):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, needle",
+    ("body", "needle"),
     [
         ([{"query": "x"}], "Expected a dictionary, but got list"),
         ("just a string", "Expected a dictionary, but got str"),
@@ -440,7 +438,7 @@ def test_body_that_is_not_an_object_is_400(api_client, body, needle):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body, needles",
+    ("body", "needles"),
     [
         ({}, ["query: This field is required."]),
         ({"top_k": 5}, ["query: This field is required."]),
@@ -473,7 +471,7 @@ def test_several_invalid_fields_are_all_named(api_client):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needles, details",
+    ("filters", "needles", "details"),
     [
         ({"colour": "red"}, ["unknown field 'colour'"], {"field": "colour"}),
         (
@@ -501,7 +499,7 @@ def test_unknown_filter_fields_and_operators_are_named(api_client, filters, need
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needle",
+    ("filters", "needle"),
     [
         (["doc_type", "md"], "filters: expected a JSON object, got array"),
         ({"doc_id": "7"}, "filters.doc_id.eq: expected an integer, got string"),
@@ -558,7 +556,7 @@ def test_query_is_trimmed_before_embedding(corpus):
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "filters, needle",
+    ("filters", "needle"),
     [
         ({"doc_type": "t\u0000xt"}, "filters.doc_type.eq: strings may not contain NUL"),
         ({"metadata.region": "e\u0000u"}, "filters.metadata.region.eq: strings may not contain NUL"),
@@ -645,7 +643,7 @@ def test_a_vector_of_any_length_but_zero_is_searched_as_its_direction(corpus, em
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "vector, needle",
+    ("vector", "needle"),
     [
         ({"model": DEFAULT_LOCAL_MODEL, "values": []}, "values"),
         ({"model": DEFAULT_LOCAL_MODEL, "values": [0.0] * DIMENSION}, "zero vector"),
@@ -663,7 +661,7 @@ def test_an_unusable_query_vector_is_400(api_client, vector, needle):
 @pytest.mark.django_db
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_a_query_vector_of_non_finite_numbers_is_400(api_client, number):
-    body = '{"query": "x", "query_vector": {"model": "m", "values": [0.5, %s]}}' % number
+    body = f'{{"query": "x", "query_vector": {{"model": "m", "values": [0.5, {number}]}}}}'
     assert_error(api_client.post(URL, data=body, content_type="application/json"), 400, "malformed_json")
 
 
@@ -701,7 +699,7 @@ def test_a_query_vector_in_a_mode_without_a_dense_leg_is_400(tenant, api_client,
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "candidates, needle",
+    ("candidates", "needle"),
     [({"vectors": 5}, "unknown retriever"), ({}, "at least one"), ({"bm25": 0}, "bm25"), ({"vector": "5"}, "vector"),
      ({"graph": 201}, "200"), ([5], "integer")],
 )  # fmt: skip
@@ -820,16 +818,13 @@ def test_search_over_a_real_http_socket(live_server, tmp_path, embedder):
         assert not_found.json()["error"]["code"] == "not_found"
 
 
-
-
-
 # === the other endpoints ===========================================================================
 
 
 @pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "path, body, mode",
+    ("path", "body", "mode"),
     [
         ("/api/v1/retrieval/bm25", {}, "bm25"),
         ("/api/v1/retrieval/hybrid", {}, "hybrid"),
@@ -859,7 +854,7 @@ def test_every_endpoint_answers_in_its_mode(corpus, path, body, mode):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "path, body, needles",
+    ("path", "body", "needles"),
     [
         ("/api/v1/retrieval/search", {"mode": "sparse"}, ["mode", "sparse"]),
         ("/api/v1/retrieval/graph", {"hops": 4}, ["hops"]),

@@ -1,5 +1,6 @@
 """A real browser for the console tests: Playwright driving Debian's Chromium (Playwright's own
 browser download cannot work on these machines)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """The console frame: templates/admin/base_site.html and the admin site's names in retrieval_site/urls.py."""
+
 import re
 
 import pytest

@@ -2,6 +2,7 @@
 as ``./run serve`` starts it), spoken to over raw sockets: slow and idle clients do not hold it,
 malformed HTTP and Django's own errors get JSON errors, chunked bodies are read, and request ids,
 idempotency and metrics work under it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -181,16 +182,24 @@ def test_djangos_own_400_is_json_on_api_paths_only(server_url, raw_key):
 GET_HEALTH = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 MALFORMED = {
     "request line too long": ("GET /" + "a" * 5000 + " HTTP/1.1\r\nHost: x\r\n\r\n", 414, "request_line_too_long"),
-    "too many headers": (GET_HEALTH + "".join(f"X-{i}: 1\r\n" for i in range(150)) + "\r\n", 431, "request_headers_too_large"),
+    "too many headers": (
+        GET_HEALTH + "".join(f"X-{i}: 1\r\n" for i in range(150)) + "\r\n",
+        431,
+        "request_headers_too_large",
+    ),
     "oversized header": (GET_HEALTH + "X-Big: " + "b" * 9000 + "\r\n\r\n", 431, "request_headers_too_large"),
     "invalid request line": ("THIS IS NOT HTTP\r\n\r\n", 400, "bad_request"),
     "NUL in a header": (GET_HEALTH + "X-Nul: a\x00b\r\n\r\n", 400, "bad_request"),
     "negative Content-Length": ("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400, "bad_request"),
-    "bad chunk size": ("POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "bad_request"),
+    "bad chunk size": (
+        "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        400,
+        "bad_request",
+    ),
 }
 
 
-@pytest.mark.parametrize("raw, status, code", MALFORMED.values(), ids=MALFORMED.keys())
+@pytest.mark.parametrize(("raw", "status", "code"), MALFORMED.values(), ids=MALFORMED.keys())
 def test_malformed_http_gets_a_json_error(server_url, raw, status, code):
     answered, headers, body = exchange(server_url, raw.encode("latin-1"))
     assert (answered, headers["content-type"]) == (status, "application/json"), body
@@ -294,7 +303,11 @@ def test_a_body_that_never_ends_gets_a_json_408(impatient_server_url, raw_key):
         status, headers, body = read_response(conn)
     assert (status, headers["content-type"]) == (408, "application/json"), body
     error = json.loads(body)["error"]
-    assert (error["code"], error["request_id"], headers["x-request-id"]) == ("request_timeout", "slow-body-1", "slow-body-1")
+    assert (error["code"], error["request_id"], headers["x-request-id"]) == (
+        "request_timeout",
+        "slow-body-1",
+        "slow-body-1",
+    )
 
 
 def test_an_idle_keep_alive_connection_is_closed(impatient_server_url):
@@ -331,9 +344,10 @@ def test_a_served_search_is_traced_in_the_callers_trace(django_db_setup, tmp_pat
 
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     # The SDK's batches leave every 200 ms instead of 5 s: a loaded machine then still has ~30 s of slack.
-    with Peer(lambda request: Reply(body=b"")) as collector, served(
-        tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="200"
-    ) as address:
+    with (
+        Peer(lambda request: Reply(body=b"")) as collector,
+        served(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, OTEL_BSP_SCHEDULE_DELAY="200") as address,
+    ):
         head = request_head(raw_key, "Content-Length: 19", f"traceparent: 00-{trace_id}-00f067aa0ba902b7-01")
         assert exchange(address, head + b'{"query": "kettle"}')[0] == 200
 

@@ -1,6 +1,7 @@
 """docker-compose.yml and .env.example: the production stack's services, health checks, start order and
 environment. Parsed as YAML here (no Docker engine on these machines); ``docker compose config``
 validates it too where Docker is installed."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """The admin console in a real browser (Chromium through Playwright) against a live server: log in,
 run retrieval tests, curate, and see every console page render."""
+
 from __future__ import annotations
 
 import re
@@ -10,10 +11,10 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from knowledge.communities import rebuild_communities
-from knowledge.models import DictionaryTerm, Document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import DictionaryTerm, Document
 from retrieval import search_log
 from tenants.services import create_api_key, create_tenant
 

@@ -1,6 +1,7 @@
 """The settings: typed environment variables in sections, one default each, documented in
 docs/configuration.md, and no server started by importing them (the embedded PostgreSQL and Redis start
 on first use)."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def test_values_are_parsed_by_type(environ, tmp_path):
     assert env.ALLOWED_HOSTS == ["a.example", "b.example"]
     assert env.DEBUG is True
     assert env.SEARCH_WEIGHT_BM25 == 0.5
-    assert env.EMBEDDED_PG_DIR == tmp_path / "pgdata"  # defaults made from another variable follow it
+    assert tmp_path / "pgdata" == env.EMBEDDED_PG_DIR  # defaults made from another variable follow it
 
 
 @pytest.mark.parametrize(
@@ -57,19 +58,19 @@ def test_values_are_parsed_by_type(environ, tmp_path):
 )
 def test_a_database_url_with_client_side_binding_is_accepted(environ, url):
     environ("DATABASE_URL", url)
-    assert read_environment().DATABASE_URL == url
+    assert url == read_environment().DATABASE_URL
 
 
 def test_an_empty_variable_counts_as_unset(environ):
     environ("RRF_K", "")
     environ("DJANGO_ALLOWED_HOSTS", "")
     env = read_environment()
-    assert env.RRF_K == Environment.model_fields["RRF_K"].default
-    assert env.ALLOWED_HOSTS == Environment.model_fields["ALLOWED_HOSTS"].default
+    assert Environment.model_fields["RRF_K"].default == env.RRF_K
+    assert Environment.model_fields["ALLOWED_HOSTS"].default == env.ALLOWED_HOSTS
 
 
 @pytest.mark.parametrize(
-    "name, value",
+    ("name", "value"),
     [
         ("RRF_K", "sixty"),
         ("RRF_K", "0"),

@@ -1,5 +1,6 @@
 """Every API endpoint of the URL conf, found by walking it: each declares and enforces a scope and a rate limit,
 and arbitrary JSON never gets a 5xx or a non-JSON answer."""
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,13 @@ def api_routes() -> list[tuple[str, type, str]]:
 def test_the_walk_finds_every_api_endpoint():
     routes = {route for route, _, _ in api_routes()}
     expected = {f"api/v1/retrieval/{mode}" for mode in ("vector", "bm25", "hybrid", "graph", "search")}
-    expected |= {"api/v1/stats", "api/v1/dify/retrieval", "api/v1/dify//retrieval", "api/v1/knowledge-bases", "api/v1/knowledge-bases/1"}
+    expected |= {
+        "api/v1/stats",
+        "api/v1/dify/retrieval",
+        "api/v1/dify//retrieval",
+        "api/v1/knowledge-bases",
+        "api/v1/knowledge-bases/1",
+    }
     expected |= {"api/v1/knowledge-bases/1/documents", "api/v1/knowledge-bases/1/documents/1"}
     expected |= {"api/v1/knowledge-bases/1/versions", "api/v1/knowledge-bases/1/versions/1/activate", "api/v1/tasks/1"}
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}

@@ -1,4 +1,5 @@
 """The tenants console through the admin's own views."""
+
 from __future__ import annotations
 
 import json

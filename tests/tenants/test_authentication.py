@@ -1,4 +1,5 @@
 """API-key authentication through the real API: the key alone decides the tenant of a request."""
+
 from __future__ import annotations
 
 import json
@@ -173,7 +174,6 @@ def test_a_remembered_key_is_rechecked_with_one_small_query(tenant, raw_key):
     assert len(key_queries) == 1 and "key_hash" not in key_queries[0]
 
 
-
 @pytest.mark.django_db
 def test_using_a_key_records_its_last_use_without_a_write_per_request(tenant, raw_key):
     before = timezone.now()
@@ -189,6 +189,7 @@ def test_using_a_key_records_its_last_use_without_a_write_per_request(tenant, ra
     forget_api_keys()  # as another process would, after its remembered keys expired
     assert_ok_empty(post(**bearer(raw_key)))
     assert ApiKey.objects.get(pk=api_key.pk).last_used_at >= before
+
 
 @pytest.mark.django_db
 def test_what_gates_access_applies_at_once_to_a_remembered_key(tenant, raw_key):

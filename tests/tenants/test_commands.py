@@ -1,4 +1,5 @@
 """The management commands: create_tenant, create_api_key and ingest, run through call_command."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """The tenant dashboard through the admin, fed by real searches through the API."""
+
 import json
 
 import pytest

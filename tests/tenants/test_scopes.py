@@ -1,4 +1,5 @@
 """API-key scopes: what a key may do, set when it is issued (service, command, admin)."""
+
 from __future__ import annotations
 
 import io
@@ -97,7 +98,7 @@ def test_the_command_takes_comma_separated_scopes(acme):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("scopes, needle", [("search,write", "unknown scope"), (",", "at least one scope")])
+@pytest.mark.parametrize(("scopes", "needle"), [("search,write", "unknown scope"), (",", "at least one scope")])
 def test_the_command_rejects_unknown_or_no_scopes(acme, scopes, needle):
     with pytest.raises(CommandError, match=f"--scopes: .*{needle}"):
         issue(scopes=scopes)

@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from core.embedded_postgres import stop_embedded_postgres
 from core.redis import stop_embedded_redis
@@ -8,10 +8,10 @@ from core.redis import stop_embedded_redis
 class Command(BaseCommand):
     help = "Stop the embedded PostgreSQL and Redis servers under var/ (they keep running between commands)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["stop"])
 
-    def handle(self, *args, action: str, **options):
+    def handle(self, *args: object, action: str, **options: object) -> None:
         from django.db import connections
 
         connections.close_all()

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge.models import KnowledgeBaseVersion
 from knowledge.lexical import VersionCheck, check_version
+from knowledge.models import KnowledgeBaseVersion
 
 
 class Command(BaseCommand):

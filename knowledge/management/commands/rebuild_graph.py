@@ -1,6 +1,6 @@
 from knowledge.communities import rebuild_communities
-from knowledge.management.maintenance import ActiveVersionsCommand
 from knowledge.graph_build import rebuild_graph
+from knowledge.management.maintenance import ActiveVersionsCommand
 
 
 class Command(ActiveVersionsCommand):

@@ -1,5 +1,5 @@
-from knowledge.management.maintenance import ActiveVersionsCommand
 from knowledge.lexical import rebuild_lexical_index
+from knowledge.management.maintenance import ActiveVersionsCommand
 
 
 class Command(ActiveVersionsCommand):

@@ -30,8 +30,8 @@ from retrieval.evaluation.sweep import (
     write_suggested_settings,
 )
 from retrieval.evaluation.variants import DEPTH, EXPANDERS, build_variants, parse_feedback, parse_weight_grid
-from tenants.selectors import TenantNotFound
 from retrieval.types import MODES
+from tenants.selectors import TenantNotFound
 
 
 def _ints(spec: str) -> list[int]:
@@ -199,7 +199,9 @@ class Command(BaseCommand):
         if options["sweep"]:
             report["sweep"] = self._sweep_outcome(kb, results, write=options["write"])
         stamp = report["created_at"].replace(":", "")
-        output = options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{stamp}.json"
+        output = (
+            options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"{kb.name}-{dataset.split}-{stamp}.json"
+        )
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         self._print_runs(dataset, [result.summary() for result in results])
@@ -232,7 +234,8 @@ class Command(BaseCommand):
         rate = f", {ingestion.chunks / ingestion.seconds:.1f} chunks/s" if ingestion.chunks else ""
         self.stdout.write(
             "corpus: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "
-            "{chunks} chunks in {seconds} s".format(**summary) + rate
+            "{chunks} chunks in {seconds} s".format(**summary)
+            + rate
         )
         return kb, ingestion
 

@@ -13,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, name: str, **options):
         name = name.strip()
-        if not 0 < len(name) <= Tenant._meta.get_field("name").max_length:
+        if not 0 < len(name) <= (Tenant._meta.get_field("name").max_length or 0):
             raise CommandError("a tenant name must have 1 to 100 characters")
         try:
             tenant = create_tenant(name)

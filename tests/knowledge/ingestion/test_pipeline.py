@@ -1,4 +1,5 @@
 """The Ingester (knowledge.ingestion.pipeline): parse, chunk, embed, write, index, graph."""
+
 import json
 import threading
 
@@ -245,7 +246,7 @@ def test_chunks_are_written_with_copy_not_row_inserts(kb, tmp_path, django_asser
     with django_assert_max_num_queries(60) as captured:
         report = ingest(kb, tmp_path)
     assert report.chunks > 10
-    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT INTO \"knowledge_chunk\"")]
+    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith('INSERT INTO "knowledge_chunk"')]
     assert inserts == []
 
 
@@ -282,7 +283,9 @@ def test_ingested_text_is_found_by_vector_search(kb, tmp_path):
     (tmp_path / "lock.md").write_text("# Smart lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
     (tmp_path / "bulb.md").write_text("# Bulb\n\nThe SKY-20031 bulb supports warm and cold white light.")
     ingest(kb, tmp_path)
-    hits = search(kb.tenant, SearchRequest(mode="vector", query="how thick can the door be for the smart lock", top_k=2)).results
+    hits = search(
+        kb.tenant, SearchRequest(mode="vector", query="how thick can the door be for the smart lock", top_k=2)
+    ).results
     assert hits[0].source_uri.endswith("lock.md")
 
 
@@ -425,7 +428,9 @@ def triples_server(settings):
 
 
 def test_typed_relations_from_the_llm_replace_co_occurrence_when_it_answers(kb, tmp_path, triples_server):
-    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
+    (tmp_path / "lock.txt").write_text(
+        "The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen."
+    )
     ingest(kb, tmp_path)
     edges = GraphEdge.objects.filter(kb_version=kb.active_version)
     typed = {(kind, frozenset(pair)) for *pair, kind in edges.values_list("source__name", "target__name", "kind")}
@@ -444,7 +449,9 @@ def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_p
         "500": Reply(500, {"error": "down"}),
         "slow": Reply(body=triples_server.completion({"triples": []}), drip_s=0.05),
     }[fault]
-    (tmp_path / "lock.txt").write_text("The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen.")
+    (tmp_path / "lock.txt").write_text(
+        "The PortaLock Pro door lock PPR-9087 is manufactured by Skyline Home in Shenzhen."
+    )
     report = ingest(kb, tmp_path)
     assert (report.added, report.failed) == (1, 0)
     kinds = set(GraphEdge.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))

@@ -1,4 +1,5 @@
 """Ingestion from stored originals (knowledge.ingestion.stored), as the worker runs it."""
+
 import hashlib
 
 import pytest

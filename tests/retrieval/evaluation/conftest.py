@@ -1,4 +1,5 @@
 """A BEIR-layout dataset folder written from rows, for the evaluation's tests."""
+
 import json
 
 

@@ -1,4 +1,5 @@
 """Reading a BEIR-layout folder, and the corpus ids behind the file names it is ingested as."""
+
 import pytest
 
 from retrieval.evaluation.datasets import corpus_id_from_uri, doc_filename, load_dataset

@@ -1,5 +1,6 @@
 """The ``evaluate`` command end to end: a BEIR dataset ingested and measured, compared, and a sweep on a
 tenant's own knowledge base."""
+
 import io
 import json
 
@@ -70,7 +71,6 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     out = io.StringIO()
     call_command("evaluate", compare=[first, second], stdout=out)
     assert "bm25 cand=100" in out.getvalue() and "+0.0000" in out.getvalue()
-
 
 
 # --- sweeps on a tenant's own knowledge base ----------------------------------------------------------

@@ -1,4 +1,5 @@
 """Relevance metrics against hand-computed numbers."""
+
 import math
 
 import pytest
@@ -89,4 +90,3 @@ def test_threshold_curve_counts_relevant_hits_kept_where_half_of_the_others_drop
     assert curve["curve"][2] == at_half
     assert curve["curve"][0]["relevant_kept"] == 1.0 and curve["curve"][-1]["relevant_kept"] == 0.0
     assert threshold_curve([(0.5, True)]) == {"relevant_hits": 1, "other_hits": 0, "curve": []}
-

@@ -1,4 +1,5 @@
 """Comparing two reports, and the commit a report names."""
+
 import os
 import shutil
 import subprocess
@@ -35,7 +36,6 @@ def test_compare_pairs_the_single_run_of_a_mode_when_labels_differ():
     [row] = compare_reports(before, after)
     assert row["label"] == "hybrid cand=100 -> hybrid cand=100 k=20"
     assert row["delta"]["ndcg@10"] == -0.1 and row["ndcg@10_worse"] == 1
-
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs the git binary to build a checkout and a worktree")

@@ -1,4 +1,5 @@
 """Variants: the grids that expand to them, and the request and suggested settings each one gives."""
+
 import pytest
 
 from retrieval.evaluation.sweep import suggested_settings
@@ -13,7 +14,7 @@ def test_weight_grids_expand_to_every_combination():
         (("vector", 1.0), ("bm25", 1.0)),
         (("vector", 1.0), ("bm25", 2.0)),
     ]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a value must follow a name"):
         parse_weight_grid("0.5,bm25=1")
 
 
@@ -54,18 +55,24 @@ def test_leg_weights_and_leg_candidates_are_hybrid_variants_and_reach_the_reques
     assert variants[5].request("q", kb_id=7).leg_weights is None
     assert variants[6].request("q", kb_id=7).leg_candidates is None
     assert suggested_settings(variants[1]) == {
-        "candidates": 100, "fusion": "rrf", "leg_weights": "fixed", "leg_candidates": "union"
+        "candidates": 100,
+        "fusion": "rrf",
+        "leg_weights": "fixed",
+        "leg_candidates": "union",
     }
 
 
 def test_feedback_variants_apply_to_the_modes_with_a_bm25_leg_and_reach_the_request():
     assert parse_feedback("10:5:0.7") == (10, 5, 0.7) and parse_feedback("0")[0] == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="expected DOCS:TERMS:QUERY_WEIGHT"):
         parse_feedback("10:5")
     variants = build_variants(["vector", "bm25"], candidates=[100], feedbacks=[parse_feedback("0"), (10, 5, 0.7)])
     assert [v.label for v in variants] == ["vector cand=100", "bm25 cand=100 rm3=off", "bm25 cand=100 rm3=10x5@0.7"]
     request = variants[2].request("q", kb_id=7)
     assert (request.feedback_docs, request.feedback_terms, request.feedback_query_weight) == (10, 5, 0.7)
     assert suggested_settings(variants[2]) == {
-        "candidates": 100, "feedback_docs": 10, "feedback_terms": 5, "feedback_query_weight": 0.7
+        "candidates": 100,
+        "feedback_docs": 10,
+        "feedback_terms": 5,
+        "feedback_query_weight": 0.7,
     }

@@ -1,5 +1,6 @@
 """Helpers of the search pipeline's tests: one search over a KB's tenant, its hits' file names, and
 fusion settings for the stages tested without a search."""
+
 from dataclasses import replace
 from pathlib import Path
 

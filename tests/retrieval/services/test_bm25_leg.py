@@ -1,15 +1,16 @@
 """The BM25 leg (retrieval.services.bm25_leg): exact identifiers, filters inside or beyond the chunk
 ids, orphan index entries, stale dictionaries, and RM3 feedback."""
+
 import factory
 import pytest
 
 from engines import get_lexical_index
 from engines.base import LexicalDocument
-from knowledge.models import Chunk, DictionaryTerm
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
 from knowledge.lexical import rebuild_lexical_index
+from knowledge.models import Chunk, DictionaryTerm
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 from tests.retrieval.services.conftest import names, run
 
@@ -46,8 +47,9 @@ def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(setti
         ChunkFactory.create_batch(
             400,
             document=document,
-            content=factory.Iterator([f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}"
-                                      for i in range(400)]),
+            content=factory.Iterator(
+                [f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}" for i in range(400)]
+            ),
             metadata=factory.Iterator([{"shop": i % 25} for i in range(400)]),
         )
         rebuild_lexical_index(kb.active_version)

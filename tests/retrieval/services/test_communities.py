@@ -1,6 +1,7 @@
 """Global graph search (``POST /graph`` with ``"scope": "global"``) over the sample KB's communities:
 ranked by BM25 and cosine over their summaries, with key entities and supporting passages, scoped to
 the tenant, the KBs and the filters; a failing list degrades, a failing store is a 503."""
+
 from __future__ import annotations
 
 import pytest

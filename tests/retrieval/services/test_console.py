@@ -1,4 +1,5 @@
 """The console's run history: what a run keeps, and that it stays bounded per user."""
+
 import pytest
 from django.contrib.auth.models import User
 
@@ -22,7 +23,11 @@ def test_a_run_keeps_its_form_its_top_hits_and_timings(tenant):
     user = User.objects.create_user("a")
     run = console.record_run(user, tenant, {"query": ["kettle"], "mode": ["bm25"]}, response(8))
     run.refresh_from_db()
-    assert (run.query, run.params, run.timings_ms) == ("kettle", {"query": ["kettle"], "mode": ["bm25"]}, {"total": 1.5})
+    assert (run.query, run.params, run.timings_ms) == (
+        "kettle",
+        {"query": ["kettle"], "mode": ["bm25"]},
+        {"total": 1.5},
+    )
     assert [hit["chunk_id"] for hit in run.top_hits] == list(range(1, console.TOP_HITS_KEPT + 1))
 
 

@@ -1,4 +1,5 @@
 """What an optional stage's exception becomes (retrieval.services.degradation)."""
+
 import logging
 
 from engines.errors import ComponentError

@@ -1,11 +1,12 @@
 """Document-aware ranking (retrieval.services.document_order): aggregation, one hit per document, and
 a failing document stage."""
+
 import pytest
 
-from knowledge.models import Document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
+from knowledge.models import Document
 from tests.retrieval.services.conftest import hit_names, names, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

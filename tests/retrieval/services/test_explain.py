@@ -1,4 +1,5 @@
 """The response's account of a search (retrieval.services.explain), from the stages' outputs."""
+
 from dataclasses import replace
 
 from retrieval.expansion.base import QueryVariant

@@ -1,5 +1,6 @@
 """The fusion stage (retrieval.services.fuse): deduplication by content, RRF with per-query leg
 weights, score fusions, and the graph gate."""
+
 import re
 
 import pytest
@@ -7,10 +8,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engines import get_lexical_index
-from knowledge.selectors import analyzer_for_tenant
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.selectors import analyzer_for_tenant
 from retrieval.fusion import RankedList
 from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
 from retrieval.services.fuse import fuse, gate_graph
@@ -104,7 +105,9 @@ def test_weights_and_rrf_k_are_applied(sample_kb):
     heavy_bm25 = run(sample_kb, query, mode="hybrid", top_k=5, weights={"vector": 0.0, "bm25": 1.0})
     assert [h.chunk_id for h in heavy_bm25.results] == [h.chunk_id for h in bm25_only.results]
     small_k = run(sample_kb, query, mode="hybrid", top_k=5, rrf_k=1, fusion="rrf", leg_weights="fixed")
-    assert small_k.results[0].fused_score == pytest.approx(sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values()))
+    assert small_k.results[0].fused_score == pytest.approx(
+        sum(1 / (1 + c["rank"]) for c in small_k.results[0].retrievers.values())
+    )
 
 
 def calibrated(kb, hit, query: str) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """The graph leg on ingested passages: entities of the query, their neighbours one or two hops away,
 the passages that mention them, and the path each hit explains itself by."""
+
 from __future__ import annotations
 
 import pytest
@@ -102,8 +103,8 @@ def test_codes_never_match_fuzzily(kb):
 
 def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_graph(kb):
     from engines.graph_extraction import EXTRACTOR_VERSION
-    from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.graph_build import rebuild_graph
+    from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.stores import graph_store
 
     version = kb.active_version

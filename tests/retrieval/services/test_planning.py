@@ -1,5 +1,6 @@
 """What a search decides before its legs run (retrieval.services.planning): retriever weights by the
 query's language and the KBs' floor."""
+
 import pytest
 
 from knowledge.knowledge_bases import update_search_settings

@@ -1,5 +1,6 @@
 """The rerank stage (retrieval.services.rerank): the head reordered; when the reranker fails, the fused
 or the dense order (RERANK_FALLBACK_ORDER), or a 503 (RERANK_ON_FAILURE=error)."""
+
 import pytest
 from prometheus_client import REGISTRY
 
@@ -67,7 +68,9 @@ def test_rerank_without_a_reranker_says_so(sample_kb, settings):
     response = run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True)
     assert response.reranked is False
     message = response.degraded[0]["message"]
-    assert response.degraded == [{"stage": "rerank", "cause": "not_configured", "message": message, "fallback": "fused"}]
+    assert response.degraded == [
+        {"stage": "rerank", "cause": "not_configured", "message": message, "fallback": "fused"}
+    ]
     assert len(response.results) == 3
 
 
@@ -78,6 +81,8 @@ def test_the_reranker_breaker_state_is_exported_after_each_call(sample_kb, reran
     assert run(sample_kb, "battery", mode="hybrid", top_k=3, rerank=True).reranked is True
     assert breaker_open() == 0
     rerank_server.mode = "500"
-    causes = [run(sample_kb, f"battery {n}", mode="hybrid", top_k=3, rerank=True).degraded[0]["cause"] for n in range(6)]
+    causes = [
+        run(sample_kb, f"battery {n}", mode="hybrid", top_k=3, rerank=True).degraded[0]["cause"] for n in range(6)
+    ]
     assert causes == ["server_error"] * 5 + ["circuit_open"]  # the breaker's default: 5 failures in a row
     assert breaker_open() == 1

@@ -1,15 +1,16 @@
 """The search pipeline end to end (retrieval.services.search.search): what a response says, tenant
 and filter scoping, expansion, KB settings and the keyword index kept in step with ingestion, over the
 real database, tantivy index and model. Each stage's own behaviour is tested beside its module."""
+
 from pathlib import Path
 
 import pytest
 
-from knowledge.models import Document, Synonym
 from knowledge.documents import delete_document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
+from knowledge.models import Document, Synonym
 from retrieval.expansion import ExpansionOptions
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import hit_names, names, run
@@ -63,7 +64,9 @@ def test_synonyms_reach_documents_the_query_words_miss(sample_kb):
     query = "这家店有过敏保护吗"
     plain = run(sample_kb, query, mode="hybrid", top_k=3, expand=ExpansionOptions(synonyms=True))
     assert "restaurant-food-safety.md" not in names(plain)
-    Synonym.objects.create(tenant=sample_kb.tenant, kind=Synonym.Kind.EXPLICIT, terms=["过敏"], replacements=["饮食禁忌"], weight=0.8)
+    Synonym.objects.create(
+        tenant=sample_kb.tenant, kind=Synonym.Kind.EXPLICIT, terms=["过敏"], replacements=["饮食禁忌"], weight=0.8
+    )
     expanded = run(sample_kb, query, mode="hybrid", top_k=10, expand=ExpansionOptions(synonyms=True))
     assert [(q["text"], q["origin"], q["weight"]) for q in expanded.queries] == [
         (query, "original", 1.0),

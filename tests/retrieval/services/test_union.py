@@ -1,4 +1,5 @@
 """The candidate union (retrieval.services.union): each leg ranks the other's first hits by its own score."""
+
 import pytest
 
 from tests.retrieval.services.conftest import run
@@ -17,7 +18,9 @@ def test_each_leg_ranks_the_union_of_both_legs_candidates_by_its_own_score(sampl
     assert own.candidates["fused"] > 8  # passages only one leg found
     assert union.candidates == own.candidates  # what each leg found, as before
     assert "union" in union.timings_ms and "union" not in own.timings_ms and not union.degraded
-    cosine = {hit.chunk_id: hit.score for hit in run(sample_kb, query, mode="vector", top_k=400, candidates=400).results}
+    cosine = {
+        hit.chunk_id: hit.score for hit in run(sample_kb, query, mode="vector", top_k=400, candidates=400).results
+    }
     bm25 = {hit.chunk_id: hit.score for hit in run(sample_kb, query, mode="bm25", top_k=400, candidates=400).results}
     dense_found = {hit.chunk_id for hit in run(sample_kb, query, mode="vector", top_k=8, candidates=8).results}
     assert any(hit.chunk_id not in dense_found for hit in union.results)  # found by BM25 alone, scored by both
@@ -28,7 +31,9 @@ def test_each_leg_ranks_the_union_of_both_legs_candidates_by_its_own_score(sampl
         else:
             assert "bm25" not in hit.retrievers
     for leg in ("vector", "bm25"):
-        ranked = sorted((hit.retrievers[leg] for hit in union.results if leg in hit.retrievers), key=lambda c: c["rank"])
+        ranked = sorted(
+            (hit.retrievers[leg] for hit in union.results if leg in hit.retrievers), key=lambda c: c["rank"]
+        )
         assert [c["score"] for c in ranked] == sorted((c["score"] for c in ranked), reverse=True)
 
 
@@ -48,4 +53,6 @@ def test_one_leg_is_its_own_union(sample_kb):
     for query, mode in (("warranty months", "bm25"), ("鱼香肉丝里面有鱼吗", "hybrid")):  # hybrid: dense skipped
         union, own = (run(sample_kb, query, mode=mode, top_k=10, leg_candidates=c) for c in ("union", "own"))
         assert "union" not in union.timings_ms
-        assert [(h.chunk_id, h.fused_score) for h in union.results] == [(h.chunk_id, h.fused_score) for h in own.results]
+        assert [(h.chunk_id, h.fused_score) for h in union.results] == [
+            (h.chunk_id, h.fused_score) for h in own.results
+        ]

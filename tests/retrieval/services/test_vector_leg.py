@@ -1,5 +1,6 @@
 """The dense leg (retrieval.services.vector_leg): query variants embedded in one batch, or the caller's
 own vector searched."""
+
 import pytest
 
 from engines.embedders import get_embedder

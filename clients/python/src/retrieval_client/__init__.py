@@ -1,5 +1,6 @@
 """Client for the retrieval service: ``RetrievalClient`` / ``AsyncRetrievalClient``, typed results and errors.
 The LangChain retriever and tool are in ``retrieval_client.langchain`` (extra ``langchain``)."""
+
 from retrieval_client.client import AsyncRetrievalClient, RetrievalClient, __version__
 from retrieval_client.errors import (
     AuthenticationError,

@@ -5,6 +5,7 @@ failed connection are retried up to ``retries`` times, after the answer's ``Retr
 HTTP date) or else an exponential backoff; a wait that would pass the deadline is not taken and the last
 error is raised instead. Searches are reads, so a retry is always safe.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,9 +63,7 @@ class _BaseClient:
 class RetrievalClient(_BaseClient):
     """``RetrievalClient("http://127.0.0.1:8000", api_key)``; use it as a context manager or ``close()`` it."""
 
-    def __init__(
-        self, base_url: str, api_key: str, timeout: float = 30.0, retries: int = 2, *, backoff_s: float = 0.5
-    ):
+    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0, retries: int = 2, *, backoff_s: float = 0.5):
         super().__init__(base_url, api_key, timeout, retries, backoff_s)
         self._http = httpx.Client(base_url=self.base_url, headers=self._headers)
 
@@ -113,9 +112,7 @@ class RetrievalClient(_BaseClient):
 class AsyncRetrievalClient(_BaseClient):
     """The async twin: ``await client.hybrid(...)``; ``async with`` it or ``await aclose()``."""
 
-    def __init__(
-        self, base_url: str, api_key: str, timeout: float = 30.0, retries: int = 2, *, backoff_s: float = 0.5
-    ):
+    def __init__(self, base_url: str, api_key: str, timeout: float = 30.0, retries: int = 2, *, backoff_s: float = 0.5):
         super().__init__(base_url, api_key, timeout, retries, backoff_s)
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers)
 

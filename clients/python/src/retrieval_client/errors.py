@@ -1,4 +1,5 @@
 """The service's JSON errors (``{"error": {"code", "message", "request_id"}}``) as exceptions, by status."""
+
 from __future__ import annotations
 
 from typing import Any

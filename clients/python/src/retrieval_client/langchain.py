@@ -1,5 +1,6 @@
 """LangChain integration (extra ``langchain``): a retriever, the ``search_knowledge_base`` tool, and
 ``format_context`` that numbers sources so an answer can cite them as [1], [2], ..."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """Typed results: the service's JSON answer as dataclasses. Unknown fields are ignored, so a newer
 service (more fields) does not break an older client."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -49,7 +50,9 @@ class SearchHit:
         values = _known(cls, data)
         values["retrievers"] = {
             name: Contribution(
-                part["rank"], part["score"], part["query"],
+                part["rank"],
+                part["score"],
+                part["query"],
                 {key: value for key, value in part.items() if key not in ("rank", "score", "query")},
             )
             for name, part in (data.get("retrievers") or {}).items()
