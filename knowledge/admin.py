@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from django.urls import path, re_path
 from django_celery_beat.validators import crontab_validator
 
-from core.admin import ReadOnlyAdminMixin
+from core.admin import ConflictsAnsweredAdmin, ReadOnlyAdminMixin
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import (
     console,
@@ -140,7 +140,7 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
 
 @admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, admin.ModelAdmin):
+class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, ConflictsAnsweredAdmin):
     list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
@@ -204,7 +204,7 @@ class DocumentForm(forms.ModelForm):
 
 
 @admin.register(Document)
-class DocumentAdmin(ChunksGoWithTheirDocuments, admin.ModelAdmin):
+class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
     """Documents come from ingestion; here their labels change (on every chunk) or they are deleted."""
 
     ordering = ["knowledge_base", "source_uri"]
@@ -320,7 +320,7 @@ class KnowledgeSourceForm(forms.ModelForm):
 
 
 @admin.register(KnowledgeSource)
-class KnowledgeSourceAdmin(MadeAndDeletedByServices, admin.ModelAdmin):
+class KnowledgeSourceAdmin(MadeAndDeletedByServices, ConflictsAnsweredAdmin):
     """Folders and URL lists kept in sync by beat: their schedule, last runs, and a "sync now" action
     (the same task as ``POST .../sources/{id}/sync``)."""
 
@@ -432,7 +432,7 @@ class BulkImportExport:
 
 
 @admin.register(DictionaryTerm)
-class DictionaryTermAdmin(BulkImportExport, admin.ModelAdmin):
+class DictionaryTermAdmin(BulkImportExport, ConflictsAnsweredAdmin):
     """Protected terms change tokenization: rebuild the keyword index afterwards
     (``manage.py rebuild_lexical_index``); searches say so until then."""
 
@@ -448,7 +448,7 @@ class DictionaryTermAdmin(BulkImportExport, admin.ModelAdmin):
 
 
 @admin.register(Synonym)
-class SynonymAdmin(BulkImportExport, admin.ModelAdmin):
+class SynonymAdmin(BulkImportExport, ConflictsAnsweredAdmin):
     list_display = ["__str__", "kind", "weight", "is_active", "tenant"]
     list_filter = ["kind", "is_active", "tenant"]
     search_fields = ["terms", "replacements"]

@@ -3,6 +3,7 @@ from django.contrib import admin, messages
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from core.admin import ConflictsAnsweredAdmin
 from tenants import console
 from tenants.models import ApiKey, RateTier, Scope, Tenant
 from tenants.services import create_api_key, revoke_api_key
@@ -31,7 +32,7 @@ class ApiKeyInline(admin.TabularInline):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ConflictsAnsweredAdmin):
     list_display = ["name", "is_active", "rate_tier", "created_at", "dashboard"]
     list_filter = ["rate_tier", "is_active"]
     search_fields = ["name"]
@@ -52,7 +53,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(RateTier)
-class RateTierAdmin(admin.ModelAdmin):
+class RateTierAdmin(ConflictsAnsweredAdmin):
     list_display = ["name", "requests_per_window", "endpoint_limits"]
     search_fields = ["name"]
 
@@ -75,7 +76,7 @@ class ApiKeyCreationForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ConflictsAnsweredAdmin):
     """Keys are issued by ``create_api_key`` (the secret is shown once, then only its hash is kept) and
     revoked by ``revoke_api_key``, here as from ``manage.py create_api_key``."""
 
