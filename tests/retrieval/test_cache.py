@@ -55,19 +55,6 @@ def client(tmp_path, tenant, embedder):
     return client_for(tenant)
 
 
-@pytest.fixture
-def pipeline_runs(monkeypatch) -> list[SearchRequest]:
-    """The requests the search pipeline actually ran (cache hits do not run it)."""
-    runs: list[SearchRequest] = []
-
-    def counted_search(tenant, request, knowledge=None):
-        runs.append(request)
-        return search(tenant, request, knowledge)
-
-    monkeypatch.setattr(cache, "search", counted_search)
-    return runs
-
-
 # --- hits and keys ---------------------------------------------------------------------------------
 
 
