@@ -8,6 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('knowledge', '0001_initial'),  # the vector extension
         ('retrieval', '0002_search_log'),
         ('tenants', '0007_tenant_record_searches'),
     ]
