@@ -13,6 +13,9 @@ failure must not be served for an hour). Concurrent identical misses compute onc
 short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
 themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
+
+After an exact miss, the semantic cache (``retrieval.semantic_cache``, per KB) may answer with a close
+enough query's entry (``cached == "semantic"``); otherwise its lookup's query vector goes on to the search.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The tokens of a query that a semantic cache hit must repeat exactly: numbers, codes, dates and the
-tenant's protected terms.
+"""The tokens of a query that a semantic cache hit must repeat exactly: numbers, codes, dates, question
+words and the tenant's protected terms.
 
 Two queries a sentence embedding places close together ("status of order ORD-2026-000817" and "status
 of order ORD-2026-000818", "3-day return" and "30-day return") have different answers. The semantic
@@ -26,9 +26,11 @@ _WORDS = frozenset(
     "monday tuesday wednesday thursday friday saturday sunday weekend january february march april may june "
     "july august september october november december jan feb mar apr jun jul aug sep sept oct nov dec".split()
 )
+# What a question asks for: "when was the committee established" and "who led the committee" embed alike.
+_QUESTION_WORDS = frozenset("who whom whose when where why which what how".split())
 _HAN_WORDS = (
     "今天", "明天", "昨天", "前天", "后天", "今年", "明年", "去年", "本周", "上周", "下周", "本月", "上个月", "下个月",
-    "周末", "星期", "礼拜", "上午", "下午", "晚上", "凌晨",
+    "周末", "星期", "礼拜", "上午", "下午", "晚上", "凌晨", "谁", "什么时候", "何时", "哪里", "哪儿", "为什么", "多少",
 )  # fmt: skip
 
 
@@ -42,6 +44,8 @@ def exact_tokens(text: str, analyzer: Analyzer) -> list[str]:
             tokens.add(measure.group(1))
         elif _DIGIT.search(word) or word in _WORDS:
             tokens.add(word)
+        elif (asked := word.split("'")[0]) in _QUESTION_WORDS:  # "what's": what
+            tokens.add(asked)
     for run in han_runs(normalized):
         tokens.update(_HAN_NUMBER.findall(run.group()))
         tokens.update(word for word in _HAN_WORDS if word in run.group())

@@ -363,7 +363,7 @@ class CachedField(serializers.Field):
 
 
 class SemanticCacheOutput(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["semantic"])
+    kind = serializers.ChoiceField(choices=["semantic"])  # CacheKindEnum (ENUM_NAME_OVERRIDES)
     query = serializers.CharField(help_text="the cached query whose answer this is (its queries, weights, hits)")
     cosine = serializers.FloatField(help_text="of the two queries' embeddings, at least SEMANTIC_CACHE_MIN_COSINE")
 

@@ -244,4 +244,6 @@ STORAGES["originals"] = {
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "DocumentStatusEnum": "knowledge.models.Document.Status",
     "VersionStatusEnum": "knowledge.models.KnowledgeBaseVersion.Status",
+    "CacheKindEnum": ["semantic"],  # a semantic hit's cache.kind
+    "KindEnum": "knowledge.models.KnowledgeSource.Kind",  # its name before CacheKindEnum joined it
 }
