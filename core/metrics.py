@@ -57,6 +57,11 @@ STAGE_LATENCY = Histogram(
     buckets=STAGE_BUCKETS,
 )
 CACHE_REQUESTS = Counter("retrieval_cache_requests", "Search cache lookups, by result (hit or miss).", ["result"])
+SEMANTIC_CACHE_REQUESTS = Counter(
+    "retrieval_semantic_cache_requests",
+    "Semantic cache lookups (exact misses of KBs that turn it on), by result (hit or miss).",
+    ["result"],
+)
 RATE_LIMITED = Counter("retrieval_rate_limited_requests", "Requests refused with 429, by endpoint.", ["endpoint"])
 DEGRADED = Counter(
     "retrieval_search_degraded", "Searches answered without one of their parts, by stage and cause.", ["stage", "cause"]
@@ -175,6 +180,10 @@ CELERY_QUEUE_LENGTH.read_by(celery_queue_lengths)
 
 def record_cache(hit: bool) -> None:
     CACHE_REQUESTS.labels("hit" if hit else "miss").inc()
+
+
+def record_semantic_cache(hit: bool) -> None:
+    SEMANTIC_CACHE_REQUESTS.labels("hit" if hit else "miss").inc()
 
 
 def record_search_log_dropped(reason: str, count: int = 1) -> None:

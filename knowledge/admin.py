@@ -124,11 +124,35 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
 
 
 class KnowledgeBaseChangeForm(forms.ModelForm):
+    # The search settings' one switch, as a checkbox beside their JSON (which then leaves it out).
+    semantic_cache = forms.BooleanField(
+        required=False,
+        label="Semantic cache",
+        help_text="Answer a query close enough to a cached one (same options, numbers, codes, dates and protected "
+        "terms; cosine at least SEMANTIC_CACHE_MIN_COSINE) from the cache. Dense and hybrid searches only.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        stored = dict(self.instance.search_settings or {})
+        self.fields["semantic_cache"].initial = bool(stored.pop("semantic_cache", False))
+        self.initial["search_settings"] = stored
+
     def clean_search_settings(self) -> dict:
         try:
             return clean_search_settings(self.cleaned_data["search_settings"])
         except ValidationError as exc:
             raise ValidationError(exc.messages) from None
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if isinstance(data.get("search_settings"), dict):  # it validated: the checkbox's value goes in
+            search_settings = {k: v for k, v in data["search_settings"].items() if k != "semantic_cache"}
+            data["search_settings"] = {
+                **search_settings,
+                **({"semantic_cache": True} if data["semantic_cache"] else {}),
+            }
+        return data
 
     def clean_name(self) -> str:
         # The tenant is read-only here, so Django skips the (tenant, name) constraint: check it.
@@ -178,7 +202,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        editable = ["name", "description", "search_settings"]
+        editable = ["name", "description", "search_settings", "semantic_cache"]
         return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
 
     def get_readonly_fields(self, request, obj=None):

@@ -17,7 +17,9 @@ for a query in a language the model does not cover), ``aggregate`` (``none``, ``
 the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``chunk`` or
 ``document``) and RM3 pseudo-relevance feedback on the BM25 leg (``retrieval.expansion.rm3``):
 ``feedback_docs`` (0..50 first-pass passages, 0: off), ``feedback_terms`` (1..100 words added) and
-``feedback_query_weight`` (0..1, the original query's share).
+``feedback_query_weight`` (0..1, the original query's share); ``semantic_cache`` (true or false, the
+default: answer a query close enough to a cached one of the same options from the cache,
+``retrieval.semantic_cache``; a search of several KBs uses it only when all of them turn it on).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ _CHOICES = {
     "aggregate": AGGREGATES,
     "group_by": GROUP_BY,
 }
-KEYS = ("weights", *_NUMBERS, *_CHOICES)
+_SWITCHES = ("semantic_cache",)
+KEYS = ("weights", *_NUMBERS, *_CHOICES, *_SWITCHES)
 
 
 def clean_search_settings(value: object) -> dict:
@@ -71,6 +74,9 @@ def clean_search_settings(value: object) -> dict:
             cleaned[key], problems = _clean_weights(value[key])
         elif key in _NUMBERS:
             cleaned[key], problems = _clean_number(key, value[key])
+        elif key in _SWITCHES:
+            problems = [] if isinstance(value[key], bool) else [f"{key} must be true or false"]
+            cleaned[key] = value[key]
         else:
             choices = _CHOICES[key]
             problems = [] if value[key] in choices else [f"{key} must be one of {', '.join(choices)}"]

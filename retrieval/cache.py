@@ -13,6 +13,9 @@ failure must not be served for an hour). Concurrent identical misses compute onc
 short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
 themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
+
+After an exact miss, the semantic cache (``retrieval.semantic_cache``, per KB) may answer with a close
+enough query's entry (``cached == "semantic"``); otherwise its lookup's query vector goes on to the search.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from rest_framework.renderers import JSONRenderer
 
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
+from retrieval import semantic_cache
 from retrieval.search_log import FACTS, answer_facts, record_search
+from retrieval.semantic_cache import SemanticHit
 from retrieval.services.planning import searched_settings
 from retrieval.services.search import search
+from retrieval.services.timings import StageTimings
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from tenants.models import Tenant
 
@@ -49,11 +55,14 @@ _POLL_S = 0.05
 
 
 class CachedSearch:
-    """A search's answer: ``response`` computed, or (a hit) rendered as stored and decoded only when read."""
+    """A search's answer: ``response`` computed, or (a hit) rendered as stored and decoded only when read.
+    ``cached``: False, True (an exact hit) or ``"semantic"`` (``semantic``: the cached query reused)."""
 
-    def __init__(self, response: SearchResponse | None = None, *, cached: bool = False,
-                 stored: tuple[dict, bytes] | None = None, elapsed_ms: float = 0.0):  # fmt: skip
+    def __init__(self, response: SearchResponse | None = None, *, cached: bool | str = False,
+                 stored: tuple[dict, bytes] | None = None, elapsed_ms: float = 0.0,
+                 semantic: SemanticHit | None = None):  # fmt: skip
         self.cached = cached
+        self.semantic = semantic
         self._elapsed_ms = elapsed_ms
         if response is not None:
             self.response = response  # cached_property's slot
@@ -123,7 +132,8 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
     started = time.perf_counter()
     if knowledge is None:
         knowledge = searched_knowledge(tenant, request.kb_ids)
-    key = search_cache_key(tenant, request, knowledge)
+    material = _key_material(tenant, request, knowledge)
+    key = f"search:{tenant.pk}:{_digest(material)}"
     lock_key = f"{key}:lock"
     try:
         hit, holds_lock = _get_or_lock(key, lock_key)
@@ -132,8 +142,18 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         return CachedSearch(search(tenant, request, knowledge))
     if hit is not None:
         return CachedSearch(cached=True, stored=hit, elapsed_ms=(time.perf_counter() - started) * 1000)
+    timings = StageTimings(origin=started)  # a miss's total includes the semantic lookup
     try:
-        response = search(tenant, request, knowledge)
+        lookup = semantic_cache.prepare(tenant, request, knowledge, _scope(material), timings)
+        found = None if lookup is None else semantic_cache.find(tenant, lookup, timings)
+        if found is not None:
+            if holds_lock:
+                _quietly(cache.delete, lock_key)
+            semantic, stored = found
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            return CachedSearch(cached=semantic_cache.KIND, stored=stored, elapsed_ms=elapsed_ms, semantic=semantic)
+        embedded = None if lookup is None else lookup.vector  # embedded once: the dense leg's vector
+        response = search(tenant, request, knowledge, embedded=embedded, timings=timings)
     except BaseException:
         if holds_lock:
             _quietly(cache.delete, lock_key)
@@ -141,12 +161,19 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
     outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
         _quietly(_store, key, None if response.degraded else outcome.stored, lock_key if holds_lock else None)
+    if lookup is not None and not response.degraded:
+        semantic_cache.remember(tenant, lookup, request.query, key)
     return outcome
 
 
 def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> str:
     """The key of ``request``'s answer over ``knowledge`` (``searched_knowledge``, which raises
     ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would)."""
+    return f"search:{tenant.pk}:{_digest(_key_material(tenant, request, knowledge))}"
+
+
+def _key_material(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> dict:
+    """Everything the answer depends on, as JSON-ready values: what the key digests."""
     # Shallow copies (``vars``, not ``asdict``'s deep ones): the same JSON, for a third of the key's cost.
     expand = dict(vars(request.expand))
     for name in _EXPANDERS:
@@ -159,7 +186,7 @@ def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: Searched
         "expand": expand,
         "query_vector": vars(request.query_vector) if request.query_vector else None,
     }
-    material = {
+    return {
         "tenant": tenant.pk,
         "request": normalized,
         "versions": sorted((version.version_id, version.revision) for version in knowledge.versions),
@@ -169,8 +196,15 @@ def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: Searched
         # A restart with new ranking settings must not serve rankings made under the old ones.
         "settings": _service_material(),
     }
-    digest = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
-    return f"search:{tenant.pk}:{digest}"
+
+
+def _scope(material: dict) -> str:
+    """The semantic cache's scope of a request: its key's material but the query (text or vector)."""
+    return _digest({**material, "request": {**material["request"], "query": None, "query_vector": None}})
+
+
+def _digest(material: dict) -> str:
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @functools.cache

@@ -340,6 +340,7 @@ def _outcome_context(tenant: Tenant, outcome) -> dict:
     return {
         "response": response,
         "cached": outcome.cached,
+        "semantic": outcome.semantic,  # a semantic hit: the cached query reused and its cosine
         "hits": explain(tenant, response),
         "timings": sorted(response.timings_ms.items(), key=lambda item: item[0] == "total"),
         "dense_language": dense_language_note(response),

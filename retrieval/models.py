@@ -1,10 +1,11 @@
-"""What the search keeps: the console's history of retrieval tests, and the tenants' queries."""
+"""What the search keeps: the console's history of retrieval tests, the tenants' queries, and the semantic cache's query vectors."""
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.utils import timezone
+from pgvector.django import VectorField
 
 from tenants.models import Tenant
 
@@ -49,6 +50,33 @@ class SearchLog(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="search_log_tenant_recent"),
             GinIndex(fields=["kb_ids"], name="search_log_kb_ids"),
+        ]
+
+    def __str__(self) -> str:
+        return self.query
+
+
+class SemanticCacheEntry(models.Model):
+    """A cached search's query vector (``retrieval.semantic_cache``): a later query of the same scope
+    (tenant, KB revisions, vocabulary, every option but the query) whose vector is close enough and
+    whose exact tokens (``retrieval.query_signature``) are equal reuses the answer the result cache
+    keeps under ``key``. Unreachable once a revision or the vocabulary moves on (a new scope), it
+    expires with that entry (``SEARCH_CACHE_TTL_S``); the hourly beat task deletes expired rows."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="semantic_cache_entries")
+    scope = models.CharField(max_length=64)  # sha256 of the search cache key's material without the query
+    signature = models.CharField(max_length=32)  # of the query's exact tokens
+    query = models.TextField()  # as searched: a hit names it
+    key = models.CharField(max_length=200)  # the result cache's key of its answer
+    # No dimension: scopes of different models share the table; a scope holds one model's vectors.
+    embedding = VectorField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "key"], name="unique_semantic_cache_key")]
+        indexes = [
+            models.Index(fields=["tenant", "scope", "signature"], name="semantic_cache_scope"),
+            models.Index(fields=["expires_at"], name="semantic_cache_expiry"),
         ]
 
     def __str__(self) -> str:

@@ -345,6 +345,29 @@ class DegradationOutput(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "boolean"}, {"type": "string", "enum": ["semantic"]}],
+        "description": 'true: this request\'s answer from the result cache; "semantic": the answer of a close '
+        "enough earlier query (named in cache) of a KB with the semantic cache on; false: computed",
+    }
+)
+class CachedField(serializers.Field):
+    def to_representation(self, value):
+        return value
+
+    def to_internal_value(self, data):
+        if data is True or data is False or data == "semantic":
+            return data
+        raise serializers.ValidationError('true, false or "semantic"')
+
+
+class SemanticCacheOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["semantic"])  # CacheKindEnum (ENUM_NAME_OVERRIDES)
+    query = serializers.CharField(help_text="the cached query whose answer this is (its queries, weights, hits)")
+    cosine = serializers.FloatField(help_text="of the two queries' embeddings, at least SEMANTIC_CACHE_MIN_COSINE")
+
+
 class SearchOutput(serializers.Serializer):
     results = SearchHitOutput(many=True)
     total = serializers.IntegerField()
@@ -352,7 +375,8 @@ class SearchOutput(serializers.Serializer):
     queries = QueryOutput(many=True)
     weights = serializers.DictField(child=serializers.FloatField())
     reranked = serializers.BooleanField()
-    cached = serializers.BooleanField(help_text="served from the result cache")
+    cached = CachedField()
+    cache = SemanticCacheOutput(required=False, help_text="a semantic hit only: the query reused")
     degraded = DegradationOutput(many=True)
     notes = serializers.ListField(child=serializers.CharField())
     candidates = serializers.DictField(child=serializers.IntegerField())

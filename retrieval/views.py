@@ -62,6 +62,7 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         outcome = cached_search(request.tenant, search_request, knowledge)
         fields = {
             "cached": outcome.cached,
+            **({"cache": outcome.semantic.as_dict()} if outcome.semantic else {}),
             "total": outcome.total,
             "latency_ms": round((time.perf_counter() - started) * 1000, 2),
             "request_id": request_id_of(request),
@@ -69,7 +70,8 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         response = HttpResponse(outcome.rendered(**fields), content_type="application/json")
         # What middleware reads of a search's answer (core.metrics: the served query's counters).
         degraded = [] if outcome.cached else outcome.response.degraded
-        response.data = {**fields, "mode": mode, "queries": [{"text": outcome.query}], "degraded": degraded}
+        served = search_request.query if outcome.semantic else outcome.query  # a semantic hit's is another's
+        response.data = {**fields, "mode": mode, "queries": [{"text": served}], "degraded": degraded}
         return response
 
 

@@ -10,6 +10,7 @@ an error, a 503 naming the failed retriever.
 
 from __future__ import annotations
 
+import numpy as np
 from django.conf import settings
 
 from core.metrics import record_search
@@ -30,17 +31,26 @@ from retrieval.types import RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 
 
-def search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None) -> SearchResponse:
+def search(
+    tenant: Tenant,
+    request: SearchRequest,
+    knowledge: SearchedKnowledge | None = None,
+    *,
+    embedded: np.ndarray | None = None,
+    timings: StageTimings | None = None,
+) -> SearchResponse:
     """One search, uncached; records its metrics. ``knowledge``: what ``searched_knowledge`` read for
-    this request (the cache key's read), else read here."""
-    timings = StageTimings()
+    this request (the cache key's read), else read here. ``embedded``: the query's vector under the
+    searched versions' one model, embedded already (the semantic cache's lookup), so the dense leg does
+    not embed it again; ``timings``: the stages timed before, which ``total`` includes."""
+    timings = timings or StageTimings()
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
         if knowledge is None:
             knowledge = searched_knowledge(tenant, request.kb_ids)
         fusion = searched_settings(request, knowledge)
         groups = model_groups(knowledge.versions)
-        query_vector = caller_vector(request, groups)
+        query_vector = caller_vector(request, groups) if embedded is None else embedded
         version_ids = tuple(version_id for group in groups for version_id in group.version_ids)
         vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)
         with timings.stage("expand"):

@@ -23,7 +23,10 @@ class StageTimings:
     another thread (counted to that stage), and ``rest``; these add up to ``total``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, origin: float | None = None) -> None:
+        """``origin`` (``time.perf_counter()``): where ``total`` starts, when work before the pipeline
+        counts too (the semantic cache's lookup, ``retrieval.cache``); else when its stage is entered."""
+        self._origin = origin
         self.milliseconds: dict[str, float] = {}
         self._critical: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -31,7 +34,7 @@ class StageTimings:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
+        started = self._origin if name == "total" and self._origin is not None else time.perf_counter()
         try:
             with span(f"search.{name}"):
                 yield

@@ -233,6 +233,7 @@ CELERY_BEAT_SCHEDULE = {
     "purge-old-versions": {"task": "knowledge.tasks.purge_versions", "schedule": 3600.0},
     "purge-removed-documents": {"task": "knowledge.tasks.purge_removed_documents", "schedule": 3600.0},
     "purge-search-logs": {"task": "retrieval.tasks.purge_search_logs", "schedule": 3600.0},
+    "purge-semantic-cache": {"task": "retrieval.tasks.purge_semantic_cache", "schedule": 3600.0},
 }
 DJANGO_CELERY_BEAT_TZ_AWARE = True
 STORAGES["originals"] = {
@@ -243,4 +244,6 @@ STORAGES["originals"] = {
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     "DocumentStatusEnum": "knowledge.models.Document.Status",
     "VersionStatusEnum": "knowledge.models.KnowledgeBaseVersion.Status",
+    "CacheKindEnum": ["semantic"],  # a semantic hit's cache.kind
+    "KindEnum": "knowledge.models.KnowledgeSource.Kind",  # its name before CacheKindEnum joined it
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
@@ -22,6 +23,9 @@ class Cache(Section):
     REDIS_BREAKER_COOLDOWN_S: PositiveFloat = 5.0
     SEARCH_CACHE_TTL_S: NonNegativeInt = 3600  # 0 disables the result cache
     SEARCH_CACHE_WAIT_S: NonNegativeFloat = 2.0  # identical misses wait this long for the first
+    # The semantic cache (per KB, off by default): a query this close to a cached one of the same scope and
+    # exact tokens reuses its answer (docs/benchmarks/decisions.md, "The semantic cache's threshold").
+    SEMANTIC_CACHE_MIN_COSINE: Annotated[float, Field(gt=0, le=1)] = 0.88
     # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
     API_KEY_CACHE_TTL_S: NonNegativeInt = 5
     # Each process sends its searches' usage counters (the dashboard's) to Redis this often, summed.

@@ -4,6 +4,7 @@ in step (versions, chunks' labels, lexical indexes, revisions), and searches mus
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.conf import settings
@@ -140,6 +141,25 @@ def test_a_kbs_search_settings_are_edited_in_the_admin_and_checked(admin_client,
     assert good.status_code == 302, good.content
     kb.refresh_from_db()
     assert kb.search_settings == {"weights": {"vector": 0.5}, "rrf_k": 20}
+
+
+def test_the_semantic_cache_is_a_checkbox_of_the_kbs_search_settings(admin_client, kb):
+    url = f"{ADMIN}/knowledgebase/{kb.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert 'name="semantic_cache"' in page and "Semantic cache" in page
+    on = admin_client.post(
+        url, {"name": kb.name, "search_settings": '{"rrf_k": 20}', "semantic_cache": "on", **version_rows(kb)}
+    )
+    assert on.status_code == 302, on.content
+    kb.refresh_from_db()
+    assert kb.search_settings == {"rrf_k": 20, "semantic_cache": True}
+    page = admin_client.get(url).content.decode()  # the checkbox shows it, the JSON leaves it out
+    assert re.search(r'<input[^>]*name="semantic_cache"[^>]*checked', page) and "&quot;semantic_cache&quot;" not in page
+    # Unchecked, the JSON's own key does not turn it back on.
+    off = admin_client.post(url, {"name": kb.name, "search_settings": '{"semantic_cache": true}', **version_rows(kb)})
+    assert off.status_code == 302, off.content
+    kb.refresh_from_db()
+    assert kb.search_settings == {}
 
 
 def test_renaming_a_kb_to_a_name_its_tenant_uses_is_a_form_error(admin_client, kb, embedder):

@@ -19,6 +19,7 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
     assert list(cleaned) == ["weights", "rrf_k", "dense_weight_floor", "group_by"]
     assert type(cleaned["rrf_k"]) is int and type(cleaned["weights"]["bm25"]) is float
     assert clean_search_settings(None) == clean_search_settings("") == {}
+    assert clean_search_settings({"semantic_cache": True}) == {"semantic_cache": True}
 
 
 @pytest.mark.parametrize(
@@ -39,6 +40,8 @@ def test_valid_settings_are_stored_typed_in_a_fixed_order():
         ({"fusion": "borda"}, "fusion must be one of rrf, relevance, minmax"),
         ({"leg_weights": "learned"}, "leg_weights must be one of evidence, fixed"),
         ({"leg_candidates": "all"}, "leg_candidates must be one of union, own"),
+        ({"semantic_cache": 1}, "semantic_cache must be true or false"),
+        ({"semantic_cache": "yes"}, "semantic_cache must be true or false"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(value, message):

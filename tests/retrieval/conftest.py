@@ -109,3 +109,19 @@ def dify_citations(records: list[dict]) -> list[dict]:
 def in_process(keep_test_transaction) -> httpx.WSGITransport:
     """Dify's bytes handed to the application in this process, inside the test's transaction."""
     return httpx.WSGITransport(app=get_wsgi_application())
+
+
+@pytest.fixture
+def pipeline_runs(monkeypatch) -> list:
+    """The requests the search pipeline actually ran (cache hits, exact or semantic, do not run it)."""
+    from retrieval import cache
+    from retrieval.services.search import search
+
+    runs: list = []
+
+    def counted_search(tenant, request, knowledge=None, **options):
+        runs.append(request)
+        return search(tenant, request, knowledge, **options)
+
+    monkeypatch.setattr(cache, "search", counted_search)
+    return runs

@@ -55,19 +55,6 @@ def client(tmp_path, tenant, embedder):
     return client_for(tenant)
 
 
-@pytest.fixture
-def pipeline_runs(monkeypatch) -> list[SearchRequest]:
-    """The requests the search pipeline actually ran (cache hits do not run it)."""
-    runs: list[SearchRequest] = []
-
-    def counted_search(tenant, request, knowledge=None):
-        runs.append(request)
-        return search(tenant, request, knowledge)
-
-    monkeypatch.setattr(cache, "search", counted_search)
-    return runs
-
-
 # --- hits and keys ---------------------------------------------------------------------------------
 
 
@@ -190,6 +177,7 @@ NOT_RANKING = {
     "ONNX_CACHE_DIR": "where exported graphs are kept",
     "SEARCH_CACHE_TTL_S": "the cache itself",
     "SEARCH_CACHE_WAIT_S": "the cache itself",
+    "SEMANTIC_CACHE_MIN_COSINE": "which cached answer is reused, not how one ranks",
     "LLM_API_KEY": "credentials",
     "LLM_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_API_KEY": "credentials",
@@ -338,7 +326,7 @@ def test_a_miss_takes_two_round_trips_and_a_hit_one(tenant, redis_round_trips, p
 
 @pytest.mark.django_db
 def test_a_failed_search_releases_the_lock(tenant, monkeypatch):
-    def failing(tenant, request, knowledge=None):
+    def failing(tenant, request, knowledge=None, **options):
         raise RuntimeError("pipeline crashed")
 
     monkeypatch.setattr(cache, "search", failing)
@@ -365,7 +353,7 @@ def first_run_held_until(monkeypatch, condition) -> list[int]:
     runs: list[int] = []
     counting = threading.Lock()
 
-    def held_search(tenant, request, knowledge=None):
+    def held_search(tenant, request, knowledge=None, **options):
         with counting:
             runs.append(threading.get_ident())
             first = len(runs) == 1
