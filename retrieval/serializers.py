@@ -20,6 +20,7 @@ from knowledge.search_settings import (
     MAX_RRF_K,
     MAX_WEIGHT,
 )
+from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -345,6 +346,16 @@ class DegradationOutput(serializers.Serializer):
     )
 
 
+class NoticeOutput(serializers.Serializer):
+    stage = serializers.CharField(help_text="the retriever or stage adjusted, as in degraded")
+    code = serializers.ChoiceField(
+        choices=[DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE],
+        help_text="stable: dense_skipped_language, the dense leg did not run because no searched model covers the "
+        "query's language (DENSE_WEIGHT_FLOOR 0); dense_weighted_language, it ran turned down to the floor",
+    )
+    message = serializers.CharField(help_text="the same sentence as in notes")
+
+
 class SearchOutput(serializers.Serializer):
     results = SearchHitOutput(many=True)
     total = serializers.IntegerField()
@@ -354,7 +365,10 @@ class SearchOutput(serializers.Serializer):
     reranked = serializers.BooleanField()
     cached = serializers.BooleanField(help_text="served from the result cache")
     degraded = DegradationOutput(many=True)
-    notes = serializers.ListField(child=serializers.CharField())
+    notes = serializers.ListField(child=serializers.CharField(), help_text="how the search ran, for people")
+    notices = NoticeOutput(
+        many=True, help_text="the adjustments of the plan a client can act on, by a stable code (not failures)"
+    )
     candidates = serializers.DictField(child=serializers.IntegerField())
     timings_ms = serializers.DictField(
         child=serializers.FloatField(),
