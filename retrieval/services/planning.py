@@ -13,11 +13,11 @@ from retrieval.errors import QueryVectorMismatch, QueryVectorNotApplicable
 from retrieval.expansion import expand_query
 from retrieval.tuning import FusionSettings, effective_settings
 from retrieval.types import RETRIEVERS, Expansion, ModelGroup, Notice, SearchRequest, Weights
+from tenants.models import Tenant
 
 # The codes of ``weigh``'s notice on the query's language (``notices`` of a response; docs/api.md).
 DENSE_SKIPPED_LANGUAGE = "dense_skipped_language"  # DENSE_WEIGHT_FLOOR 0: the dense leg does not run
 DENSE_WEIGHTED_LANGUAGE = "dense_weighted_language"  # turned down to DENSE_WEIGHT_FLOOR
-from tenants.models import Tenant
 
 
 def searched_settings(request: SearchRequest, knowledge: SearchedKnowledge) -> FusionSettings:
