@@ -68,6 +68,13 @@ def search_log_on_the_test_thread(settings):
 
 
 @pytest.fixture(autouse=True)
+def cache_writes_on_the_request_thread(settings):
+    """The result cache stores an answer before the search returns (no queue): a test's next identical
+    search is a hit. tests/retrieval/test_cache_writer.py turns the writer thread on."""
+    settings.SEARCH_CACHE_WRITE_QUEUE_SIZE = 0
+
+
+@pytest.fixture(autouse=True)
 def fresh_redis_breakers():
     """Each test starts with every Redis circuit closed: an outage one test provokes is its own."""
     from core import redis

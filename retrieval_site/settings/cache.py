@@ -22,6 +22,13 @@ class Cache(Section):
     REDIS_BREAKER_COOLDOWN_S: PositiveFloat = 5.0
     SEARCH_CACHE_TTL_S: NonNegativeInt = 3600  # 0 disables the result cache
     SEARCH_CACHE_WAIT_S: NonNegativeFloat = 2.0  # identical misses wait this long for the first
+    # A computed answer is stored off the request thread (core.background): a queue of at most
+    # SEARCH_CACHE_WRITE_QUEUE_SIZE entries (0: the request thread stores it, before answering) waits for the
+    # writer, which stores up to SEARCH_CACHE_WRITE_BATCH_SIZE in one round trip, those that come within
+    # SEARCH_CACHE_WRITE_FLUSH_S of the first. A full queue drops the entry (retrieval_search_cache_writes_dropped).
+    SEARCH_CACHE_WRITE_QUEUE_SIZE: NonNegativeInt = 1000
+    SEARCH_CACHE_WRITE_BATCH_SIZE: PositiveInt = 100
+    SEARCH_CACHE_WRITE_FLUSH_S: NonNegativeFloat = 0.005
     # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
     API_KEY_CACHE_TTL_S: NonNegativeInt = 5
     # Each process sends its searches' usage counters (the dashboard's) to Redis this often, summed.
