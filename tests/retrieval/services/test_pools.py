@@ -21,8 +21,10 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.services.pools import per_variant
 from tests.concurrency import RACE_TIMEOUT_S, meet_before
 from tests.retrieval.services.conftest import run
+from tests.retrieval.test_expansion import ChatServer
 
 QUERY = "how hot may the charger get"
+SYNONYMS = ExpansionOptions(synonyms=True, llm=False)
 PASSAGES = {
     "charger.txt": "The charger gets warm while charging; above 60 degrees unplug it.",
     "battery.txt": "Keep the lithium battery below 45 degrees and away from sunlight.",
@@ -44,8 +46,8 @@ def shop(tenant, tmp_path, embedder):
     return kb
 
 
-def search(kb, **options):
-    return run(kb, QUERY, top_k=10, expand=ExpansionOptions(synonyms=True), **options)
+def search(kb, expand=SYNONYMS, **options):
+    return run(kb, QUERY, top_k=10, expand=expand, **options)
 
 
 def outcome(response) -> tuple:
@@ -91,6 +93,21 @@ def test_the_bm25_legs_index_searches_checks_and_feedback_passes_overlap(shop, m
     meet_before(monkeypatch, TantivyLexicalIndex, "search", parties=3)  # first pass and feedback pass
     meet_before(monkeypatch, selectors, "hashes_of_chunks_passing", parties=3)  # their hits' checks
     assert outcome(search(shop, **options)) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_llm_rewrites_variants_are_searched_side_by_side(shop, monkeypatch, settings):
+    """The multi-query rewrite (a fake chat server over a socket) gives three more variants."""
+    options = {"mode": "vector", "expand": ExpansionOptions(synonyms=False, llm=True, max_expansions=3)}
+    with ChatServer() as chat:
+        chat.answer = "charger temperature limit\nhow warm does the charger run\ncharger overheating"
+        settings.LLM_URL, settings.LLM_MODEL = chat.url, "tiny-chat"
+        settings.LLM_TIMEOUT_S = 10  # a loaded machine must not turn the rewrite into a degradation here
+        expected = outcome(sequential(shop, **options))
+        assert [query["origin"] for query in expected[0]] == ["original", "llm", "llm", "llm"]
+        meet_before(monkeypatch, PgVectorIndex, "search", parties=4)
+        assert outcome(search(shop, **options)) == expected
 
 
 def test_results_come_in_the_items_order_whatever_order_they_finish_in():
