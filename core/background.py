@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -43,14 +43,14 @@ class BackgroundWriter(Generic[T]):
         self.write = write  # writes a batch, returns how many it wrote; counts (on_drop) and logs its failures
         self.on_drop = on_drop
         self._lock = threading.Lock()
-        self._queue: queue.Queue | None = None
+        self._queue: queue.Queue[T] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._owner_pid = 0  # the process the queue and thread belong to
         atexit.register(self.stop)
         setting_changed.connect(self._restart_on_new_settings, weak=False)
 
-    def _setting(self, name: str):
+    def _setting(self, name: str) -> Any:
         return getattr(settings, f"{self.prefix}_{name}")
 
     def put(self, item: T) -> bool:
@@ -91,20 +91,20 @@ class BackgroundWriter(Generic[T]):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def _pending(self) -> queue.Queue:
+    def _pending(self) -> queue.Queue[T]:
         """This process's queue, with its writer started (unless ``<prefix>_FLUSH_S`` is 0)."""
-        pid, flush_s = os.getpid(), self._setting("FLUSH_S")
-        if self._owner_pid == pid and (self._thread is not None or flush_s == 0):
-            return self._queue
+        pid, flush_s, pending = os.getpid(), self._setting("FLUSH_S"), self._queue
+        if pending is not None and self._owner_pid == pid and (self._thread is not None or flush_s == 0):
+            return pending
         with self._lock:
-            if self._owner_pid != pid:
+            if self._queue is None or self._owner_pid != pid:
                 self._queue = queue.Queue(maxsize=self._setting("QUEUE_SIZE"))
                 self._thread, self._owner_pid = None, pid
             if self._thread is None and flush_s > 0:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._write_until_stopped, name=self.name, daemon=True)
                 self._thread.start()
-        return self._queue
+            return self._queue
 
     def _take(self, size: int, wait_s: float | None) -> list[T]:
         """Up to ``size`` queued items: those queued now (``wait_s`` None), or, once one comes, those that
@@ -140,6 +140,6 @@ class BackgroundWriter(Generic[T]):
         finally:
             connections.close_all()  # the thread's own, if its writes used the database
 
-    def _restart_on_new_settings(self, setting: str, **kwargs) -> None:
+    def _restart_on_new_settings(self, setting: str, **kwargs: Any) -> None:
         if setting.startswith(f"{self.prefix}_"):
             self.stop()
