@@ -71,8 +71,19 @@ def test_a_hybrid_search_with_variants_side_by_side_answers_as_one_after_another
     alone = sequential(shop, mode="hybrid")
     assert len(alone.queries) == 3 and alone.degraded == []
     assert outcome(search(shop, mode="hybrid")) == outcome(alone)
-    with_feedback = {"mode": "hybrid", "feedback_docs": 2}
-    assert outcome(search(shop, **with_feedback)) == outcome(sequential(shop, **with_feedback))
+    for more in ({"feedback_docs": 2}, {"leg_candidates": "union"}):  # the feedback pass; the candidate union
+        assert outcome(search(shop, mode="hybrid", **more)) == outcome(sequential(shop, mode="hybrid", **more))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_candidate_unions_variants_overlap(shop, monkeypatch):
+    """Each dense list's cosines of BM25's passages (read by id) wait until all three variants' reads started."""
+    options = {"mode": "hybrid", "leg_candidates": "union"}
+    expected = outcome(sequential(shop, **options))
+    assert any(set(hit[3]) == {"bm25", "vector"} for hit in expected[1])
+    meet_before(monkeypatch, PgVectorIndex, "similarities", parties=3)
+    assert outcome(search(shop, **options)) == expected
 
 
 @pytest.mark.slow
