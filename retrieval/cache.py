@@ -257,8 +257,8 @@ def _store(batch: list[_Store]) -> int:
     """Store the entries and release their locks, one round trip per Redis server; how many were stored.
     Redis down or refusing (its breaker open included): counted and warned, never raised."""
     by_server: dict[int, list[_Store]] = {}
-    for entry in batch:
-        by_server.setdefault(id(entry.redis), []).append(entry)
+    for entry in batch:  # django-redis shares one connection pool per server between its clients
+        by_server.setdefault(id(entry.redis.connection_pool), []).append(entry)
     stored = 0
     for entries in by_server.values():
         pipeline = entries[0].redis.pipeline(transaction=False)

@@ -14,7 +14,7 @@ from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.types import SearchRequest
-from tests.concurrency import RACE_TIMEOUT_S, wait_until
+from tests.concurrency import RACE_TIMEOUT_S, race, wait_until
 from tests.retrieval.test_cache import GARDEN, KETTLE, ingest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -33,10 +33,11 @@ def kettles(tmp_path, tenant, embedder, settings):
 
 
 class HeldWriter:
-    """The writer's batches wait for ``release()``; ``taken`` is set once it holds one."""
+    """The writer's batches wait for ``release()``; ``taken`` is set once it holds one, ``written`` once
+    one is written."""
 
     def __init__(self, monkeypatch):
-        self.taken, self._released = threading.Event(), threading.Event()
+        self.taken, self._released, self.written = threading.Event(), threading.Event(), threading.Event()
         self.batches: list[int] = []
         original = cache.writer.write
 
@@ -44,7 +45,10 @@ class HeldWriter:
             self.batches.append(len(batch))
             self.taken.set()
             assert self._released.wait(RACE_TIMEOUT_S), "the test never released the writer"
-            return original(batch)
+            try:
+                return original(batch)
+            finally:
+                self.written.set()
 
         monkeypatch.setattr(cache.writer, "write", held)
 
@@ -72,6 +76,23 @@ def test_a_search_returns_before_its_answer_is_stored_and_the_next_is_an_exact_h
     second = cached_search(kettles, request)
     assert second.cached is True and second.stored[1] == first.stored[1]  # the same bytes
     assert writer.batches == [1] and cache.writer._thread.name == "search-cache"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_answers_of_several_request_threads_are_stored_in_one_round_trip(
+    kettles, monkeypatch, settings, redis_round_trips
+):
+    settings.SEARCH_CACHE_WRITE_BATCH_SIZE, settings.SEARCH_CACHE_WRITE_FLUSH_S = 3, 60  # one batch of three
+    writer = HeldWriter(monkeypatch)
+    requests = [bm25("kettle"), bm25("tomato"), bm25("sunlight")]
+    answers = race(*[lambda request=request: cached_search(kettles, request) for request in requests])
+    assert all(answer.cached is False for answer in answers), answers
+    wait_until(writer.taken.is_set, message="the writer to take the three answers")
+    before = redis_round_trips[0]
+    writer.release()
+    wait_until(writer.written.is_set, message="the writer to store them")
+    assert redis_round_trips[0] - before == 1 and writer.batches == [3]
+    assert all(stored(kettles, request) for request in requests)
 
 
 def test_a_full_queue_drops_the_answer_counts_it_and_releases_its_lock(kettles, monkeypatch, settings):
