@@ -75,6 +75,12 @@ INGESTED_DOCUMENTS = Counter(
     ["outcome"],
 )
 INGESTED_CHUNKS = Counter("retrieval_ingest_chunks", "Chunks written by ingestion.")
+SEARCH_CACHE_WRITES_DROPPED = Counter(
+    "retrieval_search_cache_writes_dropped",
+    "Computed answers not stored in the result cache, by reason (full: the writer's queue was full; failed: "
+    "Redis refused or was unreachable).",
+    ["reason"],
+)
 SEARCH_LOG_DROPPED = Counter(
     "retrieval_search_log_dropped",
     "Searches left out of the search analytics, by reason (full: the writer's queue was full; failed: its insert failed).",
@@ -188,6 +194,10 @@ def record_semantic_cache(hit: bool) -> None:
 
 def record_search_log_dropped(reason: str, count: int = 1) -> None:
     SEARCH_LOG_DROPPED.labels(reason).inc(count)
+
+
+def record_search_cache_write_dropped(reason: str, count: int = 1) -> None:
+    SEARCH_CACHE_WRITES_DROPPED.labels(reason).inc(count)
 
 
 def record_rate_limited(endpoint: str) -> None:

@@ -1,18 +1,25 @@
 """Uniqueness is the database's to enforce: a write that breaks a named unique constraint becomes the
 domain's conflict (or is resolved by the writer), so two concurrent creates give one success and one
-409, never a check-then-insert race or a 500.
+409, never a check-then-insert race or a 500. Where a table has no constraint to break (a third-party
+app's), :func:`get_or_create_serialized` makes its creators take turns.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 T = TypeVar("T")
+M = TypeVar("M", bound=models.Model)
+
+# pg_advisory_xact_lock(class, hash of the table and values): get_or_create_serialized's turns.
+_GET_OR_CREATE_LOCK_CLASS = 15_004
 
 
 def violated_unique_constraint(error: IntegrityError) -> str | None:
@@ -47,3 +54,20 @@ def redrawn_on_collision(constraint: str, insert: Callable[[], T], *, attempts: 
                 raise
     with transaction.atomic():
         return insert()
+
+
+def get_or_create_serialized(model: type[M], **fields: Any) -> M:
+    """The oldest ``model`` row with ``fields``, created when there is none, for a table without a unique
+    constraint on them (django-celery-beat's schedules: two concurrent ``get_or_create`` calls make two
+    rows, and every later one then fails with ``MultipleObjectsReturned``). Creators of the same values
+    take one transaction-scoped advisory lock in turn, so the second looks only once the first's row is
+    committed; duplicates made before are tolerated (the oldest is used). Two different values hashing
+    alike only wait for each other."""
+    values = json.dumps([model._meta.db_table, sorted(fields.items())], default=str)
+    key = int.from_bytes(hashlib.sha256(values.encode()).digest()[:4], "big", signed=True)
+    manager = model._default_manager
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_GET_OR_CREATE_LOCK_CLASS, key])
+        existing = manager.filter(**fields).order_by("pk").first()
+        return existing if existing is not None else manager.create(**fields)

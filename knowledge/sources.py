@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
+from core.uniqueness import get_or_create_serialized
 from engines.url_fetcher import FetchError, UrlFetcher
 from knowledge.documents import remove_from_search
 from knowledge.errors import InvalidSourcePath
@@ -115,17 +116,19 @@ def create_source(
 
 
 def set_schedule(source: KnowledgeSource, *, interval_seconds: int | None = None, crontab: str = "") -> None:
-    """Create or change the source's beat entry (beat notices the change on its next tick)."""
+    """Create or change the source's beat entry (beat notices the change on its next tick). Its schedule
+    row is shared by the entries of the same interval or crontab; django-celery-beat's tables have no
+    unique constraint on them, so concurrent creators take turns (``get_or_create_serialized``)."""
     schedule: dict = {"interval": None, "crontab": None}
     if crontab:
         minute, hour, day_of_month, month_of_year, day_of_week = crontab.split()
-        schedule["crontab"], _ = CrontabSchedule.objects.get_or_create(
-            minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year,
+        schedule["crontab"] = get_or_create_serialized(
+            CrontabSchedule, minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year,
             day_of_week=day_of_week, timezone="UTC",
         )  # fmt: skip
     else:
-        schedule["interval"], _ = IntervalSchedule.objects.get_or_create(
-            every=interval_seconds, period=IntervalSchedule.SECONDS
+        schedule["interval"] = get_or_create_serialized(
+            IntervalSchedule, every=interval_seconds, period=IntervalSchedule.SECONDS
         )
     if source.periodic_task is None:
         source.periodic_task = PeriodicTask.objects.create(

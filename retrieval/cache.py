@@ -11,7 +11,10 @@ An entry is the response's JSON body as rendered, without its stage timings: a h
 its own fields appended, never decoding them. A response naming a degradation is not stored (a transient
 failure must not be served for an hour). Concurrent identical misses compute once: the first takes a
 short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
-themselves if it is slow). With Redis unreachable, searches run uncached. ``search()`` itself stays
+themselves if it is slow). A computed answer is stored, and its lock released, by a writer thread
+(``core.background``, ``SEARCH_CACHE_WRITE_*``) after the response is sent: the request never waits for
+that round trip, and a write Redis refuses is counted, never raised. With Redis unreachable, searches
+run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
 
 After an exact miss, the semantic cache (``retrieval.semantic_cache``, per KB) may answer with a close
@@ -24,7 +27,9 @@ import functools
 import hashlib
 import json
 import time
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -33,6 +38,8 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
 
+from core.background import BackgroundWriter
+from core.metrics import record_search_cache_write_dropped
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
 from retrieval import semantic_cache
@@ -160,7 +167,7 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         raise
     outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
-        _quietly(_store, key, None if response.degraded else outcome.stored, lock_key if holds_lock else None)
+        _quietly(_queue_store, key, None if response.degraded else outcome.stored, lock_key if holds_lock else None)
     if lookup is not None and not response.degraded:
         semantic_cache.remember(tenant, lookup, request.query, key)
     return outcome
@@ -256,14 +263,57 @@ def _get_or_lock(key: str, lock_key: str) -> tuple[tuple[dict, bytes] | None, bo
     return None, False
 
 
-def _store(key: str, value: tuple[dict, bytes] | None, lock_key: str | None) -> None:
-    """Store ``value`` (unless None) and release ``lock_key`` (unless None), in one round trip."""
-    pipeline = get_redis_connection("default").pipeline(transaction=False)
-    if value is not None:
-        pipeline.set(cache.make_key(key), cache.client.encode(value), ex=settings.SEARCH_CACHE_TTL_S)
-    if lock_key:
-        pipeline.delete(cache.make_key(lock_key))
-    pipeline.execute()
+@dataclass(frozen=True)
+class _Store:
+    """One answer for the writer to store, bound on the request thread to the request's Redis client and
+    full keys (the cache settings it was computed under, whenever the writer gets to it)."""
+
+    redis: Any
+    encode: Callable[[object], bytes]
+    key: str
+    value: tuple[dict, bytes] | None  # None: only the lock to release (a degraded answer)
+    lock_key: str | None
+    ttl_s: int
+
+
+def _queue_store(key: str, value: tuple[dict, bytes] | None, lock_key: str | None) -> None:
+    """Hand ``value`` (unless None) and the release of ``lock_key`` (unless None) to the writer. Dropped
+    (a full queue), the lock is released here, so that identical searches compute rather than wait."""
+    queued = writer.put(
+        _Store(get_redis_connection("default"), cache.client.encode, cache.make_key(key), value,
+               cache.make_key(lock_key) if lock_key else None, settings.SEARCH_CACHE_TTL_S)
+    )  # fmt: skip
+    if not queued and lock_key:
+        cache.delete(lock_key)
+
+
+def _store(batch: list[_Store]) -> int:
+    """Store the entries and release their locks, one round trip per Redis server; how many were stored.
+    Redis down or refusing (its breaker open included): counted and warned, never raised."""
+    by_server: dict[int, list[_Store]] = {}
+    for entry in batch:  # django-redis shares one connection pool per server between its clients
+        by_server.setdefault(id(entry.redis.connection_pool), []).append(entry)
+    stored = 0
+    for entries in by_server.values():
+        pipeline = entries[0].redis.pipeline(transaction=False)
+        for entry in entries:
+            if entry.value is not None:
+                pipeline.set(entry.key, entry.encode(entry.value), ex=entry.ttl_s)
+            if entry.lock_key:
+                pipeline.delete(entry.lock_key)
+        try:
+            pipeline.execute()
+        except REDIS_ERRORS as exc:
+            warn_redis_unavailable("search cache", exc)
+            record_search_cache_write_dropped("failed", len(entries))
+            continue
+        stored += len(entries)
+    return stored
+
+
+writer: BackgroundWriter[_Store] = BackgroundWriter(
+    "search-cache", "SEARCH_CACHE_WRITE", _store, record_search_cache_write_dropped
+)
 
 
 def _load(value: bytes, *, elapsed_ms: float) -> SearchResponse:

@@ -29,6 +29,7 @@ from retrieval.selectors import recent_runs
 from retrieval.serializers import MAX_CANDIDATES, MAX_COMMUNITY_LEVEL, MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.services.console import record_run
+from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 from tenants.selectors import tenants_visible_to
@@ -250,13 +251,14 @@ def prefilled_test(params) -> dict:
     return {**initial, "knowledge_bases": kb_ids} if kb_ids else initial
 
 
-DENSE_LANGUAGE_NOTE = "dense retrieval "  # how weigh()'s note on the query's language starts
+DENSE_LANGUAGE_CODES = (DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE)
 
 
 def dense_language_note(response: SearchResponse) -> str | None:
-    """The search's note saying the dense leg was skipped (or turned down) because no searched
-    model covers the query's language, if it has one (``retrieval.services.search.weigh``)."""
-    return next((note for note in response.notes if note.startswith(DENSE_LANGUAGE_NOTE)), None)
+    """The message of the search's notice that the dense leg was skipped (or turned down) because no
+    searched model covers the query's language, if it has one (``retrieval.services.planning.weigh``),
+    found by its code."""
+    return next((n["message"] for n in response.notices if n["code"] in DENSE_LANGUAGE_CODES), None)
 
 
 # --- views ----------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ RESPONSE_EXAMPLE = {
     "reranked": False,
     "degraded": [],
     "notes": [],
+    "notices": [],
     "candidates": {"vector": 50, "bm25": 23, "fused": 61},
     "timings_ms": {"expand": 0.4, "bm25": 2.7, "embed": 14.8, "vector": 2.3, "fuse": 0.6, "total": 19.9},
     "critical_path_ms": {"expand": 0.4, "bm25": 0.9, "vector": 2.3, "embed": 11.9, "fuse": 0.6, "rest": 3.8},

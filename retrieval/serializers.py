@@ -20,6 +20,7 @@ from knowledge.search_settings import (
     MAX_RRF_K,
     MAX_WEIGHT,
 )
+from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -366,6 +367,14 @@ class SemanticCacheOutput(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["semantic"])  # CacheKindEnum (ENUM_NAME_OVERRIDES)
     query = serializers.CharField(help_text="the cached query whose answer this is (its queries, weights, hits)")
     cosine = serializers.FloatField(help_text="of the two queries' embeddings, at least SEMANTIC_CACHE_MIN_COSINE")
+class NoticeOutput(serializers.Serializer):
+    stage = serializers.CharField(help_text="the retriever or stage adjusted, as in degraded")
+    code = serializers.ChoiceField(
+        choices=[DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE],
+        help_text="stable: dense_skipped_language, the dense leg did not run because no searched model covers the "
+        "query's language (DENSE_WEIGHT_FLOOR 0); dense_weighted_language, it ran turned down to the floor",
+    )
+    message = serializers.CharField(help_text="the same sentence as in notes")
 
 
 class SearchOutput(serializers.Serializer):
@@ -378,7 +387,10 @@ class SearchOutput(serializers.Serializer):
     cached = CachedField()
     cache = SemanticCacheOutput(required=False, help_text="a semantic hit only: the query reused")
     degraded = DegradationOutput(many=True)
-    notes = serializers.ListField(child=serializers.CharField())
+    notes = serializers.ListField(child=serializers.CharField(), help_text="how the search ran, for people")
+    notices = NoticeOutput(
+        many=True, help_text="the adjustments of the plan a client can act on, by a stable code (not failures)"
+    )
     candidates = serializers.DictField(child=serializers.IntegerField())
     timings_ms = serializers.DictField(
         child=serializers.FloatField(),

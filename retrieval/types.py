@@ -93,6 +93,9 @@ class SearchResponse:
     notes: list[str]
     candidates: dict[str, int]
     timings_ms: dict[str, float]
+    # Adjustments a client or the console acts on, by a stable ``code`` (``Notice``); each one's message
+    # is in ``notes`` too.
+    notices: list[dict] = field(default_factory=list)
     # Where the request thread's time went (retrieval.services.timings.StageTimings.critical_path):
     # stages run concurrently, so timings_ms no longer add up to the total; these do.
     critical_path_ms: dict[str, float] = field(default_factory=dict)
@@ -138,9 +141,23 @@ class Expansion:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """A plan's adjustment that is not a failure (the search ran as planned), named by a stable ``code``
+    a client or the console can match instead of the wording of its note."""
+
+    stage: str  # the retriever or stage adjusted, as in ``degraded``
+    code: str  # e.g. "dense_skipped_language", "dense_weighted_language"
+    message: str  # the note's text, the same sentence as in ``notes``
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
 class Weights:
     by_retriever: dict[str, float]  # 0: the retriever does not run
     notes: list[str]
+    notices: list[Notice] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

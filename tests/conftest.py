@@ -68,6 +68,40 @@ def search_log_on_the_test_thread(settings):
 
 
 @pytest.fixture(autouse=True)
+def variant_threads_close_their_connections():
+    """The variant pool's threads (``retrieval.services.pools``) keep their database connections, as in
+    service; after each test they close them, so that no idle connection keeps the test database from
+    being dropped. Each thread takes one closing task (a barrier holds them until all have one)."""
+    yield
+    import sys
+    import threading
+
+    from django.db import connections
+
+    from tests.concurrency import RACE_TIMEOUT_S
+
+    pools = sys.modules.get("retrieval.services.pools")
+    if pools is None or not pools.variant_pool._threads:
+        return
+    workers = pools.variant_pool._max_workers
+    barrier = threading.Barrier(workers)
+
+    def close() -> None:
+        barrier.wait(RACE_TIMEOUT_S)
+        connections.close_all()
+
+    for closing in [pools.variant_pool.submit(close) for _ in range(workers)]:
+        closing.result()
+
+
+@pytest.fixture(autouse=True)
+def cache_writes_on_the_request_thread(settings):
+    """The result cache stores an answer before the search returns (no queue): a test's next identical
+    search is a hit. tests/retrieval/test_cache_writer.py turns the writer thread on."""
+    settings.SEARCH_CACHE_WRITE_QUEUE_SIZE = 0
+
+
+@pytest.fixture(autouse=True)
 def fresh_redis_breakers():
     """Each test starts with every Redis circuit closed: an outage one test provokes is its own."""
     from core import redis

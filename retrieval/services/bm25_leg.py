@@ -1,5 +1,6 @@
 """The BM25 leg: the database reads before the keyword index searches, the index's search, the
-check of its hits against the chunk table, and the RM3 feedback pass."""
+check of its hits against the chunk table, and the RM3 feedback pass; each of the last three searches
+the query variants beside each other (``pools.per_variant``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from engines import get_lexical_index
 from engines.analysis import Analyzer
 from engines.base import LexicalHit, LexicalIndex, LexicalIndexError
 from retrieval import selectors
+from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import feedback_query
 from retrieval.fusion import RankedList
 from retrieval.services.context import SearchContext
+from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, LexicalHits, LexicalQuery, ListQuery
 
 logger = logging.getLogger("retrieval.services.search")  # the pipeline's logger, as log filters know it
@@ -43,14 +46,20 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
     lexical pool, beside the embedding and the request thread's database work."""
     index = get_lexical_index()
     notes = _lexical_index_notes(index, context.version_ids, query.analyzer)
-    hits, analyzed, ceilings = [], [], {}
-    for variant in context.variants:
+    version_ids = context.version_ids
+
+    def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict]:
         tokens = query.analyzer.tokens(variant.text)
-        hits.append(bm25_hits(index, context.tenant.pk, context.version_ids, tokens, query.depth, query.allowed))
-        analyzed.append(tokens)
-        for version_id in context.version_ids:
-            ceilings[variant.text, version_id] = index.max_score(version_id, tokens)
-    return LexicalHits(hits, analyzed, ceilings, notes)
+        hits = bm25_hits(index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed)
+        return (
+            hits,
+            tokens,
+            {(variant.text, version_id): index.max_score(version_id, tokens) for version_id in version_ids},
+        )
+
+    searched = per_variant(search_variant, context.variants, database=False)
+    ceilings = {key: score for _, _, variant_ceilings in searched for key, score in variant_ceilings.items()}
+    return LexicalHits([hits for hits, _, _ in searched], [tokens for _, tokens, _ in searched], ceilings, notes)
 
 
 def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
@@ -58,16 +67,25 @@ def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) 
     pass the filters; searched inside the allowed ids, they need no check)."""
     index = get_lexical_index()
     weight = context.weights["bm25"]
-    lists, queries, hashes = [], [], {}
-    for variant, hits, tokens in zip(context.variants, found.hits, found.tokens, strict=True):
+
+    def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict]:
+        variant, hits, tokens = searched
+        hashes: dict[int, str] = {}
         if query.allowed is None:
             hits = _hits_of_existing_chunks(index, context, tokens, hits, query.depth, hashes)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]
-        lists.append(RankedList("bm25", variant.text, weight * variant.weight, ranked))
-        queries.append(ListQuery(tokens=tokens))
+        return RankedList("bm25", variant.text, weight * variant.weight, ranked), hashes
+
+    searched = list(zip(context.variants, found.hits, found.tokens, strict=True))
+    if query.allowed is None:  # each variant's hits checked by a query of its own
+        checked = per_variant(check_variant, searched, database=True)
+    else:  # searched inside the allowed ids: nothing to read
+        checked = [check_variant(variant) for variant in searched]
     return LegResult(
-        "bm25", lists=lists, queries=queries, content_hashes=hashes, ceilings=found.ceilings, notes=found.notes
-    )
+        "bm25", lists=[ranked for ranked, _ in checked], queries=[ListQuery(tokens=tokens) for tokens in found.tokens],
+        content_hashes={chunk_id: h for _, hashes in checked for chunk_id, h in hashes.items()},
+        ceilings=found.ceilings, notes=found.notes,
+    )  # fmt: skip
 
 
 def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) -> LegResult:
@@ -78,8 +96,9 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
     feedback, version_ids = context.feedback, context.version_ids
     top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
     texts = selectors.indexed_texts(context.tenant, list(top))
-    lists, queries, ceilings, hashes = [], [], dict(leg.ceilings), dict(leg.content_hashes)
-    for ranked, first in zip(leg.lists, leg.queries, strict=True):
+
+    def feed_back(first_pass: tuple[RankedList, ListQuery]) -> tuple[RankedList, ListQuery, dict, dict]:
+        ranked, first = first_pass
         passages = [
             (query.analyzer.tokens(texts[chunk_id]), score)
             for chunk_id, score in ranked.hits[: feedback.docs]
@@ -89,14 +108,26 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
         hits = bm25_hits(
             index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights
         )
+        hashes: dict[int, str] = {}
         if query.allowed is None:
             hits = _hits_of_existing_chunks(
                 index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights
             )
-        lists.append(replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]))
-        queries.append(ListQuery(tokens=weighted.tokens, token_weights=weighted.weights))
-        for version_id in version_ids:
-            ceilings[ranked.query, version_id] = index.max_score(version_id, weighted.tokens, weighted.weights)
+        ceilings = {
+            (ranked.query, version_id): index.max_score(version_id, weighted.tokens, weighted.weights)
+            for version_id in version_ids
+        }
+        return (
+            replace(ranked, hits=[(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]),
+            ListQuery(tokens=weighted.tokens, token_weights=weighted.weights), hashes, ceilings,
+        )  # fmt: skip
+
+    passes = per_variant(feed_back, list(zip(leg.lists, leg.queries, strict=True)), database=query.allowed is None)
+    ceilings, hashes = dict(leg.ceilings), dict(leg.content_hashes)
+    for _, _, variant_hashes, variant_ceilings in passes:
+        hashes.update(variant_hashes)
+        ceilings.update(variant_ceilings)
+    lists, queries = [ranked for ranked, *_ in passes], [weighted for _, weighted, *_ in passes]
     return replace(leg, lists=lists, queries=queries, content_hashes=hashes, ceilings=ceilings)
 
 

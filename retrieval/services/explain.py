@@ -17,6 +17,7 @@ class Explanation:
     queries: list[dict]  # the variants searched, the original first
     degraded: list[dict]  # the optional stages that failed, in the pipeline's order
     notes: list[str]
+    notices: list[dict]  # the adjustments named by a code (``retrieval.types.Notice``)
     candidates: dict[str, int]  # retriever -> distinct chunks it found; "fused": after deduplication
 
 
@@ -43,6 +44,7 @@ def explain(
             *reranked.degraded,
         ],
         notes=[*fusion.notes, *_depth_notes(fusion), *weights.notes, *(note for leg in legs for note in leg.notes)],
+        notices=[notice.as_dict() for notice in weights.notices],
         candidates={**_found(retrieved), "fused": len(fused)},
     )
 

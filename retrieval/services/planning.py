@@ -12,8 +12,12 @@ from knowledge.selectors import SearchedKnowledge, SearchedVersion, SynonymRule
 from retrieval.errors import QueryVectorMismatch, QueryVectorNotApplicable
 from retrieval.expansion import expand_query
 from retrieval.tuning import FusionSettings, effective_settings
-from retrieval.types import RETRIEVERS, Expansion, ModelGroup, SearchRequest, Weights
+from retrieval.types import RETRIEVERS, Expansion, ModelGroup, Notice, SearchRequest, Weights
 from tenants.models import Tenant
+
+# The codes of ``weigh``'s notice on the query's language (``notices`` of a response; docs/api.md).
+DENSE_SKIPPED_LANGUAGE = "dense_skipped_language"  # DENSE_WEIGHT_FLOOR 0: the dense leg does not run
+DENSE_WEIGHTED_LANGUAGE = "dense_weighted_language"  # turned down to DENSE_WEIGHT_FLOOR
 
 
 def searched_settings(request: SearchRequest, knowledge: SearchedKnowledge) -> FusionSettings:
@@ -84,16 +88,21 @@ def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettin
     weights = {name: (fusion.weights[name] if mode in (name, "hybrid") else 0.0) for name in RETRIEVERS}
     if mode == "hybrid" and not request.graph and "graph" not in (request.weights or {}):
         weights["graph"] = 0.0  # three-way hybrid is asked for: "graph": true or a graph weight
-    notes = []
+    notices = []
     if mode == "hybrid" and weights["vector"] > 0 and groups:
         language = detect_language(request.query)
         uncovered = [g for g in groups if g.languages and language not in g.languages]
         if len(uncovered) == len(groups):
             weights["vector"] = min(weights["vector"], fusion.dense_weight_floor)
             models = ", ".join(sorted({g.model_name for g in uncovered}))
-            action = "skipped" if weights["vector"] == 0 else f"weighted {weights['vector']}"
-            notes.append(
-                f"dense retrieval {action}: the query is in '{language}', which the embedding model ({models}) "
-                "does not cover"
+            skipped = weights["vector"] == 0
+            action = "skipped" if skipped else f"weighted {weights['vector']}"
+            notices.append(
+                Notice(
+                    "vector",
+                    DENSE_SKIPPED_LANGUAGE if skipped else DENSE_WEIGHTED_LANGUAGE,
+                    f"dense retrieval {action}: the query is in '{language}', which the embedding model ({models}) "
+                    "does not cover",
+                )
             )
-    return Weights(weights, notes)
+    return Weights(weights, [notice.message for notice in notices], notices)

@@ -90,6 +90,7 @@ def search(
         reranked=reranked.scores is not None,
         degraded=explanation.degraded,
         notes=explanation.notes,
+        notices=explanation.notices,
         candidates=explanation.candidates,
         timings_ms=timings.milliseconds,
         critical_path_ms=timings.critical_path,

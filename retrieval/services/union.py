@@ -7,13 +7,14 @@ from dataclasses import dataclass, replace
 
 from engines import get_lexical_index
 from knowledge.stores import vector_index
+from retrieval.fusion import RankedList
 from retrieval.relevance import CALIBRATED
 from retrieval.services.bm25_leg import bm25_hits
 from retrieval.services.context import SearchContext
 from retrieval.services.degradation import degradation_of
-from retrieval.services.pools import in_pool, lexical_pool
+from retrieval.services.pools import in_pool, lexical_pool, per_variant
 from retrieval.services.vector_leg import scope_of
-from retrieval.types import LegResult
+from retrieval.types import LegResult, ListQuery
 
 # The head of each leg's list that the other leg scores
 # (docs/BENCHMARKS.md, "The candidate union scored by both legs").
@@ -48,12 +49,15 @@ def score_union(context: SearchContext, legs: list[LegResult], leg_candidates: s
 
 
 def _leg_over(context: SearchContext, leg: LegResult, union: set[int]) -> LegResult:
-    """The leg with each list extended to the ``union``'s passages it scores, best first."""
-    lists = []
-    index = vector_index() if leg.retriever == "vector" else get_lexical_index()
-    for ranked, query in zip(leg.lists, leg.queries, strict=True):
+    """The leg with each list extended to the ``union``'s passages it scores, best first; the lists of
+    the query variants beside each other (``pools.per_variant``)."""
+    dense = leg.retriever == "vector"
+    index = vector_index() if dense else get_lexical_index()
+
+    def extend(list_and_query: tuple[RankedList, ListQuery]) -> RankedList:
+        ranked, query = list_and_query
         missing = sorted(union - {chunk_id for chunk_id, _ in ranked.hits})
-        if leg.retriever == "vector":
+        if dense:
             scored = [
                 (hit.chunk_id, hit.score)
                 for group in context.groups
@@ -64,5 +68,7 @@ def _leg_over(context: SearchContext, leg: LegResult, union: set[int]) -> LegRes
                 index, context.tenant.pk, context.version_ids, query.tokens, len(missing), missing, query.token_weights
             )
             scored = [(hit.chunk_id, hit.score) for hit in hits]
-        lists.append(replace(ranked, hits=sorted([*ranked.hits, *scored], key=lambda hit: -hit[1])))
+        return replace(ranked, hits=sorted([*ranked.hits, *scored], key=lambda hit: -hit[1]))
+
+    lists = per_variant(extend, list(zip(leg.lists, leg.queries, strict=True)), database=dense)
     return replace(leg, lists=lists)

@@ -1,5 +1,6 @@
-"""The dense leg: the query variants embedded, the vector index's plan made while they embed, and
-pgvector searched per embedding model."""
+"""The dense leg: the query variants embedded in one call per model, the vector index's plan made while
+they embed, and pgvector searched per embedding model, the variants beside each other
+(``pools.per_variant``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import threading
 import numpy as np
 from cachetools import TTLCache
 
-from engines.base import SearchScope, VectorIndex
+from engines.base import SearchScope, VectorHit, VectorIndex
 from engines.embedders import get_embedder
 from knowledge.stores import vector_index
 from retrieval.fusion import RankedList
 from retrieval.services.context import SearchContext
+from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, ListQuery, ModelGroup
 from tenants.models import Tenant
 
@@ -59,13 +61,18 @@ def retrieve_vector(context: SearchContext, vectors: dict[str, np.ndarray], plan
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
     weight, candidates, groups = context.weights["vector"], context.depths["vector"], context.groups
-    lists, queries, hashes = [], [], {}
-    for i, variant in enumerate(context.variants):
+
+    def search_variant(i: int) -> list[VectorHit]:
         hits = []
         for group, plan in zip(groups, plans, strict=True):
             scope = scope_of(context.tenant, group)
             hits += index.search(scope, vectors[group.model_name][i], candidates, context.compiled.sql, plan)
         hits.sort(key=lambda hit: -hit.score)
+        return hits
+
+    found = per_variant(search_variant, range(len(context.variants)), database=True)
+    lists, queries, hashes = [], [], {}
+    for i, (variant, hits) in enumerate(zip(context.variants, found, strict=True)):
         hashes.update((hit.chunk_id, hit.content_hash) for hit in hits if hit.content_hash is not None)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]
         lists.append(RankedList("vector", variant.text, weight * variant.weight, ranked))

@@ -26,6 +26,13 @@ class Cache(Section):
     # The semantic cache (per KB, off by default): a query this close to a cached one of the same scope and
     # exact tokens reuses its answer (docs/benchmarks/decisions.md, "The semantic cache's threshold").
     SEMANTIC_CACHE_MIN_COSINE: Annotated[float, Field(gt=0, le=1)] = 0.88
+    # A computed answer is stored off the request thread (core.background): a queue of at most
+    # SEARCH_CACHE_WRITE_QUEUE_SIZE entries (0: the request thread stores it, before answering) waits for the
+    # writer, which stores up to SEARCH_CACHE_WRITE_BATCH_SIZE in one round trip, those that come within
+    # SEARCH_CACHE_WRITE_FLUSH_S of the first. A full queue drops the entry (retrieval_search_cache_writes_dropped).
+    SEARCH_CACHE_WRITE_QUEUE_SIZE: NonNegativeInt = 1000
+    SEARCH_CACHE_WRITE_BATCH_SIZE: PositiveInt = 100
+    SEARCH_CACHE_WRITE_FLUSH_S: NonNegativeFloat = 0.005
     # Each process remembers usable API keys this long: a revocation elsewhere takes up to this to apply.
     API_KEY_CACHE_TTL_S: NonNegativeInt = 5
     # Each process sends its searches' usage counters (the dashboard's) to Redis this often, summed.

@@ -25,6 +25,9 @@ class Search(Section):
     # With filters, BM25 searches within the matching chunk ids when there are at most this many; above,
     # it searches deeper without them and filters its hits (slower at 10,000 ids: docs/BENCHMARKS.md).
     LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 50_000
+    # Threads per process that search a leg's query variants (expansions) beside each other; each keeps at
+    # most one database connection of its own.
+    SEARCH_VARIANT_THREADS: PositiveInt = 4
     RRF_K: Annotated[PositiveInt, Ranks] = 60
     SEARCH_CANDIDATES: Annotated[PositiveInt, Ranks] = 100  # per-retriever depth (tuned: docs/BENCHMARKS.md)
     SEARCH_WEIGHT_VECTOR: NonNegativeFloat = 1.0  # read as SEARCH_WEIGHTS (the Django settings module)

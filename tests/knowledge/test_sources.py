@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from django_celery_beat.models import PeriodicTask
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from knowledge import tasks
@@ -78,6 +78,18 @@ def test_a_url_source_gets_a_crontab_entry(admin_key, kb):
     assert response.json()["schedule"] == {"crontab": "*/15 6-18 * * 1-5"}
     cron = KnowledgeSource.objects.get(pk=response.json()["id"]).periodic_task.crontab
     assert (cron.minute, cron.hour, cron.day_of_week, str(cron.timezone)) == ("*/15", "6-18", "1-5", "UTC")
+
+
+@pytest.mark.django_db
+def test_sources_of_one_interval_share_its_schedule_row_even_one_an_old_race_doubled(kb):
+    """django-celery-beat's schedules have no unique constraint; ``get_or_create`` failed on a doubled
+    row (MultipleObjectsReturned). The race itself: tests/core/test_uniqueness.py."""
+    older = IntervalSchedule.objects.create(every=900, period=IntervalSchedule.SECONDS)
+    IntervalSchedule.objects.create(every=900, period=IntervalSchedule.SECONDS)
+    sources = [
+        create_source(kb, kind="urls", urls=[f"https://example.com/{n}.html"], interval_seconds=900) for n in (1, 2)
+    ]
+    assert [source.periodic_task.interval_id for source in sources] == [older.pk, older.pk]
 
 
 @pytest.mark.django_db

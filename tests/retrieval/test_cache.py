@@ -172,6 +172,7 @@ NOT_RANKING = {
     "EMBEDDING_BATCH_SIZE": "batching of the same computation",
     "EMBEDDING_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "TORCH_THREADS": "threads of the same computation",
+    "SEARCH_VARIANT_THREADS": "threads of the same computation",
     "ONNX_THREADS": "threads of the same computation",
     "ONNX_BATCH_SIZE": "batching of the same computation",
     "ONNX_CACHE_DIR": "where exported graphs are kept",

@@ -13,7 +13,9 @@ from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.versions import activate_version, fill_version, start_version_build, version_build_files
+from retrieval.console import dense_language_note
 from retrieval.models import RetrievalRun
+from retrieval.types import SearchResponse
 from tenants.models import Tenant
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
 
@@ -185,6 +187,18 @@ def test_the_global_scope_needs_graph_mode(admin_client, sample_kb):
 
 # --- the dense leg and the query's language ------------------------------------------------------
 
+
+def test_the_dense_leg_row_matches_the_notices_code_not_the_notes_wording():
+    def answer(notes, notices) -> SearchResponse:
+        return SearchResponse([], "hybrid", [], {}, False, [], notes, {}, {}, notices=notices)
+
+    reworded = {"stage": "vector", "code": "dense_skipped_language", "message": "no dense leg for 'zh' queries"}
+    assert dense_language_note(answer([reworded["message"]], [reworded])) == "no dense leg for 'zh' queries"
+    weighted = {**reworded, "code": "dense_weighted_language", "message": "dense retrieval weighted 0.25: ..."}
+    assert dense_language_note(answer([weighted["message"]], [weighted])) == weighted["message"]
+    assert dense_language_note(answer(["dense retrieval skipped: a note without its notice"], [])) is None
+
+
 MULTILINGUAL = "remote:bge-m3"  # served over a real socket by the fake embeddings server (tests.peers)
 
 
@@ -233,7 +247,7 @@ def test_a_chinese_query_skips_an_english_models_dense_leg_until_a_multilingual_
 
     outcome, html = test_page()
     response = outcome["response"]
-    assert response.weights["vector"] > 0 and outcome["dense_language"] is None and response.notes == []
+    assert response.weights["vector"] > 0 and outcome["dense_language"] is None and response.notices == []
     assert [request.json()["input"] for request in embedding_server.requests] == [[query]]  # embedded remotely
     assert any("vector" in hit.retrievers for hit in response.results)
     assert "dense-language" not in html

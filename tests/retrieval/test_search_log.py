@@ -3,7 +3,6 @@ opt-out, the bounded queue that drops instead of waiting, the writer thread, and
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from retrieval.search_log import answer_facts, flush, record_search
 from retrieval.tasks import purge_search_logs
 from retrieval.types import SearchHit, SearchRequest, SearchResponse
 from tenants.services import create_api_key
+from tests.concurrency import wait_until
 from tests.conftest import client_with_key
 from tests.factories import SearchLogFactory, TenantFactory
 
@@ -96,11 +96,22 @@ def test_the_writer_thread_inserts_the_queued_rows_in_batches(settings):
     settings.SEARCH_LOG_BATCH_SIZE = 2
     for number in range(5):
         record_search(tenant, SearchRequest(query=f"query {number}"), number, {"best_relevance": None})
-    deadline = time.monotonic() + 30  # a bound on waiting, not a measurement
-    while SearchLog.objects.count() < 5 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: SearchLog.objects.count() >= 5, message="the writer to insert the five rows")
     assert sorted(SearchLog.objects.values_list("hits", flat=True)) == [0, 1, 2, 3, 4]
-    assert search_log._writer is not None and search_log._writer.name == "search-log"
+    assert search_log.writer.running and search_log.writer._thread.name == "search-log"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_writer_inserts_what_is_still_queued(settings):
+    """What ``atexit`` runs when a process ends: the rows queued meanwhile are inserted, not lost."""
+    tenant = TenantFactory()
+    settings.SEARCH_LOG_FLUSH_S = 60  # the writer would hold its batch open a minute for more rows
+    for number in range(3):
+        record_search(tenant, SearchRequest(query=f"query {number}"), number, {})
+    assert search_log.writer.running
+    search_log.writer.stop()
+    assert not search_log.writer.running
+    assert sorted(SearchLog.objects.values_list("hits", flat=True)) == [0, 1, 2]
 
 
 @pytest.mark.django_db(transaction=True)
