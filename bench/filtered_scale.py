@@ -266,6 +266,7 @@ def main() -> int:
     parser.add_argument("--faiss-m", type=int, default=16)
     parser.add_argument("--faiss-ef-construction", type=int, default=64)
     parser.add_argument("--faiss-ef-search", type=int, default=200)
+    parser.add_argument("--faiss-exact-below", type=int, default=0, help="filters of up to this many rows: exact")
     parser.add_argument("--qdrant-max-rows", type=int, default=100_000)
     parser.add_argument("--peers-path", type=Path, help="a folder the peers were pip-installed into (--target)")
     parser.add_argument("--seed", type=int, default=20261202)
@@ -470,7 +471,9 @@ def main() -> int:
                 "lancedb": lambda: peers.LanceDBPeer(
                     workdir, args.lancedb_index, args.lancedb_ef, args.lancedb_nprobes, args.lancedb_refine
                 ),
-                "faiss": lambda: peers.FaissPeer(args.faiss_m, args.faiss_ef_construction, args.faiss_ef_search),
+                "faiss": lambda: peers.FaissPeer(
+                    args.faiss_m, args.faiss_ef_construction, args.faiss_ef_search, args.faiss_exact_below
+                ),
                 "qdrant": peers.QdrantLocalPeer,
             }[name]()
             entry = {"engine": peer.name, "build": peer.build(all_vectors, fields)}

@@ -11,7 +11,10 @@ from pathlib import Path
 
 
 def _ms(stats: dict | None) -> str:
-    return "-" if not stats else f"{stats['p50_ms']:,.1f} ({stats['p95_ms']:,.1f})"
+    if not stats:
+        return "-"
+    digits = 2 if stats["p50_ms"] < 1 else 1  # the peers' sub-millisecond searches
+    return f"{stats['p50_ms']:,.{digits}f} ({stats['p95_ms']:,.{digits}f})"
 
 
 def _r(recall: float | None) -> str:
