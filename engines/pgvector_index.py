@@ -8,14 +8,15 @@ recall@10: docs/BENCHMARKS.md, "Scale to 1M chunks"); the rows keep full precisi
 stays exact and every score is the full-precision cosine.
 
 Filters arrive as SQL over the table's columns (:class:`engines.base.SqlFilter`, parameterized by the
-domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every connection) keeps walking
+domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set with each graph query) keeps walking
 the graph until enough rows pass them; when few rows match (:func:`exact_scan_limit`: fewer than
 about the square root of the index's size), an exact scan over those rows is both faster and exact.
 The engine decides, and steers the planner to its choice either way. How it sizes the filter (a
-count, or the planner's estimate), the iterative scan's order and budget, the graph's m and
-ef_construction and the vector column's storage are constructor options (settings
-``VECTOR_FILTER_SIZING``, ``HNSW_ITERATIVE_SCAN``, ``HNSW_MAX_SCAN_TUPLES``, ``HNSW_M``,
-``HNSW_EF_CONSTRUCTION``, ``VECTOR_COLUMN_STORAGE``), so bench/filtered_scale.py can switch them.
+count, or the planner's estimate), the iterative scan's order and budget and the graph's m and
+ef_construction are constructor options defaulting to their settings (``VECTOR_FILTER_SIZING``,
+``HNSW_ITERATIVE_SCAN``, ``HNSW_MAX_SCAN_TUPLES``, ``HNSW_M``, ``HNSW_EF_CONSTRUCTION``), so
+bench/filtered_scale.py can switch them; :meth:`PgVectorIndex.set_column_storage` gives the vector
+column the storage ``VECTOR_COLUMN_STORAGE`` names (``knowledge.stores`` applies it after each migrate).
 """
 
 from __future__ import annotations
