@@ -267,7 +267,7 @@ def main() -> int:
     parser.add_argument("--faiss-ef-construction", type=int, default=64)
     parser.add_argument("--faiss-ef-search", type=int, default=200)
     parser.add_argument("--faiss-exact-below", type=int, default=0, help="filters of up to this many rows: exact")
-    parser.add_argument("--qdrant-max-rows", type=int, default=100_000)
+    parser.add_argument("--qdrant-max-rows", type=int, default=20_000)
     parser.add_argument("--peers-path", type=Path, help="a folder the peers were pip-installed into (--target)")
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--keep", action="store_true", help="leave the tenant (prints its id); delete it by hand")
