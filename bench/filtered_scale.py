@@ -336,7 +336,7 @@ def main() -> int:
             "cached": cached,
         }
         queries = np.asarray(embedder.embed_queries(query_texts), dtype=np.float32)
-        fields = peers.Fields.of_rows(0, args.rows)
+        fields = peers.Fields.of(np.arange(args.rows))
         truth = {flt.name: exact_top10(all_vectors, queries, flt.mask(fields)) for flt in peers.FILTERS}
 
         tenant = create_tenant(_common.unique_name("bench-filtered"))

@@ -50,8 +50,8 @@ class Fields:
     tag: np.ndarray  # the number of the row's one tag
 
     @classmethod
-    def of_rows(cls, first: int, stop: int) -> Fields:
-        g = np.arange(first, stop)
+    def of(cls, g: np.ndarray) -> Fields:
+        """The fields of rows numbered ``g``."""
         doc = g // CHUNKS_PER_DOC
         return cls(g % 10, g % 100, g % 1000, doc % DAYS, doc % TAGS)
 
