@@ -1,5 +1,6 @@
 """Scale to 1M chunks: HNSW build cost, storage (vector vs halfvec), recall@10 and latency over HTTP.
-Current figures and the command: docs/BENCHMARKS.md, "Scale to 1M chunks".
+Current figures and the command: docs/BENCHMARKS.md, "Scale to 1M chunks". Filtered search with BM25 and
+hybrid, the levers of issue 27 and the peer engines on the same vectors: bench/filtered_scale.py.
 
     LC_ALL=C.UTF-8 .venv/bin/python bench/scale.py --sizes 100000,1000000 --grid vector:16:64:1000000 \
         --grid-from 1000000 --requests 60 --warmup 5 --recall-queries 100 --max-exact-rows 50000

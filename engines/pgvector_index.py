@@ -8,10 +8,15 @@ recall@10: docs/BENCHMARKS.md, "Scale to 1M chunks"); the rows keep full precisi
 stays exact and every score is the full-precision cosine.
 
 Filters arrive as SQL over the table's columns (:class:`engines.base.SqlFilter`, parameterized by the
-domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set on every connection) keeps walking
+domain). HNSW with ``hnsw.iterative_scan = relaxed_order`` (set with each graph query) keeps walking
 the graph until enough rows pass them; when few rows match (:func:`exact_scan_limit`: fewer than
 about the square root of the index's size), an exact scan over those rows is both faster and exact.
-The engine decides, and steers the planner to its choice either way.
+The engine decides, and steers the planner to its choice either way. How it sizes the filter (a
+count, or the planner's estimate), the iterative scan's order and budget and the graph's m and
+ef_construction are constructor options defaulting to their settings (``VECTOR_FILTER_SIZING``,
+``HNSW_ITERATIVE_SCAN``, ``HNSW_MAX_SCAN_TUPLES``, ``HNSW_M``, ``HNSW_EF_CONSTRUCTION``), so
+bench/filtered_scale.py can switch them; :meth:`PgVectorIndex.set_column_storage` gives the vector
+column the storage ``VECTOR_COLUMN_STORAGE`` names (``knowledge.stores`` applies it after each migrate).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
 # VECTOR_EXACT_SCAN_THRESHOLD is the break-even at this many rows in the HNSW index (see exact_scan_limit).
 EXACT_SCAN_REFERENCE_ROWS = 100_000
 INDEX_ROWS_TTL_S = 60
+# pg_attribute.attstorage of each storage name ALTER COLUMN ... SET STORAGE takes.
+STORAGE_CODES = {"plain": "p", "external": "e", "main": "m", "extended": "x"}
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
 _VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
@@ -65,12 +72,28 @@ def exact_scan_limit(threshold: int, index_rows: int) -> int:
 
 
 class PgVectorIndex(VectorIndex):
-    def __init__(self, table: str, *, exact_scan_threshold: int | None = None, ef_search: int | None = None):
+    def __init__(
+        self,
+        table: str,
+        *,
+        exact_scan_threshold: int | None = None,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+        max_scan_tuples: int | None = None,
+        filter_sizing: str | None = None,
+        m: int | None = None,
+        ef_construction: int | None = None,
+    ):
         self.table = table
         self.exact_scan_threshold = (
             settings.VECTOR_EXACT_SCAN_THRESHOLD if exact_scan_threshold is None else exact_scan_threshold
         )
         self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
+        self.iterative_scan = settings.HNSW_ITERATIVE_SCAN if iterative_scan is None else iterative_scan
+        self.max_scan_tuples = settings.HNSW_MAX_SCAN_TUPLES if max_scan_tuples is None else max_scan_tuples
+        self.filter_sizing = settings.VECTOR_FILTER_SIZING if filter_sizing is None else filter_sizing
+        self.m = settings.HNSW_M if m is None else m
+        self.ef_construction = settings.HNSW_EF_CONSTRUCTION if ef_construction is None else ef_construction
 
     def ensure_index(self, dimension: int) -> None:
         """One partial HNSW cosine index per embedding dimension over half-precision copies of the
@@ -86,18 +109,59 @@ class PgVectorIndex(VectorIndex):
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             statement = sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
-                "((embedding::halfvec({dim})) halfvec_cosine_ops) WHERE embedding_dim = {dim}"
-            ).format(name=sql.Identifier(name), table=sql.Identifier(self.table), dim=sql.Literal(dimension))
+                "((embedding::halfvec({dim})) halfvec_cosine_ops) "
+                "WITH (m = {m}, ef_construction = {ef_construction}) WHERE embedding_dim = {dim}"
+            ).format(
+                name=sql.Identifier(name),
+                table=sql.Identifier(self.table),
+                dim=sql.Literal(dimension),
+                m=sql.Literal(self.m),
+                ef_construction=sql.Literal(self.ef_construction),
+            )
             cursor.execute(statement.as_string(cursor.cursor))
 
-    def plan(self, scope: SearchScope, filters: SqlFilter) -> int:
-        """How many rows are in scope, counted up to one past the exact-scan limit."""
-        where, params = self._where(scope, filters)
-        statement = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS scope").format(
-            table=sql.Identifier(self.table), where=where
+    def column_storage(self) -> str:
+        """The vector column's storage as ``pg_attribute`` has it (a name of :data:`STORAGE_CODES`)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
+                [self.table],
+            )
+            code = cursor.fetchone()[0]
+        return next(name for name, value in STORAGE_CODES.items() if value == code)
+
+    def set_column_storage(self, storage: str) -> bool:
+        """Give the vector column this storage if it has another (a catalog change, no rewrite: rows
+        already written keep theirs until the table is rewritten). Whether it changed."""
+        if storage not in STORAGE_CODES:
+            raise ValueError(f"storage must be one of {', '.join(STORAGE_CODES)}, not {storage!r}")
+        if self.column_storage() == storage:
+            return False
+        statement = sql.SQL("ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE {storage}").format(
+            table=sql.Identifier(self.table), storage=sql.SQL(storage.upper())
         )
         with connection.cursor() as cursor:
-            cursor.execute(statement.as_string(cursor.cursor), [*params, self._exact_scan_limit(scope) + 1])
+            cursor.execute(statement.as_string(cursor.cursor))
+        return True
+
+    def plan(self, scope: SearchScope, filters: SqlFilter) -> int:
+        """How many rows are in scope: counted up to one past the exact-scan limit, or (``filter_sizing``
+        "estimate") the planner's estimate of them, which reads no row but is only as good as the
+        statistics. A wrong estimate costs time, not rows: a walk that finds too few falls back to exact."""
+        where, params = self._where(scope, filters)
+        limit = self._exact_scan_limit(scope) + 1
+        with connection.cursor() as cursor:
+            if self.filter_sizing == "estimate":
+                statement = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {where}").format(
+                    table=sql.Identifier(self.table), where=where
+                )
+                cursor.execute(statement.as_string(cursor.cursor), params)
+                # The planner never estimates fewer than one row, so an estimate never skips a search.
+                return max(1, min(int(cursor.fetchone()[0][0]["Plan"]["Plan Rows"]), limit))
+            statement = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT %s) AS scope").format(
+                table=sql.Identifier(self.table), where=where
+            )
+            cursor.execute(statement.as_string(cursor.cursor), [*params, limit])
             return cast(int, cursor.fetchone()[0])
 
     def _exact_scan_limit(self, scope: SearchScope) -> int:
@@ -190,14 +254,19 @@ class PgVectorIndex(VectorIndex):
         # PostgreSQL may sort every filtered row instead, many times slower.
         planner = (
             "SELECT set_config('enable_indexscan', %s, true), set_config('enable_sort', %s, true), "
-            "set_config('hnsw.ef_search', %s, true)"
+            "set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', %s, true), "
+            "set_config('hnsw.max_scan_tuples', %s, true)"
         )
-        ef_search = str(min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT))
+        hnsw = [
+            str(min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT)),
+            self.iterative_scan,
+            str(self.max_scan_tuples),
+        ]
         steer = ["off", "on"] if exact else ["on", "off"]
-        statements, values = [planner, query], [*steer, ef_search, *arguments]
+        statements, values = [planner, query], [*steer, *hnsw, *arguments]
         if connection.in_atomic_block:
             statements.append(planner)
-            values += ["on", "on", ef_search]
+            values += ["on", "on", *hnsw]
         cursor.execute("; ".join(statements), values)
         cursor.nextset()
         return cast(list[tuple[Any, ...]], cursor.fetchall())

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class KnowledgeConfig(AppConfig):
@@ -8,5 +9,7 @@ class KnowledgeConfig(AppConfig):
     def ready(self):
         # signals connects the receivers; tasks registers the tasks that knowledge.queue sends.
         from knowledge import monitoring, signals, tasks  # noqa: F401
+        from knowledge.stores import apply_vector_column_storage
 
         monitoring.connect()
+        post_migrate.connect(apply_vector_column_storage, sender=self)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from django.conf import settings
+from django.db import connection
 
 from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
@@ -16,6 +17,15 @@ from knowledge.models import Chunk, GraphCommunity, GraphEdge, GraphEntity, Grap
 def vector_index() -> PgVectorIndex:
     """Dense search over the chunk table (pgvector)."""
     return PgVectorIndex(Chunk._meta.db_table)
+
+
+def apply_vector_column_storage(**kwargs: object) -> None:
+    """After every ``migrate`` (a ``post_migrate`` receiver): the chunk table's vector column gets
+    ``VECTOR_COLUMN_STORAGE`` back, since a migration that alters the column's type resets its storage to
+    the type's default. A catalog change only, and none when the storage is already that (or the table is
+    gone: migrated back to zero)."""
+    if Chunk._meta.db_table in connection.introspection.table_names():
+        vector_index().set_column_storage(settings.VECTOR_COLUMN_STORAGE)
 
 
 @lru_cache(maxsize=1)

@@ -89,8 +89,9 @@ else:  # the backend starts (or attaches to) the server under EMBEDDED_PG_DIR an
         }
     }
 DATABASES["default"].setdefault("OPTIONS", {})
-# pgvector 0.8: keep scanning the HNSW graph until enough rows pass the SQL filters.
-DATABASES["default"]["OPTIONS"]["options"] = "-c hnsw.iterative_scan=relaxed_order"
+# pgvector 0.8: keep scanning the HNSW graph until enough rows pass the SQL filters (the vector engine also
+# sets it on each of its queries, where a pooler drops startup options).
+DATABASES["default"]["OPTIONS"]["options"] = f"-c hnsw.iterative_scan={env.HNSW_ITERATIVE_SCAN}"
 DATABASES["default"]["TEST"] = {"NAME": env.TEST_DATABASE_NAME}
 
 # --- Redis: result cache, rate-limit counters, idempotency records ----------------------------

@@ -41,3 +41,19 @@ class Embeddings(Section):
     VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 4000
     # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
     HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
+    # Levers of issue 27, each at today's behaviour until a quiet 1M run decides (docs/BENCHMARKS.md,
+    # "How to run the 1M benchmark"). pgvector's iterative scan of a filtered graph walk, and how many
+    # index tuples it visits before the engine falls back to an exact scan (pgvector's default 20,000).
+    HNSW_ITERATIVE_SCAN: Annotated[Literal["relaxed_order", "strict_order"], Lowercase, Ranks] = "relaxed_order"
+    HNSW_MAX_SCAN_TUPLES: Annotated[PositiveInt, Ranks] = 20_000
+    # m and ef_construction of an HNSW index when it is built (pgvector's defaults); an existing index
+    # keeps the values it was built with until it is dropped and rebuilt.
+    HNSW_M: Annotated[int, Field(ge=2, le=100)] = 16
+    HNSW_EF_CONSTRUCTION: Annotated[int, Field(ge=4, le=1000)] = 64
+    # How a filtered search sizes its filter to choose exact scan or graph walk: count the matching rows
+    # (up to the exact-scan limit) or take the planner's estimate (no scan, but as good as the statistics).
+    VECTOR_FILTER_SIZING: Annotated[Literal["count", "estimate"], Lowercase, Ranks] = "count"
+    # Storage of the chunk table's vector column (pgvector's own default: external, i.e. TOASTed out of
+    # line past ~2 KB a row). Applied after every migrate; rows already written keep their storage until
+    # the table is rewritten (VACUUM FULL knowledge_chunk). plain keeps vectors in the row (up to ~1,900 dims).
+    VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "external"

@@ -1,0 +1,525 @@
+"""Filtered search at 100k-1M chunks, side by side with the engines a user would pick instead (issue 27).
+How to run it and what it costs: docs/BENCHMARKS.md, "How to run the 1M benchmark". One command:
+
+    LC_ALL=C.UTF-8 .venv/bin/python bench/filtered_scale.py --rows 1000000 --peers lancedb,faiss
+
+One throwaway tenant with ``--rows`` chunks, loaded by the production binary COPY, then its HNSW index
+and keyword index built. ``--data synthetic`` (default): each row is ``normalize(a + 0.35 b + 0.1 g)`` of
+two random SciFact passage vectors a, b and Gaussian noise g, its text a's passage (bench/vector_search.py).
+Unlike real chunks, the rows are clusters of near-copies (about 190 per passage at 1M, HNSW's hard case)
+whose texts repeat, and the filter fields are independent of the content. ``--data real``: SciFact's
+passages and their sentences (about 49,000 real texts, the largest English set here), embedded once with
+``--real-model`` (the int8 MiniLM; cached), the KB recorded with that model; ``--rows`` is capped there.
+
+The filters (bench/peers.py): a business field at 10 %, 1 % and 0.1 %, a date range (5 %) and a tag
+``in`` (2 %), plus none. For each:
+
+* the vector engine (``PgVectorIndex.search`` at the service's depth, top 10 kept): p50/p95 and recall@10
+  against the exact top-10 computed in numpy from the same vectors, for the defaults and each
+  ``--variant`` (the levers: ``filter_sizing=estimate``, ``iterative_scan=strict_order``,
+  ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``;
+* rows touched: ``EXPLAIN (ANALYZE, BUFFERS)`` of the engine's count and nearest-rows statements (one query);
+* ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
+  off, query embedding included, scenarios interleaved query by query);
+* each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
+
+``--storage plain`` (or main) gives the vector column that storage before the load (pgvector's default,
+external, moves each vector to TOAST), so the rows are written with it; the setting is put back after.
+Cleanup (always, unless --keep): gunicorn stopped, tenant deleted, the service's index rebuilt, the
+peers' files removed. Writes bench/results/filtered_scale-<date>.json and .md (the tables it prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common
+import filtered_scale_report
+import numpy as np
+import peers
+import scale
+import vector_search as vs
+
+DIM = 384
+MODES = ("vector", "bm25", "hybrid")
+LEVERS = {
+    "exact_scan_threshold": int,
+    "ef_search": int,
+    "max_scan_tuples": int,
+    "iterative_scan": str,
+    "filter_sizing": str,
+}
+
+
+def parse_levers(text: str, allowed: dict) -> dict:
+    """``key=value,key=value`` into keyword arguments of the engine."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=", 1)
+        if key not in allowed:
+            raise SystemExit(f"unknown lever {key!r}: one of {', '.join(allowed)}")
+        out[key] = allowed[key](value)
+    return out
+
+
+def real_texts() -> list[str]:
+    """SciFact's passages and their sentences of 40 characters or more, in corpus order."""
+    passages, _ = _common.scifact_passages_and_queries()
+    out = []
+    for passage in passages:
+        out.append(passage[:1000])
+        out += [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", passage) if len(s) >= 40]
+    return out
+
+
+def load_rows(kb, texts: list[str], vectors: np.ndarray, first: int) -> None:
+    """Rows ``first..first+len(vectors)`` by the production COPY, ``peers.CHUNKS_PER_DOC`` to a document
+    whose created_at and tags the chunks carry; row g's text ``texts[i]`` plus the unique suffix that
+    ``scale.build_keyword_index`` analyzes apart."""
+    from django.db import transaction
+
+    from knowledge.chunking import ChunkDraft
+    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.files import Labels
+    from knowledge.models import Document
+
+    per = peers.CHUNKS_PER_DOC
+    numbers = range(first // per, (first + len(vectors)) // per)
+    docs = Document.objects.bulk_create(
+        Document(
+            tenant=kb.tenant,
+            knowledge_base=kb,
+            source_uri=f"synthetic/{n:06d}.txt",
+            title=f"document {n}",
+            status=Document.Status.READY,
+            chunk_count=per,
+        )
+        for n in numbers
+    )
+    batches = []
+    for n, doc in zip(numbers, docs, strict=True):
+        doc.created_at, tags = peers.document_labels(n)
+        rows = range(n * per - first, (n + 1) * per - first)
+        drafts = [
+            ChunkDraft(text=(text := f"{texts[i]}{scale.SYNTHETIC_TAG}{first + i}]"), token_count=len(text) // 5)
+            for i in rows
+        ]
+        for i, draft in zip(rows, drafts, strict=True):
+            draft.metadata = peers.row_metadata(first + i)
+        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels(tags=tags)))
+    with transaction.atomic():
+        Document.objects.bulk_update(docs, ["created_at"])
+        copy_chunks(kb, kb.active_version, batches)
+
+
+def rows_touched(engine, scope, spec, vector, depth) -> dict:
+    """EXPLAIN (ANALYZE, BUFFERS) of each statement one engine search runs, under the planner settings
+    it sends with them: buffers hit + read, rows the scans returned and rows their filters removed."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        engine.search(scope, vector, depth, spec.sql)
+    out = []
+    for query in ctx.captured_queries:
+        if "<=>" not in query["sql"] and "count(" not in query["sql"]:
+            continue  # the index's row count, read once a minute
+        parts = query["sql"].split("; ")
+        statement = next(p for p in parts if not p.startswith("SELECT set_config"))
+        with transaction.atomic(), connection.cursor() as cursor:
+            if parts[0].startswith("SELECT set_config"):
+                cursor.execute(parts[0])
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement)
+            plan = cursor.fetchone()[0][0]["Plan"]
+        nodes, scanned, removed = [plan], 0, 0
+        while nodes:
+            node = nodes.pop()
+            nodes += node.get("Plans", [])
+            if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":  # its heap scan counts
+                scanned += node.get("Actual Rows", 0)
+                removed += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+        out.append(
+            {
+                "statement": "count" if "count(" in statement else "nearest",
+                "plan": scale.plan_shape([{"Plan": plan}]),
+                "buffers": plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0),
+                "rows_scanned": round(scanned),
+                "rows_removed": round(removed),
+            }
+        )
+    return {"statements": out, "buffers": sum(s["buffers"] for s in out)}
+
+
+def timed(fn, items, warmup: int = 3) -> tuple[dict, list]:
+    """p50/p95 of ``fn(item)`` over items (the first ``warmup`` untimed) and each item's result."""
+    for item in items[:warmup]:
+        fn(item)
+    seconds, results = [], []
+    for item in items:
+        started = time.perf_counter()
+        results.append(fn(item))
+        seconds.append(time.perf_counter() - started)
+    return _common.summarize_ms(seconds), results
+
+
+def exact_top10(vectors: np.ndarray, queries: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+    """Row numbers of each query's exact top 10 among ``mask`` (all of them, best first, if fewer match)."""
+    if mask.sum() > 10:
+        return scale.exact_top_k(vectors, queries, 10, mask)
+    rows = np.flatnonzero(mask)
+    return [rows[np.argsort(-(vectors[rows] @ q))] for q in queries]
+
+
+def recall(found: list[list[int]], truth: list[np.ndarray], k: int) -> float:
+    """Mean share of the exact top k found (of all matching rows, when fewer match); None if none match."""
+    shares = [len(set(f[:k]) & set(t.tolist())) / len(t) for f, t in zip(found, truth) if len(t)]
+    return round(float(np.mean(shares)), 4) if shares else None
+
+
+def http_run(args, key: str, queries: list[str], workdir: Path) -> dict:
+    """One gunicorn as ``./run serve`` starts it (result cache off); every mode x filter interleaved."""
+    import httpx
+    from django.urls import reverse
+
+    port = _common.free_port()
+    proc = _common.start_gunicorn(port, workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0"})
+    scenarios = [(mode, flt) for flt in peers.FILTERS for mode in MODES]
+    times: dict = {(mode, flt.name): [] for mode, flt in scenarios}
+    try:
+        _common.wait_ready(proc, f"http://127.0.0.1:{port}")
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=120
+        ) as client:
+            for i, query in enumerate(queries[: args.warmup + args.requests]):
+                for mode, flt in scenarios[i % len(scenarios) :] + scenarios[: i % len(scenarios)]:
+                    body = {
+                        "query": query,
+                        "top_k": 10,
+                        "rerank": False,
+                        **({"filters": flt.service} if flt.service else {}),
+                    }
+                    started = time.perf_counter()
+                    response = client.post(reverse(f"retrieval-{mode}"), json=body)
+                    elapsed = time.perf_counter() - started
+                    if response.status_code != 200:
+                        raise RuntimeError(f"{mode} {flt.name}: HTTP {response.status_code}: {response.text[:300]}")
+                    if i >= args.warmup:
+                        times[(mode, flt.name)].append(elapsed)
+        memory = {"gunicorn_rss_mb": round(_tree_rss(proc.pid) / 2**20)}
+    finally:
+        _common.stop_process(proc)
+    return {"scenarios": {f"{mode} | {name}": _common.summarize_ms(s) for (mode, name), s in times.items()}, **memory}
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident memory of a process and its children (gunicorn's master and workers)."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if int(status.parent.name) == pid or int(fields.get("PPid", "0")) == pid:
+            total += int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000, help="chunks in the bench tenant (a multiple of 100)")
+    parser.add_argument("--data", choices=["synthetic", "real"], default="synthetic")
+    parser.add_argument(
+        "--base-passages",
+        type=int,
+        help="SciFact passages the synthetic rows mix (default all 5,183; fewer for a smoke run)",
+    )
+    parser.add_argument("--real-model", default="all-MiniLM-L6-v2:onnx-int8", help="embedder of --data real")
+    parser.add_argument(
+        "--queries", type=int, default=100, help="SciFact queries per filter for recall and in-process timing"
+    )
+    parser.add_argument("--requests", type=int, default=60, help="timed HTTP requests per mode and filter")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--no-http", action="store_true")
+    parser.add_argument(
+        "--no-keyword", action="store_true", help="no keyword index: vector engine, levers and peers only"
+    )
+    parser.add_argument(
+        "--variant", action="append", default=[], help=f"engine levers key=value,...: {', '.join(LEVERS)}"
+    )
+    parser.add_argument("--build", action="append", default=[], help="another service index: m=N,ef_construction=N")
+    parser.add_argument(
+        "--storage", choices=["external", "extended", "main", "plain"], help="vector column storage for the load"
+    )
+    parser.add_argument("--peers", default="lancedb,faiss", help="comma list of lancedb, faiss, qdrant ('' for none)")
+    parser.add_argument("--lancedb-index", choices=["ivf_hnsw_sq", "none"], default="ivf_hnsw_sq")
+    parser.add_argument("--lancedb-ef", type=int, default=200)
+    parser.add_argument("--lancedb-nprobes", type=int, default=20)
+    parser.add_argument("--lancedb-refine", type=int, default=0, help="LanceDB refine_factor (0: none)")
+    parser.add_argument("--faiss-m", type=int, default=16)
+    parser.add_argument("--faiss-ef-construction", type=int, default=64)
+    parser.add_argument("--faiss-ef-search", type=int, default=200)
+    parser.add_argument("--faiss-exact-below", type=int, default=0, help="filters of up to this many rows: exact")
+    parser.add_argument("--qdrant-max-rows", type=int, default=20_000)
+    parser.add_argument("--peers-path", type=Path, help="a folder the peers were pip-installed into (--target)")
+    parser.add_argument("--seed", type=int, default=20261202)
+    parser.add_argument("--keep", action="store_true", help="leave the tenant (prints its id); delete it by hand")
+    args = parser.parse_args()
+    if args.rows % peers.CHUNKS_PER_DOC:
+        raise SystemExit(f"--rows must be a multiple of {peers.CHUNKS_PER_DOC}")
+    if args.peers_path:
+        sys.path.append(str(args.peers_path.resolve()))  # after the venv's own packages
+    variants = {"defaults": {}} | {text: parse_levers(text, LEVERS) for text in args.variant}
+    builds = [parse_levers(text, {"m": int, "ef_construction": int}) for text in args.build]
+
+    _common.setup_django()
+    from django.conf import settings
+    from django.db import connection
+    from django.test import override_settings
+
+    from engines.base import SearchScope
+    from engines.embedders import get_embedder
+    from engines.pgvector_index import PgVectorIndex, hnsw_index_name
+    from knowledge.knowledge_bases import create_knowledge_base
+    from knowledge.models import Chunk
+    from knowledge.stores import vector_index
+    from retrieval.filters import compile_filters
+    from retrieval.services.search import search
+    from retrieval.types import SearchRequest
+    from tenants.services import create_api_key, create_tenant
+
+    started_at, started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.perf_counter()
+    command = "LC_ALL=C.UTF-8 .venv/bin/python " + " ".join(["bench/filtered_scale.py", *sys.argv[1:]])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result: dict = {"command": command, "commit": commit, "started": started_at, "machine": _common.machine_info()}
+    result["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-filtered-", dir=_common.REPO_ROOT / "var"))
+    tenant = tier = None
+    engine_default = vector_index()
+    depth = settings.SEARCH_CANDIDATES
+
+    def execute(statement: str, params=None):
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall() if cursor.description else None
+
+    try:
+        passages, query_texts = _common.scifact_passages_and_queries()
+        query_texts = query_texts[-args.queries :]
+        rng = np.random.default_rng(args.seed)
+        if args.data == "real":
+            embedder = get_embedder(args.real_model)
+            texts = real_texts()
+            args.rows = min(args.rows, len(texts) // peers.CHUNKS_PER_DOC * peers.CHUNKS_PER_DOC)
+            texts = texts[: args.rows]
+            all_vectors, embed_s, cached = vs.real_vectors(embedder, texts, cache=True)
+            main_text = np.arange(args.rows)
+        else:
+            embedder = get_embedder()
+            passages = passages[: args.base_passages]
+            real, embed_s, cached = vs.real_vectors(embedder, passages, cache=True)
+            texts = [p[:1000] for p in passages]
+            all_vectors, main_text = vs.synthesize(real, args.rows, rng)
+        all_vectors = np.asarray(all_vectors, dtype=np.float32)
+        result["data"] = {
+            "kind": args.data,
+            "rows": args.rows,
+            "model": embedder.model_name,
+            "embed_s": round(embed_s, 1),
+            "cached": cached,
+        }
+        queries = np.asarray(embedder.embed_queries(query_texts), dtype=np.float32)
+        fields = peers.Fields.of(np.arange(args.rows))
+        truth = {flt.name: exact_top10(all_vectors, queries, flt.mask(fields)) for flt in peers.FILTERS}
+
+        tenant = create_tenant(_common.unique_name("bench-filtered"))
+        tier = _common.unlimited_rate_tier(tenant)
+        kb = create_knowledge_base(
+            tenant=tenant, name="filtered-bench", embedding_model=embedder.model_name if args.data == "real" else None
+        )
+        version = kb.active_version
+        scope = SearchScope(tenant_id=tenant.pk, version_ids=(version.pk,), embedding_dim=DIM)
+        key = create_api_key(tenant=tenant, name="bench").raw_key
+        if args.storage:
+            result["storage_was"] = engine_default.column_storage()
+            engine_default.set_column_storage(args.storage)
+        result["storage"] = engine_default.column_storage()
+
+        print(f"== {args.rows:,} {args.data} rows (load {os.getloadavg()[0]:.1f})", flush=True)
+        execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+        t0 = time.perf_counter()
+        for first in range(0, args.rows, scale.SLICE_ROWS):
+            stop = min(first + scale.SLICE_ROWS, args.rows)
+            load_rows(kb, [texts[i] for i in main_text[first:stop]], all_vectors[first:stop], first)
+        result["copy_s"] = round(time.perf_counter() - t0, 1)
+        execute("ANALYZE knowledge_chunk")
+        ids = np.array(
+            [r[0] for r in execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
+        )
+        compiled = {flt.name: compile_filters(flt.service) for flt in peers.FILTERS}
+        for flt in peers.FILTERS:  # the numpy masks and PostgreSQL agree on every filter
+            where, params = PgVectorIndex._where(scope, compiled[flt.name].sql)
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM knowledge_chunk WHERE {where.as_string(cursor.cursor)}", params)
+                if cursor.fetchone()[0] != int(flt.mask(fields).sum()):
+                    raise RuntimeError(f"{flt.name}: SQL and numpy disagree on the matching rows")
+        if not args.no_keyword:
+            t0 = time.perf_counter()
+            scale.build_keyword_index(version)
+            result["lexical_rebuild_s"] = round(time.perf_counter() - t0, 1)
+
+        def build_service_index(engine) -> dict:
+            execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+            execute("SET maintenance_work_mem = '4GB'")
+            t0 = time.perf_counter()
+            engine.ensure_index(DIM)
+            seconds = time.perf_counter() - t0
+            execute("RESET maintenance_work_mem")
+            execute("ANALYZE knowledge_chunk")
+            size = execute("SELECT pg_relation_size(%s::regclass)", [hnsw_index_name(DIM)])[0][0]
+            return {
+                "build_s": round(seconds, 1),
+                "index_mb": round(size / 2**20),
+                "m": engine.m,
+                "ef_construction": engine.ef_construction,
+            }
+
+        def measure_engine(engine) -> dict:
+            out = {}
+            for flt in peers.FILTERS:
+                sql_filter = compiled[flt.name].sql
+                stats, hits = timed(
+                    lambda q: [ids.searchsorted(h.chunk_id) for h in engine.search(scope, q, depth, sql_filter)[:10]],
+                    list(queries),
+                )
+                out[flt.name] = {**stats, "recall_at_10": recall(hits, truth[flt.name], 10)}
+            return out
+
+        result["service_index"] = build_service_index(engine_default)
+        result["table"] = {
+            "total_mb": round(execute("SELECT pg_total_relation_size('knowledge_chunk')")[0][0] / 2**20),
+            "toast_mb": round(
+                execute("SELECT pg_total_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'knowledge_chunk'")[
+                    0
+                ][0]
+                / 2**20
+            ),
+        }
+        print(f"  COPY {result['copy_s']} s, index {result['service_index']}, table {result['table']}", flush=True)
+        result["matching_rows"] = {flt.name: int(flt.mask(fields).sum()) for flt in peers.FILTERS}
+        result["rows_touched"] = {
+            flt.name: rows_touched(engine_default, scope, compiled[flt.name], queries[0], depth)
+            for flt in peers.FILTERS
+        }
+        result["variants"] = {}
+        for name, levers in variants.items():
+            result["variants"][name] = measure_engine(
+                PgVectorIndex(Chunk._meta.db_table, **levers) if levers else engine_default
+            )
+            print(
+                f"  engine {name}: "
+                + ", ".join(f"{k} {v['p50_ms']} ms r {v['recall_at_10']}" for k, v in result["variants"][name].items()),
+                flush=True,
+            )
+
+        if not args.no_keyword:
+            result["in_process"] = {}
+            with override_settings(SEARCH_CACHE_TTL_S=0):
+                for flt in peers.FILTERS:
+                    for mode in MODES:
+                        stats, _ = timed(
+                            lambda text, mode=mode, flt=flt: search(
+                                tenant, SearchRequest(query=text, mode=mode, top_k=10, filters=flt.service)
+                            ),
+                            query_texts,
+                        )
+                        result["in_process"][f"{mode} | {flt.name}"] = stats
+            print(f"  in process: {result['in_process']}", flush=True)
+            if not args.no_http:
+                result["http"] = http_run(
+                    args, key, query_texts * (1 + (args.warmup + args.requests) // len(query_texts)), workdir
+                )
+        postmaster = int(execute("SELECT pg_backend_pid()")[0][0])
+        postmaster = int(Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        result["postgres_rss_mb"] = round(scale.PeakMemory(postmaster).sample() / 2**20)
+
+        result["builds"] = {}
+        for levers in builds:
+            engine = PgVectorIndex(Chunk._meta.db_table, **levers)
+            entry = build_service_index(engine)
+            entry["search"] = measure_engine(engine)
+            result["builds"][f"m={engine.m} ef_construction={engine.ef_construction}"] = entry
+            print(f"  build {entry}", flush=True)
+        if builds:
+            result["service_index_rebuilt"] = build_service_index(engine_default)
+
+        result["peers"] = {}
+        for name in filter(None, args.peers.split(",")):
+            if name == "qdrant" and args.rows > args.qdrant_max_rows:
+                result["peers"][name] = {
+                    "skipped": f"{args.rows:,} rows > --qdrant-max-rows (local mode is for small sets)"
+                }
+                continue
+            peer = {
+                "lancedb": lambda: peers.LanceDBPeer(
+                    workdir, args.lancedb_index, args.lancedb_ef, args.lancedb_nprobes, args.lancedb_refine
+                ),
+                "faiss": lambda: peers.FaissPeer(
+                    args.faiss_m, args.faiss_ef_construction, args.faiss_ef_search, args.faiss_exact_below
+                ),
+                "qdrant": peers.QdrantLocalPeer,
+            }[name]()
+            entry = {"engine": peer.name, "build": peer.build(all_vectors, fields)}
+            for flt in peers.FILTERS:
+                stats, hits = timed(lambda q, flt=flt, peer=peer: peer.search(q, flt, fields, 10), list(queries))
+                entry[flt.name] = {**stats, "recall_at_10": recall(hits, truth[flt.name], 10)}
+            result["peers"][name] = entry
+            print(
+                f"  {peer.name}: "
+                + ", ".join(
+                    f"{f.name} {entry[f.name]['p50_ms']} ms r {entry[f.name]['recall_at_10']}" for f in peers.FILTERS
+                ),
+                flush=True,
+            )
+            del peer
+        return 0
+    finally:
+        if args.keep and tenant is not None:
+            print(f"kept tenant {tenant.pk} (delete it with its knowledge base by hand)")
+            tenant = None
+        if tenant is not None:
+            execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+            execute("DELETE FROM knowledge_chunk WHERE tenant_id = %s", [tenant.pk])
+
+            def restore() -> dict:
+                execute("VACUUM ANALYZE knowledge_chunk")
+                engine_default.ensure_index(DIM)
+                engine_default.set_column_storage(settings.VECTOR_COLUMN_STORAGE)
+                return {"service_index_restored": True, "storage": engine_default.column_storage()}
+
+            _common.clean_up(result, tenant, tier, tenant_prefix="bench-filtered", then=restore)
+        shutil.rmtree(workdir, ignore_errors=True)
+        result["total_s"] = round(time.perf_counter() - started, 1)
+        result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        if "variants" in result:
+            path = _common.write_result("filtered_scale", result)
+            markdown = render(result)
+            path.with_suffix(".md").write_text(markdown)
+            print(markdown)
+            print(f"wrote {path} and {path.with_suffix('.md').name} (total {result['total_s']} s)")
+
+
+def render(result: dict) -> str:
+    """The run as markdown tables: machine, load, date, command, then one table per part."""
+    return filtered_scale_report.render_markdown(result, [f.name for f in peers.FILTERS], MODES)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The markdown tables of one bench/filtered_scale.py run (its JSON in, the text for docs/BENCHMARKS.md out).
+
+.venv/bin/python bench/filtered_scale_report.py bench/results/filtered_scale-<date>.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _ms(stats: dict | None) -> str:
+    if not stats:
+        return "-"
+    digits = 2 if stats["p50_ms"] < 1 else 1  # the peers' sub-millisecond searches
+    return f"{stats['p50_ms']:,.{digits}f} ({stats['p95_ms']:,.{digits}f})"
+
+
+def _r(recall: float | None) -> str:
+    return "-" if recall is None else f"{recall:.3f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def _table(headers: list[str], rows: list[list]) -> list[str]:
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|",
+    ]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) -> str:
+    machine = result["machine"]
+    load = result.get("loadavg_at_start", []), result.get("loadavg_at_end", [])
+    lines = [
+        (
+            f"Run {result['started']} to {result.get('finished', '?')}, commit `{result.get('commit')}`, "
+            f"{machine['nproc']} CPU {machine['cpu_model']}, {machine['mem_total_gb']} GB; "
+            f"**load (1, 5, 15 min) {load[0]} at the start, {load[1]} at the end**."
+        ),
+        (
+            f"Data: {result['data']['rows']:,} {result['data']['kind']} rows ({result['data']['model']}); vector column "
+            f"storage `{result.get('storage')}`; table {result.get('table')} MB; service index {result.get('service_index')}."
+        ),
+        "",
+        "```sh",
+        result["command"],
+        "```",
+        "",
+    ]
+    default = result["variants"]["defaults"]
+    http = (result.get("http") or {}).get("scenarios", {})
+    inproc = result.get("in_process", {})
+    rows = []
+    for name in filters:
+        touched = result["rows_touched"][name]
+        steps = ", ".join(
+            f"{s['statement']} {s['rows_scanned']:,}+{s['rows_removed']:,}" for s in touched["statements"]
+        )
+        row = [
+            name,
+            f"{result['matching_rows'][name]:,}",
+            _ms(default[name]),
+            default[name]["recall_at_10"],
+            f"{touched['buffers']:,}",
+            steps,
+        ]
+        row += [_ms(inproc.get(f"{mode} | {name}")) for mode in modes]
+        row += [_ms(http.get(f"{mode} | {name}")) for mode in modes]
+        row += [
+            _ratio((http.get(f"{mode} | {name}") or {}).get("p50_ms"), (http.get(f"{mode} | none") or {}).get("p50_ms"))
+            for mode in modes
+        ]
+        rows.append(row)
+    headers = ["filter", "rows", "engine p50 (p95) ms", "recall@10", "buffers", "rows scanned+removed"]
+    headers += (
+        [f"in process {m}" for m in modes] + [f"HTTP {m}" for m in modes] + [f"HTTP {m} / unfiltered" for m in modes]
+    )
+    lines += _table(headers, rows) + [""]
+
+    for key, peer in result.get("peers", {}).items():
+        if "skipped" in peer:
+            lines += [f"{key}: skipped, {peer['skipped']}.", ""]
+            continue
+        lines += [f"**{peer['engine']}** (build {peer['build']}); the service's engine as a ratio to it:", ""]
+        rows = [
+            [
+                name,
+                _ms(default[name]),
+                _r(default[name]["recall_at_10"]),
+                _ms(peer[name]),
+                _r(peer[name]["recall_at_10"]),
+                _ratio(default[name]["p50_ms"], peer[name]["p50_ms"]),
+                _ratio((http.get(f"vector | {name}") or {}).get("p50_ms"), peer[name]["p50_ms"]),
+                _ratio(default[name]["recall_at_10"], peer[name]["recall_at_10"]),
+            ]
+            for name in filters
+        ]
+        headers = [
+            "filter",
+            "service engine",
+            "recall",
+            "peer",
+            "recall",
+            "p50 ratio",
+            "HTTP vector p50 ratio",
+            "recall ratio",
+        ]
+        lines += _table(headers, rows) + [""]
+
+    if len(result["variants"]) > 1 or result.get("builds"):
+        rows = [
+            [f"`{name}`", *(f"{v[f]['p50_ms']:,.1f} ms, {_r(v[f]['recall_at_10'])}" for f in filters)]
+            for name, v in result["variants"].items()
+        ]
+        rows += [
+            [
+                f"`{name}` (build {b['build_s']} s, {b['index_mb']} MB)",
+                *(f"{b['search'][f]['p50_ms']:,.1f} ms, {_r(b['search'][f]['recall_at_10'])}" for f in filters),
+            ]
+            for name, b in result.get("builds", {}).items()
+        ]
+        lines += ["Levers, engine p50 and recall@10:", "", *_table(["variant", *filters], rows), ""]
+    memory = {
+        k: v
+        for k, v in (
+            ("PostgreSQL RSS MB", result.get("postgres_rss_mb")),
+            ("gunicorn RSS MB", (result.get("http") or {}).get("gunicorn_rss_mb")),
+        )
+        if v
+    }
+    if memory:
+        lines += ["Memory: " + ", ".join(f"{k} {v:,}" for k, v in memory.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    import filtered_scale
+    import peers
+
+    data = json.loads(Path(sys.argv[1]).read_text())
+    print(render_markdown(data, [f.name for f in peers.FILTERS], filtered_scale.MODES))
