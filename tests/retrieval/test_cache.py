@@ -179,6 +179,8 @@ NOT_RANKING = {
     "SEARCH_CACHE_TTL_S": "the cache itself",
     "SEARCH_CACHE_WAIT_S": "the cache itself",
     "SEMANTIC_CACHE_MIN_COSINE": "which cached answer is reused, not how one ranks",
+    "HNSW_M": "the shape of an HNSW index when one is built, not read by a search",
+    "HNSW_EF_CONSTRUCTION": "the shape of an HNSW index when one is built, not read by a search",
     "LLM_API_KEY": "credentials",
     "LLM_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_API_KEY": "credentials",
