@@ -12,6 +12,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework import serializers
 
 from core.idempotency import IDEMPOTENCY_KEY_PATTERN
+from engines.metering import KINDS
 
 
 class ErrorDetailOutput(serializers.Serializer[Any]):
@@ -113,6 +114,20 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     "422 `idempotency_key_reused`; while the first request still runs, a 409. A key is 1-255 of "
     "`A-Z a-z 0-9 . _ : -`.",
 )
+EXAMPLE_TOKEN_PRICE = 0.00000002  # the examples' COST_PRICE_EMBEDDING_TOKEN, in USD
+
+
+def cost_example(**units: float) -> dict[str, Any]:
+    """A ``cost`` object (``core.cost.priced``) of the examples: these units, only embedding tokens priced."""
+    amount = round(units.get("embedding_tokens", 0) * EXAMPLE_TOKEN_PRICE, 9)
+    return {
+        "units": {kind: units.get(kind, 0) for kind in KINDS},
+        "amount": amount,
+        "amounts": {"embedding_tokens": amount} if amount else {},
+        "currency": "USD",
+    }
+
+
 BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."}
 
 
