@@ -37,7 +37,9 @@ class CostOutput(serializers.Serializer):
     units = CostUnitsOutput()
     amount = serializers.FloatField(help_text="the units times their prices, summed (0 while no price is set)")
     amounts = serializers.DictField(child=serializers.FloatField(), help_text="the kinds whose amount is not 0")
-    currency = serializers.CharField(help_text="COST_CURRENCY: a label, nothing is converted")
+    currency = serializers.CharField(
+        allow_blank=True, help_text="COST_CURRENCY: a label (empty when unset), nothing is converted"
+    )
 
 
 class DailyCostOutput(CostOutput):
