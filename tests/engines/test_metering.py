@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from engines import metering
+from engines.embedders import DEFAULT_LOCAL_MODEL, get_embedder
 from engines.embedders.openai_embedder import OpenAICompatibleEmbedder
 from engines.llm import ChatClient
 from engines.metering import KINDS, Meter, counting_cpu, metered, record
@@ -87,7 +88,9 @@ def test_a_failed_remote_embedding_reports_nothing(embedding_server):
 
 
 @pytest.mark.slow
-def test_the_local_model_reports_the_tokens_it_read_with_special_tokens(embedder):
+@pytest.mark.parametrize("runtime", ["", ":torch"])  # ONNX (the default) and sentence-transformers count alike
+def test_the_local_model_reports_the_tokens_it_read_with_special_tokens(runtime):
+    embedder = get_embedder(DEFAULT_LOCAL_MODEL + runtime)
     texts = ["SKY-10023908 hub", "鱼香肉丝", "word " * 400]  # the last is truncated at the model's length
     with metered(Meter()) as meter:
         embedder.embed_documents(texts)
