@@ -95,7 +95,7 @@ class OpenAICompatibleEmbedder(Embedder):
             metering.record(embedding_calls=1, embedding_tokens=self._billed_tokens(answer, texts))
         return matrix
 
-    def _billed_tokens(self, answer: dict, texts: list[str]) -> int:
+    def _billed_tokens(self, answer: object, texts: list[str]) -> int:
         """The tokens the server says it read (``usage``), else the stand-in tokenizer's count."""
         usage = answer.get("usage") if isinstance(answer, dict) else None
         tokens = usage.get("prompt_tokens", usage.get("total_tokens")) if isinstance(usage, dict) else None
