@@ -14,12 +14,15 @@ are priced when read: with the prices in force then.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from core.logging import tenant_of
@@ -40,19 +43,25 @@ def price_setting(kind: str) -> str:
     return "COST_PRICE_" + kind.upper().removesuffix("S")  # embedding_tokens -> ..._EMBEDDING_TOKEN
 
 
+@functools.cache
 def prices() -> dict[str, float]:
+    """Each kind's price, read once per process (and again when a setting changes: tests)."""
     return {kind: float(getattr(settings, price_setting(kind))) for kind in KINDS}
+
+
+@receiver(setting_changed)
+def _forget_prices(**kwargs: object) -> None:
+    prices.cache_clear()
 
 
 def priced(units: dict[str, float]) -> dict[str, Any]:
     """The ``cost`` object: every kind's units, their amounts and the total, in ``COST_CURRENCY``."""
-    unit_prices = prices()
     shown = {kind: _shown(kind, units.get(kind, 0)) for kind in KINDS}
-    amounts = {kind: shown[kind] * unit_prices[kind] for kind in KINDS}
+    amounts = {kind: round(shown[kind] * price, 9) for kind, price in prices().items() if price and shown[kind]}
     return {
         "units": shown,
         "amount": round(sum(amounts.values()), 9),
-        "amounts": {kind: round(amount, 9) for kind, amount in amounts.items() if amount},
+        "amounts": amounts,
         "currency": settings.COST_CURRENCY,
     }
 
@@ -131,4 +140,6 @@ def tenant_costs(tenant_id: int, *, days: int = COST_DAYS, now: float | None = N
 
 def _shown(kind: str, amount: float) -> float:
     """Counts as integers, CPU milliseconds to the microsecond."""
-    return round(amount, 3) if kind == "cpu_ms" else int(round(amount))
+    if kind == "cpu_ms":
+        return round(amount, 3)
+    return amount if type(amount) is int else int(round(amount))
