@@ -128,6 +128,17 @@ def cost_example(**units: float) -> dict[str, Any]:
     }
 
 
+# GET /api/v1/stats's cost (core.cost.tenant_costs).
+STATS_COST_EXAMPLE = {
+    "days": 30,
+    "daily": [
+        {"date": "2026-12-01", **cost_example(embedding_tokens=182_000, embedding_calls=96, cpu_ms=41_250.5)},
+        {"date": "2026-12-02", **cost_example(embedding_tokens=2_400, embedding_calls=310, cpu_ms=3_120.25)},
+    ],
+    "total": cost_example(embedding_tokens=184_400, embedding_calls=406, cpu_ms=44_370.75),
+}
+
+
 BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."}
 
 

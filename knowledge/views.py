@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, cost_example, error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, STATS_COST_EXAMPLE, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
 from knowledge.errors import InvalidEmbeddingModel
@@ -57,15 +57,6 @@ from knowledge.versions import activate_version, retire_version, start_version_b
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
-
-STATS_COST_EXAMPLE = {
-    "days": 30,
-    "daily": [
-        {"date": "2026-12-01", **cost_example(embedding_tokens=182_000, embedding_calls=96, cpu_ms=41_250.5)},
-        {"date": "2026-12-02", **cost_example(embedding_tokens=2_400, embedding_calls=310, cpu_ms=3_120.25)},
-    ],
-    "total": cost_example(embedding_tokens=184_400, embedding_calls=406, cpu_ms=44_370.75),
-}
 
 
 class StatsView(RateLimitedMixin, APIView):
