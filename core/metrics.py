@@ -2,7 +2,9 @@
 
 Recorded here: request latency by endpoint and mode, the latency of each pipeline stage, cache
 hits and misses, rate-limited requests, degradations (and reranker fallbacks) by cause, ingestion
-outcomes, whether a circuit breaker is open, and searches the search analytics dropped. ``/metrics``
+outcomes, whether a circuit breaker is open, searches the search analytics dropped, and the units
+consumed and their priced amounts by kind (``core.cost``; no tenant label, like the others: per-tenant
+sums are in ``GET /api/v1/stats`` and the console). ``/metrics``
 answers only allowed addresses or a bearer token.
 
 With several gunicorn workers every worker keeps its own counters; set ``PROMETHEUS_MULTIPROC_DIR``
@@ -85,6 +87,14 @@ SEARCH_LOG_DROPPED = Counter(
     "retrieval_search_log_dropped",
     "Searches left out of the search analytics, by reason (full: the writer's queue was full; failed: its insert failed).",
     ["reason"],
+)
+COST_UNITS = Counter(
+    "retrieval_cost_units",
+    "Units consumed by requests and ingestion, by kind (embedding_tokens, rerank_pairs, llm_expansion_tokens_in, cpu_ms, ...).",
+    ["kind"],
+)
+COST_AMOUNT = Counter(
+    "retrieval_cost_amount", "The consumed units priced by the COST_PRICE_* settings, by kind.", ["kind"]
 )
 
 INGEST_OUTCOMES = ("added", "unchanged", "replaced", "failed")
@@ -198,6 +208,14 @@ def record_search_log_dropped(reason: str, count: int = 1) -> None:
 
 def record_search_cache_write_dropped(reason: str, count: int = 1) -> None:
     SEARCH_CACHE_WRITES_DROPPED.labels(reason).inc(count)
+
+
+def record_cost(by_kind: dict[str, tuple[float, float]]) -> None:
+    """``by_kind``: kind -> (units, amount) of one request or task."""
+    for kind, (units, amount) in by_kind.items():
+        COST_UNITS.labels(kind).inc(units)
+        if amount:
+            COST_AMOUNT.labels(kind).inc(amount)
 
 
 def record_rate_limited(endpoint: str) -> None:

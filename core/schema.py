@@ -12,6 +12,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework import serializers
 
 from core.idempotency import IDEMPOTENCY_KEY_PATTERN
+from engines.metering import KINDS
 
 
 class ErrorDetailOutput(serializers.Serializer[Any]):
@@ -113,6 +114,31 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     "422 `idempotency_key_reused`; while the first request still runs, a 409. A key is 1-255 of "
     "`A-Z a-z 0-9 . _ : -`.",
 )
+EXAMPLE_TOKEN_PRICE = 0.00000002  # the examples' COST_PRICE_EMBEDDING_TOKEN, in USD
+
+
+def cost_example(**units: float) -> dict[str, Any]:
+    """A ``cost`` object (``core.cost.priced``) of the examples: these units, only embedding tokens priced."""
+    amount = round(units.get("embedding_tokens", 0) * EXAMPLE_TOKEN_PRICE, 9)
+    return {
+        "units": {kind: units.get(kind, 0) for kind in KINDS},
+        "amount": amount,
+        "amounts": {"embedding_tokens": amount} if amount else {},
+        "currency": "USD",
+    }
+
+
+# GET /api/v1/stats's cost (core.cost.tenant_costs).
+STATS_COST_EXAMPLE = {
+    "days": 30,
+    "daily": [
+        {"date": "2026-12-01", **cost_example(embedding_tokens=182_000, embedding_calls=96, cpu_ms=41_250.5)},
+        {"date": "2026-12-02", **cost_example(embedding_tokens=2_400, embedding_calls=310, cpu_ms=3_120.25)},
+    ],
+    "total": cost_example(embedding_tokens=184_400, embedding_calls=406, cpu_ms=44_370.75),
+}
+
+
 BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": "An API key from `manage.py create_api_key`."}
 
 

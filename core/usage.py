@@ -1,13 +1,14 @@
 """Per-tenant query counters in Redis, shared by every worker and machine, and what the console's
 tenant dashboard shows: queries per day and mode, cache hits, latencies, degradations by stage, the
-top queries and those with no result, and the current rate-limit window's searches per mode.
+top queries and those with no result, the current rate-limit window's searches per mode, and the
+units each day's requests and ingestions consumed (``core.cost``).
 
-Every structure is bounded: daily hashes expire after ``DAYS_KEPT``, window hashes after two
+Every structure is bounded: daily hashes expire after ``DAYS_KEPT`` (cost days after ``COST_DAYS_KEPT``), window hashes after two
 windows, latencies keep the latest ``LATENCIES_KEPT``, each query ranking its ``QUERIES_KEPT`` most
 frequent (the rarest drop out). They count from when that Redis started (the embedded one keeps
 nothing on disk). With Redis down a search is served uncounted and the readers answer None.
 
-A process adds up its searches and sends them every ``USAGE_COUNTERS_FLUSH_S`` in one round trip
+A process adds up its searches (and its requests' and tasks' units) and sends them every ``USAGE_COUNTERS_FLUSH_S`` in one round trip
 (the same commands, by their sums), so a cached answer's request thread sends nothing. The readers send
 their own process's sums first; another worker's show within that time. A worker stopping sends its
 sums at exit; one killed loses at most that time's counts.
@@ -29,6 +30,7 @@ from django_redis import get_redis_connection
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 
 DAYS_KEPT = 30
+COST_DAYS_KEPT = 400  # a year of daily cost rows per tenant, and a month to bill the last one
 LATENCIES_KEPT = 1000
 QUERIES_KEPT = 500
 QUERY_CHARS_KEPT = 200
@@ -58,18 +60,17 @@ class _Sums:
     expiries: dict[str, int] = field(default_factory=dict)
     latencies: dict[str, list[float]] = field(default_factory=dict)
     rankings: set[str] = field(default_factory=set)
-    searches: int = 0
+    events: int = 0  # searches and charges added up
 
 
 _pending = _Sums()
 _pending_lock = threading.Lock()
 _flush_timer: threading.Timer | None = None
-_MAX_PENDING = 10_000  # searches: a flush that cannot keep up is sent by the search that reaches it
+_MAX_PENDING = 10_000  # events: a flush that cannot keep up is sent by the event that reaches it
 
 
 def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None) -> None:
     """Record one search served to the tenant: added to this process's sums (see the module's doc)."""
-    global _flush_timer
     now = time.time() if now is None else now
 
     def key(name: str) -> str:  # the prefix of now, not of the flush (tests switch it)
@@ -92,14 +93,37 @@ def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None
         _pending.expiries[window] = 2 * settings.RATE_LIMIT_WINDOW_S
         _pending.latencies.setdefault(latency, []).append(round(served.latency_ms, 3))
         _pending.rankings.update(rankings)
-        _pending.searches += 1
-        flush_now = settings.USAGE_COUNTERS_FLUSH_S <= 0 or _pending.searches >= _MAX_PENDING
-        if not flush_now and _flush_timer is None:
-            _flush_timer = threading.Timer(settings.USAGE_COUNTERS_FLUSH_S, flush_counts)
-            _flush_timer.daemon = True
-            _flush_timer.start()
+        flush_now = _added_event()
     if flush_now:
         flush_counts()
+
+
+def count_cost(tenant_id: int, units: dict[str, float], *, now: float | None = None) -> None:
+    """Add a request's or a task's units (``engines.metering.KINDS``) to the tenant's day, like a search."""
+    now = time.time() if now is None else now
+    daily = cache.make_key(_key(tenant_id, f"cost:{_day(now)}"))
+    commands = {("hincrbyfloat", daily, kind): amount for kind, amount in units.items() if amount}
+    if not commands:
+        return
+    with _pending_lock:
+        _pending.increments.update(commands)
+        _pending.expiries[daily] = COST_DAYS_KEPT * 86400
+        flush_now = _added_event()
+    if flush_now:
+        flush_counts()
+
+
+def _added_event() -> bool:
+    """Count one event into the pending sums (under ``_pending_lock``): True when it should flush now, else
+    a flush is scheduled."""
+    global _flush_timer
+    _pending.events += 1
+    flush_now = settings.USAGE_COUNTERS_FLUSH_S <= 0 or _pending.events >= _MAX_PENDING
+    if not flush_now and _flush_timer is None:
+        _flush_timer = threading.Timer(settings.USAGE_COUNTERS_FLUSH_S, flush_counts)
+        _flush_timer.daemon = True
+        _flush_timer.start()
+    return flush_now
 
 
 def flush_counts() -> None:
@@ -110,7 +134,7 @@ def flush_counts() -> None:
         if _flush_timer is not None:
             _flush_timer.cancel()  # a no-op when it is the timer that flushes
         _flush_timer = None
-    if not sums.searches:
+    if not sums.events:
         return
     try:
         pipeline = get_redis_connection("default").pipeline(transaction=False)
@@ -119,6 +143,8 @@ def flush_counts() -> None:
                 pipeline.incrby(key, amount)
             elif command == "hincrby":
                 pipeline.hincrby(key, member, amount)
+            elif command == "hincrbyfloat":
+                pipeline.hincrbyfloat(key, member, amount)
             else:
                 pipeline.zincrby(key, amount, member)
         for key, seconds in sums.expiries.items():
@@ -181,6 +207,26 @@ def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | N
         "no_result_queries": [(query.decode(), int(count)) for query, count in no_result],
         "window": _ints(window),
     }
+
+
+def daily_costs(tenant_id: int, *, days: int, now: float | None = None) -> list[tuple[str, dict[str, float]]] | None:
+    """(date, units by kind) of the tenant's last ``days`` days, oldest first; a day without use has no
+    units. None while Redis is unreachable."""
+    flush_counts()
+    now = time.time() if now is None else now
+    dates = [_day(now - 86400 * back) for back in range(days - 1, -1, -1)]
+    try:
+        pipeline = get_redis_connection("default").pipeline(transaction=False)
+        for date in dates:
+            pipeline.hgetall(cache.make_key(_key(tenant_id, f"cost:{date}")))
+        rows = pipeline.execute()
+    except REDIS_ERRORS as exc:
+        warn_redis_unavailable("cost counters", exc)
+        return None
+    return [
+        (date, {kind.decode(): float(value) for kind, value in sorted(units.items())})
+        for date, units in zip(dates, rows, strict=True)
+    ]
 
 
 def frequent_queries(tenant_id: int, count: int) -> list[str]:

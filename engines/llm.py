@@ -13,6 +13,7 @@ import threading
 
 import httpx
 
+from engines import metering
 from engines.deadline import DeadlineExceeded, capped_timeout, within
 from engines.errors import ComponentError
 
@@ -41,9 +42,20 @@ class ChatClient:
             return self._client
 
     def complete(
-        self, url: str, api_key: str, payload: dict[str, object], *, timeout_s: float, deadline_s: float
+        self,
+        url: str,
+        api_key: str,
+        payload: dict[str, object],
+        *,
+        timeout_s: float,
+        deadline_s: float,
+        purpose: str,
     ) -> str:
-        """The text of the first choice of ``payload`` (a chat completion request body)."""
+        """The text of the first choice of ``payload`` (a chat completion request body). Its tokens (the
+        answer's ``usage``; 0 when the server sends none) are metered under ``purpose``, one of
+        ``engines.metering.LLM_PURPOSES``."""
+        if purpose not in metering.LLM_PURPOSES:
+            raise ValueError(f"unknown LLM purpose {purpose!r}")
         url = chat_endpoint(url)
         try:
             response = within(
@@ -66,12 +78,25 @@ class ChatClient:
         if response.status_code >= 400:
             raise LLMError("server_error", f"LLM endpoint {url} answered {response.status_code}")
         try:
-            content = response.json()["choices"][0]["message"]["content"]
+            answer = response.json()
+            _meter_usage(purpose, answer)
+            content = answer["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise LLMError("malformed_response", f"LLM endpoint {url} sent no completion: {exc!r}") from exc
         if not isinstance(content, str):
             raise LLMError("malformed_response", f"LLM endpoint {url} sent no text content")
         return content
+
+
+def _meter_usage(purpose: str, answer: object) -> None:
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
+
+    def tokens(name: str) -> int:
+        value = usage.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    metering.record_llm(purpose, tokens("prompt_tokens"), tokens("completion_tokens"))
 
 
 chat_client = ChatClient()

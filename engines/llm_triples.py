@@ -90,7 +90,12 @@ class TripleExtractor:
             "response_format": {"type": "json_schema", "json_schema": {"name": "triples", "schema": TRIPLES_SCHEMA}},
         }
         content = self.client.complete(
-            self.url, self.api_key, payload, timeout_s=self.limits.timeout_s, deadline_s=self.limits.deadline_s
+            self.url,
+            self.api_key,
+            payload,
+            timeout_s=self.limits.timeout_s,
+            deadline_s=self.limits.deadline_s,
+            purpose="triples",
         )
         found: dict[int, list[Triple]] = {index: [] for index in sent}
         for triple in parse_triples(content):

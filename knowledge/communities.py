@@ -16,6 +16,7 @@ import logging
 
 from django.conf import settings
 
+from core.cost import charged_to
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
 from engines.graph_communities import Partition, detect_communities, extractive_summary
@@ -38,8 +39,14 @@ logger = logging.getLogger(__name__)
 
 
 def rebuild_communities(version: KnowledgeBaseVersion) -> int:
-    """Replace the version's communities with those of its current graph; returns how many there are."""
+    """Replace the version's communities with those of its current graph; returns how many there are.
+    Charged to the version's tenant (``core.cost``): the summaries' embedding and LLM tokens."""
     tenant_id = version.knowledge_base.tenant_id
+    with charged_to(tenant_id):
+        return _rebuild_communities(version, tenant_id)
+
+
+def _rebuild_communities(version: KnowledgeBaseVersion, tenant_id: int) -> int:
     store = graph_store()
     scope = GraphScope(tenant_id, (version.pk,))
     partitions = detect_communities(
@@ -113,7 +120,7 @@ def _llm_summaries(partitions, supporting, texts, nodes, extractive: list[str]) 
         try:
             content = chat_client.complete(
                 settings.LLM_URL, settings.LLM_API_KEY, payload,
-                timeout_s=settings.LLM_TIMEOUT_S, deadline_s=settings.GRAPH_LLM_DEADLINE_S,
+                timeout_s=settings.LLM_TIMEOUT_S, deadline_s=settings.GRAPH_LLM_DEADLINE_S, purpose="summaries",
             )  # fmt: skip
         except LLMError as exc:
             logger.warning(

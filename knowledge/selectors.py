@@ -14,6 +14,7 @@ from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
 
+from core.cost import tenant_costs
 from core.usage import query_counts
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
 from knowledge.models import (
@@ -334,7 +335,7 @@ def triple_extractor() -> TripleExtractor | None:
 
 
 def tenant_stats(tenant: Tenant) -> dict:
-    """What the tenant holds and how many queries it was served (``GET /api/v1/stats``)."""
+    """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``)."""
     by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
     active_versions = KnowledgeBase.objects.filter(tenant=tenant).values("active_version")
     return {
@@ -346,6 +347,7 @@ def tenant_stats(tenant: Tenant) -> dict:
         },
         "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
         "queries": query_counts(tenant.pk),
+        "cost": tenant_costs(tenant.pk),
     }
 
 

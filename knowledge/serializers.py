@@ -7,6 +7,7 @@ from django_celery_beat.validators import crontab_validator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from engines.metering import KINDS
 from knowledge.models import Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
 from knowledge.selectors import latest_runs, source_schedule
 
@@ -22,12 +23,46 @@ class QueryCountsOutput(serializers.Serializer):
     cache_hit_ratio = serializers.FloatField(allow_null=True, help_text="null before the first query")
 
 
+# Every unit a request or an ingestion consumes (engines.metering.KINDS): counts, and CPU milliseconds.
+CostUnitsOutput = type(
+    "CostUnitsOutput",
+    (serializers.Serializer,),
+    {kind: serializers.FloatField() if kind == "cpu_ms" else serializers.IntegerField() for kind in KINDS},
+)
+
+
+class CostOutput(serializers.Serializer):
+    """What was consumed, priced by the COST_PRICE_* settings (core.cost)."""
+
+    units = CostUnitsOutput()
+    amount = serializers.FloatField(help_text="the units times their prices, summed (0 while no price is set)")
+    amounts = serializers.DictField(child=serializers.FloatField(), help_text="the kinds whose amount is not 0")
+    currency = serializers.CharField(
+        allow_blank=True, help_text="COST_CURRENCY: a label (empty when unset), nothing is converted"
+    )
+
+
+class DailyCostOutput(CostOutput):
+    date = serializers.DateField(help_text="UTC")
+
+
+class TenantCostsOutput(serializers.Serializer):
+    days = serializers.IntegerField(help_text="how many days are summed, today the last")
+    daily = DailyCostOutput(many=True, help_text="the days with any use, oldest first")
+    total = CostOutput(help_text="the days above together")
+
+
 class StatsOutput(serializers.Serializer):
     tenant = serializers.CharField()
     knowledge_bases = serializers.IntegerField()
     documents = DocumentCountsOutput()
     chunks = serializers.IntegerField(help_text="searchable chunks (in the active version of each knowledge base)")
     queries = QueryCountsOutput(allow_null=True, help_text="null while the cache (Redis) is unreachable")
+    cost = TenantCostsOutput(
+        allow_null=True,
+        help_text="what the tenant's requests, ingestions and version builds consumed per day, priced at the "
+        "current prices; null while the cache (Redis) is unreachable",
+    )
 
 
 # --- knowledge bases, documents, tasks (the knowledge REST API) ------------------------------------

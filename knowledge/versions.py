@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 
+from core.cost import charged_to
 from core.usage import frequent_queries
 from engines import get_lexical_index
 from engines.base import SearchScope, SqlFilter
@@ -114,6 +115,13 @@ def fill_version(
     ``ready`` when every ready document of the KB has chunks in it and a sample of the tenant's recent
     queries is answered by it without error, else ``failed`` naming what is missing or failed."""
     kb = KnowledgeBase.objects.select_related("active_version").get(pk=version.knowledge_base_id)
+    with charged_to(kb.tenant_id):  # the build and its validation queries (core.cost)
+        return _fill_version(kb, version, files, on_progress)
+
+
+def _fill_version(
+    kb: KnowledgeBase, version: KnowledgeBaseVersion, files: list[dict], on_progress: Callable[[int], None]
+) -> KnowledgeBaseVersion:
     with stored_sources(files) as sources:
         report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
     missing = list(

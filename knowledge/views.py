@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, STATS_COST_EXAMPLE, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
 from knowledge.errors import InvalidEmbeddingModel
@@ -71,9 +71,10 @@ class StatsView(RateLimitedMixin, APIView):
     @extend_schema(
         summary="Usage statistics of the caller's tenant",
         description=(
-            "Knowledge bases, documents by status, searchable chunks, and queries served with their cache hit "
-            "ratio. Query counters live in Redis and count from when it started; `queries` is null while it is "
-            "unreachable."
+            "Knowledge bases, documents by status, searchable chunks, queries served with their cache hit "
+            "ratio, and `cost`: the units the tenant's requests, ingestions and version builds consumed on each of "
+            "the last 30 days (UTC), priced by the `COST_PRICE_*` settings. Counters live in Redis and count from "
+            "when it started; `queries` and `cost` are null while it is unreachable."
         ),
         responses={200: StatsOutput, **error_responses(401, 403, 429, 503)},
         examples=[
@@ -86,6 +87,7 @@ class StatsView(RateLimitedMixin, APIView):
                     "documents": {"total": 41, "by_status": {"pending": 0, "ready": 40, "failed": 1}},
                     "chunks": 388,
                     "queries": {"served": 1250, "cache_hits": 310, "cache_hit_ratio": 0.248},
+                    "cost": STATS_COST_EXAMPLE,
                 },
             )
         ],

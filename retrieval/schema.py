@@ -16,7 +16,7 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 
-from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, error_responses
+from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, cost_example, error_responses
 from retrieval.serializers import GlobalGraphOutput, SearchOutput
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
@@ -66,6 +66,7 @@ RESPONSE_EXAMPLE = {
     "candidates": {"vector": 50, "bm25": 23, "fused": 61},
     "timings_ms": {"expand": 0.4, "bm25": 2.7, "embed": 14.8, "vector": 2.3, "fuse": 0.6, "total": 19.9},
     "critical_path_ms": {"expand": 0.4, "bm25": 0.9, "vector": 2.3, "embed": 11.9, "fuse": 0.6, "rest": 3.8},
+    "cost": cost_example(embedding_tokens=12, embedding_calls=1, cpu_ms=17.85),
     "latency_ms": 21.4,
     "request_id": REQUEST_ID,
 }
@@ -154,6 +155,7 @@ GLOBAL_EXAMPLE = {
     "candidates": 9,
     "degraded": [],
     "timings_ms": {"graph": 1.2, "bm25": 0.4, "vector": 15.1, "fuse": 0.1, "hydrate": 1.9, "total": 18.9},
+    "cost": cost_example(embedding_tokens=14, embedding_calls=1, cpu_ms=16.2),
     "latency_ms": 20.3,
     "request_id": REQUEST_ID,
 }

@@ -20,6 +20,7 @@ from knowledge.search_settings import (
     MAX_RRF_K,
     MAX_WEIGHT,
 )
+from knowledge.serializers import CostOutput
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS
 
@@ -402,6 +403,10 @@ class SearchOutput(serializers.Serializer):
         help_text="where the request thread's time went: its own stages, its waits for a stage on another thread "
         "(counted to that stage) and rest (untimed work: KB lookup, hydration); these add up to total",
     )
+    cost = CostOutput(
+        help_text="what this answer consumed so far (a cache hit: its lookup's CPU only), priced by the COST_PRICE_* "
+        "settings; charged to the tenant's day (GET /api/v1/stats)"
+    )
     latency_ms = serializers.FloatField()
     request_id = serializers.CharField()
 
@@ -458,5 +463,6 @@ class GlobalGraphOutput(serializers.Serializer):
     candidates = serializers.IntegerField(help_text="communities ranked")
     degraded = DegradationOutput(many=True)
     timings_ms = serializers.DictField(child=serializers.FloatField())
+    cost = CostOutput(help_text="what this answer consumed, priced by the COST_PRICE_* settings")
     latency_ms = serializers.FloatField()
     request_id = serializers.CharField()

@@ -5,6 +5,7 @@ from django.http import HttpResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.cost import request_cost
 from core.fields import validated_body
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
@@ -64,6 +65,7 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
             "cached": outcome.cached,
             **({"cache": outcome.semantic.as_dict()} if outcome.semantic else {}),
             "total": outcome.total,
+            "cost": request_cost(),
             "latency_ms": round((time.perf_counter() - started) * 1000, 2),
             "request_id": request_id_of(request),
         }
@@ -119,7 +121,8 @@ class GraphSearchView(SearchView):
             ),
         )
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
-        return Response({**response.as_dict(), "latency_ms": latency_ms, "request_id": request_id_of(request)})
+        body = {**response.as_dict(), "cost": request_cost(), "latency_ms": latency_ms}
+        return Response({**body, "request_id": request_id_of(request)})
 
 
 def _requested_mode(body: bytes) -> str:

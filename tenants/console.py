@@ -1,5 +1,5 @@
-"""The console's tenant dashboard: what the tenant was served (``core.usage``) beside its rate tier.
-Registered as an admin view by ``tenants.admin``."""
+"""The console's tenant dashboard: what the tenant was served (``core.usage``) and what it consumed
+(``core.cost``) beside its rate tier. Registered as an admin view by ``tenants.admin``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 
+from core.cost import tenant_costs
 from core.usage import query_usage
 from tenants.models import RATE_LIMITED_ENDPOINTS
 from tenants.selectors import tenants_visible_to
+
+DASHBOARD_COST_DAYS = 14
 
 
 def dashboard_view(request, context: dict, tenant_id: int) -> TemplateResponse:
@@ -22,8 +25,14 @@ def dashboard_view(request, context: dict, tenant_id: int) -> TemplateResponse:
         for endpoint in RATE_LIMITED_ENDPOINTS
     ]
     busiest = max((row["total"] for row in usage["daily"]), default=0) if usage else 0
+    costs = tenant_costs(tenant.pk, days=DASHBOARD_COST_DAYS) if usage else None
+    for cost in [*costs["daily"], costs["total"]] if costs else ():  # the LLM's purposes together
+        for direction in ("in", "out"):
+            cost[f"llm_{direction}"] = sum(
+                n for kind, n in cost["units"].items() if kind.endswith(f"_tokens_{direction}")
+            )
     context.update(
         tenant=tenant, usage=usage, limits=limits, busiest=busiest, window_s=settings.RATE_LIMIT_WINDOW_S,
-        title=f"Dashboard: {tenant.name}",
+        costs=costs, cost_days=DASHBOARD_COST_DAYS, title=f"Dashboard: {tenant.name}",
     )  # fmt: skip
     return TemplateResponse(request, "admin/tenants/dashboard.html", context)

@@ -177,13 +177,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 class EmbeddingServer(Peer):
     """``POST /v1/embeddings`` backed by the real local model; ``mode`` injects faults, ``outage``
-    answers that many requests with a 500 first (a transient outage)."""
+    answers that many requests with a 500 first (a transient outage). With ``tokens_per_input`` set,
+    the answer's ``usage`` says it read that many tokens per input (token counts a test knows)."""
 
     def __init__(self, embedder):
         self.embedder = embedder
         self.mode = "ok"
         self.outage = 0
         self.failing_inputs: set[str] = set()  # a request holding one of these texts gets a 500
+        self.tokens_per_input: int | None = None
         super().__init__(self.embeddings)
 
     def embeddings(self, request: PeerRequest) -> Reply:
@@ -202,7 +204,11 @@ class EmbeddingServer(Peer):
             data = data[:-1]
         data.reverse()  # clients must order by "index", not by position
         delay_s, drip_s = (1.5 if self.mode == "slow" else 0.0), (0.05 if self.mode == "drip" else 0.0)
-        return Reply(body={"object": "list", "data": data}, delay_s=delay_s, drip_s=drip_s)
+        body: dict[str, object] = {"object": "list", "data": data}
+        if self.tokens_per_input is not None:
+            tokens = self.tokens_per_input * len(vectors)
+            body["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return Reply(body=body, delay_s=delay_s, drip_s=drip_s)
 
 
 class Website(Peer):

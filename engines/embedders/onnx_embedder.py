@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engines import metering
 from engines.embedders.base import Embedder, EmbeddingError
 
 if TYPE_CHECKING:
@@ -118,13 +119,16 @@ class OnnxEmbedder(Embedder):
         try:
             if len(batches) > 1 and self._threads > 1:
                 session, pool = self._batches_side_by_side()
-                embedded = pool.map(lambda batch: self._embed_batch(session, [encodings[i] for i in batch]), batches)
+                run = metering.counting_cpu(lambda batch: self._embed_batch(session, [encodings[i] for i in batch]))
+                embedded = pool.map(run, batches)
             else:
                 embedded = (self._embed_batch(self._session, [encodings[i] for i in batch]) for batch in batches)
             for batch, batch_vectors in zip(batches, embedded, strict=True):
                 vectors[batch] = batch_vectors
         except Exception as exc:  # an ONNX Runtime error, e.g. more positions than the graph has
             raise EmbeddingError(f"embedding model {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        # The tokens the model reads: special tokens included, truncated at its input length.
+        metering.record(embedding_calls=1, embedding_tokens=sum(len(encoding.ids) for encoding in encodings))
         return vectors
 
     def _batches_side_by_side(self) -> tuple[InferenceSession, ThreadPoolExecutor]:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 import httpx
 import numpy as np
 
+from engines import metering
 from engines.deadline import DeadlineExceeded, capped_timeout, within
 from engines.embedders.base import Embedder, EmbeddingError
 
@@ -73,7 +74,8 @@ class OpenAICompatibleEmbedder(Embedder):
             # Each socket operation is capped by the deadline too, so an abandoned call ends soon after.
             response = within(deadline_s, lambda: self._client.post(self._url, json=body, timeout=deadline_s))
             response.raise_for_status()
-            items = sorted(response.json()["data"], key=lambda item: item["index"])
+            answer = response.json()
+            items = sorted(answer["data"], key=lambda item: item["index"])
             matrix = np.array([item["embedding"] for item in items], dtype=np.float32)
         except DeadlineExceeded as exc:
             raise EmbeddingError(f"embedding endpoint {self._url}: {exc}", "deadline") from exc
@@ -89,4 +91,14 @@ class OpenAICompatibleEmbedder(Embedder):
             raise EmbeddingError(
                 f"embedding endpoint {self._url} returned {matrix.shape[0]} vectors for {len(texts)} inputs"
             )
+        if metering.active():
+            metering.record(embedding_calls=1, embedding_tokens=self._billed_tokens(answer, texts))
         return matrix
+
+    def _billed_tokens(self, answer: object, texts: list[str]) -> int:
+        """The tokens the server says it read (``usage``), else the stand-in tokenizer's count."""
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        tokens = usage.get("prompt_tokens", usage.get("total_tokens")) if isinstance(usage, dict) else None
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+            return tokens
+        return sum(self._count_tokens(text) for text in texts)

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from engines import metering
 from engines.embedders.base import Embedder, EmbeddingError
 
 _load_lock = threading.Lock()
@@ -54,4 +55,8 @@ class SentenceTransformerEmbedder(Embedder):
             )
         except Exception as exc:  # a torch or tokenizer error
             raise EmbeddingError(f"embedding model {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        if metering.active():  # the tokens the model read, as OnnxEmbedder counts them: [CLS] and [SEP], truncated
+            counted = self._counter.encode_batch(texts, add_special_tokens=False)
+            tokens = sum(min(len(encoding.ids), self.max_tokens) + 2 for encoding in counted)
+            metering.record(embedding_calls=1, embedding_tokens=tokens)
         return vectors.astype(np.float32, copy=False)

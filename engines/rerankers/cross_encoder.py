@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engines import metering
 from engines.rerankers.base import Reranker, RerankError
 
 # Subword tokens average about four characters of English and one of Chinese, so this many characters
@@ -63,5 +64,6 @@ class CrossEncoderReranker(Reranker):
             raise RerankError("model_error", f"{self.name} gave scores of shape {scores.shape}, not one per passage")
         if not np.isfinite(scores).all():
             raise RerankError("malformed_response", f"{self.name} gave non-finite scores")
+        metering.record(rerank_calls=1, rerank_pairs=len(passages))
         result: list[float] = scores.tolist()
         return result

@@ -11,6 +11,7 @@ import httpx
 import pybreaker
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from engines import metering
 from engines.deadline import DeadlineExceeded, capped_timeout, within
 from engines.rerankers.base import Reranker, RerankError
 
@@ -91,6 +92,7 @@ class RemoteReranker(Reranker):
             self._record(failed=True, trial=trial)
             raise
         self._record(failed=False, trial=trial)
+        metering.record(rerank_calls=1, rerank_pairs=len(passages))
         return scores
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 from django.core.files.base import ContentFile
 from django.db import transaction
 
+from core.cost import charged_to
 from core.faults import pause_at
 from core.metrics import record_ingest
 from core.tracing import span
@@ -25,6 +26,7 @@ from engines.base import Extraction
 from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines.llm import LLMError
 from engines.llm_triples import with_triples
+from engines.metering import counting_cpu
 from knowledge.chunking import (
     ChunkDraft,
     chunk_context,
@@ -133,6 +135,11 @@ class Ingester:
         return self._embedder
 
     def ingest(self, files: list[SourceFile]) -> IngestReport:
+        """Charged to the KB's tenant (``core.cost``): the chunks' embedding tokens, the LLM's triples."""
+        with charged_to(self.kb.tenant_id):
+            return self._ingest(files)
+
+    def _ingest(self, files: list[SourceFile]) -> IngestReport:
         started = time.perf_counter()
         apply_pending_lexical_changes(self.version.pk)  # what a killed ingestion committed but did not index
         existing = {
@@ -241,8 +248,9 @@ class Ingester:
             for doc in pending
             for draft in doc.drafts
         ]
-        vectors = embedding.submit(copy_context().run, self._embed, texts)
-        extracted = extracting.submit(copy_context().run, self._extract, pending)
+        # Their threads' CPU time is charged with the ingestion's (engines.metering).
+        vectors = embedding.submit(copy_context().run, counting_cpu(self._embed), texts)
+        extracted = extracting.submit(copy_context().run, counting_cpu(self._extract), pending)
         self._write_embedded()
         self._embedding = (pending, vectors, extracted)
 

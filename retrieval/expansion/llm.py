@@ -63,6 +63,7 @@ class LLMExpander(QueryExpander):
                 payload,
                 timeout_s=settings.LLM_TIMEOUT_S,
                 deadline_s=settings.SEARCH_DEADLINE_MS / 1000,
+                purpose="expansion",
             )
         except LLMError as exc:
             raise ExpansionError(exc.cause, exc.message) from exc

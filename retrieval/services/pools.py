@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from engines.errors import ComponentError
+from engines.metering import counting_cpu
 from retrieval.services.timings import StageTimings
 
 T = TypeVar("T")
@@ -33,13 +34,13 @@ variant_pool = ThreadPoolExecutor(max_workers=settings.SEARCH_VARIANT_THREADS, t
 
 def in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, function: Callable, *args) -> Future:
     """``function(*args)`` on ``pool``, timed as ``stage``, in a copy of the request's context (so its
-    log lines carry the request id and its span is the request's child)."""
+    log lines carry the request id and its span is the request's child), its CPU time the request's."""
 
     def staged():
         with timings.stage(stage):
             return function(*args)
 
-    return pool.submit(contextvars.copy_context().run, staged)
+    return pool.submit(contextvars.copy_context().run, counting_cpu(staged))
 
 
 def per_variant(function: Callable[[T], R], items: Sequence[T], *, database: bool) -> list[R]:
@@ -53,7 +54,9 @@ def per_variant(function: Callable[[T], R], items: Sequence[T], *, database: boo
         return [function(item) for item in items]
     task = _on_own_connection if database else _call
     # Each in a copy of the request's context: log lines keep the request id, spans their parent.
-    futures = [variant_pool.submit(contextvars.copy_context().run, task, function, item) for item in items[1:]]
+    futures = [
+        variant_pool.submit(contextvars.copy_context().run, counting_cpu(task), function, item) for item in items[1:]
+    ]
     outcomes: list[tuple[R | None, Exception | None]] = [_outcome(function, items[0])]
     ends_at = time.monotonic() + settings.SEARCH_DEADLINE_MS / 1000
     for future in futures:

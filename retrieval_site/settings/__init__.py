@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "core.request_id.RequestIdMiddleware",
     "core.logging.AccessLogMiddleware",
     "core.metrics.MetricsMiddleware",
+    "core.cost.CostMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

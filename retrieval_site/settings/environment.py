@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from retrieval_site.settings.base import Section
 from retrieval_site.settings.cache import Cache
+from retrieval_site.settings.cost import Cost
 from retrieval_site.settings.database import Database
 from retrieval_site.settings.embeddings import Embeddings
 from retrieval_site.settings.graph import Graph
@@ -27,7 +28,7 @@ from retrieval_site.settings.tasks import Tasks
 # In the order they are read: a default may be made from a variable of a section before it (Search's
 # LEXICAL_INDEX_DIR from Database's DATABASE_URL). docs/configuration.md has one table per section.
 SECTIONS: tuple[type[Section], ...] = (
-    Section, HttpFront, Observability, Database, Cache, Embeddings, Search, Graph, RemoteServices, Ingestion, Tasks,
+    Section, HttpFront, Observability, Database, Cache, Embeddings, Search, Graph, RemoteServices, Ingestion, Tasks, Cost,
 )  # fmt: skip
 
 

@@ -86,3 +86,32 @@ def test_with_no_interval_each_search_is_sent_at_once(settings):
     settings.USAGE_COUNTERS_FLUSH_S = 0
     count_query(1, served(), now=NOW)
     assert sent_queries(1) == 1
+
+
+# --- cost units per tenant and day (core.cost charges them) ------------------------------------------
+
+
+def test_cost_units_are_summed_per_tenant_and_day(settings, redis_round_trips):
+    settings.USAGE_COUNTERS_FLUSH_S = 3600  # sent by the reader, with the searches, in one round trip
+    usage.count_cost(1, {"embedding_tokens": 10, "embedding_calls": 1, "cpu_ms": 1.25}, now=NOW - DAY)
+    usage.count_cost(1, {"embedding_tokens": 5, "rerank_pairs": 0, "cpu_ms": 0.5}, now=NOW)
+    usage.count_cost(1, {"embedding_tokens": 7}, now=NOW)
+    usage.count_cost(2, {"embedding_tokens": 100}, now=NOW)  # another tenant
+    count_query(1, served(), now=NOW)
+    cache.get("connected")  # the connection's own handshake is not the flush's
+    sent_before = redis_round_trips[0]
+    usage.flush_counts()
+    assert redis_round_trips[0] - sent_before == 1
+    assert usage.daily_costs(1, days=3, now=NOW) == [
+        ("2026-05-26", {}),
+        ("2026-05-27", {"cpu_ms": 1.25, "embedding_calls": 1.0, "embedding_tokens": 10.0}),
+        ("2026-05-28", {"cpu_ms": 0.5, "embedding_tokens": 12.0}),  # a zero is not sent
+    ]
+    ttl = cache.ttl(usage._key(1, "cost:2026-05-28"))
+    assert usage.DAYS_KEPT * DAY < ttl <= usage.COST_DAYS_KEPT * DAY
+
+
+def test_with_redis_down_no_cost_is_counted_and_the_reader_answers_none(private_redis):
+    private_redis()
+    usage.count_cost(1, {"embedding_tokens": 3}, now=NOW)  # no error
+    assert usage.daily_costs(1, days=2, now=NOW) is None

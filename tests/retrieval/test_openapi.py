@@ -16,6 +16,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from engines.metering import KINDS
 from tenants.services import create_api_key, create_tenant
 from tests.retrieval.test_views import ingest, write_files
 
@@ -108,6 +109,15 @@ def test_stats_endpoint_is_documented(openapi):
     operation = openapi["paths"]["/api/v1/stats"]["get"]
     assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("StatsOutput")
     assert {"401", "403"} <= set(operation["responses"])
+
+
+def test_the_cost_objects_are_documented_with_every_unit(openapi):
+    schemas = openapi["components"]["schemas"]
+    assert set(schemas["CostUnitsOutput"]["properties"]) == set(KINDS)
+    assert schemas["CostUnitsOutput"]["properties"]["cpu_ms"]["type"] == "number"
+    for output in ("SearchOutput", "GlobalGraphOutput"):
+        assert schemas[output]["properties"]["cost"]["allOf"][0]["$ref"].endswith("/CostOutput")
+    assert "cost" in schemas["StatsOutput"]["properties"]
 
 
 def test_the_version_changes_are_documented(openapi):

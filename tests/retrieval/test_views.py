@@ -38,7 +38,7 @@ HIT_KEYS = {
 }  # fmt: skip
 RESPONSE_KEYS = {
     "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked", "cached",
-    "degraded", "notes", "notices", "candidates", "timings_ms", "critical_path_ms",
+    "degraded", "notes", "notices", "candidates", "timings_ms", "critical_path_ms", "cost",
 }  # fmt: skip
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
