@@ -29,7 +29,6 @@ SUPPLIED_BY, MADE_BY, USES, APPLIES_TO, PART_OF = "supplied_by", "made_by", "use
 INVERSE = {SUPPLIED_BY: "supplies", MADE_BY: "makes", USES: "used_by", APPLIES_TO: "covered_by", PART_OF: "has_part"}
 
 
-
 def relation_name(kind: str, *, reversed_: bool) -> str:
     """A relation's kind as read in the direction walked: from its tail to its head, the inverse
     (``INVERSE``; another kind, an LLM's, as ``inverse_<kind>``)."""
@@ -187,9 +186,7 @@ def _runs(text: str, spans: Sequence[Span]) -> list[_Run]:
 
 
 def _representative(members: list[Span]) -> Span:
-    return min(
-        reversed(members), key=lambda s: (_NAME_RANK.get(s.kind, len(_NAME_RANK)), -(s.end - s.start))
-    )
+    return min(reversed(members), key=lambda s: (_NAME_RANK.get(s.kind, len(_NAME_RANK)), -(s.end - s.start)))
 
 
 def _role(gap: list[tuple[str, str]] | None, noun: str) -> str | None:

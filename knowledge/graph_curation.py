@@ -76,4 +76,3 @@ def _apply(entity: GraphEntity, action: str, *, names: list[str], target: str = 
                 reextract_chunks(version, chunk_ids)
                 enqueue("knowledge.tasks.detect_communities", (version.pk,), robust=True)
     return rule
-

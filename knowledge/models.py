@@ -454,7 +454,9 @@ class GraphEdge(models.Model):
     source = _unchecked_key(GraphEntity)
     target = _unchecked_key(GraphEntity)
     kind = models.CharField(
-        max_length=64, blank=True, default="",
+        max_length=64,
+        blank=True,
+        default="",
         help_text="Empty: co-occurrence (source id < target id); else the relation a sentence states or an LLM named, "
         "directed from source to target.",
     )

@@ -458,7 +458,7 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
 
 
 def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
-    """An entity's strongest neighbours in its own tenant and version: label, summed weight, passages
+    """An entity's strongest neighbours in its own tenant and version: label, kind, summed weight, passages
     relating them and the typed relations, each read from the entity to the neighbour ("made_by", or
     "makes" when the neighbour is made by it; co-occurrence is left out). An edge is stored once per
     pair and kind, so the entity is either end."""
@@ -480,9 +480,11 @@ def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
         )
         .order_by("-weight", "neighbour")[:limit]
     )  # fmt: skip
-    labels = dict(GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label"))
+    found = GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label", "kind")
+    labels = {pk: (label, kind) for pk, label, kind in found}
     return [
-        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]], "weight": row["weight"],
+        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]][0], "kind": labels[row["neighbour"]][1],
+         "weight": row["weight"],
          "passages": row["passages"],
          "kinds": list(dict.fromkeys(
              relation_name(kind, reversed_=backward) for kind, backward in zip(row["kinds"], row["backwards"],

@@ -5,33 +5,72 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('knowledge', '0020_graph_unchecked_keys'),
-        ('tenants', '0007_tenant_record_searches'),
+        ("knowledge", "0020_graph_unchecked_keys"),
+        ("tenants", "0007_tenant_record_searches"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='graphedge',
-            name='kind',
-            field=models.CharField(blank=True, default='', help_text='Empty: co-occurrence (source id < target id); else the relation a sentence states or an LLM named, directed from source to target.', max_length=64),
+            model_name="graphedge",
+            name="kind",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="Empty: co-occurrence (source id < target id); else the relation a sentence states or an LLM named, directed from source to target.",
+                max_length=64,
+            ),
         ),
         migrations.CreateModel(
-            name='GraphEntityRule',
+            name="GraphEntityRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='The normalized entity name it applies to.', max_length=200)),
-                ('action', models.CharField(choices=[('merge', 'merge into another entity'), ('rename', 'rename'), ('delete', 'delete')], max_length=16)),
-                ('target', models.CharField(blank=True, help_text='merge: the name of the entity it goes into; rename: its new name.', max_length=200)),
-                ('label', models.CharField(blank=True, help_text='rename: the label the entity is shown with.', max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('knowledge_base', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='graph_rules', to='knowledge.knowledgebase')),
-                ('tenant', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="The normalized entity name it applies to.", max_length=200)),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[("merge", "merge into another entity"), ("rename", "rename"), ("delete", "delete")],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "target",
+                    models.CharField(
+                        blank=True,
+                        help_text="merge: the name of the entity it goes into; rename: its new name.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "label",
+                    models.CharField(
+                        blank=True, help_text="rename: the label the entity is shown with.", max_length=200
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "knowledge_base",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="graph_rules",
+                        to="knowledge.knowledgebase",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('knowledge_base', 'name'), name='unique_graph_rule_per_kb')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("knowledge_base", "name"), name="unique_graph_rule_per_kb")
+                ],
             },
         ),
     ]

@@ -168,7 +168,9 @@ def test_each_step_names_its_relation_kind(store, kb):
 def test_a_typed_relation_keeps_its_direction_and_a_walk_says_which_way_it_went(store, kb):
     (chunk,) = chunks_of(kb, 1)
     # the direction is the statement's, head -> tail, whichever end has the lower id
-    typed = with_relations(chain("lock", "maker", "city"), ("lock", "maker", 1.0, "made_by"), ("maker", "city", 1.0, ""))
+    typed = with_relations(
+        chain("lock", "maker", "city"), ("lock", "maker", 1.0, "made_by"), ("maker", "city", 1.0, "")
+    )
     store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: typed})
     ids = ids_by_name(store, kb, "lock", "maker", "city")
     forward = reached(store, kb, [ids["lock"]])[ids["maker"]]

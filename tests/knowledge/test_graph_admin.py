@@ -82,6 +82,7 @@ def test_the_curate_page_shows_the_entitys_kind_and_typed_relations(admin_client
     page = admin_client.get(curate_url(curated_kb, "ppr-9087")).content.decode()
     assert '<span class="entity-kind">code</span>' in page
     assert '<td class="relation">made_by</td>' in page  # from the lock to its maker
+    assert '<td class="neighbour-kind">name</td>' in page  # Skyline Home
     maker = admin_client.get(curate_url(curated_kb, "skyline home")).content.decode()
     assert '<td class="relation">makes</td>' in maker  # read from the maker's side
 
