@@ -137,12 +137,12 @@ class _Words:
             if self.text[position].isspace():
                 position += 1
                 continue
-            word = self.tagged.get(position)
-            if word is None or position + len(word[0]) > end:
+            tagged = self.tagged.get(position)
+            if tagged is None or position + len(tagged[0]) > end:
                 cut = part_of_speech(han)  # the caller's words do not line up with this stretch
                 break
-            cut.append(word)
-            position += len(word[0])
+            cut.append(tagged)
+            position += len(tagged[0])
         kept = []
         for word, tag in cut:
             if word in _NEGATIONS:
