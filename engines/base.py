@@ -184,14 +184,15 @@ class Entity:
 
 @dataclass(frozen=True)
 class Relations:
-    """A passage's relations as columns, one entry per relation (undirected: either end may come first).
-    No object per relation: a Chinese passage has ~70 of them, and a store maps a whole batch's entity
+    """A passage's relations as columns, one entry per relation. A typed one is directed, source (head)
+    to target (tail): "X made_by Y"; co-occurrence (kind "") is not, either end may come first. No
+    object per relation: a Chinese passage has ~70 of them, and a store maps a whole batch's entity
     indices to its ids at once."""
 
     sources: tuple[int, ...] = ()  # an end's index in the extraction's entities
     targets: tuple[int, ...] = ()  # the other end's
     weights: tuple[float, ...] = ()
-    kinds: tuple[str, ...] = ()  # each relation's kind, an LLM's name for it (made_by...); () when all are ""
+    kinds: tuple[str, ...] = ()  # each relation's kind (made_by...; "" co-occurrence); () when all are ""
 
     def __len__(self) -> int:
         return len(self.weights)
@@ -273,6 +274,7 @@ class ReachedEntity:
     labels: tuple[str, ...]  # the path's entity labels
     relations: tuple[str, ...]  # the kind of each step's relation ("": co-occurrence), len(path) - 1
     passages: tuple[tuple[int, int], ...]  # (chunk id, mentions), the most mentions first
+    reversed: tuple[bool, ...]  # per step: it went from a typed relation's tail to its head (never for "")
 
 
 def entity_score(strength: float, hops: int, chunk_count: int, total: int, hop_decay: float) -> float:
@@ -306,7 +308,8 @@ class GraphStoreError(ComponentError):
 
 
 class GraphStore(ABC):
-    """Entities, co-occurrence relations and their mentions in passages, per tenant and KB version."""
+    """Entities, their relations (co-occurrence, undirected; typed, directed) and their mentions in
+    passages, per tenant and KB version."""
 
     name: str
 
@@ -348,7 +351,8 @@ class GraphStore(ABC):
         from an entity mentioned in more than ``hub_passages`` passages, and each hop only from the
         ``frontier`` entities of the hop before with the best strength x ln(1 + passages / chunk_count)
         (their strongest path's; then the lowest ids). A pair's relation kind on the
-        path: its heaviest typed relation's, else "" (co-occurrence only). ``passages``: the N of the
+        path: its heaviest typed relation's, else "" (co-occurrence only); a walk follows a typed
+        relation either way and says which (``reversed``). ``passages``: the N of the
         entities' inverse document frequency (``chunk_total``)."""
 
     @abstractmethod

@@ -12,7 +12,13 @@ for all its spellings.
 Two entities are related when they occur near each other in a passage: a mention is related to the
 mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW``
 characters, each pair adding ``1 - distance / RELATION_WINDOW``. The neighbour bound keeps a Chinese
-passage, which the window holds whole, from relating every pair of its entities.
+passage, which the window holds whole, from relating every pair of its entities. Where a sentence
+states how two of them relate ("X 由 Y 生产", "X uses Y": ``engines.graph_relations``), the pair's
+relation in that passage is typed and directed instead, its weight the co-occurrence's plus
+``STATED_WEIGHT`` per statement; co-occurrence stays the fallback.
+
+A curator's edits of a KB's graph (``Curation``: merged and renamed names, new labels, deleted
+entities) are applied by the extraction itself, so they hold through every re-ingestion and rebuild.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.analysis import (
     OUT_OF_DICTIONARY,
@@ -33,15 +39,19 @@ from engines.analysis import (
     part_of_speech,
 )
 from engines.base import Entity, Extraction, Relations
+from engines.graph_relations import Span, stated_relations
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
 # 2: dictionary tags instead of jieba's POS tagger, function words no part of a Latin name.
 # 3: a mention is related to the next RELATION_NEIGHBOURS entities only (was: every one in the window).
-EXTRACTOR_VERSION = "3"
+# 5: typed, directed relations where a sentence states them (engines.graph_relations); 4 was tried and not
+# shipped (docs/benchmarks/decisions.md, "Extractor 4 (not shipped)").
+EXTRACTOR_VERSION = "5"
 
 RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
 RELATION_NEIGHBOURS = 4  # ... and a mention relates to the mentions of the next few other entities only
+STATED_WEIGHT = 1.0  # what a statement of a typed relation adds to its pair's weight in the passage
 MAX_ENTITIES_PER_PASSAGE = 24  # the most frequent; bounds the relations a passage adds (n^2)
 KEY_PHRASES_PER_PASSAGE = 3
 MAX_PHRASE_WORDS = 3
@@ -82,6 +92,25 @@ def _han_kind(word: str, flag: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Curation:
+    """A curator's edits of one KB's graph, by normalized entity name: ``renamed`` maps a name to the
+    name it now goes by (a merge into another entity, or a rename), ``labels`` gives a name the label
+    it is shown with, ``deleted`` names no entity may have. Chains resolve (a merged into b, b renamed
+    c: a is c); a name deleted after its renames is deleted."""
+
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    deleted: frozenset[str] = frozenset()
+
+    def resolve(self, name: str) -> str:
+        seen = {name}
+        while (next_name := self.renamed.get(name)) is not None and next_name not in seen:
+            seen.add(next_name)
+            name = next_name
+        return name
+
+
+@dataclass(frozen=True)
 class _Mention:
     name: str
     label: str
@@ -91,24 +120,33 @@ class _Mention:
 
 class EntityExtractor:
     """Extraction with one tenant's analyzer (its protected terms) and aliases (alias -> canonical name,
-    both normalized)."""
+    both normalized), and a KB's ``curation``."""
 
-    def __init__(self, analyzer: Analyzer, aliases: Mapping[str, str] | None = None):
+    def __init__(self, analyzer: Analyzer, aliases: Mapping[str, str] | None = None, curation: Curation | None = None):
         self.analyzer = analyzer
-        self.aliases = dict(aliases or {})
+        self.curation = curation or Curation()
+        resolve = self.curation.resolve
+        self.aliases = {alias: resolve(name) for alias, name in (aliases or {}).items()}
+        self.aliases.update((name, resolve(name)) for name in self.curation.renamed if name not in self.aliases)
         self._stopwords = analyzer.stopwords
 
     def extract(self, text: str) -> Extraction:
-        mentions = self._mentions(text)
+        folded, tagged, mentions = self._mentions(text)
+        if self.curation.deleted:
+            mentions = [mention for mention in mentions if mention.name not in self.curation.deleted]
         counts = Counter(mention.name for mention in mentions)
         kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
         first: dict[str, _Mention] = {}
         for mention in mentions:
             if mention.name in kept:
                 first.setdefault(mention.name, mention)
-        entities = tuple(Entity(name, m.label, m.kind, counts[name]) for name, m in first.items())
+        labels = self.curation.labels
+        entities = tuple(Entity(name, labels.get(name, m.label), m.kind, counts[name]) for name, m in first.items())
         index = {name: position for position, name in enumerate(first)}
-        return Extraction(entities, _relations([(index[m.name], m.position) for m in mentions if m.name in index]))
+        kept_mentions = [m for m in mentions if m.name in index]
+        spans = [Span(index[m.name], m.position, m.position + len(m.label), m.kind) for m in kept_mentions]
+        stated = stated_relations(folded, spans, {offset: (word, tag) for offset, word, tag in tagged})
+        return Extraction(entities, _relations([(index[m.name], m.position) for m in kept_mentions], stated))
 
     def query_names(self, text: str) -> list[str]:
         """Names an entity of the query may have: its extracted entities, then its word n-grams (Latin
@@ -145,14 +183,16 @@ class EntityExtractor:
     def _resolve(self, name: str) -> str:
         return self.aliases.get(name, name)
 
-    def _mentions(self, text: str) -> list[_Mention]:
+    def _mentions(self, text: str) -> tuple[str, list[tuple[int, str, str]], list[_Mention]]:
+        """The normalized text, its Han words (offset, word, tag) and its mentions in text order."""
         text = unicodedata.normalize("NFKC", text)
         folded = normalize(text)
-        mentions = [*self._protected(folded), *self._han(folded), *self._codes(text), *self._names(text)]
+        tagged = _tagged(folded)
+        mentions = [*self._protected(folded), *self._han(tagged), *self._codes(text), *self._names(text)]
         mentions += self._key_phrases(folded)
         # a protected code is also a compound, a protected dish also a jieba word: one mention each
         unique = {(mention.name, mention.position): mention for mention in reversed(mentions)}
-        return sorted(unique.values(), key=lambda mention: mention.position)
+        return folded, tagged, sorted(unique.values(), key=lambda mention: mention.position)
 
     def _mention(self, label: str, kind: str, position: int) -> _Mention:
         return _Mention(self._resolve(normalize(label)), label, kind, position)
@@ -165,15 +205,12 @@ class EntityExtractor:
             found.append(_Mention(self._resolve(term), term, "term", position))
         return found
 
-    def _han(self, folded: str) -> list[_Mention]:
+    def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
         found = []
-        for run in han_runs(folded):
-            offset = run.start()
-            for word, flag in part_of_speech(run.group()):
-                kind = _han_kind(word, flag)
-                if kind and len(word) >= 2 and word not in self._stopwords:
-                    found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
-                offset += len(word)
+        for offset, word, flag in tagged:
+            kind = _han_kind(word, flag)
+            if kind and len(word) >= 2 and word not in self._stopwords:
+                found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
         return found
 
     def _codes(self, text: str) -> list[_Mention]:
@@ -242,17 +279,25 @@ class EntityExtractor:
         words: list[tuple[int, str, bool]] = [
             (match.start(), match.group(), False) for match in latin_compounds(folded)
         ]
-        for run in han_runs(folded):
-            offset = run.start()
-            for word, _ in part_of_speech(run.group()):
-                words.append((offset, word, True))
-                offset += len(word)
+        words += [(offset, word, True) for offset, word, _ in _tagged(folded)]
         return [(word, han) for _, word, han in sorted(words)]
 
 
-def _relations(mentions: list[tuple[int, int]]) -> Relations:
-    """The co-occurrence relations of a passage's mentions, given as (entity index, position) in text
-    order: entity indices, not names, and columns, not an object per relation."""
+def _tagged(folded: str) -> list[tuple[int, str, str]]:
+    """(offset, word, tag) of the jieba words of the text's Han runs, in order."""
+    found = []
+    for run in han_runs(folded):
+        offset = run.start()
+        for word, tag in part_of_speech(run.group()):
+            found.append((offset, word, tag))
+            offset += len(word)
+    return found
+
+
+def _relations(mentions: list[tuple[int, int]], stated: list[tuple[int, str, int]]) -> Relations:
+    """The relations of a passage's mentions, given as (entity index, position) in text order: a pair a
+    sentence ``stated`` (head, kind, tail) relates is typed and directed, the other pairs co-occur (the
+    lower index first). Entity indices, not names, and columns, not an object per relation."""
     weights: dict[tuple[int, int], float] = {}
     for at, (left, position) in enumerate(mentions):
         neighbours: set[int] = set()
@@ -268,7 +313,13 @@ def _relations(mentions: list[tuple[int, int]]) -> Relations:
                 neighbours.add(right)
             pair = (left, right) if left < right else (right, left)
             weights[pair] = weights.get(pair, 0.0) + (1 - distance / RELATION_WINDOW)
+    typed: dict[tuple[int, int, str], float] = {}
+    for head, kind, tail in stated:
+        pair = (head, tail) if head < tail else (tail, head)
+        typed[head, tail, kind] = typed.get((head, tail, kind), 0.0) + weights.pop(pair, 0.0) + STATED_WEIGHT
+    rows = [(source, target, weight, "") for (source, target), weight in weights.items()]
+    rows += [(head, tail, weight, kind) for (head, tail, kind), weight in typed.items()]
     return Relations(
-        tuple(source for source, _ in weights), tuple(target for _, target in weights),
-        tuple(round(weight, 4) for weight in weights.values()),
+        tuple(row[0] for row in rows), tuple(row[1] for row in rows), tuple(round(row[2], 4) for row in rows),
+        tuple(row[3] for row in rows) if typed else (),
     )  # fmt: skip

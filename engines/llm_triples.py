@@ -136,20 +136,20 @@ def _strip_fence(content: str) -> str:
 
 
 def with_triples(extractor: EntityExtractor, extraction: Extraction, triples: list[Triple]) -> Extraction:
-    """The passage's extraction with its relations typed by ``triples`` (their subjects and objects
-    become entities too, normalized and resolved like the others); without triples, as it was."""
+    """The passage's extraction with its relations typed by ``triples``, directed subject to object
+    (their subjects and objects become entities too, normalized and resolved like the others); without
+    triples, as it was."""
     if not triples:
         return extraction
     entities = {entity.name: entity for entity in extraction.entities}
     weights: dict[tuple[str, str, str], float] = {}
     for triple in triples:
         subject, obj = extractor.entity_name(triple.subject), extractor.entity_name(triple.object)
-        if not subject or not obj or subject == obj:
+        if not subject or not obj or subject == obj or {subject, obj} & extractor.curation.deleted:
             continue
         for name, label in ((subject, triple.subject), (obj, triple.object)):
             entities.setdefault(name, Entity(name, label, "triple", 1))
-        source, target = sorted((subject, obj))
-        weights[source, target, triple.relation] = weights.get((source, target, triple.relation), 0.0) + 1.0
+        weights[subject, obj, triple.relation] = weights.get((subject, obj, triple.relation), 0.0) + 1.0
     if not weights:
         return extraction
     relations = ((source, target, weight, kind) for (source, target, kind), weight in weights.items())

@@ -1,7 +1,8 @@
 """The entity graph in Neo4j, through neomodel (``NEO4J_URL``, e.g. ``neo4j://user:password@host:7687``).
 
 ``(:GraphEntity)-[:MENTIONED_IN {count}]->(:GraphPassage)`` and ``(:GraphEntity)-[:RELATED {chunk_id,
-weight, kind}]->(:GraphEntity)`` (one edge per passage and direction), ``(:GraphCommunity {level, number,
+weight, kind, forward}]->(:GraphEntity)`` (one edge per passage and direction; ``forward`` false on the
+one from a typed relation's tail to its head), ``(:GraphCommunity {level, number,
 ...})`` holding its members' ids and summary as properties, the tenant and KB version on every
 node and edge and in every query. Entity ids are a hash of (tenant, version, name), so both backends
 hand out plain integers. Walks expand one hop per query (the ``fanout`` strongest relations of each
@@ -148,7 +149,7 @@ class Neo4jGraphStore(GraphStore):
         """One query per hop (the strongest relations of the ``frontier`` best-scored entities the hop
         before reached), then the scores in Python and one query for the passages."""
         nodes = {node.entity_id: node for node in self.entities(scope, seed_ids)}
-        walks = [_Walk(seed, 0, 1.0, (seed,), ()) for seed in sorted(nodes)]
+        walks = [_Walk(seed, 0, 1.0, (seed,), (), ()) for seed in sorted(nodes)]
         frontier = walks
         for hop in range(1, walk.hops + 1):
             path_strength: dict[int, float] = {}  # a frontier entity's strongest path's
@@ -161,16 +162,17 @@ class Neo4jGraphStore(GraphStore):
             }
             sources = sorted(sorted(scored, key=lambda entity: (-scored[entity], entity))[: walk.frontier])
             fanout = walk.fanout if hop == 1 else walk.deep_fanout
-            edges: dict[int, list[tuple[int, float, str]]] = {}
+            edges: dict[int, list[tuple[int, float, str, bool]]] = {}
             strongest = self._run(_STRONGEST, {**_params(scope), "ids": sources, "fanout": fanout})
-            for source, target, weight, kind in strongest:
-                edges.setdefault(source, []).append((target, weight, kind))
+            for source, target, weight, kind, forward in strongest:
+                edges.setdefault(source, []).append((target, weight, kind, bool(kind) and not forward))
             frontier = [
-                _Walk(target, hop, w.strength * weight / (weight + 1), (*w.path, target), (*w.relations, kind))
+                _Walk(target, hop, w.strength * weight / (weight + 1), (*w.path, target), (*w.relations, kind),
+                      (*w.reversed, reversed_))
                 for w in frontier
-                for target, weight, kind in edges.get(w.entity_id, [])
+                for target, weight, kind, reversed_ in edges.get(w.entity_id, [])
                 if target not in w.path
-            ]
+            ]  # fmt: skip
             unknown = sorted({w.entity_id for w in frontier} - set(nodes))
             nodes.update((node.entity_id, node) for node in self.entities(scope, unknown))
             walks += frontier
@@ -192,7 +194,7 @@ class Neo4jGraphStore(GraphStore):
             ReachedEntity(
                 nodes[entity], best[entity].hops, best[entity].strength, scores[entity], best[entity].path,
                 tuple(nodes[i].label for i in best[entity].path), best[entity].relations,
-                tuple(mentioning.get(entity, ())),
+                tuple(mentioning.get(entity, ())), best[entity].reversed,
             )
             for entity in chosen
         ]  # fmt: skip
@@ -248,6 +250,7 @@ class _Walk(NamedTuple):
     strength: float
     path: tuple[int, ...]
     relations: tuple[str, ...]
+    reversed: tuple[bool, ...]
 
 
 def _params(scope: GraphScope) -> dict[str, Any]:
@@ -279,8 +282,10 @@ _ADD_RELATIONS = """
 UNWIND $relations AS r
 MATCH (a:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.source})
 MATCH (b:GraphEntity {tenant_id: $tenant, version_id: $version, name: r.target})
-CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(b)
-CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind}]->(a)
+CREATE (a)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind,
+                      forward: true}]->(b)
+CREATE (b)-[:RELATED {tenant_id: $tenant, version_id: $version, chunk_id: r.chunk_id, weight: r.weight, kind: r.kind,
+                      forward: false}]->(a)
 """
 _RECOUNT = """
 MATCH (n:GraphEntity {tenant_id: $tenant, version_id: $version}) WHERE n.entity_id IN $ids
@@ -298,12 +303,13 @@ RETURN n.entity_id, n.version_id, n.name, n.label, n.kind, n.chunk_count ORDER B
 _STRONGEST = """
 MATCH (s:GraphEntity {tenant_id: $tenant})-[r:RELATED {tenant_id: $tenant}]->(t:GraphEntity {tenant_id: $tenant})
 WHERE s.entity_id IN $ids AND s.version_id IN $versions AND r.version_id IN $versions
-WITH s.entity_id AS source, t.entity_id AS target, r ORDER BY r.kind = '', r.weight DESC, r.kind
-WITH source, target, sum(r.weight) AS weight, collect(r.kind)[0] AS kind
+WITH s.entity_id AS source, t.entity_id AS target, r, coalesce(r.forward, true) AS forward
+ORDER BY r.kind = '', r.weight DESC, r.kind, forward DESC
+WITH source, target, sum(r.weight) AS weight, collect(r.kind)[0] AS kind, collect(forward)[0] AS forward
 ORDER BY source, weight DESC, target
-WITH source, collect([target, weight, kind])[..$fanout] AS strongest
+WITH source, collect([target, weight, kind, forward])[..$fanout] AS strongest
 UNWIND strongest AS edge
-RETURN source, edge[0], edge[1], edge[2]
+RETURN source, edge[0], edge[1], edge[2], edge[3]
 """
 _MENTIONS = """
 UNWIND $ids AS id

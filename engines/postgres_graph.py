@@ -4,7 +4,8 @@ Tables (``knowledge.models`` defines them): communities (``level, number, parent
 chunk id arrays, summary, analyzed summary, embedding), entities (``id, tenant_id, kb_version_id, name, label,
 kind, chunk_count``, unique per version and name), mentions (``tenant_id, kb_version_id, entity_id,
 chunk_id, count``), edges (``tenant_id, kb_version_id, source_id, target_id, kind, weight, passages``: one
-row per entity pair, source id < target id, and kind, its weight summed over the passages relating them)
+row per entity pair and kind, its weight summed over the passages relating them; co-occurrence (kind
+"") with source id < target id, a typed relation from its head to its tail)
 and passage relations (``chunk_id, tenant_id, kb_version_id`` and parallel arrays ``source_ids,
 target_ids, weights, kinds``: what one passage added to the edges). Mentions belong to a passage and a
 passage's relations are subtracted from the edges when it goes, so replacing a document's passages
@@ -105,10 +106,10 @@ class PostgresGraphStore(GraphStore):
         return [
             ReachedEntity(
                 GraphNode(entity, version, name, label, kind, chunk_count), hops, float(strength), float(score),
-                tuple(path), tuple(labels), tuple(relations), tuple(zip(chunks, counts, strict=True)),
+                tuple(path), tuple(labels), tuple(relations), tuple(zip(chunks, counts, strict=True)), tuple(reversed_),
             )
             for (entity, version, name, label, kind, chunk_count, hops, strength, score, path, labels, relations,
-                 chunks, counts) in self._fetch(_reach(walk.hops), params)
+                 chunks, counts, reversed_) in self._fetch(_reach(walk.hops), params)
         ]  # fmt: skip
 
     def chunk_total(self, scope: GraphScope) -> int:
@@ -151,8 +152,9 @@ class PostgresGraphStore(GraphStore):
         return [row[0] for row in cursor.fetchall()]
 
     def _add(self, cursor: CursorWrapper, tenant_id: int, version_id: int, graphs: dict[int, Extraction]) -> list[int]:
-        """Upsert the entities by name, insert the mentions, then one statement: each relation (one
-        direction: source id < target id) to its passage's row and, summed over the batch, to its edge."""
+        """Upsert the entities by name, insert the mentions, then one statement: each relation (a
+        co-occurrence with source id < target id, a typed one head to tail) to its passage's row and,
+        summed over the batch, to its edge."""
         labels: dict[str, tuple[str, str]] = {}
         for extraction in graphs.values():
             for entity in extraction.entities:
@@ -183,13 +185,15 @@ class PostgresGraphStore(GraphStore):
             sources = entity_ids.take(_column(extraction.relations.sources for extraction in extractions) + offsets)
             targets = entity_ids.take(_column(extraction.relations.targets for extraction in extractions) + offsets)
             kinds = {"": 1}  # kind -> its 1-based index in the statement's array of kinds
+            kind_indices = _column(tuple(_kind_indices(extraction.relations, kinds)) for extraction in extractions)
+            undirected = kind_indices == kinds[""]
             columns: tuple[_Numbers, ...] = (
                 np.repeat(list(graphs), relation_counts),
-                np.minimum(sources, targets),
-                np.maximum(sources, targets),
+                np.where(undirected, np.minimum(sources, targets), sources),
+                np.where(undirected, np.maximum(sources, targets), targets),
                 chain.from_iterable(extraction.relations.weights for extraction in extractions),
-                chain.from_iterable(_kind_indices(extraction.relations, kinds) for extraction in extractions),
-            )  # an edge's ends as stored: source id < target id
+                kind_indices,
+            )  # an edge's ends as stored: a co-occurrence's source id < target id, a typed one's head first
             self._execute(cursor, _ADD_RELATIONS, [
                 *map(_number_array, columns), list(kinds), tenant_id, version_id, tenant_id, version_id
             ])  # fmt: skip
@@ -281,11 +285,12 @@ _SCOPED = "tenant_id = %(tenant)s AND kb_version_id = ANY(%(versions)s)"
 # entity's score there: its strongest path's strength x ln(1 + N / chunk_count), as ``entity_score`` without
 # the hop decay, the same for all of them), each once however many paths reach it. A step follows an
 # entity's strongest neighbours: the heaviest edges on either side of the pair (an index each; a pair's
-# kinds are summed, so a pair with several kinds is cut by its heaviest kind's edge). Every simple path
-# is kept, the strongest wins.
+# kinds are summed, so a pair with several kinds is cut by its heaviest kind's edge; the step names that
+# kind, and whether it went from a typed relation's tail to its head). Every simple path is kept, the
+# strongest wins.
 _HOP = """
 e{n} AS (
-    SELECT source.id AS source_id, step.target_id, step.weight, step.kind
+    SELECT source.id AS source_id, step.target_id, step.weight, step.kind, step.reversed
     FROM (SELECT id FROM (
               SELECT DISTINCT ON (w.entity_id) w.entity_id AS id,
                      w.strength * ln(1 + greatest(%(passages)s, 1)::float8 / greatest(e.chunk_count, 1)) AS score
@@ -293,24 +298,27 @@ e{n} AS (
               WHERE e.chunk_count <= %(hub)s ORDER BY w.entity_id, w.strength DESC
           ) AS reached ORDER BY score DESC, id LIMIT %(frontier)s) AS source
     CROSS JOIN LATERAL (
-        SELECT target_id, sum(weight) AS weight, (array_agg(kind ORDER BY kind = '', weight DESC, kind))[1] AS kind
-        FROM ((SELECT target_id, weight, kind FROM {{edges}} WHERE source_id = source.id AND {scoped}
-               ORDER BY weight DESC LIMIT %({fanout})s)
+        SELECT target_id, sum(weight) AS weight,
+               (array_agg(kind ORDER BY kind = '', weight DESC, kind, backward))[1] AS kind,
+               (array_agg(backward AND kind <> '' ORDER BY kind = '', weight DESC, kind, backward))[1] AS reversed
+        FROM ((SELECT target_id, weight, kind, false AS backward FROM {{edges}} WHERE source_id = source.id
+               AND {scoped} ORDER BY weight DESC LIMIT %({fanout})s)
               UNION ALL
-              (SELECT source_id, weight, kind FROM {{edges}} WHERE target_id = source.id AND {scoped}
+              (SELECT source_id, weight, kind, true FROM {{edges}} WHERE target_id = source.id AND {scoped}
                ORDER BY weight DESC LIMIT %({fanout})s)) AS side
         GROUP BY target_id ORDER BY sum(weight) DESC, target_id LIMIT %({fanout})s
     ) AS step
 ),
 w{n} AS (
     SELECT e.target_id AS entity_id, {n} AS hops, w.strength * e.weight / (e.weight + 1) AS strength,
-           w.path || e.target_id AS path, w.relations || e.kind AS relations
+           w.path || e.target_id AS path, w.relations || e.kind AS relations, w.reversed || e.reversed AS reversed
     FROM w{previous} AS w JOIN e{n} AS e ON e.source_id = w.entity_id
     WHERE e.target_id <> ALL(w.path)
 ),"""
 _REACH = """
 WITH w0 AS (
-    SELECT id AS entity_id, 0 AS hops, 1.0::float8 AS strength, ARRAY[id] AS path, ARRAY[]::text[] AS relations
+    SELECT id AS entity_id, 0 AS hops, 1.0::float8 AS strength, ARRAY[id] AS path, ARRAY[]::text[] AS relations,
+           ARRAY[]::boolean[] AS reversed
     FROM {{entities}} WHERE {scoped} AND id = ANY(%(seeds)s)
 ),{hops}
 best AS (
@@ -326,7 +334,7 @@ scored AS (
 SELECT s.entity_id, s.kb_version_id, s.name, s.label, s.kind, s.chunk_count, s.hops, s.strength, s.score, s.path,
        ARRAY(SELECT l.label FROM unnest(s.path) WITH ORDINALITY AS p(id, i) JOIN {{entities}} AS l ON l.id = p.id
              ORDER BY p.i) AS labels,
-       s.relations, coalesce(m.chunks, '{{{{}}}}'), coalesce(m.counts, '{{{{}}}}')
+       s.relations, coalesce(m.chunks, '{{{{}}}}'), coalesce(m.counts, '{{{{}}}}'), s.reversed
 FROM scored AS s CROSS JOIN LATERAL (
     SELECT array_agg(chunk_id ORDER BY count DESC, chunk_id) AS chunks, array_agg(count ORDER BY count DESC, chunk_id)
         AS counts
@@ -421,11 +429,11 @@ _DROP_UNMENTIONED = sql.SQL(
 _DROP_EDGES = sql.SQL("DELETE FROM {edges} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _DROP_PASSAGE_RELATIONS = sql.SQL("DELETE FROM {passage_relations} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
 _DROP_COMMUNITIES = sql.SQL("DELETE FROM {communities} WHERE tenant_id = %s AND kb_version_id = ANY(%s)")
-# an edge per pair and kind: the kinds summed
+# an edge per pair (lower id first): its kinds and directions summed
 _EDGES = sql.SQL(
     """
-    SELECT source_id, target_id, sum(weight) FROM {edges} WHERE tenant_id = %s AND kb_version_id = %s
-    GROUP BY source_id, target_id ORDER BY source_id, target_id
+    SELECT least(source_id, target_id) AS a, greatest(source_id, target_id) AS b, sum(weight)
+    FROM {edges} WHERE tenant_id = %s AND kb_version_id = %s GROUP BY a, b ORDER BY a, b
     """
 )
 _INSERT_COMMUNITY = sql.SQL(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from itertools import islice
 
-from django.db.models import F
+from django.db import transaction
+from django.db.models import F, QuerySet
 
 from knowledge.errors import VersionConflict
 from knowledge.models import Chunk, KnowledgeBaseVersion, current_graph_extractor
@@ -28,15 +29,33 @@ def rebuild_graph(version: KnowledgeBaseVersion) -> int:
             "GRAPH_LLM_TRIPLES is on: typed relations come from the LLM at ingestion; build a new version instead"
         )
     tenant_id = version.knowledge_base.tenant_id
-    extractor = entity_extractor_for_tenant(tenant_id)
-    rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).order_by("id").values_list("id", "content")
-    chunks = rows.iterator(chunk_size=2000)
-    count = 0
-    while batch := list(islice(chunks, GRAPH_REBUILD_BATCH)):
-        graphs = {chunk_id: extractor.extract(content) for chunk_id, content in batch}
-        graph_store().replace_chunks(tenant_id, version.pk, list(graphs), graphs)
-        count += len(graphs)
+    count = _reextract(version, Chunk.objects.filter(kb_version=version, tenant_id=tenant_id))
     KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
         graph_extractor=current_graph_extractor(), revision=F("revision") + 1
     )
+    return count
+
+
+def reextract_chunks(version: KnowledgeBaseVersion, chunk_ids: list[int]) -> int:
+    """Re-extract the graph of these chunks of a version (a curator's edit: ``knowledge.graph_curation``)
+    in one transaction. Their graph is forgotten first, then written anew, so an entity only they
+    mentioned is written again with its curated label."""
+    tenant_id = version.knowledge_base.tenant_id
+    with transaction.atomic():
+        graph_store().replace_chunks(tenant_id, version.pk, chunk_ids, {})
+        return _reextract(version, Chunk.objects.filter(kb_version=version, tenant_id=tenant_id, pk__in=chunk_ids),
+                          replace=False)  # fmt: skip
+
+
+def _reextract(version: KnowledgeBaseVersion, chunks: QuerySet[Chunk], *, replace: bool = True) -> int:
+    """Extract ``chunks`` with the KB's extractor (its tenant's vocabulary, its curator's rules) and write
+    their graph, ``GRAPH_REBUILD_BATCH`` per transaction (``replace``: forgetting what they held)."""
+    tenant_id = version.knowledge_base.tenant_id
+    extractor = entity_extractor_for_tenant(tenant_id, version.knowledge_base_id)
+    rows = chunks.order_by("id").values_list("id", "content").iterator(chunk_size=2000)
+    count = 0
+    while batch := list(islice(rows, GRAPH_REBUILD_BATCH)):
+        graphs = {chunk_id: extractor.extract(content) for chunk_id, content in batch}
+        graph_store().replace_chunks(tenant_id, version.pk, list(graphs) if replace else [], graphs)
+        count += len(graphs)
     return count

@@ -437,7 +437,8 @@ class GraphMention(models.Model):
 
 class GraphEdge(models.Model):
     """Two entities' relation of one kind in a KB version, summed over the passages that relate them:
-    one row per entity pair (``source`` id < ``target`` id) and kind, so a walk reads one row per
+    one row per entity pair and kind (co-occurrence: ``source`` id < ``target`` id; a typed relation
+    from its head to its tail, "X made_by Y"), so a walk reads one row per
     neighbour, the strongest first through an index on either end. ``passages``: the passage relations
     it sums; the row goes with the last of them (``GraphPassageRelations`` says what each passage added).
 
@@ -453,7 +454,11 @@ class GraphEdge(models.Model):
     source = _unchecked_key(GraphEntity)
     target = _unchecked_key(GraphEntity)
     kind = models.CharField(
-        max_length=64, blank=True, default="", help_text="Empty: co-occurrence; else the relation an LLM named."
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="Empty: co-occurrence (source id < target id); else the relation a sentence states or an LLM named, "
+        "directed from source to target.",
     )
     weight = models.FloatField(help_text="The sum of its passages' weights.")
     passages = models.PositiveIntegerField(help_text="Passage relations summed in it.")
@@ -470,7 +475,7 @@ class GraphEdge(models.Model):
 
 
 class GraphPassageRelations(models.Model):
-    """The relations one passage added to its version's edges (parallel arrays, source id < target id):
+    """The relations one passage added to its version's edges (parallel arrays, ends as in ``GraphEdge``):
     read back only to subtract them when the passage goes (re-ingestion, deletion, graph rebuild)."""
 
     chunk = models.OneToOneField(Chunk, on_delete=models.CASCADE, primary_key=True, related_name="+")
@@ -486,6 +491,34 @@ class GraphPassageRelations(models.Model):
 
     def __str__(self) -> str:
         return f"relations of chunk {self.chunk_id}"
+
+
+class GraphEntityRule(models.Model):
+    """A curator's edit of a knowledge base's graph, kept as a rule: every extraction of the KB's
+    passages (ingestion, a new version's build, ``rebuild_graph``) applies it, so the edit holds through
+    re-ingestion (``knowledge.graph_curation`` writes them; ``selectors.graph_curation`` reads them)."""
+
+    class Action(models.TextChoices):
+        MERGE = "merge", "merge into another entity"
+        RENAME = "rename", "rename"
+        DELETE = "delete", "delete"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="graph_rules")
+    name = models.CharField(max_length=200, help_text="The normalized entity name it applies to.")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    target = models.CharField(
+        max_length=200, blank=True, help_text="merge: the name of the entity it goes into; rename: its new name."
+    )
+    label = models.CharField(max_length=200, blank=True, help_text="rename: the label the entity is shown with.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["knowledge_base", "name"], name="unique_graph_rule_per_kb")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.name}" + (f" -> {self.target}" if self.target else "")
 
 
 class GraphCommunity(models.Model):

@@ -12,7 +12,7 @@ from celery.result import AsyncResult
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
 
 from core.cost import tenant_costs
 from core.usage import query_counts
@@ -24,6 +24,7 @@ from knowledge.models import (
     GraphCommunity,
     GraphEdge,
     GraphEntity,
+    GraphEntityRule,
     GraphMention,
     KnowledgeBase,
     KnowledgeBaseVersion,
@@ -38,7 +39,7 @@ from tenants.models import Tenant
 
 if TYPE_CHECKING:
     from engines.analysis import Analyzer
-    from engines.graph_extraction import EntityExtractor
+    from engines.graph_extraction import Curation, EntityExtractor
     from engines.llm_triples import TripleExtractor
 
 
@@ -292,9 +293,10 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def entity_extractor_for_tenant(tenant_id: int) -> EntityExtractor:
+def entity_extractor_for_tenant(tenant_id: int, knowledge_base_id: int | None = None) -> EntityExtractor:
     """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
-    named by its first term (the others are its aliases)."""
+    named by its first term (the others are its aliases). For a knowledge base's passages, with its
+    curator's rules (``graph_curation``)."""
     from engines.analysis import normalize
     from engines.graph_extraction import EntityExtractor
 
@@ -304,7 +306,36 @@ def entity_extractor_for_tenant(tenant_id: int) -> EntityExtractor:
         names = [normalize(term) for term in terms]
         for alias in names[1:]:
             aliases.setdefault(alias, names[0])
-    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases)
+    curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
+    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation)
+
+
+def graph_curation(knowledge_base_ids: Iterable[int]) -> Curation:
+    """The curator's edits of these knowledge bases' graphs (``GraphEntityRule``) as the extraction
+    applies them (one query)."""
+    return _curation(GraphEntityRule.objects.filter(knowledge_base_id__in=list(knowledge_base_ids)))
+
+
+def graph_curation_of_versions(version_ids: Iterable[int]) -> Curation:
+    """``graph_curation`` of the knowledge bases of these versions (a search's scope; one query)."""
+    return _curation(GraphEntityRule.objects.filter(knowledge_base__versions__in=list(version_ids)).distinct())
+
+
+def _curation(rules: QuerySet[GraphEntityRule]) -> Curation:
+    from engines.graph_extraction import Curation
+
+    renamed: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    deleted: set[str] = set()
+    for name, action, target, label in rules.order_by("id").values_list("name", "action", "target", "label"):
+        if action == GraphEntityRule.Action.DELETE:
+            deleted.add(name)
+            continue
+        if target != name:
+            renamed.setdefault(name, target)
+        if action == GraphEntityRule.Action.RENAME and label:
+            labels.setdefault(target, label)
+    return Curation(renamed, labels, frozenset(deleted))
 
 
 def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
@@ -429,22 +460,38 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
 
 
 def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
-    """An entity's strongest neighbours in its own tenant and version: label, summed weight, passages
-    relating them and the relation kinds an LLM named ("" is co-occurrence). An edge is stored once per
-    pair, so the entity is either end."""
+    """An entity's strongest neighbours in its own tenant and version: label, kind, summed weight, passages
+    relating them and the typed relations, each read from the entity to the neighbour ("made_by", or
+    "makes" when the neighbour is made by it; co-occurrence is left out). An edge is stored once per
+    pair and kind, so the entity is either end."""
+    from engines.graph_relations import relation_name
+
     edges = GraphEdge.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id).filter(
         Q(source=entity) | Q(target=entity)
     )
     rows = list(
-        edges.annotate(neighbour=Case(When(source=entity, then=F("target_id")), default=F("source_id")))
+        edges.annotate(
+            neighbour=Case(When(source=entity, then=F("target_id")), default=F("source_id")),
+            backward=Case(When(source=entity, then=Value(False)), default=Value(True)),
+        )
         .values("neighbour")
-        .annotate(weight=Sum("weight"), passages=Sum("passages"), kinds=ArrayAgg("kind", distinct=True))
+        .annotate(
+            weight=Sum("weight"), passages=Sum("passages"),
+            kinds=ArrayAgg("kind", ordering=("kind", "backward")),
+            backwards=ArrayAgg("backward", ordering=("kind", "backward")),
+        )
         .order_by("-weight", "neighbour")[:limit]
-    )
-    labels = dict(GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label"))
+    )  # fmt: skip
+    found = GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label", "kind")
+    labels = {pk: (label, kind) for pk, label, kind in found}
     return [
-        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]], "weight": row["weight"],
-         "passages": row["passages"], "kinds": [kind for kind in row["kinds"] if kind]}
+        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]][0], "kind": labels[row["neighbour"]][1],
+         "weight": row["weight"],
+         "passages": row["passages"],
+         "kinds": list(dict.fromkeys(
+             relation_name(kind, reversed_=backward) for kind, backward in zip(row["kinds"], row["backwards"],
+                                                                               strict=True) if kind
+         ))}
         for row in rows
     ]  # fmt: skip
 

@@ -158,4 +158,6 @@ def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> d
     return {"version": version.number, "status": version.status, "error": version.error, "progress": done}
 
 
-register(ingest_documents, build_version, sync_source, purge_documents)  # queued by name (knowledge.queue)
+register(
+    ingest_documents, build_version, sync_source, purge_documents, detect_communities
+)  # queued by name (knowledge.queue)

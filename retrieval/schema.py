@@ -77,7 +77,7 @@ GRAPH_CONTRIBUTION = {
     "score": 1.27,
     "query": "Which battery pack does the PPR-9087 use?",
     "entities": ["Battery Pack", "PPR-9087"],
-    "path": ["PPR-9087", "co_occurs", "锂电池"],
+    "path": ["PPR-9087", "uses", "锂电池"],
     "hops": 1,
 }
 GRAPH_HIT_EXAMPLE = {

@@ -280,8 +280,9 @@ class ContributionOutput(serializers.Serializer):
         child=serializers.CharField(),
         required=False,
         help_text="graph only: from a query entity to one this passage mentions, entities and the relation between "
-        "each two: [entity, relation, entity, ...]; a relation is its kind (typed by the LLM, e.g. made_by) or "
-        "co_occurs",
+        "each two: [entity, relation, entity, ...]; a relation is its kind, read in the direction walked (stated by a "
+        "sentence or typed by the LLM: made_by, and makes from the maker's side; supplied_by/supplies, uses/used_by, "
+        "applies_to/covered_by, part_of/has_part) or co_occurs",
     )
     hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
 

@@ -125,7 +125,7 @@ class Ingester:
         self._embedding: tuple[list[_PendingDocument], Future, Future] | None = None
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
-        self.extractor = entity_extractor_for_tenant(kb.tenant_id)
+        self.extractor = entity_extractor_for_tenant(kb.tenant_id, kb.pk)
         self.triples = triple_extractor()  # None unless GRAPH_LLM_TRIPLES and LLM_URL are set
 
     @property

@@ -21,10 +21,11 @@ from django.conf import settings
 
 from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity
 from engines.graph_extraction import EXTRACTOR_VERSION
-from knowledge.selectors import entity_extractor_for_tenant, graphs_of_other_extractors
+from engines.graph_relations import relation_name
+from knowledge.selectors import entity_extractor_for_tenant, graph_curation_of_versions, graphs_of_other_extractors
 from knowledge.stores import graph_store
 
-CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (no LLM kind)
+CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (untyped)
 PASSAGE_COUNT_TTL_S = 60.0
 
 
@@ -45,7 +46,9 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
         f"{EXTRACTOR_VERSION}: run `manage.py rebuild_graph` so its entities match the query's"
         for version_id, built_by in graphs_of_other_extractors(version_ids).items()
     ]
-    seeds = store.find_entities(scope, extractor.query_names(query))
+    names = extractor.query_names(query)
+    curated = graph_curation_of_versions(version_ids)  # a name a curator merged or renamed finds its entity
+    seeds = store.find_entities(scope, list(dict.fromkeys([*names, *map(curated.resolve, names)])))
     if settings.GRAPH_FUZZY_SIMILARITY > 0:
         unresolved = extractor.fuzzy_candidates(query, {seed.name for seed in seeds})
         known = {seed.entity_id for seed in seeds}
@@ -84,8 +87,10 @@ def _passages_in(store: GraphStore, scope: GraphScope) -> int:
 
 
 def _path(reached: ReachedEntity) -> list[str]:
-    """The path as the API shows it: entity labels with each relation's kind between them."""
+    """The path as the API shows it: entity labels with each relation's kind between them, a typed one
+    read in the walk's direction ("PPR-9087 made_by 锁匠科技", "锁匠科技 makes PPR-9087")."""
     path = [reached.labels[0]]
-    for kind, label in zip(reached.relations, reached.labels[1:], strict=True):
-        path += [kind or CO_OCCURRENCE, label]
+    steps = zip(reached.relations, reached.reversed, reached.labels[1:], strict=True)
+    for kind, reversed_, label in steps:
+        path += [relation_name(kind, reversed_=reversed_) or CO_OCCURRENCE, label]
     return path

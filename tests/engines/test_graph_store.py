@@ -165,6 +165,32 @@ def test_each_step_names_its_relation_kind(store, kb):
     assert reached(store, kb, [ids["lock"]])[ids["maker"]].relations == ("made_by",)
 
 
+def test_a_typed_relation_keeps_its_direction_and_a_walk_says_which_way_it_went(store, kb):
+    (chunk,) = chunks_of(kb, 1)
+    # the direction is the statement's, head -> tail, whichever end has the lower id
+    typed = with_relations(
+        chain("lock", "maker", "city"), ("lock", "maker", 1.0, "made_by"), ("maker", "city", 1.0, "")
+    )
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: typed})
+    ids = ids_by_name(store, kb, "lock", "maker", "city")
+    forward = reached(store, kb, [ids["lock"]])[ids["maker"]]
+    assert forward.relations == ("made_by",) and forward.reversed == (False,)
+    backward = reached(store, kb, [ids["maker"]])[ids["lock"]]
+    assert backward.relations == ("made_by",) and backward.reversed == (True,)
+    from_city = reached(store, kb, [ids["city"]])[ids["lock"]]
+    assert from_city.relations == ("", "made_by") and from_city.reversed == (False, True)  # co-occurrence: never
+    # the same statement with the ends swapped is another relation; removing the passage forgets both ways
+    (other,) = chunks_of(kb, 1)
+    swapped = with_relations(chain("maker", "lock"), ("maker", "lock", 3.0, "made_by"))
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {other: swapped})
+    assert reached(store, kb, [ids["lock"]])[ids["maker"]].reversed == (True,)  # the heavier one now
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [other], {})
+    assert reached(store, kb, [ids["lock"]])[ids["maker"]].reversed == (False,)
+    assert store.edges(kb.tenant_id, kb.active_version_id) == sorted(
+        [(*sorted((ids["lock"], ids["maker"])), 1.0), (*sorted((ids["maker"], ids["city"])), 1.0)]
+    )
+
+
 def test_relation_weights_add_up_over_passages(store, kb):
     first, second = chunks_of(kb, 2)
     graphs = {first: chain("a", "b", weight=1.0), second: chain("a", "b", weight=1.0)}

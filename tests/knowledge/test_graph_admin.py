@@ -50,3 +50,74 @@ def test_the_community_browser_lists_summaries_and_shows_supporting_passages(adm
     assert escape(community.summary) in page
     for chunk_id in community.chunk_ids:
         assert f"/admin/knowledge/chunk/{chunk_id}/change/" in page
+
+
+# --- curating: merge, rename, delete (knowledge.graph_curation) ---------------------------------------
+
+
+@pytest.fixture
+def curated_kb(tmp_path, embedder):
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+
+    (tmp_path / "lock.txt").write_text("The PPR-9087 door lock is made by Skyline Home.", encoding="utf-8")
+    (tmp_path / "recall.txt").write_text("Skyline Homes recalled the AirSense monitor SKY-30452.", encoding="utf-8")
+    kb = create_knowledge_base(tenant=TenantFactory(), name="curated", chunk_size=120, chunk_overlap=0)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    return kb
+
+
+def curate_url(kb, name: str) -> str:
+    from knowledge.models import GraphEntity
+
+    return f"/admin/knowledge/graphentity/{GraphEntity.objects.get(kb_version=kb.active_version, name=name).pk}/curate/"
+
+
+def test_the_curate_page_shows_the_entitys_kind_and_typed_relations(admin_client, curated_kb):
+    from knowledge.models import GraphEntity
+
+    lock = GraphEntity.objects.get(kb_version=curated_kb.active_version, name="ppr-9087")
+    change = admin_client.get(f"/admin/knowledge/graphentity/{lock.pk}/change/").content.decode()
+    assert f"/admin/knowledge/graphentity/{lock.pk}/curate/" in change and "made_by" in change
+    page = admin_client.get(curate_url(curated_kb, "ppr-9087")).content.decode()
+    assert '<span class="entity-kind">code</span>' in page
+    assert '<td class="relation">made_by</td>' in page  # from the lock to its maker
+    assert '<td class="neighbour-kind">name</td>' in page  # Skyline Home
+    maker = admin_client.get(curate_url(curated_kb, "skyline home")).content.decode()
+    assert '<td class="relation">makes</td>' in maker  # read from the maker's side
+
+
+def test_a_curator_merges_renames_and_deletes_from_the_console(admin_client, curated_kb):
+    from knowledge.models import GraphEntity, GraphEntityRule
+    from tests.knowledge.helpers import graph_names
+
+    merged = admin_client.post(curate_url(curated_kb, "skyline homes"), {"action": "merge", "into": "Skyline Home"})
+    target = GraphEntity.objects.get(kb_version=curated_kb.active_version, name="skyline home")
+    assert merged.status_code == 302 and merged["Location"].endswith(f"/{target.pk}/change/")
+    assert "skyline homes" not in graph_names(curated_kb)
+    admin_client.post(curate_url(curated_kb, "skyline home"), {"action": "rename", "label": "Skyline Home Ltd"})
+    assert GraphEntity.objects.get(kb_version=curated_kb.active_version, name="skyline home ltd").chunk_count == 2
+    deleted = admin_client.post(curate_url(curated_kb, "sky-30452"), {"action": "delete"})
+    assert deleted.status_code == 302 and "sky-30452" not in graph_names(curated_kb)
+    assert sorted(GraphEntityRule.objects.values_list("action", flat=True)) == ["delete", "merge", "rename"]
+    missing = admin_client.post(curate_url(curated_kb, "ppr-9087"), {"action": "merge", "into": "no such thing"})
+    assert missing.status_code == 200 and "no entity named" in missing.content.decode()
+    rules = admin_client.get("/admin/knowledge/graphentityrule/").content.decode()
+    assert "skyline homes" in rules and "skyline home ltd" in rules
+
+
+def test_curating_needs_the_permission_and_a_visible_tenant(client, curated_kb):
+    from django.contrib.auth.models import Permission, User
+
+    staff = User.objects.create_user("curator", password="x", is_staff=True)
+    client.force_login(staff)
+    url = curate_url(curated_kb, "skyline home")
+    assert client.get(url).status_code == 403  # no permission to add rules
+    staff.user_permissions.add(Permission.objects.get(codename="add_graphentityrule"))
+    staff = User.objects.get(pk=staff.pk)
+    client.force_login(staff)
+    assert client.get(url).status_code == 404  # may not see the tenant
+    assert client.post(url, {"action": "delete"}).status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client.force_login(User.objects.get(pk=staff.pk))
+    assert client.get(url).status_code == 200

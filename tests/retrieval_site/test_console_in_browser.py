@@ -289,3 +289,36 @@ def test_a_version_is_built_activated_and_rolled_back_in_the_console(
     expect(page.locator('tr.version[data-version="2"] .status')).to_have_text("retired")
     kb.refresh_from_db()
     assert kb.active_version.number == 1 and kb.chunk_size != 64
+
+
+def test_a_curator_merges_an_entity_on_the_graph_page_and_it_holds_through_reingestion(
+    logged_in, live_server, embedder, tmp_path, screenshot
+):
+    from dataclasses import replace
+
+    from knowledge.models import GraphEntity
+
+    (tmp_path / "lock.txt").write_text("The PPR-9087 door lock is made by Skyline Home.", encoding="utf-8")
+    (tmp_path / "recall.txt").write_text("Skyline Homes recalled the AirSense monitor SKY-30452.", encoding="utf-8")
+    kb = create_knowledge_base(tenant=create_tenant("locks"), name="locks", chunk_size=120, chunk_overlap=0)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=ppr-9087")
+    page.get_by_role("link", name="PPR-9087", exact=True).click()
+    page.click("a.curate-link")
+    expect(page.locator("#entity-summary .entity-kind")).to_have_text("code")
+    expect(page.locator("#relations tr").filter(has_text="Skyline Home").locator("td.relation")).to_have_text("made_by")
+    screenshot(page, "graph-entity-curate")
+
+    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=skyline+homes")
+    page.get_by_role("link", name="Skyline Homes", exact=True).click()
+    page.click("a.curate-link")
+    page.fill("#id_into", "Skyline Home")
+    page.click("#merge-form input[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("was merged into Skyline Home")
+    version = kb.active_version
+    assert GraphEntity.objects.get(kb_version=version, name="skyline home").chunk_count == 2
+
+    Ingester(kb).ingest([replace(source, force=True) for source in discover_files([tmp_path])])
+    assert not GraphEntity.objects.filter(kb_version=version, name="skyline homes").exists()
+    assert GraphEntity.objects.get(kb_version=version, name="skyline home").chunk_count == 2

@@ -455,5 +455,5 @@ def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_p
     report = ingest(kb, tmp_path)
     assert (report.added, report.failed) == (1, 0)
     kinds = set(GraphEdge.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))
-    assert kinds == {""}  # co-occurrence only
+    assert kinds == {"", "made_by"}  # the extractor's own: co-occurrence and the relation the sentence states
     assert any("co-occurrence kept" in record.getMessage() for record in caplog.records)

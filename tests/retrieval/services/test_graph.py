@@ -58,9 +58,24 @@ def test_each_hit_explains_its_path(kb):
     paths = list(ranking.paths.values())
     assert all(path["entities"] == ["PPR-9087"] for path in paths)
     assert {path["hops"] for path in paths} >= {0, 1}
-    for path in paths:  # entity, relation, entity, ...: co-occurrence only here
+    for path in paths:  # entity, relation, entity, ...
         assert path["path"][0] == "PPR-9087" and len(path["path"]) == 2 * path["hops"] + 1
-        assert set(path["path"][1::2]) <= {CO_OCCURRENCE}
+        assert set(path["path"][1::2]) <= {CO_OCCURRENCE, "made_by"}
+
+
+def test_a_path_names_the_relation_a_sentence_states_in_the_direction_walked(kb, tmp_path):
+    """lock.txt says the PPR-9087 "is manufactured by" Skyline Home: made_by from the lock, makes back."""
+    box = tmp_path / "extra" / "box.txt"
+    box.parent.mkdir()
+    box.write_text("The PPR-9087 ships in a blue box.", encoding="utf-8")
+    Ingester(kb).ingest(discover_files([box.parent]))
+    to_recall = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2).paths
+    assert ["PPR-9087", "made_by", "Skyline Home"] in [path["path"] for path in to_recall.values()]
+    from_maker = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "Skyline Home", hops=1).paths
+    assert ["Skyline Home", "makes", "PPR-9087"] in [path["path"] for path in from_maker.values()]  # box.txt
+    # recall.txt states nothing of Skyline Home and the SKY-30452: from the monitor, they only co-occur
+    from_monitor = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "SKY-30452", hops=1).paths
+    assert ["SKY-30452", CO_OCCURRENCE, "Skyline Home"] in [path["path"] for path in from_monitor.values()]
 
 
 def test_a_path_names_the_llm_relation_kind(kb):
