@@ -48,6 +48,20 @@ def _relevant_kept(curve: dict) -> str:
     return f"{curve['relevant_kept_there']:.3f} at {curve['threshold_dropping_half_of_others']:.3f}"
 
 
+def _threshold_columns(curve: dict) -> list[str]:
+    """The threshold keeping 90 % of the relevant top-10 hits, the share a reference threshold keeps, and
+    how many of the hits at relevance 0 are judged relevant (of all hits at 0)."""
+    keeping = curve.get("threshold_keeping_90")
+    reference = curve.get("kept_at_reference") or {}
+    kept = reference.get("relevant_kept")
+    zero = curve.get("at_zero", {"hits": 0, "judged_relevant": 0})
+    return [
+        "-" if keeping is None else f"{keeping:.4f}",
+        "-" if kept is None else f"{kept:.3f} at {reference['threshold']:.4f}",
+        f"{zero['judged_relevant']} of {zero['hits']}",
+    ]
+
+
 def _names(spec: str | None) -> list[str]:
     return [name.strip() for name in (spec or "").split(",") if name.strip()]
 
@@ -122,6 +136,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--expand", default=None, help="query expanders to use together: synonyms,spelling,llm")
         parser.add_argument("--rerank", action="store_true")
+        parser.add_argument(
+            "--threshold",
+            type=float,
+            default=None,
+            help="a relevance threshold set elsewhere (e.g. the one keeping 90 %% on SciFact): the share of "
+            "relevant top-10 hits it keeps here",
+        )
         parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.json", "AFTER.json"))
         parser.add_argument("--no-progress", action="store_true")
 
@@ -193,6 +214,7 @@ class Command(BaseCommand):
         for variant in variants:
             with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
                 results.append(run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
+                results[-1].reference_threshold = options["threshold"]
 
         command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
         report = build_report(dataset, kb, results, ingestion, command=command, commit=commit)
@@ -253,7 +275,10 @@ class Command(BaseCommand):
         return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
     def _print_runs(self, dataset, runs: list[dict]) -> None:
-        header = ["run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]
+        header = [
+            "run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept",
+            "keeps 90 %", "kept at threshold", "relevant at 0",
+        ]  # fmt: skip
         rows = [
             [
                 run["label"],
@@ -262,6 +287,7 @@ class Command(BaseCommand):
                 f"{run['latency_ms']['p95']}",
                 f"{run['dense_skipped_queries']}" if run["mode"] == "hybrid" else "-",
                 _relevant_kept(run["relevance_threshold"]),
+                *_threshold_columns(run["relevance_threshold"]),
             ]
             for run in runs
         ]

@@ -32,8 +32,12 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     dataset = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     out = io.StringIO()
-    call_command("evaluate", dataset=dataset, split="test", output=first, rrf_k="20,60", no_progress=True, stdout=out)
+    call_command(
+        "evaluate", dataset=dataset, split="test", output=first, rrf_k="20,60", threshold=0.05, no_progress=True,
+        stdout=out,
+    )  # fmt: skip
     assert "created knowledge base eval/tiny-all-minilm-l6-v2-" in out.getvalue()
+    assert "keeps 90 %" in out.getvalue() and "relevant at 0" in out.getvalue()
 
     report = json.loads(first.read_text())
     assert {"commit", "machine", "settings", "model", "analyzer_version", "ingestion", "runs"} <= report.keys()
@@ -56,6 +60,9 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
         assert run["latency_ms"]["p50"] > 0 and run["degraded_queries"] == 0
         judged = run["relevance_threshold"]
         assert judged["relevant_hits"] == 3  # each found relevant document once, at its best chunk
+        assert judged["at_zero"]["judged_relevant"] == 0 and judged["threshold_keeping_90"] > 0
+        assert judged["kept_at_reference"]["threshold"] == 0.05
+        assert 0.0 <= judged["kept_at_reference"]["relevant_kept"] <= 1.0
         if run["mode"] != "bm25":  # dense search ranks all 5 documents for each of the 3 queries
             assert judged["other_hits"] == 12 and judged["curve"]
         # the music query has one of its two relevant documents missing from the corpus
