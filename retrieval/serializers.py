@@ -311,7 +311,8 @@ class SearchHitOutput(serializers.Serializer):
     )
     relevance = serializers.FloatField(
         help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
-        "the query's highest possible one and the cosine above the KB's random-pair background"
+        "the query's highest possible one and the cosine above the query's own background (its 95th-percentile "
+        "cosine to a fixed sample of the KB's passages)"
     )
     fused_score = serializers.FloatField()
     rerank_score = serializers.FloatField(allow_null=True)
