@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from cachetools import LRUCache
 
 from retrieval import selectors
 from retrieval.fusion import FusedCandidate, RankedList
@@ -36,10 +37,13 @@ from retrieval.types import LegResult, ModelGroup
 
 BACKGROUND_QUANTILE = 0.95
 SAMPLE_SIZE = 256
+SAMPLES_KEPT = 128
 # The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
 CALIBRATED = ("vector", "bm25")
 
-_samples: dict[int, tuple[int, np.ndarray]] = {}  # version id -> (revision, unit vectors of its sample)
+# version id -> (revision, unit vectors of its sample): ~0.4 MB each at 384 dimensions, so the versions
+# searched most recently only; another is read again (one indexed query).
+_samples: LRUCache = LRUCache(maxsize=SAMPLES_KEPT)
 _lock = threading.Lock()
 
 
@@ -67,7 +71,7 @@ def query_background(query_vector: np.ndarray, sample: np.ndarray) -> float:
 def passage_sample(version_id: int, revision: int) -> np.ndarray:
     """The version's fixed sample of passage vectors, unit length, re-read when its content changed."""
     with _lock:
-        cached = _samples.get(version_id)
+        cached = _samples.get(version_id)  # LRUCache.get counts as a use
     if cached is not None and cached[0] == revision:
         return cached[1]
     vectors = selectors.embedding_sample(version_id, SAMPLE_SIZE)

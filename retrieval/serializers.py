@@ -20,6 +20,7 @@ from knowledge.search_settings import (
     MAX_RRF_K,
     MAX_WEIGHT,
 )
+from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -176,7 +177,7 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="how the retrievers' lists become one: rrf (weighted reciprocal rank fusion), relevance (the "
         "weighted sum of each hit's calibrated relevance per retriever) or minmax (the weighted sum of each "
-        "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else rrf",
+        f"list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else {DEFAULT_FUSION}",
     )
     leg_weights = serializers.ChoiceField(
         choices=LEG_WEIGHTS,
@@ -190,7 +191,7 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="hybrid: union (BM25 and dense each also rank the other leg's first 10 hits, scoring those they "
         "did not find without searching again) or own (each leg ranks only what it found); default: the KB's, "
-        "else own",
+        f"else {DEFAULT_LEG_CANDIDATES}",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"

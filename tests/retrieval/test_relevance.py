@@ -5,6 +5,7 @@ import pytest
 
 from engines.embedders import get_embedder
 from retrieval.relevance import (
+    SAMPLE_SIZE,
     combined_relevance,
     dense_relevance,
     lexical_relevance,
@@ -86,3 +87,16 @@ def test_the_readmes_filtered_vector_example_scores_its_on_topic_hits_and_not_an
         SearchRequest(query="quantum chromodynamics lecture notes", mode="hybrid", kb_ids=[sample_kb.pk], top_k=10),
     ).results
     assert max(hit.relevance for hit in hybrid) < 0.3
+
+
+@pytest.mark.django_db
+def test_a_versions_sample_is_read_once_per_revision(sample_kb, django_assert_num_queries):
+    version = sample_kb.active_version
+    first = passage_sample(version.pk, version.revision)
+    assert 0 < len(first) <= SAMPLE_SIZE  # the sample KB has fewer chunks than a sample
+    assert np.allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    with django_assert_num_queries(0):
+        assert passage_sample(version.pk, version.revision) is first
+    with django_assert_num_queries(1):  # a new revision: read again (the same chunks, the same sample)
+        again = passage_sample(version.pk, version.revision + 1)
+    assert again is not first and np.array_equal(again, first)
