@@ -9,10 +9,14 @@ depend on the other hits of the query:
   absent from the KB counts as the rarest possible): 1.0 only for a passage that is all query words,
   about 0.45 for a passage of average length holding each query word once.
 - **dense** (cosine): ``(cosine - background) / (1 - background)``, clipped, where ``background`` is
-  the 95th percentile of the cosine between two passages of different documents of the KB version (a
-  fixed sample of ``SAMPLE_SIZE`` chunks, computed once per content revision): 0 means "no more similar
-  than 1 pair in 20 of unrelated passages of this KB", 1 an identical vector. With a model that does not
-  cover the KB's language the background is high and dense relevance low, as it should be.
+  this query's own "unrelated" level: the 95th percentile of its cosines to a fixed sample of
+  ``SAMPLE_SIZE`` passages of the KB version (the same sample every time, re-read once per content
+  revision): 0 means "no closer to the query than 1 passage in 20 of this KB", 1 an identical vector.
+  Queries sit lower than passages do to each other (shorter, and a question rather than a statement),
+  so a background of passage-to-passage cosines put every dense hit of a topical KB at 0; each query
+  against the same sample is measured on its own scale instead (docs/benchmarks/decisions.md,
+  "Dense relevance against the query's own background"). A query no passage is close to keeps its
+  best hits near 0, a query with a clear match scores it well above.
 
 A hit's relevance is the stronger of the two (a passage strongly matched by either retriever is
 worth showing); a reranked hit keeps the same definition, so thresholds do not change with reranking.
@@ -21,19 +25,25 @@ worth showing); a reranked hit keeps the same definition, so thresholds do not c
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from cachetools import LRUCache
 
 from retrieval import selectors
 from retrieval.fusion import FusedCandidate, RankedList
+from retrieval.types import LegResult, ModelGroup
 
 BACKGROUND_QUANTILE = 0.95
 SAMPLE_SIZE = 256
+SAMPLES_KEPT = 128
 # The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
 CALIBRATED = ("vector", "bm25")
 
-_backgrounds: dict[int, tuple[int, float]] = {}  # version id -> (revision, background cosine)
+# version id -> (revision, unit vectors of its sample): ~0.4 MB each at 384 dimensions, so the versions
+# searched most recently only; another is read again (one indexed query).
+_samples: LRUCache = LRUCache(maxsize=SAMPLES_KEPT)
 _lock = threading.Lock()
 
 
@@ -50,41 +60,57 @@ def combined_relevance(dense: float | None, lexical: float | None) -> float:
     return max((value for value in (dense, lexical) if value is not None), default=0.0)
 
 
-def background_similarity(vectors: np.ndarray, document_ids: np.ndarray) -> float:
-    """``BACKGROUND_QUANTILE`` of the cosines between passages of different documents; 0.0 without such a pair."""
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12) if len(vectors) else vectors
-    first, second = np.triu_indices(len(unit), k=1)
-    unrelated = document_ids[first] != document_ids[second]
-    if not unrelated.any():
+def query_background(query_vector: np.ndarray, sample: np.ndarray) -> float:
+    """``BACKGROUND_QUANTILE`` of the query's cosines to the sample's (unit) vectors; 0.0 without a sample."""
+    if not len(sample):
         return 0.0
-    cosines = np.einsum("ij,ij->i", unit[first[unrelated]], unit[second[unrelated]])
-    return float(np.quantile(cosines, BACKGROUND_QUANTILE))
+    unit = query_vector / max(float(np.linalg.norm(query_vector)), 1e-12)
+    return float(np.quantile(sample @ unit, BACKGROUND_QUANTILE))
 
 
-def dense_background(version_id: int, revision: int) -> float:
-    """The version's background cosine, recomputed when its content changed (a new revision)."""
+def passage_sample(version_id: int, revision: int) -> np.ndarray:
+    """The version's fixed sample of passage vectors, unit length, re-read when its content changed."""
     with _lock:
-        cached = _backgrounds.get(version_id)
+        cached = _samples.get(version_id)  # LRUCache.get counts as a use
     if cached is not None and cached[0] == revision:
         return cached[1]
-    background = background_similarity(*selectors.embedding_sample(version_id, SAMPLE_SIZE))
+    vectors = selectors.embedding_sample(version_id, SAMPLE_SIZE)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12) if len(vectors) else vectors
     with _lock:
-        _backgrounds[version_id] = (revision, background)
-    return background
+        _samples[version_id] = (revision, unit)
+    return unit
+
+
+def dense_backgrounds(
+    legs: Iterable[LegResult], groups: Iterable[ModelGroup], revisions: dict[int, int]
+) -> dict[tuple[str, int], float]:
+    """(query variant, version id) -> that variant's background in that version, for every dense list."""
+    backgrounds = {}
+    for leg in legs:
+        if leg.retriever != "vector":
+            continue
+        for ranked, query in zip(leg.lists, leg.queries, strict=True):
+            for group in groups:
+                vector = (query.vectors or {}).get(group.model_name)
+                for version_id in group.version_ids if vector is not None else ():
+                    sample = passage_sample(version_id, revisions[version_id])
+                    backgrounds[(ranked.query, version_id)] = query_background(vector, sample)
+    return backgrounds
 
 
 @dataclass(frozen=True)
 class RelevanceScales:
-    """What maps one search's raw scores onto ``relevance``: the BM25 ceiling per (query variant, KB
-    version), and each searched version's revision (its dense background's key)."""
+    """What maps one search's raw scores onto ``relevance``: the BM25 ceiling and the dense background
+    per (query variant, KB version), and the versions searched."""
 
     ceilings: dict[tuple[str, int], float]
-    revisions: dict[int, int]
+    backgrounds: dict[tuple[str, int], float]
+    version_ids: tuple[int, ...]
 
     def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
         dense = lexical = None
         if (vector := candidate.retrievers.get("vector")) is not None:
-            dense = self.dense(vector.score, version_id)
+            dense = self.dense(vector.score, vector.query, version_id)
         if (bm25 := candidate.retrievers.get("bm25")) is not None:
             lexical = self.lexical(bm25.score, bm25.query, version_id)
         return combined_relevance(dense, lexical)
@@ -92,11 +118,13 @@ class RelevanceScales:
     def leg_relevance(self, ranked: RankedList, score: float, version_id: int) -> float:
         """One hit's relevance by its own list's retriever (``vector`` or ``bm25``)."""
         if ranked.retriever == "vector":
-            return self.dense(score, version_id)
+            return self.dense(score, ranked.query, version_id)
         return self.lexical(score, ranked.query, version_id)
 
-    def dense(self, cosine: float, version_id: int) -> float:
-        return dense_relevance(cosine, dense_background(version_id, self.revisions[version_id]))
+    def dense(self, cosine: float, query: str, version_id: int) -> float:
+        """0.0 for a query variant without a background here (no vector was searched for it)."""
+        background = self.backgrounds.get((query, version_id))
+        return 0.0 if background is None else dense_relevance(cosine, background)
 
     def lexical(self, score: float, query: str, version_id: int) -> float:
         return lexical_relevance(score, self.ceilings.get((query, version_id), 0.0))

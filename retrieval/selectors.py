@@ -99,15 +99,15 @@ def recent_runs(user, limit: int = 20) -> list[RetrievalRun]:
     return list(RetrievalRun.objects.filter(user=user).select_related("tenant")[:limit])
 
 
-def embedding_sample(version_id: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Up to ``size`` chunk vectors of a version and their document ids, spread over the version by a
-    hash of the chunk ids (the same sample every time for the same chunks)."""
-    rows = list(
+def embedding_sample(version_id: int, size: int) -> np.ndarray:
+    """Up to ``size`` chunk vectors of a version, spread over the version by a hash of the chunk ids
+    (the same sample every time for the same chunks)."""
+    vectors = list(
         Chunk.objects.filter(kb_version_id=version_id)
         .annotate(spread=MD5(Cast("id", TextField())))
         .order_by("spread")
-        .values_list("embedding", "document_id")[:size]
+        .values_list("embedding", flat=True)[:size]
     )
-    if not rows:
-        return np.empty((0, 0), dtype=np.float32), np.empty(0, dtype=np.int64)
-    return np.stack([np.asarray(vector, dtype=np.float32) for vector, _ in rows]), np.array([d for _, d in rows])
+    if not vectors:
+        return np.empty((0, 0), dtype=np.float32)
+    return np.stack([np.asarray(vector, dtype=np.float32) for vector in vectors])

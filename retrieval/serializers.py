@@ -22,6 +22,7 @@ from knowledge.search_settings import (
 )
 from knowledge.serializers import CostOutput
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
+from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES
 from retrieval.types import MODES, RETRIEVERS
 
 MAX_QUERY_CHARS = 2000
@@ -178,7 +179,7 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="how the retrievers' lists become one: rrf (weighted reciprocal rank fusion), relevance (the "
         "weighted sum of each hit's calibrated relevance per retriever) or minmax (the weighted sum of each "
-        "list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else rrf",
+        f"list's scores scaled to 0-1 by its own minimum and maximum); default: the KB's, else {DEFAULT_FUSION}",
     )
     leg_weights = serializers.ChoiceField(
         choices=LEG_WEIGHTS,
@@ -192,7 +193,7 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="hybrid: union (BM25 and dense each also rank the other leg's first 10 hits, scoring those they "
         "did not find without searching again) or own (each leg ranks only what it found); default: the KB's, "
-        "else own",
+        f"else {DEFAULT_LEG_CANDIDATES}",
     )
     rrf_k = StrictIntegerField(
         min_value=1, max_value=MAX_RRF_K, required=False, help_text="RRF k (default: the KB's, else RRF_K)"
@@ -314,7 +315,8 @@ class SearchHitOutput(serializers.Serializer):
     )
     relevance = serializers.FloatField(
         help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
-        "the query's highest possible one and the cosine above the KB's random-pair background"
+        "the query's highest possible one and the cosine above the query's own background (its 95th-percentile "
+        "cosine to a fixed sample of the KB's passages)"
     )
     fused_score = serializers.FloatField()
     rerank_score = serializers.FloatField(allow_null=True)

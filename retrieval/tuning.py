@@ -16,19 +16,16 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
-# How the lists become one (``retrieval.fusion``): weighted RRF, the product's fusion. ``fusion: "relevance"``
-# ranks better where a dense leg runs and is an option per KB or request (docs/benchmarks/decisions.md,
-# "Score fusion").
-DEFAULT_FUSION = "rrf"
+# How the lists become one (``retrieval.fusion``), and what each leg ranks before fusion ("own": what it
+# found; "union": also the other leg's first hits, scored without searching again, ``retrieval.services.union``):
+# chosen by ``evaluate --choose-default`` (docs/benchmarks/decisions.md, "The protocol for defaults").
+# RRF and "own" stay options per KB and request.
+DEFAULT_FUSION = "minmax"
 # RRF's leg weights per query: "evidence" scales each leg's weight by its first hit's calibrated relevance
 # (``retrieval.fusion.weighted_by_evidence``; docs/benchmarks/decisions.md, "Per-query leg weights");
 # "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
-# What each leg ranks before fusion: "own" (what it found) or "union" (also the other leg's first hits,
-# which it scores without searching again: ``retrieval.services.union``). "union" ranks a little better
-# but misses the threshold-share goal, so a KB or a request opts in (docs/benchmarks/decisions.md,
-# "The union's cost and threshold share").
-DEFAULT_LEG_CANDIDATES = "own"
+DEFAULT_LEG_CANDIDATES = "union"
 DEFAULT_AGGREGATE = "none"
 DEFAULT_GROUP_BY = "chunk"
 # RM3 feedback on the BM25 leg (``retrieval.expansion.rm3``): off unless a KB or the request turns it on.

@@ -59,18 +59,49 @@ def score_query(ranking: Sequence[str], judgments: Judgments) -> dict[str, float
     }
 
 
+# The share of judged-relevant hits the reference threshold keeps on SciFact (issue 28's "threshold share").
+KEPT_ON_REFERENCE = 0.9
+
+
+def threshold_keeping(relevant_scores: Sequence[float], share: float = KEPT_ON_REFERENCE) -> float | None:
+    """The highest ``relevance`` threshold that keeps at least ``share`` of these relevant hits; None without any."""
+    if not len(relevant_scores):
+        return None
+    ordered = sorted(relevant_scores, reverse=True)
+    return float(ordered[max(math.ceil(share * len(ordered)) - 1, 0)])
+
+
+def kept_share(relevant_scores: Sequence[float], threshold: float) -> float | None:
+    """The share of these relevant hits a ``score_threshold`` of ``threshold`` keeps; None without any."""
+    return float(np.mean(np.asarray(relevant_scores) >= threshold)) if len(relevant_scores) else None
+
+
+def zero_relevance(judged_scores: Sequence[tuple[float, bool]]) -> dict[str, int]:
+    """Hits at ``relevance`` 0 (what any threshold drops) and how many of them are judged relevant (goal: none)."""
+    at_zero = [judged for score, judged in judged_scores if score <= 0.0]
+    return {"hits": len(at_zero), "judged_relevant": sum(at_zero)}
+
+
 def threshold_curve(judged_scores: Sequence[tuple[float, bool]], steps: int = 20) -> dict:
     """How a ``relevance`` threshold splits hits judged relevant (True) and not: the share of relevant hits
     kept and of the others dropped at thresholds 0, 1/steps, ..., 1, and the share of relevant hits kept
-    at the threshold that drops half of the others (their median score)."""
+    at the threshold that drops half of the others (their median score); the threshold that keeps 90 %
+    of the relevant hits, and the hits at 0."""
     relevant = np.array([score for score, judged in judged_scores if judged])
     others = np.array([score for score, judged in judged_scores if not judged])
-    if not len(relevant) or not len(others):
-        return {"relevant_hits": len(relevant), "other_hits": len(others), "curve": []}
-    half = float(np.median(others))
-    return {
+    keeping = threshold_keeping(relevant)
+    counts = {
         "relevant_hits": len(relevant),
         "other_hits": len(others),
+        "at_zero": zero_relevance(judged_scores),
+        # floored, so that the threshold as printed keeps what it says
+        "threshold_keeping_90": None if keeping is None else math.floor(keeping * 1e4) / 1e4,
+    }
+    if not len(relevant) or not len(others):
+        return {**counts, "curve": []}
+    half = float(np.median(others))
+    return {
+        **counts,
         "threshold_dropping_half_of_others": round(half, 4),
         "relevant_kept_there": round(float(np.mean(relevant >= half)), 4),
         "curve": [

@@ -4,14 +4,14 @@ scored and timed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from knowledge.models import KnowledgeBase
 from retrieval.evaluation.datasets import BeirDataset, corpus_id_from_uri
-from retrieval.evaluation.metrics import METRICS, distinct, score_query, threshold_curve
+from retrieval.evaluation.metrics import METRICS, distinct, kept_share, score_query, threshold_curve
 from retrieval.evaluation.variants import Variant
 from retrieval.services.search import search
 from tenants.models import Tenant
@@ -23,9 +23,24 @@ class RunResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # metrics + latency_ms
     degraded_queries: int = 0
     dense_skipped_queries: int = 0
-    judged_relevance: list[tuple[float, bool]] = field(default_factory=list)  # top-10 documents' relevance
+    # per query: its top-10 documents' relevance, and whether each is judged relevant
+    judged_relevance: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
+    reference_threshold: float | None = None  # a threshold set elsewhere (SciFact's): the share it keeps here
+
+    def judged(self, query_ids: Iterable[str] | None = None) -> list[tuple[float, bool]]:
+        """The judged top-10 relevances of these queries (all by default)."""
+        ids = self.judged_relevance.keys() if query_ids is None else query_ids
+        return [pair for qid in ids for pair in self.judged_relevance.get(qid, [])]
 
     def summary(self) -> dict:
+        threshold = threshold_curve(self.judged())
+        if self.reference_threshold is not None:
+            relevant = [score for score, judged in self.judged() if judged]
+            share = kept_share(relevant, self.reference_threshold)
+            threshold["kept_at_reference"] = {
+                "threshold": self.reference_threshold,
+                "relevant_kept": None if share is None else round(share, 4),
+            }
         latencies = [scores["latency_ms"] for scores in self.per_query.values()]
         return {
             **self.variant.as_dict(),
@@ -42,7 +57,7 @@ class RunResult:
             },
             "degraded_queries": self.degraded_queries,
             "dense_skipped_queries": self.dense_skipped_queries,
-            "relevance_threshold": threshold_curve(self.judged_relevance),
+            "relevance_threshold": threshold,
         }
 
     def as_dict(self) -> dict:
@@ -71,7 +86,7 @@ def run_variant(
         for corpus_id, hit in zip(ranking, response.results):
             best.setdefault(corpus_id, hit.relevance)
         judgments = dataset.qrels[qid]
-        result.judged_relevance += [(best[doc], judgments.get(doc, 0) > 0) for doc in distinct(ranking)[:10]]
+        result.judged_relevance[qid] = [(best[doc], judgments.get(doc, 0) > 0) for doc in distinct(ranking)[:10]]
         scores = {name: round(value, 6) for name, value in score_query(ranking, dataset.qrels[qid]).items()}
         result.per_query[qid] = {**scores, "latency_ms": round(latency_ms, 2)}
         result.degraded_queries += bool(response.degraded)

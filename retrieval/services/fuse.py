@@ -122,7 +122,6 @@ def _first_hit_relevance(
 
 def _versions_of(tenant: Tenant, chunk_ids: set[int], scales: RelevanceScales) -> dict[int, int]:
     """Each chunk's KB version (one searched version needs no lookup); a deleted chunk is absent."""
-    versions = list(scales.revisions)
-    if len(versions) == 1:
-        return dict.fromkeys(chunk_ids, versions[0])
+    if len(scales.version_ids) == 1:
+        return dict.fromkeys(chunk_ids, scales.version_ids[0])
     return selectors.chunk_versions(tenant, chunk_ids)

@@ -16,7 +16,7 @@ from django.conf import settings
 from core.metrics import record_search
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
 from retrieval.filters import compile_filters
-from retrieval.relevance import RelevanceScales
+from retrieval.relevance import RelevanceScales, dense_backgrounds
 from retrieval.services.context import SearchContext
 from retrieval.services.document_order import cut, order_by_document
 from retrieval.services.explain import explain
@@ -65,9 +65,11 @@ def search(
         retrieved = retrieve(context)
         union = score_union(context, retrieved.legs, fusion.leg_candidates)
         lists = [ranked for leg in union.legs for ranked in leg.lists]
+        revisions = {version.version_id: version.revision for version in knowledge.versions}
         scales = RelevanceScales(
             ceilings={key: value for leg in union.legs for key, value in leg.ceilings.items()},
-            revisions={version.version_id: version.revision for version in knowledge.versions},
+            backgrounds=dense_backgrounds(union.legs, groups, revisions),
+            version_ids=version_ids,
         )
         with timings.stage("fuse"):
             fused = fuse(tenant, lists, retrieved.content_hashes, fusion, scales)

@@ -3,12 +3,14 @@
 import numpy as np
 import pytest
 
+from engines.embedders import get_embedder
 from retrieval.relevance import (
-    background_similarity,
+    SAMPLE_SIZE,
     combined_relevance,
-    dense_background,
     dense_relevance,
     lexical_relevance,
+    passage_sample,
+    query_background,
 )
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
@@ -33,13 +35,12 @@ def test_a_hit_scores_its_stronger_evidence():
     assert combined_relevance(None, None) == 0.0
 
 
-def test_background_is_a_high_quantile_of_cosines_between_documents():
-    vectors = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [1.0, 0.0]])
-    # pairs across documents: (1,2) 0.0, (1,3) and (2,3) 0.7071; (1,4) is one document, identical, left out
-    expected = float(np.quantile([0.0, 2**-0.5, 2**-0.5], 0.95))
-    assert background_similarity(vectors, np.array([1, 2, 3, 1])) == pytest.approx(expected)
-    assert background_similarity(vectors[:2], np.array([5, 5])) == 0.0
-    assert background_similarity(vectors[:0], np.array([], dtype=int)) == 0.0
+def test_background_is_a_high_quantile_of_the_querys_own_cosines_to_the_sample():
+    sample = np.array([[1.0, 0.0], [0.0, 1.0], [2**-0.5, 2**-0.5], [-1.0, 0.0]])  # unit vectors
+    query = np.array([3.0, 0.0])  # any length: cosines 1, 0, 0.7071, -1
+    expected = float(np.quantile([1.0, 0.0, 2**-0.5, -1.0], 0.95))
+    assert query_background(query, sample) == pytest.approx(expected)
+    assert query_background(query, sample[:0]) == 0.0  # a version without passages
 
 
 @pytest.mark.slow
@@ -53,7 +54,9 @@ def test_relevance_is_comparable_across_queries_and_thresholds_hits(sample_kb):
     assert all(0.0 <= hit.relevance <= 1.0 for hit in matching + unrelated)
     # A search always returns its best passages; relevance says the second query's are poor.
     assert matching[0].relevance > 2 * unrelated[0].relevance
-    background = dense_background(sample_kb.active_version_id, sample_kb.active_version.revision)
+    sample = passage_sample(sample_kb.active_version_id, sample_kb.active_version.revision)
+    vector = get_embedder(sample_kb.embedding_model).embed_queries(["How should I store the lithium battery pack?"])[0]
+    background = query_background(vector, sample)
     assert 0.0 < background < 1.0
     assert matching[0].retrievers["vector"]["score"] > background  # the matching passage clears the background
 
@@ -61,3 +64,39 @@ def test_relevance_is_comparable_across_queries_and_thresholds_hits(sample_kb):
     kept = hits("How should I store the lithium battery pack?", score_threshold=threshold)
     assert [hit.chunk_id for hit in kept] == [hit.chunk_id for hit in matching if hit.relevance >= threshold]
     assert [hit.rank for hit in kept] == list(range(1, len(kept) + 1))
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_the_readmes_filtered_vector_example_scores_its_on_topic_hits_and_not_an_off_topic_query(sample_kb):
+    """Issue 28: a background of passage-to-passage cosines gave every hit of this example relevance 0."""
+    filters = {"doc_type": {"in": ["pdf", "md"]}, "metadata.shop_id": 102}
+
+    def hits(query, **options):
+        request = SearchRequest(query=query, mode="vector", kb_ids=[sample_kb.pk], top_k=5, **options)
+        return search(sample_kb.tenant, request).results
+
+    on_topic = hits("how do I install the smart lock", filters=filters)
+    assert on_topic and all("ppr-9087" in hit.source_uri for hit in on_topic)  # the lock's own manual and page
+    assert all(hit.relevance > 0.1 for hit in on_topic)
+    for options in ({"filters": filters}, {}):
+        off_topic = hits("quantum chromodynamics lecture notes", **options)
+        assert off_topic and max(hit.relevance for hit in off_topic) < 0.3
+    hybrid = search(
+        sample_kb.tenant,
+        SearchRequest(query="quantum chromodynamics lecture notes", mode="hybrid", kb_ids=[sample_kb.pk], top_k=10),
+    ).results
+    assert max(hit.relevance for hit in hybrid) < 0.3
+
+
+@pytest.mark.django_db
+def test_a_versions_sample_is_read_once_per_revision(sample_kb, django_assert_num_queries):
+    version = sample_kb.active_version
+    first = passage_sample(version.pk, version.revision)
+    assert 0 < len(first) <= SAMPLE_SIZE  # the sample KB has fewer chunks than a sample
+    assert np.allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    with django_assert_num_queries(0):
+        assert passage_sample(version.pk, version.revision) is first
+    with django_assert_num_queries(1):  # a new revision: read again (the same chunks, the same sample)
+        again = passage_sample(version.pk, version.revision + 1)
+    assert again is not first and np.array_equal(again, first)

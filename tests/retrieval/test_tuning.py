@@ -45,9 +45,9 @@ def test_kbs_that_disagree_fall_back_to_the_service_setting_with_a_note(settings
 
 
 def test_the_fusion_method_is_the_services_unless_a_kb_or_the_request_chooses_another():
-    assert effective_settings(request(), [{}]).fusion == DEFAULT_FUSION
-    assert effective_settings(request(), [{"fusion": "rrf"}]).fusion == "rrf"
-    assert effective_settings(request(fusion="minmax"), [{"fusion": "rrf"}]).fusion == "minmax"
+    assert effective_settings(request(), [{}]).fusion == DEFAULT_FUSION == "minmax"  # the protocol's winner
+    assert effective_settings(request(), [{"fusion": "rrf"}]).fusion == "rrf"  # a KB's explicit setting stays
+    assert effective_settings(request(fusion="relevance"), [{"fusion": "rrf"}]).fusion == "relevance"
 
 
 def test_rrf_leg_weights_are_per_query_unless_a_kb_or_the_request_fixes_them():
@@ -56,10 +56,10 @@ def test_rrf_leg_weights_are_per_query_unless_a_kb_or_the_request_fixes_them():
     assert effective_settings(request(leg_weights="evidence"), [{"leg_weights": "fixed"}]).leg_weights == "evidence"
 
 
-def test_the_legs_rank_their_own_candidates_unless_a_kb_or_the_request_asks_for_the_union():
-    assert effective_settings(request(), [{}]).leg_candidates == DEFAULT_LEG_CANDIDATES == "own"
-    assert effective_settings(request(), [{"leg_candidates": "union"}]).leg_candidates == "union"
-    assert effective_settings(request(leg_candidates="own"), [{"leg_candidates": "union"}]).leg_candidates == "own"
+def test_the_legs_rank_the_union_unless_a_kb_or_the_request_asks_for_their_own_candidates():
+    assert effective_settings(request(), [{}]).leg_candidates == DEFAULT_LEG_CANDIDATES == "union"
+    assert effective_settings(request(), [{"leg_candidates": "own"}]).leg_candidates == "own"
+    assert effective_settings(request(leg_candidates="union"), [{"leg_candidates": "own"}]).leg_candidates == "union"
 
 
 def test_candidates_never_fall_below_top_k():

@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
+from retrieval.evaluation import protocol
 from retrieval.evaluation.datasets import corpus_files, load_dataset
 from retrieval.evaluation.knowledge_bases import (
     EVAL_TENANT,
@@ -46,6 +47,20 @@ def _relevant_kept(curve: dict) -> str:
     if "relevant_kept_there" not in curve:
         return "-"
     return f"{curve['relevant_kept_there']:.3f} at {curve['threshold_dropping_half_of_others']:.3f}"
+
+
+def _threshold_columns(curve: dict) -> list[str]:
+    """The threshold keeping 90 % of the relevant top-10 hits, the share a reference threshold keeps, and
+    how many of the hits at relevance 0 are judged relevant (of all hits at 0)."""
+    keeping = curve.get("threshold_keeping_90")
+    reference = curve.get("kept_at_reference") or {}
+    kept = reference.get("relevant_kept")
+    zero = curve.get("at_zero", {"hits": 0, "judged_relevant": 0})
+    return [
+        "-" if keeping is None else f"{keeping:.4f}",
+        "-" if kept is None else f"{kept:.3f} at {reference['threshold']:.4f}",
+        f"{zero['judged_relevant']} of {zero['hits']}",
+    ]
 
 
 def _names(spec: str | None) -> list[str]:
@@ -122,12 +137,28 @@ class Command(BaseCommand):
         )
         parser.add_argument("--expand", default=None, help="query expanders to use together: synonyms,spelling,llm")
         parser.add_argument("--rerank", action="store_true")
+        parser.add_argument(
+            "--threshold",
+            type=float,
+            default=None,
+            help="a relevance threshold set elsewhere (e.g. the one keeping 90 %% on SciFact): the share of "
+            "relevant top-10 hits it keeps here",
+        )
+        parser.add_argument(
+            "--choose-default",
+            action="store_true",
+            help="the protocol for the service's default fusion: --dataset is a folder of BEIR datasets; every "
+            f"candidate ({', '.join(protocol.CANDIDATES)}) runs on each one's train and dev splits, is selected on "
+            'the even query ids and confirmed on the odd ones (docs/relevance.md, "Choosing a default")',
+        )
         parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.json", "AFTER.json"))
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, **options):
         if options["compare"]:
             self._compare(*options["compare"])
+        elif options["choose_default"] and options["dataset"]:
+            self._choose_default(options)
         elif options["dataset"]:
             self._evaluate(options)
         else:
@@ -193,6 +224,7 @@ class Command(BaseCommand):
         for variant in variants:
             with tqdm(total=len(query_ids), unit="q", desc=variant.label, disable=quiet, file=self.stderr) as bar:
                 results.append(run_variant(tenant, kb, dataset, variant, query_ids, bar.update))
+                results[-1].reference_threshold = options["threshold"]
 
         command = shlex.join(sys.argv) if sys.argv[1:2] == ["evaluate"] else None  # None under call_command
         report = build_report(dataset, kb, results, ingestion, command=command, commit=commit)
@@ -206,6 +238,107 @@ class Command(BaseCommand):
         output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         self._print_runs(dataset, [result.summary() for result in results])
         self.stdout.write(f"report: {output}")
+
+    def _choose_default(self, options) -> None:
+        """Every candidate and both legs on every shared split under the folder, then the decision."""
+        commit = git_commit()
+        splits = [
+            (folder, split)
+            for folder in sorted(path for path in Path(options["dataset"]).iterdir() if path.is_dir())
+            for split in protocol.SHARED_SPLITS
+            if (folder / "qrels" / f"{split}.tsv").is_file() and (folder / "corpus.jsonl").is_file()
+        ]
+        names = [f"{folder.name}/{split}" for folder, split in splits]
+        reference = next((name for name in names if name.split("/")[0] == protocol.REFERENCE_SET), None)
+        if reference is None:
+            raise CommandError(
+                f"{options['dataset']} has no {protocol.REFERENCE_SET} dataset with a train or dev split"
+            )
+        variants = {**protocol.leg_variants(), **{name: protocol.variant_of(name) for name in protocol.CANDIDATES}}
+        tenant, runs, query_halves = eval_tenant(), {}, {}
+        for name, (folder, split) in zip(names, splits, strict=True):
+            dataset = load_dataset(folder, split)
+            kb, _ = self._ingested_kb(dataset, options)
+            query_ids = list(dataset.qrels)[: options["limit"]]
+            query_halves[name] = protocol.halves(query_ids)
+            runs[name] = {}
+            for label, variant in variants.items():
+                desc = f"{name} {label}"
+                with tqdm(
+                    total=len(query_ids), unit="q", desc=desc, disable=options["no_progress"], file=self.stderr
+                ) as bar:
+                    runs[name][label] = run_variant(tenant, kb, dataset, variant, query_ids, bar.update)
+        thresholds = protocol.reference_thresholds(runs[reference], query_halves[reference])
+        sets = {name: protocol.set_scores(runs[name], query_halves[name], thresholds) for name in names}
+        decision = protocol.choose(protocol.CANDIDATES, protocol.CURRENT_DEFAULT, sets, reference)
+        self._print_protocol(sets, query_halves, thresholds, decision)
+        whole = protocol.whole_splits(runs, query_halves, reference)
+        self._print_whole(whole)
+        report = protocol.decision_report(sets, query_halves, thresholds, decision, commit=commit)
+        report["whole_splits"] = whole
+        stamp = report["created_at"].replace(":", "")
+        output = options["output"] or Path(settings.VAR_DIR) / "eval" / "reports" / f"choose-default-{stamp}.json"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        self.stdout.write(f"report: {output}")
+
+    def _print_protocol(self, sets, query_halves, thresholds, decision) -> None:
+        names = list(sets)
+        header = ["run", *(f"{name} {half}" for name in names for half in protocol.HALVES)]
+        self.stdout.write("nDCG@10 per half (queries: " + ", ".join(
+            f"{name} {len(query_halves[name]['even'])}/{len(query_halves[name]['odd'])}" for name in names
+        ) + ")")  # fmt: skip
+        runs = list(next(iter(sets.values())).ndcg)
+        self._table(
+            header,
+            [
+                [run, *(f"{sets[name].ndcg[run][half]:.4f}" for name in names for half in protocol.HALVES)]
+                for run in runs
+            ],
+        )
+        self.stdout.write("threshold share per half (the reference set's threshold keeping 90 %, per candidate)")
+        self._table(
+            [*header, "threshold"],
+            [
+                [
+                    run,
+                    *(f"{sets[name].threshold_share[run][half]:.3f}" for name in names for half in protocol.HALVES),
+                    "/".join(f"{thresholds[run][half]:.4f}" for half in protocol.HALVES),
+                ]
+                for run in thresholds
+            ],
+        )
+        for verdict in decision.verdicts:
+            reasons = "; ".join(f"{half}: {', '.join(verdict.failures[half]) or 'passes'}" for half in protocol.HALVES)
+            self.stdout.write(f"{verdict.candidate}: {reasons}")
+        self.stdout.write(f"selected on the even halves: {decision.selected or 'none'}")
+        self.stdout.write(f"winner: {decision.winner} (current default: {decision.default})")
+
+    def _print_whole(self, whole: dict) -> None:
+        names = list(whole)
+        self.stdout.write(
+            "whole splits: nDCG@10, the share of relevant top-10 hits kept at the threshold keeping 90 % on "
+            "the reference set, and the hits at relevance 0 judged relevant (of all hits at 0)"
+        )
+        self._table(
+            ["run", *names],
+            [
+                [
+                    run,
+                    *(
+                        f"{whole[name][run]['ndcg@10']:.4f}"
+                        + (
+                            ""
+                            if whole[name][run]["threshold_share"] is None
+                            else f" {whole[name][run]['threshold_share']:.3f}"
+                        )
+                        + f" {whole[name][run]['at_zero']['judged_relevant']} of {whole[name][run]['at_zero']['hits']}"
+                        for name in names
+                    ),
+                ]
+                for run in whole[names[0]]
+            ],
+        )
 
     def _labelled_kb(self, tenant_name: str, kb_name: str):
         try:
@@ -253,7 +386,10 @@ class Command(BaseCommand):
         return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
     def _print_runs(self, dataset, runs: list[dict]) -> None:
-        header = ["run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept"]
+        header = [
+            "run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept",
+            "keeps 90 %", "kept at threshold", "relevant at 0",
+        ]  # fmt: skip
         rows = [
             [
                 run["label"],
@@ -262,6 +398,7 @@ class Command(BaseCommand):
                 f"{run['latency_ms']['p95']}",
                 f"{run['dense_skipped_queries']}" if run["mode"] == "hybrid" else "-",
                 _relevant_kept(run["relevance_threshold"]),
+                *_threshold_columns(run["relevance_threshold"]),
             ]
             for run in runs
         ]

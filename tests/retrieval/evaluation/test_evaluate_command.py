@@ -8,6 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from knowledge.models import Document, KnowledgeBase
+from retrieval.evaluation.protocol import CANDIDATES, CURRENT_DEFAULT, SetScores, choose
 from tests.retrieval.evaluation.conftest import write_beir
 
 TINY_CORPUS = [
@@ -32,8 +33,12 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     dataset = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     out = io.StringIO()
-    call_command("evaluate", dataset=dataset, split="test", output=first, rrf_k="20,60", no_progress=True, stdout=out)
+    call_command(
+        "evaluate", dataset=dataset, split="test", output=first, rrf_k="20,60", threshold=0.05, no_progress=True,
+        stdout=out,
+    )  # fmt: skip
     assert "created knowledge base eval/tiny-all-minilm-l6-v2-" in out.getvalue()
+    assert "keeps 90 %" in out.getvalue() and "relevant at 0" in out.getvalue()
 
     report = json.loads(first.read_text())
     assert {"commit", "machine", "settings", "model", "analyzer_version", "ingestion", "runs"} <= report.keys()
@@ -56,6 +61,9 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
         assert run["latency_ms"]["p50"] > 0 and run["degraded_queries"] == 0
         judged = run["relevance_threshold"]
         assert judged["relevant_hits"] == 3  # each found relevant document once, at its best chunk
+        assert judged["at_zero"]["judged_relevant"] == 0 and judged["threshold_keeping_90"] > 0
+        assert judged["kept_at_reference"]["threshold"] == 0.05
+        assert 0.0 <= judged["kept_at_reference"]["relevant_kept"] <= 1.0
         if run["mode"] != "bm25":  # dense search ranks all 5 documents for each of the 3 queries
             assert judged["other_hits"] == 12 and judged["curve"]
         # the music query has one of its two relevant documents missing from the corpus
@@ -126,3 +134,51 @@ def test_a_sweep_on_a_kbs_own_labelled_queries_suggests_and_writes_the_best_sett
 def test_sweep_options_that_cannot_work_are_refused(tmp_path, options, message):
     with pytest.raises(CommandError, match=message):
         call_command("evaluate", dataset=tmp_path, **options)
+
+
+# --- the protocol for defaults ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_choose_default_runs_every_candidate_on_every_shared_split_and_names_the_winner(tmp_path, settings):
+    settings.VAR_DIR = tmp_path / "var"
+    root = tmp_path / "datasets"
+    numbered = [{"_id": str(i), "text": query["text"]} for i, query in enumerate(TINY_QUERIES)]
+    numbered.append({"_id": "3", "text": "how yeast makes the dough rise"})
+    judged = [("0", "photo", 1), ("1", "tide/2", 1), ("2", "jazz", 1), ("3", "bread", 1)]
+    write_beir(root / "scifact", TINY_CORPUS, numbered, judged, split="train")
+    (root / "scifact" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n0\tjazz\t1\n")  # held out
+    bread = {"_id": "q-bread", "text": "why does bread rise"}
+    write_beir(root / "tiny", TINY_CORPUS, [*TINY_QUERIES, bread], [*TINY_QRELS, ("q-bread", "bread", 1)], split="dev")
+    (root / "notes").mkdir()  # not a dataset: skipped
+    output, out = tmp_path / "choice.json", io.StringIO()
+    call_command("evaluate", dataset=root, choose_default=True, output=output, no_progress=True, stdout=out)
+
+    printed = out.getvalue()
+    assert "nDCG@10 per half (queries: scifact/train 2/2, tiny/dev 2/2)" in printed  # q-music, q-bread are even
+    assert "threshold share per half" in printed and "whole splits:" in printed
+    report = json.loads(output.read_text())
+    assert set(report["ndcg@10"]) == {"scifact/train", "tiny/dev"}  # the test split is never read
+    runs = {"vector", "bm25", *CANDIDATES}
+    assert all(set(table) == runs for table in report["ndcg@10"].values())
+    assert set(report["threshold_share"]["tiny/dev"]) == set(CANDIDATES)
+    whole = report["whole_splits"]["tiny/dev"]
+    assert set(whole) == runs and whole["bm25"]["threshold_share"] is None
+    assert all(0.0 <= whole[name]["threshold_share"] <= 1.0 for name in CANDIDATES)
+    assert whole[CURRENT_DEFAULT]["at_zero"]["judged_relevant"] == 0
+    # the decision printed and stored is the protocol's on the table it printed
+    sets = {name: SetScores(report["ndcg@10"][name], report["threshold_share"][name]) for name in report["ndcg@10"]}
+    decision = choose(CANDIDATES, CURRENT_DEFAULT, sets, "scifact/train")
+    assert (report["winner"], report["selected"], report["default"]) == (
+        decision.winner, decision.selected, CURRENT_DEFAULT
+    )  # fmt: skip
+    assert f"winner: {decision.winner} (current default: {CURRENT_DEFAULT})" in printed
+    for verdict in decision.verdicts:
+        assert verdict.candidate + ": even: " in printed
+
+
+def test_choose_default_needs_the_reference_set(tmp_path):
+    write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS, split="dev")
+    with pytest.raises(CommandError, match="no scifact dataset"):
+        call_command("evaluate", dataset=tmp_path, choose_default=True, no_progress=True, stdout=io.StringIO())

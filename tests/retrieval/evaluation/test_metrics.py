@@ -4,7 +4,16 @@ import math
 
 import pytest
 
-from retrieval.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k, score_query, threshold_curve
+from retrieval.evaluation.metrics import (
+    kept_share,
+    mrr_at_k,
+    ndcg_at_k,
+    recall_at_k,
+    score_query,
+    threshold_curve,
+    threshold_keeping,
+    zero_relevance,
+)
 
 LOG2_3 = math.log2(3)  # 1.5849625, the discount at rank 2
 
@@ -89,4 +98,24 @@ def test_threshold_curve_counts_relevant_hits_kept_where_half_of_the_others_drop
     at_half = {"threshold": 0.5, "relevant_kept": pytest.approx(2 / 3, abs=1e-4), "others_dropped": 0.8}
     assert curve["curve"][2] == at_half
     assert curve["curve"][0]["relevant_kept"] == 1.0 and curve["curve"][-1]["relevant_kept"] == 0.0
-    assert threshold_curve([(0.5, True)]) == {"relevant_hits": 1, "other_hits": 0, "curve": []}
+    alone = threshold_curve([(0.5, True)])
+    assert (alone["relevant_hits"], alone["other_hits"], alone["curve"]) == (1, 0, [])
+
+
+def test_the_threshold_keeping_90_percent_is_the_relevant_score_at_that_share():
+    relevant = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]
+    assert threshold_keeping(relevant) == 0.1  # keeps 9 of 10
+    assert kept_share(relevant, 0.1) == 0.9
+    assert threshold_keeping(relevant[:3]) == 0.7  # 90 % of 3 rounds up: all 3 kept
+    assert threshold_keeping([]) is None and kept_share([], 0.5) is None
+    # the same threshold applied to another set keeps what it keeps there
+    assert kept_share([0.5, 0.09, 0.3, 0.0], 0.1) == 0.5
+
+
+def test_hits_at_zero_relevance_count_those_judged_relevant():
+    judged = [(0.0, True), (0.0, False), (0.0, False), (0.2, True), (0.1, False)]
+    assert zero_relevance(judged) == {"hits": 3, "judged_relevant": 1}
+    curve = threshold_curve(judged)
+    assert curve["at_zero"] == {"hits": 3, "judged_relevant": 1}
+    assert curve["threshold_keeping_90"] == 0.0  # 90 % of the two relevant hits: both, down to the one at 0
+    assert threshold_curve([(0.25, True)])["threshold_keeping_90"] == 0.25

@@ -8,12 +8,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from engines import get_lexical_index
+from engines.embedders import get_embedder
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.selectors import analyzer_for_tenant
 from retrieval.fusion import RankedList
-from retrieval.relevance import dense_background, dense_relevance, lexical_relevance
+from retrieval.relevance import dense_relevance, lexical_relevance, passage_sample, query_background
 from retrieval.services.fuse import fuse, gate_graph
 from tests.retrieval.services.conftest import fusion_settings, names, run
 
@@ -115,7 +116,8 @@ def calibrated(kb, hit, query: str) -> dict[str, float]:
     version = kb.active_version
     legs = {}
     if "vector" in hit.retrievers:
-        background = dense_background(version.pk, version.revision)
+        vector = get_embedder(kb.embedding_model).embed_queries([query])[0]
+        background = query_background(vector, passage_sample(version.pk, version.revision))
         legs["vector"] = dense_relevance(hit.retrievers["vector"]["score"], background)
     if "bm25" in hit.retrievers:
         ceiling = get_lexical_index().max_score(version.pk, analyzer_for_tenant(kb.tenant_id).tokens(query))

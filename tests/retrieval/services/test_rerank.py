@@ -36,7 +36,7 @@ def test_reranker_faults_fall_back_to_the_fused_order(sample_kb, rerank_server, 
 @pytest.mark.parametrize("fault", ["500", "slow"])
 def test_the_dense_fallback_orders_by_cosine(sample_kb, rerank_server, settings, fault):
     settings.RERANK_FALLBACK_ORDER = "dense"
-    query = "battery storage temperature"
+    query = "lithium battery pack"  # its fused order is not the dense one
     fused = run(sample_kb, query, mode="hybrid", top_k=5)
     dense = run(sample_kb, query, mode="vector", top_k=5)
     rerank_server.mode = fault
