@@ -371,6 +371,8 @@ class SemanticCacheOutput(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["semantic"])  # CacheKindEnum (ENUM_NAME_OVERRIDES)
     query = serializers.CharField(help_text="the cached query whose answer this is (its queries, weights, hits)")
     cosine = serializers.FloatField(help_text="of the two queries' embeddings, at least SEMANTIC_CACHE_MIN_COSINE")
+
+
 class NoticeOutput(serializers.Serializer):
     stage = serializers.CharField(help_text="the retriever or stage adjusted, as in degraded")
     code = serializers.ChoiceField(
