@@ -60,7 +60,7 @@ def priced(units: dict[str, float]) -> dict[str, Any]:
     amounts = {kind: round(shown[kind] * price, 9) for kind, price in prices().items() if price and shown[kind]}
     return {
         "units": shown,
-        "amount": round(sum(amounts.values()), 9),
+        "amount": round(sum(amounts.values(), 0.0), 9),  # a float also when nothing is priced (the schema's type)
         "amounts": amounts,
         "currency": settings.COST_CURRENCY,
     }
