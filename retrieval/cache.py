@@ -140,7 +140,7 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
     if knowledge is None:
         knowledge = searched_knowledge(tenant, request.kb_ids)
     material = _key_material(tenant, request, knowledge)
-    key = f"search:{tenant.pk}:{_digest(material)}"
+    key = _key(tenant, material)
     lock_key = f"{key}:lock"
     try:
         hit, holds_lock = _get_or_lock(key, lock_key)
@@ -176,7 +176,11 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
 def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> str:
     """The key of ``request``'s answer over ``knowledge`` (``searched_knowledge``, which raises
     ``KnowledgeBaseNotFound`` for KB ids the tenant does not have, like the search would)."""
-    return f"search:{tenant.pk}:{_digest(_key_material(tenant, request, knowledge))}"
+    return _key(tenant, _key_material(tenant, request, knowledge))
+
+
+def _key(tenant: Tenant, material: dict) -> str:
+    return f"search:{tenant.pk}:{_digest(material)}"
 
 
 def _key_material(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> dict:
