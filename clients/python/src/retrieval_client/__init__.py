@@ -12,10 +12,10 @@ from retrieval_client.errors import (
     ServiceUnavailableError,
     TransportError,
 )
-from retrieval_client.models import Contribution, Degradation, QueryVariant, SearchHit, SearchResult
+from retrieval_client.models import Contribution, Degradation, Notice, QueryVariant, SearchHit, SearchResult
 
 __all__ = [
     "AsyncRetrievalClient", "AuthenticationError", "Contribution", "Degradation", "InvalidRequestError",
-    "NotFoundError", "QueryVariant", "RateLimitedError", "RetrievalClient", "RetrievalError", "SearchHit",
+    "NotFoundError", "Notice", "QueryVariant", "RateLimitedError", "RetrievalClient", "RetrievalError", "SearchHit",
     "SearchResult", "ServerError", "ServiceUnavailableError", "TransportError", "__version__",
 ]  # fmt: skip

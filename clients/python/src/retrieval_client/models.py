@@ -77,6 +77,15 @@ class Degradation:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """An adjustment of the search's plan, by a stable code (e.g. ``dense_skipped_language``); not a failure."""
+
+    stage: str
+    code: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class SearchResult:
     results: list[SearchHit]
     mode: str
@@ -84,9 +93,12 @@ class SearchResult:
     queries: list[QueryVariant] = field(default_factory=list)
     weights: dict[str, float] = field(default_factory=dict)
     reranked: bool = False
-    cached: bool = False
+    cached: bool | str = False  # "semantic": the answer of a close enough earlier query, named in ``cache``
+    cache: dict[str, Any] | None = None  # a semantic hit: {"kind", "query", "cosine"}
     degraded: list[Degradation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)  # units, amount, amounts, currency (docs/cost.md)
     candidates: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
     critical_path_ms: dict[str, float] = field(default_factory=dict)
@@ -99,4 +111,5 @@ class SearchResult:
         values["results"] = [SearchHit.from_dict(hit) for hit in data.get("results") or []]
         values["queries"] = [QueryVariant(**_known(QueryVariant, q)) for q in data.get("queries") or []]
         values["degraded"] = [Degradation(**_known(Degradation, d)) for d in data.get("degraded") or []]
+        values["notices"] = [Notice(**_known(Notice, n)) for n in data.get("notices") or []]
         return cls(**values)
