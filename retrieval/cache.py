@@ -13,7 +13,8 @@ failure must not be served for an hour). Concurrent identical misses compute onc
 short lock in the same Redis round trip as its lookup, the others poll for its result (and compute
 themselves if it is slow). A computed answer is stored, and its lock released, by a writer thread
 (``core.background``, ``SEARCH_CACHE_WRITE_*``) after the response is sent: the request never waits for
-that round trip, and a write Redis refuses is counted, never raised. With Redis unreachable, searches
+that round trip, nor for the semantic cache's row of the answer (saved by the same writer once the answer
+is in Redis), and a write Redis or the database refuses is counted, never raised. With Redis unreachable, searches
 run uncached. ``search()`` itself stays
 uncached for callers that measure it (the evaluation harness).
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -34,6 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
+from django.db import DatabaseError
 from django.dispatch import receiver
 from django_redis import get_redis_connection
 from rest_framework.renderers import JSONRenderer
@@ -43,6 +46,7 @@ from core.metrics import record_search_cache_write_dropped
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors import SearchedKnowledge, searched_knowledge
 from retrieval import semantic_cache
+from retrieval.models import SemanticCacheEntry
 from retrieval.search_log import FACTS, answer_facts, record_search
 from retrieval.semantic_cache import SemanticHit
 from retrieval.services.planning import searched_settings
@@ -59,6 +63,8 @@ _STORED_AS = "rendered JSON without the timings"  # in the key, like the shape: 
 _TIMINGS = ("timings_ms", "critical_path_ms")
 _LOCK_TTL_S = 10  # only guards the stampede; a slow holder's lock lapses and others compute
 _POLL_S = 0.05
+
+logger = logging.getLogger(__name__)
 
 
 class CachedSearch:
@@ -167,9 +173,9 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         raise
     outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
-        _quietly(_queue_store, key, None if response.degraded else outcome.stored, lock_key if holds_lock else None)
-    if lookup is not None and not response.degraded:
-        semantic_cache.remember(tenant, lookup, request.query, key)
+        kept = not response.degraded
+        semantic = semantic_cache.entry(tenant, lookup, request.query, key) if lookup and kept else None
+        _quietly(_queue_store, key, outcome.stored if kept else None, lock_key if holds_lock else None, semantic)
     return outcome
 
 
@@ -278,26 +284,32 @@ class _Store:
     value: tuple[dict, bytes] | None  # None: only the lock to release (a degraded answer)
     lock_key: str | None
     ttl_s: int
+    semantic: SemanticCacheEntry | None  # the semantic cache's row for this answer, saved once it is stored
 
 
-def _queue_store(key: str, value: tuple[dict, bytes] | None, lock_key: str | None) -> None:
-    """Hand ``value`` (unless None) and the release of ``lock_key`` (unless None) to the writer. Dropped
-    (a full queue), the lock is released here, so that identical searches compute rather than wait."""
+def _queue_store(
+    key: str, value: tuple[dict, bytes] | None, lock_key: str | None, semantic: SemanticCacheEntry | None = None
+) -> None:
+    """Hand ``value`` (unless None), the release of ``lock_key`` (unless None) and the semantic cache's
+    row (unless None) to the writer. Dropped (a full queue), the lock is released here, so that identical
+    searches compute rather than wait."""
     queued = writer.put(
         _Store(get_redis_connection("default"), cache.client.encode, cache.make_key(key), value,
-               cache.make_key(lock_key) if lock_key else None, settings.SEARCH_CACHE_TTL_S)
+               cache.make_key(lock_key) if lock_key else None, settings.SEARCH_CACHE_TTL_S, semantic)
     )  # fmt: skip
     if not queued and lock_key:
         cache.delete(lock_key)
 
 
 def _store(batch: list[_Store]) -> int:
-    """Store the entries and release their locks, one round trip per Redis server; how many were stored.
-    Redis down or refusing (its breaker open included): counted and warned, never raised."""
+    """Store the entries and release their locks, one round trip per Redis server, then save the semantic
+    cache's rows of the stored answers in one statement; how many were stored. Redis down or refusing (its
+    breaker open included), or the database refusing the rows: counted and warned, never raised."""
     by_server: dict[int, list[_Store]] = {}
     for entry in batch:  # django-redis shares one connection pool per server between its clients
         by_server.setdefault(id(entry.redis.connection_pool), []).append(entry)
     stored = 0
+    semantic: list[SemanticCacheEntry] = []
     for entries in by_server.values():
         pipeline = entries[0].redis.pipeline(transaction=False)
         for entry in entries:
@@ -312,6 +324,13 @@ def _store(batch: list[_Store]) -> int:
             record_search_cache_write_dropped("failed", len(entries))
             continue
         stored += len(entries)
+        semantic += [entry.semantic for entry in entries if entry.semantic is not None]
+    if semantic:
+        try:
+            semantic_cache.remember(semantic)
+        except DatabaseError:
+            logger.warning("semantic cache: %d rows not saved", len(semantic), exc_info=True)
+            record_search_cache_write_dropped("semantic_failed", len(semantic))
     return stored
 
 

@@ -106,15 +106,21 @@ def find(tenant: Tenant, lookup: Lookup, timings: StageTimings) -> tuple[Semanti
     return None if stored is None else (found, stored)
 
 
-def remember(tenant: Tenant, lookup: Lookup, query: str, key: str) -> None:
-    """Keep ``query``'s vector for the answer just stored under ``key`` (one statement; a row of the same
-    key, left by an identical query, is renewed)."""
-    entry = SemanticCacheEntry(
+def entry(tenant: Tenant, lookup: Lookup, query: str, key: str) -> SemanticCacheEntry:
+    """The row that keeps ``query``'s vector for the answer stored under ``key`` (unsaved: the result
+    cache's writer saves it with that answer, after the answer is in Redis)."""
+    return SemanticCacheEntry(
         tenant=tenant, scope=lookup.scope, signature=lookup.signature, query=query, key=key,
         embedding=lookup.vector, expires_at=timezone.now() + timedelta(seconds=settings.SEARCH_CACHE_TTL_S),
     )  # fmt: skip
+
+
+def remember(entries: list[SemanticCacheEntry]) -> None:
+    """Save ``entries`` in one statement; a row of the same tenant and key, left by an identical query, is
+    renewed (within the batch, the last one of a key wins: one statement may not update a row twice)."""
+    latest = {(row.tenant_id, row.key): row for row in entries}
     SemanticCacheEntry.objects.bulk_create(
-        [entry],
+        list(latest.values()),
         update_conflicts=True,
         unique_fields=["tenant", "key"],
         update_fields=["scope", "signature", "query", "embedding", "expires_at"],

@@ -350,9 +350,9 @@ def concurrent_searches(tenant, count: int) -> list[bool]:
     return outcomes
 
 
-def first_run_held_until(monkeypatch, condition) -> list[int]:
-    """The pipeline's runs (their threads) in order; the first, the lock holder's, starts searching
-    only once ``condition()`` holds."""
+def first_run_held_until(monkeypatch, condition, *, every: bool = False) -> list[int]:
+    """The pipeline's runs (their threads) in order; the first, the lock holder's (``every``: each run),
+    starts searching only once ``condition()`` holds."""
     runs: list[int] = []
     counting = threading.Lock()
 
@@ -360,7 +360,7 @@ def first_run_held_until(monkeypatch, condition) -> list[int]:
         with counting:
             runs.append(threading.get_ident())
             first = len(runs) == 1
-        if first:
+        if first or every:
             wait_until(condition, message="the other searches while the first one holds the lock")
         return search(tenant, request, knowledge)
 
@@ -381,7 +381,9 @@ def test_concurrent_identical_misses_compute_once(tenant, monkeypatch, settings)
 @pytest.mark.django_db(transaction=True)
 def test_waiters_compute_themselves_when_the_first_is_slow(tenant, monkeypatch, settings):
     settings.SEARCH_CACHE_WAIT_S = 0.1
-    runs = first_run_held_until(monkeypatch, lambda: len(runs) == 3)  # both others gave up on the holder
+    # Every run waits for the others: a waiter that gave up stores nothing before the last one has looked
+    # (under load a late thread would otherwise find the first giver-up's answer).
+    runs = first_run_held_until(monkeypatch, lambda: len(runs) == 3, every=True)  # both others gave up
     cached = concurrent_searches(tenant, 3)
     assert cached == [False, False, False]
     assert len(set(runs)) == 3

@@ -1,7 +1,8 @@
 """The result cache's writer thread (``retrieval.cache.writer``, a ``core.background`` writer): a
 computed answer is stored after the search returned, a full queue drops and counts, a stopping
 process stores what is queued, and Redis going away between the answer and its write costs the
-answer nothing. The other cache tests store on the request thread (``tests/conftest.py``)."""
+answer nothing; the semantic cache's row of an answer is saved by the same writer, after the answer.
+The other cache tests store on the request thread (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import threading
 import pytest
 from prometheus_client import REGISTRY
 
+from knowledge.knowledge_bases import update_search_settings
+from knowledge.models import KnowledgeBase
 from knowledge.selectors import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
+from retrieval.models import SemanticCacheEntry
 from retrieval.types import SearchRequest
+from tenants.models import Tenant
 from tests.concurrency import RACE_TIMEOUT_S, race, wait_until
 from tests.retrieval.test_cache import GARDEN, KETTLE, ingest
 
@@ -136,3 +141,50 @@ def test_redis_gone_before_the_write_costs_the_answer_nothing(private_redis, ket
     again = cached_search(kettles, request)  # Redis still down: computed, not degraded
     assert again.cached is False and again.response.degraded == []
     assert [hit.chunk_id for hit in again.response.results] == [hit.chunk_id for hit in answer.response.results]
+
+
+def semantic_rows(tenant) -> int:
+    return SemanticCacheEntry.objects.filter(tenant=tenant).count()
+
+
+def hybrid(query: str) -> SearchRequest:
+    return SearchRequest(query=query, mode="hybrid", top_k=5)
+
+
+@pytest.fixture
+def semantic_kettles(kettles):
+    """The kettles' KB with its semantic cache on (the writer thread reads the tenant's rows: committed)."""
+    update_search_settings(KnowledgeBase.objects.get(tenant=kettles, name="manuals"), {"semantic_cache": True})
+    return kettles
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_semantic_cache_row_is_saved_by_the_writer_after_its_answer(semantic_kettles, monkeypatch):
+    writer = HeldWriter(monkeypatch)
+    asked = hybrid("How long does the electric kettle take to boil water?")
+    assert cached_search(semantic_kettles, asked).cached is False
+    wait_until(writer.taken.is_set, message="the writer to take the answer")
+    assert semantic_rows(semantic_kettles) == 0  # the request returned without writing its row
+    writer.release()
+    wait_until(lambda: semantic_rows(semantic_kettles) == 1, message="the writer to save the row")
+    assert stored(semantic_kettles, asked)
+    paraphrase = cached_search(semantic_kettles, hybrid("How long does the electric kettle need to boil water?"))
+    assert paraphrase.cached == "semantic" and paraphrase.semantic.query == asked.query
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_the_database_refuses_are_counted_and_the_answer_stays_stored(semantic_kettles, monkeypatch):
+    writer = HeldWriter(monkeypatch)
+    before = dropped("semantic_failed")
+    asked = hybrid("How long does the electric kettle take to boil water?")
+    answer = cached_search(semantic_kettles, asked)
+    wait_until(writer.taken.is_set, message="the writer to take the answer")
+    tenant_id, key = (
+        semantic_kettles.pk,
+        search_cache_key(semantic_kettles, asked, searched_knowledge(semantic_kettles)),
+    )
+    Tenant.objects.filter(pk=tenant_id).delete()  # its row's tenant is gone when the writer saves it
+    writer.release()
+    wait_until(lambda: dropped("semantic_failed") == before + 1, message="the refused row to be counted")
+    assert answer.response.results and not SemanticCacheEntry.objects.filter(tenant_id=tenant_id).exists()
+    assert cache.cache.get(key) is not None  # Redis kept the answer: only its semantic row was lost
