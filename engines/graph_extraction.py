@@ -47,8 +47,15 @@ from engines.graph_relations import Span, stated_relations
 # 3: a mention is related to the next RELATION_NEIGHBOURS entities only (was: every one in the window).
 # 5: typed, directed relations where a sentence states them (engines.graph_relations); 4 was tried and not
 # shipped (docs/benchmarks/decisions.md, "Extractor 4 (not shipped)").
-EXTRACTOR_VERSION = "5"
+# 6: issue 29's curated entities: Chinese names by tag (a person with a surname), compound shop and maker
+# names, no plain noun alone; Latin capitalized names the passage writes in capitals only, no passage key
+# phrase; synonym-group terms; names in a large share of a version's passages dropped (``common``).
+EXTRACTOR_VERSION = "6"
 
+# A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
+# below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
+COMMON_SHARE = 0.1
+COMMON_MIN_PASSAGES = 50
 RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
 RELATION_NEIGHBOURS = 4  # ... and a mention relates to the mentions of the next few other entities only
 STATED_WEIGHT = 1.0  # what a statement of a typed relation adds to its pair's weight in the passage
@@ -58,8 +65,42 @@ MAX_PHRASE_WORDS = 3
 QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
 FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
-# jieba POS flags kept, by prefix; plain nouns ("n") only from two characters on
+# jieba dictionary tags kept, by prefix: a person only where a common surname starts it (the dictionary
+# tags 齐全, 续航 or 胡萝卜 nr too); a plain noun is no entity by itself, only inside a compound name.
 _HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
+_TRANSLITERATED = "nrt"  # a foreign name (马里奥): no surname to check
+# Common Chinese surnames (the Hundred Family Surnames' most frequent, and compound ones).
+_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
+    "崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊"
+    "葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉"
+    "骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏"
+    "宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+)
+_COMPOUND_SURNAMES = (
+    "欧阳",
+    "司马",
+    "上官",
+    "诸葛",
+    "东方",
+    "皇甫",
+    "尉迟",
+    "公孙",
+    "慕容",
+    "长孙",
+    "夏侯",
+    "轩辕",
+    "令狐",
+)
+# What ends a shop's, a maker's or an organisation's name (粤海茶楼, 勐海晨光茶厂, 华瑞电器): a compound of
+# a proper word and nouns is a name when its last word ends so. General Chinese naming, not drawn from a corpus.
+_NAME_HEADS = (
+    "公司", "集团", "银行", "大学", "学院", "学校", "医院", "中心", "协会", "研究所", "研究院", "委员会", "餐厅", "饭店",
+    "酒店", "酒家", "酒楼", "茶楼", "茶馆", "面馆", "小馆", "菜馆", "餐馆", "食堂", "超市", "商场", "电器", "科技", "电子",
+    "物流", "快递", "工作室", "俱乐部", "出版社", "馆", "坊", "楼", "店", "厂", "社", "铺", "寺", "庙", "宫", "院",
+)  # fmt: skip
+_NAME_STARTS = frozenset({"nr", "nrt", "ns", "nt", "nz", "j", "x", OUT_OF_DICTIONARY})  # a compound name's first word
+_MAX_COMPOUND_WORDS = 4
 # Tags (by first letter) of the characters that edge no out-of-dictionary name: pronoun, preposition,
 # particle, conjunction, adverb, numeral, classifier, locality, modal, interjection, onomatopoeia. The
 # HMM glues them to a neighbour ("这张", "之初", "日起"); jieba's POS tagger kept none of those.
@@ -83,12 +124,52 @@ _LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  #
 
 
 def _han_kind(word: str, flag: str) -> str | None:
-    """The entity kind of a tagged Chinese word, or None. A word out of the dictionary is a proper-noun
-    candidate unless a function character edges it (the HMM's glue, not a name)."""
+    """The entity kind of a Chinese word by its dictionary tag, or None: plain nouns and the HMM's
+    out-of-dictionary words are entities only inside a compound name (``_han_compounds``)."""
+    if flag == _TRANSLITERATED:
+        return "person"
+    if flag.startswith("nr"):
+        surnamed = word[0] in _SURNAMES or word.startswith(_COMPOUND_SURNAMES)
+        return "person" if surnamed and len(word) <= 4 else None
+    return _HAN_KINDS.get(flag[:2])
+
+
+def _glued(word: str) -> bool:
+    """An out-of-dictionary word a function character edges: the HMM's glue ("这张", "日起"), no name."""
+    return any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
+
+
+def _nominal(word: str, flag: str) -> bool:
+    """A word that may go on a compound name: a noun of any kind, a name part, an unglued new word."""
     if flag == OUT_OF_DICTIONARY:
-        glued = any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
-        return None if glued else "proper"
-    return _HAN_KINDS.get(flag[:2]) or ("noun" if flag == "n" else None)
+        return not _glued(word)
+    return flag[:1] == "n" or flag in ("j", "x", "zg")
+
+
+def _han_compounds(tagged: list[tuple[int, str, str]]) -> dict[int, int]:
+    """Compound names of adjacent words: a proper, place, abbreviated or new word, then nouns, the last
+    ending in a name's head (粤海 + 茶楼, 勐海 + 晨光 + 茶厂, 湘味坊 alone): start index -> end index
+    (exclusive), the longest from each start, none overlapping."""
+    found: dict[int, int] = {}
+    at = 0
+    while at < len(tagged):
+        offset, word, flag = tagged[at]
+        end = None
+        if flag in _NAME_STARTS and _nominal(word, flag):
+            position, stop = offset, min(len(tagged), at + _MAX_COMPOUND_WORDS)
+            for last in range(at, stop):
+                there, part, tag = tagged[last]
+                if there != position or not _nominal(part, tag):
+                    break
+                position += len(part)
+                if part.endswith(_NAME_HEADS) and position - offset >= 3:
+                    end = last + 1
+        if end is None:
+            at += 1
+        else:
+            found[at] = end
+            at = end
+    return found
 
 
 @dataclass(frozen=True)
@@ -122,18 +203,34 @@ class EntityExtractor:
     """Extraction with one tenant's analyzer (its protected terms) and aliases (alias -> canonical name,
     both normalized), and a KB's ``curation``."""
 
-    def __init__(self, analyzer: Analyzer, aliases: Mapping[str, str] | None = None, curation: Curation | None = None):
+    def __init__(
+        self,
+        analyzer: Analyzer,
+        aliases: Mapping[str, str] | None = None,
+        curation: Curation | None = None,
+        common: frozenset[str] = frozenset(),
+    ):
         self.analyzer = analyzer
         self.curation = curation or Curation()
+        self.common = common
         resolve = self.curation.resolve
         self.aliases = {alias: resolve(name) for alias, name in (aliases or {}).items()}
+        self._synonyms = _term_pattern({*self.aliases, *self.aliases.values()})
         self.aliases.update((name, resolve(name)) for name in self.curation.renamed if name not in self.aliases)
         self._stopwords = analyzer.stopwords
 
-    def extract(self, text: str) -> Extraction:
-        folded, tagged, mentions = self._mentions(text)
-        if self.curation.deleted:
-            mentions = [mention for mention in mentions if mention.name not in self.curation.deleted]
+    def extract(self, text: str, *, query: bool = False) -> Extraction:
+        """The passage's entities and relations; a ``query``'s also include its RAKE key phrases (for
+        the fuzzy match: a passage's are no entities). Names in ``common`` (in a large share of the KB
+        version's passages) are dropped unless they are curated terms."""
+        folded, tagged, mentions = self._mentions(text, query)
+        if self.curation.deleted or self.common:
+            dropped = self.curation.deleted
+            mentions = [
+                mention
+                for mention in mentions
+                if mention.name not in dropped and (mention.kind == "term" or mention.name not in self.common)
+            ]
         counts = Counter(mention.name for mention in mentions)
         kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
         first: dict[str, _Mention] = {}
@@ -151,7 +248,7 @@ class EntityExtractor:
     def query_names(self, text: str) -> list[str]:
         """Names an entity of the query may have: its extracted entities, then its word n-grams (Latin
         words joined by a space, Chinese words joined together), normalized and resolved through aliases."""
-        names = dict.fromkeys(entity.name for entity in self.extract(text).entities)
+        names = dict.fromkeys(entity.name for entity in self.extract(text, query=True).entities)
         words = self._words(normalize(text))
         for size in range(1, QUERY_NGRAM_WORDS + 1):
             for start in range(len(words) - size + 1):
@@ -169,7 +266,9 @@ class EntityExtractor:
         stopword, and neither part of nor holding a name already ``resolved`` exactly."""
         return [
             name
-            for name in (entity.name for entity in self.extract(text).entities if entity.kind in _WRITTEN_NAMES)
+            for name in (
+                entity.name for entity in self.extract(text, query=True).entities if entity.kind in _WRITTEN_NAMES
+            )
             if len(name) >= FUZZY_MIN_CHARS
             and _LATIN_NAME.fullmatch(name)
             and name not in self._stopwords
@@ -183,13 +282,15 @@ class EntityExtractor:
     def _resolve(self, name: str) -> str:
         return self.aliases.get(name, name)
 
-    def _mentions(self, text: str) -> tuple[str, list[tuple[int, str, str]], list[_Mention]]:
+    def _mentions(self, text: str, query: bool) -> tuple[str, list[tuple[int, str, str]], list[_Mention]]:
         """The normalized text, its Han words (offset, word, tag) and its mentions in text order."""
         text = unicodedata.normalize("NFKC", text)
         folded = normalize(text)
         tagged = _tagged(folded)
-        mentions = [*self._protected(folded), *self._han(tagged), *self._codes(text), *self._names(text)]
-        mentions += self._key_phrases(folded)
+        mentions = [*self._protected(folded), *self._synonym_terms(folded), *self._han(tagged), *self._codes(text)]
+        mentions += self._names(text)
+        if query:
+            mentions += self._key_phrases(folded)
         # a protected code is also a compound, a protected dish also a jieba word: one mention each
         unique = {(mention.name, mention.position): mention for mention in reversed(mentions)}
         return folded, tagged, sorted(unique.values(), key=lambda mention: mention.position)
@@ -205,12 +306,29 @@ class EntityExtractor:
             found.append(_Mention(self._resolve(term), term, "term", position))
         return found
 
+    def _synonym_terms(self, folded: str) -> list[_Mention]:
+        """The terms of the tenant's synonym groups: each an entity, named by its group's first term."""
+        if self._synonyms is None:
+            return []
+        return [
+            _Mention(self._resolve(m.group()), m.group(), "term", m.start()) for m in self._synonyms.finditer(folded)
+        ]
+
     def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
         found = []
-        for offset, word, flag in tagged:
+        compounds = _han_compounds(tagged)
+        at = 0
+        while at < len(tagged):
+            offset, word, flag = tagged[at]
+            if (end := compounds.get(at)) is not None:
+                name = "".join(part for _, part, _ in tagged[at:end])
+                found.append(_Mention(self._resolve(name), name, "organisation", offset))
+                at = end
+                continue
             kind = _han_kind(word, flag)
             if kind and len(word) >= 2 and word not in self._stopwords:
                 found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
+            at += 1
         return found
 
     def _codes(self, text: str) -> list[_Mention]:
@@ -224,14 +342,16 @@ class EntityExtractor:
     def _names(self, text: str) -> list[_Mention]:
         """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
         "Which" are capitalized by their place in a sentence or a title alone, so they end a name
-        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro)."""
+        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run the passage also writes
+        in lower case is a heading's common words ("Battery Pack" over "the battery pack"), no name."""
         found = []
+        lowered = text.lower()
         for match in _CAPITALIZED_NAME.finditer(text):
             run: list[re.Match[str]] = []
             for word in [*_NAME_WORD.finditer(match.group()), None]:
                 if word is None or self._is_function_word(word.group()):
-                    if len(run) >= 2:
-                        name = " ".join(part.group() for part in run)
+                    name = " ".join(part.group() for part in run)
+                    if len(run) >= 2 and lowered.count(name.lower()) == text.count(name):
                         found.append(self._mention(name, "name", match.start() + run[0].start()))
                     run = []
                 else:
@@ -281,6 +401,27 @@ class EntityExtractor:
         ]
         words += [(offset, word, True) for offset, word, _ in _tagged(folded)]
         return [(word, han) for _, word, han in sorted(words)]
+
+
+def common_names(document_frequency: Mapping[str, int], passages: int) -> frozenset[str]:
+    """The names of a KB version in more than ``COMMON_SHARE`` of its ``passages`` (``document_frequency``:
+    name -> passages naming it), none below ``COMMON_MIN_PASSAGES`` passages."""
+    if passages < COMMON_MIN_PASSAGES:
+        return frozenset()
+    return frozenset(name for name, count in document_frequency.items() if count > COMMON_SHARE * passages)
+
+
+def _term_pattern(terms: set[str]) -> re.Pattern[str] | None:
+    """One pattern finding any of these normalized terms, the longest first; a term's Latin ends must
+    not go on in a letter or digit ("pro" is not found in "product")."""
+    if not terms:
+        return None
+    parts = []
+    for term in sorted(terms, key=lambda term: (-len(term), term)):
+        before = r"(?<![^\W_])" if term[:1].isascii() and term[:1].isalnum() else ""
+        after = r"(?![^\W_])" if term[-1:].isascii() and term[-1:].isalnum() else ""
+        parts.append(before + re.escape(term) + after)
+    return re.compile("|".join(parts))
 
 
 def _tagged(folded: str) -> list[tuple[int, str, str]]:
