@@ -32,7 +32,7 @@ def main() -> None:
 
     if options.corpus:
         with open(options.corpus / "corpus.jsonl", encoding="utf-8") as lines:
-            texts = [" ".join(filter(None, (doc["title"], doc["text"]))) for doc in map(json.loads, lines)]
+            texts = [doc["text"] for doc in map(json.loads, lines)]  # as ingestion's chunks: the title is metadata
     else:
         from knowledge.ingestion.files import discover_files
         from knowledge.parsing import parse_file

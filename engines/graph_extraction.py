@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from engines.analysis import (
     OUT_OF_DICTIONARY,
     Analyzer,
+    dictionary_frequency,
     dictionary_tag,
     han_runs,
     latin_compounds,
@@ -67,8 +68,11 @@ FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
 # jieba dictionary tags kept, by prefix: a person only where a common surname starts it (the dictionary
 # tags 齐全, 续航 or 胡萝卜 nr too); a plain noun is no entity by itself, only inside a compound name.
-_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
-_TRANSLITERATED = "nrt"  # a foreign name (马里奥): no surname to check
+_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation"}
+_TRANSLITERATED = "nrt"
+# A word tagged a person that jieba's dictionary counts more often than this is a common word first
+# (顾客 1,365, 胡同 1,762, 明白 10,875; 岳飞 680): the few famous names above it are lost.
+PERSON_MAX_FREQUENCY = 800  # a foreign name (马里奥): no surname to check
 # Common Chinese surnames (the Hundred Family Surnames' most frequent, and compound ones).
 _SURNAMES = frozenset(
     "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
@@ -76,6 +80,14 @@ _SURNAMES = frozenset(
     "葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉"
     "骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏"
     "宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+)
+# The characters Chinese writes foreign names with (马里奥, 特鲁多, 梅塞德斯).
+_TRANSLITERATION = frozenset(
+    "阿艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨波伯勃博布查达戴丹道德登迪蒂丁东杜多厄恩尔法范菲斐费芬丰佛弗福"
+    "富盖甘冈高戈格葛根古瓜圭哈海汉豪赫黑亨洪胡华怀霍基吉济加佳贾杰捷金卡凯坎康考柯科克肯库夸奎昆拉莱赖兰朗劳"
+    "勒雷蕾黎里理利莉丽连林琳留隆卢鲁陆路伦罗洛吕马玛迈麦曼芒梅美门蒙米密明摩莫墨默姆穆纳娜奈南内尼妮涅宁纽"
+    "努诺欧帕潘庞佩彭皮平珀普齐奇恰乔琴琼丘屈让热瑞若撒萨塞赛桑瑟森沙莎尚舍圣施什史舒斯松苏索塔泰坦汤唐特提"
+    "汀通图托瓦万旺威韦维温文沃乌伍武西希锡席夏谢辛休许雅亚扬耶伊依因英尤于约泽扎詹兹佐"
 )
 _COMPOUND_SURNAMES = (
     "欧阳",
@@ -113,8 +125,15 @@ FUNCTION_WORDS = frozenset(
     "here hers him his how i if in into is it its itself just may me might more most must my neither no nor not "
     "of off on once only or other our ours out over own same shall she should so some such than that the their "
     "them then there these they this those through to too under until up upon very was we were what when where "
-    "whether which while who whom whose why will with within without would yet you your yours".split()
+    "whether which while who whom whose why will with within without would yet you your yours although however thus "
+    "therefore moreover furthermore hence whereas though since unless".split()
 )
+_CODE_MODIFIER = re.compile(r"(?:[-/][a-z]{4,})+$")  # "-dependent", "-mediated", "-containing" after a code
+_PUNCTUATION = "\"'()[]{}:;,.!?#*-"
+_LINE = re.compile(r"[^\n]+")
+_CODE_PART = re.compile(r"[-/.]")
+_LOWER_WORD = re.compile(r"[a-z]{5,}")
+_LOWER_CASE_WORD = re.compile(r"(?<![\w&])[a-z\u00df-\u00ff][\w&]*")
 _CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
 _NAME_WORD = re.compile(r"\S+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
@@ -124,13 +143,16 @@ _LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  #
 
 
 def _han_kind(word: str, flag: str) -> str | None:
-    """The entity kind of a Chinese word by its dictionary tag, or None: plain nouns and the HMM's
-    out-of-dictionary words are entities only inside a compound name (``_han_compounds``)."""
+    """The entity kind of a Chinese word by its dictionary tag, or None: plain nouns, other proper nouns
+    (nz: 普通, 联网 as often as 京沪铁路) and the HMM's out-of-dictionary words are entities only inside a
+    compound name (``_han_compounds``). A transliterated name is written in transliteration characters
+    (the dictionary tags 登基 and 称王 nrt too), a person's starts with a surname."""
     if flag == _TRANSLITERATED:
-        return "person"
+        return "person" if all(char in _TRANSLITERATION for char in word) else None
     if flag.startswith("nr"):
         surnamed = word[0] in _SURNAMES or word.startswith(_COMPOUND_SURNAMES)
-        return "person" if surnamed and len(word) <= 4 else None
+        common = dictionary_frequency(word) > PERSON_MAX_FREQUENCY
+        return "person" if surnamed and len(word) <= 4 and not common else None
     return _HAN_KINDS.get(flag[:2])
 
 
@@ -332,31 +354,57 @@ class EntityExtractor:
         return found
 
     def _codes(self, text: str) -> list[_Mention]:
-        """Compounds that start with a letter and hold a digit: product codes, model numbers."""
-        return [
-            self._mention(match.group(), "code", match.start())
-            for match in latin_compounds(text)
-            if match.group()[0].isalpha() and any(char.isdigit() for char in match.group())
-        ]
+        """Compounds that start with a letter and hold a digit: product codes, model numbers. A lower-case
+        word hyphenated to a code describes it ("Sfrp5-dependent": sfrp5); a compound that starts with a
+        long lower-case word is a word and a number ("impulses/100"), no code."""
+        found = []
+        for match in latin_compounds(text):
+            code = _CODE_MODIFIER.sub("", match.group())
+            lead = _CODE_PART.split(code, maxsplit=1)[0]
+            if code[0].isalpha() and any(char.isdigit() for char in code) and not _LOWER_WORD.fullmatch(lead):
+                found.append(self._mention(code, "code", match.start()))
+        return found
 
     def _names(self, text: str) -> list[_Mention]:
         """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
         "Which" are capitalized by their place in a sentence or a title alone, so they end a name
-        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run the passage also writes
-        in lower case is a heading's common words ("Battery Pack" over "the battery pack"), no name."""
+        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run of words the passage
+        also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
+        "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
+        wherever the passage writes it; an all-capital word before a capitalized one is a label and
+        ends a run ("RESULTS Pravastatin")."""
         found = []
-        lowered = text.lower()
+        lower_case = frozenset(_LOWER_CASE_WORD.findall(text))
+        headings = [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
+        heading_spans = {line.span() for line in headings}
+        in_text = "\n".join(line.group() for line in _LINE.finditer(text) if line.span() not in heading_spans)
         for match in _CAPITALIZED_NAME.finditer(text):
             run: list[re.Match[str]] = []
-            for word in [*_NAME_WORD.finditer(match.group()), None]:
-                if word is None or self._is_function_word(word.group()):
+            words = [*_NAME_WORD.finditer(match.group())]
+            for at, word in enumerate([*words, None]):
+                if word is None or self._is_function_word(word.group()) or _label(word.group(), words[at + 1 :]):
+                    if (
+                        run
+                        and run[0].group().lower() in lower_case
+                        and _starts_sentence(text, match.start() + run[0].start())
+                    ):
+                        run = run[1:]  # capitalized by its place: "Exposures Anticoagulation..."
                     name = " ".join(part.group() for part in run)
-                    if len(run) >= 2 and lowered.count(name.lower()) == text.count(name):
-                        found.append(self._mention(name, "name", match.start() + run[0].start()))
+                    start = match.start() + (run[0].start() if run else 0)
+                    heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
+                    if len(run) >= 2 and not heading and any(part.group().lower() not in lower_case for part in run):
+                        found.append(self._mention(name, "name", start))
                     run = []
                 else:
                     run.append(word)
         return found
+
+    def _is_heading(self, line: str) -> bool:
+        """A line of two or more words each capitalized unless a function word ("Order Problems", "How
+        To Pair The Hub"): a heading, whose capitals say nothing of a name."""
+        words = [word for word in _NAME_WORD.findall(line) if _LATIN_WORD.search(word)]
+        content = [word for word in words if not self._is_function_word(word.strip(_PUNCTUATION))]
+        return len(content) >= 2 and all(not word[:1].islower() and word.isascii() for word in content)
 
     def _is_function_word(self, word: str) -> bool:
         folded = word.lower()
@@ -401,6 +449,18 @@ class EntityExtractor:
         ]
         words += [(offset, word, True) for offset, word, _ in _tagged(folded)]
         return [(word, han) for _, word, han in sorted(words)]
+
+
+def _starts_sentence(text: str, position: int) -> bool:
+    """Whether a word at ``position`` starts the text, a line or a sentence."""
+    before = text[:position].rstrip(" \t")
+    return not before or before[-1] in ".!?:;\n\r"
+
+
+def _label(word: str, after: list[re.Match[str]]) -> bool:
+    """An all-capital word of four letters or more before a word that is not: a section label
+    ("CONCLUSIONS Ibuprofen is as effective..."), no part of a name."""
+    return len(word) >= 4 and word.isalpha() and word.isupper() and bool(after) and not after[0].group().isupper()
 
 
 def common_names(document_frequency: Mapping[str, int], passages: int) -> frozenset[str]:
