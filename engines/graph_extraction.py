@@ -3,11 +3,13 @@
 Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
 other proper nouns, nouns of two or more characters), and the words its HMM found outside the
 dictionary as proper-noun candidates (mostly names and transliterations) unless a function character
-edges them. Latin script gives identifiers and codes (``PPR-9087``), capitalized multi-word names
-(``PortaLock Pro``; not "Do I": function words are no part of a name) and a few RAKE-style key
-phrases; the tenant's protected terms are entities too. Every name is normalized as the analyzer
-normalizes text and mapped through the aliases (synonym groups), so one entity per KB version stands
-for all its spellings.
+edges them. Latin script gives identifiers and codes (``PPR-9087``) and capitalized multi-word names
+(``PortaLock Pro``; not "Do I": function words are no part of a name; not a heading's, a sentence
+start's or a section label's capitals); a query also gives a few RAKE-style key phrases. The tenant's
+protected terms and the terms of its synonym groups are entities too. Every name is normalized as the
+analyzer normalizes text and mapped through the aliases (synonym groups), so one entity per KB version
+stands for all its spellings; the names in a large share of a version's passages (``common_names``)
+are dropped when its graph is rebuilt.
 
 Two entities are related when they occur near each other in a passage: a mention is related to the
 mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW``
@@ -49,7 +51,8 @@ from engines.graph_relations import Span, stated_relations
 # shipped (docs/benchmarks/decisions.md, "Extractor 4 (not shipped)").
 # 6: no passage key phrase; no Latin name from a heading, a sentence start or a section label, nor of words the
 # passage writes in lower case; a code sheds a hyphenated modifier; synonym-group terms are entities; names in a
-# large share of a version's passages are dropped on rebuild (``common_names``).
+# large share of a version's passages are dropped on rebuild (``common_names``); a protected term of several words
+# is named with its spaces.
 EXTRACTOR_VERSION = "6"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
@@ -221,7 +224,7 @@ class EntityExtractor:
         folded = normalize(text)
         tagged = _tagged(folded)
         mentions = [*self._protected(folded), *self._synonym_terms(folded), *self._han(tagged), *self._codes(text)]
-        mentions += self._names(text)
+        mentions += self._names(text, query)
         if query:
             mentions += self._key_phrases(folded)
         # a protected code is also a compound, a protected dish also a jieba word: one mention each
@@ -233,8 +236,9 @@ class EntityExtractor:
 
     def _protected(self, folded: str) -> list[_Mention]:
         found, position = [], 0
-        for term in self.analyzer.protected_terms(folded):
-            at = folded.find(term.replace("_", " "), position)  # terms come in text order
+        for token in self.analyzer.protected_terms(folded):
+            term = token.replace("_", " ")  # the analyzer's token of a term of several words
+            at = folded.find(term, position)  # terms come in text order
             position = max(at, position)
             found.append(_Mention(self._resolve(term), term, "term", position))
         return found
@@ -267,17 +271,18 @@ class EntityExtractor:
                 found.append(self._mention(code, "code", match.start()))
         return found
 
-    def _names(self, text: str) -> list[_Mention]:
+    def _names(self, text: str, query: bool = False) -> list[_Mention]:
         """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
         "Which" are capitalized by their place in a sentence or a title alone, so they end a name
         ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run of words the passage
         also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
         "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
         wherever the passage writes it; an all-capital word before a capitalized one is a label and
-        ends a run ("RESULTS Pravastatin")."""
+        ends a run ("RESULTS Pravastatin"). A passage's heading names only what its text names too (a
+        query may be written in title case: "How Do I Reset The PortaLock Pro")."""
         found = []
         lower_case = frozenset(_LOWER_CASE_WORD.findall(text))
-        headings = [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
+        headings = [] if query else [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
         heading_spans = {line.span() for line in headings}
         in_text = "\n".join(line.group() for line in _LINE.finditer(text) if line.span() not in heading_spans)
         for match in _CAPITALIZED_NAME.finditer(text):
