@@ -1,8 +1,10 @@
-"""A random sample of the entities the current extractor finds in ``sample_kb/``, for judging their
-precision by hand (issue 29): distinct names drawn with a fixed seed from every parsed section, with no
-curated vocabulary, printed as ``name/kind``.
+"""A random sample of the entities the current extractor finds, for judging their precision by hand
+(issue 29): distinct names drawn with a fixed seed from every parsed section of ``sample_kb/`` or every
+passage of a BEIR corpus (``--corpus``), with no curated vocabulary and without the names in a large
+share of the passages (``engines.graph_extraction.common_names``, as ``rebuild_graph`` drops them),
+printed as ``name/kind``.
 
-    .venv/bin/python bench/entity_sample.py [--size 100] [--seed 29]
+    .venv/bin/python bench/entity_sample.py [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
 
 Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMARKS.md, "Graph retrieval".
 """
@@ -10,7 +12,9 @@ Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMA
 from __future__ import annotations
 
 import argparse
+import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import _common
@@ -20,21 +24,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--corpus", type=Path, help="a BEIR dataset's folder (its corpus.jsonl) instead of sample_kb/")
     options = parser.parse_args()
     _common.setup_django()
     from engines.analysis import Analyzer
-    from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor
-    from knowledge.ingestion.files import discover_files
-    from knowledge.parsing import parse_file
+    from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor, common_names
 
+    if options.corpus:
+        with open(options.corpus / "corpus.jsonl", encoding="utf-8") as lines:
+            texts = [doc["text"] for doc in map(json.loads, lines)]  # as ingestion's chunks: the title is metadata
+    else:
+        from knowledge.ingestion.files import discover_files
+        from knowledge.parsing import parse_file
+
+        texts = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]
     extractor = EntityExtractor(Analyzer())
-    sections = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]
+    extractions = [extractor.extract(text).entities for text in texts]
+    common = common_names(Counter(entity.name for entities in extractions for entity in entities), len(texts))
     kinds: dict[str, str] = {}
-    for text in sections:
-        for entity in extractor.extract(text).entities:
-            kinds.setdefault(entity.name, entity.kind)
+    for entities in extractions:
+        for entity in entities:
+            if entity.name not in common or entity.kind == "term":
+                kinds.setdefault(entity.name, entity.kind)
     picked = sorted(random.Random(options.seed).sample(sorted(kinds), min(options.size, len(kinds))))
-    print(f"extractor {EXTRACTOR_VERSION}: {len(sections)} sections, {len(kinds)} distinct entities")
+    print(f"extractor {EXTRACTOR_VERSION}: {len(texts)} passages, {len(kinds)} distinct entities, {len(common)} common")
     print(" | ".join(f"{name}/{kinds[name]}" for name in picked))
 
 

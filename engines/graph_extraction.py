@@ -3,11 +3,13 @@
 Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
 other proper nouns, nouns of two or more characters), and the words its HMM found outside the
 dictionary as proper-noun candidates (mostly names and transliterations) unless a function character
-edges them. Latin script gives identifiers and codes (``PPR-9087``), capitalized multi-word names
-(``PortaLock Pro``; not "Do I": function words are no part of a name) and a few RAKE-style key
-phrases; the tenant's protected terms are entities too. Every name is normalized as the analyzer
-normalizes text and mapped through the aliases (synonym groups), so one entity per KB version stands
-for all its spellings.
+edges them. Latin script gives identifiers and codes (``PPR-9087``) and capitalized multi-word names
+(``PortaLock Pro``; not "Do I": function words are no part of a name; not a heading's, a sentence
+start's or a section label's capitals); a query also gives a few RAKE-style key phrases. The tenant's
+protected terms and the terms of its synonym groups are entities too. Every name is normalized as the
+analyzer normalizes text and mapped through the aliases (synonym groups), so one entity per KB version
+stands for all its spellings; the names in a large share of a version's passages (``common_names``)
+are dropped when its graph is rebuilt.
 
 Two entities are related when they occur near each other in a passage: a mention is related to the
 mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW``
@@ -47,8 +49,16 @@ from engines.graph_relations import Span, stated_relations
 # 3: a mention is related to the next RELATION_NEIGHBOURS entities only (was: every one in the window).
 # 5: typed, directed relations where a sentence states them (engines.graph_relations); 4 was tried and not
 # shipped (docs/benchmarks/decisions.md, "Extractor 4 (not shipped)").
-EXTRACTOR_VERSION = "5"
+# 6: no passage key phrase; no Latin name from a heading, a sentence start or a section label, nor of words the
+# passage writes in lower case; a code sheds a hyphenated modifier; synonym-group terms are entities; names in a
+# large share of a version's passages are dropped on rebuild (``common_names``); a protected term of several words
+# is named with its spaces.
+EXTRACTOR_VERSION = "6"
 
+# A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
+# below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
+COMMON_SHARE = 0.1
+COMMON_MIN_PASSAGES = 50
 RELATION_WINDOW = 200  # characters: mentions farther apart in a passage are not related
 RELATION_NEIGHBOURS = 4  # ... and a mention relates to the mentions of the next few other entities only
 STATED_WEIGHT = 1.0  # what a statement of a typed relation adds to its pair's weight in the passage
@@ -72,8 +82,15 @@ FUNCTION_WORDS = frozenset(
     "here hers him his how i if in into is it its itself just may me might more most must my neither no nor not "
     "of off on once only or other our ours out over own same shall she should so some such than that the their "
     "them then there these they this those through to too under until up upon very was we were what when where "
-    "whether which while who whom whose why will with within without would yet you your yours".split()
+    "whether which while who whom whose why will with within without would yet you your yours although however thus "
+    "therefore moreover furthermore hence whereas though since unless".split()
 )
+_CODE_MODIFIER = re.compile(r"(?:[-/][a-z]{4,})+$")  # "-dependent", "-mediated", "-containing" after a code
+_PUNCTUATION = "\"'()[]{}:;,.!?#*-"
+_LINE = re.compile(r"[^\n]+")
+_CODE_PART = re.compile(r"[-/.]")
+_LOWER_WORD = re.compile(r"[a-z]{5,}")
+_LOWER_CASE_WORD = re.compile(r"(?<![\w&])[a-z\u00df-\u00ff][\w&]*")
 _CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
 _NAME_WORD = re.compile(r"\S+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
@@ -122,18 +139,34 @@ class EntityExtractor:
     """Extraction with one tenant's analyzer (its protected terms) and aliases (alias -> canonical name,
     both normalized), and a KB's ``curation``."""
 
-    def __init__(self, analyzer: Analyzer, aliases: Mapping[str, str] | None = None, curation: Curation | None = None):
+    def __init__(
+        self,
+        analyzer: Analyzer,
+        aliases: Mapping[str, str] | None = None,
+        curation: Curation | None = None,
+        common: frozenset[str] = frozenset(),
+    ):
         self.analyzer = analyzer
         self.curation = curation or Curation()
+        self.common = common
         resolve = self.curation.resolve
         self.aliases = {alias: resolve(name) for alias, name in (aliases or {}).items()}
+        self._synonyms = _term_pattern({*self.aliases, *self.aliases.values()})
         self.aliases.update((name, resolve(name)) for name in self.curation.renamed if name not in self.aliases)
         self._stopwords = analyzer.stopwords
 
-    def extract(self, text: str) -> Extraction:
-        folded, tagged, mentions = self._mentions(text)
-        if self.curation.deleted:
-            mentions = [mention for mention in mentions if mention.name not in self.curation.deleted]
+    def extract(self, text: str, *, query: bool = False) -> Extraction:
+        """The passage's entities and relations; a ``query``'s also include its RAKE key phrases (for
+        the fuzzy match: a passage's are no entities). Names in ``common`` (in a large share of the KB
+        version's passages) are dropped unless they are curated terms."""
+        folded, tagged, mentions = self._mentions(text, query)
+        if self.curation.deleted or self.common:
+            dropped = self.curation.deleted
+            mentions = [
+                mention
+                for mention in mentions
+                if mention.name not in dropped and (mention.kind == "term" or mention.name not in self.common)
+            ]
         counts = Counter(mention.name for mention in mentions)
         kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
         first: dict[str, _Mention] = {}
@@ -151,7 +184,7 @@ class EntityExtractor:
     def query_names(self, text: str) -> list[str]:
         """Names an entity of the query may have: its extracted entities, then its word n-grams (Latin
         words joined by a space, Chinese words joined together), normalized and resolved through aliases."""
-        names = dict.fromkeys(entity.name for entity in self.extract(text).entities)
+        names = dict.fromkeys(entity.name for entity in self.extract(text, query=True).entities)
         words = self._words(normalize(text))
         for size in range(1, QUERY_NGRAM_WORDS + 1):
             for start in range(len(words) - size + 1):
@@ -169,7 +202,9 @@ class EntityExtractor:
         stopword, and neither part of nor holding a name already ``resolved`` exactly."""
         return [
             name
-            for name in (entity.name for entity in self.extract(text).entities if entity.kind in _WRITTEN_NAMES)
+            for name in (
+                entity.name for entity in self.extract(text, query=True).entities if entity.kind in _WRITTEN_NAMES
+            )
             if len(name) >= FUZZY_MIN_CHARS
             and _LATIN_NAME.fullmatch(name)
             and name not in self._stopwords
@@ -183,13 +218,15 @@ class EntityExtractor:
     def _resolve(self, name: str) -> str:
         return self.aliases.get(name, name)
 
-    def _mentions(self, text: str) -> tuple[str, list[tuple[int, str, str]], list[_Mention]]:
+    def _mentions(self, text: str, query: bool) -> tuple[str, list[tuple[int, str, str]], list[_Mention]]:
         """The normalized text, its Han words (offset, word, tag) and its mentions in text order."""
         text = unicodedata.normalize("NFKC", text)
         folded = normalize(text)
         tagged = _tagged(folded)
-        mentions = [*self._protected(folded), *self._han(tagged), *self._codes(text), *self._names(text)]
-        mentions += self._key_phrases(folded)
+        mentions = [*self._protected(folded), *self._synonym_terms(folded), *self._han(tagged), *self._codes(text)]
+        mentions += self._names(text, query)
+        if query:
+            mentions += self._key_phrases(folded)
         # a protected code is also a compound, a protected dish also a jieba word: one mention each
         unique = {(mention.name, mention.position): mention for mention in reversed(mentions)}
         return folded, tagged, sorted(unique.values(), key=lambda mention: mention.position)
@@ -199,11 +236,20 @@ class EntityExtractor:
 
     def _protected(self, folded: str) -> list[_Mention]:
         found, position = [], 0
-        for term in self.analyzer.protected_terms(folded):
-            at = folded.find(term.replace("_", " "), position)  # terms come in text order
+        for token in self.analyzer.protected_terms(folded):
+            term = token.replace("_", " ")  # the analyzer's token of a term of several words
+            at = folded.find(term, position)  # terms come in text order
             position = max(at, position)
             found.append(_Mention(self._resolve(term), term, "term", position))
         return found
+
+    def _synonym_terms(self, folded: str) -> list[_Mention]:
+        """The terms of the tenant's synonym groups: each an entity, named by its group's first term."""
+        if self._synonyms is None:
+            return []
+        return [
+            _Mention(self._resolve(m.group()), m.group(), "term", m.start()) for m in self._synonyms.finditer(folded)
+        ]
 
     def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
         found = []
@@ -214,29 +260,58 @@ class EntityExtractor:
         return found
 
     def _codes(self, text: str) -> list[_Mention]:
-        """Compounds that start with a letter and hold a digit: product codes, model numbers."""
-        return [
-            self._mention(match.group(), "code", match.start())
-            for match in latin_compounds(text)
-            if match.group()[0].isalpha() and any(char.isdigit() for char in match.group())
-        ]
+        """Compounds that start with a letter and hold a digit: product codes, model numbers. A lower-case
+        word hyphenated to a code describes it ("Sfrp5-dependent": sfrp5); a compound that starts with a
+        long lower-case word is a word and a number ("impulses/100"), no code."""
+        found = []
+        for match in latin_compounds(text):
+            code = _CODE_MODIFIER.sub("", match.group())
+            lead = _CODE_PART.split(code, maxsplit=1)[0]
+            if code[0].isalpha() and any(char.isdigit() for char in code) and not _LOWER_WORD.fullmatch(lead):
+                found.append(self._mention(code, "code", match.start()))
+        return found
 
-    def _names(self, text: str) -> list[_Mention]:
+    def _names(self, text: str, query: bool = False) -> list[_Mention]:
         """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
         "Which" are capitalized by their place in a sentence or a title alone, so they end a name
-        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro)."""
+        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run of words the passage
+        also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
+        "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
+        wherever the passage writes it; an all-capital word before a capitalized one is a label and
+        ends a run ("RESULTS Pravastatin"). A passage's heading names only what its text names too (a
+        query may be written in title case: "How Do I Reset The PortaLock Pro")."""
         found = []
+        lower_case = frozenset(_LOWER_CASE_WORD.findall(text))
+        headings = [] if query else [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
+        heading_spans = {line.span() for line in headings}
+        in_text = "\n".join(line.group() for line in _LINE.finditer(text) if line.span() not in heading_spans)
         for match in _CAPITALIZED_NAME.finditer(text):
             run: list[re.Match[str]] = []
-            for word in [*_NAME_WORD.finditer(match.group()), None]:
-                if word is None or self._is_function_word(word.group()):
-                    if len(run) >= 2:
-                        name = " ".join(part.group() for part in run)
-                        found.append(self._mention(name, "name", match.start() + run[0].start()))
+            words = [*_NAME_WORD.finditer(match.group())]
+            for at, word in enumerate([*words, None]):
+                if word is None or self._is_function_word(word.group()) or _label(word.group(), words[at + 1 :]):
+                    if (
+                        run
+                        and run[0].group().lower() in lower_case
+                        and _starts_sentence(text, match.start() + run[0].start())
+                    ):
+                        run = run[1:]  # capitalized by its place: "Exposures Anticoagulation..."
+                    name = " ".join(part.group() for part in run)
+                    start = match.start() + (run[0].start() if run else 0)
+                    heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
+                    if len(run) >= 2 and not heading and any(part.group().lower() not in lower_case for part in run):
+                        found.append(self._mention(name, "name", start))
                     run = []
                 else:
                     run.append(word)
         return found
+
+    def _is_heading(self, line: str) -> bool:
+        """A line of two or more words each capitalized unless a function word ("Order Problems", "How
+        To Pair The Hub"): a heading, whose capitals say nothing of a name."""
+        words = [word for word in _NAME_WORD.findall(line) if _LATIN_WORD.search(word)]
+        content = [word for word in words if not self._is_function_word(word.strip(_PUNCTUATION))]
+        return len(content) >= 2 and all(not word[:1].islower() and word.isascii() for word in content)
 
     def _is_function_word(self, word: str) -> bool:
         folded = word.lower()
@@ -281,6 +356,39 @@ class EntityExtractor:
         ]
         words += [(offset, word, True) for offset, word, _ in _tagged(folded)]
         return [(word, han) for _, word, han in sorted(words)]
+
+
+def _starts_sentence(text: str, position: int) -> bool:
+    """Whether a word at ``position`` starts the text, a line or a sentence."""
+    before = text[:position].rstrip(" \t")
+    return not before or before[-1] in ".!?:;\n\r"
+
+
+def _label(word: str, after: list[re.Match[str]]) -> bool:
+    """An all-capital word of four letters or more before a word that is not: a section label
+    ("CONCLUSIONS Ibuprofen is as effective..."), no part of a name."""
+    return len(word) >= 4 and word.isalpha() and word.isupper() and bool(after) and not after[0].group().isupper()
+
+
+def common_names(document_frequency: Mapping[str, int], passages: int) -> frozenset[str]:
+    """The names of a KB version in more than ``COMMON_SHARE`` of its ``passages`` (``document_frequency``:
+    name -> passages naming it), none below ``COMMON_MIN_PASSAGES`` passages."""
+    if passages < COMMON_MIN_PASSAGES:
+        return frozenset()
+    return frozenset(name for name, count in document_frequency.items() if count > COMMON_SHARE * passages)
+
+
+def _term_pattern(terms: set[str]) -> re.Pattern[str] | None:
+    """One pattern finding any of these normalized terms, the longest first; a term's Latin ends must
+    not go on in a letter or digit ("pro" is not found in "product")."""
+    if not terms:
+        return None
+    parts = []
+    for term in sorted(terms, key=lambda term: (-len(term), term)):
+        before = r"(?<![^\W_])" if term[:1].isascii() and term[:1].isalnum() else ""
+        after = r"(?![^\W_])" if term[-1:].isascii() and term[-1:].isalnum() else ""
+        parts.append(before + re.escape(term) + after)
+    return re.compile("|".join(parts))
 
 
 def _tagged(folded: str) -> list[tuple[int, str, str]]:

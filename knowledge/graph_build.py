@@ -3,11 +3,13 @@ writes the graph of each chunk as it goes (``knowledge.ingestion.pipeline``)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import islice
 
 from django.db import transaction
 from django.db.models import F, QuerySet
 
+from engines.graph_extraction import common_names
 from knowledge.errors import VersionConflict
 from knowledge.models import Chunk, KnowledgeBaseVersion, current_graph_extractor
 from knowledge.selectors import entity_extractor_for_tenant, triple_extractor
@@ -19,8 +21,9 @@ GRAPH_REBUILD_BATCH = 500  # passages re-extracted and written per transaction
 def rebuild_graph(version: KnowledgeBaseVersion) -> int:
     """Re-extract the graph of every chunk of a version with the current extractor (after
     ``EXTRACTOR_VERSION`` changed, or to repair it), ``GRAPH_REBUILD_BATCH`` chunks per transaction,
-    then record the extractor on the version; returns the number of chunks. Its communities are the
-    caller's next step (``knowledge.communities.rebuild_communities``).
+    then record the extractor on the version; returns the number of chunks. The names in a large share
+    of the version's passages are no entities of it (``version_common_names``: one more extraction
+    pass). Its communities are the caller's next step (``knowledge.communities.rebuild_communities``).
 
     With ``GRAPH_LLM_TRIPLES`` on it refuses: the LLM's typed relations come from ingestion, and a
     rebuild would replace them by co-occurrence; build a new version instead."""
@@ -29,7 +32,8 @@ def rebuild_graph(version: KnowledgeBaseVersion) -> int:
             "GRAPH_LLM_TRIPLES is on: typed relations come from the LLM at ingestion; build a new version instead"
         )
     tenant_id = version.knowledge_base.tenant_id
-    count = _reextract(version, Chunk.objects.filter(kb_version=version, tenant_id=tenant_id))
+    chunks = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id)
+    count = _reextract(version, chunks, common=version_common_names(version))
     KnowledgeBaseVersion.objects.filter(pk=version.pk).update(
         graph_extractor=current_graph_extractor(), revision=F("revision") + 1
     )
@@ -47,11 +51,32 @@ def reextract_chunks(version: KnowledgeBaseVersion, chunk_ids: list[int]) -> int
                           replace=False)  # fmt: skip
 
 
-def _reextract(version: KnowledgeBaseVersion, chunks: QuerySet[Chunk], *, replace: bool = True) -> int:
-    """Extract ``chunks`` with the KB's extractor (its tenant's vocabulary, its curator's rules) and write
-    their graph, ``GRAPH_REBUILD_BATCH`` per transaction (``replace``: forgetting what they held)."""
+def version_common_names(version: KnowledgeBaseVersion) -> frozenset[str]:
+    """The names in a large share of the version's passages (``engines.graph_extraction.common_names``),
+    counted by extracting every passage once."""
     tenant_id = version.knowledge_base.tenant_id
     extractor = entity_extractor_for_tenant(tenant_id, version.knowledge_base_id)
+    rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).values_list("content", flat=True)
+    frequency: Counter[str] = Counter()
+    passages = 0
+    for content in rows.iterator(chunk_size=2000):
+        frequency.update(entity.name for entity in extractor.extract(content).entities)
+        passages += 1
+    return common_names(frequency, passages)
+
+
+def _reextract(
+    version: KnowledgeBaseVersion,
+    chunks: QuerySet[Chunk],
+    *,
+    replace: bool = True,
+    common: frozenset[str] = frozenset(),
+) -> int:
+    """Extract ``chunks`` with the KB's extractor (its tenant's vocabulary, its curator's rules, without
+    the ``common`` names) and write their graph, ``GRAPH_REBUILD_BATCH`` per transaction (``replace``:
+    forgetting what they held)."""
+    tenant_id = version.knowledge_base.tenant_id
+    extractor = entity_extractor_for_tenant(tenant_id, version.knowledge_base_id, common)
     rows = chunks.order_by("id").values_list("id", "content").iterator(chunk_size=2000)
     count = 0
     while batch := list(islice(rows, GRAPH_REBUILD_BATCH)):

@@ -293,10 +293,12 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def entity_extractor_for_tenant(tenant_id: int, knowledge_base_id: int | None = None) -> EntityExtractor:
+def entity_extractor_for_tenant(
+    tenant_id: int, knowledge_base_id: int | None = None, common: frozenset[str] = frozenset()
+) -> EntityExtractor:
     """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
     named by its first term (the others are its aliases). For a knowledge base's passages, with its
-    curator's rules (``graph_curation``)."""
+    curator's rules (``graph_curation``) and without the ``common`` names of its version."""
     from engines.analysis import normalize
     from engines.graph_extraction import EntityExtractor
 
@@ -307,7 +309,7 @@ def entity_extractor_for_tenant(tenant_id: int, knowledge_base_id: int | None = 
         for alias in names[1:]:
             aliases.setdefault(alias, names[0])
     curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
-    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation)
+    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation, common)
 
 
 def graph_curation(knowledge_base_ids: Iterable[int]) -> Curation:

@@ -1,6 +1,7 @@
 """Entity and relation extraction: Chinese by dictionary part of speech and out-of-dictionary words,
-Latin codes, names and key phrases (no function words), protected terms, aliases, normalization, and
-co-occurrence weights."""
+Latin codes and names (no function words, headings or sentence starts; key phrases for queries only),
+protected terms, synonym groups, common names, aliases, normalization, and co-occurrence weights. The
+expected entities are written by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import random
 import pytest
 
 from engines.analysis import Analyzer, DictionaryEntry
-from engines.graph_extraction import RELATION_NEIGHBOURS, RELATION_WINDOW, EntityExtractor
+from engines.graph_extraction import RELATION_NEIGHBOURS, RELATION_WINDOW, EntityExtractor, common_names
 
 
 @pytest.fixture
@@ -47,8 +48,42 @@ def test_latin_codes_names_and_key_phrases(extractor):
     assert found["ppr-9087"][0] == found["ppr-9087-bat"][0] == "code"
     assert found["portalock pro"][0] == "name"
     assert "24-month" not in found  # a code starts with a letter
-    assert any(kind == "phrase" for kind, _ in found.values())
+    assert not any(kind == "phrase" for kind, _ in found.values())  # a passage's key phrases are no entities
+    assert any(entity.kind == "phrase" for entity in extractor.extract(text, query=True).entities)  # a query's are
     assert "the portalock pro" not in found  # a leading stopword is not part of a name
+
+
+def test_headings_sentence_starts_and_section_labels_make_no_name(extractor):
+    text = (
+        "Order Problems\n"
+        "Order problems are rare. Harbor Noodle House in Seattle is run by Maria Lopez.\n"
+        "RESULTS Ibuprofen lowered the pain. Exposures Sepsis was common; exposures to sepsis were recorded."
+    )
+    names = {name for name, (kind, _) in entities(extractor, text).items() if kind == "name"}
+    assert names == {"harbor noodle house", "maria lopez"}
+
+
+def test_a_code_sheds_a_hyphenated_modifier_and_a_word_with_a_number_is_no_code(extractor):
+    found = entities(extractor, "Sfrp5-dependent signalling needs IND-7 and CD28/cytotoxic cells at impulses/100.")
+    assert {name for name, (kind, _) in found.items() if kind == "code"} == {"sfrp5", "ind-7", "cd28"}
+
+
+def test_synonym_group_terms_are_entities_of_their_group():
+    extractor = EntityExtractor(Analyzer(), aliases={"宫保鸡丁": "kung pao chicken", "kung pao": "kung pao chicken"})
+    text = "本店的宫保鸡丁很辣。Kung Pao is spicy, and the kung pao chicken sells out; kung paola is not a dish."
+    found = entities(extractor, text)
+    assert found["kung pao chicken"] == ("term", 3)
+    assert "kung pao chicken" in extractor.query_names("宫保鸡丁多少钱")
+
+
+def test_common_names_are_dropped_unless_curated():
+    assert common_names({"客人": 6, "售价": 5, "ppr-9087": 1}, 50) == {"客人"}  # more than a tenth of 50
+    assert common_names({"客人": 40}, 49) == frozenset()  # too few passages for a share to mean anything
+    analyzer = Analyzer([DictionaryEntry("term", "售价")])
+    extractor = EntityExtractor(analyzer, common=frozenset({"客人", "售价", "成都"}))
+    found = entities(extractor, "客人在成都问售价。王建国回答了。")
+    assert "售价" in found and "王建国" in found  # a curated term stays
+    assert not {"客人", "成都"} & found.keys()
 
 
 def test_names_are_normalized_and_resolved_through_aliases():
@@ -112,7 +147,9 @@ def test_fuzzy_candidates_are_the_latin_names_a_query_writes_not_codes_words_or_
     ],
 )
 def test_sentence_initial_capitals_and_function_words_make_no_name(extractor, question, names):
-    found = {name for name, (kind, _) in entities(extractor, question).items() if kind in {"name", "phrase"}}
+    found = {
+        entity.name for entity in extractor.extract(question, query=True).entities if entity.kind in {"name", "phrase"}
+    }
     question_words = {"do", "which", "how", "does", "what"}
     assert {name for name in found if " " in name and name.split()[0] in question_words} == set()
     assert names <= found

@@ -60,8 +60,8 @@ def test_load_sample_prints_a_working_key_and_the_admin_link_for_the_port_served
 def checked_kb(tenant, embedder, tmp_path):
     """A KB of two ingested documents, rows and keyword index in step."""
     kb = create_knowledge_base(tenant=tenant, name="checked")
-    (tmp_path / "a.txt").write_text("The zeppelin departs at dawn.\n\nIt lands at dusk.")
-    (tmp_path / "b.txt").write_text("The submarine dives at noon.")
+    (tmp_path / "a.txt").write_text("The zeppelin ZR-3 departs at dawn.\n\nIt lands at Lake Constance at dusk.")
+    (tmp_path / "b.txt").write_text("The submarine NX-1 dives at noon.")
     Ingester(kb).ingest(discover_files([tmp_path]))
     return kb
 

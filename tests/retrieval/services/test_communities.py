@@ -54,7 +54,7 @@ def test_a_level_below_names_its_parents(sample_kb):
 
 def test_supporting_passages_obey_the_filters(sample_kb):
     client = client_for(sample_kb.tenant)
-    body = global_search(client, "battery pack lithium safety", top_k=10, filters={"doc_type": "pdf"})
+    body = global_search(client, "PPR-9087-BAT 锂电池", level=1, top_k=10, filters={"doc_type": "pdf"})
     chunk_ids = [chunk["chunk_id"] for c in body["communities"] for chunk in c["chunks"]]
     assert chunk_ids
     assert set(Chunk.objects.filter(pk__in=chunk_ids).values_list("document__doc_type", flat=True)) == {"pdf"}

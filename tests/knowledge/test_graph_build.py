@@ -1,0 +1,42 @@
+"""Rebuilding a version's graph (``knowledge.graph_build``): the current extractor with the vocabulary
+an admin curates in the console, and without the names in a large share of the version's passages. The
+expected entities are written by hand."""
+
+import pytest
+
+from engines import graph_extraction
+from knowledge.graph_build import rebuild_graph
+from knowledge.models import GraphMention
+from tests.knowledge.helpers import graph_names, ingest
+
+pytestmark = pytest.mark.django_db
+
+TERMS = "/admin/knowledge/dictionaryterm/import/"
+SYNONYMS = "/admin/knowledge/synonym/import/"
+
+
+def test_a_term_and_a_synonym_group_curated_in_the_console_become_entities_on_rebuild(admin_client, kb, tmp_path):
+    (tmp_path / "menu.txt").write_text("The wok station fries kung pao chicken. 本店的宫保鸡丁很辣。", encoding="utf-8")
+    ingest(kb, tmp_path)
+    assert not {"wok station", "kung pao chicken"} & graph_names(kb).keys()
+    terms = {"tenant": kb.tenant_id, "format": "terms-csv", "text": "value,kind,note\nwok station,term,\n"}
+    synonyms = {"tenant": kb.tenant_id, "format": "synonyms-csv", "text": 'terms\n"kung pao chicken, 宫保鸡丁"\n'}
+    for url, form in ((TERMS, terms), (SYNONYMS, synonyms)):
+        assert admin_client.post(url, {**form, "apply": "Apply"}).status_code == 302
+    rebuild_graph(kb.active_version)
+    assert {"wok station", "kung pao chicken"} <= graph_names(kb).keys()
+    dish = GraphMention.objects.get(kb_version=kb.active_version, entity__name="kung pao chicken")
+    assert dish.count == 2  # the English name and its Chinese alias: one entity
+
+
+def test_a_rebuild_drops_the_names_in_a_large_share_of_the_versions_passages(kb, tmp_path, monkeypatch):
+    monkeypatch.setattr(graph_extraction, "COMMON_MIN_PASSAGES", 8)
+    for number in range(10):
+        shop = "Skyline Home ships it." if number == 0 else "Harbor Noodle House cooks."
+        (tmp_path / f"note{number}.txt").write_text(f"{shop} Order ORD-{number:04d} waits.", encoding="utf-8")
+    ingest(kb, tmp_path)
+    assert graph_names(kb)["harbor noodle house"] == 9  # ingestion alone does not know the share
+    rebuild_graph(kb.active_version)
+    names = graph_names(kb)
+    assert "harbor noodle house" not in names  # in 9 of 10 passages
+    assert names["skyline home"] == names["ord-0003"] == 1  # in a tenth of them: not more
