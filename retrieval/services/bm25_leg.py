@@ -46,7 +46,7 @@ def prepare_bm25(context: SearchContext) -> LexicalQuery:
     allowed, depth = None, candidates
     if context.compiled.q:
         field_filter = keyword_filter(context.compiled)
-        if field_filter is not None and _index_filters(context.version_ids):
+        if field_filter is not None and settings.LEXICAL_FILTER_IN_INDEX and _index_filters(context.version_ids):
             return LexicalQuery(context.analyzer, None, candidates, field_filter)
         allowed = selectors.filtered_chunk_ids(
             context.tenant, context.version_ids, context.compiled, settings.LEXICAL_FILTER_MAX_IDS
@@ -80,7 +80,9 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
 
     def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict]:
         tokens = query.analyzer.tokens(variant.text)
-        hits = bm25_hits(index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed, None, query.field_filter)
+        hits = bm25_hits(
+            index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed, None, query.field_filter
+        )
         return (
             hits,
             tokens,
