@@ -53,7 +53,9 @@ class Embeddings(Section):
     # How a filtered search sizes its filter to choose exact scan or graph walk: count the matching rows
     # (up to the exact-scan limit) or take the planner's estimate (no scan, but as good as the statistics).
     VECTOR_FILTER_SIZING: Annotated[Literal["count", "estimate"], Lowercase, Ranks] = "count"
-    # Storage of the chunk table's vector column (pgvector's own default: external, i.e. TOASTed out of
-    # line past ~2 KB a row). Applied after every migrate; rows already written keep their storage until
-    # the table is rewritten (VACUUM FULL knowledge_chunk). plain keeps vectors in the row (up to ~1,900 dims).
-    VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "external"
+    # Storage of the chunk table's vector column: main keeps each vector in its row (out of line only when
+    # a row cannot fit a page), so an exact scan reads no TOAST (1.5-2x faster: docs/BENCHMARKS.md);
+    # external is pgvector's own default (out of line past ~2 KB a row); plain is in the row always (up to
+    # ~1,900 dims). Applied after every migrate; rows already written keep theirs until the table is
+    # rewritten (knowledge 0023 does it once for main or plain: VACUUM FULL knowledge_chunk).
+    VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "main"
