@@ -23,8 +23,12 @@ The filters (bench/peers.py): a business field at 10 %, 1 % and 0.1 %, a date ra
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
 
-``--storage plain`` (or main) gives the vector column that storage before the load (pgvector's default,
-external, moves each vector to TOAST), so the rows are written with it; the setting is put back after.
+``--storage external`` (or main, plain) gives the vector column that storage before the load (the
+service's default, main, keeps each vector in its row; external, pgvector's own, moves it to TOAST), so
+the rows are written with it; the setting is put back after. ``--storage-ab S`` copies the rows into a
+side table with storage S and times exact scans of both in turn per query; ``--lexical-ab`` times each
+filtered bm25/hybrid search in process also with ``LEXICAL_FILTER_IN_INDEX`` off (the chunk ids read
+from PostgreSQL), in turn.
 Cleanup (always, unless --keep): gunicorn stopped, tenant deleted, the service's index rebuilt, the
 peers' files removed. Writes bench/results/filtered_scale-<date>.json and .md (the tables it prints).
 """

@@ -105,7 +105,7 @@ def filter_fields(doc_type: str, created_at: dt.datetime, tags: list[str], metad
     return FilterFields(tuple(dict.fromkeys(terms)), microseconds(created_at))
 
 
-def _metadata_terms(node: dict, path: list[str], out: list[str]) -> None:
+def _metadata_terms(node: dict[str, Any], path: list[str], out: list[str]) -> None:
     for key, value in node.items():
         if not _nameable(key) or len(path) >= MAX_PATH_DEPTH:
             continue

@@ -9,7 +9,6 @@ import threading
 from dataclasses import replace
 
 from cachetools import TTLCache
-
 from django.conf import settings
 
 from engines import get_lexical_index

@@ -72,7 +72,14 @@ def entry(chunk_id: int, *, doc_type: str, tags: list[str], metadata: dict, day:
 
 
 ROWS = [
-    dict(chunk_id=i, doc_type=["faq", "pdf"][i % 2], tags=[f"t{i % 3}"], metadata={"shop": i % 4, "lang": ["zh", "en"][i % 2]}, day=i, doc_id=100 + i // 5)  # fmt: skip
+    {
+        "chunk_id": i,
+        "doc_type": ["faq", "pdf"][i % 2],
+        "tags": [f"t{i % 3}"],
+        "metadata": {"shop": i % 4, "lang": ["zh", "en"][i % 2]},
+        "day": i,
+        "doc_id": 100 + i // 5,
+    }  # fmt: skip
     for i in range(1, 21)
 ]
 
@@ -100,7 +107,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_field_filter_keeps_exactly_the_matching_entries_with_unfiltered_scores(index, case):
+def test_a_field_filter_keeps_exactly_the_matching_entries_with_unfiltered_scores(index, case):  # noqa: F811
     index.rebuild(VERSION, [entry(**row) for row in ROWS], **STATE)
     node, keep = CASES[case]
     unfiltered = {hit.chunk_id: hit.score for hit in index.search(VERSION, TENANT, ["warranty"], 100, None)}
@@ -124,17 +131,17 @@ def test_tantivy_index_built_before_the_fields_serves_without_them_until_rebuilt
     (generation / "analyzer.json").write_text(json.dumps(STATE))
     (generation.parent / "CURRENT").write_text("gen-1")
 
-    index = TantivyLexicalIndex(tmp_path)
-    index.replace_documents(VERSION, [100], [entry(**row) for row in ROWS[:4]], **STATE)
-    assert [hit.chunk_id for hit in index.search(VERSION, TENANT, ["item3"], 10, None)] == [3]
-    assert not index.state(VERSION).filters
+    engine = TantivyLexicalIndex(tmp_path)
+    engine.replace_documents(VERSION, [100], [entry(**row) for row in ROWS[:4]], **STATE)
+    assert [hit.chunk_id for hit in engine.search(VERSION, TENANT, ["item3"], 10, None)] == [3]
+    assert not engine.state(VERSION).filters
     with pytest.raises(LexicalIndexError) as caught:
-        index.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.DocIds((100,)))
+        engine.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.DocIds((100,)))
     assert caught.value.cause == "no_filter_fields"
 
-    index.rebuild(VERSION, [entry(**row) for row in ROWS[:4]], **STATE)
-    assert index.state(VERSION).filters
-    hits = index.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.Terms((lf.doc_type_term("pdf"),)))
+    engine.rebuild(VERSION, [entry(**row) for row in ROWS[:4]], **STATE)
+    assert engine.state(VERSION).filters
+    hits = engine.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.Terms((lf.doc_type_term("pdf"),)))
     assert sorted(hit.chunk_id for hit in hits) == [1, 3]
 
 
@@ -167,7 +174,7 @@ def test_es_search_puts_a_field_filter_in_filter_context(fake):  # noqa: F811
     ]
 
 
-@pytest.mark.parametrize("meta, sent", [({**STATE, "filters": "1"}, True), (STATE, False)])
+@pytest.mark.parametrize(("meta", "sent"), [({**STATE, "filters": "1"}, True), (STATE, False)])
 def test_es_writes_the_fields_only_into_a_generation_whose_mapping_has_them(fake, meta, sent):  # noqa: F811
     fake.route("HEAD", "/_alias/unit-kbv-3", 200, {})
     fake.route("GET", "/unit-kbv-3/_mapping", body={"unit-kbv-3-0": {"mappings": {"_meta": meta}}})

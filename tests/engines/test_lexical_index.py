@@ -577,7 +577,11 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     create, load, refresh, _, swap = fake.requests
     target = create.path.lstrip("/")
     assert target != "unit-kbv-3-0" and "aliases" not in create.json()
-    assert create.json()["mappings"]["_meta"] == {"analyzer_version": "a2", "dictionary_fingerprint": "f2", "filters": "1"}
+    assert create.json()["mappings"]["_meta"] == {
+        "analyzer_version": "a2",
+        "dictionary_fingerprint": "f2",
+        "filters": "1",
+    }
     assert {line["index"]["_index"] for line in ndjson(load)[::2]} == {target}
     assert refresh.path == f"/{target}/_refresh"
     assert swap.json() == {

@@ -23,7 +23,7 @@ def test_no_filter_is_no_keyword_filter():
 
 
 @pytest.mark.parametrize(
-    "filters, node",
+    ("filters", "node"),
     [
         ({"doc_type": "faq"}, lf.Terms(("doc_type=faq",))),
         ({"doc_type": {"nin": ["faq", "pdf"]}}, lf.Not(lf.Terms(("doc_type=faq", "doc_type=pdf")))),

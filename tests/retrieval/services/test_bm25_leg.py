@@ -124,7 +124,9 @@ def _without_filter_fields(tenant) -> None:
     version = Chunk.objects.filter(tenant=tenant).values_list("kb_version_id", flat=True).first()
     folder = Path(settings.LEXICAL_INDEX_DIR) / f"kbv-{version}"
     state = folder / (folder / "CURRENT").read_text().strip() / "analyzer.json"
-    state.write_text(json.dumps({key: value for key, value in json.loads(state.read_text()).items() if key != "filters"}))
+    state.write_text(
+        json.dumps({key: value for key, value in json.loads(state.read_text()).items() if key != "filters"})
+    )
 
 
 def test_an_orphan_keyword_entry_never_takes_a_real_chunks_place(tenant, embedder, tmp_path):
