@@ -51,7 +51,8 @@ def test_halfvec_migration_rebuilds_an_existing_vector_index_under_its_name():
 @pytest.mark.django_db(transaction=True)
 def test_vector_storage_migration_moves_vectors_out_of_toast_into_their_rows(settings):
     """knowledge 0023: a vector an ``external`` column put in TOAST (a ~1 KB text beside a 384-d vector
-    passes the 2 KB threshold) is in its row after the migration, and the column keeps the setting."""
+    passes the 2 KB threshold) is in its row after the migration, and the column keeps the setting;
+    with the setting ``external`` the migration rewrites nothing."""
     from types import SimpleNamespace
 
     from django.db import connection
@@ -73,6 +74,9 @@ def test_vector_storage_migration_moves_vectors_out_of_toast_into_their_rows(set
         text = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(350))  # ~1 KB that barely compresses
         ChunkFactory.create_batch(3, content=text)
         assert vectors_in_toast() == 3
+        settings.VECTOR_COLUMN_STORAGE = "external"  # deferred by the operator: nothing is rewritten
+        migration.into_rows(None, editor)
+        assert vectors_in_toast() == 3 and vector_index().column_storage() == "external"
         settings.VECTOR_COLUMN_STORAGE = "main"
         migration.into_rows(None, editor)
         assert vectors_in_toast() == 0 and vector_index().column_storage() == "main"
