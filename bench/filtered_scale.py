@@ -23,8 +23,12 @@ The filters (bench/peers.py): a business field at 10 %, 1 % and 0.1 %, a date ra
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
 
-``--storage plain`` (or main) gives the vector column that storage before the load (pgvector's default,
-external, moves each vector to TOAST), so the rows are written with it; the setting is put back after.
+``--storage external`` (or main, plain) gives the vector column that storage before the load (the
+service's default, main, keeps each vector in its row; external, pgvector's own, moves it to TOAST), so
+the rows are written with it; the setting is put back after. ``--storage-ab S`` copies the rows into a
+side table with storage S and times exact scans of both in turn per query; ``--lexical-ab`` times each
+filtered bm25/hybrid search in process also with ``LEXICAL_FILTER_IN_INDEX`` off (the chunk ids read
+from PostgreSQL), in turn.
 Cleanup (always, unless --keep): gunicorn stopped, tenant deleted, the service's index rebuilt, the
 peers' files removed. Writes bench/results/filtered_scale-<date>.json and .md (the tables it prints).
 """
@@ -158,6 +162,78 @@ def rows_touched(engine, scope, spec, vector, depth) -> dict:
     return {"statements": out, "buffers": sum(s["buffers"] for s in out)}
 
 
+AB_TABLE = "bench_chunk_storage_ab"
+
+
+def storage_ab(storage: str, execute, scope, compiled: dict, queries: np.ndarray, depth: int) -> dict:
+    """The tenant's rows copied into a side table whose vector column has ``storage`` (its btree/GIN
+    filter indexes, no HNSW), then per filter an exact scan of each table, query by query in turn (one
+    run, the same load): p50/p95 ms, and each table's heap and TOAST size. The side table is dropped."""
+    from engines.base import SqlFilter
+    from engines.pgvector_index import PgVectorIndex
+
+    execute(f"DROP TABLE IF EXISTS {AB_TABLE}")
+    execute(f"CREATE TABLE {AB_TABLE} (LIKE knowledge_chunk INCLUDING DEFAULTS INCLUDING INDEXES)")
+    for (name,) in execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef ILIKE %s", [AB_TABLE, "%hnsw%"]
+    ):
+        execute(f'DROP INDEX "{name}"')
+    execute(f"ALTER TABLE {AB_TABLE} ALTER COLUMN embedding SET STORAGE {storage.upper()}")
+    t0 = time.perf_counter()
+    execute(f"INSERT INTO {AB_TABLE} SELECT * FROM knowledge_chunk WHERE tenant_id = %s", [scope.tenant_id])
+    copy_s = time.perf_counter() - t0
+    execute(f"VACUUM ANALYZE {AB_TABLE}")
+    engines = {
+        "knowledge_chunk": PgVectorIndex("knowledge_chunk", exact_scan_threshold=10**9),
+        AB_TABLE: PgVectorIndex(AB_TABLE, exact_scan_threshold=10**9),
+    }
+    out: dict = {"storage": storage, "copy_s": round(copy_s, 1), "sizes_mb": {}, "exact": {}}
+    try:
+        for table in engines:
+            heap, toast = execute(
+                "SELECT pg_relation_size(oid), coalesce(pg_total_relation_size(nullif(reltoastrelid, 0)), 0) "
+                "FROM pg_class WHERE relname = %s",
+                [table],
+            )[0]
+            out["sizes_mb"][table] = {"heap": round(heap / 2**20), "toast": round(toast / 2**20)}
+        for name, spec in compiled.items():
+            if not spec.sql:
+                continue
+            seconds: dict = {table: [] for table in engines}
+            for i, q in enumerate(queries):
+                for table, engine in engines.items():
+                    where = SqlFilter(spec.sql.sql.replace('"knowledge_chunk".', f'"{table}".'), spec.sql.params)
+                    started = time.perf_counter()
+                    engine.search(scope, q, depth, where)
+                    if i >= 3:
+                        seconds[table].append(time.perf_counter() - started)
+            out["exact"][name] = {table: _common.summarize_ms(s) for table, s in seconds.items()}
+    finally:
+        execute(f"DROP TABLE IF EXISTS {AB_TABLE}")
+    return out
+
+
+def _searched_with(changes: dict, tenant, request):
+    from django.test import override_settings
+
+    from retrieval.services.search import search
+
+    with override_settings(**changes):
+        return search(tenant, request)
+
+
+def timed_in_turn(calls: dict, items, warmup: int = 3) -> dict:
+    """p50/p95 of each of ``calls`` over items, the calls in turn per item (the first ``warmup`` untimed)."""
+    seconds: dict = {name: [] for name in calls}
+    for i, item in enumerate(items):
+        for name, fn in calls.items():
+            started = time.perf_counter()
+            fn(item)
+            if i >= warmup:
+                seconds[name].append(time.perf_counter() - started)
+    return {name: _common.summarize_ms(s) for name, s in seconds.items()}
+
+
 def timed(fn, items, warmup: int = 3) -> tuple[dict, list]:
     """p50/p95 of ``fn(item)`` over items (the first ``warmup`` untimed) and each item's result."""
     for item in items[:warmup]:
@@ -258,6 +334,16 @@ def main() -> int:
     parser.add_argument(
         "--storage", choices=["external", "extended", "main", "plain"], help="vector column storage for the load"
     )
+    parser.add_argument(
+        "--lexical-ab",
+        action="store_true",
+        help="in process, each filtered bm25/hybrid scenario also with LEXICAL_FILTER_IN_INDEX off, in turn",
+    )
+    parser.add_argument(
+        "--storage-ab",
+        choices=["external", "extended", "main", "plain"],
+        help="also copy the rows into a side table with this vector storage and time exact scans of both, interleaved",
+    )
     parser.add_argument("--peers", default="lancedb,faiss", help="comma list of lancedb, faiss, qdrant ('' for none)")
     parser.add_argument("--lancedb-index", choices=["ivf_hnsw_sq", "none"], default="ivf_hnsw_sq")
     parser.add_argument("--lancedb-ef", type=int, default=200)
@@ -291,7 +377,6 @@ def main() -> int:
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
-    from retrieval.services.search import search
     from retrieval.types import SearchRequest
     from tenants.services import create_api_key, create_tenant
 
@@ -418,6 +503,9 @@ def main() -> int:
             flt.name: rows_touched(engine_default, scope, compiled[flt.name], queries[0], depth)
             for flt in peers.FILTERS
         }
+        if args.storage_ab:
+            result["storage_ab"] = storage_ab(args.storage_ab, execute, scope, compiled, queries, depth)
+            print(f"  storage A/B: {result['storage_ab']}", flush=True)
         result["variants"] = {}
         for name, levers in variants.items():
             result["variants"][name] = measure_engine(
@@ -431,16 +519,21 @@ def main() -> int:
 
         if not args.no_keyword:
             result["in_process"] = {}
+            # --lexical-ab: each filtered scenario also with the BM25 leg reading the chunk ids (the keyword
+            # index not filtering), the two query by query in turn.
+            ways = {"": {}} | ({" | ids": {"LEXICAL_FILTER_IN_INDEX": False}} if args.lexical_ab else {})
             with override_settings(SEARCH_CACHE_TTL_S=0):
                 for flt in peers.FILTERS:
                     for mode in MODES:
-                        stats, _ = timed(
-                            lambda text, mode=mode, flt=flt: search(
-                                tenant, SearchRequest(query=text, mode=mode, top_k=10, filters=flt.service)
-                            ),
-                            query_texts,
-                        )
-                        result["in_process"][f"{mode} | {flt.name}"] = stats
+                        calls = {
+                            suffix: lambda text, mode=mode, flt=flt, changes=changes: _searched_with(
+                                changes, tenant, SearchRequest(query=text, mode=mode, top_k=10, filters=flt.service)
+                            )
+                            for suffix, changes in ways.items()
+                            if not suffix or (flt.service and mode != "vector")
+                        }
+                        for suffix, stats in timed_in_turn(calls, query_texts).items():
+                            result["in_process"][f"{mode} | {flt.name}{suffix}"] = stats
             print(f"  in process: {result['in_process']}", flush=True)
             if not args.no_http:
                 result["http"] = http_run(

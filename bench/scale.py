@@ -89,6 +89,7 @@ def build_keyword_index(version) -> int:
     analysis of the whole text first."""
     from engines import get_lexical_index
     from engines.base import LexicalDocument
+    from engines.lexical_filter import filter_fields
     from knowledge.chunking import contextual_text
     from knowledge.models import Chunk
     from knowledge.selectors import analyzer_for_tenant
@@ -106,15 +107,21 @@ def build_keyword_index(version) -> int:
         return f"{passages[passage]} {analyzer.analyze(SYNTHETIC_TAG.lstrip() + tag)}"
 
     rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).values_list(
-        "id", "document_id", "document__context", "metadata__section", "content"
-    )
-    for _, _, context, section, content in rows[:300]:
+        "id", "document_id", "document__context", "metadata__section", "content", "doc_type", "created_at", "tags",
+        "metadata",
+    )  # fmt: skip
+    for _, _, context, section, content, *_ in rows[:300]:
         if analyzed(context, section, content) != analyzer.analyze(contextual_text(context, content, section)):
             raise RuntimeError(f"analyzing passage and tag apart changes the tokens of {content[-40:]!r}")
     documents = (
-        LexicalDocument(chunk_id, doc_id, tenant_id, analyzed(context, section, content))
-        for chunk_id, doc_id, context, section, content in rows.iterator(chunk_size=5000)
-    )
+        LexicalDocument(
+            chunk_id, doc_id, tenant_id, analyzed(context, section, content),
+            filter_fields(doc_type, created_at, tags, metadata),
+        )
+        for chunk_id, doc_id, context, section, content, doc_type, created_at, tags, metadata in rows.iterator(
+            chunk_size=5000
+        )
+    )  # fmt: skip
     return get_lexical_index().rebuild(
         version.pk, documents, analyzer_version=analyzer.version, dictionary_fingerprint=analyzer.dictionary_fingerprint
     )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.errors import ComponentError
+from engines.lexical_filter import FilterFields, LexicalFilter
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,14 @@ class VectorIndex(ABC):
 
 @dataclass(frozen=True)
 class LexicalDocument:
-    """One chunk as a lexical backend stores it: ``text`` is already analyzed (tokens joined by spaces)."""
+    """One chunk as a lexical backend stores it: ``text`` is already analyzed (tokens joined by spaces);
+    ``fields`` are its business fields for filters the index applies itself (``engines.lexical_filter``)."""
 
     chunk_id: int
     doc_id: int
     tenant_id: int
     text: str
+    fields: FilterFields | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class IndexState:
     analyzer_version: str
     dictionary_fingerprint: str
     num_docs: int
+    filters: bool = False  # its entries carry their business fields (built since they exist)
 
 
 BM25_K1 = 1.2  # both lexical engines score with k1 = 1.2, b = 0.75
@@ -155,9 +159,12 @@ class LexicalIndex(ABC):
         limit: int,
         allowed_chunk_ids: list[int] | None,
         weights: list[float] | None = None,
+        field_filter: LexicalFilter | None = None,
     ) -> list[LexicalHit]:
-        """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given;
-        ``weights`` (one per token, None: 1 each) multiply each token's BM25 contribution."""
+        """Best ``limit`` chunks for the query tokens, restricted to ``allowed_chunk_ids`` when given
+        and to the entries passing ``field_filter`` when given (only on an index whose ``state`` says
+        ``filters``; otherwise it raises ``LexicalIndexError``); ``weights`` (one per token, None: 1
+        each) multiply each token's BM25 contribution."""
 
     @abstractmethod
     def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:

@@ -9,6 +9,10 @@ Text arrives analyzed (see ``engines.analysis``); the ``body`` analyzer only spl
 so Elasticsearch indexes exactly the tokens tantivy indexes. Scoring is Lucene's BM25 (k1 = 1.2,
 b = 0.75) on one shard, so collection statistics are exact. Lucene (since 8.0) drops BM25's constant
 ``(k1 + 1)`` factor that tantivy keeps: scores differ by that factor, rankings do not.
+
+Business-field filters (``engines.lexical_filter``) run in the bool query's filter context, on the
+``keyword`` field ``filters`` and the ``long`` field ``created_at``; a generation's ``_meta`` says
+whether its entries carry them (generations built before they existed do not, until rebuilt).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from elasticsearch import (
     TransportError,
 )
 from elasticsearch.dsl import Index, Mapping, Search, analyzer
-from elasticsearch.dsl.field import Long, Text
-from elasticsearch.dsl.query import Bool, Query, Term, Terms
+from elasticsearch.dsl.field import Keyword, Long, Text
+from elasticsearch.dsl.query import Bool, MatchAll, MatchNone, Query, Range, Term, Terms
 from elasticsearch.helpers import BulkIndexError, bulk, scan
 
+from engines import lexical_filter as lf
 from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError, bm25_ceiling
 from engines.deadline import DeadlineExceeded, within
 
@@ -48,6 +53,8 @@ def _index_definition(name: str, state: dict[str, str]) -> Index:
     for field in ("chunk_id", "doc_id", "tenant_id"):
         mapping.field(field, Long())
     mapping.field("body", Text(analyzer=PRE_ANALYZED, similarity=SIMILARITY, index_options="freqs"))
+    mapping.field("filters", Keyword())
+    mapping.field("created_at", Long())
     index = Index(name)
     index.settings(
         # One shard: BM25 statistics over the whole version, as tantivy computes them.
@@ -61,11 +68,39 @@ def _index_definition(name: str, state: dict[str, str]) -> Index:
 
 
 def _state_of(analyzer_version: str, dictionary_fingerprint: str) -> dict[str, str]:
-    return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint}
+    return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint, "filters": "1"}
 
 
-def _source(chunk: LexicalDocument) -> dict[str, object]:
-    return {"chunk_id": chunk.chunk_id, "doc_id": chunk.doc_id, "tenant_id": chunk.tenant_id, "body": chunk.text}
+def _source(chunk: LexicalDocument, with_filters: bool) -> dict[str, object]:
+    source: dict[str, object] = {
+        "chunk_id": chunk.chunk_id, "doc_id": chunk.doc_id, "tenant_id": chunk.tenant_id, "body": chunk.text
+    }  # fmt: skip
+    if with_filters and chunk.fields is not None:
+        source |= {"filters": list(chunk.fields.terms), "created_at": chunk.fields.created_at_us}
+    return source
+
+
+def _filter_query(node: lf.LexicalFilter) -> Query:
+    """A business-field filter in Elasticsearch's query DSL (used in filter context: it never scores)."""
+    match node:
+        case lf.Terms(values):
+            return Terms(filters=list(values)) if values else MatchNone()
+        case lf.DocIds(ids):
+            return Terms(doc_id=list(ids)) if ids else MatchNone()
+        case lf.CreatedRange(lower, upper, include_lower, include_upper):
+            bounds: dict[str, int] = {}
+            if lower is not None:
+                bounds["gte" if include_lower else "gt"] = lower
+            if upper is not None:
+                bounds["lte" if include_upper else "lt"] = upper
+            return Range(created_at=bounds) if bounds else MatchAll()
+        case lf.And(parts):
+            return Bool(filter=[_filter_query(part) for part in parts])
+        case lf.Or(parts):
+            return Bool(should=[_filter_query(part) for part in parts], minimum_should_match=1)
+        case lf.Not(part):
+            return Bool(must_not=[_filter_query(part)])
+    raise TypeError(f"not a lexical filter: {node!r}")
 
 
 class ElasticsearchLexicalIndex(LexicalIndex):
@@ -119,10 +154,10 @@ class ElasticsearchLexicalIndex(LexicalIndex):
     ) -> None:
         alias = self._alias(version_id)
         with self._version_lock(version_id), _translated_errors("replace documents"):
-            self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
+            created = self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
             if doc_ids:
                 self._delete(alias, doc_ids, refresh=False)
-            self._bulk_index(alias, chunks)
+            self._bulk_index(alias, chunks, with_filters=created or self._meta(alias).get("filters") == "1")
             self._writer().indices.refresh(index=alias)
 
     def rebuild(
@@ -134,7 +169,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             writer = self._writer()
             _index_definition(target, _state_of(analyzer_version, dictionary_fingerprint)).create(using=writer)
             try:
-                count = self._bulk_index(target, chunks)
+                count = self._bulk_index(target, chunks, with_filters=True)
                 writer.indices.refresh(index=target)
                 swap = [{"add": {"index": target, "alias": alias}}]
                 swap += [{"remove_index": {"index": old}} for old in self._indices_behind(alias)]
@@ -165,13 +200,14 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         alias = self._alias(version_id)
         with _translated_errors("read the index state"):
             try:
-                mappings = self.client.indices.get_mapping(index=alias)
+                meta = self._meta(alias)
                 count = self.client.count(index=alias)["count"]
             except NotFoundError:
                 return None
         # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
-        meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
-        return IndexState(meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count)
+        return IndexState(
+            meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count, meta.get("filters") == "1"
+        )
 
     def chunk_ids(self, version_id: int) -> list[int]:
         with _translated_errors("list chunk ids"):
@@ -190,12 +226,15 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         limit: int,
         allowed_chunk_ids: list[int] | None,
         weights: list[float] | None = None,
+        field_filter: lf.LexicalFilter | None = None,
     ) -> list[LexicalHit]:
         if not tokens or limit <= 0 or allowed_chunk_ids == []:
             return []
         filters: list[Query] = [Term(tenant_id=tenant_id)]
         if allowed_chunk_ids is not None:
             filters.append(Terms(chunk_id=list(allowed_chunk_ids)))
+        if field_filter is not None:
+            filters.append(_filter_query(field_filter))
         # One clause per token, duplicates kept: a repeated query token counts twice, as in tantivy.
         # Filters never score; with a filter present, minimum_should_match would default to 0.
         clauses = [Term(body=token) for token in tokens]
@@ -256,12 +295,17 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         """The client with the longer timeout that bulk loads and delete-by-query need."""
         return self.client.options(request_timeout=self.write_timeout_s)
 
-    def _ensure_index(self, version_id: int, state: dict[str, str]) -> None:
-        """Creates generation 0 behind the alias on the first write; its fixed name makes concurrent
-        first writers (other processes) converge on one index instead of two behind one alias."""
+    def _meta(self, alias: str) -> dict[str, str]:
+        """The ``_meta`` of the generation behind an alias (raises ``NotFoundError`` without one)."""
+        mappings = self.client.indices.get_mapping(index=alias)
+        return dict(next(iter(mappings.values()))["mappings"].get("_meta", {}))
+
+    def _ensure_index(self, version_id: int, state: dict[str, str]) -> bool:
+        """Creates generation 0 behind the alias on the first write (then True); its fixed name makes
+        concurrent first writers (other processes) converge on one index instead of two behind one alias."""
         alias = self._alias(version_id)
         if self.client.indices.exists_alias(name=alias):
-            return
+            return False
         definition = _index_definition(f"{alias}-0", state)
         definition.aliases(**{alias: {}})
         try:
@@ -269,6 +313,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         except BadRequestError as exc:
             if exc.error != "resource_already_exists_exception":
                 raise
+        return True
 
     def _delete(self, alias: str, doc_ids: list[int], *, refresh: bool) -> None:
         # conflicts=proceed: a chunk another process rewrote meanwhile is that writer's to replace;
@@ -285,9 +330,12 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         except NotFoundError:
             return []
 
-    def _bulk_index(self, index: str, chunks: Iterable[LexicalDocument]) -> int:
-        """Indexes ``chunks`` with ``_id`` = chunk id, so a retried batch overwrites instead of duplicating."""
-        actions = ({"_index": index, "_id": str(chunk.chunk_id), "_source": _source(chunk)} for chunk in chunks)
+    def _bulk_index(self, index: str, chunks: Iterable[LexicalDocument], *, with_filters: bool) -> int:
+        """Indexes ``chunks`` with ``_id`` = chunk id, so a retried batch overwrites instead of duplicating;
+        their business fields only into a generation whose mapping has them (it is ``strict``)."""
+        actions = (
+            {"_index": index, "_id": str(chunk.chunk_id), "_source": _source(chunk, with_filters)} for chunk in chunks
+        )
         count, _ = bulk(self._writer(), actions, chunk_size=BULK_CHUNK_DOCS, max_retries=3, initial_backoff=1)
         return count
 

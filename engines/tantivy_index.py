@@ -2,7 +2,10 @@
 
 Text arrives analyzed (see ``engines.analysis``) and is split on whitespace only, so tantivy and
 Elasticsearch index the same tokens. Scoring is tantivy's BM25 (k1 = 1.2, b = 0.75, Lucene's idf).
-Tenant and allowed-chunk filters sit in zero-weight const-score clauses so they never move scores.
+Tenant, allowed-chunk and business-field filters sit in zero-weight const-score clauses so they never
+move scores. The business fields (``engines.lexical_filter``) are ``raw`` terms in the multi-valued
+``filters`` field and the creation time in the ``created_at`` fast field; a generation records in its
+state file whether its entries carry them (generations built before they existed do not, until rebuilt).
 
 Layout: ``kbv-<version>/CURRENT`` names the live generation folder; a rebuild fills a new
 generation and switches ``CURRENT`` atomically, so searches never see a half-built index and a
@@ -26,6 +29,7 @@ from typing import Literal, cast
 
 import tantivy
 
+from engines import lexical_filter as lf
 from engines.base import (
     BM25_K1,
     IndexState,
@@ -50,6 +54,9 @@ def _schema() -> tantivy.Schema:
     builder.add_unsigned_field("doc_id", indexed=True, fast=True)
     builder.add_unsigned_field("tenant_id", indexed=True, fast=True)
     builder.add_text_field("body", tokenizer_name="whitespace", index_option="freq")
+    # Added after the first four, so their field numbers, and queries on generations without these, stay.
+    builder.add_text_field("filters", tokenizer_name="raw", index_option="basic")
+    builder.add_integer_field("created_at", indexed=True, fast=True)
     return builder.build()
 
 
@@ -83,10 +90,11 @@ class TantivyLexicalIndex(LexicalIndex):
     ) -> None:
         with self._version_lock(version_id):
             generation = self._generation(version_id) or self._new_generation(version_id)
+            with_filters = not (generation / STATE_FILE).exists() or self._has_filters(generation)
             with self._writer(generation) as writer:
                 self._delete(writer, doc_ids)
                 for chunk in chunks:
-                    writer.add_document(self._document(chunk))
+                    writer.add_document(self._document(chunk, with_filters))
             # The state records what built the index: incremental writes keep it, so an index
             # built by an older analyzer stays visibly stale until it is rebuilt.
             if not (generation / STATE_FILE).exists():
@@ -102,7 +110,7 @@ class TantivyLexicalIndex(LexicalIndex):
             try:
                 with self._writer(generation) as writer:
                     for chunk in chunks:
-                        writer.add_document(self._document(chunk))
+                        writer.add_document(self._document(chunk, True))
                         count += 1
                 self._write_state(generation, analyzer_version, dictionary_fingerprint)
             except BaseException:
@@ -141,7 +149,9 @@ class TantivyLexicalIndex(LexicalIndex):
             except (FileNotFoundError, ValueError):
                 return None
             searcher = self._searcher(generation)
-            return IndexState(meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs)
+            return IndexState(
+                meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs, bool(meta.get("filters"))
+            )
 
     def chunk_ids(self, version_id: int) -> list[int]:
         with _reading(version_id):
@@ -162,9 +172,10 @@ class TantivyLexicalIndex(LexicalIndex):
         limit: int,
         allowed_chunk_ids: list[int] | None,
         weights: list[float] | None = None,
+        field_filter: lf.LexicalFilter | None = None,
     ) -> list[LexicalHit]:
         with _reading(version_id):
-            return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights)
+            return self._search(version_id, tenant_id, tokens, limit, allowed_chunk_ids, weights, field_filter)
 
     def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
         with _reading(version_id):
@@ -185,6 +196,7 @@ class TantivyLexicalIndex(LexicalIndex):
         limit: int,
         allowed_chunk_ids: list[int] | None,
         weights: list[float] | None,
+        field_filter: lf.LexicalFilter | None,
     ) -> list[LexicalHit]:
         generation = self._generation(version_id)
         if not tokens or limit <= 0 or allowed_chunk_ids == [] or generation is None:
@@ -202,6 +214,12 @@ class TantivyLexicalIndex(LexicalIndex):
         ]
         if allowed_chunk_ids is not None:
             required.append((tantivy.Occur.Must, tantivy.Query.const_score_query(self._ids(allowed_chunk_ids), 0.0)))
+        if field_filter is not None:
+            if not self._has_filters(generation):
+                raise LexicalIndexError(
+                    "no_filter_fields", f"the keyword index of KB version {version_id} holds no filter fields"
+                )
+            required.append((tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter(field_filter), 0.0)))
         searcher = self._searcher(generation)
         result = searcher.search(tantivy.Query.boolean_query(required), limit, count=False)
         # The chunk ids from their fast field in one call, not each hit's stored document.
@@ -217,6 +235,36 @@ class TantivyLexicalIndex(LexicalIndex):
             return tantivy.Query.term_set_query(self.schema, "chunk_id", chunk_ids)
         terms = [(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "chunk_id", c)) for c in chunk_ids]
         return tantivy.Query.boolean_query(terms)
+
+    def _filter(self, node: lf.LexicalFilter) -> tantivy.Query:
+        """A business-field filter as a tantivy query (it matches or not; the caller makes it score 0)."""
+        occur = tantivy.Occur
+        match node:
+            case lf.Terms(values) | lf.DocIds(values):
+                field = "filters" if isinstance(node, lf.Terms) else "doc_id"
+                if not values:
+                    return tantivy.Query.empty_query()
+                return tantivy.Query.term_set_query(self.schema, field, list(values))
+            case lf.CreatedRange(lower, upper, include_lower, include_upper):
+                return tantivy.Query.range_query(
+                    self.schema, "created_at", tantivy.FieldType.Integer, lower, upper,
+                    include_lower or lower is None, include_upper or upper is None,
+                )  # fmt: skip
+            case lf.And(parts):
+                return tantivy.Query.boolean_query([(occur.Must, self._filter(part)) for part in parts])
+            case lf.Or(parts):
+                return tantivy.Query.boolean_query([(occur.Should, self._filter(part)) for part in parts])
+            case lf.Not(part):
+                return tantivy.Query.boolean_query(
+                    [(occur.Must, tantivy.Query.all_query()), (occur.MustNot, self._filter(part))]
+                )
+        raise TypeError(f"not a lexical filter: {node!r}")
+
+    def _has_filters(self, generation: Path) -> bool:
+        try:
+            return bool(json.loads((generation / STATE_FILE).read_text()).get("filters"))
+        except (FileNotFoundError, ValueError):
+            return False
 
     def _version_dir(self, version_id: int) -> Path:
         return self.root / f"kbv-{int(version_id)}"
@@ -245,7 +293,7 @@ class TantivyLexicalIndex(LexicalIndex):
         shutil.rmtree(generation, ignore_errors=True)
 
     def _write_state(self, generation: Path, analyzer_version: str, dictionary_fingerprint: str) -> None:
-        state = {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint}
+        state = {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint, "filters": 1}
         _write_atomically(generation / STATE_FILE, json.dumps(state))
 
     def _index(self, generation: Path) -> tantivy.Index:
@@ -264,12 +312,16 @@ class TantivyLexicalIndex(LexicalIndex):
         with self._guard:
             return self._locks.setdefault(version_id, threading.Lock())
 
-    def _document(self, chunk: LexicalDocument) -> tantivy.Document:
+    def _document(self, chunk: LexicalDocument, with_filters: bool) -> tantivy.Document:
         document = tantivy.Document()
         document.add_unsigned("chunk_id", chunk.chunk_id)
         document.add_unsigned("doc_id", chunk.doc_id)
         document.add_unsigned("tenant_id", chunk.tenant_id)
         document.add_text("body", chunk.text)
+        if with_filters and chunk.fields is not None:
+            for term in chunk.fields.terms:
+                document.add_text("filters", term)
+            document.add_integer("created_at", chunk.fields.created_at_us)
         return document
 
     def _delete(self, writer: tantivy.IndexWriter, doc_ids: list[int]) -> None:

@@ -17,19 +17,34 @@ from django.db.models import F
 
 from core.faults import pause_at
 from engines import get_lexical_index
+from engines.analysis import Analyzer
 from engines.base import LexicalDocument
+from engines.lexical_filter import filter_fields
 from knowledge.chunking import contextual_text
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, PendingLexicalChange
 from knowledge.selectors import analyzer_for_tenant
 
 # pg_advisory_xact_lock(class, version id): one process at a time turns rows into index entries.
 _LEXICAL_LOCK_CLASS = 15_001
-_ENTRY_COLUMNS = ("id", "document_id", "document__context", "metadata__section", "content")
+# The columns of an index entry: its text's parts, then the business fields the index filters on.
+_ENTRY_COLUMNS = ("id", "document_id", "document__context", "content", "doc_type", "created_at", "tags", "metadata")
 
 
 def _lock_lexical_index(version_id: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LEXICAL_LOCK_CLASS, version_id & 0x7FFFFFFF])
+
+
+def _analyzed(analyzer: Analyzer, row: tuple) -> str:
+    """The analyzed text of a row of ``_ENTRY_COLUMNS``."""
+    _, _, context, content, _, _, _, metadata = row
+    return analyzer.analyze(contextual_text(context, content, (metadata or {}).get("section")))
+
+
+def _entry(row: tuple, tenant_id: int, text: str) -> LexicalDocument:
+    """The index entry of a row of ``_ENTRY_COLUMNS`` with its analyzed ``text``."""
+    chunk_id, doc_id, _, _, doc_type, created_at, tags, metadata = row
+    return LexicalDocument(chunk_id, doc_id, tenant_id, text, filter_fields(doc_type, created_at, tags, metadata))
 
 
 def record_lexical_change(version_id: int, document_ids: list[int]) -> None:
@@ -53,13 +68,8 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
         analyzer = analyzer_for_tenant(tenant_id)
         rows = Chunk.objects.filter(kb_version_id=version_id, document_id__in=document_ids)
         entries = [
-            LexicalDocument(
-                chunk_id,
-                doc_id,
-                tenant_id,
-                analyzed.get(chunk_id) or analyzer.analyze(contextual_text(context, content, section)),
-            )
-            for chunk_id, doc_id, context, section, content in rows.values_list(*_ENTRY_COLUMNS)
+            _entry(row, tenant_id, analyzed.get(row[0]) or _analyzed(analyzer, row))
+            for row in rows.values_list(*_ENTRY_COLUMNS)
         ]
         get_lexical_index().replace_documents(
             version_id,
@@ -91,12 +101,7 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
         )
         count = get_lexical_index().rebuild(
             version.pk,
-            (
-                LexicalDocument(
-                    chunk_id, doc_id, tenant_id, analyzer.analyze(contextual_text(context, content, section))
-                )
-                for chunk_id, doc_id, context, section, content in rows
-            ),
+            (_entry(row, tenant_id, _analyzed(analyzer, row)) for row in rows),
             analyzer_version=analyzer.version,
             dictionary_fingerprint=analyzer.dictionary_fingerprint,
         )

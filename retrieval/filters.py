@@ -72,10 +72,12 @@ _COLUMNS = {"doc_type": "doc_type", "doc_id": "document_id", "created_at": "crea
 @dataclass
 class CompiledFilter:
     """``queryset.alias(**aliases).filter(q)`` applies it to chunks; :meth:`sql` gives the same
-    condition as parameterized SQL for the vector engine."""
+    condition as parameterized SQL for the vector engine; ``source`` is the filter object it was
+    compiled from (valid), which ``retrieval.keyword_filter`` turns into the keyword index's filter."""
 
     q: Q = field(default_factory=Q)
     aliases: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] | None = None
 
     def apply(self, queryset):
         return queryset.alias(**self.aliases).filter(self.q) if self.aliases else queryset.filter(self.q)
@@ -97,7 +99,7 @@ def compile_filters(filters: Any) -> CompiledFilter:
         return CompiledFilter()
     compiler = _Compiler()
     q = compiler.compile_object(filters, path="filters", depth=0)
-    return CompiledFilter(q=q, aliases=compiler.aliases)
+    return CompiledFilter(q=q, aliases=compiler.aliases, source=filters)
 
 
 class _Compiler:

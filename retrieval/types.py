@@ -13,6 +13,7 @@ import numpy as np
 from core.errors import DomainError
 from engines.analysis import Analyzer
 from engines.base import LexicalHit
+from engines.lexical_filter import LexicalFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
 from retrieval.fusion import RankedList
@@ -197,13 +198,15 @@ class Reranked:
 
 @dataclass(frozen=True)
 class LexicalQuery:
-    """What the BM25 leg reads from the database before the keyword index searches: the tenant's
-    analyzer, and with filters the chunk ids the index may return (None: too many, so the index
-    over-fetches to ``depth`` and its hits are filtered after)."""
+    """What the BM25 leg prepares before the keyword index searches: the tenant's analyzer, and with
+    filters either the filter the index applies itself (``field_filter``, when its entries carry the
+    business fields) or the chunk ids the index may return (None: too many, so the index over-fetches
+    to ``depth``); without ids, its hits are checked against the database after."""
 
     analyzer: Analyzer
     allowed: list[int] | None
     depth: int
+    field_filter: LexicalFilter | None = None
 
 
 @dataclass(frozen=True)

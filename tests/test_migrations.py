@@ -46,3 +46,39 @@ def test_halfvec_migration_rebuilds_an_existing_vector_index_under_its_name():
         migration.to_vector(None, editor)
         assert f"vector({dimension})) vector_cosine_ops" in definition()
         transaction.set_rollback(True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_vector_storage_migration_moves_vectors_out_of_toast_into_their_rows(settings):
+    """knowledge 0023: a vector an ``external`` column put in TOAST (a ~1 KB text beside a 384-d vector
+    passes the 2 KB threshold) is in its row after the migration, and the column keeps the setting;
+    with the setting ``external`` the migration rewrites nothing."""
+    from types import SimpleNamespace
+
+    from django.db import connection
+
+    from knowledge.stores import vector_index
+    from tests.factories import ChunkFactory
+
+    migration = importlib.import_module("knowledge.migrations.0023_vector_storage_in_row")
+    editor = SimpleNamespace(connection=connection)
+
+    def vectors_in_toast() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM knowledge_chunk WHERE pg_column_toast_chunk_id(embedding) IS NOT NULL")
+            return cursor.fetchone()[0]
+
+    migration.out_of_rows(None, editor)
+    try:
+        assert vector_index().column_storage() == "external"
+        text = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(350))  # ~1 KB that barely compresses
+        ChunkFactory.create_batch(3, content=text)
+        assert vectors_in_toast() == 3
+        settings.VECTOR_COLUMN_STORAGE = "external"  # deferred by the operator: nothing is rewritten
+        migration.into_rows(None, editor)
+        assert vectors_in_toast() == 3 and vector_index().column_storage() == "external"
+        settings.VECTOR_COLUMN_STORAGE = "main"
+        migration.into_rows(None, editor)
+        assert vectors_in_toast() == 0 and vector_index().column_storage() == "main"
+    finally:
+        vector_index().set_column_storage("main")

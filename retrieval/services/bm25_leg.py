@@ -5,17 +5,21 @@ the query variants beside each other (``pools.per_variant``)."""
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 
+from cachetools import TTLCache
 from django.conf import settings
 
 from engines import get_lexical_index
 from engines.analysis import Analyzer
 from engines.base import LexicalHit, LexicalIndex, LexicalIndexError
+from engines.lexical_filter import LexicalFilter
 from retrieval import selectors
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import feedback_query
 from retrieval.fusion import RankedList
+from retrieval.keyword_filter import keyword_filter
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, LexicalHits, LexicalQuery, ListQuery
@@ -26,19 +30,44 @@ logger = logging.getLogger("retrieval.services.search")  # the pipeline's logger
 # to find enough hits that pass (docs/BENCHMARKS.md, "Scale to 1M chunks").
 FILTERED_DEPTH_LIMIT = 1000
 
+# Whether a version's keyword index carries the business fields (it gains them with a rebuild, never
+# loses them): read at most once a minute per version, since Elasticsearch answers with two requests.
+_filters_in_index: TTLCache = TTLCache(maxsize=10_000, ttl=60)
+_filters_in_index_lock = threading.Lock()
+
 
 def prepare_bm25(context: SearchContext) -> LexicalQuery:
-    """With filters, the chunk ids SQL says match (the source of truth for filters) for the index to
-    search inside; when too many match, the index searches without them, ten times deeper, and its
-    hits are filtered after."""
+    """With filters, the index filters itself when its entries carry the business fields (the filter
+    translated, exactly or wider: ``retrieval.keyword_filter``). Otherwise the chunk ids SQL says match
+    (the source of truth for filters) for the index to search inside; when too many match, the index
+    searches without them, ten times deeper. Hits found without ids are checked against SQL after."""
     candidates = context.depths["bm25"]
     allowed, depth = None, candidates
     if context.compiled.q:
+        field_filter = keyword_filter(context.compiled)
+        if field_filter is not None and settings.LEXICAL_FILTER_IN_INDEX and _index_filters(context.version_ids):
+            return LexicalQuery(context.analyzer, None, candidates, field_filter)
         allowed = selectors.filtered_chunk_ids(
             context.tenant, context.version_ids, context.compiled, settings.LEXICAL_FILTER_MAX_IDS
         )
         depth = candidates if allowed is not None else candidates * 10
     return LexicalQuery(context.analyzer, allowed, depth)
+
+
+def _index_filters(version_ids: tuple[int, ...]) -> bool:
+    """Whether the keyword index of every version carries the business fields."""
+    index = get_lexical_index()
+    for version_id in version_ids:
+        with _filters_in_index_lock:
+            known = _filters_in_index.get(version_id)
+        if known is None:
+            state = index.state(version_id)
+            known = state is not None and state.filters
+            with _filters_in_index_lock:
+                _filters_in_index[version_id] = known
+        if not known:
+            return False
+    return True
 
 
 def search_keyword_index(context: SearchContext, query: LexicalQuery) -> LexicalHits:
@@ -50,7 +79,9 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
 
     def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict]:
         tokens = query.analyzer.tokens(variant.text)
-        hits = bm25_hits(index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed)
+        hits = bm25_hits(
+            index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed, None, query.field_filter
+        )
         return (
             hits,
             tokens,
@@ -72,7 +103,7 @@ def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) 
         variant, hits, tokens = searched
         hashes: dict[int, str] = {}
         if query.allowed is None:
-            hits = _hits_of_existing_chunks(index, context, tokens, hits, query.depth, hashes)
+            hits = _hits_of_existing_chunks(index, context, query, tokens, hits, hashes)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[: context.depths["bm25"]]]
         return RankedList("bm25", variant.text, weight * variant.weight, ranked), hashes
 
@@ -106,13 +137,12 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
         ]
         weighted = feedback_query(first.tokens, passages, feedback)
         hits = bm25_hits(
-            index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights
-        )
+            index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights,
+            query.field_filter,
+        )  # fmt: skip
         hashes: dict[int, str] = {}
         if query.allowed is None:
-            hits = _hits_of_existing_chunks(
-                index, context, weighted.tokens, hits, query.depth, hashes, weighted.weights
-            )
+            hits = _hits_of_existing_chunks(index, context, query, weighted.tokens, hits, hashes, weighted.weights)
         ceilings = {
             (ranked.query, version_id): index.max_score(version_id, weighted.tokens, weighted.weights)
             for version_id in version_ids
@@ -139,11 +169,12 @@ def bm25_hits(
     depth: int,
     allowed: list[int] | None,
     weights: list[float] | None = None,
+    field_filter: LexicalFilter | None = None,
 ) -> list[LexicalHit]:
     """The index's hits over every searched version, best first."""
     hits = []
     for version_id in version_ids:
-        hits += index.search(version_id, tenant_id, tokens, depth, allowed, weights)
+        hits += index.search(version_id, tenant_id, tokens, depth, allowed, weights, field_filter)
     hits.sort(key=lambda hit: -hit.score)
     return hits
 
@@ -151,9 +182,9 @@ def bm25_hits(
 def _hits_of_existing_chunks(
     index: LexicalIndex,
     context: SearchContext,
+    query: LexicalQuery,
     tokens: list[str],
     hits: list[LexicalHit],
-    depth: int,
     hashes: dict[int, str],
     weights: list[float] | None = None,
 ) -> list[LexicalHit]:
@@ -162,7 +193,7 @@ def _hits_of_existing_chunks(
     dropped and the search goes deeper by as many, so it never takes a real chunk's place. With
     filters it goes ten times deeper until enough pass, the index runs out, or
     :data:`FILTERED_DEPTH_LIMIT` is reached: the hits a search inside the filter's ids would give."""
-    tenant, compiled, candidates = context.tenant, context.compiled, context.depths["bm25"]
+    tenant, compiled, candidates, depth = context.tenant, context.compiled, context.depths["bm25"], query.depth
     while True:
         passing = selectors.hashes_of_chunks_passing(tenant, [hit.chunk_id for hit in hits], compiled)
         kept = [hit for hit in hits if hit.chunk_id in passing]
@@ -173,7 +204,7 @@ def _hits_of_existing_chunks(
         if len(kept) >= candidates or len(hits) < depth or deeper <= depth:  # enough, or no more to find
             break
         depth = deeper
-        hits = bm25_hits(index, tenant.pk, context.version_ids, tokens, depth, None, weights)
+        hits = bm25_hits(index, tenant.pk, context.version_ids, tokens, depth, None, weights, query.field_filter)
     hashes.update(passing)
     if not compiled.q and len(kept) < len(hits):
         logger.warning(

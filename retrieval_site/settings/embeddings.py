@@ -37,8 +37,9 @@ class Embeddings(Section):
     # layer's activations in the CPU cache (docs/BENCHMARKS.md). torch and remote calls use EMBEDDING_BATCH_SIZE.
     ONNX_BATCH_SIZE: PositiveInt = 4
     # Up to this many matching rows a search scans them exactly instead of walking HNSW, in an index of
-    # 100k rows; above that the limit grows with the square root of the index's rows (12,649 at 1M).
-    VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 4000
+    # 100k rows; above that the limit grows with the square root of the index's rows (25,298 at 1M). 8,000
+    # since vectors sit in their rows (VECTOR_COLUMN_STORAGE main: an exact scan costs half per row).
+    VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 8000
     # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
     HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
     # Levers of issue 27, each at today's behaviour until a quiet 1M run decides (docs/BENCHMARKS.md,
@@ -53,7 +54,9 @@ class Embeddings(Section):
     # How a filtered search sizes its filter to choose exact scan or graph walk: count the matching rows
     # (up to the exact-scan limit) or take the planner's estimate (no scan, but as good as the statistics).
     VECTOR_FILTER_SIZING: Annotated[Literal["count", "estimate"], Lowercase, Ranks] = "count"
-    # Storage of the chunk table's vector column (pgvector's own default: external, i.e. TOASTed out of
-    # line past ~2 KB a row). Applied after every migrate; rows already written keep their storage until
-    # the table is rewritten (VACUUM FULL knowledge_chunk). plain keeps vectors in the row (up to ~1,900 dims).
-    VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "external"
+    # Storage of the chunk table's vector column: main keeps each vector in its row (out of line only when
+    # a row cannot fit a page), so an exact scan reads no TOAST (1.5-2x faster: docs/BENCHMARKS.md);
+    # external is pgvector's own default (out of line past ~2 KB a row); plain is in the row always (up to
+    # ~1,900 dims). Applied after every migrate; rows already written keep theirs until the table is
+    # rewritten (knowledge 0023 does it once for main or plain: VACUUM FULL knowledge_chunk).
+    VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "main"

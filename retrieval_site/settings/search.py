@@ -25,6 +25,9 @@ class Search(Section):
     # With filters, BM25 searches within the matching chunk ids when there are at most this many; above,
     # it searches deeper without them and filters its hits (slower at 10,000 ids: docs/BENCHMARKS.md).
     LEXICAL_FILTER_MAX_IDS: Annotated[PositiveInt, Ranks] = 50_000
+    # With filters, BM25 filters inside the keyword index when its entries carry the business fields
+    # (indexes built or rebuilt since they exist); off: always through the chunk ids above.
+    LEXICAL_FILTER_IN_INDEX: bool = True
     # Threads per process that search a leg's query variants (expansions) beside each other; each keeps at
     # most one database connection of its own.
     SEARCH_VARIANT_THREADS: PositiveInt = 4

@@ -518,7 +518,7 @@ def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
     ]
     create, delete, load = fake.requests[1], fake.requests[2], fake.requests[3]
     assert create.json()["aliases"] == {"unit-kbv-3": {}}
-    assert create.json()["mappings"]["_meta"] == STATE
+    assert create.json()["mappings"]["_meta"] == {**STATE, "filters": "1"}
     assert delete.json() == {"query": {"terms": {"doc_id": [10]}}}
     assert delete.params["conflicts"] == ["proceed"]
     assert ndjson(load) == [
@@ -546,18 +546,21 @@ def test_es_index_definition(fake):
         "doc_id": {"type": "long"},
         "tenant_id": {"type": "long"},
         "body": {"type": "text", "analyzer": "pre_analyzed", "similarity": "retrieval_bm25", "index_options": "freqs"},
+        "filters": {"type": "keyword"},
+        "created_at": {"type": "long"},
     }
 
 
 def test_es_an_existing_alias_is_written_without_touching_its_state(fake):
     fake.route("HEAD", "/_alias/unit-kbv-3", 200, {})
+    fake.route("GET", "/unit-kbv-3/_mapping", body={"unit-kbv-3-0": {"mappings": {"_meta": STATE}}})
     fake.route("POST", "/unit-kbv-3/_delete_by_query", body={"deleted": 1, "failures": []})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
     es_index(fake.url).replace_documents(
         3, [10], [doc(42, "a", doc_id=10)], analyzer_version="new", dictionary_fingerprint="new"
     )
-    assert not any(call.startswith("PUT /unit-kbv-3") or "_mapping" in call for call in fake.calls())
+    assert not any(call.startswith("PUT /unit-kbv-3") for call in fake.calls())
 
 
 def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
@@ -574,7 +577,11 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     create, load, refresh, _, swap = fake.requests
     target = create.path.lstrip("/")
     assert target != "unit-kbv-3-0" and "aliases" not in create.json()
-    assert create.json()["mappings"]["_meta"] == {"analyzer_version": "a2", "dictionary_fingerprint": "f2"}
+    assert create.json()["mappings"]["_meta"] == {
+        "analyzer_version": "a2",
+        "dictionary_fingerprint": "f2",
+        "filters": "1",
+    }
     assert {line["index"]["_index"] for line in ndjson(load)[::2]} == {target}
     assert refresh.path == f"/{target}/_refresh"
     assert swap.json() == {
@@ -599,6 +606,7 @@ def test_es_failed_rebuild_deletes_the_new_generation_and_keeps_the_alias(fake):
 
 def test_es_rejected_documents_are_a_lexical_index_error(fake):
     fake.route("HEAD", "/_alias/unit-kbv-3", 200, {})
+    fake.route("GET", "/unit-kbv-3/_mapping", body={"unit-kbv-3-0": {"mappings": {"_meta": STATE}}})
     fake.route(
         "PUT|POST",
         "/_bulk",

@@ -24,7 +24,7 @@ def attstorage() -> str:
 
 
 def test_the_storage_setting_survives_a_migration_that_resets_the_column():
-    assert attstorage() == "e"  # pgvector's own default, which the setting's default keeps
+    assert attstorage() == "m"  # the setting's default: in the row
     with override_settings(VECTOR_COLUMN_STORAGE="plain"):
         call_command("migrate", verbosity=0)
         assert attstorage() == "p"
@@ -35,13 +35,13 @@ def test_the_storage_setting_survives_a_migration_that_resets_the_column():
         call_command("migrate", verbosity=0)
         assert attstorage() == "p"
     call_command("migrate", verbosity=0)  # the default again
-    assert attstorage() == "e"
+    assert attstorage() == "m"
 
 
 def test_setting_the_storage_it_already_has_changes_nothing():
     index = vector_index()
-    assert index.column_storage() == "external"
-    assert index.set_column_storage("external") is False
-    assert index.set_column_storage("main") is True and attstorage() == "m"
+    assert index.column_storage() == "main"
+    assert index.set_column_storage("main") is False
+    assert index.set_column_storage("external") is True and attstorage() == "e"
     with pytest.raises(ValueError, match="storage must be one of"):
         index.set_column_storage("compressed")

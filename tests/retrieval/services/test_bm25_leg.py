@@ -1,8 +1,14 @@
 """The BM25 leg (retrieval.services.bm25_leg): exact identifiers, filters inside or beyond the chunk
 ids, orphan index entries, stale dictionaries, and RM3 feedback."""
 
+import json
+from pathlib import Path
+
 import factory
 import pytest
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from engines import get_lexical_index
 from engines.base import LexicalDocument
@@ -11,6 +17,8 @@ from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import Chunk, DictionaryTerm
+from knowledge.selectors import analyzer_for_tenant
+from retrieval.filters import compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 from tests.retrieval.services.conftest import names, run
 
@@ -35,10 +43,9 @@ def test_bm25_never_calls_the_embedder(sample_kb):
     assert "embed" not in response.timings_ms and "vector" not in response.candidates
 
 
-def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(settings, lexical_index_dir):
-    """A filter matching more chunks than LEXICAL_FILTER_MAX_IDS: BM25 searches without their ids and
-    goes deeper while too few of its hits pass (here 1 in 25, so its first 10x over-fetch finds about 4
-    of the 10 asked): the same hits and scores as searching inside the ids, none of another tenant's."""
+@pytest.fixture
+def shops(lexical_index_dir):
+    """Two tenants of 400 chunks each: a shop of 25 and a tag of 2 per chunk in its metadata and tags."""
     words = ["warranty", "months", "repair", "battery", "screen", "refund", "shipping", "invoice"]
     tenants = []
     for _ in range(2):
@@ -51,20 +58,77 @@ def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(setti
                 [f"warranty {' '.join(words[: 1 + i % 8])} {'months ' * (i % 5)}item {i}" for i in range(400)]
             ),
             metadata=factory.Iterator([{"shop": i % 25} for i in range(400)]),
+            tags=factory.Iterator([["odd" if i % 2 else "even"] for i in range(400)]),
         )
         rebuild_lexical_index(kb.active_version)
         tenants.append(kb.tenant)
+    return tenants
+
+
+def test_filtered_bm25_without_the_ids_finds_the_hits_it_finds_inside_them(settings, shops):
+    """A filter matching more chunks than LEXICAL_FILTER_MAX_IDS on an index without the business
+    fields: BM25 searches without their ids and goes deeper while too few of its hits pass (here 1 in
+    25, so its first 10x over-fetch finds about 4 of the 10 asked): the same hits and scores as
+    searching inside the ids, none of another tenant's."""
+    _without_filter_fields(shops[0])
     request = {"mode": "bm25", "top_k": 10, "candidates": 10, "filters": {"metadata.shop": 3}}
     settings.SEARCH_CACHE_TTL_S = 0
     settings.LEXICAL_FILTER_MAX_IDS = 1000  # 16 ids match: BM25 searches inside them
-    inside = run(tenants[0], "warranty months", **request)
+    inside = run(shops[0], "warranty months", **request)
     settings.LEXICAL_FILTER_MAX_IDS = 5  # too many: BM25 searches without them
-    deeper = run(tenants[0], "warranty months", **request)
+    deeper = run(shops[0], "warranty months", **request)
     assert len(inside.results) == 10
     hits = [(hit.chunk_id, hit.score) for hit in inside.results]
     assert [(hit.chunk_id, hit.score) for hit in deeper.results] == hits
-    own = set(Chunk.objects.filter(tenant=tenants[0], metadata__shop=3).values_list("pk", flat=True))
+    own = set(Chunk.objects.filter(tenant=shops[0], metadata__shop=3).values_list("pk", flat=True))
     assert {hit.chunk_id for hit in deeper.results} <= own
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"metadata.shop": 3},
+        {"metadata.shop": {"in": [3, 4]}, "not": {"tags": "odd"}},
+        {"or": [{"metadata.shop": 5}, {"tags": {"all": ["odd", "x"]}}]},
+        {"metadata.shop": {"gte": 20}, "tags": "odd"},  # the range is SQL's: the index filters by the tag
+    ],
+)
+def test_filtered_bm25_inside_the_index_finds_what_a_search_inside_the_ids_finds(settings, shops, filters):
+    """The keyword index filters by the business fields it holds: no chunk id is read from PostgreSQL
+    and the hits and scores are those of a search inside the ids SQL says match."""
+    settings.SEARCH_CACHE_TTL_S, settings.LEXICAL_FILTER_MAX_IDS = 0, 777
+    tenant = shops[0]
+    with CaptureQueriesContext(connection) as queries:
+        response = run(tenant, "warranty months", mode="bm25", top_k=10, candidates=10, filters=filters)
+    assert not any("LIMIT 778" in query["sql"] for query in queries.captured_queries)
+    version = Chunk.objects.filter(tenant=tenant).values_list("kb_version_id", flat=True).first()
+    allowed = list(compile_filters(filters).apply(Chunk.objects.filter(tenant=tenant)).values_list("pk", flat=True))
+    tokens = analyzer_for_tenant(tenant.pk).tokens("warranty months")
+    inside = get_lexical_index().search(version, tenant.pk, tokens, len(allowed), allowed)
+    assert len(response.results) == 10
+    # The same scores, best first; chunks of equal text tie, and ties may come in another order.
+    assert [hit.score for hit in response.results] == pytest.approx([hit.score for hit in inside[:10]], abs=1e-6)
+    score_of = {hit.chunk_id: hit.score for hit in inside}
+    assert all(hit.score == pytest.approx(score_of[hit.chunk_id], abs=1e-6) for hit in response.results)
+
+
+def test_an_index_without_the_business_fields_is_searched_inside_the_ids(settings, shops):
+    settings.SEARCH_CACHE_TTL_S, settings.LEXICAL_FILTER_MAX_IDS = 0, 777
+    _without_filter_fields(shops[0])
+    with CaptureQueriesContext(connection) as queries:
+        response = run(shops[0], "warranty months", mode="bm25", top_k=10, filters={"metadata.shop": 3})
+    assert any("LIMIT 778" in query["sql"] for query in queries.captured_queries)
+    assert len(response.results) == 10 and not response.degraded
+
+
+def _without_filter_fields(tenant) -> None:
+    """The tenant's keyword index as one built before the business fields says it is (its state)."""
+    version = Chunk.objects.filter(tenant=tenant).values_list("kb_version_id", flat=True).first()
+    folder = Path(settings.LEXICAL_INDEX_DIR) / f"kbv-{version}"
+    state = folder / (folder / "CURRENT").read_text().strip() / "analyzer.json"
+    state.write_text(
+        json.dumps({key: value for key, value in json.loads(state.read_text()).items() if key != "filters"})
+    )
 
 
 def test_an_orphan_keyword_entry_never_takes_a_real_chunks_place(tenant, embedder, tmp_path):
