@@ -8,7 +8,7 @@ from django.db.models import TextField
 from django.db.models.functions import MD5, Cast
 
 from knowledge.chunking import contextual_text
-from knowledge.models import Chunk
+from knowledge.models import Chunk, ParentChunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
@@ -72,6 +72,29 @@ def passages(tenant: Tenant, chunk_ids: list[int]) -> dict[int, tuple[str, int]]
         return {}
     rows = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content", "ordinal")
     return {chunk_id: (content, ordinal) for chunk_id, content, ordinal in rows}
+
+
+def parents_of_chunks(tenant: Tenant, chunk_ids: set[int]) -> list[tuple[int, int, str, int]]:
+    """(chunk id, parent id, parent content hash, chunk ordinal) of those of ``chunk_ids`` that are
+    children of a parent passage (``parent_child`` versions)."""
+    if not chunk_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_PARENTS_OF_CHUNKS_SQL, [tenant.pk, list(chunk_ids)])
+        return cursor.fetchall()
+
+
+_PARENTS_OF_CHUNKS_SQL = (
+    f"SELECT c.id, p.id, p.content_hash, c.ordinal FROM {_CHUNKS} c "
+    f"JOIN {connection.ops.quote_name(ParentChunk._meta.db_table)} p ON p.id = c.parent_id "
+    "WHERE c.tenant_id = %s AND c.id = ANY(%s)"
+)
+
+
+def parent_passages(tenant: Tenant, parent_ids: set[int]) -> dict[int, tuple[str, int]]:
+    """Parent id -> (content, ordinal): what a child's hit shows."""
+    rows = ParentChunk.objects.filter(tenant=tenant, pk__in=list(parent_ids)).values_list("id", "content", "ordinal")
+    return {parent_id: (content, ordinal) for parent_id, content, ordinal in rows}
 
 
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
