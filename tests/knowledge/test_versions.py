@@ -181,10 +181,14 @@ def test_a_rebuild_switches_a_kb_to_parent_child_chunks_and_back(
     kb, tmp_path, settings, django_capture_on_commit_callbacks
 ):
     paragraphs = [
-        "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
-        "The app then lists it under new devices; choose it and enter the code printed under the hub.",
-        "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
-        "A pack kept for months should be charged to half its capacity and checked every quarter.",
+        (
+            "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
+            "The app then lists it under new devices; choose it and enter the code printed under the hub."
+        ),
+        (
+            "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
+            "A pack kept for months should be charged to half its capacity and checked every quarter."
+        ),
     ]
     (tmp_path / "manual.txt").write_text("\n\n".join(paragraphs))
     Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))

@@ -460,10 +460,14 @@ def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_p
 
 
 PARAGRAPHS = [
-    "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
-    "The app then lists it under new devices; choose it and enter the code printed under the hub.",
-    "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
-    "A pack kept for months should be charged to half its capacity and checked every quarter.",
+    (
+        "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
+        "The app then lists it under new devices; choose it and enter the code printed under the hub."
+    ),
+    (
+        "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
+        "A pack kept for months should be charged to half its capacity and checked every quarter."
+    ),
     "退货须在收到商品后七天内申请。商品应保持完好,附带发票和全部配件。运费由买家承担,质量问题除外。",
 ]
 
