@@ -41,7 +41,7 @@ def index_settings(
     by default, and parents take at most ``parent_chunk_size``, 512). Loads the model:
     ``EmbeddingError`` for an unusable one; ``InvalidChunking`` for a chunking it cannot build."""
     chunking = chunking or PLAIN
-    parent = _parent_size(chunking, chunk_size, parent_chunk_size)
+    parent = check_chunking(chunking, chunk_size, parent_chunk_size)
     embedder = get_embedder(embedding_model)
     default_size = DEFAULT_CHILD_TOKENS if chunking == PARENT_CHILD else settings.CHUNK_SIZE_TOKENS
     size = min(chunk_size or default_size, embedder.max_tokens)
@@ -56,8 +56,9 @@ def index_settings(
     }
 
 
-def _parent_size(chunking: str, chunk_size: int | None, parent_chunk_size: int | None) -> int | None:
-    """A parent_child version's parent size (checked against its children's), None for plain chunks."""
+def check_chunking(chunking: str, chunk_size: int | None, parent_chunk_size: int | None) -> int | None:
+    """A parent_child version's parent size (checked against its children's), None for plain chunks;
+    ``InvalidChunking`` for an unknown chunking, children larger than parents, or parents of plain chunks."""
     if chunking not in (PLAIN, PARENT_CHILD):
         raise InvalidChunking(f"unknown chunking {chunking!r}; use {PLAIN} or {PARENT_CHILD}")
     if chunking == PLAIN:

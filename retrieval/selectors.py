@@ -91,12 +91,6 @@ _PARENTS_OF_CHUNKS_SQL = (
 )
 
 
-def parent_passages(tenant: Tenant, parent_ids: set[int]) -> dict[int, tuple[str, int]]:
-    """Parent id -> (content, ordinal): what a child's hit shows."""
-    rows = ParentChunk.objects.filter(tenant=tenant, pk__in=list(parent_ids)).values_list("id", "content", "ordinal")
-    return {parent_id: (content, ordinal) for parent_id, content, ordinal in rows}
-
-
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
 
@@ -110,10 +104,12 @@ def indexed_texts(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return {chunk_id: contextual_text(context, content, section) for chunk_id, context, section, content in rows}
 
 
-def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chunk]:
-    """The chunks to show as hits, with their documents; a missing id was replaced by a re-ingest. Without
-    their vectors: no hit shows one, and parsing 384 floats per row from text was most of hydration's CPU."""
-    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related("document").defer("embedding")
+def chunks_with_documents(tenant: Tenant, chunk_ids: list[int], *, parents: bool = False) -> dict[int, Chunk]:
+    """The chunks to show as hits, with their documents (and ``parents``: their parent passages, in the
+    same round trip); a missing id was replaced by a re-ingest. Without their vectors: no hit shows one,
+    and parsing 384 floats per row from text was most of hydration's CPU."""
+    related = ("document", "parent") if parents else ("document",)
+    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related(*related).defer("embedding")
     return {chunk.pk: chunk for chunk in chunks}
 
 

@@ -333,6 +333,8 @@ class Ingester:
     def _replace_parents(self, documents: list[Document], pending: list[_PendingDocument]) -> dict[int, list[int]]:
         """Inside the chunk swap's transaction: the documents' parent passages in this version replaced by
         the new ones (none for plain chunks); each document's new parent ids, in the parents' order."""
+        if self.version.chunking != PARENT_CHILD:  # a version's chunking never changes: it has no parents
+            return {}
         ParentChunk.objects.filter(
             document__in=[document.pk for document in documents], kb_version=self.version
         ).delete()

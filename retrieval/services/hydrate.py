@@ -30,16 +30,15 @@ def hydrate(
     single_list = sum(len(leg.lists) for leg in legs) == 1
     explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
     fused_by_id = {c.chunk_id: c for c in fused} if head.passages else {}
-    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in head.candidates])
+    head_ids = [candidate.chunk_id for candidate in head.candidates]
+    by_id = selectors.chunks_with_documents(tenant, head_ids, parents=bool(parents.children))
     passages = selectors.passages(tenant, [chunk_id for ids in head.passages.values() for chunk_id in ids])
-    parent_ids = {chunk.parent_id for chunk in by_id.values() if chunk.parent_id is not None}
-    parent_texts = selectors.parent_passages(tenant, parent_ids) if parent_ids else {}
     lists = [ranked for leg in legs for ranked in leg.lists]
     results = []
     for candidate in head.candidates:
         chunk = by_id.get(candidate.chunk_id)
-        if chunk is None or (chunk.parent_id is not None and chunk.parent_id not in parent_texts):
-            continue  # replaced by a concurrent re-ingest between two reads
+        if chunk is None:  # replaced by a concurrent re-ingest between two reads
+            continue
         relevance = round(scales.relevance(candidate, chunk.kb_version_id), 6)  # as shown, as thresholded
         if relevance < request.score_threshold:
             continue
@@ -55,7 +54,7 @@ def hydrate(
                 chunk_id=chunk.pk,
                 doc_id=chunk.document_id,
                 kb_id=chunk.knowledge_base_id,
-                content=chunk.content if chunk.parent_id is None else parent_texts[chunk.parent_id][0],
+                content=chunk.content if chunk.parent_id is None else chunk.parent.content,
                 score=round(float(score), 6),
                 source=request.mode,
                 rank=len(results) + 1,
