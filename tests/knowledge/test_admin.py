@@ -70,7 +70,8 @@ def test_the_add_form_offers_only_what_the_service_takes(admin_client):
     page = admin_client.get(f"{ADMIN}/knowledgebase/add/")
     assert page.status_code == 200
     assert list(page.context["adminform"].form.fields) == [
-        "tenant", "name", "description", "embedding_model", "chunk_size", "chunk_overlap", "languages",
+        "tenant", "name", "description", "embedding_model", "chunking", "chunk_size", "chunk_overlap",
+        "parent_chunk_size", "languages",
     ]  # fmt: skip
     assert not page.context["inline_admin_formsets"]
 
@@ -120,7 +121,7 @@ def test_an_admin_chooses_parent_child_chunks_and_a_bad_size_is_a_form_error(adm
     assert bad.status_code == 200
     assert "must not exceed parent_chunk_size (50)" in str(bad.context["adminform"].form.errors["parent_chunk_size"])
     assert not KnowledgeBase.objects.filter(tenant=tenant, name="bad").exists()
-    assert "parent_child" in admin_client.get(f"{ADMIN}/knowledgebase/").content.decode()  # the list shows it
+    assert "parent-child: small chunks searched" in admin_client.get(f"{ADMIN}/knowledgebase/").content.decode()
 
 
 def test_an_unknown_model_or_a_taken_name_is_a_form_error(admin_client, kb):

@@ -268,4 +268,4 @@ def test_a_parent_child_hit_shows_its_parent_passage_and_matched_children(admin_
     assert f"parent passage {first.parent_id}; matched children:" in html
     for child in first.children:
         assert f'<span class="child" data-chunk-id="{child["chunk_id"]}">#{child["ordinal"]} (' in html
-    assert "hold its pairing button for five seconds" in unescape(html)  # the parent passage
+    assert "until the ring blinks blue" in unescape(html)  # the parent passage
