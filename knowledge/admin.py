@@ -16,10 +16,12 @@ from knowledge import (
     graph_admin,  # noqa: F401 - registers the graph browsers
     vocabulary,
 )
+from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
 from knowledge.documents import delete_document, update_document_labels
-from knowledge.errors import InvalidSourcePath
+from knowledge.errors import InvalidChunking, InvalidSourcePath
 from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_base, delete_tenant
 from knowledge.models import (
+    PLAIN,
     Chunk,
     DictionaryTerm,
     Document,
@@ -34,6 +36,7 @@ from knowledge.models import (
 from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
+from knowledge.versions import check_chunking
 from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant
@@ -88,7 +91,10 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
 
     class Meta:
         model = KnowledgeBase
-        fields = ["tenant", "name", "description", "embedding_model", "chunk_size", "chunk_overlap", "languages"]
+        fields = [
+            "tenant", "name", "description", "embedding_model", "chunking", "chunk_size", "chunk_overlap",
+            "parent_chunk_size", "languages",
+        ]  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -96,6 +102,10 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
             "embedding_model": f"Blank: {settings.EMBEDDING_MODEL}. A model folder, or remote:<name>.",
             "chunk_size": f"Tokens per chunk. Blank: {settings.CHUNK_SIZE_TOKENS}; never above the model's limit.",
             "chunk_overlap": f"Blank: {settings.CHUNK_OVERLAP_TOKENS}; at most half the chunk size.",
+            "chunking": "plain: chunks are searched and returned; parent_child: small children are searched and a hit "
+            f"returns their parent passage (chunk size is then the children's, blank: {DEFAULT_CHILD_TOKENS}).",
+            "parent_chunk_size": f"parent_child only: a parent passage's largest size in tokens. Blank: "
+            f"{DEFAULT_PARENT_TOKENS}.",
             "languages": "Comma-separated, e.g. zh,en. Blank: the languages known for the model.",
         }
         for name, help_text in defaults.items():
@@ -110,6 +120,14 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
             raise ValidationError(str(exc)) from None
         return name
 
+    def clean(self) -> dict:
+        data = super().clean()
+        try:
+            check_chunking(data.get("chunking") or PLAIN, data.get("chunk_size"), data.get("parent_chunk_size"))
+        except InvalidChunking as exc:
+            raise ValidationError({"parent_chunk_size": exc.message}) from None
+        return data
+
     def create(self) -> KnowledgeBase:
         data = self.cleaned_data
         return create_knowledge_base(
@@ -119,6 +137,8 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
             embedding_model=data["embedding_model"] or None,
             chunk_size=data["chunk_size"],
             chunk_overlap=data["chunk_overlap"],
+            chunking=data["chunking"] or PLAIN,
+            parent_chunk_size=data["parent_chunk_size"],
             languages=data["languages"] or None,
         )
 
@@ -165,7 +185,9 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, ConflictsAnsweredAdmin):
-    list_display = ["name", "tenant", "embedding_model", "embedding_dim", "chunk_size", "active_version", "created_at"]
+    list_display = [
+        "name", "tenant", "embedding_model", "embedding_dim", "chunking", "chunk_size", "active_version", "created_at",
+    ]  # fmt: skip
     list_filter = ["tenant"]
     search_fields = ["name", "tenant__name"]
     form = KnowledgeBaseChangeForm
@@ -173,7 +195,8 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
     # The tenant is copied onto every row of the KB; model, dimension, chunking and the model's
     # languages describe how its version was built: changing them is a rebuild, not an edit.
     fixed_after_creation = [
-        "tenant", "embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages", "active_version",
+        "tenant", "embedding_model", "embedding_dim", "chunking", "chunk_size", "chunk_overlap", "parent_chunk_size",
+        "languages", "active_version",
         "created_at",
     ]  # fmt: skip
 

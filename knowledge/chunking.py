@@ -30,11 +30,18 @@ CHUNKER_VERSION = "4"
 UNCHANGED_SINCE = {"txt": "3", "pdf": "3", "docx": "3", "faq": "3"}
 
 
+# Parent-child chunking's defaults (docs/benchmarks/decisions.md, "Parent-child chunks"): children small
+# enough that one matches one point, parents a section or a few paragraphs.
+DEFAULT_CHILD_TOKENS = 128
+DEFAULT_PARENT_TOKENS = 512
+
+
 @dataclass
 class ChunkDraft:
     text: str
     token_count: int
     metadata: dict = field(default_factory=dict)
+    parent: int | None = None  # parent_child: the index of its parent passage in its document's parents
 
     @property
     def content_hash(self) -> str:
@@ -105,6 +112,40 @@ def chunk_sections(
             seen.add(digest)
             drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=dict(section.metadata)))
     return drafts
+
+
+def chunk_parents_and_children(
+    sections: Iterable[Section],
+    *,
+    count_tokens: Callable[[str], int],
+    child_size: int,
+    child_overlap: int,
+    parent_size: int,
+    max_tokens: int | None = None,
+) -> tuple[list[ChunkDraft], list[ChunkDraft]]:
+    """Parent passages of at most ``parent_size`` tokens (cut as plain chunks are, without overlap, so
+    they cover the text once), then each parent cut into children of ``child_size`` tokens with
+    overlap; each child names its parent (``ChunkDraft.parent``). A child text seen in an earlier
+    parent is dropped, as plain chunking drops duplicates."""
+    count_tokens = functools.lru_cache(maxsize=4096)(count_tokens)
+    parents = chunk_sections(
+        sections, count_tokens=count_tokens, chunk_size=parent_size, chunk_overlap=0, max_tokens=parent_size
+    )
+    children: list[ChunkDraft] = []
+    seen: set[str] = set()
+    for index, parent in enumerate(parents):
+        for child in chunk_sections(
+            [Section(parent.text, parent.metadata)],
+            count_tokens=count_tokens,
+            chunk_size=child_size,
+            chunk_overlap=child_overlap,
+            max_tokens=max_tokens,
+        ):
+            if child.content_hash not in seen:
+                seen.add(child.content_hash)
+                child.parent = index
+                children.append(child)
+    return parents, children
 
 
 def _join_short_passages(texts: list[str], count_tokens: Callable[[str], int], limit: int) -> list[str]:

@@ -22,8 +22,8 @@ from core.errors import DomainError
 from core.redis import REDIS_ERRORS
 from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
-from knowledge.errors import VocabularyChanged
-from knowledge.models import Document, KnowledgeBase, KnowledgeTask
+from knowledge.errors import InvalidChunking, VocabularyChanged
+from knowledge.models import CHUNKINGS, Document, KnowledgeBase, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.selectors import (
     documents_of,
@@ -121,6 +121,14 @@ class VersionBuildForm(forms.Form):
     embedding_model = forms.CharField(required=False, max_length=255, help_text="blank: the active version's")
     chunk_size = forms.IntegerField(required=False, min_value=16, max_value=8192, help_text="tokens")
     chunk_overlap = forms.IntegerField(required=False, min_value=0, max_value=4096, help_text="tokens")
+    chunking = forms.ChoiceField(
+        required=False,
+        choices=[("", "the active version's"), *CHUNKINGS],
+        help_text="parent_child: chunk size is the searched children's, a hit returns their parent passage",
+    )
+    parent_chunk_size = forms.IntegerField(
+        required=False, min_value=16, max_value=8192, help_text="tokens; parent_child only"
+    )
     languages = forms.CharField(required=False, max_length=200, help_text="comma-separated, e.g. zh,en")
     activate = forms.ChoiceField(
         choices=[("manual", "manual: activate it here when ready"), ("auto", "auto: once it validates")],
@@ -142,7 +150,10 @@ class VersionBuildForm(forms.Form):
 
     def build_options(self) -> dict:
         data = self.cleaned_data
-        options = {name: data[name] for name in ("chunk_size", "chunk_overlap") if data[name] is not None}
+        sizes = ("chunk_size", "chunk_overlap", "parent_chunk_size")
+        options = {name: data[name] for name in sizes if data[name] is not None}
+        if data["chunking"]:
+            options["chunking"] = data["chunking"]
         if data["embedding_model"].strip():
             options["embedding_model"] = data["embedding_model"].strip()
         if data["languages"]:
@@ -265,6 +276,9 @@ def _build(request, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
         )
     except EmbeddingError as exc:
         form.add_error("embedding_model", str(exc))
+        return False
+    except InvalidChunking as exc:
+        form.add_error("parent_chunk_size", exc.message)
         return False
     except DomainError as exc:
         messages.error(request, str(exc))

@@ -16,7 +16,7 @@ from knowledge.errors import UploadTooLarge
 from knowledge.ingestion.files import Labels, keep_original, md5_of, record_failure, task_file
 from knowledge.ingestion.stored import queue_ingestion
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeTask, originals_storage
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeTask, ParentChunk, originals_storage
 from knowledge.parsing import ParseError, doc_type_for
 from knowledge.queue import enqueue
 from knowledge.revisions import bump_revisions
@@ -122,6 +122,7 @@ def remove_from_search(kb: KnowledgeBase, document_ids: Sequence[int], *, purge:
             )
             graph_store().replace_chunks(kb.tenant_id, version_id, chunk_ids, {})
         Chunk.objects.filter(document_id__in=ids).delete()
+        ParentChunk.objects.filter(document_id__in=ids).delete()  # parent_child versions' passages
         Document.objects.filter(pk__in=ids).update(
             status=Document.Status.REMOVED,
             removed_at=timezone.now(),

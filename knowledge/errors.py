@@ -19,6 +19,12 @@ class InvalidEmbeddingModel(DomainError):
     code = "invalid_embedding_model"
 
 
+class InvalidChunking(DomainError):
+    """400: a chunking a KB or version cannot be built with (an unknown one, children larger than parents)."""
+
+    code = "invalid_chunking"
+
+
 class DocumentNotFound(NotFoundError):
     code = "document_not_found"
 

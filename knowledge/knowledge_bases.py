@@ -25,11 +25,13 @@ def create_knowledge_base(
     chunk_overlap: int | None = None,
     languages: list[str] | None = None,
     description: str = "",
+    chunking: str | None = None,
+    parent_chunk_size: int | None = None,
 ) -> KnowledgeBase:
     """A KB with an empty active version 1, sized for its embedding model. The name's uniqueness is
     the database's (``KnowledgeBaseExists``): of two concurrent creates, the second waits for the
     first and then conflicts."""
-    index = index_settings(embedding_model, chunk_size, chunk_overlap, languages)
+    index = index_settings(embedding_model, chunk_size, chunk_overlap, languages, chunking, parent_chunk_size)
     taken = KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
     with conflict_on("unique_kb_name_per_tenant", taken):
         kb = KnowledgeBase.objects.create(tenant=tenant, name=name, description=description, **index)

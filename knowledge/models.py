@@ -14,6 +14,17 @@ def originals_storage() -> Storage:
     return storages["originals"]
 
 
+# How a KB version cuts documents (knowledge.chunking): plain chunks, or small indexed children of
+# larger parent passages that hits return (docs/knowledge.md, "Parent-child chunks").
+PLAIN, PARENT_CHILD = "plain", "parent_child"
+CHUNKINGS = [(PLAIN, "plain chunks"), (PARENT_CHILD, "parent-child: small chunks searched, their passage returned")]
+CHUNKING_HELP = (
+    "plain: each chunk is searched and returned; parent_child: chunk_size-token children are searched, "
+    "their parent passage (parent_chunk_size tokens at most) is returned."
+)
+PARENT_SIZE_HELP = "parent_child: a parent passage's largest size in tokens of the model's tokenizer; plain: none."
+
+
 class KnowledgeBase(models.Model):
     """A tenant's searchable collection; it records the embedding model and chunking that built it."""
 
@@ -24,6 +35,8 @@ class KnowledgeBase(models.Model):
     embedding_dim = models.PositiveIntegerField()
     chunk_size = models.PositiveIntegerField(help_text="Chunk length in tokens of the embedding model's tokenizer.")
     chunk_overlap = models.PositiveIntegerField()
+    chunking = models.CharField(max_length=16, choices=CHUNKINGS, default=PLAIN, help_text=CHUNKING_HELP)
+    parent_chunk_size = models.PositiveIntegerField(null=True, blank=True, help_text=PARENT_SIZE_HELP)
     languages = ArrayField(
         models.CharField(max_length=8),
         default=list,
@@ -78,6 +91,8 @@ class KnowledgeBaseVersion(models.Model):
     embedding_dim = models.PositiveIntegerField()
     chunk_size = models.PositiveIntegerField(help_text="Chunk length in tokens of the embedding model's tokenizer.")
     chunk_overlap = models.PositiveIntegerField()
+    chunking = models.CharField(max_length=16, choices=CHUNKINGS, default=PLAIN, help_text=CHUNKING_HELP)
+    parent_chunk_size = models.PositiveIntegerField(null=True, blank=True, help_text=PARENT_SIZE_HELP)
     languages = ArrayField(models.CharField(max_length=8), default=list, blank=True)
     error = models.TextField(blank=True, help_text="Why the build failed.")
     finished_at = models.DateTimeField(null=True, blank=True, help_text="When its build ended.")
@@ -167,6 +182,24 @@ class Document(models.Model):
         return self.title or self.source_uri
 
 
+class ParentChunk(models.Model):
+    """A parent passage of a ``parent_child`` version: returned by a hit on one of its child chunks,
+    never searched itself (no vector, no keyword-index entry). Its own table: the chunk table's every
+    search-side read and index stays as it is, and a hit reads its parent by primary key."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="parents")
+    kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="parents")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    ordinal = models.PositiveIntegerField()
+    content = models.TextField()
+    content_hash = models.CharField(max_length=32)
+    token_count = models.PositiveIntegerField()
+    metadata = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#p{self.ordinal}"
+
+
 class Chunk(models.Model):
     """A searchable passage. Business fields are copied from its document so filters need no join.
 
@@ -189,9 +222,14 @@ class Chunk(models.Model):
     created_at = models.DateTimeField()
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # A child chunk's parent passage (parent_child versions); null in a plain version. Indexed only where set.
+    parent = models.ForeignKey(
+        ParentChunk, null=True, blank=True, on_delete=models.CASCADE, related_name="children", db_index=False
+    )
 
     class Meta:
         indexes = [
+            models.Index(fields=["parent"], name="chunk_parent", condition=models.Q(parent__isnull=False)),
             models.Index(fields=["kb_version", "doc_type"], name="chunk_version_doctype"),
             models.Index(fields=["kb_version", "created_at"], name="chunk_version_created"),
             models.Index(fields=["document", "ordinal"], name="chunk_document_ordinal"),

@@ -18,6 +18,7 @@ from core.cost import tenant_costs
 from core.usage import query_counts
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
 from knowledge.models import (
+    PLAIN,
     Chunk,
     DictionaryTerm,
     Document,
@@ -54,6 +55,7 @@ class SearchedVersion:
     embedding_dim: int
     languages: tuple[str, ...]  # the KB's
     search_settings: dict  # the KB's merged with its version's, key by key
+    chunking: str = PLAIN  # parent_child: its hits are child chunks, returned as their parent passages
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,9 @@ def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> Searc
         SearchedVersion(
             kb_id, version_id, revision, model, dim, tuple(languages),
             merged_search_settings(json.loads(kb_settings), json.loads(version_settings)),  # jsonb read as text
+            chunking,
         )
-        for _, kb_id, version_id, revision, model, dim, languages, kb_settings, version_settings in rows
+        for _, kb_id, version_id, revision, model, dim, languages, kb_settings, version_settings, chunking in rows
         if kb_id is not None
     )  # fmt: skip
     _check_found(kb_ids, {version.kb_id for version in versions})
@@ -111,7 +114,7 @@ def search_settings_of(kb: KnowledgeBase) -> dict:
 # One row per KB searched, or one row of NULLs after the tenant's vocabulary stamp when none is.
 _SEARCHED_KNOWLEDGE_SQL = (
     "SELECT t.vocabulary_stamp, kb.id, v.id, v.revision, v.embedding_model, v.embedding_dim, kb.languages, "
-    f"kb.search_settings, v.search_settings FROM {Tenant._meta.db_table} t "
+    f"kb.search_settings, v.search_settings, v.chunking FROM {Tenant._meta.db_table} t "
     f"LEFT JOIN ({KnowledgeBase._meta.db_table} kb JOIN {KnowledgeBaseVersion._meta.db_table} v "
     "ON v.id = kb.active_version_id) "
     "ON kb.tenant_id = t.id AND (%s::bigint[] IS NULL OR kb.id = ANY(%s::bigint[])) "

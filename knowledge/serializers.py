@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from engines.metering import KINDS
-from knowledge.models import Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
+from knowledge.models import PARENT_CHILD, PLAIN, Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
 from knowledge.selectors import latest_runs, source_schedule
 
 
@@ -80,6 +80,18 @@ class IndexSettingsInput(serializers.Serializer):
     chunk_overlap = serializers.IntegerField(
         required=False, min_value=0, max_value=4096, help_text="tokens; at most half the chunk size"
     )
+    chunking = serializers.ChoiceField(
+        choices=[PLAIN, PARENT_CHILD],
+        required=False,
+        help_text="plain (the default): chunks are searched and returned; parent_child: chunk_size-token children "
+        "(128 by default) are searched and a hit returns their parent passage, its matched children named",
+    )
+    parent_chunk_size = serializers.IntegerField(
+        required=False,
+        min_value=16,
+        max_value=8192,
+        help_text="parent_child only: a parent passage's largest size in tokens (default 512), at least chunk_size",
+    )
     languages = serializers.ListField(
         child=serializers.CharField(max_length=8),
         required=False,
@@ -98,6 +110,8 @@ class IndexSettingsOutput(serializers.Serializer):
     embedding_dim = serializers.IntegerField()
     chunk_size = serializers.IntegerField()
     chunk_overlap = serializers.IntegerField()
+    chunking = serializers.ChoiceField(choices=[PLAIN, PARENT_CHILD])
+    parent_chunk_size = serializers.IntegerField(allow_null=True, help_text="parent_child: tokens; plain: null")
     languages = serializers.ListField(child=serializers.CharField())
 
 

@@ -16,10 +16,11 @@ from core.usage import frequent_queries
 from engines import get_lexical_index
 from engines.base import SearchScope, SqlFilter
 from engines.embedders import get_embedder
-from knowledge.errors import VersionConflict
+from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
+from knowledge.errors import InvalidChunking, VersionConflict
 from knowledge.ingestion.files import Labels, stored_sources, task_file
 from knowledge.ingestion.pipeline import Ingester
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
+from knowledge.models import PARENT_CHILD, PLAIN, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.queue import queue_task
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import vector_index
@@ -28,22 +29,56 @@ BUILD_TASK = "knowledge.tasks.build_version"
 
 
 def index_settings(
-    embedding_model: str | None, chunk_size: int | None, chunk_overlap: int | None, languages: list[str] | None
+    embedding_model: str | None,
+    chunk_size: int | None,
+    chunk_overlap: int | None,
+    languages: list[str] | None,
+    chunking: str | None = None,
+    parent_chunk_size: int | None = None,
 ) -> dict:
     """Model, dimension, chunking (capped for the model) and languages of a KB or version; omitted
-    values take the service defaults. Loads the model: ``EmbeddingError`` for an unusable one."""
+    values take the service defaults (``parent_child``: ``chunk_size`` is the children's, 128 tokens
+    by default, and parents take at most ``parent_chunk_size``, 512). Loads the model:
+    ``EmbeddingError`` for an unusable one; ``InvalidChunking`` for a chunking it cannot build."""
+    chunking = chunking or PLAIN
+    parent = check_chunking(chunking, chunk_size, parent_chunk_size)
     embedder = get_embedder(embedding_model)
-    size = min(chunk_size or settings.CHUNK_SIZE_TOKENS, embedder.max_tokens)
+    default_size = DEFAULT_CHILD_TOKENS if chunking == PARENT_CHILD else settings.CHUNK_SIZE_TOKENS
+    size = min(chunk_size or default_size, embedder.max_tokens)
     return {
         "embedding_model": embedder.model_name,
         "embedding_dim": embedder.dimension,
         "chunk_size": size,
         "chunk_overlap": min(settings.CHUNK_OVERLAP_TOKENS if chunk_overlap is None else chunk_overlap, size // 2),
+        "chunking": chunking,
+        "parent_chunk_size": parent,
         "languages": list(embedder.languages) if languages is None else languages,
     }
 
 
-VERSION_SETTINGS = ("embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "languages")
+def check_chunking(chunking: str, chunk_size: int | None, parent_chunk_size: int | None) -> int | None:
+    """A parent_child version's parent size (checked against its children's), None for plain chunks;
+    ``InvalidChunking`` for an unknown chunking, children larger than parents, or parents of plain chunks."""
+    if chunking not in (PLAIN, PARENT_CHILD):
+        raise InvalidChunking(f"unknown chunking {chunking!r}; use {PLAIN} or {PARENT_CHILD}")
+    if chunking == PLAIN:
+        if parent_chunk_size is not None:
+            raise InvalidChunking(f"parent_chunk_size applies to chunking {PARENT_CHILD} only")
+        return None
+    parent = parent_chunk_size or DEFAULT_PARENT_TOKENS
+    child = chunk_size or DEFAULT_CHILD_TOKENS
+    if child > parent:
+        raise InvalidChunking(
+            f"chunk_size ({child}) is the children's size under {PARENT_CHILD}: it must not exceed "
+            f"parent_chunk_size ({parent})",
+            details={"chunk_size": child, "parent_chunk_size": parent},
+        )
+    return parent
+
+
+VERSION_SETTINGS = (
+    "embedding_model", "embedding_dim", "chunk_size", "chunk_overlap", "chunking", "parent_chunk_size", "languages",
+)  # fmt: skip
 
 
 def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
@@ -69,18 +104,27 @@ def start_version_build(
     chunk_size: int | None = None,
     chunk_overlap: int | None = None,
     languages: list[str] | None = None,
+    chunking: str | None = None,
+    parent_chunk_size: int | None = None,
 ) -> tuple[KnowledgeBaseVersion, KnowledgeTask]:
     """A new version (settings omitted: the active version's; languages: the new model's when the model
-    changes), built by a task from the stored originals while searches keep reading the active version;
-    ``activate``: switch to it once it validates. One version builds at a time."""
+    changes; sizes: the new chunking's defaults when the chunking changes), built by a task from the
+    stored originals while searches keep reading the active version; ``activate``: switch to it once it
+    validates. One version builds at a time."""
     active = kb.active_version
     if embedding_model is None:
         embedding_model, languages = active.embedding_model, active.languages if languages is None else languages
+    if chunking is None or chunking == active.chunking:
+        chunking, chunk_size = active.chunking, chunk_size or active.chunk_size
+        if chunking == PARENT_CHILD:
+            parent_chunk_size = parent_chunk_size or active.parent_chunk_size
     index = index_settings(
         embedding_model,
-        chunk_size or active.chunk_size,
+        chunk_size,
         active.chunk_overlap if chunk_overlap is None else chunk_overlap,
         languages,
+        chunking,
+        parent_chunk_size,
     )
     vector_index().ensure_index(index["embedding_dim"])
     with transaction.atomic():
@@ -89,9 +133,9 @@ def start_version_build(
         if building is not None:
             raise VersionConflict(f"version {building.number} is still building")
         number = (kb.versions.aggregate(Max("number"))["number__max"] or 0) + 1
-        # Settings measured on the active version carry over while the model does (not across models).
-        same_model = index["embedding_model"] == active.embedding_model
-        search_settings = active.search_settings if same_model else {}
+        # Settings measured on the active version carry over while the model and chunking do.
+        same_index = (index["embedding_model"], index["chunking"]) == (active.embedding_model, active.chunking)
+        search_settings = active.search_settings if same_index else {}
         version = KnowledgeBaseVersion.objects.create(
             knowledge_base=kb, number=number, search_settings=search_settings, **index
         )

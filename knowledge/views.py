@@ -143,7 +143,7 @@ class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.Generi
 
 KB_EXAMPLE = {
     "id": 3, "name": "handbook", "description": "", "embedding_model": "all-MiniLM-L6-v2", "embedding_dim": 384,
-    "chunk_size": 200, "chunk_overlap": 32, "languages": ["en"], "active_version": 1, "document_count": 12,
+    "chunk_size": 200, "chunk_overlap": 32, "chunking": "plain", "parent_chunk_size": None, "languages": ["en"], "active_version": 1, "document_count": 12,
     "created_at": "2026-12-01T05:30:00Z",
 }  # fmt: skip
 
@@ -171,6 +171,11 @@ KB_EXAMPLE = {
         },
         examples=[
             OpenApiExample("Create", request_only=True, value={"name": "handbook", "chunk_size": 200}),
+            OpenApiExample(
+                "Parent-child chunks",
+                request_only=True,
+                value={"name": "manuals", "chunking": "parent_child", "chunk_size": 128, "parent_chunk_size": 512},
+            ),
             OpenApiExample(
                 "Created", response_only=True, status_codes=["201"], value={**KB_EXAMPLE, "document_count": 0}
             ),

@@ -52,6 +52,8 @@ HIT_EXAMPLE = {
         "bm25": {"rank": 2, "score": 11.92, "query": "How should I store the lithium battery pack?"},
     },
     "matched_queries": ["How should I store the lithium battery pack?"],
+    "parent_id": None,
+    "children": None,
 }
 RESPONSE_EXAMPLE = {
     "results": [HIT_EXAMPLE],

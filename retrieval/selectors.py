@@ -8,7 +8,7 @@ from django.db.models import TextField
 from django.db.models.functions import MD5, Cast
 
 from knowledge.chunking import contextual_text
-from knowledge.models import Chunk
+from knowledge.models import Chunk, ParentChunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
@@ -74,6 +74,23 @@ def passages(tenant: Tenant, chunk_ids: list[int]) -> dict[int, tuple[str, int]]
     return {chunk_id: (content, ordinal) for chunk_id, content, ordinal in rows}
 
 
+def parents_of_chunks(tenant: Tenant, chunk_ids: set[int]) -> list[tuple[int, int, str, int]]:
+    """(chunk id, parent id, parent content hash, chunk ordinal) of those of ``chunk_ids`` that are
+    children of a parent passage (``parent_child`` versions)."""
+    if not chunk_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_PARENTS_OF_CHUNKS_SQL, [tenant.pk, list(chunk_ids)])
+        return cursor.fetchall()
+
+
+_PARENTS_OF_CHUNKS_SQL = (
+    f"SELECT c.id, p.id, p.content_hash, c.ordinal FROM {_CHUNKS} c "
+    f"JOIN {connection.ops.quote_name(ParentChunk._meta.db_table)} p ON p.id = c.parent_id "
+    "WHERE c.tenant_id = %s AND c.id = ANY(%s)"
+)
+
+
 def chunk_contents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return dict(Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).values_list("id", "content"))
 
@@ -87,10 +104,12 @@ def indexed_texts(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return {chunk_id: contextual_text(context, content, section) for chunk_id, context, section, content in rows}
 
 
-def chunks_with_documents(tenant: Tenant, chunk_ids: list[int]) -> dict[int, Chunk]:
-    """The chunks to show as hits, with their documents; a missing id was replaced by a re-ingest. Without
-    their vectors: no hit shows one, and parsing 384 floats per row from text was most of hydration's CPU."""
-    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related("document").defer("embedding")
+def chunks_with_documents(tenant: Tenant, chunk_ids: list[int], *, parents: bool = False) -> dict[int, Chunk]:
+    """The chunks to show as hits, with their documents (and ``parents``: their parent passages, in the
+    same round trip); a missing id was replaced by a re-ingest. Without their vectors: no hit shows one,
+    and parsing 384 floats per row from text was most of hydration's CPU."""
+    related = ("document", "parent") if parents else ("document",)
+    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related(*related).defer("embedding")
     return {chunk.pk: chunk for chunk in chunks}
 
 

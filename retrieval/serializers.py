@@ -295,8 +295,21 @@ class PassageOutput(serializers.Serializer):
     fused_score = serializers.FloatField()
 
 
-class SearchHitOutput(serializers.Serializer):
+class ChildRankOutput(serializers.Serializer):
+    rank = serializers.IntegerField(help_text="its best rank in this retriever's lists")
+    score = serializers.FloatField()
+
+
+class MatchedChildOutput(serializers.Serializer):
     chunk_id = serializers.IntegerField()
+    ordinal = serializers.IntegerField(help_text="its place among its document's child chunks")
+    retrievers = serializers.DictField(child=ChildRankOutput(), help_text="retriever -> its own rank and score")
+
+
+class SearchHitOutput(serializers.Serializer):
+    chunk_id = serializers.IntegerField(
+        help_text="the chunk found; in a parent_child knowledge base, the best-ranked child of the passage returned"
+    )
     doc_id = serializers.IntegerField()
     kb_id = serializers.IntegerField()
     content = serializers.CharField()
@@ -329,6 +342,17 @@ class SearchHitOutput(serializers.Serializer):
         many=True,
         allow_null=True,
         help_text="group_by document: up to 3 other matched chunks of the document, best first; null otherwise",
+    )
+    parent_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="parent_child knowledge bases: the parent passage returned as content (its children are searched; "
+        "several matched children of one parent are one hit, ranked by the best child per retriever); null otherwise",
+    )
+    children = MatchedChildOutput(
+        many=True,
+        allow_null=True,
+        help_text="parent_child: the passage's children that matched, in the order found, each with its own rank "
+        "and score per retriever; null otherwise",
     )
 
 

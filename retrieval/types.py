@@ -81,6 +81,9 @@ class SearchHit:
     matched_queries: list[str] = field(default_factory=list)
     document_score: float | None = None  # its document's aggregated score (retrieval.grouping); None: not aggregated
     passages: list[dict] | None = None  # group_by "document": the document's other matched chunks; else None
+    parent_id: int | None = None  # a parent_child version's hit: its parent passage (the content shown); else None
+    # parent_child: the children of that parent that matched ({"chunk_id", "ordinal", "retrievers"}); else None
+    children: list[dict] | None = None
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import connection
 from psycopg import sql
@@ -29,6 +29,7 @@ _COPY_COLUMNS = [
     ("created_at", "timestamptz"),
     ("tags", "varchar[]"),
     ("metadata", "jsonb"),
+    ("parent_id", "int8"),
 ]
 
 
@@ -40,6 +41,9 @@ class ChunkBatch:
     drafts: list[ChunkDraft]
     vectors: Sequence
     labels: Labels
+    parent_ids: list[int] = field(
+        default_factory=list
+    )  # parent_child: the document's parent passages' ids, by parent index; else empty
 
 
 def copy_chunks(kb: KnowledgeBase, version: KnowledgeBaseVersion, batches: Iterable[ChunkBatch]) -> None:
@@ -70,5 +74,6 @@ def copy_chunks(kb: KnowledgeBase, version: KnowledgeBaseVersion, batches: Itera
                         doc.created_at,  # filters on created_at mean the document's first ingestion
                         labels.tags,
                         Jsonb({**draft.metadata, **labels.metadata}),
+                        None if draft.parent is None else batch.parent_ids[draft.parent],
                     )
                 )

@@ -30,6 +30,7 @@ from engines.metering import counting_cpu
 from knowledge.chunking import (
     ChunkDraft,
     chunk_context,
+    chunk_parents_and_children,
     chunk_sections,
     chunker_version,
     contextual_text,
@@ -38,8 +39,8 @@ from knowledge.chunking import (
 from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
 from knowledge.ingestion.files import Labels, SourceFile, keep_original, read_sidecar, record_failure
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
-from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion
-from knowledge.parsing import ParseError, parse_file
+from knowledge.models import PARENT_CHILD, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, ParentChunk
+from knowledge.parsing import ParseError, Section, parse_file
 from knowledge.revisions import bump_revisions
 from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant, triple_extractor
 from knowledge.stores import graph_store
@@ -89,6 +90,7 @@ class _PendingDocument:
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
     original: str  # its stored copy, or "" when none is kept
+    parents: list[ChunkDraft] = field(default_factory=list)  # parent_child: the passages its drafts are children of
     extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
 
 
@@ -183,13 +185,7 @@ class Ingester:
             contexts = {chunk_context(context, section.metadata.get("section")) for section in parsed.sections}
             longest = max((self.embedder.count_tokens(text) for text in contexts if text), default=0)
             budget = max(window - longest, window // 2) if longest else window
-            drafts = chunk_sections(
-                parsed.sections,
-                count_tokens=self.embedder.count_tokens,
-                chunk_size=min(self.version.chunk_size, budget),
-                chunk_overlap=self.version.chunk_overlap,
-                max_tokens=budget,
-            )
+            parents, drafts = self._chunk(parsed.sections, budget)
         except (OSError, ParseError) as exc:
             self._fail(source, existing, str(exc))
             return
@@ -204,8 +200,27 @@ class Ingester:
         if not original and self._keep_originals:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
-            _PendingDocument(source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original)
+            _PendingDocument(
+                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original, parents
+            )
         )
+
+    def _chunk(self, sections: list[Section], budget: int) -> tuple[list[ChunkDraft], list[ChunkDraft]]:
+        """The version's chunks of a document (its children, under ``parent_child``) and their parents
+        (none for plain chunks); each chunk fits ``budget``, the model's window beside its context."""
+        size, overlap, count = (
+            min(self.version.chunk_size, budget),
+            self.version.chunk_overlap,
+            self.embedder.count_tokens,
+        )
+        if self.version.chunking != PARENT_CHILD:
+            return [], chunk_sections(
+                sections, count_tokens=count, chunk_size=size, chunk_overlap=overlap, max_tokens=budget
+            )
+        return chunk_parents_and_children(
+            sections, count_tokens=count, child_size=size, child_overlap=overlap,
+            parent_size=self.version.parent_chunk_size or size, max_tokens=budget,
+        )  # fmt: skip
 
     def _extract(self, pending: list[_PendingDocument]) -> None:
         """Each pending document's graph entities and relations (in the extraction thread)."""
@@ -282,9 +297,13 @@ class Ingester:
             replaced_ids = list(replaced.values_list("id", flat=True))
             graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, replaced_ids, {})
             replaced.delete()
+            parent_ids = self._replace_parents(documents, pending)
             batches, offset = [], 0
             for document, doc in zip(documents, pending, strict=True):
-                batches.append(ChunkBatch(document, doc.drafts, vectors[offset : offset + len(doc.drafts)], doc.labels))
+                vectors_of = vectors[offset : offset + len(doc.drafts)]
+                batches.append(
+                    ChunkBatch(document, doc.drafts, vectors_of, doc.labels, parent_ids.get(document.pk, []))
+                )
                 offset += len(doc.drafts)
             copy_chunks(self.kb, self.version, batches)
             rows = list(
@@ -310,6 +329,28 @@ class Ingester:
             self.report.replaced += not added
             self.report.chunks += len(doc.drafts)
             self._on_progress(1)
+
+    def _replace_parents(self, documents: list[Document], pending: list[_PendingDocument]) -> dict[int, list[int]]:
+        """Inside the chunk swap's transaction: the documents' parent passages in this version replaced by
+        the new ones (none for plain chunks); each document's new parent ids, in the parents' order."""
+        if self.version.chunking != PARENT_CHILD:  # a version's chunking never changes: it has no parents
+            return {}
+        ParentChunk.objects.filter(
+            document__in=[document.pk for document in documents], kb_version=self.version
+        ).delete()
+        rows = [
+            ParentChunk(
+                document=document, kb_version=self.version, tenant_id=self.kb.tenant_id, ordinal=ordinal,
+                content=parent.text, content_hash=parent.content_hash, token_count=parent.token_count,
+                metadata={**parent.metadata, **doc.labels.metadata},
+            )
+            for document, doc in zip(documents, pending, strict=True)
+            for ordinal, parent in enumerate(doc.parents)
+        ]  # fmt: skip
+        parent_ids: dict[int, list[int]] = {}
+        for row in ParentChunk.objects.bulk_create(rows):
+            parent_ids.setdefault(row.document_id, []).append(row.pk)
+        return parent_ids
 
     def _lock_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """The existing rows, locked like an upsert locks them: two writers of one document's chunks in

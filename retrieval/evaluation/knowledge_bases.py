@@ -14,7 +14,7 @@ from knowledge.ingestion.files import SourceFile
 from knowledge.ingestion.pipeline import Ingester, IngestReport
 from knowledge.knowledge_bases import get_or_create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
-from knowledge.models import KnowledgeBase
+from knowledge.models import PLAIN, KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of
 from retrieval.evaluation.datasets import CORPUS_LAYOUT, BeirDataset
 from tenants.models import Tenant
@@ -32,11 +32,14 @@ class KbSettings:
     languages: tuple[str, ...] | None = None  # None: what the service knows for the model
     chunk_size: int | None = None  # None: the service defaults
     chunk_overlap: int | None = None
+    chunking: str = PLAIN
+    parent_chunk_size: int | None = None  # parent_child only; None: the default
 
     def kb_name(self, dataset: BeirDataset) -> str:
-        key = json.dumps(
-            [dataset.corpus_sha256, CORPUS_LAYOUT, self.model, self.languages, self.chunk_size, self.chunk_overlap]
-        )
+        parts = [dataset.corpus_sha256, CORPUS_LAYOUT, self.model, self.languages, self.chunk_size, self.chunk_overlap]
+        if self.chunking != PLAIN:  # plain KBs keep the names they had before chunkings could differ
+            parts += [self.chunking, self.parent_chunk_size]
+        key = json.dumps(parts)
         short_model = Path(self.model).name.lower()
         return f"{dataset.name}-{short_model}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"[:100]
 
@@ -55,6 +58,8 @@ def eval_knowledge_base(
         embedding_model=kb_settings.model,
         chunk_size=kb_settings.chunk_size,
         chunk_overlap=kb_settings.chunk_overlap,
+        chunking=kb_settings.chunking,
+        parent_chunk_size=kb_settings.parent_chunk_size,
         languages=list(kb_settings.languages) if kb_settings.languages is not None else None,
     )
     if kb.embedding_model != kb_settings.model:

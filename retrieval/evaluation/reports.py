@@ -76,6 +76,8 @@ def build_report(
             "search_settings": search_settings_of(kb),
             "chunk_size": kb.chunk_size,
             "chunk_overlap": kb.chunk_overlap,
+            "chunking": kb.chunking,
+            "parent_chunk_size": kb.parent_chunk_size,
             "languages": kb.languages,
         },
         "model": {"name": kb.embedding_model, "dimension": embedder.dimension, "max_tokens": embedder.max_tokens},

@@ -6,6 +6,7 @@ from retrieval import selectors
 from retrieval.fusion import FusedCandidate
 from retrieval.grouping import Grouped
 from retrieval.relevance import RelevanceScales
+from retrieval.services.parents import Parents
 from retrieval.types import LegResult, SearchHit, SearchRequest
 from tenants.models import Tenant
 
@@ -20,15 +21,19 @@ def hydrate(
     legs: list[LegResult],
     document_scores: dict[int, float],
     fused: list[FusedCandidate],
+    parents: Parents,
 ) -> list[SearchHit]:
     """The hits, those under the request's ``relevance`` threshold left out. One retriever and one
     query: its raw score (cosine or BM25) is the most useful score to show. A hit's ``retrievers``
-    entry carries what its leg explains (the graph: its path); grouped by document, its passages."""
+    entry carries what its leg explains (the graph: its path); grouped by document, its passages; a
+    child chunk's hit, its parent passage as content and the children that matched."""
     single_list = sum(len(leg.lists) for leg in legs) == 1
     explanations = {leg.retriever: leg.explanations for leg in legs if leg.explanations}
     fused_by_id = {c.chunk_id: c for c in fused} if head.passages else {}
-    by_id = selectors.chunks_with_documents(tenant, [candidate.chunk_id for candidate in head.candidates])
+    head_ids = [candidate.chunk_id for candidate in head.candidates]
+    by_id = selectors.chunks_with_documents(tenant, head_ids, parents=bool(parents.children))
     passages = selectors.passages(tenant, [chunk_id for ids in head.passages.values() for chunk_id in ids])
+    lists = [ranked for leg in legs for ranked in leg.lists]
     results = []
     for candidate in head.candidates:
         chunk = by_id.get(candidate.chunk_id)
@@ -49,7 +54,7 @@ def hydrate(
                 chunk_id=chunk.pk,
                 doc_id=chunk.document_id,
                 kb_id=chunk.knowledge_base_id,
-                content=chunk.content,
+                content=chunk.content if chunk.parent_id is None else chunk.parent.content,
                 score=round(float(score), 6),
                 source=request.mode,
                 rank=len(results) + 1,
@@ -84,6 +89,8 @@ def hydrate(
                     for chunk_id in head.passages[candidate.chunk_id]
                     if chunk_id in passages  # else replaced by a concurrent re-ingest
                 ],
+                parent_id=chunk.parent_id,
+                children=None if chunk.parent_id is None else parents.matched(lists, candidate.key),
             )
         )
     return results

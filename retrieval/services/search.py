@@ -14,6 +14,7 @@ import numpy as np
 from django.conf import settings
 
 from core.metrics import record_search
+from knowledge.models import PARENT_CHILD
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
 from retrieval.filters import compile_filters
 from retrieval.relevance import RelevanceScales, dense_backgrounds
@@ -23,6 +24,7 @@ from retrieval.services.explain import explain
 from retrieval.services.fuse import fuse
 from retrieval.services.hydrate import hydrate
 from retrieval.services.legs import retrieve
+from retrieval.services.parents import parents_of
 from retrieval.services.planning import caller_vector, expand, model_groups, searched_settings, weigh
 from retrieval.services.rerank import rerank
 from retrieval.services.timings import StageTimings
@@ -72,13 +74,14 @@ def search(
             version_ids=version_ids,
         )
         with timings.stage("fuse"):
-            fused = fuse(tenant, lists, retrieved.content_hashes, fusion, scales)
+            parents = parents_of(tenant, lists, any(v.chunking == PARENT_CHILD for v in knowledge.versions))
+            fused = fuse(tenant, lists, {**retrieved.content_hashes, **parents.keys}, fusion, scales)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
         head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
         results = hydrate(
             tenant, request, head, reranked.scores, scales,
-            legs=union.legs, document_scores=documents.scores, fused=fused,
+            legs=union.legs, document_scores=documents.scores, fused=fused, parents=parents,
         )  # fmt: skip
     explanation = explain(
         fusion=fusion, expansion=expansion, weights=weights, retrieved=retrieved, union=union, fused=fused,

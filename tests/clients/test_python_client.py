@@ -278,3 +278,22 @@ def test_the_async_client_retries_too(monkeypatch):
     with scripted(Reply(503, {"error": {"code": "x", "message": "y"}}), Reply(200, EMPTY_ANSWER)) as peer:
         result = asyncio.run(call(peer.url))
     assert result.results == [] and waits == [0.1] and len(peer.requests) == 2
+
+
+@pytest.mark.slow
+def test_a_parent_child_hit_carries_its_parent_and_matched_children(live_server, tmp_path, embedder):
+    from knowledge.ingestion.files import discover_files
+    from knowledge.ingestion.pipeline import Ingester
+    from knowledge.knowledge_bases import create_knowledge_base
+    from tests.retrieval.services.test_parents import PAIRING
+
+    tenant = TenantFactory()
+    kb = create_knowledge_base(
+        tenant=tenant, name="pc", chunking="parent_child", chunk_size=24, chunk_overlap=0, parent_chunk_size=120
+    )
+    (tmp_path / "hub.txt").write_text(PAIRING)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    with RetrievalClient(live_server.url, create_api_key(tenant=tenant).raw_key) as client:
+        hit = client.hybrid("Zigbee pairing button", top_k=1).results[0]
+    assert hit.content == PAIRING and hit.parent_id is not None
+    assert len(hit.children) >= 2 and {"chunk_id", "ordinal", "retrievers"} == set(hit.children[0])

@@ -70,7 +70,8 @@ def test_the_add_form_offers_only_what_the_service_takes(admin_client):
     page = admin_client.get(f"{ADMIN}/knowledgebase/add/")
     assert page.status_code == 200
     assert list(page.context["adminform"].form.fields) == [
-        "tenant", "name", "description", "embedding_model", "chunk_size", "chunk_overlap", "languages",
+        "tenant", "name", "description", "embedding_model", "chunking", "chunk_size", "chunk_overlap",
+        "parent_chunk_size", "languages",
     ]  # fmt: skip
     assert not page.context["inline_admin_formsets"]
 
@@ -102,6 +103,25 @@ def test_given_settings_reach_the_service(admin_client, tenant, embedder):
     assert response.status_code == 302, response.content
     kb = KnowledgeBase.objects.get(tenant=tenant, name="zh")
     assert (kb.chunk_size, kb.chunk_overlap, kb.languages) == (100, 50, ["zh", "en"])  # overlap capped at half
+
+
+def test_an_admin_chooses_parent_child_chunks_and_a_bad_size_is_a_form_error(admin_client, tenant, embedder):
+    form = {
+        "tenant": tenant.pk,
+        "name": "manuals",
+        "chunking": "parent_child",
+        "chunk_size": 100,
+        "parent_chunk_size": 400,
+    }
+    assert admin_client.post(f"{ADMIN}/knowledgebase/add/", form).status_code == 302
+    kb = KnowledgeBase.objects.select_related("active_version").get(tenant=tenant, name="manuals")
+    assert (kb.chunking, kb.chunk_size, kb.parent_chunk_size) == ("parent_child", 100, 400)
+    assert (kb.active_version.chunking, kb.active_version.parent_chunk_size) == ("parent_child", 400)
+    bad = admin_client.post(f"{ADMIN}/knowledgebase/add/", {**form, "name": "bad", "parent_chunk_size": 50})
+    assert bad.status_code == 200
+    assert "must not exceed parent_chunk_size (50)" in str(bad.context["adminform"].form.errors["parent_chunk_size"])
+    assert not KnowledgeBase.objects.filter(tenant=tenant, name="bad").exists()
+    assert "parent-child: small chunks searched" in admin_client.get(f"{ADMIN}/knowledgebase/").content.decode()
 
 
 def test_an_unknown_model_or_a_taken_name_is_a_form_error(admin_client, kb):

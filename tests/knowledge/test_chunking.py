@@ -1,6 +1,6 @@
 import pytest
 
-from knowledge.chunking import SHORT_PASSAGE_TOKENS, chunk_sections
+from knowledge.chunking import SHORT_PASSAGE_TOKENS, chunk_parents_and_children, chunk_sections
 from knowledge.parsing import Section
 
 pytestmark = pytest.mark.slow  # uses the real model's tokenizer
@@ -71,3 +71,47 @@ def test_a_title_stays_alone_when_the_model_cannot_read_it_with_the_next_passage
     assert alone[0].text == title
     first_passage = joined[0].text.removeprefix(f"{title}\n\n")
     assert [draft.text for draft in alone[1:]] == [first_passage] + [draft.text for draft in joined[1:]]
+
+
+def _inside(child, parents) -> bool:
+    """The child's text is in its parent's (up to whitespace: a short passage joins the next with a blank line)."""
+    return "".join(child.text.split()) in "".join(parents[child.parent].text.split())
+
+
+def _parent_child(embedder, sections, child_size=48, parent_size=160, overlap=8):
+    return chunk_parents_and_children(
+        sections, count_tokens=embedder.count_tokens, child_size=child_size, child_overlap=overlap,
+        parent_size=parent_size,
+    )  # fmt: skip
+
+
+def test_parents_are_bounded_and_every_child_lies_inside_its_parent(embedder):
+    paragraphs = [
+        " ".join(f"Paragraph {p} sentence {s} says the SKY-{p}{s:02d} hub pairs over Zigbee." for s in range(8))
+        for p in range(6)
+    ]
+    parents, children = _parent_child(embedder, [Section("\n\n".join(paragraphs), {"section": "Setup"})])
+    assert len(parents) >= 3 and len(children) > len(parents)
+    assert all(parent.token_count <= 160 for parent in parents)
+    assert all(child.token_count <= 48 for child in children)
+    assert all(_inside(child, parents) for child in children)
+    assert sorted({child.parent for child in children}) == list(range(len(parents)))  # every parent has children
+    assert all(child.metadata == {"section": "Setup"} for child in children)
+    # The parents cover the text once (no overlap): each product code is in exactly one parent.
+    for code in ("SKY-000", "SKY-305", "SKY-507"):
+        assert sum(code in parent.text for parent in parents) == 1
+
+
+def test_chinese_parents_and_children_split_at_sentence_ends(embedder):
+    text = "".join(f"第{i}条规定说明了退货的具体流程和时限要求。" for i in range(40))
+    parents, children = _parent_child(embedder, [Section(text)], child_size=40, parent_size=120, overlap=0)
+    assert len(parents) > 2 and len(children) > len(parents)
+    assert all(draft.text.endswith("。") for draft in [*parents, *children])
+    assert all(parent.token_count <= 120 for parent in parents)
+    assert all(_inside(child, parents) for child in children)
+
+
+def test_a_parent_that_fits_one_child_is_its_only_child(embedder):
+    parents, children = _parent_child(embedder, [Section("Short FAQ answer about the warranty.")])
+    assert [parent.text for parent in parents] == [child.text for child in children]
+    assert children[0].parent == 0

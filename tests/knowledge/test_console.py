@@ -260,6 +260,18 @@ def test_a_version_is_built_from_the_console_and_shown_in_build_with_its_progres
     assert f'data-url="/admin/knowledge/knowledgebase/tasks/{task.task_id}/"' in html
 
 
+def test_a_version_switching_to_parent_child_chunks_is_built_from_the_console(admin_client, embedder):
+    kb = KnowledgeBaseFactory()
+    refused = {"action": "build", "chunking": "parent_child", "chunk_size": 200, "parent_chunk_size": 100}
+    bad = admin_client.post(lifecycle(kb), {**refused, "activate": "manual"})
+    assert "must not exceed" in str(bad.context["build_form"].errors["parent_chunk_size"])
+    act(admin_client, kb, {"action": "build", "chunking": "parent_child", "activate": "manual"})
+    version = kb.versions.get(number=2)
+    assert (version.chunking, version.chunk_size, version.parent_chunk_size) == ("parent_child", 128, 512)
+    html = admin_client.get(lifecycle(kb)).content.decode()
+    assert "parent-child 128 / " in html and " in 512 tokens" in html
+
+
 def test_activate_roll_back_and_retire_from_the_console(admin_client):
     kb = KnowledgeBaseFactory()
     first, second, third = kb.active_version, other_version(kb, 2, "ready"), other_version(kb, 3, "ready")

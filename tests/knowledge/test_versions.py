@@ -10,7 +10,7 @@ from knowledge.errors import VersionConflict
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import update_search_settings
-from knowledge.models import Chunk, Document, KnowledgeBaseVersion
+from knowledge.models import PARENT_CHILD, PLAIN, Chunk, Document, KnowledgeBaseVersion, ParentChunk
 from knowledge.versions import (
     VERSION_SETTINGS,
     activate_version,
@@ -175,3 +175,49 @@ def test_a_ready_version_is_retired_and_can_still_be_activated(tenant):
     activate_version(retired)
     kb.refresh_from_db()
     assert kb.active_version_id == ready.pk
+
+
+def test_a_rebuild_switches_a_kb_to_parent_child_chunks_and_back(
+    kb, tmp_path, settings, django_capture_on_commit_callbacks
+):
+    paragraphs = [
+        (
+            "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
+            "The app then lists it under new devices; choose it and enter the code printed under the hub."
+        ),
+        (
+            "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
+            "A pack kept for months should be charged to half its capacity and checked every quarter."
+        ),
+    ]
+    (tmp_path / "manual.txt").write_text("\n\n".join(paragraphs))
+    Ingester(kb, keep_originals=True).ingest(discover_files([tmp_path]))
+    query = SearchRequest(query="Zigbee pairing button", mode="hybrid", top_k=3, kb_ids=[kb.pk])
+
+    def build(**options) -> KnowledgeBaseVersion:
+        with django_capture_on_commit_callbacks(execute=False):  # built in-process below, not by a worker
+            version, _ = start_version_build(kb, activate=False, **options)
+        fill_version(version, version_build_files(version), on_progress=lambda done: None)
+        assert version.status == version.Status.READY, version.error
+        return activate_version(version)
+
+    plain = kb.active_version
+    children = build(chunking=PARENT_CHILD, chunk_size=24, parent_chunk_size=64)
+    assert (children.chunking, children.chunk_size, children.parent_chunk_size) == (PARENT_CHILD, 24, 64)
+    kb.refresh_from_db()
+    assert (kb.chunking, kb.parent_chunk_size) == (PARENT_CHILD, 64)
+    assert (
+        list(ParentChunk.objects.filter(kb_version=children).order_by("ordinal").values_list("content", flat=True))
+        == paragraphs
+    )
+    assert not Chunk.objects.filter(kb_version=children, parent__isnull=True).exists()
+    assert not Chunk.objects.filter(kb_version=plain, parent__isnull=False).exists()  # the old version is untouched
+    hit = search(kb.tenant, query).results[0]
+    assert hit.content == paragraphs[0] and hit.parent_id is not None and hit.children
+
+    kb.refresh_from_db()
+    back = build(chunking=PLAIN)  # the plain chunking's default size, not the children's
+    assert (back.chunking, back.chunk_size, back.parent_chunk_size) == (PLAIN, settings.CHUNK_SIZE_TOKENS, None)
+    assert not ParentChunk.objects.filter(kb_version=back).exists()
+    hit = search(kb.tenant, query).results[0]
+    assert hit.parent_id is None and hit.children is None and "Zigbee" in hit.content

@@ -86,6 +86,43 @@ def test_knowledge_base_errors_are_json(writer, tenant, embedder):
 
 
 @pytest.mark.django_db
+def test_chunking_is_chosen_per_knowledge_base_and_version_and_checked(
+    writer, tenant, embedder, django_capture_on_commit_callbacks
+):
+    created = writer.post("/api/v1/knowledge-bases", {"name": "pc", "chunking": "parent_child"}, format="json")
+    assert created.status_code == 201, created.content
+    assert (created.json()["chunking"], created.json()["chunk_size"], created.json()["parent_chunk_size"]) == (
+        "parent_child", 128, 512,
+    )  # fmt: skip
+    plain = writer.post("/api/v1/knowledge-bases", {"name": "plain"}, format="json").json()
+    assert (plain["chunking"], plain["parent_chunk_size"]) == ("plain", None)
+
+    def refused(url: str, body: dict) -> tuple[int, str, str]:
+        error = writer.post(url, body, format="json")
+        return error.status_code, error.json()["error"]["code"], error.json()["error"]["message"]
+
+    kbs = "/api/v1/knowledge-bases"
+    status, code, _ = refused(kbs, {"name": "x", "chunking": "sentences"})
+    assert (status, code) == (400, "invalid_request")
+    status, code, message = refused(
+        kbs, {"name": "x", "chunking": "parent_child", "chunk_size": 200, "parent_chunk_size": 100}
+    )
+    assert (status, code) == (400, "invalid_chunking") and "must not exceed parent_chunk_size (100)" in message
+    status, code, message = refused(kbs, {"name": "x", "parent_chunk_size": 300})
+    assert (status, code) == (400, "invalid_chunking") and "parent_child only" in message
+    assert writer.get(kbs).json()["count"] == 2  # none of the refused was created
+
+    versions = f"{kbs}/{created.json()['id']}/versions"
+    with django_capture_on_commit_callbacks(execute=False):  # the builds are recorded, never sent
+        status, code, _ = refused(versions, {"parent_chunk_size": 16})  # the active children are 128 tokens
+        assert (status, code) == (400, "invalid_chunking")
+        switched = writer.post(versions, {"chunking": "plain"}, format="json")
+    assert switched.status_code == 202, switched.content
+    version = switched.json()["version"]
+    assert (version["chunking"], version["chunk_size"], version["parent_chunk_size"]) == ("plain", 200, None)
+
+
+@pytest.mark.django_db
 def test_writes_need_the_ingest_scope_and_reads_search_or_ingest(tenant):
     kb = KnowledgeBaseFactory(tenant=tenant)
     search_only, ingest_only = client_for(tenant, "search"), client_for(tenant, "ingest")

@@ -251,3 +251,21 @@ def test_a_chinese_query_skips_an_english_models_dense_leg_until_a_multilingual_
     assert [request.json()["input"] for request in embedding_server.requests] == [[query]]  # embedded remotely
     assert any("vector" in hit.retrievers for hit in response.results)
     assert "dense-language" not in html
+
+
+def test_a_parent_child_hit_shows_its_parent_passage_and_matched_children(admin_client, tenant, embedder, tmp_path):
+    from tests.retrieval.services.test_parents import PAIRING
+
+    kb = create_knowledge_base(
+        tenant=tenant, name="pc", chunking="parent_child", chunk_size=24, chunk_overlap=0, parent_chunk_size=120
+    )
+    (tmp_path / "hub.txt").write_text(PAIRING)
+    Ingester(kb).ingest(discover_files([tmp_path]))
+    page = admin_client.post(TESTING, form(tenant, "Zigbee pairing button", knowledge_bases=[kb.pk]))
+    first = page.context["outcome"]["hits"][0]["hit"]
+    html = page.content.decode()
+    assert first.parent_id is not None and len(first.children) >= 2
+    assert f"parent passage {first.parent_id}; matched children:" in html
+    for child in first.children:
+        assert f'<span class="child" data-chunk-id="{child["chunk_id"]}">#{child["ordinal"]} (' in html
+    assert "until the ring blinks blue" in unescape(html)  # the parent passage

@@ -120,6 +120,19 @@ def test_the_cost_objects_are_documented_with_every_unit(openapi):
     assert "cost" in schemas["StatsOutput"]["properties"]
 
 
+def test_parent_child_chunks_are_documented_on_hits_and_knowledge_bases(openapi):
+    schemas = openapi["components"]["schemas"]
+    hit = schemas["SearchHitOutput"]["properties"]
+    assert hit["parent_id"]["nullable"] and hit["children"]["nullable"]
+    assert hit["children"]["items"]["$ref"].endswith("/MatchedChildOutput")
+    assert set(schemas["MatchedChildOutput"]["properties"]) == {"chunk_id", "ordinal", "retrievers"}
+    for name in ("KnowledgeBaseInput", "VersionInput", "KnowledgeBaseOutput", "VersionOutput"):
+        properties = schemas[name]["properties"]
+        assert {"chunking", "parent_chunk_size"} <= set(properties), name
+        (reference,) = re.findall(r"#/components/schemas/(\w+)", str(properties["chunking"]))
+        assert schemas[reference]["enum"] == ["plain", "parent_child"], name
+
+
 def test_the_version_changes_are_documented(openapi):
     for change in ("activate", "retire"):
         (path,) = [path for path in openapi["paths"] if path.endswith(f"/versions/{{number}}/{change}")]

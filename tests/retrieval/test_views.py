@@ -35,6 +35,7 @@ HIT_KEYS = {
     "chunk_id", "doc_id", "kb_id", "content", "score", "source", "rank",
     "title", "source_uri", "doc_type", "metadata", "section", "relevance",
     "fused_score", "rerank_score", "retrievers", "matched_queries", "document_score", "passages",
+    "parent_id", "children",
 }  # fmt: skip
 RESPONSE_KEYS = {
     "results", "total", "latency_ms", "request_id", "mode", "queries", "weights", "reranked", "cached",

@@ -7,7 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from knowledge.models import KnowledgeBase
+from knowledge.errors import InvalidChunking
+from knowledge.models import PARENT_CHILD, PLAIN, KnowledgeBase
 from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
 from retrieval.evaluation import protocol
 from retrieval.evaluation.datasets import corpus_files, load_dataset
@@ -88,6 +89,11 @@ class Command(BaseCommand):
         parser.add_argument("--languages", default=None, help="languages the model covers, e.g. zh,en")
         parser.add_argument("--chunk-size", type=int, default=None)
         parser.add_argument("--chunk-overlap", type=int, default=None)
+        parser.add_argument(
+            "--chunking", choices=[PLAIN, PARENT_CHILD], default=PLAIN,
+            help="parent_child: --chunk-size is the children's (default 128), hits return their parents",
+        )  # fmt: skip
+        parser.add_argument("--parent-chunk-size", type=int, default=None, help="parent_child: tokens (default 512)")
         parser.add_argument("--output", type=Path, default=None, help="JSON report (default: var/eval/reports/...)")
         parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N judged queries")
         parser.add_argument(
@@ -354,10 +360,12 @@ class Command(BaseCommand):
             languages=tuple(_names(options["languages"])) if options["languages"] else None,
             chunk_size=options["chunk_size"],
             chunk_overlap=options["chunk_overlap"],
+            chunking=options["chunking"],
+            parent_chunk_size=options["parent_chunk_size"],
         )
         try:
             kb, created = eval_knowledge_base(dataset, kb_settings, options["kb"])
-        except ValueError as exc:
+        except (ValueError, InvalidChunking) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {EVAL_TENANT}/{kb.name}")
         files = corpus_files(dataset)

@@ -457,3 +457,62 @@ def test_an_llm_that_fails_leaves_co_occurrence_and_the_document_ready(kb, tmp_p
     kinds = set(GraphEdge.objects.filter(kb_version=kb.active_version).values_list("kind", flat=True))
     assert kinds == {"", "made_by"}  # the extractor's own: co-occurrence and the relation the sentence states
     assert any("co-occurrence kept" in record.getMessage() for record in caplog.records)
+
+
+PARAGRAPHS = [
+    (
+        "The SKY-4410 hub pairs over Zigbee: hold its pairing button for five seconds until the ring blinks blue. "
+        "The app then lists it under new devices; choose it and enter the code printed under the hub."
+    ),
+    (
+        "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
+        "A pack kept for months should be charged to half its capacity and checked every quarter."
+    ),
+    "退货须在收到商品后七天内申请。商品应保持完好,附带发票和全部配件。运费由买家承担,质量问题除外。",
+]
+
+
+def test_a_parent_child_kb_stores_parents_and_indexes_only_children(tenant, embedder, tmp_path):
+    from knowledge.models import ParentChunk
+
+    kb = create_knowledge_base(
+        tenant=tenant, name="pc", chunking="parent_child", chunk_size=24, chunk_overlap=0, parent_chunk_size=64
+    )
+    (tmp_path / "manual.txt").write_text("\n\n".join(PARAGRAPHS))
+    assert ingest(kb, tmp_path).added == 1
+    document = Document.objects.get(knowledge_base=kb)
+    parents = list(ParentChunk.objects.filter(document=document).order_by("ordinal"))
+    assert [parent.content for parent in parents] == PARAGRAPHS  # a paragraph each: none is over 64 tokens
+    assert all(parent.token_count == embedder.count_tokens(parent.content) <= 64 for parent in parents)
+    assert all(parent.kb_version_id == kb.active_version_id and parent.tenant_id == tenant.pk for parent in parents)
+    children = list(document.chunks.select_related("parent").order_by("ordinal"))
+    assert document.chunk_count == len(children) > len(parents)
+    squeezed = "".join  # a short passage joins the next with a blank line: compare without whitespace
+    assert all(
+        child.parent.document_id == document.pk
+        and squeezed(child.content.split()) in squeezed(child.parent.content.split())
+        for child in children
+    )
+    assert all(child.token_count <= 24 + SHORT_PASSAGE_TOKENS for child in children)  # as plain chunks may
+    assert {child.parent_id for child in children} == {parent.pk for parent in parents}
+    # Only children are searched: the keyword index holds each child once, no parent.
+    bm25 = search(tenant, SearchRequest(query="退货 发票", mode="bm25", top_k=20)).results
+    assert bm25 and {hit.chunk_id for hit in bm25} <= {child.pk for child in children}
+    assert bm25[0].content == PARAGRAPHS[2]
+
+    # Unchanged: nothing re-chunked (content MD5). Changed: parents and children replaced together.
+    assert ingest(kb, tmp_path).unchanged == 1
+    assert set(ParentChunk.objects.filter(document=document).values_list("pk", flat=True)) == {p.pk for p in parents}
+    (tmp_path / "manual.txt").write_text("\n\n".join(PARAGRAPHS[:2]))
+    assert ingest(kb, tmp_path).replaced == 1
+    assert list(ParentChunk.objects.filter(document=document).values_list("content", flat=True)) == PARAGRAPHS[:2]
+    assert not ParentChunk.objects.filter(pk__in=[parent.pk for parent in parents]).exists()
+    kept = Chunk.objects.filter(document=document)
+    assert kept.exists() and not kept.filter(parent__isnull=True).exists()
+    assert set(kept.values_list("parent__document_id", flat=True)) == {document.pk}
+    assert search(tenant, SearchRequest(query="退货 发票", mode="bm25", top_k=20)).results == []
+
+    from knowledge.documents import delete_document
+
+    delete_document(document)
+    assert not ParentChunk.objects.filter(document=document).exists()

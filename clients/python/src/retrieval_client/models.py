@@ -44,6 +44,10 @@ class SearchHit:
     matched_queries: list[str] = field(default_factory=list)
     document_score: float | None = None  # its document's aggregated score (``aggregate`` max or sum)
     passages: list[dict[str, Any]] | None = None  # ``group_by="document"``: the document's other matched chunks
+    # A parent_child knowledge base's hit: the parent passage returned as ``content``, and its children that
+    # matched ({"chunk_id", "ordinal", "retrievers": {name: {"rank", "score"}}}); None for plain chunks.
+    parent_id: int | None = None
+    children: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> SearchHit:
