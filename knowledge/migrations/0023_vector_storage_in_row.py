@@ -46,6 +46,6 @@ def out_of_rows(apps, schema_editor):
 class Migration(migrations.Migration):
     atomic = False  # VACUUM cannot run inside a transaction
 
-    dependencies = [("knowledge", "0021_graph_entity_rule")]
+    dependencies = [("knowledge", "0022_parent_child_chunks")]
 
     operations = [migrations.RunPython(into_rows, out_of_rows, elidable=False)]
