@@ -72,7 +72,8 @@ def search(
             version_ids=version_ids,
         )
         with timings.stage("fuse"):
-            fused = fuse(tenant, lists, retrieved.content_hashes, fusion, scales)
+            bridges = [bridge for leg in union.legs for bridge in leg.bridges]
+            fused = fuse(tenant, lists, retrieved.content_hashes, fusion, scales, bridges)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
         head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
