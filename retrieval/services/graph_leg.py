@@ -34,8 +34,10 @@ def retrieve_graph(context: SearchContext) -> LegResult:
             )
             passing = {**passing, **allowed}
             bridges = [bridge for bridge in bridges if bridge.chunk_id in allowed]
-        for bridge in sorted(bridges, key=lambda bridge: -bridge.weight):  # a placed bridge's explanation
-            explanations.setdefault(bridge.chunk_id, {"bridge": {"via": bridge.via, "entity": bridge.entity}})
+        for bridge in sorted(bridges, key=lambda bridge: -bridge.weight):  # a placed bridge's: its strongest step
+            explanations.setdefault(bridge.chunk_id, {}).setdefault(
+                "bridge", {"via": bridge.via, "entity": bridge.entity}
+            )
     return LegResult(
         "graph", lists=[RankedList("graph", query, context.weights["graph"], hits)], content_hashes=passing,
         notes=ranking.notes, explanations=explanations, bridges=bridges,
