@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge.ingestion.files import discover_files
-from knowledge.ingestion.pipeline import Ingester
-from knowledge.knowledge_bases import create_knowledge_base
 from retrieval.fusion import Contribution, FusedCandidate
 from retrieval.services.bridges import BridgeSlots, place_bridges
 from retrieval.types import GraphBridge
-from tests.factories import TenantFactory
-from tests.retrieval.services.conftest import names, run
+from tests.retrieval.services.conftest import names, run, small_kb
 
 
 def ranking(count: int) -> list[FusedCandidate]:
@@ -71,11 +67,7 @@ QUERY = "What price cut do partners get on the air monitor in the kitchen that s
 
 @pytest.fixture
 def kb(tmp_path, embedder):
-    for name, text in FILES.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    kb = create_knowledge_base(tenant=TenantFactory(), name="bridges", chunk_size=120, chunk_overlap=0)
-    Ingester(kb).ingest(discover_files([tmp_path]))
-    return kb
+    return small_kb(tmp_path, FILES, "bridges")
 
 
 @pytest.mark.slow
