@@ -310,6 +310,17 @@ class Community:
     embedding: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class PassageBridge:
+    """One step passage to entity to passage: ``via`` mentions the entity, and so does ``chunk_id``."""
+
+    via: int  # chunk id of the passage left
+    entity_id: int
+    label: str
+    chunk_count: int  # the passages mentioning the entity
+    chunk_id: int  # the passage reached
+
+
 class GraphStoreError(ComponentError):
     """The graph backend cannot serve; ``cause`` is for ``degraded``."""
 
@@ -348,6 +359,14 @@ class GraphStore(ABC):
     @abstractmethod
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         """(entity id, chunk id, mention count): the ``per_entity`` chunks mentioning each entity most."""
+
+    @abstractmethod
+    def bridges(
+        self, scope: GraphScope, chunk_ids: list[int], hub_passages: int, per_entity: int
+    ) -> list[PassageBridge]:
+        """From each of these passages, through each entity it mentions that at least one other and at most
+        ``hub_passages`` passages mention, to the ``per_entity`` other passages mentioning that entity most
+        (then by chunk id); ordered by the passage it leaves, the entity's id and the passage reached."""
 
     @abstractmethod
     def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:

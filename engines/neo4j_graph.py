@@ -29,6 +29,7 @@ from engines.base import (
     GraphStore,
     GraphStoreError,
     GraphWalk,
+    PassageBridge,
     ReachedEntity,
     entity_score,
 )
@@ -144,6 +145,14 @@ class Neo4jGraphStore(GraphStore):
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         rows = self._run(_MENTIONS, {**_params(scope), "ids": entity_ids, "per": per_entity})
         return [tuple(row) for row in rows]
+
+    def bridges(
+        self, scope: GraphScope, chunk_ids: list[int], hub_passages: int, per_entity: int
+    ) -> list[PassageBridge]:
+        if not chunk_ids:
+            return []
+        rows = self._run(_BRIDGES, {**_params(scope), "chunks": chunk_ids, "hub": hub_passages, "per": per_entity})
+        return [PassageBridge(*row) for row in rows]
 
     def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
         """One query per hop (the strongest relations of the ``frontier`` best-scored entities the hop
@@ -319,6 +328,18 @@ WITH id, p.chunk_id AS chunk_id, m.count AS count ORDER BY id, count DESC, chunk
 WITH id, collect([chunk_id, count])[..$per] AS top
 UNWIND top AS hit
 RETURN id, hit[0], hit[1]
+"""
+_BRIDGES = """
+UNWIND $chunks AS via
+MATCH (p:GraphPassage {tenant_id: $tenant, chunk_id: via})<-[:MENTIONED_IN {tenant_id: $tenant}]-(n:GraphEntity)
+WHERE p.version_id IN $versions AND n.tenant_id = $tenant AND n.chunk_count >= 2 AND n.chunk_count <= $hub
+MATCH (n)-[m:MENTIONED_IN {tenant_id: $tenant}]->(o:GraphPassage)
+WHERE o.chunk_id <> via
+WITH via, n, o.chunk_id AS chunk_id, m.count AS count ORDER BY via, n.entity_id, count DESC, chunk_id
+WITH via, n, collect(chunk_id)[..$per] AS top
+UNWIND top AS chunk_id
+WITH via, n, chunk_id ORDER BY via, n.entity_id, chunk_id
+RETURN via, n.entity_id, n.label, n.chunk_count, chunk_id
 """
 _DROP_VERSIONS = """
 MATCH (n) WHERE (n:GraphEntity OR n:GraphPassage OR n:GraphCommunity) AND n.tenant_id = $tenant AND n.version_id IN $versions

@@ -35,6 +35,7 @@ from engines.base import (
     GraphStore,
     GraphStoreError,
     GraphWalk,
+    PassageBridge,
     ReachedEntity,
     Relations,
 )
@@ -94,6 +95,17 @@ class PostgresGraphStore(GraphStore):
 
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         return self._fetch(_MENTIONS, [entity_ids, scope.tenant_id, list(scope.version_ids), per_entity])
+
+    def bridges(
+        self, scope: GraphScope, chunk_ids: list[int], hub_passages: int, per_entity: int
+    ) -> list[PassageBridge]:
+        if not chunk_ids:
+            return []
+        params = {
+            "tenant": scope.tenant_id, "versions": list(scope.version_ids), "chunks": chunk_ids, "hub": hub_passages,
+            "per_entity": per_entity,
+        }  # fmt: skip
+        return [PassageBridge(*row) for row in self._fetch(_BRIDGES, params)]
 
     def reach(self, scope: GraphScope, seed_ids: list[int], walk: GraphWalk, passages: int) -> list[ReachedEntity]:
         """One statement: the walk, the scores, the path's labels and the passages."""
@@ -281,6 +293,20 @@ _MENTIONS = sql.SQL(
     """
 )
 _SCOPED = "tenant_id = %(tenant)s AND kb_version_id = ANY(%(versions)s)"
+# passage -> an entity it mentions (not its alone, no hub) -> the other passages mentioning it most
+_BRIDGES = sql.SQL(
+    f"""
+    SELECT via.chunk_id, e.id, e.label, e.chunk_count, other.chunk_id
+    FROM {{mentions}} AS via JOIN {{entities}} AS e ON e.id = via.entity_id
+    CROSS JOIN LATERAL (
+        SELECT chunk_id FROM {{mentions}} WHERE entity_id = e.id AND {_SCOPED} AND chunk_id <> via.chunk_id
+        ORDER BY count DESC, chunk_id LIMIT %(per_entity)s
+    ) AS other
+    WHERE via.tenant_id = %(tenant)s AND via.kb_version_id = ANY(%(versions)s) AND via.chunk_id = ANY(%(chunks)s)
+      AND e.tenant_id = %(tenant)s AND e.chunk_count BETWEEN 2 AND %(hub)s
+    ORDER BY via.chunk_id, e.id, other.chunk_id
+    """
+)
 # The steps of hop n leave the ``frontier`` best-scored entities reached at hop n - 1 (not hubs; an
 # entity's score there: its strongest path's strength x ln(1 + N / chunk_count), as ``entity_score`` without
 # the hop decay, the same for all of them), each once however many paths reach it. A step follows an

@@ -270,8 +270,13 @@ class ModeSearchInput(SearchInput):
     mode = serializers.ChoiceField(choices=MODES, default="hybrid")
 
 
+class BridgeOutput(serializers.Serializer):
+    via = serializers.IntegerField(help_text="chunk id of the passage of the fused top ranks it is one passage on from")
+    entity = serializers.CharField(help_text="the entity both passages mention")
+
+
 class ContributionOutput(serializers.Serializer):
-    rank = serializers.IntegerField()
+    rank = serializers.IntegerField(help_text="in the retriever's list; 0: a graph bridge the list did not rank")
     score = serializers.FloatField()
     query = serializers.CharField()
     entities = serializers.ListField(
@@ -286,6 +291,11 @@ class ContributionOutput(serializers.Serializer):
         "applies_to/covered_by, part_of/has_part) or co_occurs",
     )
     hops = serializers.IntegerField(required=False, help_text="graph only: relations along the path")
+    bridge = BridgeOutput(
+        required=False,
+        help_text="three-way hybrid only: a passage one passage on from a top passage naming a query entity, which "
+        "the bridge slots may place from rank GRAPH_BRIDGE_RANK on (its strongest step)",
+    )
 
 
 class PassageOutput(serializers.Serializer):

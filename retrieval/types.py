@@ -175,6 +175,17 @@ class ListQuery:
 
 
 @dataclass(frozen=True)
+class GraphBridge:
+    """A passage the graph reaches from ``via``, a passage naming a query entity, through an entity both
+    mention (``entity``, its label); ``weight``: that entity's idf, ln(1 + N / passages mentioning it)."""
+
+    via: int
+    chunk_id: int
+    weight: float
+    entity: str
+
+
+@dataclass(frozen=True)
 class LegResult:
     """What one retriever of a search returned: its ranked lists (one per query variant), the
     content hashes it already knows for its hits, and notes; or why it failed, and the error to
@@ -187,6 +198,7 @@ class LegResult:
     ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     notes: list[str] = field(default_factory=list)
     explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
+    bridges: list[GraphBridge] = field(default_factory=list)  # graph: passages one passage on from the query's
     degraded: list[Degradation] = field(default_factory=list)  # optional parts it answered without (feedback)
     failure: Degradation | None = None
     unavailable: DomainError | None = None

@@ -3,7 +3,7 @@ with the graph's list gated below the other legs' heads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from django.conf import settings
@@ -18,7 +18,9 @@ from retrieval.fusion import (
     weighted_by_evidence,
 )
 from retrieval.relevance import CALIBRATED, RelevanceScales
+from retrieval.services.bridges import BridgeSlots, place_bridges
 from retrieval.tuning import FusionSettings
+from retrieval.types import GraphBridge
 from tenants.models import Tenant
 
 
@@ -35,11 +37,30 @@ def fuse(
     known_hashes: dict[int, str],
     fusion: FusionSettings,
     scales: RelevanceScales,
+    bridges: Sequence[GraphBridge] = (),
 ) -> list[FusedCandidate]:
     """Weighted RRF, or the weighted sum of each list's normalized scores (``fusion.fusion``),
     deduplicated by content hash; hits deleted since their index returned them drop out. The graph's
-    list is gated (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``."""
-    hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
+    list is gated (:func:`gate_graph`) against the other lists' top ``GRAPH_FUSION_HEAD``; its
+    ``bridges`` may then take a few ranks inside the top 10 (``bridges.place_bridges``)."""
+    fused, hashes = _gated(tenant, lists, known_hashes, fusion, scales, {bridge.chunk_id for bridge in bridges})
+    if not bridges or all(ranked.retriever == "graph" for ranked in lists):
+        return fused
+    slots = BridgeSlots(settings.GRAPH_BRIDGE_SLOTS, settings.GRAPH_BRIDGE_RANK, settings.GRAPH_BRIDGE_HEAD)
+    graph_query = next((ranked.query for ranked in lists if ranked.retriever == "graph"), "")
+    return place_bridges(fused, bridges, hashes, slots, graph_query)
+
+
+def _gated(
+    tenant: Tenant,
+    lists: list[RankedList],
+    known_hashes: dict[int, str],
+    fusion: FusionSettings,
+    scales: RelevanceScales,
+    bridge_ids: set[int],
+) -> tuple[list[FusedCandidate], dict[int, str]]:
+    """The fused lists, the graph's gated; and every hit's and bridge's content hash."""
+    hit_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits} | bridge_ids
     hashes = {**known_hashes, **selectors.content_hashes(hit_ids - known_hashes.keys())}
     present = [
         RankedList(ranked.retriever, ranked.query, ranked.weight, [hit for hit in ranked.hits if hit[0] in hashes])
@@ -48,14 +69,14 @@ def fuse(
     gate = gate_graph(present, settings.GRAPH_FUSION_HEAD, hashes)
     fused = _fused_by(tenant, gate.lists, hashes, fusion, scales)
     if not gate.head:
-        return fused
+        return fused, hashes
     # The vote of the graph's first hit: 1 / (k + 1) by rank, 1 on a min-max scale (a graph list has no
     # calibrated relevance, so both score fusions scale it by its own range).
     lift = gate.weight / (fusion.rrf_k + 1) if fusion.fusion == "rrf" else gate.weight
     for candidate in fused:
         if candidate.key in gate.head:
             candidate.fused_score += lift
-    return sorted(fused, key=lambda candidate: -candidate.fused_score)  # stable: ties keep the fusion's order
+    return sorted(fused, key=lambda candidate: -candidate.fused_score), hashes  # stable: ties keep the fusion's order
 
 
 def gate_graph(lists: list[RankedList], head: int, hashes: dict[int, str]) -> GraphGate:

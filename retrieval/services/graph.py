@@ -8,6 +8,10 @@ An entity reached from a query entity scores ``strength x GRAPH_HOP_DECAY ** hop
 product of the path's edge strengths ``w / (w + 1)``; idf: ``ln(1 + N / passages mentioning it)``, so
 hubs count little); a passage scores the sum over the reached entities it mentions, each scaled by
 ``1 + ln(mentions)``, and explains itself by its best contribution's path.
+
+Bridges (three-way hybrid's bridge slots, ``retrieval.services.bridges``): from the graph's best passages
+naming a query entity (its anchors), through each entity such a passage mentions and a few others do
+too, to those other passages: the second document of a multi-hop question, which shares no word with it.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from dataclasses import dataclass, field
 from cachetools import TTLCache, cached
 from django.conf import settings
 
-from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity
+from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity, entity_score
 from engines.graph_extraction import EXTRACTOR_VERSION
 from engines.graph_relations import relation_name
 from knowledge.selectors import entity_extractor_for_tenant, graph_curation_of_versions, graphs_of_other_extractors
 from knowledge.stores import graph_store
+from retrieval.types import GraphBridge
 
 CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (untyped)
 PASSAGE_COUNT_TTL_S = 60.0
@@ -34,6 +39,7 @@ class GraphRanking:
     hits: list[tuple[int, float]]  # (chunk id, score), best first
     paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path", "hops"}
     notes: list[str] = field(default_factory=list)  # graphs another extractor built
+    anchors: list[int] = field(default_factory=list)  # passages naming a query entity, the best first
 
 
 def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int) -> GraphRanking:
@@ -75,7 +81,24 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
         for chunk_id, (_, reached) in best.items()
     }
     hits = sorted(chunk_scores.items(), key=lambda hit: (-hit[1], hit[0]))
-    return GraphRanking(hits, paths, notes)
+    anchors = {chunk_id for chunk_id, (_, reached) in best.items() if reached.hops == 0}
+    return GraphRanking(hits, paths, notes, [chunk_id for chunk_id, _ in hits if chunk_id in anchors])
+
+
+def bridges_from(tenant_id: int, version_ids: tuple[int, ...], anchors: list[int]) -> list[GraphBridge]:
+    """The passages one passage on from ``anchors`` (through an entity in at most ``GRAPH_HUB_PASSAGES``
+    passages), none of them an anchor, each step weighted by its entity's idf."""
+    store = graph_store()
+    scope = GraphScope(tenant_id, version_ids)
+    steps = store.bridges(scope, anchors, settings.GRAPH_HUB_PASSAGES, settings.GRAPH_CHUNKS_PER_ENTITY)
+    if not steps:
+        return []
+    total, named = _passages_in(store, scope), set(anchors)
+    return [
+        GraphBridge(step.via, step.chunk_id, entity_score(1.0, 0, step.chunk_count, total, 1.0), step.label)
+        for step in steps
+        if step.chunk_id not in named
+    ]
 
 
 @cached(TTLCache(maxsize=10_000, ttl=PASSAGE_COUNT_TTL_S), key=lambda store, scope: scope, lock=threading.Lock())

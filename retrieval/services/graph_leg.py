@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from retrieval import selectors
 from retrieval.fusion import RankedList
 from retrieval.services.context import SearchContext
-from retrieval.services.graph import rank_by_graph
+from retrieval.services.graph import bridges_from, rank_by_graph
 from retrieval.types import LegResult
 
 
@@ -22,7 +24,21 @@ def retrieve_graph(context: SearchContext) -> LegResult:
         hits = [hit for hit in hits if hit[0] in passing]
     hits = hits[: context.depths["graph"]]
     explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
+    bridges = []
+    if settings.GRAPH_BRIDGE_SLOTS and any(weight > 0 for name, weight in context.weights.items() if name != "graph"):
+        anchors = ranking.anchors[: settings.GRAPH_BRIDGE_ANCHORS]
+        bridges = bridges_from(context.tenant.pk, context.version_ids, anchors)
+        if context.compiled.q and bridges:
+            allowed = selectors.hashes_of_chunks_passing(
+                context.tenant, list({bridge.chunk_id for bridge in bridges}), context.compiled
+            )
+            passing = {**passing, **allowed}
+            bridges = [bridge for bridge in bridges if bridge.chunk_id in allowed]
+        for bridge in sorted(bridges, key=lambda bridge: -bridge.weight):  # a placed bridge's: its strongest step
+            explanations.setdefault(bridge.chunk_id, {}).setdefault(
+                "bridge", {"via": bridge.via, "entity": bridge.entity}
+            )
     return LegResult(
         "graph", lists=[RankedList("graph", query, context.weights["graph"], hits)], content_hashes=passing,
-        notes=ranking.notes, explanations=explanations,
+        notes=ranking.notes, explanations=explanations, bridges=bridges,
     )  # fmt: skip

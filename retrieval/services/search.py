@@ -75,7 +75,8 @@ def search(
         )
         with timings.stage("fuse"):
             parents = parents_of(tenant, lists, any(v.chunking == PARENT_CHILD for v in knowledge.versions))
-            fused = fuse(tenant, lists, {**retrieved.content_hashes, **parents.keys}, fusion, scales)
+            bridges = [bridge for leg in union.legs for bridge in leg.bridges]
+            fused = fuse(tenant, lists, {**retrieved.content_hashes, **parents.keys}, fusion, scales, bridges)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
         head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)

@@ -15,6 +15,12 @@ class Graph(Section):
     GRAPH_HOPS: Annotated[int, Field(ge=0, le=3), Ranks] = 2  # default neighbourhood of the query's entities
     # Three-way hybrid: a passage in another leg's top N scores as the graph's first; the graph orders the rest.
     GRAPH_FUSION_HEAD: Annotated[NonNegativeInt, Ranks] = 10
+    # Three-way hybrid's bridge slots: up to SLOTS passages from rank RANK on go to those one passage on from
+    # a passage of the fused top HEAD that names a query entity (through an entity both mention); 0: none.
+    GRAPH_BRIDGE_SLOTS: Annotated[NonNegativeInt, Ranks] = 2
+    GRAPH_BRIDGE_RANK: Annotated[PositiveInt, Ranks] = 8
+    GRAPH_BRIDGE_HEAD: Annotated[PositiveInt, Ranks] = 5
+    GRAPH_BRIDGE_ANCHORS: Annotated[PositiveInt, Ranks] = 20  # the graph's best passages naming a query entity
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_DEEP_FANOUT: Annotated[PositiveInt, Ranks] = 5  # ... and of each entity beyond the query's

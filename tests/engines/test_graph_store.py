@@ -102,6 +102,48 @@ def test_reached_entities_map_back_to_the_passages_mentioning_them_most(store, k
     assert reached(store, kb, [a], per_entity=1)[a].passages == ((first, 3),)
 
 
+def mentioning(*names: str, counts: dict[str, int] | None = None) -> Extraction:
+    """A passage mentioning ``names`` (once each unless ``counts`` says otherwise), no relations."""
+    return Extraction(tuple(Entity(name, name.upper(), "code", (counts or {}).get(name, 1)) for name in names))
+
+
+def test_a_bridge_leads_from_a_passage_through_an_entity_it_shares_to_the_other_passages(store, kb):
+    menu, monitor, offer, spare, noise = chunks_of(kb, 5)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {
+        menu: mentioning("dish", "sky-1", "only-here"),  # "dish" and "only-here": in no other passage
+        monitor: mentioning("sky-1", "airsense"),
+        offer: mentioning("airsense", "common"),
+        spare: mentioning("sky-1", "common", counts={"sky-1": 2}),
+        noise: mentioning("common"),
+    })  # fmt: skip
+    ids = ids_by_name(store, kb, "sky-1", "airsense")
+    steps = store.bridges(scope_of(kb), [menu], hub_passages=3, per_entity=10)
+    assert [(s.via, s.entity_id, s.label, s.chunk_count, s.chunk_id) for s in steps] == [
+        (menu, ids["sky-1"], "SKY-1", 3, monitor), (menu, ids["sky-1"], "SKY-1", 3, spare)
+    ]  # fmt: skip
+    from_monitor = store.bridges(scope_of(kb), [monitor], hub_passages=3, per_entity=10)
+    assert [(s.entity_id, s.chunk_id) for s in from_monitor] == sorted(
+        [(ids["sky-1"], menu), (ids["sky-1"], spare), (ids["airsense"], offer)]
+    )
+    # "sky-1" is in 3 passages: over a hub bound of 2 it leads nowhere; "common" (3 passages) neither
+    assert [(s.label, s.chunk_id) for s in store.bridges(scope_of(kb), [monitor], 2, 10)] == [("AIRSENSE", offer)]
+    # per entity, the passages mentioning it most: spare names sky-1 twice
+    assert [s.chunk_id for s in store.bridges(scope_of(kb), [menu], 3, per_entity=1)] == [spare]
+    assert store.bridges(scope_of(kb), [], 3, 10) == []
+
+
+def test_bridges_stay_in_their_tenant_and_version(store, kb):
+    other = KnowledgeBaseFactory()
+    (mine,), (theirs, their_other) = chunks_of(kb, 1), chunks_of(other, 2)
+    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: mentioning("sky-1")})
+    store.replace_chunks(
+        other.tenant_id, other.active_version_id, [], {theirs: mentioning("sky-1"), their_other: mentioning("sky-1")}
+    )
+    assert store.bridges(scope_of(kb), [mine], 10, 10) == []  # sky-1 is in one passage of this version
+    assert store.bridges(scope_of(kb), [theirs], 10, 10) == []
+    assert [s.chunk_id for s in store.bridges(scope_of(other), [theirs], 10, 10)] == [their_other]
+
+
 def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
     (chunk,) = chunks_of(kb, 1)
     # a - b - c - d, and a weaker shortcut a - c

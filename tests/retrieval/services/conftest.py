@@ -4,9 +4,22 @@ fusion settings for the stages tested without a search."""
 from dataclasses import replace
 from pathlib import Path
 
+from knowledge.ingestion.files import discover_files
+from knowledge.ingestion.pipeline import Ingester
+from knowledge.knowledge_bases import create_knowledge_base
 from retrieval.services.search import search
 from retrieval.tuning import FusionSettings
 from retrieval.types import SearchRequest
+from tests.factories import TenantFactory
+
+
+def small_kb(folder: Path, files: dict[str, str], name: str):
+    """A KB of a new tenant with these files (name -> text), in passages of 120 tokens, ingested."""
+    for file_name, text in files.items():
+        (folder / file_name).write_text(text, encoding="utf-8")
+    kb = create_knowledge_base(tenant=TenantFactory(), name=name, chunk_size=120, chunk_overlap=0)
+    Ingester(kb).ingest(discover_files([folder]))
+    return kb
 
 
 def run(kb_or_tenant, query, **options):

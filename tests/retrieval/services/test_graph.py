@@ -8,9 +8,9 @@ import pytest
 from engines.base import Entity, Extraction
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
-from knowledge.knowledge_bases import create_knowledge_base
 from retrieval.services.graph import CO_OCCURRENCE, rank_by_graph
 from tests.factories import TenantFactory
+from tests.retrieval.services.conftest import small_kb
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -27,11 +27,7 @@ FILES = {
 
 @pytest.fixture
 def kb(tmp_path, embedder):
-    for name, text in FILES.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    kb = create_knowledge_base(tenant=TenantFactory(), name="graph", chunk_size=120, chunk_overlap=0)
-    Ingester(kb).ingest(discover_files([tmp_path]))
-    return kb
+    return small_kb(tmp_path, FILES, "graph")
 
 
 def ranked_files(kb, query: str, hops: int) -> list[str]:
