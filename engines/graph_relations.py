@@ -63,6 +63,9 @@ _IS = frozenset("是 为".split())
 _BE = r"(?:(?:is|are|was|were|will\s+be|has\s+been|have\s+been)\s+)?"
 _ADV = r"(?:(?:also|exclusively|mainly|solely|only|directly|currently|now|always)\s+)?"
 _DET = r"(?:\s+(?:the|a|an))?"
+# One or two lower-case words between a name and its verb: the name's common noun ("the PPR-9087 door lock
+# is made by"), dropped only before a form of "be", so a verb of its own ("sells products made by") is not.
+_HEAD_NOUN = re.compile(r"(?:[a-z][a-z-]*\s+){1,2}(?=(?:is|are|was|were|will\s+be|has\s+been|have\s+been)\s)")
 _ENGLISH: list[tuple[re.Pattern[str], str, bool]] = [  # (gap, kind, reversed: the second mention is the head)
     (re.compile(rf"{_BE}{_ADV}(?:supplied|provided|delivered)\s+by{_DET}"), SUPPLIED_BY, False),
     (re.compile(rf"{_BE}{_ADV}(?:made|manufactured|produced|built|developed)\s+by{_DET}"), MADE_BY, False),
@@ -242,7 +245,8 @@ def _english(gap: str) -> tuple[str, bool] | None:
     words = " ".join(gap.split()).lower()
     if not words or not words.isascii():
         return None
-    for pattern, kind, reversed_ in _ENGLISH:
-        if pattern.fullmatch(words):
-            return kind, reversed_
+    for candidate in (words, _HEAD_NOUN.sub("", words, count=1)):
+        for pattern, kind, reversed_ in _ENGLISH:
+            if pattern.fullmatch(candidate):
+                return kind, reversed_
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -163,25 +164,32 @@ def purge_documents_removed_before(grace_hours: int) -> int:
     return purge_document_rows(list(old.values_list("pk", flat=True)))
 
 
-@transaction.atomic
 def update_document_labels(
     document: Document, *, title: str | None = None, tags: list[str] | None = None, metadata: dict | None = None
 ) -> None:
     """Set a document's title, tags or metadata (None keeps one) and copy them onto every chunk of it,
-    since filters read each chunk's copy; cached answers expire with the revision.
+    since filters read each chunk's copy, and onto its keyword-index entries (which carry the business
+    fields BM25 filters on) once that commits; cached answers expire with the revision.
 
     A chunk's metadata is its own keys (such as a PDF's ``page``) under the document's, as ingestion
     writes it: the document's previous keys are replaced by the new ones, the chunk's own are kept (a
     key both had was the document's, so it goes with the document's previous keys)."""
-    stored = Document.objects.select_for_update().get(pk=document.pk)
-    previous_keys = list(stored.metadata)
-    stored.title = stored.title if title is None else title
-    stored.tags = stored.tags if tags is None else tags
-    stored.metadata = stored.metadata if metadata is None else metadata
-    with connection.cursor() as cursor:
-        cursor.execute(_RELABEL_CHUNKS_SQL, [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk])
-    stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
-    bump_revisions(_versions_holding(stored))
+    with transaction.atomic():
+        stored = Document.objects.select_for_update().get(pk=document.pk)
+        previous_keys = list(stored.metadata)
+        stored.title = stored.title if title is None else title
+        stored.tags = stored.tags if tags is None else tags
+        stored.metadata = stored.metadata if metadata is None else metadata
+        with connection.cursor() as cursor:
+            cursor.execute(_RELABEL_CHUNKS_SQL, [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk])
+        stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
+        versions = _versions_holding(stored)
+        for version_id in versions:
+            record_lexical_change(version_id, [stored.pk])
+            # After the outermost commit (the admin saves inside its own transaction); a failure there
+            # leaves the change pending for the next writer or ``check_kb --repair``.
+            transaction.on_commit(functools.partial(apply_pending_lexical_changes, version_id), robust=True)
+        bump_revisions(versions)
     document.title, document.tags, document.metadata = stored.title, stored.tags, stored.metadata
 
 

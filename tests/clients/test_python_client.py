@@ -41,6 +41,7 @@ from tests.retrieval.test_views import MANUALS, build_corpus
 
 INTEGRATIONS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 KETTLE_QUERY = "How long does the kettle need to boil water?"
+LOCK = "The PPR-9087 door lock is made by Skyline Home."  # names for the graph: a code and a maker
 EMPTY_ANSWER = {"results": [], "mode": "hybrid", "total": 0}
 
 
@@ -48,7 +49,7 @@ EMPTY_ANSWER = {"results": [], "mode": "hybrid", "total": 0}
 def service(live_server, tmp_path, embedder) -> tuple[str, str]:
     """(base URL, API key) of the live service with a tenant holding the "manuals" KB."""
     tenant = TenantFactory()
-    build_corpus(tmp_path, tenant, {"manuals": MANUALS})
+    build_corpus(tmp_path, tenant, {"manuals": {**MANUALS, "lock.txt": (LOCK, None)}})
     return live_server.url, create_api_key(tenant=tenant).raw_key
 
 
@@ -91,10 +92,10 @@ def test_every_mode_returns_typed_results_equal_to_the_json_answer(service):
             (h["document_score"], h["passages"]) for h in raw["results"]
         ]
         assert all(hit.document_score is not None and hit.passages is not None for hit in grouped.results)
-        graph = client.graph("stainless steel electric kettle", hops=1)
-        raw = http.post("/api/v1/retrieval/graph", json={"query": "stainless steel electric kettle", "hops": 1},
+        graph = client.graph("Who makes the PPR-9087?", hops=1)
+        raw = http.post("/api/v1/retrieval/graph", json={"query": "Who makes the PPR-9087?", "hops": 1},
                         headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
-        assert graph.mode == "graph" and source_names(graph)[0] == "kettle.txt"
+        assert graph.mode == "graph" and source_names(graph)[0] == "lock.txt"
         assert [hit.chunk_id for hit in graph.results] == [hit["chunk_id"] for hit in raw["results"]]
         explained = [hit.retrievers["graph"].explanation for hit in graph.results]
         assert explained[0]["entities"] and "hops" in explained[0]

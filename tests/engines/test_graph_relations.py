@@ -49,15 +49,16 @@ def test_chinese_statements(extractor, text, expected):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("The PortaLock Pro is made by Acme Locks.", ("portalock_pro", "made_by", "acme locks")),
+        ("The PortaLock Pro is made by Acme Locks.", ("portalock pro", "made_by", "acme locks")),
         ("The BT-200 is supplied by Shenzhen Power.", ("bt-200", "supplied_by", "shenzhen power")),
         ("Acme Locks supplies the BT-200.", ("bt-200", "supplied_by", "acme locks")),
         ("Acme Locks manufactures the PPR-9087.", ("ppr-9087", "made_by", "acme locks")),
         ("The PPR-9087 uses the BT-200 battery.", ("ppr-9087", "uses", "bt-200")),
         ("The BT-200 is used by the PPR-9087.", ("ppr-9087", "uses", "bt-200")),
         ("The Return Policy applies to PPR-9087 orders.", ("return policy", "applies_to", "ppr-9087")),
-        ("BT-200 is part of the PortaLock Pro kit.", ("bt-200", "part_of", "portalock_pro")),
+        ("BT-200 is part of the PortaLock Pro kit.", ("bt-200", "part_of", "portalock pro")),
         ("The BT-200 belongs to the Power Line family.", ("bt-200", "part_of", "power line")),
+        ("The PPR-9087 door lock is made by Skyline Home.", ("ppr-9087", "made_by", "skyline home")),  # its noun
     ],
 )
 def test_english_statements(extractor, text, expected):
@@ -72,9 +73,10 @@ def test_english_statements(extractor, text, expected):
         ("PPR-9087 和锁匠科技都在深圳。", {"ppr-9087", "锁匠科技"}),  # no relation stated
         ("PPR-9087 由锁匠科技检测。", {"ppr-9087", "锁匠科技"}),  # 由 ... 检测: no pattern's verb
         ("PPR-9087，锁匠科技生产线。", {"ppr-9087", "锁匠科技"}),  # a comma between them
-        ("The PortaLock Pro is not made by Acme Locks.", {"portalock_pro", "acme locks"}),  # negated
+        ("The PortaLock Pro is not made by Acme Locks.", {"portalock pro", "acme locks"}),  # negated
         ("Acme Locks and Shenzhen Keys sell the PPR-9087.", {"acme locks", "shenzhen keys"}),  # no pattern
         ("The PPR-9087 never uses the BT-200 battery.", {"ppr-9087", "bt-200"}),  # negated
+        ("The PPR-9087 ships parts made by Skyline Home.", {"ppr-9087", "skyline home"}),  # a verb, not its noun
     ],
 )
 def test_no_statement_leaves_co_occurrence_only(extractor, text, pair):

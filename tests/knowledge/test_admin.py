@@ -231,7 +231,9 @@ def edit_labels(admin_client, document: Document, **labels):
     return admin_client.post(f"{ADMIN}/document/{document.pk}/change/", {**form, **labels})
 
 
-def test_a_label_edit_reaches_every_chunk_and_searches_filtered_on_it(admin_client, kb, documents):
+def test_a_label_edit_reaches_every_chunk_and_searches_filtered_on_it(
+    admin_client, kb, documents, django_capture_on_commit_callbacks
+):
     faq, hose = documents["kettle.csv"], documents["hose.txt"]
     own = {  # what ingestion put on each chunk besides the document's metadata: its question, its row
         chunk_id: {key: value for key, value in metadata.items() if key not in FAQ_LABELS["metadata"]}
@@ -243,9 +245,10 @@ def test_a_label_edit_reaches_every_chunk_and_searches_filtered_on_it(admin_clie
     assert search(kb.tenant, query)["results"][0]["title"] == "Kettle FAQ"  # now cached
     old_revision = revision(kb)
 
-    response = edit_labels(
-        admin_client, faq, title="Kettle questions", tags="faq,fresh", metadata='{"shop_id": 2, "region": "eu"}'
-    )
+    with django_capture_on_commit_callbacks(execute=True):  # the keyword index takes the labels on commit
+        response = edit_labels(
+            admin_client, faq, title="Kettle questions", tags="faq,fresh", metadata='{"shop_id": 2, "region": "eu"}'
+        )
     assert response.status_code == 302, response.content
 
     faq.refresh_from_db()

@@ -181,6 +181,7 @@ NOT_RANKING = {
     "SEMANTIC_CACHE_MIN_COSINE": "which cached answer is reused, not how one ranks",
     "HNSW_M": "the shape of an HNSW index when one is built, not read by a search",
     "HNSW_EF_CONSTRUCTION": "the shape of an HNSW index when one is built, not read by a search",
+    "LEXICAL_FILTER_IN_INDEX": "where BM25's filter is applied (in the index or by chunk ids), same hits and scores",
     "LLM_API_KEY": "credentials",
     "LLM_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "RERANKER_API_KEY": "credentials",
