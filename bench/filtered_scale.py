@@ -47,6 +47,7 @@ from pathlib import Path
 
 import _common
 import filtered_scale_report
+import growth
 import numpy as np
 import peers
 import scale
@@ -355,6 +356,15 @@ def main() -> int:
     parser.add_argument("--faiss-exact-below", type=int, default=0, help="filters of up to this many rows: exact")
     parser.add_argument("--qdrant-max-rows", type=int, default=20_000)
     parser.add_argument("--peers-path", type=Path, help="a folder the peers were pip-installed into (--target)")
+    parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="issue 27 item 5: HTTP also at --growth-at rows during the load, ingestion into an empty KB and the big one",
+    )
+    parser.add_argument("--growth-at", type=int, default=100_000, help="the smaller size of --growth (rows)")
+    parser.add_argument(
+        "--growth-docs", type=int, default=4_150, help="SciFact documents --growth ingests (~10k chunks)"
+    )
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--keep", action="store_true", help="leave the tenant (prints its id); delete it by hand")
     args = parser.parse_args()
@@ -437,29 +447,6 @@ def main() -> int:
             engine_default.set_column_storage(args.storage)
         result["storage"] = engine_default.column_storage()
 
-        print(f"== {args.rows:,} {args.data} rows (load {os.getloadavg()[0]:.1f})", flush=True)
-        execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
-        t0 = time.perf_counter()
-        for first in range(0, args.rows, scale.SLICE_ROWS):
-            stop = min(first + scale.SLICE_ROWS, args.rows)
-            load_rows(kb, [texts[i] for i in main_text[first:stop]], all_vectors[first:stop], first)
-        result["copy_s"] = round(time.perf_counter() - t0, 1)
-        execute("ANALYZE knowledge_chunk")
-        ids = np.array(
-            [r[0] for r in execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
-        )
-        compiled = {flt.name: compile_filters(flt.service) for flt in peers.FILTERS}
-        for flt in peers.FILTERS:  # the numpy masks and PostgreSQL agree on every filter
-            where, params = PgVectorIndex._where(scope, compiled[flt.name].sql)
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT count(*) FROM knowledge_chunk WHERE {where.as_string(cursor.cursor)}", params)
-                if cursor.fetchone()[0] != int(flt.mask(fields).sum()):
-                    raise RuntimeError(f"{flt.name}: SQL and numpy disagree on the matching rows")
-        if not args.no_keyword:
-            t0 = time.perf_counter()
-            scale.build_keyword_index(version)
-            result["lexical_rebuild_s"] = round(time.perf_counter() - t0, 1)
-
         def build_service_index(engine) -> dict:
             execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
             execute("SET maintenance_work_mem = '4GB'")
@@ -475,6 +462,45 @@ def main() -> int:
                 "m": engine.m,
                 "ef_construction": engine.ef_construction,
             }
+
+        if args.growth:  # before the load: the HNSW index is live and the table has no bench rows
+            folder = growth.write_documents(workdir / "growth", args.growth_docs)
+            result["growth"] = {"ingest": {"empty": growth.empty_rate(tenant, folder)}, "http": {}}
+            print(f"  growth, into an empty KB: {result['growth']['ingest']['empty']}", flush=True)
+        print(f"== {args.rows:,} {args.data} rows (load {os.getloadavg()[0]:.1f})", flush=True)
+        execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+        copy_s = 0.0
+        smaller = [args.growth_at] if args.growth and 0 < args.growth_at < args.rows else []
+        bounds = sorted({*range(0, args.rows, scale.SLICE_ROWS), *smaller, args.rows})
+        for first, stop in zip(bounds, bounds[1:]):
+            t0 = time.perf_counter()
+            load_rows(kb, [texts[i] for i in main_text[first:stop]], all_vectors[first:stop], first)
+            copy_s += time.perf_counter() - t0
+            if stop in smaller:  # the same run's smaller size: its index, keyword index and HTTP figures
+                execute("ANALYZE knowledge_chunk")
+                build_service_index(engine_default)
+                scale.build_keyword_index(version)
+                result["growth"]["http"][str(stop)] = http_run(
+                    args, key, query_texts * (1 + (args.warmup + args.requests) // len(query_texts)), workdir
+                )
+                print(f"  growth, HTTP at {stop:,} rows: {result['growth']['http'][str(stop)]}", flush=True)
+                execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+        result["copy_s"] = round(copy_s, 1)
+        execute("ANALYZE knowledge_chunk")
+        ids = np.array(
+            [r[0] for r in execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
+        )
+        compiled = {flt.name: compile_filters(flt.service) for flt in peers.FILTERS}
+        for flt in peers.FILTERS:  # the numpy masks and PostgreSQL agree on every filter
+            where, params = PgVectorIndex._where(scope, compiled[flt.name].sql)
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM knowledge_chunk WHERE {where.as_string(cursor.cursor)}", params)
+                if cursor.fetchone()[0] != int(flt.mask(fields).sum()):
+                    raise RuntimeError(f"{flt.name}: SQL and numpy disagree on the matching rows")
+        if not args.no_keyword:
+            t0 = time.perf_counter()
+            scale.build_keyword_index(version)
+            result["lexical_rebuild_s"] = round(time.perf_counter() - t0, 1)
 
         def measure_engine(engine) -> dict:
             out = {}
@@ -539,6 +565,8 @@ def main() -> int:
                 result["http"] = http_run(
                     args, key, query_texts * (1 + (args.warmup + args.requests) // len(query_texts)), workdir
                 )
+                if args.growth:
+                    result["growth"]["http"][str(args.rows)] = result["http"]
         postmaster = int(execute("SELECT pg_backend_pid()")[0][0])
         postmaster = int(Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()[1])
         result["postgres_rss_mb"] = round(scale.PeakMemory(postmaster).sample() / 2**20)
@@ -582,6 +610,9 @@ def main() -> int:
                 flush=True,
             )
             del peer
+        if args.growth:  # last: the new rows are not in the numpy truth the searches above were judged by
+            result["growth"]["ingest"]["full"] = growth.ingest_rate(kb, folder)
+            print(f"  growth, into the {args.rows:,}-row KB: {result['growth']['ingest']['full']}", flush=True)
         return 0
     finally:
         if args.keep and tenant is not None:
@@ -589,6 +620,11 @@ def main() -> int:
             tenant = None
         if tenant is not None:
             execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
+            for table in ("knowledge_graphmention", "knowledge_graphpassagerelations"):  # --growth's graph rows
+                execute(
+                    f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM knowledge_chunk WHERE tenant_id = %s)",
+                    [tenant.pk],
+                )
             execute("DELETE FROM knowledge_chunk WHERE tenant_id = %s", [tenant.pk])
 
             def restore() -> dict:

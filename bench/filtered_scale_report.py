@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import growth
+
 
 def _ms(stats: dict | None) -> str:
     if not stats:
@@ -135,6 +137,8 @@ def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) ->
     }
     if memory:
         lines += ["Memory: " + ", ".join(f"{k} {v:,}" for k, v in memory.items()) + "."]
+    if result.get("growth"):
+        lines += ["", *growth.render(result["growth"], modes)]
     return "\n".join(lines) + "\n"
 
 
