@@ -86,11 +86,12 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
 
 
 def bridges_from(tenant_id: int, version_ids: tuple[int, ...], anchors: list[int]) -> list[GraphBridge]:
-    """The passages one passage on from ``anchors`` (through an entity in at most ``GRAPH_HUB_PASSAGES``
-    passages), none of them an anchor, each step weighted by its entity's idf."""
+    """The passages one passage on from ``anchors`` (through an entity in at most
+    ``GRAPH_BRIDGE_HUB_PASSAGES`` passages, to its ``GRAPH_BRIDGE_PER_ENTITY`` passages mentioning it
+    most), none of them an anchor, each step weighted by its entity's idf."""
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
-    steps = store.bridges(scope, anchors, settings.GRAPH_HUB_PASSAGES, settings.GRAPH_CHUNKS_PER_ENTITY)
+    steps = store.bridges(scope, anchors, settings.GRAPH_BRIDGE_HUB_PASSAGES, settings.GRAPH_BRIDGE_PER_ENTITY)
     if not steps:
         return []
     total, named = _passages_in(store, scope), set(anchors)

@@ -11,6 +11,7 @@ versions only reads nothing more and ranks exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from retrieval import selectors
@@ -58,12 +59,13 @@ class Parents:
         ]
 
 
-def parents_of(tenant: Tenant, lists: list[RankedList], parent_child: bool) -> Parents:
-    """The parents of the lists' child chunks, read in one round trip when a searched version is
-    ``parent_child`` (else nothing is read)."""
+def parents_of(tenant: Tenant, lists: list[RankedList], parent_child: bool, bridge_ids: Iterable[int] = ()) -> Parents:
+    """The parents of the lists' child chunks and of the graph's bridges (the passages they leave and
+    reach, so a bridged child counts as its parent too), read in one round trip when a searched version
+    is ``parent_child`` (else nothing is read)."""
     if not parent_child:
         return Parents({})
-    chunk_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
+    chunk_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits} | set(bridge_ids)
     rows = selectors.parents_of_chunks(tenant, chunk_ids)
     return Parents(
         {chunk_id: ChildOf(PARENT_KEY + digest, parent_id, ordinal) for chunk_id, parent_id, digest, ordinal in rows}

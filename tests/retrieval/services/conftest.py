@@ -13,11 +13,14 @@ from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
 
 
-def small_kb(folder: Path, files: dict[str, str], name: str):
-    """A KB of a new tenant with these files (name -> text), in passages of 120 tokens, ingested."""
+def small_kb(folder: Path, files: dict[str, str], name: str, **kb_options):
+    """A KB of a new tenant with these files (name -> text), in passages of 120 tokens unless
+    ``kb_options`` say otherwise, ingested."""
     for file_name, text in files.items():
         (folder / file_name).write_text(text, encoding="utf-8")
-    kb = create_knowledge_base(tenant=TenantFactory(), name=name, chunk_size=120, chunk_overlap=0)
+    kb = create_knowledge_base(
+        tenant=TenantFactory(), name=name, **{"chunk_size": 120, "chunk_overlap": 0, **kb_options}
+    )
     Ingester(kb).ingest(discover_files([folder]))
     return kb
 

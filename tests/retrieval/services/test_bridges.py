@@ -97,3 +97,18 @@ def test_two_way_and_graph_mode_answers_do_not_depend_on_the_bridge_slots(kb, se
                                   ("graph", {}), ("bm25", {}))
         ]  # fmt: skip
     assert answers[0] == answers[2] and all(answers[0])
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_bridged_child_counts_as_its_parent_passage(tmp_path, embedder, settings):
+    """In a parent_child KB the bridges leave and reach child chunks: each is deduplicated by its parent,
+    as the legs' hits are, so no parent passage comes back twice."""
+    settings.GRAPH_BRIDGE_SLOTS, settings.GRAPH_BRIDGE_RANK, settings.GRAPH_BRIDGE_HEAD = 2, 8, 5
+    kb = small_kb(tmp_path, FILES, "bridges-parents", chunking="parent_child", chunk_size=12, parent_chunk_size=120)
+    three_way = run(kb, QUERY, mode="hybrid", graph=True, top_k=20)
+    bridged = [hit for hit in three_way.results if "bridge" in hit.retrievers.get("graph", {})]
+    assert {hit.source_uri.rsplit("/", 1)[-1] for hit in bridged} == {"monitor.txt", "offer.txt"}
+    parents = [hit.parent_id for hit in three_way.results]
+    assert None not in parents and len(set(parents)) == len(parents)  # every hit a parent passage, each once
+    assert len(set(names(three_way))) == len(three_way.results)
