@@ -82,3 +82,33 @@ def test_vector_storage_migration_moves_vectors_out_of_toast_into_their_rows(set
         assert vectors_in_toast() == 0 and vector_index().column_storage() == "main"
     finally:
         vector_index().set_column_storage("main")
+
+
+@pytest.mark.django_db
+def test_chunk_gin_indexes_take_new_rows_without_a_pending_list():
+    """knowledge 0024: the business-field GIN indexes have ``fastupdate`` off, so new chunks go straight
+    into them and a filtered search never reads a pending list; with the old setting the same rows wait
+    in one (``gin_clean_pending_list`` counts the pages it merges)."""
+    from django.db import connection
+
+    from tests.factories import ChunkFactory
+
+    indexes = importlib.import_module("knowledge.migrations.0024_chunk_gin_without_pending_list").INDEXES
+
+    def pending_pages() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT sum(gin_clean_pending_list(name::regclass)) FROM unnest(%s::text[]) AS name", [list(indexes)]
+            )
+            return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)", [list(indexes)])
+        assert dict(cursor.fetchall()) == dict.fromkeys(indexes, ["fastupdate=off"])
+    ChunkFactory.create_batch(3, metadata={"shop": "north"}, tags=["promo"])
+    assert pending_pages() == 0
+    with connection.cursor() as cursor:  # the control: PostgreSQL's default (rolled back with the test)
+        for name in indexes:
+            cursor.execute(f"ALTER INDEX {name} SET (fastupdate = on)")
+    ChunkFactory.create_batch(3, metadata={"shop": "south"}, tags=["promo"])
+    assert pending_pages() > 0

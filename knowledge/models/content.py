@@ -234,8 +234,10 @@ class Chunk(models.Model):
             models.Index(fields=["kb_version", "doc_type"], name="chunk_version_doctype"),
             models.Index(fields=["kb_version", "created_at"], name="chunk_version_created"),
             models.Index(fields=["document", "ordinal"], name="chunk_document_ordinal"),
-            GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"]),
-            GinIndex(fields=["tags"], name="chunk_tags_gin"),
+            # No pending list (fastupdate): a filtered search would read all of it (up to 4 MB) until the
+            # next vacuum, 10-15 ms after a bulk ingestion (docs/benchmarks/decisions.md, "GIN pending lists").
+            GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"], fastupdate=False),
+            GinIndex(fields=["tags"], name="chunk_tags_gin", fastupdate=False),
         ]
         # No default ordering: it would join and sort documents, KBs and tenants on every search
         # query. The admin orders its lists.
