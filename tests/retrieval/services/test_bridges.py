@@ -102,8 +102,8 @@ def test_two_way_and_graph_mode_answers_do_not_depend_on_the_bridge_slots(kb, se
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_a_bridged_child_counts_as_its_parent_passage(tmp_path, embedder, settings):
-    """In a parent_child KB the bridges leave and reach child chunks: each is deduplicated by its parent,
-    as the legs' hits are, so no parent passage comes back twice."""
+    """In a parent_child KB the bridges leave and reach child chunks and are placed as their parent
+    passages: every hit a parent, each once (test_parents checks the keys of a child only a bridge reached)."""
     settings.GRAPH_BRIDGE_SLOTS, settings.GRAPH_BRIDGE_RANK, settings.GRAPH_BRIDGE_HEAD = 2, 8, 5
     kb = small_kb(tmp_path, FILES, "bridges-parents", chunking="parent_child", chunk_size=12, parent_chunk_size=120)
     three_way = run(kb, QUERY, mode="hybrid", graph=True, top_k=20)

@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.models import ParentChunk
+from knowledge.models import Chunk, ParentChunk
+from retrieval.fusion import RankedList
+from retrieval.services.parents import PARENT_KEY, parents_of
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import run
@@ -77,6 +79,17 @@ def test_children_of_one_parent_are_one_hit_returning_the_parent(parent_child_kb
     for retriever, contribution in hit.retrievers.items():
         ranks = [child["retrievers"][retriever]["rank"] for child in hit.children if retriever in child["retrievers"]]
         assert contribution["rank"] == min(ranks)
+
+
+def test_a_child_only_a_graph_bridge_reached_counts_as_its_parent(parent_child_kb):
+    """Fusion keys the graph's bridges by content hash: a bridged child no ranked list holds gets its
+    parent's key too (``parents_of`` reads the bridges' chunks), so it cannot come back beside its parent."""
+    children = list(Chunk.objects.filter(knowledge_base=parent_child_kb).order_by("id"))
+    listed, bridged = children[0], next(c for c in children[1:] if c.parent_id == children[0].parent_id)
+    lists = [RankedList("bm25", "q", 1.0, [(listed.pk, 1.0)])]
+    parents = parents_of(parent_child_kb.tenant, lists, True, {bridged.pk})
+    assert parents.keys[bridged.pk] == parents.keys[listed.pk] == PARENT_KEY + listed.parent.content_hash
+    assert bridged.pk not in parents_of(parent_child_kb.tenant, lists, True).keys  # the lists alone
 
 
 def test_identical_parents_are_one_hit(parent_child_kb, tmp_path):
