@@ -20,10 +20,10 @@ class Graph(Section):
     GRAPH_BRIDGE_SLOTS: Annotated[NonNegativeInt, Ranks] = 2
     GRAPH_BRIDGE_RANK: Annotated[PositiveInt, Ranks] = 8
     GRAPH_BRIDGE_HEAD: Annotated[PositiveInt, Ranks] = 5
-    GRAPH_BRIDGE_ANCHORS: Annotated[PositiveInt, Ranks] = 20  # the graph's best passages naming a query entity
+    GRAPH_BRIDGE_ANCHORS: Annotated[PositiveInt, Ranks] = 10  # the graph's best passages naming a query entity
     # A bridge's step: through an entity in at most HUB passages, to at most PER_ENTITY of them (most mentions first).
-    GRAPH_BRIDGE_HUB_PASSAGES: Annotated[PositiveInt, Ranks] = 1_000
-    GRAPH_BRIDGE_PER_ENTITY: Annotated[PositiveInt, Ranks] = 50
+    GRAPH_BRIDGE_HUB_PASSAGES: Annotated[PositiveInt, Ranks] = 100
+    GRAPH_BRIDGE_PER_ENTITY: Annotated[PositiveInt, Ranks] = 5
     GRAPH_HOP_DECAY: Annotated[float, Field(gt=0, le=1), Ranks] = 0.5  # score factor per hop
     GRAPH_FANOUT: Annotated[PositiveInt, Ranks] = 20  # a walk follows each entity's strongest relations only
     GRAPH_DEEP_FANOUT: Annotated[PositiveInt, Ranks] = 5  # ... and of each entity beyond the query's
