@@ -30,7 +30,7 @@ side table with storage S and times exact scans of both in turn per query; ``--l
 filtered bm25/hybrid search in process also with ``LEXICAL_FILTER_IN_INDEX`` off (the chunk ids read
 from PostgreSQL), in turn.
 Cleanup (always, unless --keep): gunicorn stopped, tenant deleted, the service's index rebuilt, the
-peers' files removed. Writes bench/results/filtered_scale-<date>.json and .md (the tables it prints).
+peers' files removed. Writes bench/results/filtered_scale-<rows>-<data>-<date>.json and .md (the tables it prints).
 """
 
 from __future__ import annotations
@@ -640,7 +640,8 @@ def main() -> int:
         result["total_s"] = round(time.perf_counter() - started, 1)
         result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         if "variants" in result:
-            path = _common.write_result("filtered_scale", result)
+            # one file per size and data of a day: the 1M run and the real-text run do not overwrite each other
+            path = _common.write_result(f"filtered_scale-{args.rows}-{args.data}", result)
             markdown = render(result)
             path.with_suffix(".md").write_text(markdown)
             print(markdown)

@@ -1,6 +1,6 @@
 """The markdown tables of one bench/filtered_scale.py run (its JSON in, the text for docs/BENCHMARKS.md out).
 
-.venv/bin/python bench/filtered_scale_report.py bench/results/filtered_scale-<date>.json
+.venv/bin/python bench/filtered_scale_report.py bench/results/filtered_scale-<rows>-<data>-<date>.json
 """
 
 from __future__ import annotations
