@@ -1,5 +1,5 @@
 """The graph leg and Leiden communities at scale: a synthetic graph over N chunks (default 100k) in the
-PostgreSQL graph tables, then the graph leg's latency (``rank_by_graph``, in-process, hops 1 and 2) and
+PostgreSQL graph tables, then the graph leg's latency (``rank_by_graph``, in-process, hops 1 and 2, and hops 2 with the bridge read) and
 the time to read the version's edges and find its communities.
 
     .venv/bin/python bench/graph_scale.py [--chunks 100000] [--queries 100]
@@ -200,26 +200,35 @@ def communities(tenant) -> None:
 
 
 def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
-    """The graph leg over the same queries (one or two random codes of the vocabulary), hops 1 and 2
-    interleaved (the machine's load drifts)."""
-    from retrieval.services.graph import rank_by_graph
+    """The graph leg over the same queries (one or two random codes of the vocabulary): hops 1, hops 2,
+    and hops 2 with three-way hybrid's bridge read (``bridges_from`` of the ranking's anchors, as
+    ``retrieve_graph`` does it), interleaved (the machine's load drifts)."""
+    from django.conf import settings
+
+    from retrieval.services.graph import bridges_from, rank_by_graph
 
     version = tenant.knowledge_bases.get().active_version
     rng = random.Random(13)
     texts = [
         " ".join(f"ent-{rng.randrange(vocabulary):05d}" for _ in range(rng.choice((1, 2)))) for _ in range(queries)
     ]
-    rank_by_graph(tenant.pk, (version.pk,), texts[0], hops=1)  # warm: the extractor, the connection
+
+    def leg(text: str, hops: int, bridges: bool) -> int:
+        ranking = rank_by_graph(tenant.pk, (version.pk,), text, hops=hops)
+        if bridges:
+            bridges_from(tenant.pk, (version.pk,), ranking.anchors[: settings.GRAPH_BRIDGE_ANCHORS])
+        return len(ranking.hits)
+
+    leg(texts[0], 1, True)  # warm: the extractor, the connection
     for _ in range(rounds):
-        for hops in (1, 2):
+        for name, hops, bridges in (("hops 1", 1, False), ("hops 2", 2, False), ("hops 2 + bridges", 2, True)):
             seconds, hits = [], []
             for text in texts:
                 started = time.perf_counter()
-                ranking = rank_by_graph(tenant.pk, (version.pk,), text, hops=hops)
+                hits.append(leg(text, hops, bridges))
                 seconds.append(time.perf_counter() - started)
-                hits.append(len(ranking.hits))
             summary = _common.summarize_ms(seconds)
-            print(f"graph leg, hops {hops}, {len(texts)} queries: p50 {summary['p50_ms']} ms, "
+            print(f"graph leg, {name}, {len(texts)} queries: p50 {summary['p50_ms']} ms, "
                   f"p95 {summary['p95_ms']} ms; median hits {sorted(hits)[len(hits) // 2]}; "
                   f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
 
