@@ -431,6 +431,7 @@ def main() -> int:
             "cached": cached,
         }
         queries = np.asarray(embedder.embed_queries(query_texts), dtype=np.float32)
+        http_queries = query_texts * (1 + (args.warmup + args.requests) // len(query_texts))  # cycled
         fields = peers.Fields.of(np.arange(args.rows))
         truth = {flt.name: exact_top10(all_vectors, queries, flt.mask(fields)) for flt in peers.FILTERS}
 
@@ -480,9 +481,7 @@ def main() -> int:
                 execute("ANALYZE knowledge_chunk")
                 build_service_index(engine_default)
                 scale.build_keyword_index(version)
-                result["growth"]["http"][str(stop)] = http_run(
-                    args, key, query_texts * (1 + (args.warmup + args.requests) // len(query_texts)), workdir
-                )
+                result["growth"]["http"][str(stop)] = http_run(args, key, http_queries, workdir)
                 print(f"  growth, HTTP at {stop:,} rows: {result['growth']['http'][str(stop)]}", flush=True)
                 execute(f"DROP INDEX IF EXISTS {hnsw_index_name(DIM)}")
         result["copy_s"] = round(copy_s, 1)
@@ -563,9 +562,7 @@ def main() -> int:
                             result["in_process"][f"{mode} | {flt.name}{suffix}"] = stats
             print(f"  in process: {result['in_process']}", flush=True)
             if not args.no_http:
-                result["http"] = http_run(
-                    args, key, query_texts * (1 + (args.warmup + args.requests) // len(query_texts)), workdir
-                )
+                result["http"] = http_run(args, key, http_queries, workdir)
                 if args.growth:
                     result["growth"]["http"][str(args.rows)] = result["http"]
         postmaster = int(execute("SELECT pg_backend_pid()")[0][0])

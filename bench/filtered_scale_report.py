@@ -9,8 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-import growth
-
 
 def _ms(stats: dict | None) -> str:
     if not stats:
@@ -138,8 +136,38 @@ def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) ->
     if memory:
         lines += ["Memory: " + ", ".join(f"{k} {v:,}" for k, v in memory.items()) + "."]
     if result.get("growth"):
-        lines += ["", *growth.render(result["growth"], modes)]
+        lines += ["", *_growth_lines(result["growth"], modes)]
     return "\n".join(lines) + "\n"
+
+
+def _growth_lines(growth: dict, modes: tuple[str, ...]) -> list[str]:
+    """``--growth``: the HTTP p50 at each size with the ratio to the smallest, and the two ingestion rates."""
+    lines = []
+    sizes = sorted(growth.get("http", {}), key=int)
+    if sizes:
+        rows = []
+        for scenario in growth["http"][sizes[0]]["scenarios"]:
+            if scenario.split(" | ")[0] not in modes:
+                continue
+            cells = [growth["http"][size]["scenarios"].get(scenario) for size in sizes]
+            ratio = _ratio(cells[-1]["p50_ms"], cells[0]["p50_ms"]) if cells[-1] and cells[0] else "-"
+            rows.append([scenario.replace(" | ", ", "), *(_ms(cell) for cell in cells), ratio])
+        headers = ["HTTP p50 (p95) ms", *(f"{int(size):,} rows" for size in sizes), f"ratio to {int(sizes[0]):,}"]
+        lines += ["Growth, the same run at each size (scenarios interleaved, result cache off):", ""]
+        lines += _table(headers, rows) + [""]
+    ingest = growth.get("ingest", {})
+    if "empty" in ingest and "full" in ingest:
+        empty, full = ingest["empty"], ingest["full"]
+        lines += [
+            (
+                f"Ingestion end to end of the same {empty['documents']:,} documents ({empty['chunks']:,} chunks): "
+                f"into an empty KB {empty['chunks_per_s']} chunks/s ({empty['wall_s']} s, CPU {empty['cpu_s']} s), "
+                f"into the {full['rows_before']:,}-row KB {full['chunks_per_s']} chunks/s ({full['wall_s']} s, "
+                f"CPU {full['cpu_s']} s): empty / big rate **{_ratio(empty['chunks_per_s'], full['chunks_per_s'])}**."
+            ),
+            "",
+        ]
+    return lines
 
 
 if __name__ == "__main__":

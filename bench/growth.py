@@ -1,6 +1,7 @@
 """Issue 27's growth figures for bench/filtered_scale.py ``--growth``: ingestion end to end (parse, chunk,
 embed, COPY with the HNSW index live, keyword index, graph) of the same SciFact documents into an empty
-knowledge base and into the big tenant's, and the HTTP figures taken at a smaller size in the same run.
+knowledge base and into the big tenant's (bench/filtered_scale_report.py renders them with the HTTP
+figures taken at a smaller size in the same run).
 
 The documents and the model are the same both times, so the embedding's share is equal and what differs
 is what the writes cost beside a large table, its HNSW index and its keyword index.
@@ -55,40 +56,3 @@ def empty_rate(tenant, folder: Path) -> dict:
         return ingest_rate(kb, folder)
     finally:
         delete_knowledge_base(kb)
-
-
-def render(growth: dict, modes: tuple[str, ...]) -> list[str]:
-    """Markdown lines: the HTTP p50 at each size with the ratio to the smallest, and the two ingestion rates."""
-    lines = []
-    sizes = sorted(growth.get("http", {}), key=int)
-    if sizes:
-        base = growth["http"][sizes[0]]["scenarios"]
-        headers = ["HTTP p50 (p95) ms", *(f"{int(s):,} rows" for s in sizes), f"ratio to {int(sizes[0]):,}"]
-        rows = []
-        for scenario in base:
-            if scenario.split(" | ")[0] not in modes:
-                continue
-            cells = [growth["http"][s]["scenarios"].get(scenario) for s in sizes]
-            rows.append(
-                [
-                    scenario.replace(" | ", ", "),
-                    *(f"{c['p50_ms']:,.1f} ({c['p95_ms']:,.1f})" if c else "-" for c in cells),
-                    f"{cells[-1]['p50_ms'] / cells[0]['p50_ms']:.2f}x" if cells[-1] and cells[0] else "-",
-                ]
-            )
-        lines += ["Growth, the same run at each size (scenarios interleaved, result cache off):", ""]
-        lines += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""]
-    ingest = growth.get("ingest", {})
-    if "empty" in ingest and "full" in ingest:
-        empty, full = ingest["empty"], ingest["full"]
-        lines += [
-            (
-                f"Ingestion end to end of the same {empty['documents']:,} documents ({empty['chunks']:,} chunks): "
-                f"into an empty KB {empty['chunks_per_s']} chunks/s ({empty['wall_s']} s, CPU {empty['cpu_s']} s), "
-                f"into the {full['rows_before']:,}-row KB {full['chunks_per_s']} chunks/s ({full['wall_s']} s, "
-                f"CPU {full['cpu_s']} s): empty / big rate **{empty['chunks_per_s'] / full['chunks_per_s']:.2f}x**."
-            ),
-            "",
-        ]
-    return lines

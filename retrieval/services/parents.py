@@ -11,11 +11,12 @@ versions only reads nothing more and ranks exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retrieval import selectors
 from retrieval.fusion import RankedList
+from retrieval.types import GraphBridge
 from tenants.models import Tenant
 
 PARENT_KEY = "parent:"  # a child's dedup key: this, then its parent's content hash
@@ -59,13 +60,16 @@ class Parents:
         ]
 
 
-def parents_of(tenant: Tenant, lists: list[RankedList], parent_child: bool, bridge_ids: Iterable[int] = ()) -> Parents:
-    """The parents of the lists' child chunks and of the graph's bridges (the passages they leave and
-    reach, so a bridged child counts as its parent too), read in one round trip when a searched version
-    is ``parent_child`` (else nothing is read)."""
+def parents_of(
+    tenant: Tenant, lists: list[RankedList], parent_child: bool, bridges: Sequence[GraphBridge] = ()
+) -> Parents:
+    """The parents of the lists' child chunks and of the chunks the graph's bridges leave and reach (a
+    bridged child counts as its parent too), read in one round trip when a searched version is
+    ``parent_child`` (else nothing is read)."""
     if not parent_child:
         return Parents({})
-    chunk_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits} | set(bridge_ids)
+    chunk_ids = {chunk_id for ranked in lists for chunk_id, _ in ranked.hits}
+    chunk_ids.update(chunk_id for bridge in bridges for chunk_id in (bridge.via, bridge.chunk_id))
     rows = selectors.parents_of_chunks(tenant, chunk_ids)
     return Parents(
         {chunk_id: ChildOf(PARENT_KEY + digest, parent_id, ordinal) for chunk_id, parent_id, digest, ordinal in rows}

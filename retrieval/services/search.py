@@ -75,10 +75,7 @@ def search(
         )
         with timings.stage("fuse"):
             bridges = [bridge for leg in union.legs for bridge in leg.bridges]
-            parent_child = any(v.chunking == PARENT_CHILD for v in knowledge.versions)
-            parents = parents_of(
-                tenant, lists, parent_child, {i for bridge in bridges for i in (bridge.via, bridge.chunk_id)}
-            )
+            parents = parents_of(tenant, lists, any(v.chunking == PARENT_CHILD for v in knowledge.versions), bridges)
             fused = fuse(tenant, lists, {**retrieved.content_hashes, **parents.keys}, fusion, scales, bridges)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)

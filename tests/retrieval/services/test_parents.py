@@ -14,6 +14,7 @@ from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import Chunk, ParentChunk
 from retrieval.fusion import RankedList
 from retrieval.services.parents import PARENT_KEY, parents_of
+from retrieval.types import GraphBridge
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import run
@@ -87,7 +88,7 @@ def test_a_child_only_a_graph_bridge_reached_counts_as_its_parent(parent_child_k
     children = list(Chunk.objects.filter(knowledge_base=parent_child_kb).order_by("id"))
     listed, bridged = children[0], next(c for c in children[1:] if c.parent_id == children[0].parent_id)
     lists = [RankedList("bm25", "q", 1.0, [(listed.pk, 1.0)])]
-    parents = parents_of(parent_child_kb.tenant, lists, True, {bridged.pk})
+    parents = parents_of(parent_child_kb.tenant, lists, True, [GraphBridge(listed.pk, bridged.pk, 1.0, "SKY-4410")])
     assert parents.keys[bridged.pk] == parents.keys[listed.pk] == PARENT_KEY + listed.parent.content_hash
     assert bridged.pk not in parents_of(parent_child_kb.tenant, lists, True).keys  # the lists alone
 
