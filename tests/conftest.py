@@ -61,6 +61,13 @@ def redis_key_prefix(settings):
 
 
 @pytest.fixture(autouse=True)
+def day_long_rate_windows(settings):
+    """Counts asserted across several calls must not see their window roll over mid-test: each key's
+    minute-long window starts at its own offset, so a test lasting a few seconds crossed one in CI."""
+    settings.RATE_LIMIT_WINDOW_S = 86_400
+
+
+@pytest.fixture(autouse=True)
 def search_log_on_the_test_thread(settings):
     """No search-log writer thread (its own connection cannot see a test's uncommitted rows): searches
     queue their rows, a test writes them with ``retrieval.search_log.flush()``; each test starts empty."""
