@@ -39,11 +39,11 @@ def main() -> None:
     _common.setup_django()
     from django.conf import settings
 
+    from knowledge.graph_selectors import entity_extractor_for_tenant
     from knowledge.ingestion.files import discover_files
     from knowledge.ingestion.pipeline import Ingester
     from knowledge.knowledge_bases import create_knowledge_base, delete_tenant
     from knowledge.models import Chunk
-    from knowledge.selectors import entity_extractor_for_tenant
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
     from tenants.services import create_tenant

@@ -201,20 +201,24 @@ def communities(tenant) -> None:
 
 def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
     """The graph leg over the same queries (one or two random codes of the vocabulary): hops 1, hops 2,
-    and hops 2 with three-way hybrid's bridge read (``bridges_from`` of the ranking's anchors, as
-    ``retrieve_graph`` does it), interleaved (the machine's load drifts)."""
+    and hops 2 with three-way hybrid's bridge read (``bridges_from`` of the ranking's anchors), each as
+    ``retrieve_graph`` does it (the search's setup, the explanations of the hits it keeps), interleaved
+    (the machine's load drifts). The tenant's knowledge is read once: a search reads it for every leg."""
     from django.conf import settings
 
+    from knowledge.selectors import searched_knowledge
     from retrieval.services.graph import bridges_from, rank_by_graph
 
     version = tenant.knowledge_bases.get().active_version
+    knowledge = searched_knowledge(tenant)
     rng = random.Random(13)
     texts = [
         " ".join(f"ent-{rng.randrange(vocabulary):05d}" for _ in range(rng.choice((1, 2)))) for _ in range(queries)
     ]
 
     def leg(text: str, hops: int, bridges: bool) -> int:
-        ranking = rank_by_graph(tenant.pk, (version.pk,), text, hops=hops)
+        ranking = rank_by_graph(tenant.pk, (version.pk,), text, hops=hops, **_search_setup(tenant, knowledge))
+        _explain(ranking, settings.SEARCH_CANDIDATES)
         if bridges:
             bridges_from(tenant.pk, (version.pk,), ranking.anchors[: settings.GRAPH_BRIDGE_ANCHORS])
         return len(ranking.hits)
@@ -231,6 +235,22 @@ def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
             print(f"graph leg, {name}, {len(texts)} queries: p50 {summary['p50_ms']} ms, "
                   f"p95 {summary['p95_ms']} ms; median hits {sorted(hits)[len(hits) // 2]}; "
                   f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+
+
+def _search_setup(tenant, knowledge) -> dict:
+    """``rank_by_graph``'s ``setup`` as a search builds it (none before it took one: ``--code``)."""
+    try:
+        from knowledge.graph_selectors import graph_setup_of
+    except ImportError:
+        return {}
+    return {"setup": graph_setup_of(tenant.pk, knowledge)}
+
+
+def _explain(ranking, depth: int) -> None:
+    """The paths of the hits the leg keeps (an older ranking, ``--code``, built every hit's path)."""
+    if hasattr(ranking, "explanation"):
+        for chunk_id, _ in ranking.hits[:depth]:
+            ranking.explanation(chunk_id)
 
 
 if __name__ == "__main__":

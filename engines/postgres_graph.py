@@ -341,6 +341,8 @@ w{n} AS (
     FROM w{previous} AS w JOIN e{n} AS e ON e.source_id = w.entity_id
     WHERE e.target_id <> ALL(w.path)
 ),"""
+# An entity's mentions are its version's (one tenant's) by construction, and ``scored`` keeps the
+# scope's entities only: read by entity alone, they come from the index without a heap fetch.
 _REACH = """
 WITH w0 AS (
     SELECT id AS entity_id, 0 AS hops, 1.0::float8 AS strength, ARRAY[id] AS path, ARRAY[]::text[] AS relations,
@@ -354,7 +356,8 @@ scored AS (
     SELECT best.*, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count,
            best.strength * power(%(decay)s::float8, best.hops)
                * ln(1 + greatest(%(passages)s, 1)::float8 / greatest(e.chunk_count, 1)) AS score
-    FROM best JOIN {{entities}} AS e ON e.id = best.entity_id
+    FROM best JOIN {{entities}} AS e ON e.id = best.entity_id AND e.tenant_id = %(tenant)s
+        AND e.kb_version_id = ANY(%(versions)s)
     ORDER BY score DESC, best.entity_id LIMIT %(entities)s
 )
 SELECT s.entity_id, s.kb_version_id, s.name, s.label, s.kind, s.chunk_count, s.hops, s.strength, s.score, s.path,
@@ -364,7 +367,7 @@ SELECT s.entity_id, s.kb_version_id, s.name, s.label, s.kind, s.chunk_count, s.h
 FROM scored AS s CROSS JOIN LATERAL (
     SELECT array_agg(chunk_id ORDER BY count DESC, chunk_id) AS chunks, array_agg(count ORDER BY count DESC, chunk_id)
         AS counts
-    FROM (SELECT chunk_id, count FROM {{mentions}} WHERE entity_id = s.entity_id AND {scoped}
+    FROM (SELECT chunk_id, count FROM {{mentions}} WHERE entity_id = s.entity_id
           ORDER BY count DESC, chunk_id LIMIT %(per_entity)s) AS top
 ) AS m
 ORDER BY s.score DESC, s.entity_id

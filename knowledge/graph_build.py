@@ -11,8 +11,8 @@ from django.db.models import F, QuerySet
 
 from engines.graph_extraction import common_names
 from knowledge.errors import VersionConflict
+from knowledge.graph_selectors import entity_extractor_for_tenant, triple_extractor
 from knowledge.models import Chunk, KnowledgeBaseVersion, current_graph_extractor
-from knowledge.selectors import entity_extractor_for_tenant, triple_extractor
 from knowledge.stores import graph_store
 
 GRAPH_REBUILD_BATCH = 500  # passages re-extracted and written per transaction

@@ -15,9 +15,9 @@ from engines.analysis import normalize
 from engines.base import GraphScope
 from knowledge.errors import VersionConflict
 from knowledge.graph_build import reextract_chunks
+from knowledge.graph_selectors import graph_curation, triple_extractor
 from knowledge.models import GraphEntity, GraphEntityRule, KnowledgeBaseVersion
 from knowledge.queue import enqueue
-from knowledge.selectors import graph_curation, triple_extractor
 from knowledge.stores import graph_store
 
 MAX_NAME_CHARS = 200  # GraphEntityRule's columns

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
-from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
@@ -25,7 +23,6 @@ from knowledge.models import (
     GraphCommunity,
     GraphEdge,
     GraphEntity,
-    GraphEntityRule,
     GraphMention,
     KnowledgeBase,
     KnowledgeBaseVersion,
@@ -33,15 +30,12 @@ from knowledge.models import (
     KnowledgeTask,
     SourceRun,
     Synonym,
-    current_graph_extractor,
 )
 from knowledge.search_settings import merged_search_settings
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
     from engines.analysis import Analyzer
-    from engines.graph_extraction import Curation, EntityExtractor
-    from engines.llm_triples import TripleExtractor
 
 
 @dataclass(frozen=True)
@@ -56,6 +50,7 @@ class SearchedVersion:
     languages: tuple[str, ...]  # the KB's
     search_settings: dict  # the KB's merged with its version's, key by key
     chunking: str = PLAIN  # parent_child: its hits are child chunks, returned as their parent passages
+    graph_extractor: str = ""  # the extractor that built its graph (``graph_selectors.graph_setup_of``)
 
 
 @dataclass(frozen=True)
@@ -97,9 +92,10 @@ def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> Searc
         SearchedVersion(
             kb_id, version_id, revision, model, dim, tuple(languages),
             merged_search_settings(json.loads(kb_settings), json.loads(version_settings)),  # jsonb read as text
-            chunking,
+            chunking, graph_extractor,
         )
-        for _, kb_id, version_id, revision, model, dim, languages, kb_settings, version_settings, chunking in rows
+        for (_, kb_id, version_id, revision, model, dim, languages, kb_settings, version_settings, chunking,
+             graph_extractor) in rows
         if kb_id is not None
     )  # fmt: skip
     _check_found(kb_ids, {version.kb_id for version in versions})
@@ -114,7 +110,7 @@ def search_settings_of(kb: KnowledgeBase) -> dict:
 # One row per KB searched, or one row of NULLs after the tenant's vocabulary stamp when none is.
 _SEARCHED_KNOWLEDGE_SQL = (
     "SELECT t.vocabulary_stamp, kb.id, v.id, v.revision, v.embedding_model, v.embedding_dim, kb.languages, "
-    f"kb.search_settings, v.search_settings, v.chunking FROM {Tenant._meta.db_table} t "
+    f"kb.search_settings, v.search_settings, v.chunking, v.graph_extractor FROM {Tenant._meta.db_table} t "
     f"LEFT JOIN ({KnowledgeBase._meta.db_table} kb JOIN {KnowledgeBaseVersion._meta.db_table} v "
     "ON v.id = kb.active_version_id) "
     "ON kb.tenant_id = t.id AND (%s::bigint[] IS NULL OR kb.id = ANY(%s::bigint[])) "
@@ -294,80 +290,6 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     )
     synonyms = tuple(SynonymRule(kind, tuple(terms), tuple(targets), weight) for kind, terms, targets, weight in rules)
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
-
-
-def entity_extractor_for_tenant(
-    tenant_id: int, knowledge_base_id: int | None = None, common: frozenset[str] = frozenset()
-) -> EntityExtractor:
-    """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
-    named by its first term (the others are its aliases). For a knowledge base's passages, with its
-    curator's rules (``graph_curation``) and without the ``common`` names of its version."""
-    from engines.analysis import normalize
-    from engines.graph_extraction import EntityExtractor
-
-    aliases: dict[str, str] = {}
-    groups = Synonym.objects.filter(tenant_id=tenant_id, kind=Synonym.Kind.EQUIVALENT, is_active=True)
-    for terms in groups.order_by("id").values_list("terms", flat=True):
-        names = [normalize(term) for term in terms]
-        for alias in names[1:]:
-            aliases.setdefault(alias, names[0])
-    curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
-    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation, common)
-
-
-def graph_curation(knowledge_base_ids: Iterable[int]) -> Curation:
-    """The curator's edits of these knowledge bases' graphs (``GraphEntityRule``) as the extraction
-    applies them (one query)."""
-    return _curation(GraphEntityRule.objects.filter(knowledge_base_id__in=list(knowledge_base_ids)))
-
-
-def graph_curation_of_versions(version_ids: Iterable[int]) -> Curation:
-    """``graph_curation`` of the knowledge bases of these versions (a search's scope; one query)."""
-    return _curation(GraphEntityRule.objects.filter(knowledge_base__versions__in=list(version_ids)).distinct())
-
-
-def _curation(rules: QuerySet[GraphEntityRule]) -> Curation:
-    from engines.graph_extraction import Curation
-
-    renamed: dict[str, str] = {}
-    labels: dict[str, str] = {}
-    deleted: set[str] = set()
-    for name, action, target, label in rules.order_by("id").values_list("name", "action", "target", "label"):
-        if action == GraphEntityRule.Action.DELETE:
-            deleted.add(name)
-            continue
-        if target != name:
-            renamed.setdefault(name, target)
-        if action == GraphEntityRule.Action.RENAME and label:
-            labels.setdefault(target, label)
-    return Curation(renamed, labels, frozenset(deleted))
-
-
-def graphs_of_other_extractors(version_ids: Iterable[int]) -> dict[int, str]:
-    """Version id -> its graph's extractor, for the versions whose graph another extractor than the
-    service's built (``manage.py rebuild_graph`` re-extracts them)."""
-    versions = KnowledgeBaseVersion.objects.filter(pk__in=list(version_ids)).exclude(
-        graph_extractor=current_graph_extractor()
-    )
-    return dict(versions.values_list("pk", "graph_extractor"))
-
-
-def triple_extractor() -> TripleExtractor | None:
-    """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
-    if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
-        return None
-    from engines.llm import chat_client
-    from engines.llm_triples import TripleExtractor, TripleLimits
-
-    limits = TripleLimits(
-        timeout_s=settings.LLM_TIMEOUT_S,
-        deadline_s=settings.GRAPH_LLM_DEADLINE_S,
-        max_input_chars=settings.GRAPH_LLM_MAX_INPUT_CHARS,
-        max_output_tokens=settings.GRAPH_LLM_MAX_OUTPUT_TOKENS,
-    )
-    return TripleExtractor(
-        chat_client, url=settings.LLM_URL, api_key=settings.LLM_API_KEY, model=settings.LLM_MODEL, limits=limits
-    )
 
 
 def tenant_stats(tenant: Tenant) -> dict:

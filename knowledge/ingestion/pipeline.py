@@ -36,13 +36,14 @@ from knowledge.chunking import (
     contextual_text,
     document_context,
 )
+from knowledge.graph_selectors import entity_extractor_for_tenant, triple_extractor
 from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
 from knowledge.ingestion.files import Labels, SourceFile, keep_original, read_sidecar, record_failure
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
 from knowledge.models import PARENT_CHILD, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, ParentChunk
 from knowledge.parsing import ParseError, Section, parse_file
 from knowledge.revisions import bump_revisions
-from knowledge.selectors import analyzer_for_tenant, entity_extractor_for_tenant, triple_extractor
+from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import graph_store
 
 logger = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.analysis import Analyzer
+from knowledge.graph_selectors import GraphQuerySetup
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback
 from retrieval.filters import CompiledFilter
@@ -31,3 +32,4 @@ class SearchContext:
     feedback: Feedback  # RM3 on the BM25 leg
     timings: StageTimings
     query_vector: np.ndarray | None = None  # the caller's embedding of the original query (``caller_vector``)
+    graph_setup: GraphQuerySetup | None = None  # what the graph leg applies to the query, when it runs

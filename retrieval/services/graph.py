@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from cachetools import TTLCache, cached
 from django.conf import settings
@@ -26,7 +27,7 @@ from django.conf import settings
 from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity, entity_score
 from engines.graph_extraction import EXTRACTOR_VERSION
 from engines.graph_relations import relation_name
-from knowledge.selectors import entity_extractor_for_tenant, graph_curation_of_versions, graphs_of_other_extractors
+from knowledge.graph_selectors import GraphQuerySetup, graph_query_setup
 from knowledge.stores import graph_store
 from retrieval.types import GraphBridge
 
@@ -37,31 +38,41 @@ PASSAGE_COUNT_TTL_S = 60.0
 @dataclass(frozen=True)
 class GraphRanking:
     hits: list[tuple[int, float]]  # (chunk id, score), best first
-    paths: dict[int, dict]  # chunk id -> {"entities": matched query entities, "path", "hops"}
+    matched: list[str] = field(default_factory=list)  # the query entities' labels
+    reached: dict[int, ReachedEntity] = field(default_factory=dict)  # chunk id -> its best contribution's entity
     notes: list[str] = field(default_factory=list)  # graphs another extractor built
     anchors: list[int] = field(default_factory=list)  # passages naming a query entity, the best first
 
+    def explanation(self, chunk_id: int) -> dict:
+        """How the graph found a hit: ``{"entities": matched query entities, "path", "hops"}`` (built for
+        the hits a leg keeps only: a 2-hop ranking at 100k passages holds hundreds)."""
+        reached = self.reached[chunk_id]
+        return {"entities": self.matched, "path": _path(reached), "hops": reached.hops}
 
-def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int) -> GraphRanking:
-    """Passages of the KB versions ranked by the entities the query names and their neighbours."""
+
+def rank_by_graph(
+    tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int, setup: GraphQuerySetup | None = None
+) -> GraphRanking:
+    """Passages of the KB versions ranked by the entities the query names and their neighbours.
+    ``setup``: a search's (``SearchContext.graph_setup``), else read for these versions."""
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
-    extractor = entity_extractor_for_tenant(tenant_id)
+    setup = setup or graph_query_setup(tenant_id, version_ids)
     notes = [
         f"the graph of KB version {version_id} was extracted by extractor {built_by}, the service runs "
         f"{EXTRACTOR_VERSION}: run `manage.py rebuild_graph` so its entities match the query's"
-        for version_id, built_by in graphs_of_other_extractors(version_ids).items()
+        for version_id, built_by in setup.other_extractors.items()
     ]
-    names = extractor.query_names(query)
-    curated = graph_curation_of_versions(version_ids)  # a name a curator merged or renamed finds its entity
+    names = setup.extractor.query_names(query)
+    curated = setup.curation  # a name a curator merged or renamed finds its entity
     seeds = store.find_entities(scope, list(dict.fromkeys([*names, *map(curated.resolve, names)])))
     if settings.GRAPH_FUZZY_SIMILARITY > 0:
-        unresolved = extractor.fuzzy_candidates(query, {seed.name for seed in seeds})
+        unresolved = setup.extractor.fuzzy_candidates(query, {seed.name for seed in seeds})
         known = {seed.entity_id for seed in seeds}
         similar = store.find_similar(scope, unresolved, settings.GRAPH_FUZZY_SIMILARITY) if unresolved else []
         seeds += [node for node in similar if node.entity_id not in known]
     if not seeds:
-        return GraphRanking([], {}, notes)
+        return GraphRanking([], notes=notes)
     walk = GraphWalk(
         hops=hops, fanout=settings.GRAPH_FANOUT, deep_fanout=settings.GRAPH_DEEP_FANOUT,
         hub_passages=settings.GRAPH_HUB_PASSAGES, frontier=settings.GRAPH_FRONTIER, hop_decay=settings.GRAPH_HOP_DECAY,
@@ -75,14 +86,11 @@ def rank_by_graph(tenant_id: int, version_ids: tuple[int, ...], query: str, *, h
             chunk_scores[chunk_id] = chunk_scores.get(chunk_id, 0.0) + contribution
             if chunk_id not in best or contribution > best[chunk_id][0]:
                 best[chunk_id] = (contribution, reached)
-    matched = sorted({seed.label for seed in seeds})
-    paths = {
-        chunk_id: {"entities": matched, "path": _path(reached), "hops": reached.hops}
-        for chunk_id, (_, reached) in best.items()
-    }
-    hits = sorted(chunk_scores.items(), key=lambda hit: (-hit[1], hit[0]))
-    anchors = {chunk_id for chunk_id, (_, reached) in best.items() if reached.hops == 0}
-    return GraphRanking(hits, paths, notes, [chunk_id for chunk_id, _ in hits if chunk_id in anchors])
+    hits = sorted(chunk_scores.items(), key=itemgetter(0))
+    hits.sort(key=itemgetter(1), reverse=True)  # stable: ties keep the lower id first
+    reached_by = {chunk_id: reached for chunk_id, (_, reached) in best.items()}
+    anchors = [chunk_id for chunk_id, _ in hits if reached_by[chunk_id].hops == 0]
+    return GraphRanking(hits, sorted({seed.label for seed in seeds}), reached_by, notes, anchors)
 
 
 def bridges_from(tenant_id: int, version_ids: tuple[int, ...], anchors: list[int]) -> list[GraphBridge]:

@@ -15,7 +15,7 @@ def retrieve_graph(context: SearchContext) -> LegResult:
     """One list for the original query only (synonym groups are already entity aliases); each hit
     keeps the path that found it."""
     query = context.variants[0].text
-    ranking = rank_by_graph(context.tenant.pk, context.version_ids, query, hops=context.hops)
+    ranking = rank_by_graph(context.tenant.pk, context.version_ids, query, hops=context.hops, setup=context.graph_setup)
     hits, passing = ranking.hits, {}
     if context.compiled.q and hits:
         passing = selectors.hashes_of_chunks_passing(
@@ -23,7 +23,7 @@ def retrieve_graph(context: SearchContext) -> LegResult:
         )
         hits = [hit for hit in hits if hit[0] in passing]
     hits = hits[: context.depths["graph"]]
-    explanations = {chunk_id: ranking.paths[chunk_id] for chunk_id, _ in hits}
+    explanations = {chunk_id: ranking.explanation(chunk_id) for chunk_id, _ in hits}
     bridges = []
     if settings.GRAPH_BRIDGE_SLOTS and any(weight > 0 for name, weight in context.weights.items() if name != "graph"):
         anchors = ranking.anchors[: settings.GRAPH_BRIDGE_ANCHORS]

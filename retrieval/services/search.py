@@ -14,6 +14,7 @@ import numpy as np
 from django.conf import settings
 
 from core.metrics import record_search
+from knowledge.graph_selectors import graph_setup_of
 from knowledge.models import PARENT_CHILD
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
 from retrieval.filters import compile_filters
@@ -63,6 +64,7 @@ def search(
             weights=weights.by_retriever, compiled=compiled, analyzer=vocabulary.analyzer,
             depths={name: fusion.depth(name) for name in RETRIEVERS}, hops=settings.GRAPH_HOPS if request.hops is None else request.hops,
             feedback=fusion.feedback, timings=timings, query_vector=query_vector,
+            graph_setup=graph_setup_of(tenant.pk, knowledge) if weights.by_retriever["graph"] > 0 else None,
         )  # fmt: skip
         retrieved = retrieve(context)
         union = score_union(context, retrieved.legs, fusion.leg_candidates)

@@ -49,9 +49,13 @@ def test_chinese_entities_hop_to_the_award(kb):
     assert "award.txt" in ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=2)
 
 
+def explanations(ranking) -> list[dict]:
+    return [ranking.explanation(chunk_id) for chunk_id, _ in ranking.hits]
+
+
 def test_each_hit_explains_its_path(kb):
     ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087 recall", hops=2)
-    paths = list(ranking.paths.values())
+    paths = explanations(ranking)
     assert all(path["entities"] == ["PPR-9087"] for path in paths)
     assert {path["hops"] for path in paths} >= {0, 1}
     for path in paths:  # entity, relation, entity, ...
@@ -65,13 +69,13 @@ def test_a_path_names_the_relation_a_sentence_states_in_the_direction_walked(kb,
     box.parent.mkdir()
     box.write_text("The PPR-9087 ships in a blue box.", encoding="utf-8")
     Ingester(kb).ingest(discover_files([box.parent]))
-    to_recall = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2).paths
-    assert ["PPR-9087", "made_by", "Skyline Home"] in [path["path"] for path in to_recall.values()]
-    from_maker = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "Skyline Home", hops=1).paths
-    assert ["Skyline Home", "makes", "PPR-9087"] in [path["path"] for path in from_maker.values()]  # box.txt
+    to_recall = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2)
+    assert ["PPR-9087", "made_by", "Skyline Home"] in [path["path"] for path in explanations(to_recall)]
+    from_maker = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "Skyline Home", hops=1)
+    assert ["Skyline Home", "makes", "PPR-9087"] in [path["path"] for path in explanations(from_maker)]  # box.txt
     # recall.txt states nothing of Skyline Home and the SKY-30452: from the monitor, they only co-occur
-    from_monitor = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "SKY-30452", hops=1).paths
-    assert ["SKY-30452", CO_OCCURRENCE, "Skyline Home"] in [path["path"] for path in from_monitor.values()]
+    from_monitor = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "SKY-30452", hops=1)
+    assert ["SKY-30452", CO_OCCURRENCE, "Skyline Home"] in [path["path"] for path in explanations(from_monitor)]
 
 
 def test_a_path_names_the_llm_relation_kind(kb):
@@ -84,7 +88,7 @@ def test_a_path_names_the_llm_relation_kind(kb):
     typed = Extraction.by_name(entities, [("ppr-9087", "skyline home", 1.0, "manufactured_by")])
     graph_store().replace_chunks(kb.tenant_id, kb.active_version_id, [lock.pk], {lock.pk: typed})
     ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2)
-    paths = [path["path"] for path in ranking.paths.values() if path["hops"] >= 1]
+    paths = [path["path"] for path in explanations(ranking) if path["hops"] >= 1]
     assert paths and all(path[:3] == ["PPR-9087", "manufactured_by", "Skyline Home"] for path in paths)
     assert all(kind == CO_OCCURRENCE for path in paths for kind in path[3::2])
 
@@ -103,7 +107,7 @@ def test_a_misspelt_latin_name_finds_its_entity(kb, settings):
     reached = ranked_files(kb, question, hops=1)
     assert reached[0] == "lock.txt" and "recall.txt" in reached
     ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), question, hops=0)
-    assert {path["entities"][0] for path in ranking.paths.values()} == {"PortaLock Pro"}
+    assert {path["entities"][0] for path in explanations(ranking)} == {"PortaLock Pro"}
     settings.GRAPH_FUZZY_SIMILARITY = 0  # exact names only
     assert ranked_files(kb, question, hops=1) == []
 

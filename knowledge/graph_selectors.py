@@ -1,0 +1,141 @@
+"""Reads for the knowledge graph: the extractors with a tenant's vocabulary and a KB's curation, and
+what the graph leg applies to a query, cached per stamp so a search reads it in one small query."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import QuerySet
+
+from knowledge.models import GraphEntityRule, KnowledgeBase, KnowledgeBaseVersion, Synonym, current_graph_extractor
+from knowledge.selectors import SearchedKnowledge, analyzer_for_tenant
+from tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from engines.graph_extraction import Curation, EntityExtractor
+    from engines.llm_triples import TripleExtractor
+
+# Tenants (and version sets) whose query-side graph setup one process keeps; the least recent go first.
+GRAPH_SETUP_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class GraphQuerySetup:
+    """What the graph leg applies to a query of these versions."""
+
+    extractor: EntityExtractor  # the tenant's protected terms and synonym groups, no KB's curation
+    curation: Curation  # the curators' edits of the searched KBs: a merged or renamed name finds its entity
+    other_extractors: dict[int, str]  # version id -> the extractor that built its graph, if not the service's
+
+
+def graph_setup_of(tenant_id: int, knowledge: SearchedKnowledge) -> GraphQuerySetup:
+    """The setup for a search's versions, from what the search read already (no query once cached)."""
+    versions = [(version.version_id, version.revision, version.graph_extractor) for version in knowledge.versions]
+    return _setup(tenant_id, knowledge.vocabulary_stamp, versions)
+
+
+def graph_query_setup(tenant_id: int, version_ids: Iterable[int]) -> GraphQuerySetup:
+    """The setup for these versions of the tenant, their stamps read in one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(_GRAPH_STAMPS_SQL, [list(version_ids), tenant_id])
+        rows = cursor.fetchall()
+    versions = [(version_id, revision, built_by) for _, version_id, revision, built_by in rows if version_id]
+    return _setup(tenant_id, rows[0][0] if rows else 0, versions)
+
+
+def _setup(tenant_id: int, vocabulary_stamp: int, versions: list[tuple[int, int, str]]) -> GraphQuerySetup:
+    """From the stamps (the tenant's vocabulary stamp; each version's id, revision and graph extractor):
+    the extractor and the curation are built once per stamp and process. A curator's edit moves its
+    KB's revisions (``knowledge.signals``), a vocabulary edit the tenant's stamp."""
+    current = current_graph_extractor()
+    return GraphQuerySetup(
+        _query_extractor(tenant_id, vocabulary_stamp),
+        _curation_at(tuple(sorted((version_id, revision) for version_id, revision, _ in versions))),
+        {version_id: built_by for version_id, _, built_by in versions if built_by != current},
+    )
+
+
+# One row per searched version of the tenant, or one row of NULLs after the tenant's stamp when none is.
+_GRAPH_STAMPS_SQL = (
+    f"SELECT t.vocabulary_stamp, v.id, v.revision, v.graph_extractor FROM {Tenant._meta.db_table} t "
+    f"LEFT JOIN ({KnowledgeBase._meta.db_table} kb JOIN {KnowledgeBaseVersion._meta.db_table} v "
+    "ON v.knowledge_base_id = kb.id AND v.id = ANY(%s::bigint[])) ON kb.tenant_id = t.id WHERE t.id = %s"
+)
+
+
+@lru_cache(maxsize=GRAPH_SETUP_CACHE_SIZE)
+def _query_extractor(tenant_id: int, vocabulary_stamp: int) -> EntityExtractor:
+    """The tenant's query-side extractor at ``vocabulary_stamp`` (the cache key: a new stamp builds anew)."""
+    return entity_extractor_for_tenant(tenant_id)
+
+
+@lru_cache(maxsize=GRAPH_SETUP_CACHE_SIZE)
+def _curation_at(versions: tuple[tuple[int, int], ...]) -> Curation:
+    """The curation of the KBs of these (version id, revision) pairs."""
+    version_ids = [version_id for version_id, _ in versions]
+    return _curation(GraphEntityRule.objects.filter(knowledge_base__versions__in=version_ids).distinct())
+
+
+def entity_extractor_for_tenant(
+    tenant_id: int, knowledge_base_id: int | None = None, common: frozenset[str] = frozenset()
+) -> EntityExtractor:
+    """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
+    named by its first term (the others are its aliases). For a knowledge base's passages, with its
+    curator's rules (``graph_curation``) and without the ``common`` names of its version."""
+    from engines.analysis import normalize
+    from engines.graph_extraction import EntityExtractor
+
+    aliases: dict[str, str] = {}
+    groups = Synonym.objects.filter(tenant_id=tenant_id, kind=Synonym.Kind.EQUIVALENT, is_active=True)
+    for terms in groups.order_by("id").values_list("terms", flat=True):
+        names = [normalize(term) for term in terms]
+        for alias in names[1:]:
+            aliases.setdefault(alias, names[0])
+    curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
+    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation, common)
+
+
+def graph_curation(knowledge_base_ids: Iterable[int]) -> Curation:
+    """The curator's edits of these knowledge bases' graphs (``GraphEntityRule``) as the extraction
+    applies them (one query)."""
+    return _curation(GraphEntityRule.objects.filter(knowledge_base_id__in=list(knowledge_base_ids)))
+
+
+def _curation(rules: QuerySet[GraphEntityRule]) -> Curation:
+    from engines.graph_extraction import Curation
+
+    renamed: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    deleted: set[str] = set()
+    for name, action, target, label in rules.order_by("id").values_list("name", "action", "target", "label"):
+        if action == GraphEntityRule.Action.DELETE:
+            deleted.add(name)
+            continue
+        if target != name:
+            renamed.setdefault(name, target)
+        if action == GraphEntityRule.Action.RENAME and label:
+            labels.setdefault(target, label)
+    return Curation(renamed, labels, frozenset(deleted))
+
+
+def triple_extractor() -> TripleExtractor | None:
+    """Typed relations at ingestion from the LLM (``LLM_URL``) when ``GRAPH_LLM_TRIPLES`` is on, else None."""
+    if not (settings.GRAPH_LLM_TRIPLES and settings.LLM_URL):
+        return None
+    from engines.llm import chat_client
+    from engines.llm_triples import TripleExtractor, TripleLimits
+
+    limits = TripleLimits(
+        timeout_s=settings.LLM_TIMEOUT_S,
+        deadline_s=settings.GRAPH_LLM_DEADLINE_S,
+        max_input_chars=settings.GRAPH_LLM_MAX_INPUT_CHARS,
+        max_output_tokens=settings.GRAPH_LLM_MAX_OUTPUT_TOKENS,
+    )
+    return TripleExtractor(
+        chat_client, url=settings.LLM_URL, api_key=settings.LLM_API_KEY, model=settings.LLM_MODEL, limits=limits
+    )
