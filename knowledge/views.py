@@ -1,5 +1,5 @@
-"""Endpoints over a tenant's knowledge: knowledge bases, their documents, ingestion tasks, and
-``GET /api/v1/stats``. Thin: selectors read, services write, the exception handler maps errors."""
+"""Endpoints over a tenant's knowledge: knowledge bases, their documents, versions, ingestion tasks and
+sources. Thin: selectors read, services write, the exception handler maps errors."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
-from core.schema import IDEMPOTENCY_KEY_HEADER, STATS_COST_EXAMPLE, ErrorOutput, error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
 from knowledge.errors import InvalidEmbeddingModel
@@ -32,7 +31,6 @@ from knowledge.selectors import (
     source_of,
     sources_of,
     task_status,
-    tenant_stats,
     version_of,
     versions_of,
 )
@@ -44,7 +42,6 @@ from knowledge.serializers import (
     SourceOutput,
     SourceSyncOutput,
     SourceUpdateInput,
-    StatsOutput,
     TaskOutput,
     UploadInput,
     UploadOutput,
@@ -57,44 +54,6 @@ from knowledge.versions import activate_version, retire_version, start_version_b
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
-
-
-class StatsView(RateLimitedMixin, APIView):
-    """``GET /api/v1/stats``: counts for the tenant of the API key (a ``search`` key: the usage it serves)."""
-
-    permission_classes = [HasTenant, HasScope]
-    required_scope = Scope.SEARCH
-
-    def rate_limit_endpoint(self, request) -> str:
-        return "stats"
-
-    @extend_schema(
-        summary="Usage statistics of the caller's tenant",
-        description=(
-            "Knowledge bases, documents by status, searchable chunks, queries served with their cache hit "
-            "ratio, and `cost`: the units the tenant's requests, ingestions and version builds consumed on each of "
-            "the last 30 days (UTC), priced by the `COST_PRICE_*` settings. Counters live in Redis and count from "
-            "when it started; `queries` and `cost` are null while it is unreachable."
-        ),
-        responses={200: StatsOutput, **error_responses(401, 403, 429, 503)},
-        examples=[
-            OpenApiExample(
-                "Stats",
-                response_only=True,
-                value={
-                    "tenant": "acme",
-                    "knowledge_bases": 2,
-                    "documents": {"total": 41, "by_status": {"pending": 0, "ready": 40, "failed": 1}},
-                    "chunks": 388,
-                    "queries": {"served": 1250, "cache_hits": 310, "cache_hit_ratio": 0.248},
-                    "cost": STATS_COST_EXAMPLE,
-                },
-            )
-        ],
-    )
-    def get(self, request: Request) -> Response:
-        return Response(StatsOutput(tenant_stats(request.tenant)).data)
-
 
 ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
 

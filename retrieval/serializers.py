@@ -469,11 +469,14 @@ class GraphSearchInput(SearchInput):
 
 
 class CommunityChunkOutput(serializers.Serializer):
-    chunk_id = serializers.IntegerField()
+    chunk_id = serializers.IntegerField(
+        help_text="the community's chunk; in a parent_child knowledge base, a child of the passage shown"
+    )
     doc_id = serializers.IntegerField()
     title = serializers.CharField()
     source_uri = serializers.CharField()
-    content = serializers.CharField()
+    parent_id = serializers.IntegerField(allow_null=True, help_text="parent_child: the passage shown; else null")
+    content = serializers.CharField(help_text="the chunk's text; in a parent_child knowledge base, its parent's")
 
 
 class CommunityContributionOutput(serializers.Serializer):

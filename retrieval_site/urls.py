@@ -5,8 +5,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from core.health import register_check
 from core.metrics import metrics_view
 from core.views import health_view, ready_view
+from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
-from knowledge.views import StatsView
 from retrieval.dify import DifyRetrievalView
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".

@@ -20,6 +20,7 @@ from django.conf import settings
 from engines.analysis import Analyzer
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
+from knowledge.models import Chunk
 from knowledge.selectors import searched_knowledge, tenant_vocabulary
 from knowledge.stores import graph_store
 from retrieval import selectors
@@ -142,10 +143,12 @@ def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community:
     chosen = [communities[candidate.chunk_id][1] for candidate in fused]
     wanted = [chunk_id for community in chosen for chunk_id in community.chunk_ids]
     passing = selectors.hashes_of_chunks_passing(tenant, wanted, compiled)
-    chunks = selectors.chunks_with_documents(tenant, [chunk_id for chunk_id in wanted if chunk_id in passing])
+    chunks = selectors.chunks_with_documents(
+        tenant, [chunk_id for chunk_id in wanted if chunk_id in passing], parents=True
+    )
     results = []
     for rank, (candidate, community) in enumerate(zip(fused, chosen, strict=True), start=1):
-        supporting = [chunks[c] for c in community.chunk_ids if c in chunks][:per_community]
+        supporting = _passages([chunks[c] for c in community.chunk_ids if c in chunks])[:per_community]
         results.append({
             "kb_id": kb_of_version[community.version_id],
             "level": community.level,
@@ -162,8 +165,23 @@ def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community:
             },
             "chunks": [
                 {"chunk_id": chunk.pk, "doc_id": chunk.document_id, "title": chunk.document.title,
-                 "source_uri": chunk.document.source_uri, "content": chunk.content}
+                 "source_uri": chunk.document.source_uri, "parent_id": chunk.parent_id,
+                 "content": chunk.content if chunk.parent_id is None else chunk.parent.content}
                 for chunk in supporting
             ],
         })  # fmt: skip
     return results
+
+
+def _passages(chunks: list[Chunk]) -> list[Chunk]:
+    """The passages a community's chunks show, as a search's hits do: a child chunk shows its parent
+    passage (``parent_child`` KBs), each parent once, through its first child."""
+    shown_parents: set[int] = set()
+    passages = []
+    for chunk in chunks:
+        if chunk.parent_id is not None:
+            if chunk.parent_id in shown_parents:
+                continue
+            shown_parents.add(chunk.parent_id)
+        passages.append(chunk)
+    return passages

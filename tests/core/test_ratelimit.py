@@ -194,7 +194,8 @@ def test_tiers_limit_exactly_the_counters_the_api_counts():
     knowledge API's for reads and writes."""
     from rest_framework.test import APIRequestFactory
 
-    from knowledge.views import KnowledgeApiViewSet, StatsView
+    from knowledge.stats_views import StatsView
+    from knowledge.views import KnowledgeApiViewSet
     from retrieval.serializers import ModeSearchInput
 
     requests = APIRequestFactory()

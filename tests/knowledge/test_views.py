@@ -1,5 +1,4 @@
-"""The knowledge REST API over real HTTP handling, the real database and, for uploads, a real worker;
-``GET /api/v1/stats`` access: the ``search`` scope, its own rate-limit counter (counts: core/test_health.py)."""
+"""The knowledge REST API over real HTTP handling, the real database and, for uploads, a real worker."""
 
 import json
 
@@ -10,13 +9,11 @@ from rest_framework.test import APIClient
 from knowledge import queue
 from knowledge.models import Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask, originals_storage
 from knowledge.versions import VERSION_SETTINGS
-from tenants.models import RateTier
 from tests.concurrency import race, wait_until
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory, TenantFactory, give_unlimited_rate_tier
 
 pytestmark = [pytest.mark.slow]
-STATS_URL = "/api/v1/stats"
 
 
 @pytest.fixture
@@ -350,29 +347,6 @@ def test_a_ready_version_is_retired_and_the_active_one_is_refused(writer, tenant
     assert "activate another version instead" in active.json()["error"]["message"]
     other = KnowledgeBaseFactory()
     assert writer.post(f"/api/v1/knowledge-bases/{other.pk}/versions/1/retire").status_code == 404
-
-
-# --- stats ----------------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("scopes", [["ingest"], ["admin"], ["ingest", "admin"]])
-def test_stats_need_the_search_scope(tenant, api_client, scopes):
-    response = client_for(tenant, *scopes).get(STATS_URL)
-    assert response.status_code == 403, response.content
-    assert response.json()["error"]["code"] == "insufficient_scope"
-    assert api_client.get(STATS_URL).status_code == 200
-
-
-@pytest.mark.django_db
-def test_stats_are_rate_limited_on_their_own_counter(tenant, api_client):
-    tenant.rate_tier = RateTier.objects.create(name="stats-2", requests_per_window=100, endpoint_limits={"stats": 2})
-    tenant.save(update_fields=["rate_tier"])
-    assert [api_client.get(STATS_URL).status_code for _ in range(3)] == [200, 200, 429]
-    limited = api_client.get(STATS_URL)
-    assert limited.json()["error"]["code"] == "rate_limited" and int(limited["Retry-After"]) > 0
-    searched = api_client.post("/api/v1/retrieval/bm25", {"query": "refund"}, format="json")
-    assert searched.status_code == 200 and searched["X-RateLimit-Limit"] == "100"
 
 
 # --- Idempotency-Key on the knowledge POSTs (core.idempotency) ---------------------------------------

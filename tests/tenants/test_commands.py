@@ -233,3 +233,37 @@ def test_ingest_of_a_missing_path_is_a_command_error(tmp_path):
     with pytest.raises(CommandError, match=r"no such file or directory: .*nope"):
         run("ingest", str(missing), tenant="acme", kb="docs", no_progress=True)
     assert not KnowledgeBase.objects.filter(tenant__name="acme").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_ingest_creates_a_parent_child_knowledge_base(folder, embedder):
+    from knowledge.models import ParentChunk
+
+    run("create_tenant", "acme")
+    out, _ = run(
+        "ingest", str(folder), tenant="acme", kb="docs", no_progress=True, chunking="parent_child",
+        chunk_size=32, parent_chunk_size=64,
+    )  # fmt: skip
+    kb = KnowledgeBase.objects.get(tenant__name="acme", name="docs")
+    assert (kb.chunking, kb.chunk_size, kb.parent_chunk_size) == ("parent_child", 32, 64)
+    assert "32 tokens per chunk, parent_child chunking" in out and summary(out)["added"] == 2
+    chunks = Chunk.objects.filter(knowledge_base=kb)
+    assert chunks.exists() and not chunks.filter(parent=None).exists()  # every child has its parent passage
+    assert ParentChunk.objects.filter(document__knowledge_base=kb).count() >= 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"parent_chunk_size": 256}, r"parent_chunk_size applies to chunking parent_child only"),
+        ({"chunking": "parent_child", "chunk_size": 300, "parent_chunk_size": 100}, r"must not exceed"),
+        ({"model": "no-such-model"}, r"no-such-model"),
+    ],
+)
+def test_ingest_with_a_chunking_or_model_it_cannot_build_is_a_command_error(folder, options, message):
+    run("create_tenant", "acme")
+    with pytest.raises(CommandError, match=message):
+        run("ingest", str(folder), tenant="acme", kb="docs", no_progress=True, **options)
+    assert not KnowledgeBase.objects.filter(tenant__name="acme").exists()

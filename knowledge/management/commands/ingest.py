@@ -3,11 +3,14 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from engines.embedders import EmbeddingError
 from knowledge.communities import rebuild_communities
+from knowledge.errors import InvalidChunking
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.ingestion.stored import queue_files
 from knowledge.knowledge_bases import get_or_create_knowledge_base
+from knowledge.models import PARENT_CHILD, PLAIN
 from tenants.selectors import TenantNotFound, tenant_by_name
 
 
@@ -22,6 +25,13 @@ class Command(BaseCommand):
         parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk for a new knowledge base")
         parser.add_argument("--chunk-overlap", type=int, default=None)
         parser.add_argument(
+            "--chunking",
+            choices=[PLAIN, PARENT_CHILD],
+            default=None,
+            help=f"for a new knowledge base: {PARENT_CHILD} searches small chunks and returns their parent passages",
+        )
+        parser.add_argument("--parent-chunk-size", type=int, default=None, help=f"{PARENT_CHILD}: tokens per parent")
+        parser.add_argument(
             "--languages", default=None, help="languages the model covers, e.g. zh,en (default: known for the model)"
         )
         parser.add_argument("--no-progress", action="store_true")
@@ -32,26 +42,26 @@ class Command(BaseCommand):
             help="queue the files for a Celery worker and print the task id instead of ingesting here",
         )
 
-    def handle(
-        self, *args, paths, tenant, kb, model, chunk_size, chunk_overlap, languages, no_progress, run_async, **options
-    ):
+    def handle(self, *args, paths, tenant, kb, languages, no_progress, run_async, **options):
         try:
             owner = tenant_by_name(tenant)
             files = discover_files(paths)
-        except (TenantNotFound, FileNotFoundError) as exc:
+            knowledge_base, created = get_or_create_knowledge_base(
+                tenant=owner,
+                name=kb,
+                embedding_model=options["model"],
+                chunk_size=options["chunk_size"],
+                chunk_overlap=options["chunk_overlap"],
+                languages=[code.strip() for code in languages.split(",") if code.strip()] if languages else None,
+                chunking=options["chunking"],
+                parent_chunk_size=options["parent_chunk_size"],
+            )
+        except (TenantNotFound, FileNotFoundError, InvalidChunking, EmbeddingError) as exc:
             raise CommandError(str(exc)) from None
-        knowledge_base, created = get_or_create_knowledge_base(
-            tenant=owner,
-            name=kb,
-            embedding_model=model,
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-            languages=[code.strip() for code in languages.split(",") if code.strip()] if languages else None,
-        )
         if created:
             self.stdout.write(
                 f"created knowledge base {kb} (id {knowledge_base.pk}, model {knowledge_base.embedding_model}, "
-                f"{knowledge_base.chunk_size} tokens per chunk)"
+                f"{knowledge_base.chunk_size} tokens per chunk, {knowledge_base.chunking} chunking)"
             )
         if run_async:
             task = queue_files(knowledge_base, files)

@@ -7,10 +7,15 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from engines.base import Community
+from engines.embedders import get_embedder
 from knowledge.models import Chunk, GraphCommunity, KnowledgeBaseVersion
+from knowledge.selectors import analyzer_for_tenant
+from knowledge.stores import graph_store
 from retrieval.serializers import GlobalGraphOutput
 from tests.conftest import client_for
 from tests.factories import TenantFactory
+from tests.retrieval.services.conftest import small_kb
 from tests.retrieval.test_views import assert_error, post_to
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -85,3 +90,40 @@ def test_a_graph_store_that_fails_is_a_503(sample_kb):
 def test_a_bad_scope_or_level_is_a_400(sample_kb, extra):
     response = post_to(client_for(sample_kb.tenant), "graph", {"query": "鱼香肉丝", **extra})
     assert_error(response, 400, "invalid_request")
+
+
+PAIRING = (
+    "To pair the SKY-4410 hub over Zigbee, hold its pairing button for five seconds until the ring blinks blue. "
+    "The app then lists the hub under new devices; choose it and enter the code printed under the hub."
+)
+BATTERY = (
+    "Store the lithium battery pack between 10 and 25 degrees Celsius, away from direct sunlight. "
+    "A pack kept for months should be charged to half its capacity before storage."
+)
+
+
+def test_a_parent_child_kb_shows_each_parent_passage_once(tmp_path, embedder):
+    """A community's chunks are children there: it shows their parent passages, as a search's hits do."""
+    parent_child_kb = small_kb(
+        tmp_path, {"hub.txt": f"{PAIRING}\n\n{BATTERY}"}, "manuals", chunking="parent_child", chunk_size=24,
+        parent_chunk_size=60,
+    )  # fmt: skip
+    version = parent_child_kb.active_version
+    children = list(Chunk.objects.filter(kb_version=version).select_related("parent").order_by("parent_id", "ordinal"))
+    first_parent = [child for child in children if child.parent_id == children[0].parent_id]
+    other = next(child for child in children if child.parent_id != children[0].parent_id)
+    assert len(first_parent) >= 2  # two children of one parent passage
+    summary = "Zigbee pairing of the hub and the battery pack"
+    graph_store().replace_communities(parent_child_kb.tenant_id, version.pk, [Community(
+        version_id=version.pk, level=0, number=0, parent=None, entity_ids=(), key_entities=("Zigbee",),
+        summary=summary, analyzed=analyzer_for_tenant(parent_child_kb.tenant_id).analyze(summary),
+        chunk_ids=tuple(child.pk for child in [*first_parent, other]),
+        embedding=tuple(float(x) for x in get_embedder(version.embedding_model).embed_documents([summary])[0]),
+    )])  # fmt: skip
+    body = global_search(client_for(parent_child_kb.tenant), "Zigbee pairing", top_k=1)
+    shown = body["communities"][0]["chunks"]
+    assert [(chunk["chunk_id"], chunk["parent_id"]) for chunk in shown] == [
+        (first_parent[0].pk, first_parent[0].parent_id),
+        (other.pk, other.parent_id),
+    ]
+    assert [chunk["content"] for chunk in shown] == [first_parent[0].parent.content, other.parent.content]
