@@ -112,3 +112,44 @@ def test_chunk_gin_indexes_take_new_rows_without_a_pending_list():
             cursor.execute(f"ALTER INDEX {name} SET (fastupdate = on)")
     ChunkFactory.create_batch(3, metadata={"shop": "south"}, tags=["promo"])
     assert pending_pages() > 0
+
+
+@pytest.mark.django_db
+def test_a_new_tenants_rows_are_read_by_id_before_the_statistics_know_the_tenant():
+    """knowledge 0025: a search reads its hits as ``tenant_id = %s AND id = ANY(%s)``. Before the next
+    ANALYZE the planner takes a new tenant for a handful of rows; with an index on the tenant alone
+    (the control: the index 0025 replaced) it read all of the tenant's rows to find the ids."""
+    from django.db import connection
+
+    from tests.factories import ChunkFactory
+
+    known, new = ChunkFactory(), ChunkFactory()  # two tenants
+
+    def clone(chunk, copies: int) -> None:
+        cursor.execute(
+            """
+            INSERT INTO knowledge_chunk (document_id, kb_version_id, tenant_id, knowledge_base_id, ordinal, content,
+                content_hash, token_count, embedding_dim, embedding, doc_type, created_at, tags, metadata)
+            SELECT document_id, kb_version_id, tenant_id, knowledge_base_id, ordinal + n, content, content_hash,
+                token_count, embedding_dim, embedding, doc_type, created_at, tags, metadata
+            FROM knowledge_chunk, generate_series(1, %s) AS n WHERE id = %s
+            """,
+            [copies, chunk.pk],
+        )
+
+    def rows_read_beyond_the_ids() -> int:
+        cursor.execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s LIMIT 20", [new.tenant_id])
+        ids = [row[0] for row in cursor.fetchall()]
+        statement = "SELECT id, content_hash FROM knowledge_chunk WHERE tenant_id = %s AND id = ANY(%s)"
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", [new.tenant_id, ids])
+        plan = cursor.fetchone()[0][0]["Plan"]
+        return sum(node.get("Rows Removed by Filter", 0) for node in [plan, *plan.get("Plans", [])])
+
+    with connection.cursor() as cursor:
+        clone(known, 3000)
+        cursor.execute("ANALYZE knowledge_chunk")
+        clone(new, 500)  # after the statistics were taken
+        assert rows_read_beyond_the_ids() == 0
+        cursor.execute("DROP INDEX chunk_tenant_id")  # the control (rolled back with the test)
+        cursor.execute("CREATE INDEX chunk_tenant_only ON knowledge_chunk (tenant_id)")
+        assert rows_read_beyond_the_ids() > 400

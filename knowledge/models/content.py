@@ -183,6 +183,13 @@ class Document(models.Model):
         return self.title or self.source_uri
 
 
+# TENANT_IDS: a tenant's rows by id (every search reads its hits as ``tenant_id = %s AND id = ANY(%s)``)
+# through one index on (tenant, id), not the tenant alone: a new tenant's rows are unknown to the
+# statistics until the table's next ANALYZE (autovacuum waits for a tenth of the table to change), and
+# the planner then took the tenant index and read all of the tenant's rows for a hundred ids
+# (docs/benchmarks/decisions.md, "A tenant's rows by id").
+
+
 class ParentChunk(models.Model):
     """A parent passage of a ``parent_child`` version: returned by a hit on one of its child chunks,
     never searched itself (no vector, no keyword-index entry). Its own table: the chunk table's every
@@ -190,12 +197,15 @@ class ParentChunk(models.Model):
 
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="parents")
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="parents")
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)  # TENANT_IDS
     ordinal = models.PositiveIntegerField()
     content = models.TextField()
     content_hash = models.CharField(max_length=32)
     token_count = models.PositiveIntegerField()
     metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "id"], name="parentchunk_tenant_id")]
 
     def __str__(self) -> str:
         return f"{self.document_id}#p{self.ordinal}"
@@ -211,7 +221,7 @@ class Chunk(models.Model):
 
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="chunks")
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)  # TENANT_IDS
     knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="+")
     ordinal = models.PositiveIntegerField()
     content = models.TextField()
@@ -230,6 +240,7 @@ class Chunk(models.Model):
 
     class Meta:
         indexes = [
+            models.Index(fields=["tenant", "id"], name="chunk_tenant_id"),
             models.Index(fields=["parent"], name="chunk_parent", condition=models.Q(parent__isnull=False)),
             models.Index(fields=["kb_version", "doc_type"], name="chunk_version_doctype"),
             models.Index(fields=["kb_version", "created_at"], name="chunk_version_created"),
