@@ -3,7 +3,7 @@ what the graph leg applies to a query, cached per stamp so a search reads it in 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from knowledge.models import GraphEntityRule, KnowledgeBase, KnowledgeBaseVersion, Synonym, current_graph_extractor
-from knowledge.selectors import SearchedKnowledge, analyzer_for_tenant
+from knowledge.selectors import SearchedKnowledge, analyzer_for_tenant, tenant_vocabulary
 from tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -70,8 +70,13 @@ _GRAPH_STAMPS_SQL = (
 
 @lru_cache(maxsize=GRAPH_SETUP_CACHE_SIZE)
 def _query_extractor(tenant_id: int, vocabulary_stamp: int) -> EntityExtractor:
-    """The tenant's query-side extractor at ``vocabulary_stamp`` (the cache key: a new stamp builds anew)."""
-    return entity_extractor_for_tenant(tenant_id)
+    """The tenant's query-side extractor at ``vocabulary_stamp``, from the vocabulary a search has
+    cached already (``tenant_vocabulary``)."""
+    from engines.graph_extraction import EntityExtractor
+
+    vocabulary = tenant_vocabulary(tenant_id, vocabulary_stamp)
+    groups = (rule.terms for rule in vocabulary.synonyms if rule.kind == Synonym.Kind.EQUIVALENT)
+    return EntityExtractor(vocabulary.analyzer, _aliases(groups))
 
 
 @lru_cache(maxsize=GRAPH_SETUP_CACHE_SIZE)
@@ -87,17 +92,25 @@ def entity_extractor_for_tenant(
     """Graph extraction with the tenant's protected terms; each two-way synonym group is one entity,
     named by its first term (the others are its aliases). For a knowledge base's passages, with its
     curator's rules (``graph_curation``) and without the ``common`` names of its version."""
-    from engines.analysis import normalize
     from engines.graph_extraction import EntityExtractor
 
-    aliases: dict[str, str] = {}
     groups = Synonym.objects.filter(tenant_id=tenant_id, kind=Synonym.Kind.EQUIVALENT, is_active=True)
-    for terms in groups.order_by("id").values_list("terms", flat=True):
+    aliases = _aliases(groups.order_by("id").values_list("terms", flat=True))
+    curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
+    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation, common)
+
+
+def _aliases(groups: Iterable[Sequence[str]]) -> dict[str, str]:
+    """Alias -> entity name (both normalized): each two-way synonym group is one entity, named by its
+    first term; the first group naming an alias wins."""
+    from engines.analysis import normalize
+
+    aliases: dict[str, str] = {}
+    for terms in groups:
         names = [normalize(term) for term in terms]
         for alias in names[1:]:
             aliases.setdefault(alias, names[0])
-    curation = None if knowledge_base_id is None else graph_curation([knowledge_base_id])
-    return EntityExtractor(analyzer_for_tenant(tenant_id), aliases, curation, common)
+    return aliases
 
 
 def graph_curation(knowledge_base_ids: Iterable[int]) -> Curation:
