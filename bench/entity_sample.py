@@ -6,6 +6,11 @@ printed as ``name/kind``.
 
     .venv/bin/python bench/entity_sample.py [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
 
+``--tagger cutword`` (tried, not shipped: ``pip install cutword==0.1.1``) takes the Chinese names from
+cutword's BiLSTM-CRF tagger instead (its person, place, organisation, brand, food, work and event spans
+of two characters or more, unless jieba's dictionary has the word as anything but a proper noun), the
+Latin ones from the extractor, and prints the tagger's time per passage.
+
 Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMARKS.md, "Graph retrieval".
 """
 
@@ -25,9 +30,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--corpus", type=Path, help="a BEIR dataset's folder (its corpus.jsonl) instead of sample_kb/")
+    parser.add_argument("--tagger", choices=["extractor", "cutword"], default="extractor")
     options = parser.parse_args()
     _common.setup_django()
-    from engines.analysis import Analyzer
+    from engines.analysis import Analyzer, han_runs
     from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor, common_names
 
     if options.corpus:
@@ -44,11 +50,49 @@ def main() -> None:
     kinds: dict[str, str] = {}
     for entities in extractions:
         for entity in entities:
-            if entity.name not in common or entity.kind == "term":
+            if (entity.name not in common or entity.kind == "term") and (
+                options.tagger == "extractor" or next(han_runs(entity.name), None) is None
+            ):
                 kinds.setdefault(entity.name, entity.kind)
+    if options.tagger == "cutword":
+        kinds.update(_tagged_names(texts))
     picked = sorted(random.Random(options.seed).sample(sorted(kinds), min(options.size, len(kinds))))
     print(f"extractor {EXTRACTOR_VERSION}: {len(texts)} passages, {len(kinds)} distinct entities, {len(common)} common")
     print(" | ".join(f"{name}/{kinds[name]}" for name in picked))
+
+
+# cutword's span types kept, as entity kinds
+_CUTWORD_KINDS = {
+    "PERSON": "person", "LOC": "place", "ORG": "organisation", "COMMERCIAL": "brand", "FOOD": "dish",
+    "CREATION": "work", "INCIDENT": "event",
+}  # fmt: skip
+
+
+def _tagged_names(texts: list[str]) -> dict[str, str]:
+    """Chinese names by cutword's tagger; a word jieba's dictionary has as a common word is none."""
+    import time
+    import warnings
+
+    from cutword import NER
+
+    from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag, han_runs
+
+    warnings.filterwarnings("ignore", module="cutword")  # its tensors' deprecation warnings
+    tagger = NER()
+    started = time.perf_counter()
+    spans = tagger.predict(texts)
+    elapsed = time.perf_counter() - started
+    characters = sum(map(len, texts))
+    print(f"cutword: {elapsed / len(texts) * 1000:.1f} ms a passage ({characters / len(texts):.0f} characters)")
+    names: dict[str, str] = {}
+    for passage in spans:
+        for span in passage:
+            name, kind = span.entity.strip().lower(), _CUTWORD_KINDS.get(span.ner_type_en)
+            tag = dictionary_tag(name)
+            proper = tag == OUT_OF_DICTIONARY or tag[:2] in ("nr", "ns", "nt", "nz")
+            if kind and len(name) >= 2 and next(han_runs(name), None) is not None and proper:
+                names.setdefault(name, kind)
+    return names
 
 
 if __name__ == "__main__":
