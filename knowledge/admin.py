@@ -5,7 +5,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
 from django.urls import path, re_path
 from django_celery_beat.validators import crontab_validator
 
@@ -14,7 +13,7 @@ from engines.embedders import EmbeddingError, get_embedder
 from knowledge import (
     console,
     graph_admin,  # noqa: F401 - registers the graph browsers
-    vocabulary,
+    vocabulary_admin,  # noqa: F401 - registers the vocabulary pages
 )
 from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
 from knowledge.documents import delete_document, update_document_labels
@@ -23,7 +22,6 @@ from knowledge.knowledge_bases import create_knowledge_base, delete_knowledge_ba
 from knowledge.models import (
     PLAIN,
     Chunk,
-    DictionaryTerm,
     Document,
     GraphCommunity,
     GraphEntity,
@@ -31,7 +29,6 @@ from knowledge.models import (
     KnowledgeBaseVersion,
     KnowledgeSource,
     SourceRun,
-    Synonym,
 )
 from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import latest_runs, source_schedule
@@ -454,58 +451,3 @@ class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
     def delete_queryset(self, request, queryset):
         for tenant in queryset:
             delete_tenant(tenant)
-
-
-class BulkImportExport:
-    """An ``Import`` link on the change list (``knowledge.console.import_view``) and export actions."""
-
-    import_formats: list[str] = []
-
-    def get_urls(self):
-        view = self.admin_site.admin_view(self.import_view)
-        name = f"{self.opts.app_label}_{self.opts.model_name}_import"
-        return [path("import/", view, name=name), *super().get_urls()]
-
-    def import_view(self, request):
-        title = f"Import {self.opts.verbose_name_plural}"
-        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
-        return console.import_view(request, context, model_admin=self, formats=self.import_formats)
-
-    def _download(self, text: str, filename: str) -> HttpResponse:
-        content_type = "text/csv" if filename.endswith(".csv") else "text/plain"
-        response = HttpResponse(text, content_type=f"{content_type}; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
-
-
-@admin.register(DictionaryTerm)
-class DictionaryTermAdmin(BulkImportExport, ConflictsAnsweredAdmin):
-    """Protected terms change tokenization: rebuild the keyword index afterwards
-    (``manage.py rebuild_lexical_index``); searches say so until then."""
-
-    list_display = ["value", "kind", "tenant", "note", "created_at"]
-    list_filter = ["kind", "tenant"]
-    search_fields = ["value", "note"]
-    import_formats = [vocabulary.TERMS_CSV]
-    actions = ["export_csv"]
-
-    @admin.action(description="Export selected as CSV", permissions=["view"])
-    def export_csv(self, request, queryset):
-        return self._download(vocabulary.export_terms_csv(queryset), "protected-terms.csv")
-
-
-@admin.register(Synonym)
-class SynonymAdmin(BulkImportExport, ConflictsAnsweredAdmin):
-    list_display = ["__str__", "kind", "weight", "is_active", "tenant"]
-    list_filter = ["kind", "is_active", "tenant"]
-    search_fields = ["terms", "replacements"]
-    import_formats = [vocabulary.SYNONYMS_CSV, vocabulary.SYNONYMS_SOLR]
-    actions = ["export_csv", "export_solr"]
-
-    @admin.action(description="Export selected as CSV", permissions=["view"])
-    def export_csv(self, request, queryset):
-        return self._download(vocabulary.export_synonyms_csv(queryset), "synonyms.csv")
-
-    @admin.action(description="Export selected in Solr format (active rules)", permissions=["view"])
-    def export_solr(self, request, queryset):
-        return self._download(vocabulary.export_synonyms_solr(queryset), "synonyms.txt")

@@ -24,9 +24,10 @@ from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
+from retrieval.graph_serializers import MAX_COMMUNITY_LEVEL
 from retrieval.highlight import highlight, terms
 from retrieval.selectors import recent_runs
-from retrieval.serializers import MAX_CANDIDATES, MAX_COMMUNITY_LEVEL, MAX_HOPS, MAX_QUERY_CHARS
+from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.services.console import record_run
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE

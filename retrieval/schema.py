@@ -17,7 +17,8 @@ from drf_spectacular.utils import (
 )
 
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, cost_example, error_responses
-from retrieval.serializers import GlobalGraphOutput, SearchOutput
+from retrieval.graph_serializers import GlobalGraphOutput
+from retrieval.serializers import SearchOutput
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [

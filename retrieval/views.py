@@ -13,7 +13,8 @@ from core.request_id import request_id_of
 from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
-from retrieval.serializers import GraphSearchInput, ModeSearchInput, SearchInput
+from retrieval.graph_serializers import GraphSearchInput
+from retrieval.serializers import ModeSearchInput, SearchInput
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.types import MODES, QueryVector, SearchRequest
 from tenants.authentication import HasTenant

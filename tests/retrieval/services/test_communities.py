@@ -12,7 +12,7 @@ from engines.embedders import get_embedder
 from knowledge.models import Chunk, GraphCommunity, KnowledgeBaseVersion
 from knowledge.selectors import analyzer_for_tenant
 from knowledge.stores import graph_store
-from retrieval.serializers import GlobalGraphOutput
+from retrieval.graph_serializers import GlobalGraphOutput
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import small_kb
