@@ -1,8 +1,8 @@
 """A random sample of the entities the current extractor finds, for judging their precision by hand
 (issue 29): distinct names drawn with a fixed seed from every parsed section of ``sample_kb/`` or every
-passage of a BEIR corpus (``--corpus``), with no curated vocabulary and without the names in a large
-share of the passages (``engines.graph_extraction.common_names``, as ``rebuild_graph`` drops them),
-printed as ``name/kind``.
+passage of a BEIR corpus (``--corpus``), with no curated vocabulary (``--tenant``: that tenant's) and
+without the names in a large share of the passages (``engines.graph_extraction.common_names``, as
+``rebuild_graph`` drops them), printed as ``name/kind``.
 
     .venv/bin/python bench/entity_sample.py [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
 
@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--corpus", type=Path, help="a BEIR dataset's folder (its corpus.jsonl) instead of sample_kb/")
     parser.add_argument("--tagger", choices=["extractor", "cutword"], default="extractor")
+    parser.add_argument("--tenant", help="extract with this tenant's curated vocabulary (e.g. load_sample's demo)")
     options = parser.parse_args()
     _common.setup_django()
     from engines.analysis import Analyzer, han_runs
@@ -44,7 +45,13 @@ def main() -> None:
         from knowledge.parsing import parse_file
 
         texts = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]
-    extractor = EntityExtractor(Analyzer())
+    if options.tenant:
+        from knowledge.graph_selectors import entity_extractor_for_tenant
+        from tenants.selectors import tenant_by_name
+
+        extractor = entity_extractor_for_tenant(tenant_by_name(options.tenant).pk)
+    else:
+        extractor = EntityExtractor(Analyzer())
     extractions = [extractor.extract(text).entities for text in texts]
     common = common_names(Counter(entity.name for entities in extractions for entity in entities), len(texts))
     kinds: dict[str, str] = {}

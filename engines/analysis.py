@@ -181,6 +181,11 @@ def _han_words(han_run: str) -> tuple[str, ...]:
     return tuple(_segmenter().lcut(han_run, HMM=True))
 
 
+def dictionary_frequency(word: str) -> int:
+    """How often jieba's dictionary counts ``word`` (0 when it does not hold it)."""
+    return _segmenter().FREQ.get(word, 0) or 0
+
+
 def dictionary_tag(word: str) -> str:
     """jieba's dictionary part-of-speech tag of ``word``, or ``OUT_OF_DICTIONARY``."""
     return _dictionary_tags().get(word, OUT_OF_DICTIONARY)

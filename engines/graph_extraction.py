@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from engines.analysis import (
     OUT_OF_DICTIONARY,
     Analyzer,
+    dictionary_frequency,
     dictionary_tag,
     han_runs,
     latin_compounds,
@@ -53,7 +54,9 @@ from engines.graph_relations import Span, stated_relations
 # passage writes in lower case; a code sheds a hyphenated modifier; synonym-group terms are entities; names in a
 # large share of a version's passages are dropped on rebuild (``common_names``); a protected term of several words
 # is named with its spaces.
-EXTRACTOR_VERSION = "6"
+# 7: Chinese names by dictionary tag only (a person with a surname, a transliteration in its characters), compound
+# shop and maker names (粤海茶楼); a plain noun alone is no entity (extractor 6's "full variant", now with bridges).
+EXTRACTOR_VERSION = "7"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
 # below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
@@ -68,8 +71,53 @@ MAX_PHRASE_WORDS = 3
 QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
 FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
-# jieba POS flags kept, by prefix; plain nouns ("n") only from two characters on
-_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation", "nz": "proper"}
+# jieba dictionary tags kept, by prefix: a person only where a common surname starts it (the dictionary
+# tags 齐全, 续航 or 胡萝卜 nr too); a plain noun is no entity by itself, only inside a compound name.
+_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation"}
+_TRANSLITERATED = "nrt"
+# A word tagged a person that jieba's dictionary counts more often than this is a common word first
+# (顾客 1,365, 胡同 1,762, 明白 10,875; 岳飞 680): the few famous names above it are lost.
+PERSON_MAX_FREQUENCY = 800  # a foreign name (马里奥): no surname to check
+# Common Chinese surnames (the Hundred Family Surnames' most frequent, and compound ones).
+_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
+    "崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊"
+    "葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉"
+    "骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏"
+    "宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+)
+# The characters Chinese writes foreign names with (马里奥, 特鲁多, 梅塞德斯).
+_TRANSLITERATION = frozenset(
+    "阿艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨波伯勃博布查达戴丹道德登迪蒂丁东杜多厄恩尔法范菲斐费芬丰佛弗福"
+    "富盖甘冈高戈格葛根古瓜圭哈海汉豪赫黑亨洪胡华怀霍基吉济加佳贾杰捷金卡凯坎康考柯科克肯库夸奎昆拉莱赖兰朗劳"
+    "勒雷蕾黎里理利莉丽连林琳留隆卢鲁陆路伦罗洛吕马玛迈麦曼芒梅美门蒙米密明摩莫墨默姆穆纳娜奈南内尼妮涅宁纽"
+    "努诺欧帕潘庞佩彭皮平珀普齐奇恰乔琴琼丘屈让热瑞若撒萨塞赛桑瑟森沙莎尚舍圣施什史舒斯松苏索塔泰坦汤唐特提"
+    "汀通图托瓦万旺威韦维温文沃乌伍武西希锡席夏谢辛休许雅亚扬耶伊依因英尤于约泽扎詹兹佐"
+)
+_COMPOUND_SURNAMES = (
+    "欧阳",
+    "司马",
+    "上官",
+    "诸葛",
+    "东方",
+    "皇甫",
+    "尉迟",
+    "公孙",
+    "慕容",
+    "长孙",
+    "夏侯",
+    "轩辕",
+    "令狐",
+)
+# What ends a shop's, a maker's or an organisation's name (粤海茶楼, 勐海晨光茶厂, 华瑞电器): a compound of
+# a proper word and nouns is a name when its last word ends so. General Chinese naming, not drawn from a corpus.
+_NAME_HEADS = (
+    "公司", "集团", "银行", "大学", "学院", "学校", "医院", "中心", "协会", "研究所", "研究院", "委员会", "餐厅", "饭店",
+    "酒店", "酒家", "酒楼", "茶楼", "茶馆", "面馆", "小馆", "菜馆", "餐馆", "食堂", "超市", "商场", "电器", "科技", "电子",
+    "物流", "快递", "工作室", "俱乐部", "出版社", "馆", "坊", "楼", "店", "厂", "社", "铺", "寺", "庙", "宫", "院",
+)  # fmt: skip
+_NAME_STARTS = frozenset({"nr", "nrt", "ns", "nt", "nz", "j", "x", OUT_OF_DICTIONARY})  # a compound name's first word
+_MAX_COMPOUND_WORDS = 4
 # Tags (by first letter) of the characters that edge no out-of-dictionary name: pronoun, preposition,
 # particle, conjunction, adverb, numeral, classifier, locality, modal, interjection, onomatopoeia. The
 # HMM glues them to a neighbour ("这张", "之初", "日起"); jieba's POS tagger kept none of those.
@@ -100,12 +148,55 @@ _LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  #
 
 
 def _han_kind(word: str, flag: str) -> str | None:
-    """The entity kind of a tagged Chinese word, or None. A word out of the dictionary is a proper-noun
-    candidate unless a function character edges it (the HMM's glue, not a name)."""
+    """The entity kind of a Chinese word by its dictionary tag, or None: plain nouns, other proper nouns
+    (nz: 普通, 联网 as often as 京沪铁路) and the HMM's out-of-dictionary words are entities only inside a
+    compound name (``_han_compounds``). A transliterated name is written in transliteration characters
+    (the dictionary tags 登基 and 称王 nrt too), a person's starts with a surname."""
+    if flag == _TRANSLITERATED:
+        return "person" if all(char in _TRANSLITERATION for char in word) else None
+    if flag.startswith("nr"):
+        surnamed = word[0] in _SURNAMES or word.startswith(_COMPOUND_SURNAMES)
+        common = dictionary_frequency(word) > PERSON_MAX_FREQUENCY
+        return "person" if surnamed and len(word) <= 4 and not common else None
+    return _HAN_KINDS.get(flag[:2])
+
+
+def _glued(word: str) -> bool:
+    """An out-of-dictionary word a function character edges: the HMM's glue ("这张", "日起"), no name."""
+    return any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
+
+
+def _nominal(word: str, flag: str) -> bool:
+    """A word that may go on a compound name: a noun of any kind, a name part, an unglued new word."""
     if flag == OUT_OF_DICTIONARY:
-        glued = any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
-        return None if glued else "proper"
-    return _HAN_KINDS.get(flag[:2]) or ("noun" if flag == "n" else None)
+        return not _glued(word)
+    return flag[:1] == "n" or flag in ("j", "x", "zg")
+
+
+def _han_compounds(tagged: list[tuple[int, str, str]]) -> dict[int, int]:
+    """Compound names of adjacent words: a proper, place, abbreviated or new word, then nouns, the last
+    ending in a name's head (粤海 + 茶楼, 勐海 + 晨光 + 茶厂, 湘味坊 alone): start index -> end index
+    (exclusive), the longest from each start, none overlapping."""
+    found: dict[int, int] = {}
+    at = 0
+    while at < len(tagged):
+        offset, word, flag = tagged[at]
+        end = None
+        if flag in _NAME_STARTS and _nominal(word, flag):
+            position, stop = offset, min(len(tagged), at + _MAX_COMPOUND_WORDS)
+            for last in range(at, stop):
+                there, part, tag = tagged[last]
+                if there != position or not _nominal(part, tag):
+                    break
+                position += len(part)
+                if part.endswith(_NAME_HEADS) and position - offset >= 3:
+                    end = last + 1
+        if end is None:
+            at += 1
+        else:
+            found[at] = end
+            at = end
+    return found
 
 
 @dataclass(frozen=True)
@@ -238,9 +329,9 @@ class EntityExtractor:
         found, position = [], 0
         for token in self.analyzer.protected_terms(folded):
             term = token.replace("_", " ")  # the analyzer's token of a term of several words
-            at = folded.find(term, position)  # terms come in text order
-            position = max(at, position)
-            found.append(_Mention(self._resolve(term), term, "term", position))
+            at = folded.find(term, position)  # terms come in text order; the next is found after this one
+            found.append(_Mention(self._resolve(term), term, "term", max(at, position)))
+            position = max(at + len(term), position)
         return found
 
     def _synonym_terms(self, folded: str) -> list[_Mention]:
@@ -253,10 +344,19 @@ class EntityExtractor:
 
     def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
         found = []
-        for offset, word, flag in tagged:
+        compounds = _han_compounds(tagged)
+        at = 0
+        while at < len(tagged):
+            offset, word, flag = tagged[at]
+            if (end := compounds.get(at)) is not None:
+                name = "".join(part for _, part, _ in tagged[at:end])
+                found.append(_Mention(self._resolve(name), name, "organisation", offset))
+                at = end
+                continue
             kind = _han_kind(word, flag)
             if kind and len(word) >= 2 and word not in self._stopwords:
                 found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
+            at += 1
         return found
 
     def _codes(self, text: str) -> list[_Mention]:

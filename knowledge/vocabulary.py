@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -29,6 +31,8 @@ FORMATS = {
     SYNONYMS_SOLR: "Synonyms, Solr format (a, b, c / a => b)",
     TERMS_CSV: "Protected terms, CSV (value,kind,note)",
 }
+# A vocabulary kept as files (a dataset's or the sample KB's): file name -> format.
+VOCABULARY_FILES = {"protected-terms.csv": TERMS_CSV, "synonyms.csv": SYNONYMS_CSV}
 SYNONYM_COLUMNS = ["terms", "replacements", "weight", "active"]
 TERM_COLUMNS = ["value", "kind", "note"]
 _TRUE, _FALSE = {"", "1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -68,6 +72,27 @@ def apply_import(tenant: Tenant, plan: Plan) -> None:
     for row in plan.update:
         row.save()
     expire_cached_answers(tenant.pk)
+
+
+def read_vocabulary_folder(folder: Path) -> dict[str, str]:
+    """The ``VOCABULARY_FILES`` a folder holds: file name -> text."""
+    return {name: (folder / name).read_text(encoding="utf-8") for name in VOCABULARY_FILES if (folder / name).is_file()}
+
+
+@transaction.atomic
+def import_vocabulary_files(tenant: Tenant, files: Mapping[str, str], where: str) -> int:
+    """Add and update what ``files`` (``VOCABULARY_FILES`` name -> text) hold; a line it cannot use is a
+    ``ValueError`` naming ``where``, the file and the line, and nothing is written. The changes made."""
+    changes = 0
+    for name, text in files.items():
+        plan = plan_import(tenant, VOCABULARY_FILES[name], text)
+        if plan.errors:
+            lines = "; ".join(f"line {number}: {message}" for number, message in plan.errors)
+            raise ValueError(f"{where}/{name}: {lines}")
+        if plan.changes:
+            apply_import(tenant, plan)
+            changes += plan.changes
+    return changes
 
 
 def export_synonyms_csv(synonyms) -> str:

@@ -46,13 +46,15 @@ class SourceFile:
 
 def discover_files(paths: Iterable[Path]) -> list[SourceFile]:
     """Supported files under the given paths. A file's URI is its path from the folder given
-    (``sample_kb/faq/x.csv``), or its name when given directly, so URIs do not depend on the cwd."""
+    (``sample_kb/faq/x.csv``), or its name when given directly, so URIs do not depend on the cwd. Hidden
+    files and folders under a folder (``.git/``, ``.vocabulary/``) are no documents."""
     found: dict[str, SourceFile] = {}
     for root in paths:
         root = Path(root)
         if root.is_dir():
             for path in sorted(p for p in root.rglob("*") if p.is_file()):
-                if path.suffix.lower() in SUPPORTED_SUFFIXES and not path.name.endswith(SIDECAR_SUFFIX):
+                hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+                if path.suffix.lower() in SUPPORTED_SUFFIXES and not path.name.endswith(SIDECAR_SUFFIX) and not hidden:
                     uri = f"{root.resolve().name}/{path.relative_to(root).as_posix()}"
                     found.setdefault(uri, SourceFile(path, uri))
         elif root.is_file():

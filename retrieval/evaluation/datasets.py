@@ -1,5 +1,6 @@
-"""BEIR-layout datasets: reading a folder's corpus, queries and judgments, and writing its corpus as
-files to ingest."""
+"""BEIR-layout datasets: reading a folder's corpus, queries and judgments (and the curated vocabulary a
+folder may ship in ``vocabulary/``, in the console's import formats), and writing its corpus as files
+to ingest."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from django.conf import settings
 
 from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, discover_files
+from knowledge.vocabulary import read_vocabulary_folder
 from retrieval.evaluation.metrics import Judgments
 
 DOC_SUFFIX = ".txt"
 # How the corpus is written as files (2: titles in sidecars, not in the text); part of the KB's name.
 CORPUS_LAYOUT = "2"
+# A dataset's curated vocabulary (``knowledge.vocabulary.VOCABULARY_FILES``): what an admin of that KB would keep.
+VOCABULARY_FOLDER = "vocabulary"
 
 
 @dataclass
@@ -32,6 +36,14 @@ class BeirDataset:
     corpus: dict[str, tuple[str, str]]  # id -> (title, text)
     queries: dict[str, str]
     qrels: dict[str, Judgments]  # only queries that have a text and at least one positive judgment
+    vocabulary: dict[str, str] = field(default_factory=dict)  # file name -> text, from ``vocabulary/``
+
+    @property
+    def vocabulary_sha256(self) -> str:
+        """The digest of the curated vocabulary the dataset ships (empty: none)."""
+        if not self.vocabulary:
+            return ""
+        return hashlib.sha256(json.dumps(self.vocabulary, sort_keys=True).encode()).hexdigest()
 
     @property
     def missing_judged_docs(self) -> int:
@@ -83,7 +95,8 @@ def load_dataset(path: Path, split: str, *, with_corpus: bool = True) -> BeirDat
         if queries.get(qid, "").strip() and any(grade > 0 for grade in judged.values())
     }
     corpus_sha256 = digest.hexdigest() if with_corpus else ""
-    return BeirDataset(path.resolve().name, path, split, corpus_sha256, corpus, queries, qrels)
+    vocabulary = read_vocabulary_folder(path / VOCABULARY_FOLDER) if with_corpus else {}
+    return BeirDataset(path.resolve().name, path, split, corpus_sha256, corpus, queries, qrels, vocabulary)
 
 
 # --- the evaluation corpus as files ------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The knowledge bases an evaluation runs on: the ``eval`` tenant's, built from a dataset's corpus, or
-a tenant's own with labelled queries."""
+"""The knowledge bases an evaluation runs on: the ``eval`` tenant's (or, for a dataset with a curated
+vocabulary, a tenant of its own), built from a dataset's corpus, or a tenant's own with labelled queries."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.db import transaction
+
 from engines import get_lexical_index
 from knowledge.ingestion.files import SourceFile
 from knowledge.ingestion.pipeline import Ingester, IngestReport
@@ -16,7 +18,8 @@ from knowledge.knowledge_bases import get_or_create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import PLAIN, KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of
-from retrieval.evaluation.datasets import CORPUS_LAYOUT, BeirDataset
+from knowledge.vocabulary import import_vocabulary_files
+from retrieval.evaluation.datasets import CORPUS_LAYOUT, VOCABULARY_FOLDER, BeirDataset
 from tenants.models import Tenant
 from tenants.selectors import tenant_by_name
 from tenants.services import get_or_create_tenant
@@ -44,8 +47,17 @@ class KbSettings:
         return f"{dataset.name}-{short_model}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"[:100]
 
 
-def eval_tenant() -> Tenant:
-    return get_or_create_tenant(EVAL_TENANT)
+def eval_tenant(dataset: BeirDataset | None = None) -> Tenant:
+    """The ``eval`` tenant; a dataset with a curated vocabulary gets a tenant of its own, named by the
+    vocabulary's digest and holding exactly that vocabulary (a vocabulary is the tenant's: it would
+    change the other sets' tokenization and graphs)."""
+    if dataset is None or not dataset.vocabulary:
+        return get_or_create_tenant(EVAL_TENANT)
+    name = f"{EVAL_TENANT}-{dataset.name}-{dataset.vocabulary_sha256[:8]}"
+    with transaction.atomic():
+        tenant = get_or_create_tenant(name)
+        import_vocabulary_files(tenant, dataset.vocabulary, str(dataset.path / VOCABULARY_FOLDER))
+    return tenant
 
 
 def eval_knowledge_base(
@@ -53,7 +65,7 @@ def eval_knowledge_base(
 ) -> tuple[KnowledgeBase, bool]:
     """The evaluation KB (created when missing); refuses a same-named KB built with another model."""
     kb, created = get_or_create_knowledge_base(
-        tenant=eval_tenant(),
+        tenant=eval_tenant(dataset),
         name=name or kb_settings.kb_name(dataset),
         embedding_model=kb_settings.model,
         chunk_size=kb_settings.chunk_size,

@@ -27,13 +27,19 @@ def relation_weights(extractor, text) -> dict[tuple[str, str], float]:
     return {tuple(sorted((source, target))): weight for source, target, weight, _ in relations}
 
 
-def test_chinese_entities_come_from_parts_of_speech(extractor):
-    found = entities(extractor, "王师傅在成都的北京大学食堂做菜，厨房很干净。")
-    assert found["王师傅"][0] == "person"
+def test_chinese_entities_come_from_dictionary_tags_and_compound_names(extractor):
+    found = entities(extractor, "王师傅在成都的北京大学做菜，厨房很干净。粤海茶楼的点心师傅来自清华大学食堂。")
+    assert found["王师傅"][0] == "person"  # a surname starts it
     assert found["成都"][0] == "place"
     assert found["北京大学"][0] == "organisation"
-    assert found["厨房"][0] == "noun"
+    assert found["粤海茶楼"][0] == found["清华大学食堂"][0] == "organisation"  # a name, then a shop's head
+    assert not {"厨房", "点心", "师傅", "茶楼"} & found.keys()  # a plain noun alone is no entity
     assert not {"在", "的", "做", "很", "干净"} & found.keys()  # no verbs, particles or adjectives
+
+
+@pytest.mark.parametrize("word", ["顾客", "齐全", "明白"])  # 胡萝卜 (a surname, rare) still is one
+def test_a_common_word_the_dictionary_tags_a_person_is_no_person(extractor, word):
+    assert word not in entities(extractor, f"{word}在王建国的店里。")
 
 
 def test_protected_terms_are_entities_counted_per_occurrence(extractor):
@@ -162,14 +168,14 @@ def test_query_ngrams_of_function_words_only_are_no_names(extractor):
     assert not {"how", "do i", "how do i", "the"} & set(names)
 
 
-def test_out_of_dictionary_words_are_proper_noun_candidates_unless_a_function_character_edges_them(extractor):
+def test_out_of_dictionary_words_name_an_entity_only_before_a_names_head(extractor):
     from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag
 
     assert dictionary_tag("渔安苑") == dictionary_tag("这张") == OUT_OF_DICTIONARY  # the HMM's words
-    found = entities(extractor, "渔安苑位于香港仔海旁。这张专辑很好听。")
-    assert found["渔安苑"][0] == "proper"
-    assert found["香港"][0] == "place" and found["专辑"][0] == "noun"  # dictionary words keep their tags
-    assert "这张" not in found  # 这 is a pronoun: the HMM glued it to its classifier
+    found = entities(extractor, "渔安苑位于香港仔海旁。这张专辑很好听。鹃城豆瓣厂在郫都区。")
+    assert found["香港"][0] == "place"  # a dictionary word keeps its tag
+    assert found["鹃城豆瓣厂"][0] == "organisation"  # a new word, then a maker's head
+    assert not {"渔安苑", "专辑", "这张"} & found.keys()  # a new word or a plain noun alone is no entity
 
 
 def test_extraction_cuts_no_han_run_again_that_analysis_cut_while_the_next_group_was_analyzed(extractor):

@@ -10,7 +10,12 @@ from engines.analysis import Analyzer, DictionaryEntry
 from engines.graph_extraction import STATED_WEIGHT, Curation, EntityExtractor
 from engines.graph_relations import relation_name
 
-TERMS = ["宁德时代", "锁匠科技", "中央厨房", "鱼香肉丝", "PortaLock Pro"]
+# The curated vocabulary the sentences name: a plain noun alone (锂电池, 门锁, 川菜) is no entity, so the
+# patterns are tested on terms an admin protected, as a KB with a vocabulary has them.
+TERMS = [
+    "宁德时代", "锁匠科技", "中央厨房", "鱼香肉丝", "PortaLock Pro", "锂电池", "菜品", "门锁", "华为", "手机", "厨房",
+    "空气净化器", "政策", "川菜",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +41,10 @@ def co_occurring(extractor: EntityExtractor, text: str) -> set[frozenset[str]]:
         ("宁德时代为门锁供货。", ("门锁", "supplied_by", "宁德时代")),
         ("华为生产手机。", ("手机", "made_by", "华为")),
         ("PPR-9087 使用 BT-200 电池。", ("ppr-9087", "uses", "bt-200")),
-        ("厨房采用空气净化器。", ("厨房", "uses", "净化器")),
+        ("厨房采用空气净化器。", ("厨房", "uses", "空气净化器")),
         ("退货政策适用于所有门锁。", ("政策", "applies_to", "门锁")),
         ("鱼香肉丝属于川菜。", ("鱼香肉丝", "part_of", "川菜")),
-        ("电池是门锁的一部分。", ("电池", "part_of", "门锁")),
+        ("锂电池是门锁的一部分。", ("锂电池", "part_of", "门锁")),
     ],
 )
 def test_chinese_statements(extractor, text, expected):
@@ -85,7 +90,7 @@ def test_no_statement_leaves_co_occurrence_only(extractor, text, pair):
 
 
 def test_a_stated_pair_is_typed_instead_of_co_occurring_and_weighs_more(extractor):
-    text = "PPR-9087 由锁匠科技生产，售价 1699 元。"
+    text = "PPR-9087 由锁匠科技生产，在成都销售。"
     relations = {(s, t): (w, kind) for s, t, w, kind in extractor.extract(text).named_relations()}
     weight, kind = relations["ppr-9087", "锁匠科技"]
     assert kind == "made_by" and weight > STATED_WEIGHT
@@ -107,7 +112,8 @@ def test_curation_merges_renames_and_deletes_at_extraction():
         labels={"锁匠科技": "锁匠科技有限公司"},
         deleted=frozenset({"售价"}),
     )
-    extractor = EntityExtractor(Analyzer([DictionaryEntry("term", "锁匠科技")]), curation=curation)
+    terms = [DictionaryEntry("term", term) for term in ("锁匠科技", "锁匠", "净化器", "售价")]
+    extractor = EntityExtractor(Analyzer(terms), curation=curation)
     extraction = extractor.extract("锁匠的空气净化器售价 1699 元，由锁匠科技生产。")
     by_name = {entity.name: entity for entity in extraction.entities}
     assert by_name["锁匠科技"].label == "锁匠科技有限公司" and by_name["锁匠科技"].count == 2  # merged + renamed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -51,6 +52,27 @@ def test_load_sample_prints_a_working_key_and_the_admin_link_for_the_port_served
     assert Document.objects.filter(tenant__name="sample-demo").count() == documents
     assert status_of_search(second_key) == 200
     assert status_of_search(first_key) == 403
+
+
+def test_load_sample_loads_the_samples_curated_vocabulary_and_its_graph_names_them(embedder):
+    from knowledge.management.commands.load_sample import SAMPLE_DIR, VOCABULARY_FOLDER
+    from knowledge.models import DictionaryTerm, GraphEntity, KnowledgeBase
+
+    output = load_sample()
+    assert "vocabulary: " in output and "vocabulary: " not in load_sample()  # the second run adds nothing
+    terms_file = (SAMPLE_DIR / VOCABULARY_FOLDER / "protected-terms.csv").read_text(encoding="utf-8")
+    terms = set(DictionaryTerm.objects.filter(tenant__name="sample-demo").values_list("value", flat=True))
+    assert "蜀香小馆" in terms and terms == {row["value"] for row in csv.DictReader(io.StringIO(terms_file))}
+    assert not Document.objects.filter(tenant__name="sample-demo", source_uri__contains=VOCABULARY_FOLDER).exists()
+
+    kb = KnowledgeBase.objects.get(tenant__name="sample-demo", name="sample")
+    names = set(GraphEntity.objects.filter(kb_version=kb.active_version).values_list("name", flat=True))
+    assert {"蜀香小馆", "鱼香肉丝", "宫保鸡丁"} <= names  # curated dish and shop names are entities
+    assert not {"售价", "客人", "道菜", "无法", "信息"} & names  # plain nouns alone are not
+    raw_key = printed_key(load_sample())
+    body = json.dumps({"query": "Shuxiang Bistro"})  # the shop's synonym
+    response = client_with_key(raw_key).post("/api/v1/retrieval/graph", data=body, content_type="application/json")
+    assert response.status_code == 200 and "蜀香小馆" in response.json()["results"][0]["content"]
 
 
 # --- check_kb -------------------------------------------------------------------------------------

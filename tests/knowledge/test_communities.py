@@ -31,8 +31,14 @@ DISHES = [
 ]
 
 
+DISH_NAMES = ["鱼香肉丝", "宫保鸡丁", "麻婆豆腐"]  # the tenant's curated terms: jieba tags no dish as a name
+
+
 @pytest.fixture
 def kb(tenant, embedder, tmp_path):
+    from knowledge.models import DictionaryTerm
+
+    DictionaryTerm.objects.bulk_create(DictionaryTerm(tenant=tenant, value=name) for name in DISH_NAMES)
     kb = create_knowledge_base(tenant=tenant, name="docs", chunk_size=120, chunk_overlap=16)
     for name, texts in (("locks", LOCKS), ("dishes", DISHES)):
         for position, text in enumerate(texts):

@@ -164,8 +164,8 @@ def test_graph_mode_shows_each_hits_path_and_takes_hops(admin_client, sample_kb)
     assert all(len(row["legs"][0]["path"]) == 1 for row in zero.context["outcome"]["hits"])
 
 
-def test_the_graph_global_scope_shows_communities_with_summaries_key_entities_and_passages(admin_client, sample_kb):
-    query = "鱼香肉丝 川菜 招牌菜"
+def test_the_graph_global_scope_shows_communities_with_summaries_key_entities_and_passages(admin_client, two_levels):
+    sample_kb, query = two_levels, "鱼香肉丝 川菜 招牌菜"
     page = admin_client.post(TESTING, form(sample_kb.tenant, query, mode="graph", graph_scope="global", top_k=3))
     assert page.status_code == 200 and page.context.get("outcome") is None
     communities = page.context["communities"]["communities"]

@@ -6,16 +6,18 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from knowledge.vocabulary import import_vocabulary_files, read_vocabulary_folder
 from tenants.models import Scope
 from tenants.services import create_api_key, get_or_create_tenant, revoke_api_key
 
 SAMPLE_DIR = Path(settings.BASE_DIR) / "sample_kb"
+VOCABULARY_FOLDER = ".vocabulary"  # hidden: no document of the KB (``discover_files``)
 DEMO_KEY_NAME = "readme-demo"
 
 
 class Command(BaseCommand):
     help = (
-        "Set up the demo: tenant 'demo', the sample knowledge base, an admin login and an API key. "
+        "Set up the demo: tenant 'demo', the sample knowledge base and its curated vocabulary, an admin login and an API key. "
         "Passwords and keys are stored hashed, so each run issues fresh ones and revokes the previous demo key."
     )
 
@@ -28,6 +30,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, tenant: str, kb: str, base_url: str, **options):
         owner = get_or_create_tenant(tenant)
+        # The sample's curated vocabulary first: its terms shape tokenization and the graph's entities.
+        vocabulary = SAMPLE_DIR / VOCABULARY_FOLDER
+        if added := import_vocabulary_files(owner, read_vocabulary_folder(vocabulary), str(vocabulary)):
+            self.stdout.write(f"vocabulary: {added} protected terms and synonym groups added or updated")
         call_command("ingest", str(SAMPLE_DIR), tenant=owner.name, kb=kb, stdout=self.stdout, stderr=self.stderr)
 
         password = secrets.token_urlsafe(12)

@@ -13,10 +13,8 @@ from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_W
 from retrieval.evaluation import protocol
 from retrieval.evaluation.datasets import corpus_files, load_dataset
 from retrieval.evaluation.knowledge_bases import (
-    EVAL_TENANT,
     KbSettings,
     eval_knowledge_base,
-    eval_tenant,
     ingest_corpus,
     labelled_knowledge_base,
 )
@@ -223,7 +221,8 @@ class Command(BaseCommand):
         if options["tenant"]:
             tenant, kb, ingestion = *self._labelled_kb(options["tenant"], options["kb"]), None
         else:
-            tenant, kb, ingestion = eval_tenant(), *self._ingested_kb(dataset, options)
+            kb, ingestion = self._ingested_kb(dataset, options)
+            tenant = kb.tenant
 
         query_ids = list(dataset.qrels)[: options["limit"]]
         results = []
@@ -261,10 +260,11 @@ class Command(BaseCommand):
                 f"{options['dataset']} has no {protocol.REFERENCE_SET} dataset with a train or dev split"
             )
         variants = {**protocol.leg_variants(), **{name: protocol.variant_of(name) for name in protocol.CANDIDATES}}
-        tenant, runs, query_halves = eval_tenant(), {}, {}
+        runs, query_halves = {}, {}
         for name, (folder, split) in zip(names, splits, strict=True):
             dataset = load_dataset(folder, split)
             kb, _ = self._ingested_kb(dataset, options)
+            tenant = kb.tenant
             query_ids = list(dataset.qrels)[: options["limit"]]
             query_halves[name] = protocol.halves(query_ids)
             runs[name] = {}
@@ -367,7 +367,7 @@ class Command(BaseCommand):
             kb, created = eval_knowledge_base(dataset, kb_settings, options["kb"])
         except (ValueError, InvalidChunking) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {EVAL_TENANT}/{kb.name}")
+        self.stdout.write(f"{'created' if created else 'reusing'} knowledge base {kb.tenant.name}/{kb.name}")
         files = corpus_files(dataset)
         with tqdm(total=len(files), unit="doc", desc="ingest", disable=options["no_progress"], file=self.stderr) as bar:
             ingestion = ingest_corpus(kb, files, bar.update)

@@ -81,6 +81,38 @@ def test_evaluate_command_end_to_end(tmp_path, settings):
     assert "bm25 cand=100" in out.getvalue() and "+0.0000" in out.getvalue()
 
 
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_datasets_curated_vocabulary_goes_to_a_tenant_of_its_own(tmp_path, settings):
+    from knowledge.models import DictionaryTerm, GraphEntity, Synonym
+
+    settings.VAR_DIR = tmp_path / "var"
+    dataset = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    (dataset / "vocabulary").mkdir()
+    (dataset / "vocabulary" / "protected-terms.csv").write_text("value,kind,note\nswing rhythms,term,a style\n")
+    (dataset / "vocabulary" / "synonyms.csv").write_text(
+        'terms,replacements,weight,active\n"magma,molten rock",,,true\n'
+    )
+    for _ in range(2):  # the second run finds the tenant's vocabulary as the files have it
+        out = io.StringIO()
+        call_command("evaluate", dataset=dataset, split="test", modes="bm25", no_progress=True, stdout=out,
+                     output=tmp_path / "report.json")  # fmt: skip
+    kb = KnowledgeBase.objects.select_related("tenant").get(name__startswith="tiny-")
+    assert (
+        kb.tenant.name.startswith("eval-tiny-")
+        and f"reusing knowledge base {kb.tenant.name}/{kb.name}" in out.getvalue()
+    )
+    assert list(DictionaryTerm.objects.filter(tenant=kb.tenant).values_list("value", flat=True)) == ["swing rhythms"]
+    assert [group.terms for group in Synonym.objects.filter(tenant=kb.tenant)] == [["magma", "molten rock"]]
+    assert not DictionaryTerm.objects.filter(tenant__name="eval").exists()  # the other sets' tenant keeps none
+    entities = GraphEntity.objects.filter(kb_version=kb.active_version)
+    assert entities.filter(name="swing rhythms", kind="term").exists()  # a protected term is an entity
+
+    (dataset / "vocabulary" / "protected-terms.csv").write_text("value,kind,note\n(unclosed,pattern,\n")
+    with pytest.raises(CommandError, match=r"protected-terms.csv: line 2"):
+        call_command("evaluate", dataset=dataset, split="test", modes="bm25", no_progress=True, stdout=io.StringIO())
+
+
 # --- sweeps on a tenant's own knowledge base ----------------------------------------------------------
 
 

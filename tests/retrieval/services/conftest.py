@@ -13,14 +13,17 @@ from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
 
 
-def small_kb(folder: Path, files: dict[str, str], name: str, **kb_options):
+def small_kb(folder: Path, files: dict[str, str], name: str, terms: tuple[str, ...] = (), **kb_options):
     """A KB of a new tenant with these files (name -> text), in passages of 120 tokens unless
-    ``kb_options`` say otherwise, ingested."""
+    ``kb_options`` say otherwise, ingested; ``terms``: the tenant's curated (protected) terms, which
+    name entities a plain noun or an untagged dish name would not (鱼香肉丝)."""
+    from knowledge.models import DictionaryTerm
+
     for file_name, text in files.items():
         (folder / file_name).write_text(text, encoding="utf-8")
-    kb = create_knowledge_base(
-        tenant=TenantFactory(), name=name, **{"chunk_size": 120, "chunk_overlap": 0, **kb_options}
-    )
+    tenant = TenantFactory()
+    DictionaryTerm.objects.bulk_create(DictionaryTerm(tenant=tenant, value=term) for term in terms)
+    kb = create_knowledge_base(tenant=tenant, name=name, **{"chunk_size": 120, "chunk_overlap": 0, **kb_options})
     Ingester(kb).ingest(discover_files([folder]))
     return kb
 

@@ -67,7 +67,7 @@ QUERY = "What price cut do partners get on the air monitor in the kitchen that s
 
 @pytest.fixture
 def kb(tmp_path, embedder):
-    return small_kb(tmp_path, FILES, "bridges")
+    return small_kb(tmp_path, FILES, "bridges", terms=("鱼香肉丝",))
 
 
 @pytest.mark.slow
@@ -105,7 +105,9 @@ def test_a_bridged_child_counts_as_its_parent_passage(tmp_path, embedder, settin
     """In a parent_child KB the bridges leave and reach child chunks and are placed as their parent
     passages: every hit a parent, each once (test_parents checks the keys of a child only a bridge reached)."""
     settings.GRAPH_BRIDGE_SLOTS, settings.GRAPH_BRIDGE_RANK, settings.GRAPH_BRIDGE_HEAD = 2, 8, 5
-    kb = small_kb(tmp_path, FILES, "bridges-parents", chunking="parent_child", chunk_size=12, parent_chunk_size=120)
+    kb = small_kb(
+        tmp_path, FILES, "bridges-parents", ("鱼香肉丝",), chunking="parent_child", chunk_size=12, parent_chunk_size=120
+    )
     three_way = run(kb, QUERY, mode="hybrid", graph=True, top_k=20)
     bridged = [hit for hit in three_way.results if "bridge" in hit.retrievers.get("graph", {})]
     assert {hit.source_uri.rsplit("/", 1)[-1] for hit in bridged} == {"monitor.txt", "offer.txt"}

@@ -49,16 +49,17 @@ def test_communities_come_ranked_with_summaries_key_entities_and_passages(sample
     assert set(body["timings_ms"]) >= {"graph", "bm25", "vector", "fuse", "total"}
 
 
-def test_a_level_below_names_its_parents(sample_kb):
-    body = global_search(client_for(sample_kb.tenant), "智能门锁 指纹 密码", level=1, top_k=5)
+def test_a_level_below_names_its_parents(two_levels):
+    sample_kb = two_levels
+    body = global_search(client_for(sample_kb.tenant), "PortaLock Pro PPR-9087 智能门锁", level=1, top_k=5)
     parents = set(
         GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=0).values_list("number", flat=True)
     )
     assert body["communities"] and all(c["level"] == 1 and c["parent"] in parents for c in body["communities"])
 
 
-def test_supporting_passages_obey_the_filters(sample_kb):
-    client = client_for(sample_kb.tenant)
+def test_supporting_passages_obey_the_filters(two_levels):
+    client = client_for(two_levels.tenant)
     body = global_search(client, "PPR-9087-BAT 锂电池", level=1, top_k=10, filters={"doc_type": "pdf"})
     chunk_ids = [chunk["chunk_id"] for c in body["communities"] for chunk in c["chunks"]]
     assert chunk_ids

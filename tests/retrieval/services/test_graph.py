@@ -27,7 +27,7 @@ FILES = {
 
 @pytest.fixture
 def kb(tmp_path, embedder):
-    return small_kb(tmp_path, FILES, "graph")
+    return small_kb(tmp_path, FILES, "graph", terms=("鱼香肉丝",))
 
 
 def ranked_files(kb, query: str, hops: int) -> list[str]:
