@@ -37,7 +37,7 @@ from retrieval_client.langchain import (
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
 from tests.peers import Peer, Reply
-from tests.retrieval.test_views import MANUALS, build_corpus
+from tests.retrieval.api_corpus import MANUALS, build_corpus
 
 INTEGRATIONS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 KETTLE_QUERY = "How long does the kettle need to boil water?"

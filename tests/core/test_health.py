@@ -1,5 +1,5 @@
 """/health, /ready (each check, and which one failed) and /api/v1/stats. (Degraded searches through the
-API, with really broken engines: tests/retrieval/test_views.py.)"""
+API, with really broken engines: tests/retrieval/test_views_degradation.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Dify's side of its External Knowledge API, replayed: the requests langgenius/dify sends
+"""Fixtures of the retrieval tests: the API tests' corpus, the sample KB split into two community levels,
+and Dify's side of its External Knowledge API, replayed: the requests langgenius/dify sends
 (``api/services/knowledge/external/service.py`` through ``api/core/helper/ssrf_proxy.py``) and how it
 reads the answers (``execute_external_knowledge_retrieval``; citations in
 ``api/services/knowledge/retrieval/dataset_retrieval.py``)."""
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 from django.core.wsgi import get_wsgi_application
+
+from tests.retrieval.api_corpus import ASTRONOMY, MANUALS, build_corpus
 
 # ssrf_proxy: STATUS_FORCELIST, BACKOFF_FACTOR, SSRF_DEFAULT_MAX_RETRIES and SSRF_DEFAULT_*_TIME_OUT.
 RETRIED_STATUSES = (429, 500, 502, 503, 504)
@@ -138,3 +141,9 @@ def two_levels(sample_kb, settings):
     rebuild_communities(sample_kb.active_version)
     assert GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=1).exists()
     return sample_kb
+
+
+@pytest.fixture
+def corpus(tmp_path, tenant, embedder):
+    """The caller's tenant: KB "manuals" (3 documents) and KB "astronomy" (1 document)."""
+    return build_corpus(tmp_path, tenant, {"manuals": MANUALS, "astronomy": ASTRONOMY})

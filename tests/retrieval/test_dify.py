@@ -23,8 +23,8 @@ from tenants.models import RateTier
 from tenants.services import create_api_key, revoke_api_key
 from tests.conftest import client_for, client_with_key, corrupt_keyword_index
 from tests.factories import KnowledgeBaseFactory, TenantFactory
+from tests.retrieval.api_corpus import ingest, write_files
 from tests.retrieval.conftest import DifyClient, DifyRefused, MaxRetriesExceeded, dify_citations
-from tests.retrieval.test_views import ingest, write_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from engines.metering import KINDS
 from tenants.services import create_api_key, create_tenant
-from tests.retrieval.test_views import ingest, write_files
+from tests.retrieval.api_corpus import ingest, write_files
 
 SEARCH_PATHS = [f"/api/v1/retrieval/{name}" for name in ("vector", "bm25", "hybrid", "search")]
 ERROR_STATUSES = ["400", "401", "403", "404", "409", "413", "415", "422", "429", "503"]
@@ -212,7 +212,7 @@ def test_no_request_the_schema_calls_valid_is_rejected(case, fuzz_api_key):
         # value typed by its operator): tests/retrieval/test_filters.py and tests/retrieval/test_dify.py
         case.body.pop("filters", None)
         case.body.pop("metadata_condition", None)
-        # Valid only with the searched KB's model and dimension, which no schema can state: test_views.py
+        # Valid only with the searched KB's model and dimension, which no schema can state: test_views_query_vector.py
         case.body.pop("query_vector", None)
     response = case.call(headers={"Authorization": f"Bearer {fuzz_api_key}"})
     if response.status_code == 422:

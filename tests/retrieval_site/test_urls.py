@@ -20,7 +20,7 @@ from tenants.models import Scope
 from tenants.permissions import HasScope
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
-from tests.retrieval.test_views import ingest, write_files
+from tests.retrieval.api_corpus import ingest, write_files
 
 # Public by design: the OpenAPI document and its Swagger UI (health, ready and metrics live outside /api/).
 PUBLIC_API_ROUTES = {"api/schema/", "api/docs/"}

@@ -15,8 +15,8 @@ from knowledge.stores import graph_store
 from retrieval.graph_serializers import GlobalGraphOutput
 from tests.conftest import client_for
 from tests.factories import TenantFactory
+from tests.retrieval.api_corpus import assert_error, post_to
 from tests.retrieval.services.conftest import small_kb
-from tests.retrieval.test_views import assert_error, post_to
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
