@@ -59,10 +59,15 @@ def test_load_sample_loads_the_samples_curated_vocabulary_and_its_graph_names_th
     from knowledge.models import DictionaryTerm, GraphEntity, KnowledgeBase
 
     output = load_sample()
-    assert "vocabulary: " in output and "vocabulary: " not in load_sample()  # the second run adds nothing
     terms_file = (SAMPLE_DIR / VOCABULARY_FOLDER / "protected-terms.csv").read_text(encoding="utf-8")
     terms = set(DictionaryTerm.objects.filter(tenant__name="sample-demo").values_list("value", flat=True))
     assert "蜀香小馆" in terms and terms == {row["value"] for row in csv.DictReader(io.StringIO(terms_file))}
+    groups_file = (SAMPLE_DIR / VOCABULARY_FOLDER / "synonyms.csv").read_text(encoding="utf-8")
+    groups = list(csv.DictReader(io.StringIO(groups_file)))
+    assert f"vocabulary: {len(terms) + len(groups)} protected terms and synonym groups added" in output
+    DictionaryTerm.objects.filter(tenant__name="sample-demo", value="支付宝").delete()  # an admin's edit
+    assert "vocabulary: " not in load_sample()  # the next start leaves a curated tenant's vocabulary alone
+    assert not DictionaryTerm.objects.filter(tenant__name="sample-demo", value="支付宝").exists()
     assert not Document.objects.filter(tenant__name="sample-demo", source_uri__contains=VOCABULARY_FOLDER).exists()
 
     kb = KnowledgeBase.objects.get(tenant__name="sample-demo", name="sample")
