@@ -14,15 +14,12 @@ import tantivy
 from engines import lexical_filter as lf
 from engines.base import LexicalDocument, LexicalIndexError
 from engines.tantivy_index import TantivyLexicalIndex
-from tests.engines.test_lexical_index import (  # noqa: F401 (fixtures)
+from tests.engines.lexical_support import (
     STATE,
     TENANT,
     VERSION,
-    backend,
     bulk_ok,
     es_index,
-    fake,
-    index,
     ndjson,
 )
 
@@ -107,7 +104,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_field_filter_keeps_exactly_the_matching_entries_with_unfiltered_scores(index, case):  # noqa: F811
+def test_a_field_filter_keeps_exactly_the_matching_entries_with_unfiltered_scores(index, case):
     index.rebuild(VERSION, [entry(**row) for row in ROWS], **STATE)
     node, keep = CASES[case]
     unfiltered = {hit.chunk_id: hit.score for hit in index.search(VERSION, TENANT, ["warranty"], 100, None)}
@@ -145,7 +142,7 @@ def test_tantivy_index_built_before_the_fields_serves_without_them_until_rebuilt
     assert sorted(hit.chunk_id for hit in hits) == [1, 3]
 
 
-def test_es_search_puts_a_field_filter_in_filter_context(fake):  # noqa: F811
+def test_es_search_puts_a_field_filter_in_filter_context(fake):
     fake.route("POST", "/unit-kbv-3/_search", body={"hits": {"hits": []}})
     node = lf.And(
         (
@@ -175,7 +172,7 @@ def test_es_search_puts_a_field_filter_in_filter_context(fake):  # noqa: F811
 
 
 @pytest.mark.parametrize(("meta", "sent"), [({**STATE, "filters": "1"}, True), (STATE, False)])
-def test_es_writes_the_fields_only_into_a_generation_whose_mapping_has_them(fake, meta, sent):  # noqa: F811
+def test_es_writes_the_fields_only_into_a_generation_whose_mapping_has_them(fake, meta, sent):
     fake.route("HEAD", "/_alias/unit-kbv-3", 200, {})
     fake.route("GET", "/unit-kbv-3/_mapping", body={"unit-kbv-3-0": {"mappings": {"_meta": meta}}})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)

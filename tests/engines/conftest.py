@@ -1,0 +1,46 @@
+"""Fixtures of the engines' tests: the lexical contract's backends (tantivy always, Elasticsearch where
+``ELASTICSEARCH_URL`` is set) and the recording Elasticsearch fake."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from engines.base import LexicalIndex
+from engines.elasticsearch_index import ElasticsearchLexicalIndex
+from engines.tantivy_index import TantivyLexicalIndex
+from tests.engines.lexical_support import (
+    K1,
+    Backend,
+    FakeElasticsearch,
+)
+
+
+@pytest.fixture(params=["tantivy", "elasticsearch"])
+def backend(request, tmp_path) -> Iterator[Backend]:
+    if request.param == "tantivy":
+        yield Backend("tantivy", lambda: TantivyLexicalIndex(tmp_path / "lexical"), scale=K1 + 1)
+        return
+    url = os.environ.get("ELASTICSEARCH_URL")
+    if not url:
+        pytest.skip("ELASTICSEARCH_URL is not set: no Elasticsearch server on this machine")
+    prefix = f"test-lexical-{uuid.uuid4().hex[:12]}"
+    yield Backend("elasticsearch", lambda: ElasticsearchLexicalIndex(url, prefix=prefix), scale=1.0)
+    client = ElasticsearchLexicalIndex(url, prefix=prefix).client
+    names = list(client.indices.get_alias(index=f"{prefix}-*", expand_wildcards="all"))
+    if names:
+        client.options(ignore_status=404).indices.delete(index=",".join(names))
+
+
+@pytest.fixture
+def index(backend) -> LexicalIndex:
+    return backend.open()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeElasticsearch]:
+    with FakeElasticsearch() as fake:
+        yield fake
