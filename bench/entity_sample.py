@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--tenant", help="extract with this tenant's curated vocabulary (e.g. load_sample's demo)")
     options = parser.parse_args()
     _common.setup_django()
-    from engines.analysis import Analyzer, han_runs
+    from engines.analysis import Analyzer
     from engines.graph_extraction import EXTRACTOR_VERSION, EntityExtractor, common_names
 
     if options.corpus:
@@ -58,7 +58,7 @@ def main() -> None:
     for entities in extractions:
         for entity in entities:
             if (entity.name not in common or entity.kind == "term") and (
-                options.tagger == "extractor" or next(han_runs(entity.name), None) is None
+                options.tagger == "extractor" or not _has_han(entity.name)
             ):
                 kinds.setdefault(entity.name, entity.kind)
     if options.tagger == "cutword":
@@ -66,6 +66,12 @@ def main() -> None:
     picked = sorted(random.Random(options.seed).sample(sorted(kinds), min(options.size, len(kinds))))
     print(f"extractor {EXTRACTOR_VERSION}: {len(texts)} passages, {len(kinds)} distinct entities, {len(common)} common")
     print(" | ".join(f"{name}/{kinds[name]}" for name in picked))
+
+
+def _has_han(name: str) -> bool:
+    from engines.analysis import han_runs
+
+    return next(han_runs(name), None) is not None
 
 
 # cutword's span types kept, as entity kinds
@@ -82,7 +88,7 @@ def _tagged_names(texts: list[str]) -> dict[str, str]:
 
     from cutword import NER
 
-    from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag, han_runs
+    from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag
 
     warnings.filterwarnings("ignore", module="cutword")  # its tensors' deprecation warnings
     tagger = NER()
@@ -97,7 +103,7 @@ def _tagged_names(texts: list[str]) -> dict[str, str]:
             name, kind = span.entity.strip().lower(), _CUTWORD_KINDS.get(span.ner_type_en)
             tag = dictionary_tag(name)
             proper = tag == OUT_OF_DICTIONARY or tag[:2] in ("nr", "ns", "nt", "nz")
-            if kind and len(name) >= 2 and next(han_runs(name), None) is not None and proper:
+            if kind and len(name) >= 2 and _has_han(name) and proper:
                 names.setdefault(name, kind)
     return names
 

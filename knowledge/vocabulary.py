@@ -95,6 +95,14 @@ def import_vocabulary_files(tenant: Tenant, files: Mapping[str, str], where: str
     return changes
 
 
+def seed_vocabulary(tenant: Tenant, folder: Path) -> int | None:
+    """A folder's vocabulary (``read_vocabulary_folder``) into a tenant that has none yet, so an admin's
+    later edits outlive the next seeding: the changes made, or None when the tenant had a vocabulary."""
+    if DictionaryTerm.objects.filter(tenant=tenant).exists() or Synonym.objects.filter(tenant=tenant).exists():
+        return None
+    return import_vocabulary_files(tenant, read_vocabulary_folder(folder), str(folder))
+
+
 def export_synonyms_csv(synonyms) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

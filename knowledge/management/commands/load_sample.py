@@ -6,8 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from knowledge.models import DictionaryTerm, Synonym
-from knowledge.vocabulary import import_vocabulary_files, read_vocabulary_folder
+from knowledge.vocabulary import seed_vocabulary
 from tenants.models import Scope
 from tenants.services import create_api_key, get_or_create_tenant, revoke_api_key
 
@@ -31,12 +30,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, tenant: str, kb: str, base_url: str, **options):
         owner = get_or_create_tenant(tenant)
-        # The sample's curated vocabulary first (its terms shape tokenization and the graph's entities), and
-        # only into a tenant that has none: an admin's later edits in the console outlive the next start.
-        vocabulary = SAMPLE_DIR / VOCABULARY_FOLDER
-        curated = DictionaryTerm.objects.filter(tenant=owner).exists() or Synonym.objects.filter(tenant=owner).exists()
-        if not curated:
-            added = import_vocabulary_files(owner, read_vocabulary_folder(vocabulary), str(vocabulary))
+        # The sample's curated vocabulary first: its terms shape tokenization and the graph's entities.
+        if (added := seed_vocabulary(owner, SAMPLE_DIR / VOCABULARY_FOLDER)) is not None:
             self.stdout.write(f"vocabulary: {added} protected terms and synonym groups added")
         call_command("ingest", str(SAMPLE_DIR), tenant=owner.name, kb=kb, stdout=self.stdout, stderr=self.stderr)
 
