@@ -2,7 +2,8 @@
 
 The table needs ``id``, ``tenant_id``, ``kb_version_id``, ``embedding_dim``, ``embedding`` (a
 ``vector`` of any dimension) and ``content_hash``; one partial HNSW index per dimension on
-``embedding::halfvec(dim)`` (:meth:`PgVectorIndex.ensure_index`) lets KBs with different models share it.
+``embedding::halfvec(dim)`` (:meth:`PgVectorIndex.ensure_index`; :meth:`PgVectorIndex.rebuild_index` gives it
+new build parameters online) lets KBs with different models share it.
 The index stores half-precision copies (half the size and build memory of a ``vector`` index, same
 recall@10: docs/BENCHMARKS.md, "Scale to 1M chunks"); the rows keep full precision, so an exact scan
 stays exact and every score is the full-precision cosine.
@@ -43,6 +44,8 @@ EXACT_SCAN_REFERENCE_ROWS = 100_000
 INDEX_ROWS_TTL_S = 60
 # pg_attribute.attstorage of each storage name ALTER COLUMN ... SET STORAGE takes.
 STORAGE_CODES = {"plain": "p", "external": "e", "main": "m", "extended": "x"}
+# pgvector's m and ef_construction for an index whose reloptions do not name them
+HNSW_DEFAULT_M, HNSW_DEFAULT_EF_CONSTRUCTION = 16, 64
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
 _VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
@@ -98,27 +101,66 @@ class PgVectorIndex(VectorIndex):
     def ensure_index(self, dimension: int) -> None:
         """One partial HNSW cosine index per embedding dimension over half-precision copies of the
         vectors, built the first time it is needed."""
-        if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
-            raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
-        name = hnsw_index_name(dimension)
+        name = self._index_name(dimension)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_indexes WHERE tablename = %s AND indexname = %s", [self.table, name])
-            if cursor.fetchone():
+            if self._built_with(cursor, name) is not None:
                 return
             # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            statement = sql.SQL(
-                "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw "
-                "((embedding::halfvec({dim})) halfvec_cosine_ops) "
-                "WITH (m = {m}, ef_construction = {ef_construction}) WHERE embedding_dim = {dim}"
-            ).format(
-                name=sql.Identifier(name),
-                table=sql.Identifier(self.table),
-                dim=sql.Literal(dimension),
-                m=sql.Literal(self.m),
-                ef_construction=sql.Literal(self.ef_construction),
-            )
-            cursor.execute(statement.as_string(cursor.cursor))
+            cursor.execute(self._create_index(cursor, name, dimension, concurrently=False))
+
+    def rebuild_index(self, dimension: int) -> bool:
+        """Give the dimension's HNSW index this engine's m and ef_construction (``HNSW_M``,
+        ``HNSW_EF_CONSTRUCTION``), online: the new graph is built beside the old one without blocking
+        writes (CREATE INDEX CONCURRENTLY, so not inside a transaction), then takes its name in one short
+        transaction; searches use the old graph until then. False when the index was built with them."""
+        name = self._index_name(dimension)
+        building = f"{name}_rebuild"
+        with connection.cursor() as cursor:
+            if self._built_with(cursor, name) == (self.m, self.ef_construction):
+                return False
+            # a rebuild that failed half-way leaves an invalid index under the building name
+            cursor.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(building)))
+            cursor.execute(self._create_index(cursor, building, dimension, concurrently=True))
+            with transaction.atomic():
+                cursor.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+                cursor.execute(
+                    sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
+                )
+        return True
+
+    @staticmethod
+    def _index_name(dimension: int) -> str:
+        if not 0 < dimension <= MAX_HNSW_DIMENSIONS:
+            raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
+        return hnsw_index_name(dimension)
+
+    def _built_with(self, cursor: CursorWrapper, name: str) -> tuple[int, int] | None:
+        cursor.execute(
+            "SELECT c.reloptions FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
+            "WHERE i.tablename = %s AND i.indexname = %s",
+            [self.table, name],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        options = dict(option.split("=", 1) for option in row[0] or [])
+        return int(options.get("m", HNSW_DEFAULT_M)), int(options.get("ef_construction", HNSW_DEFAULT_EF_CONSTRUCTION))
+
+    def _create_index(self, cursor: CursorWrapper, name: str, dimension: int, *, concurrently: bool) -> str:
+        statement = sql.SQL(
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} USING hnsw "
+            "((embedding::halfvec({dim})) halfvec_cosine_ops) "
+            "WITH (m = {m}, ef_construction = {ef_construction}) WHERE embedding_dim = {dim}"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(name),
+            table=sql.Identifier(self.table),
+            dim=sql.Literal(dimension),
+            m=sql.Literal(self.m),
+            ef_construction=sql.Literal(self.ef_construction),
+        )
+        return statement.as_string(cursor.cursor)
 
     def column_storage(self) -> str:
         """The vector column's storage as ``pg_attribute`` has it (a name of :data:`STORAGE_CODES`)."""

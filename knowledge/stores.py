@@ -10,7 +10,15 @@ from django.db import connection
 from engines.base import GraphStore
 from engines.pgvector_index import PgVectorIndex
 from engines.postgres_graph import PostgresGraphStore
-from knowledge.models import Chunk, GraphCommunity, GraphEdge, GraphEntity, GraphMention, GraphPassageRelations
+from knowledge.models import (
+    Chunk,
+    GraphCommunity,
+    GraphEdge,
+    GraphEntity,
+    GraphMention,
+    GraphPassageRelations,
+    KnowledgeBaseVersion,
+)
 
 
 @lru_cache(maxsize=1)
@@ -26,6 +34,19 @@ def apply_vector_column_storage(**kwargs: object) -> None:
     gone: migrated back to zero)."""
     if Chunk._meta.db_table in connection.introspection.table_names():
         vector_index().set_column_storage(settings.VECTOR_COLUMN_STORAGE)
+
+
+def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
+    """Give the HNSW index of ``dimension`` (default: every dimension a KB version uses) the build
+    parameters ``HNSW_M`` and ``HNSW_EF_CONSTRUCTION`` name, online; dimension -> whether it was rebuilt
+    (False: it had them already). For a tenant grown past what the defaults recall well (docs/operations.md)."""
+    dimensions = (
+        [dimension]
+        if dimension is not None
+        else sorted(set(KnowledgeBaseVersion.objects.values_list("embedding_dim", flat=True)))
+    )
+    index = vector_index()
+    return {dim: index.rebuild_index(dim) for dim in dimensions}
 
 
 @lru_cache(maxsize=1)

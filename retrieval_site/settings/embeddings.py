@@ -48,7 +48,7 @@ class Embeddings(Section):
     HNSW_ITERATIVE_SCAN: Annotated[Literal["relaxed_order", "strict_order"], Lowercase, Ranks] = "relaxed_order"
     HNSW_MAX_SCAN_TUPLES: Annotated[PositiveInt, Ranks] = 20_000
     # m and ef_construction of an HNSW index when it is built (pgvector's defaults); an existing index
-    # keeps the values it was built with until it is dropped and rebuilt.
+    # keeps the values it was built with until `manage.py rebuild_vector_index` (online).
     HNSW_M: Annotated[int, Field(ge=2, le=100)] = 16
     HNSW_EF_CONSTRUCTION: Annotated[int, Field(ge=4, le=1000)] = 64
     # How a filtered search sizes its filter to choose exact scan or graph walk: count the matching rows

@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -180,3 +181,16 @@ def test_ingest_async_queues_the_files_for_the_worker(celery_worker, tenant, tmp
     assert AsyncResult(task_id).get(timeout=120)["added"] == 1
     document = Document.objects.get(knowledge_base__name="handbook", tenant=tenant)
     assert (document.status, document.tags) == (Document.Status.READY, ["policy"])
+
+
+def test_rebuild_vector_index_leaves_an_index_built_with_the_settings_alone(checked_kb):
+    out = io.StringIO()
+    call_command("rebuild_vector_index", stdout=out)
+    dimension = checked_kb.embedding_dim
+    built = f"m {settings.HNSW_M}, ef_construction {settings.HNSW_EF_CONSTRUCTION}"
+    assert f"dimension {dimension}: already built with {built}" in out.getvalue()
+
+
+def test_rebuild_vector_index_refuses_a_dimension_pgvector_cannot_index(db):
+    with pytest.raises(CommandError, match="outside 1..4000"):
+        call_command("rebuild_vector_index", "--dimension", "5000")

@@ -1,0 +1,24 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from knowledge.stores import rebuild_vector_indexes, vector_index
+
+
+class Command(BaseCommand):
+    help = (
+        "Rebuild the HNSW vector index with HNSW_M and HNSW_EF_CONSTRUCTION, online: the new graph is built "
+        "beside the old one, which serves searches until the switch (every dimension in use by default). "
+        "An index already built with them is left alone."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dimension", type=int, help="only the index of this embedding dimension")
+
+    def handle(self, *args, dimension: int | None, **options):
+        index = vector_index()
+        try:
+            rebuilt = rebuild_vector_indexes(dimension)
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        built = f"m {index.m}, ef_construction {index.ef_construction}"
+        for dim, changed in rebuilt.items():
+            self.stdout.write(f"dimension {dim}: {'rebuilt with' if changed else 'already built with'} {built}")
