@@ -570,11 +570,16 @@ def main() -> int:
         result["postgres_rss_mb"] = round(scale.PeakMemory(postmaster).sample() / 2**20)
 
         result["builds"] = {}
-        for levers in builds:
-            engine = PgVectorIndex(Chunk._meta.db_table, **levers)
+        for build_levers in builds:
+            engine = PgVectorIndex(Chunk._meta.db_table, **build_levers)
             entry = build_service_index(engine)
             measure_engine(engine)  # untimed, as above
             entry["search"] = measure_engine(engine)
+            entry["variants"] = {  # the search levers on this build too: recall at m x ef_search
+                name: measure_engine(PgVectorIndex(Chunk._meta.db_table, **build_levers, **levers))
+                for name, levers in variants.items()
+                if levers
+            }
             result["builds"][f"m={engine.m} ef_construction={engine.ef_construction}"] = entry
             print(f"  build {entry}", flush=True)
         if builds:

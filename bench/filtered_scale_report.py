@@ -124,6 +124,11 @@ def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) ->
             ]
             for name, b in result.get("builds", {}).items()
         ]
+        rows += [
+            [f"`{name}`, `{variant}`", *(f"{v[f]['p50_ms']:,.1f} ms, {_r(v[f]['recall_at_10'])}" for f in filters)]
+            for name, b in result.get("builds", {}).items()
+            for variant, v in b.get("variants", {}).items()
+        ]
         lines += ["Levers, engine p50 and recall@10:", "", *_table(["variant", *filters], rows), ""]
     memory = {
         k: v

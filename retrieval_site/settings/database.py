@@ -35,11 +35,11 @@ class Database(Section):
     DATABASE_URL: Annotated[str, AfterValidator(_database_url)] = ""  # unset: the embedded server
     EMBEDDED_PG_DIR: Path = Field(default_factory=lambda data: data["VAR_DIR"] / "pgdata")
     # The embedded server's memory (ignored with DATABASE_URL), applied when it starts: its buffer cache
-    # should hold the HNSW index and the rows a search reads (~400 MB at 100k chunks); the default is a
-    # 16th of this machine's memory within 128-1024 MB. The planner's estimate of all caches: half of it.
-    EMBEDDED_PG_SHARED_BUFFERS_MB: PositiveInt = Field(
-        default_factory=lambda: min(1024, max(128, _physical_memory_mb() // 16))
-    )
+    # should hold the HNSW index and the rows a search reads (~400 MB at 100k chunks, ~5 GB at 1M); the
+    # default is a quarter of this machine's memory (at least 128 MB), as on a dedicated server. PostgreSQL
+    # touches its buffers as it fills them, so a small KB does not take the quarter. The planner's
+    # estimate of all caches: half of the memory.
+    EMBEDDED_PG_SHARED_BUFFERS_MB: PositiveInt = Field(default_factory=lambda: max(128, _physical_memory_mb() // 4))
     EMBEDDED_PG_EFFECTIVE_CACHE_SIZE_MB: PositiveInt = Field(
         default_factory=lambda: max(512, _physical_memory_mb() // 2)
     )
