@@ -44,8 +44,6 @@ EXACT_SCAN_REFERENCE_ROWS = 100_000
 INDEX_ROWS_TTL_S = 60
 # pg_attribute.attstorage of each storage name ALTER COLUMN ... SET STORAGE takes.
 STORAGE_CODES = {"plain": "p", "external": "e", "main": "m", "extended": "x"}
-# pgvector's m and ef_construction for an index whose reloptions do not name them
-HNSW_DEFAULT_M, HNSW_DEFAULT_EF_CONSTRUCTION = 16, 64
 
 # Connections whose psycopg adapters know the `vector` type (weak: closed connections drop out).
 _VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
@@ -135,7 +133,9 @@ class PgVectorIndex(VectorIndex):
             raise ValueError(f"embedding dimension {dimension} is outside 1..{MAX_HNSW_DIMENSIONS}")
         return hnsw_index_name(dimension)
 
-    def _built_with(self, cursor: CursorWrapper, name: str) -> tuple[int, int] | None:
+    def _built_with(self, cursor: CursorWrapper, name: str) -> tuple[int | None, int | None] | None:
+        """The (m, ef_construction) the index was built with (None for one its options do not name: an
+        index made by hand), or None when there is no index."""
         cursor.execute(
             "SELECT c.reloptions FROM pg_indexes i JOIN pg_class c ON c.relname = i.indexname "
             "WHERE i.tablename = %s AND i.indexname = %s",
@@ -145,7 +145,8 @@ class PgVectorIndex(VectorIndex):
         if row is None:
             return None
         options = dict(option.split("=", 1) for option in row[0] or [])
-        return int(options.get("m", HNSW_DEFAULT_M)), int(options.get("ef_construction", HNSW_DEFAULT_EF_CONSTRUCTION))
+        m, ef_construction = (int(options[key]) if key in options else None for key in ("m", "ef_construction"))
+        return m, ef_construction
 
     def _create_index(self, cursor: CursorWrapper, name: str, dimension: int, *, concurrently: bool) -> str:
         statement = sql.SQL(
