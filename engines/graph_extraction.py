@@ -1,15 +1,14 @@
 """Entities and co-occurrence relations of a passage: deterministic, no model to download.
 
-Chinese: the analyzer's jieba words tagged from jieba's dictionary (people, places, organisations,
-other proper nouns, nouns of two or more characters), and the words its HMM found outside the
-dictionary as proper-noun candidates (mostly names and transliterations) unless a function character
-edges them. Latin script gives identifiers and codes (``PPR-9087``) and capitalized multi-word names
-(``PortaLock Pro``; not "Do I": function words are no part of a name; not a heading's, a sentence
-start's or a section label's capitals); a query also gives a few RAKE-style key phrases. The tenant's
-protected terms and the terms of its synonym groups are entities too. Every name is normalized as the
-analyzer normalizes text and mapped through the aliases (synonym groups), so one entity per KB version
-stands for all its spellings; the names in a large share of a version's passages (``common_names``)
-are dropped when its graph is rebuilt.
+Chinese: names by jieba's dictionary tags and the rules of Chinese naming (``engines.han_names``: places
+from a gazetteer, people, organisations, compound shop and maker names). Latin script gives identifiers
+and codes (``PPR-9087``), capitalized multi-word names (``PortaLock Pro``; not "Do I": function words are
+no part of a name; not a heading's, a sentence start's or a section label's capitals) and camel-case
+brands (``AirSense``); a query also gives a few RAKE-style key phrases. The tenant's protected terms and
+the terms of its synonym groups are entities too. Every name is normalized as the analyzer normalizes
+text and mapped through the aliases (synonym groups), so one entity per KB version stands for all its
+spellings; the names in a large share of a version's passages (``common_names``) are dropped when its
+graph is rebuilt.
 
 Two entities are related when they occur near each other in a passage: a mention is related to the
 mentions of the next ``RELATION_NEIGHBOURS`` other entities after it, within ``RELATION_WINDOW``
@@ -32,17 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engines.analysis import (
-    OUT_OF_DICTIONARY,
     Analyzer,
-    dictionary_frequency,
-    dictionary_tag,
     han_runs,
     latin_compounds,
     normalize,
-    part_of_speech,
 )
 from engines.base import Entity, Extraction, Relations
 from engines.graph_relations import Span, stated_relations
+from engines.han_names import han_names, tagged_words
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
@@ -56,7 +52,11 @@ from engines.graph_relations import Span, stated_relations
 # is named with its spaces.
 # 7: Chinese names by dictionary tag only (a person with a surname, a transliteration in its characters), compound
 # shop and maker names (粤海茶楼); a plain noun alone is no entity (extractor 6's "full variant", now with bridges).
-EXTRACTOR_VERSION = "7"
+# 8: places from a gazetteer (engines.gazetteer); no two-character person but a transliteration, whose pieces join
+# (吉里 + 巴斯); a short organisation word starts with a name; codes of three characters or more, no version or
+# placeholder, a slash list split; Latin names of Latin letters, hyphenated words whole, a code ends one; bilingual
+# headings.
+EXTRACTOR_VERSION = "8"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
 # below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
@@ -71,58 +71,7 @@ MAX_PHRASE_WORDS = 3
 QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
 FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
-# jieba dictionary tags kept, by prefix: a person only where a common surname starts it (the dictionary
-# tags 齐全, 续航 or 胡萝卜 nr too); a plain noun is no entity by itself, only inside a compound name.
-_HAN_KINDS = {"nr": "person", "ns": "place", "nt": "organisation"}
-_TRANSLITERATED = "nrt"
-# A word tagged a person that jieba's dictionary counts more often than this is a common word first
-# (顾客 1,365, 胡同 1,762, 明白 10,875; 岳飞 680): the few famous names above it are lost.
-PERSON_MAX_FREQUENCY = 800  # a foreign name (马里奥): no surname to check
-# Common Chinese surnames (the Hundred Family Surnames' most frequent, and compound ones).
-_SURNAMES = frozenset(
-    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
-    "崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤常温康施文牛樊"
-    "葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴霍涂成苗谷盛曲翁冉"
-    "骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑景党宫费卜冷晏席卫米柏"
-    "宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
-)
-# The characters Chinese writes foreign names with (马里奥, 特鲁多, 梅塞德斯).
-_TRANSLITERATION = frozenset(
-    "阿艾爱安昂奥澳巴拜班邦包保鲍贝本比彼毕宾滨波伯勃博布查达戴丹道德登迪蒂丁东杜多厄恩尔法范菲斐费芬丰佛弗福"
-    "富盖甘冈高戈格葛根古瓜圭哈海汉豪赫黑亨洪胡华怀霍基吉济加佳贾杰捷金卡凯坎康考柯科克肯库夸奎昆拉莱赖兰朗劳"
-    "勒雷蕾黎里理利莉丽连林琳留隆卢鲁陆路伦罗洛吕马玛迈麦曼芒梅美门蒙米密明摩莫墨默姆穆纳娜奈南内尼妮涅宁纽"
-    "努诺欧帕潘庞佩彭皮平珀普齐奇恰乔琴琼丘屈让热瑞若撒萨塞赛桑瑟森沙莎尚舍圣施什史舒斯松苏索塔泰坦汤唐特提"
-    "汀通图托瓦万旺威韦维温文沃乌伍武西希锡席夏谢辛休许雅亚扬耶伊依因英尤于约泽扎詹兹佐"
-)
-_COMPOUND_SURNAMES = (
-    "欧阳",
-    "司马",
-    "上官",
-    "诸葛",
-    "东方",
-    "皇甫",
-    "尉迟",
-    "公孙",
-    "慕容",
-    "长孙",
-    "夏侯",
-    "轩辕",
-    "令狐",
-)
-# What ends a shop's, a maker's or an organisation's name (粤海茶楼, 勐海晨光茶厂, 华瑞电器): a compound of
-# a proper word and nouns is a name when its last word ends so. General Chinese naming, not drawn from a corpus.
-_NAME_HEADS = (
-    "公司", "集团", "银行", "大学", "学院", "学校", "医院", "中心", "协会", "研究所", "研究院", "委员会", "餐厅", "饭店",
-    "酒店", "酒家", "酒楼", "茶楼", "茶馆", "面馆", "小馆", "菜馆", "餐馆", "食堂", "超市", "商场", "电器", "科技", "电子",
-    "物流", "快递", "工作室", "俱乐部", "出版社", "馆", "坊", "楼", "店", "厂", "社", "铺", "寺", "庙", "宫", "院",
-)  # fmt: skip
-_NAME_STARTS = frozenset({"nr", "nrt", "ns", "nt", "nz", "j", "x", OUT_OF_DICTIONARY})  # a compound name's first word
-_MAX_COMPOUND_WORDS = 4
-# Tags (by first letter) of the characters that edge no out-of-dictionary name: pronoun, preposition,
-# particle, conjunction, adverb, numeral, classifier, locality, modal, interjection, onomatopoeia. The
-# HMM glues them to a neighbour ("这张", "之初", "日起"); jieba's POS tagger kept none of those.
-_FUNCTION_TAGS = frozenset("rpucdmqfyeo")
-# English closed-class words: capitalized by their place in a sentence or a title ("Do I", "Which
+# English closed-class words and numerals: capitalized by their place in a sentence or a title ("Do I", "Which
 # Wi-Fi"), they start or end no name, and a query's n-gram of them only is no name either.
 FUNCTION_WORDS = frozenset(
     "a about above after again against all am an and any are as at be because been before being below between "
@@ -131,72 +80,37 @@ FUNCTION_WORDS = frozenset(
     "of off on once only or other our ours out over own same shall she should so some such than that the their "
     "them then there these they this those through to too under until up upon very was we were what when where "
     "whether which while who whom whose why will with within without would yet you your yours although however thus "
-    "therefore moreover furthermore hence whereas though since unless".split()
+    "therefore moreover furthermore hence whereas though since unless one two three four five six seven eight nine "
+    "ten".split()
 )
 _CODE_MODIFIER = re.compile(r"(?:[-/][a-z]{4,})+$")  # "-dependent", "-mediated", "-containing" after a code
 _PUNCTUATION = "\"'()[]{}:;,.!?#*-"
 _LINE = re.compile(r"[^\n]+")
 _CODE_PART = re.compile(r"[-/.]")
+_CODE_LIST = re.compile(r"/")
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"\d")
+_SENTENCE_PUNCTUATION = re.compile(r"[,.;:!?，。；：！？、]")
+_AFTER_NUMBER = re.compile(r"\d[ \t]+$")
+_CAMEL_CASE = re.compile(r"(?<![\w&-])[A-Z][a-z]+(?:[A-Z][a-z]+)+(?![\w&-])")  # PortaLock, GuardCam: a brand's name
+_LABEL_BEFORE = re.compile(r"(?<![\w&-])[A-Z]{4,}[ \t]+$")  # "RESULTS Pravastatin": what follows a section label
+_CAPITALIZED_WORD = re.compile(r"(?<![\w&-])[A-Z][a-z\u00df-\u00ff]+(?![\w&-])")
+_VERSION = re.compile(r"[vV]\d+(?:\.\d+)+")
+_PLACEHOLDER = re.compile(r"[xX]{3,}")
 _LOWER_WORD = re.compile(r"[a-z]{5,}")
 _LOWER_CASE_WORD = re.compile(r"(?<![\w&])[a-z\u00df-\u00ff][\w&]*")
-_CAPITALIZED_NAME = re.compile(r"\b[A-Z][\w&]*(?:[ \t]+[A-Z][\w&]*)+")
+# Capitalized words (hyphenated ones whole: "Wi-Fi", "E-104") and, between them, a number with its unit
+# ("GuardCam 2K Indoor Camera"). Latin letters only: Chinese after a name is no part of it ("Queen的总公司").
+_NAME_CHAR = r"[0-9A-Za-z\u00c0-\u024f&]"
+_CAPITALIZED_NAME = re.compile(
+    rf"\b[A-Z]{_NAME_CHAR}*(?:-{_NAME_CHAR}+)*(?:[ \t]+(?:[A-Z]{_NAME_CHAR}*|\d{_NAME_CHAR}*[A-Za-z]{_NAME_CHAR}*)"
+    rf"(?:-{_NAME_CHAR}+)*)+(?!{_NAME_CHAR})"
+)
 _NAME_WORD = re.compile(r"\S+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 _PHRASE_BREAK = re.compile(r"[^\w\s'-]|\d")
 _WRITTEN_NAMES = frozenset({"name", "phrase"})  # the Latin entities a query writes like names
 _LATIN_NAME = re.compile(r"[a-z\u00df-\u024f]+(?:[ '-][a-z\u00df-\u024f]+)*")  # normalized: lower case
-
-
-def _han_kind(word: str, flag: str) -> str | None:
-    """The entity kind of a Chinese word by its dictionary tag, or None: plain nouns, other proper nouns
-    (nz: 普通, 联网 as often as 京沪铁路) and the HMM's out-of-dictionary words are entities only inside a
-    compound name (``_han_compounds``). A transliterated name is written in transliteration characters
-    (the dictionary tags 登基 and 称王 nrt too), a person's starts with a surname."""
-    if flag == _TRANSLITERATED:
-        return "person" if all(char in _TRANSLITERATION for char in word) else None
-    if flag.startswith("nr"):
-        surnamed = word[0] in _SURNAMES or word.startswith(_COMPOUND_SURNAMES)
-        common = dictionary_frequency(word) > PERSON_MAX_FREQUENCY
-        return "person" if surnamed and len(word) <= 4 and not common else None
-    return _HAN_KINDS.get(flag[:2])
-
-
-def _glued(word: str) -> bool:
-    """An out-of-dictionary word a function character edges: the HMM's glue ("这张", "日起"), no name."""
-    return any(dictionary_tag(char)[:1] in _FUNCTION_TAGS for char in (word[0], word[-1]))
-
-
-def _nominal(word: str, flag: str) -> bool:
-    """A word that may go on a compound name: a noun of any kind, a name part, an unglued new word."""
-    if flag == OUT_OF_DICTIONARY:
-        return not _glued(word)
-    return flag[:1] == "n" or flag in ("j", "x", "zg")
-
-
-def _han_compounds(tagged: list[tuple[int, str, str]]) -> dict[int, int]:
-    """Compound names of adjacent words: a proper, place, abbreviated or new word, then nouns, the last
-    ending in a name's head (粤海 + 茶楼, 勐海 + 晨光 + 茶厂, 湘味坊 alone): start index -> end index
-    (exclusive), the longest from each start, none overlapping."""
-    found: dict[int, int] = {}
-    at = 0
-    while at < len(tagged):
-        offset, word, flag = tagged[at]
-        end = None
-        if flag in _NAME_STARTS and _nominal(word, flag):
-            position, stop = offset, min(len(tagged), at + _MAX_COMPOUND_WORDS)
-            for last in range(at, stop):
-                there, part, tag = tagged[last]
-                if there != position or not _nominal(part, tag):
-                    break
-                position += len(part)
-                if part.endswith(_NAME_HEADS) and position - offset >= 3:
-                    end = last + 1
-        if end is None:
-            at += 1
-        else:
-            found[at] = end
-            at = end
-    return found
 
 
 @dataclass(frozen=True)
@@ -313,7 +227,7 @@ class EntityExtractor:
         """The normalized text, its Han words (offset, word, tag) and its mentions in text order."""
         text = unicodedata.normalize("NFKC", text)
         folded = normalize(text)
-        tagged = _tagged(folded)
+        tagged = tagged_words(folded)
         mentions = [*self._protected(folded), *self._synonym_terms(folded), *self._han(tagged), *self._codes(text)]
         mentions += self._names(text, query)
         if query:
@@ -343,32 +257,23 @@ class EntityExtractor:
         ]
 
     def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
-        found = []
-        compounds = _han_compounds(tagged)
-        at = 0
-        while at < len(tagged):
-            offset, word, flag = tagged[at]
-            if (end := compounds.get(at)) is not None:
-                name = "".join(part for _, part, _ in tagged[at:end])
-                found.append(_Mention(self._resolve(name), name, "organisation", offset))
-                at = end
-                continue
-            kind = _han_kind(word, flag)
-            if kind and len(word) >= 2 and word not in self._stopwords:
-                found.append(_Mention(self._resolve(word), word, kind, offset))  # folded: normalized already
-            at += 1
-        return found
+        return [
+            _Mention(self._resolve(name), name, kind, offset)  # folded: normalized already
+            for offset, name, kind in han_names(tagged)
+            if name not in self._stopwords
+        ]
 
     def _codes(self, text: str) -> list[_Mention]:
-        """Compounds that start with a letter and hold a digit: product codes, model numbers. A lower-case
-        word hyphenated to a code describes it ("Sfrp5-dependent": sfrp5); a compound that starts with a
-        long lower-case word is a word and a number ("impulses/100"), no code."""
+        """Compounds that start with a letter and hold a digit: product codes, model numbers (``_is_code``).
+        A lower-case word hyphenated to a code describes it ("Sfrp5-dependent": sfrp5); codes joined by a
+        slash are a list of codes ("Oct4/Sox2": oct4 and sox2)."""
         found = []
         for match in latin_compounds(text):
-            code = _CODE_MODIFIER.sub("", match.group())
-            lead = _CODE_PART.split(code, maxsplit=1)[0]
-            if code[0].isalpha() and any(char.isdigit() for char in code) and not _LOWER_WORD.fullmatch(lead):
-                found.append(self._mention(code, "code", match.start()))
+            position = match.start()
+            for part in _CODE_LIST.split(match.group()):  # "Oct4/Klf4": two codes, no name of a list
+                if _is_code(code := _CODE_MODIFIER.sub("", part)):
+                    found.append(self._mention(code, "code", position))
+                position += len(part) + 1
         return found
 
     def _names(self, text: str, query: bool = False) -> list[_Mention]:
@@ -378,10 +283,12 @@ class EntityExtractor:
         also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
         "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
         wherever the passage writes it; an all-capital word before a capitalized one is a label and
-        ends a run ("RESULTS Pravastatin"). A passage's heading names only what its text names too (a
-        query may be written in title case: "How Do I Reset The PortaLock Pro")."""
+        ends a run ("RESULTS Pravastatin"), and so does a code ("PortaLock Pro PPR-9087"). A passage's
+        heading names only what its text names too (a query may be written in title case: "How Do I
+        Reset The PortaLock Pro"). A word in camel case is a brand's or a product's name on its own
+        ("AirSense", "GuardCam")."""
         found = []
-        lower_case = frozenset(_LOWER_CASE_WORD.findall(text))
+        capitals = _Capitals.of(text)
         headings = [] if query else [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
         heading_spans = {line.span() for line in headings}
         in_text = "\n".join(line.group() for line in _LINE.finditer(text) if line.span() not in heading_spans)
@@ -389,27 +296,39 @@ class EntityExtractor:
             run: list[re.Match[str]] = []
             words = [*_NAME_WORD.finditer(match.group())]
             for at, word in enumerate([*words, None]):
-                if word is None or self._is_function_word(word.group()) or _label(word.group(), words[at + 1 :]):
-                    if (
-                        run
-                        and run[0].group().lower() in lower_case
-                        and _starts_sentence(text, match.start() + run[0].start())
-                    ):
-                        run = run[1:]  # capitalized by its place: "Exposures Anticoagulation..."
+                if word is not None and word.group()[0].isdigit():
+                    if run:
+                        run.append(word)  # inside a name only: dropped from its ends
+                    continue
+                if (
+                    word is None
+                    or self._is_function_word(word.group())
+                    or _label(word.group(), words[at + 1 :])
+                    or _is_code(word.group())
+                ):
+                    run = capitals.trimmed(run, match.start())
                     name = " ".join(part.group() for part in run)
                     start = match.start() + (run[0].start() if run else 0)
                     heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
-                    if len(run) >= 2 and not heading and any(part.group().lower() not in lower_case for part in run):
+                    if len(run) >= 2 and not heading and any(not capitals.lower(part.group()) for part in run):
                         found.append(self._mention(name, "name", start))
                     run = []
                 else:
                     run.append(word)
+        covered = [(mention.position, mention.position + len(mention.label)) for mention in found]
+        for match in _CAMEL_CASE.finditer(text):  # one word of its own: "the AirSense SKY-30452"
+            if not any(start <= match.start() < end for start, end in covered):
+                found.append(self._mention(match.group(), "name", match.start()))
         return found
 
     def _is_heading(self, line: str) -> bool:
         """A line of two or more words each capitalized unless a function word ("Order Problems", "How
-        To Pair The Hub"): a heading, whose capitals say nothing of a name."""
-        words = [word for word in _NAME_WORD.findall(line) if _LATIN_WORD.search(word)]
+        To Pair The Hub"): a heading, whose capitals say nothing of a name. Its codes and Chinese words
+        do not count ("PortaLock Pro PPR-9087 - Installation Manual v2.1", "错误码速查表 / Error Code
+        Reference"); a line with Chinese sentence punctuation is text."""
+        if next(han_runs(line), None) is not None and _SENTENCE_PUNCTUATION.search(line):
+            return False  # Chinese text that names something in English, not a bilingual heading
+        words = [word for word in _NAME_WORD.findall(line) if _ASCII_LETTER.search(word) and not _DIGIT.search(word)]
         content = [word for word in words if not self._is_function_word(word.strip(_PUNCTUATION))]
         return len(content) >= 2 and all(not word[:1].islower() and word.isascii() for word in content)
 
@@ -454,8 +373,65 @@ class EntityExtractor:
         words: list[tuple[int, str, bool]] = [
             (match.start(), match.group(), False) for match in latin_compounds(folded)
         ]
-        words += [(offset, word, True) for offset, word, _ in _tagged(folded)]
+        words += [(offset, word, True) for offset, word, _ in tagged_words(folded)]
         return [(word, han) for _, word, han in sorted(words)]
+
+
+def _is_code(word: str) -> bool:
+    """A code starts with a letter, holds a digit and has three characters or more ("M4", "T3": a size,
+    a grade, a figure's panel). A compound that starts with a long lower-case word is a word and a number
+    ("impulses-100"); a version ("v2.1") and a placeholder ("WC-2026-XXXXXX") name nothing."""
+    lead = _CODE_PART.split(word, maxsplit=1)[0]
+    return (
+        len(word) >= 3
+        and word[0].isalpha()
+        and any(char.isdigit() for char in word)
+        and not _LOWER_WORD.fullmatch(lead)
+        and not _VERSION.fullmatch(word)
+        and not _PLACEHOLDER.search(word)
+    )
+
+
+@dataclass(frozen=True)
+class _Capitals:
+    """What a passage says of its capitals: the words it writes in lower case, and the capitalized words
+    it writes where their place does not capitalize them."""
+
+    text: str
+    lower_case: frozenset[str]
+    mid_sentence: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> _Capitals:
+        mid_sentence = (m.group() for m in _CAPITALIZED_WORD.finditer(text) if not _placed(text, m.start()))
+        return cls(text, frozenset(_LOWER_CASE_WORD.findall(text)), frozenset(mid_sentence))
+
+    def lower(self, word: str) -> bool:
+        return word.lower() in self.lower_case
+
+    def trimmed(self, run: list[re.Match[str]], offset: int) -> list[re.Match[str]]:
+        """A run of capitalized words (matched at ``offset``) without what is no part of its name: a
+        number with its unit at its end ("GuardCam 2K"), a first word capitalized by its place (one the
+        passage writes in lower case: "Exposures Anticoagulation..."; a plain word after a label that the
+        passage capitalizes nowhere else: "DESIGN Prospective cohort"), or a number's unit ("2.4 GHz
+        Wi-Fi"; not "In 2025 Skyline Homes")."""
+        while run and run[-1].group()[0].isdigit():
+            run = run[:-1]
+        if not run:
+            return run
+        first, position = run[0].group(), offset + run[0].start()
+        labelled = _LABEL_BEFORE.search(self.text, 0, position) is not None
+        plain = labelled and first[1:].islower() and first not in self.mid_sentence
+        if _placed(self.text, position) and (self.lower(first) or plain):
+            return self.trimmed(run[1:], offset)
+        if len(first) <= 3 and _AFTER_NUMBER.search(self.text, 0, position):
+            return self.trimmed(run[1:], offset)
+        return run
+
+
+def _placed(text: str, position: int) -> bool:
+    """Whether a word at ``position`` is capitalized by its place: it starts a sentence or follows a label."""
+    return _starts_sentence(text, position) or _LABEL_BEFORE.search(text, 0, position) is not None
 
 
 def _starts_sentence(text: str, position: int) -> bool:
@@ -489,17 +465,6 @@ def _term_pattern(terms: set[str]) -> re.Pattern[str] | None:
         after = r"(?![^\W_])" if term[-1:].isascii() and term[-1:].isalnum() else ""
         parts.append(before + re.escape(term) + after)
     return re.compile("|".join(parts))
-
-
-def _tagged(folded: str) -> list[tuple[int, str, str]]:
-    """(offset, word, tag) of the jieba words of the text's Han runs, in order."""
-    found = []
-    for run in han_runs(folded):
-        offset = run.start()
-        for word, tag in part_of_speech(run.group()):
-            found.append((offset, word, tag))
-            offset += len(word)
-    return found
 
 
 def _relations(mentions: list[tuple[int, int]], stated: list[tuple[int, str, int]]) -> Relations:

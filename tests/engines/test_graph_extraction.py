@@ -195,3 +195,38 @@ def test_extraction_cuts_no_han_run_again_that_analysis_cut_while_the_next_group
     for passage in group:
         extractor.extract(passage)
     assert analysis._han_words.cache_info().misses == misses
+
+
+def kinds(extractor, text, kind) -> set[str]:
+    return {name for name, (found, _) in entities(extractor, text).items() if found == kind}
+
+
+def test_codes_are_three_characters_or_more_and_a_slash_lists_codes(extractor):
+    text = "Oct4/Sox2 cells, M4 screws, firmware v2.1, order WC-2026-XXXXXX and an E27 socket."
+    assert kinds(extractor, text, "code") == {"oct4", "sox2", "e27"}
+
+
+def test_latin_names_are_of_latin_letters_and_end_at_a_code_or_a_unit(extractor):
+    text = (
+        "The GuardCam 2K Indoor Camera uses 2.4 GHz Wi-Fi; see Error E-104 on the PortaLock Pro PPR-9087. "
+        "In 2025 Skyline Homes moved. Dairy Queen的总公司位于明尼苏达州。"
+    )
+    assert kinds(extractor, text, "name") == {
+        "guardcam 2k indoor camera",
+        "portalock pro",
+        "skyline homes",
+        "dairy queen",
+    }
+
+
+def test_a_camel_case_word_is_a_name_of_its_own(extractor):
+    assert kinds(extractor, "The AirSense SKY-30452 pairs with GuardCam, not with ChIP or mTOR.", "name") == {
+        "airsense", "guardcam",
+    }  # fmt: skip
+
+
+def test_a_bilingual_heading_and_a_labels_next_word_make_no_name(extractor):
+    text = (
+        "错误码速查表 / Error Code Reference\n当设备指示灯闪红时请查表。\nDESIGN Prospective Longitudinal cohort study."
+    )
+    assert kinds(extractor, text, "name") == set()
