@@ -81,9 +81,19 @@ FUNCTION_WORDS = frozenset(
     "them then there these they this those through to too under until up upon very was we were what when where "
     "whether which while who whom whose why will with within without would yet you your yours although however thus "
     "therefore moreover furthermore hence whereas though since unless one two three four five six seven eight nine "
-    "ten".split()
+    "ten unlike despite among amongst across toward towards via per versus vs including following regarding "
+    "concerning beyond besides behind beside near inside outside around along amid onto throughout till".split()
+)
+# The section labels of a structured abstract or report ("Conclusions Molecular profiling...", "Results US
+# adults..."): at a sentence's start, capitalized or not, a label is no part of a name.
+SECTION_LABELS = frozenset(
+    "abstract background introduction objective objectives aim aims purpose context importance method methods "
+    "design setting settings participants patients subjects intervention interventions exposure exposures "
+    "measurements outcome outcomes result results findings conclusion conclusions interpretation implications "
+    "implementation discussion summary significance funding limitations".split()
 )
 _CODE_MODIFIER = re.compile(r"(?:[-/][a-z]{4,})+$")  # "-dependent", "-mediated", "-containing" after a code
+_MODIFIER = re.compile(r"-[a-z]{4,}$")  # "CaMKII-dependent", "HBV-induced": a modifier, no part of a name
 _PUNCTUATION = "\"'()[]{}:;,.!?#*-"
 _LINE = re.compile(r"[^\n]+")
 _CODE_PART = re.compile(r"[-/.]")
@@ -283,7 +293,9 @@ class EntityExtractor:
         also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
         "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
         wherever the passage writes it; an all-capital word before a capitalized one is a label and
-        ends a run ("RESULTS Pravastatin"), and so does a code ("PortaLock Pro PPR-9087"). A passage's
+        ends a run ("RESULTS Pravastatin"), and so do a section label at a sentence's start ("Conclusions
+        Molecular profiling"), a code ("PortaLock Pro PPR-9087") and a hyphenated modifier ("PCR-amplified
+        DNA"). A passage's
         heading names only what its text names too (a query may be written in title case: "How Do I
         Reset The PortaLock Pro"). A word in camel case is a brand's or a product's name on its own
         ("AirSense", "GuardCam")."""
@@ -305,6 +317,8 @@ class EntityExtractor:
                     or self._is_function_word(word.group())
                     or _label(word.group(), words[at + 1 :])
                     or _is_code(word.group())
+                    or _MODIFIER.search(word.group()) is not None
+                    or (word.group().lower() in SECTION_LABELS and _starts_sentence(text, match.start() + word.start()))
                 ):
                     run = capitals.trimmed(run, match.start())
                     name = " ".join(part.group() for part in run)

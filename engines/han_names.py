@@ -74,6 +74,9 @@ _MAX_COMPOUND_WORDS = 4
 # particle, conjunction, adverb, numeral, classifier, locality, modal, interjection, onomatopoeia. The
 # HMM glues them to a neighbour ("这张", "之初", "日起"); jieba's POS tagger kept none of those.
 _FUNCTION_TAGS = frozenset("rpucdmqfyeo")
+# ... and of the single characters that join no transliteration's pieces: pronoun, preposition, particle,
+# conjunction, modal, interjection (a locality such as 里 is a transliteration's character as often).
+_GRAMMAR_TAGS = frozenset("rpucye")
 
 
 def han_names(tagged: Tagged) -> Tagged:
@@ -90,8 +93,8 @@ def han_names(tagged: Tagged) -> Tagged:
         kind = _han_kind(word, flag)
         if kind is None and len(word) == 2 and flag.startswith("nr") and _titled(tagged, at):
             kind = "person"  # 客户经理刘海, 刘海先生: a two-character name where a title says it is one
-        if kind == "person" and _transliterated(word, flag):
-            start, end = _transliteration_span(tagged, at)
+        if kind == "person":
+            start, end = _transliteration_span(tagged, at, pieces=_transliterated(word, flag))
             offset, name = tagged[start][0], "".join(part for _, part, _ in tagged[start:end])
             if len(name) >= 2:
                 found.append((offset, name, "place" if is_place(name) else kind))
@@ -155,7 +158,9 @@ def _proper_prefix(word: str) -> bool:
 def _transliterated(word: str, flag: str) -> bool:
     """A person's name written in transliteration characters only (马里奥, 罗斯, 米德尔): a foreign name
     (the dictionary tags 登基 and 称王 transliterations too), tagged one or of three characters at most."""
-    tagged = flag == _TRANSLITERATED or (flag.startswith("nr") and len(word) <= 3)  # 伦理道德: nr, no name
+    tagged = flag == _TRANSLITERATED or (
+        flag.startswith("nr") and len(word) <= 3 and dictionary_frequency(word) <= PERSON_MAX_FREQUENCY
+    )  # 伦理道德 and 道德 (3,241) are tagged nr too
     return tagged and all(char in _TRANSLITERATION for char in word)
 
 
@@ -171,14 +176,17 @@ def _titled(tagged: Tagged, at: int) -> bool:
     )
 
 
-def _transliteration_span(tagged: Tagged, at: int) -> tuple[int, int]:
-    """The words (start, end exclusive) of the transliterated name around word ``at``: jieba cuts a long
-    one into pieces (吉里 + 巴斯, 莱姆里 + 杰斯, 帕 + 特纳 + 赫), and a piece alone names nothing. Adjacent
-    single characters and names or new words in transliteration characters continue it."""
+def _transliteration_span(tagged: Tagged, at: int, pieces: bool) -> tuple[int, int]:
+    """The words (start, end exclusive) of the person's name at word ``at``: jieba cuts a long
+    transliteration into pieces (吉里 + 巴斯, 莱姆里 + 杰斯, 帕 + 特纳 + 赫; 马木留 + 克, 朱利叶 + 斯), and a
+    piece alone names nothing. Adjacent single characters in transliteration characters continue a name
+    (not a function word: 林奈 + 于), and so do names or new words on either side of a transliteration
+    (``pieces``)."""
 
     def continues(index: int, place_suffix: bool = False) -> bool:
         _, word, flag = tagged[index]
-        name_like = len(word) == 1 or flag == OUT_OF_DICTIONARY or flag[:2] in ("nr", "ns")
+        single = len(word) == 1 and flag[:1] not in _GRAMMAR_TAGS  # not 于 in 林奈于 (but 里 in 莱姆里杰斯)
+        name_like = single or (pieces and (flag == OUT_OF_DICTIONARY or flag[:2] in ("nr", "ns")))
         if place_suffix and len(word) > 1 and word[-1] in PLACE_SUFFIXES:
             word = word[:-1]  # 塞克斯郡: the name ends in its place's suffix
         return name_like and all(char in _TRANSLITERATION for char in word)
@@ -187,7 +195,7 @@ def _transliteration_span(tagged: Tagged, at: int) -> tuple[int, int]:
         return tagged[left][0] + len(tagged[left][1]) == tagged[right][0]
 
     start, end = at, at + 1
-    while start > 0 and adjacent(start - 1, start) and continues(start - 1):
+    while pieces and start > 0 and adjacent(start - 1, start) and continues(start - 1):
         start -= 1
     while end < len(tagged) and adjacent(end - 1, end) and continues(end, place_suffix=True):
         end += 1

@@ -209,7 +209,7 @@ def test_codes_are_three_characters_or_more_and_a_slash_lists_codes(extractor):
 def test_latin_names_are_of_latin_letters_and_end_at_a_code_or_a_unit(extractor):
     text = (
         "The GuardCam 2K Indoor Camera uses 2.4 GHz Wi-Fi; see Error E-104 on the PortaLock Pro PPR-9087. "
-        "In 2025 Skyline Homes moved. Dairy Queen的总公司位于明尼苏达州。"
+        "In 2025 Skyline Homes moved. Dairy Queen的总公司位于明尼苏达州。 PCR-amplified DNA, CaMKII-dependent BDNF."
     )
     assert kinds(extractor, text, "name") == {
         "guardcam 2k indoor camera",
@@ -223,6 +223,11 @@ def test_a_camel_case_word_is_a_name_of_its_own(extractor):
     assert kinds(extractor, "The AirSense SKY-30452 pairs with GuardCam, not with ChIP or mTOR.", "name") == {
         "airsense", "guardcam",
     }  # fmt: skip
+
+
+def test_a_section_label_and_a_preposition_start_no_name(extractor):
+    text = "Conclusions Molecular profiling helps. Results US adults gained. Unlike Escherichia coli, it grew."
+    assert kinds(extractor, text, "name") == set()
 
 
 def test_a_bilingual_heading_and_a_labels_next_word_make_no_name(extractor):

@@ -33,9 +33,13 @@ def test_a_surname_before_a_common_word_is_no_person(text, person):
 
 
 def test_the_pieces_of_a_transliterated_name_are_one_name():
-    found = names("吐瓦鲁、吉里巴斯、诺鲁；莱姆里杰斯的悬崖")
-    assert {"吉里巴斯", "莱姆里杰斯"} <= found.keys()
+    found = names("吐瓦鲁、吉里巴斯、诺鲁；莱姆里杰斯的悬崖；埃及的马木留克。")
+    assert {"吉里巴斯", "莱姆里杰斯", "马木留克"} <= found.keys()
     assert not {"吉里", "巴斯", "杰斯"} & found.keys()
+
+
+def test_a_transliteration_takes_no_function_word_and_no_common_word_is_one():
+    assert kinds("道德经说，林奈于1753年命名", "person") == {"林奈"}  # 于 is a preposition; 道德 is tagged nr
 
 
 def test_a_short_organisation_word_starts_with_a_name():
