@@ -167,9 +167,9 @@ def _transliterated(word: str, flag: str) -> bool:
 def _titled(tagged: Tagged, at: int) -> bool:
     """Whether a title or an honorific stands next to word ``at`` (经理刘海, 王芳女士): the word is a
     person's name."""
-    offset, word, _ = tagged[at]
-    before = tagged[at - 1] if at > 0 and tagged[at - 1][0] + len(tagged[at - 1][1]) == offset else None
-    after = tagged[at + 1] if at + 1 < len(tagged) and tagged[at + 1][0] == offset + len(word) else None
+    word = tagged[at][1]
+    before = tagged[at - 1] if at > 0 and _adjacent(tagged, at - 1) else None
+    after = tagged[at + 1] if at + 1 < len(tagged) and _adjacent(tagged, at) else None
     surnamed = word[0] in _SURNAMES and dictionary_frequency(word) <= PERSON_MAX_FREQUENCY
     return surnamed and (
         (before is not None and before[1].endswith(_TITLES)) or (after is not None and after[1] in _HONORIFICS)
@@ -191,17 +191,19 @@ def _transliteration_span(tagged: Tagged, at: int, pieces: bool) -> tuple[int, i
             word = word[:-1]  # 塞克斯郡: the name ends in its place's suffix
         return name_like and all(char in _TRANSLITERATION for char in word)
 
-    def adjacent(left: int, right: int) -> bool:
-        return tagged[left][0] + len(tagged[left][1]) == tagged[right][0]
-
     start, end = at, at + 1
-    while pieces and start > 0 and adjacent(start - 1, start) and continues(start - 1):
+    while pieces and start > 0 and _adjacent(tagged, start - 1) and continues(start - 1):
         start -= 1
-    while end < len(tagged) and adjacent(end - 1, end) and continues(end, place_suffix=True):
+    while end < len(tagged) and _adjacent(tagged, end - 1) and continues(end, place_suffix=True):
         end += 1
         if tagged[end - 1][1][-1] in PLACE_SUFFIXES:
             break
     return start, end
+
+
+def _adjacent(tagged: Tagged, left: int) -> bool:
+    """Whether word ``left`` and the next one touch (no punctuation or Latin text between them)."""
+    return tagged[left][0] + len(tagged[left][1]) == tagged[left + 1][0]
 
 
 def _common_word(given: str) -> bool:
