@@ -103,6 +103,7 @@ _DIGIT = re.compile(r"\d")
 _SENTENCE_PUNCTUATION = re.compile(r"[,.;:!?，。；：！？、]")
 _AFTER_NUMBER = re.compile(r"\d[ \t]+$")
 _CAMEL_CASE = re.compile(r"(?<![\w&-])[A-Z][a-z]+(?:[A-Z][a-z]+)+(?![\w&-])")  # PortaLock, GuardCam: a brand's name
+_LOOK_BACK = 40  # characters before a word that a label or a number before it can take (a search from 0 is O(n))
 _LABEL_BEFORE = re.compile(r"(?<![\w&-])[A-Z]{4,}[ \t]+$")  # "RESULTS Pravastatin": what follows a section label
 _CAPITALIZED_WORD = re.compile(r"(?<![\w&-])[A-Z][a-z\u00df-\u00ff]+(?![\w&-])")
 _VERSION = re.compile(r"[vV]\d+(?:\.\d+)+")
@@ -434,18 +435,23 @@ class _Capitals:
         if not run:
             return run
         first, position = run[0].group(), offset + run[0].start()
-        labelled = _LABEL_BEFORE.search(self.text, 0, position) is not None
+        labelled = _labelled(self.text, position)
         plain = labelled and first[1:].islower() and first not in self.mid_sentence
         if _placed(self.text, position) and (self.lower(first) or plain):
             return self.trimmed(run[1:], offset)
-        if len(first) <= 3 and _AFTER_NUMBER.search(self.text, 0, position):
+        if len(first) <= 3 and _AFTER_NUMBER.search(self.text, max(0, position - _LOOK_BACK), position):
             return self.trimmed(run[1:], offset)
         return run
 
 
 def _placed(text: str, position: int) -> bool:
     """Whether a word at ``position`` is capitalized by its place: it starts a sentence or follows a label."""
-    return _starts_sentence(text, position) or _LABEL_BEFORE.search(text, 0, position) is not None
+    return _starts_sentence(text, position) or _labelled(text, position)
+
+
+def _labelled(text: str, position: int) -> bool:
+    """Whether a section label ("RESULTS") stands right before ``position``."""
+    return _LABEL_BEFORE.search(text, max(0, position - _LOOK_BACK), position) is not None
 
 
 def _starts_sentence(text: str, position: int) -> bool:
