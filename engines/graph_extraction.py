@@ -52,10 +52,11 @@ from engines.han_names import han_names, tagged_words
 # is named with its spaces.
 # 7: Chinese names by dictionary tag only (a person with a surname, a transliteration in its characters), compound
 # shop and maker names (粤海茶楼); a plain noun alone is no entity (extractor 6's "full variant", now with bridges).
-# 8: places from a gazetteer (engines.gazetteer); no two-character person but a transliteration, whose pieces join
-# (吉里 + 巴斯); a short organisation word starts with a name; codes of three characters or more, no version or
-# placeholder, a slash list split; Latin names of Latin letters, hyphenated words whole, a code ends one; bilingual
-# headings.
+# 8: places from a gazetteer (engines.gazetteer); no two-character person but a transliteration or a titled one, a
+# transliteration's pieces joined (吉里 + 巴斯); a short organisation word starts with a name (engines.han_names);
+# codes of three characters or more, no version or placeholder, a slash list split; Latin names of Latin letters,
+# hyphenated words whole, ended by a code, a unit, a modifier or a section label; bilingual headings; camel-case
+# brands.
 EXTRACTOR_VERSION = "8"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
@@ -296,10 +297,9 @@ class EntityExtractor:
         wherever the passage writes it; an all-capital word before a capitalized one is a label and
         ends a run ("RESULTS Pravastatin"), and so do a section label at a sentence's start ("Conclusions
         Molecular profiling"), a code ("PortaLock Pro PPR-9087") and a hyphenated modifier ("PCR-amplified
-        DNA"). A passage's
-        heading names only what its text names too (a query may be written in title case: "How Do I
-        Reset The PortaLock Pro"). A word in camel case is a brand's or a product's name on its own
-        ("AirSense", "GuardCam")."""
+        DNA"). A passage's heading names only what its text names too (a query may be written in title
+        case: "How Do I Reset The PortaLock Pro"). A word in camel case is a brand's or a product's name on
+        its own ("AirSense", "GuardCam")."""
         found = []
         capitals = _Capitals.of(text)
         headings = [] if query else [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
