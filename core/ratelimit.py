@@ -27,6 +27,9 @@ else:
     _View = object
 
 ANONYMOUS = "anonymous"  # the counter group of calls without a valid key
+# What django-ratelimit answers when the counter could not be read or written and it fails closed (a
+# negative time_left alone is a call that ran past its window's end, not a failure).
+_FAILED_CLOSED = {"count": 0, "limit": 0, "should_limit": True, "time_left": -1}
 
 
 class RateLimiterUnavailable(UnavailableError):
@@ -103,14 +106,15 @@ def count_call(request: Request, endpoint: str, *, increment: bool = True) -> Ra
     except REDIS_ERRORS as exc:
         _unavailable(exc, endpoint)
         return None
-    if usage is None or usage["time_left"] < 0:  # django-ratelimit's fail-open / fail-closed answers
+    if usage is None or usage == _FAILED_CLOSED:  # django-ratelimit's fail-open / fail-closed answers
         _unavailable(RuntimeError("the rate-limit counter could not be updated"), endpoint)
         return None
     return RateLimitUsage(
         limit=limit,
         remaining=max(0, limit - usage["count"]),
-        # The window ends after second `time_left` from now: the counter resets within time_left + 1 s.
-        reset_s=usage["time_left"] + 1,
+        # The window ends after second `time_left` from now: the counter resets within time_left + 1 s. A
+        # call that took longer than its window's last second reads a negative time_left: the next window.
+        reset_s=max(usage["time_left"], 0) + 1,
         exceeded=usage["should_limit"],
     )
 

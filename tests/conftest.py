@@ -18,6 +18,7 @@ from tests.peers import Peer, PeerRequest, Reply
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent.parent / "sample_kb"
 SAMPLE_TENANT = "sample-tenant"
+CURATED_SAMPLE_TENANT = "curated-sample-tenant"
 SAMPLE_KB = "sample"
 
 
@@ -242,6 +243,22 @@ def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
         tenant = create_tenant(SAMPLE_TENANT)
         call_command(
             "ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
+        )
+        return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
+
+
+@pytest.fixture(scope="session")
+def curated_sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
+    """The sample knowledge base as ``load_sample`` serves it: with its curated vocabulary (its dishes,
+    shops and services as protected terms and synonyms, so graph entities), in a tenant of its own."""
+    from knowledge.models import KnowledgeBase
+    from knowledge.vocabulary import seed_vocabulary
+
+    with django_db_blocker.unblock():
+        tenant = create_tenant(CURATED_SAMPLE_TENANT)
+        seed_vocabulary(tenant, SAMPLE_KB_DIR / ".vocabulary")
+        call_command(
+            "ingest", str(SAMPLE_KB_DIR), tenant=tenant.name, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
         )
         return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -82,6 +85,21 @@ def test_windows_roll_over(tiny_tier, api_client, settings):
 
     fresh = wait_until(admitted, interval=0.1, message="the next rate-limit window")
     assert usage(fresh)[:2] == (3, 2)
+
+
+@pytest.mark.django_db
+def test_a_call_that_runs_past_its_window_keeps_its_headers(tiny_tier, api_client, monkeypatch, settings):
+    """django-ratelimit reads the clock twice (the window, then the time left in it): a call slower than
+    the rest of its window reads a negative time left, which is no counter failure."""
+    import django_ratelimit.core
+
+    settings.RATE_LIMIT_WINDOW_S = 2
+    now = time.time()
+    readings = itertools.chain([now], itertools.repeat(now + 120))  # the window, then two minutes later
+    monkeypatch.setattr(django_ratelimit.core, "time", SimpleNamespace(time=lambda: next(readings)))
+    response = post(api_client)
+    assert response.status_code == 200
+    assert usage(response) == (3, 2, 1)  # counted; the window has rolled over: reset within a second
 
 
 @pytest.mark.django_db

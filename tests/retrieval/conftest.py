@@ -131,16 +131,16 @@ def pipeline_runs(monkeypatch) -> list:
 
 
 @pytest.fixture
-def two_levels(sample_kb, settings):
-    """The sample KB's communities split down to level 1 (its graph of names and curated terms has no
-    community above the default split size), for this test only (its transaction is undone)."""
+def two_levels(curated_sample_kb, settings):
+    """The curated sample KB's communities split down to level 1 (its graph of names and curated terms has
+    no community above the default split size), for this test only (its transaction is undone)."""
     from knowledge.communities import rebuild_communities
     from knowledge.models import GraphCommunity
 
     settings.GRAPH_COMMUNITY_SPLIT_SIZE = 5
-    rebuild_communities(sample_kb.active_version)
-    assert GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=1).exists()
-    return sample_kb
+    rebuild_communities(curated_sample_kb.active_version)
+    assert GraphCommunity.objects.filter(kb_version=curated_sample_kb.active_version, level=1).exists()
+    return curated_sample_kb
 
 
 @pytest.fixture
