@@ -1,6 +1,6 @@
 """Place names for the entity extractor: JioNLP's gazetteer of China's provinces, cities, counties and
-towns (with the short names of all but the towns, and the names they had before a change) and of the world's countries,
-capitals and main cities. jieba's dictionary tags hundreds of common words as places (上门, 入门, 日志,
+towns (with the short names of all but the towns, and the names they had before a change) and of the
+world's countries, capitals and main cities. jieba's dictionary tags hundreds of common words as places (上门, 入门, 日志,
 铺平); a name in a gazetteer is a place a curator would keep.
 
 The files are read from the jionlp package's data, without importing jionlp: its import loads its

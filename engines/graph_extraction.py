@@ -38,7 +38,7 @@ from engines.analysis import (
 )
 from engines.base import Entity, Extraction, Relations
 from engines.graph_relations import Span, stated_relations
-from engines.han_names import han_names, tagged_words
+from engines.han_names import Tagged, han_names, tagged_words
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
@@ -98,7 +98,6 @@ _MODIFIER = re.compile(r"-[a-z]{4,}$")  # "CaMKII-dependent", "HBV-induced": a m
 _PUNCTUATION = "\"'()[]{}:;,.!?#*-"
 _LINE = re.compile(r"[^\n]+")
 _CODE_PART = re.compile(r"[-/.]")
-_CODE_LIST = re.compile(r"/")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _DIGIT = re.compile(r"\d")
 _SENTENCE_PUNCTUATION = re.compile(r"[,.;:!?，。；：！？、]")
@@ -268,7 +267,7 @@ class EntityExtractor:
             _Mention(self._resolve(m.group()), m.group(), "term", m.start()) for m in self._synonyms.finditer(folded)
         ]
 
-    def _han(self, tagged: list[tuple[int, str, str]]) -> list[_Mention]:
+    def _han(self, tagged: Tagged) -> list[_Mention]:
         return [
             _Mention(self._resolve(name), name, kind, offset)  # folded: normalized already
             for offset, name, kind in han_names(tagged)
@@ -282,7 +281,7 @@ class EntityExtractor:
         found = []
         for match in latin_compounds(text):
             position = match.start()
-            for part in _CODE_LIST.split(match.group()):  # "Oct4/Klf4": two codes, no name of a list
+            for part in match.group().split("/"):  # "Oct4/Klf4": two codes, no name of a list
                 if _is_code(code := _CODE_MODIFIER.sub("", part)):
                     found.append(self._mention(code, "code", position))
                 position += len(part) + 1

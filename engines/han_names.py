@@ -79,7 +79,7 @@ _FUNCTION_TAGS = frozenset("rpucdmqfyeo")
 _GRAMMAR_TAGS = frozenset("rpucye")
 
 
-def han_names(tagged: Tagged) -> Tagged:
+def han_names(tagged: Tagged) -> list[tuple[int, str, str]]:
     """(offset, name, kind) of the names among ``tagged`` words, in text order, two characters or more."""
     found = []
     compounds = _han_compounds(tagged)
@@ -137,8 +137,7 @@ def _han_kind(word: str, flag: str) -> str | None:
             return None
         surname = next((prefix for prefix in _COMPOUND_SURNAMES if word.startswith(prefix)), word[:1])
         surnamed = surname in _SURNAMES or len(surname) == 2
-        common = dictionary_frequency(word) > PERSON_MAX_FREQUENCY
-        return "person" if surnamed and not common and not _common_word(word[len(surname) :]) else None
+        return "person" if surnamed and _rare(word) and not _common_word(word[len(surname) :]) else None
     if kind == "organisation" and len(word) < LONG_ORGANISATION and not _proper_prefix(word):
         return None
     return None if kind == "place" else kind
@@ -159,7 +158,7 @@ def _transliterated(word: str, flag: str) -> bool:
     """A person's name written in transliteration characters only (马里奥, 罗斯, 米德尔): a foreign name
     (the dictionary tags 登基 and 称王 transliterations too), tagged one or of three characters at most."""
     tagged = flag == _TRANSLITERATED or (
-        flag.startswith("nr") and len(word) <= 3 and dictionary_frequency(word) <= PERSON_MAX_FREQUENCY
+        flag.startswith("nr") and len(word) <= 3 and _rare(word)
     )  # 伦理道德 and 道德 (3,241) are tagged nr too
     return tagged and all(char in _TRANSLITERATION for char in word)
 
@@ -170,7 +169,7 @@ def _titled(tagged: Tagged, at: int) -> bool:
     word = tagged[at][1]
     before = tagged[at - 1] if at > 0 and _adjacent(tagged, at - 1) else None
     after = tagged[at + 1] if at + 1 < len(tagged) and _adjacent(tagged, at) else None
-    surnamed = word[0] in _SURNAMES and dictionary_frequency(word) <= PERSON_MAX_FREQUENCY
+    surnamed = word[0] in _SURNAMES and _rare(word)
     return surnamed and (
         (before is not None and before[1].endswith(_TITLES)) or (after is not None and after[1] in _HONORIFICS)
     )
@@ -199,6 +198,11 @@ def _transliteration_span(tagged: Tagged, at: int, pieces: bool) -> tuple[int, i
         if tagged[end - 1][1][-1] in PLACE_SUFFIXES:
             break
     return start, end
+
+
+def _rare(word: str) -> bool:
+    """A word tagged a person that the dictionary counts rarely enough to be a name (``PERSON_MAX_FREQUENCY``)."""
+    return dictionary_frequency(word) <= PERSON_MAX_FREQUENCY
 
 
 def _adjacent(tagged: Tagged, left: int) -> bool:

@@ -237,30 +237,28 @@ def embedder():
 @pytest.fixture(scope="session")
 def sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
     """The repository's sample knowledge base, ingested once per run into the test database."""
-    from knowledge.models import KnowledgeBase
-
     with django_db_blocker.unblock():
-        tenant = create_tenant(SAMPLE_TENANT)
-        call_command(
-            "ingest", str(SAMPLE_KB_DIR), tenant=SAMPLE_TENANT, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
-        )
-        return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
+        return ingest_sample(SAMPLE_TENANT)
 
 
 @pytest.fixture(scope="session")
 def curated_sample_kb(django_db_setup, django_db_blocker, embedder, lexical_index_dir):
     """The sample knowledge base as ``load_sample`` serves it: with its curated vocabulary (its dishes,
     shops and services as protected terms and synonyms, so graph entities), in a tenant of its own."""
+    with django_db_blocker.unblock():
+        return ingest_sample(CURATED_SAMPLE_TENANT, vocabulary=True)
+
+
+def ingest_sample(tenant_name: str, *, vocabulary: bool = False):
+    """The sample knowledge base ingested into a new tenant, with its ``.vocabulary/`` seeded first if asked."""
     from knowledge.models import KnowledgeBase
     from knowledge.vocabulary import seed_vocabulary
 
-    with django_db_blocker.unblock():
-        tenant = create_tenant(CURATED_SAMPLE_TENANT)
+    tenant = create_tenant(tenant_name)
+    if vocabulary:
         seed_vocabulary(tenant, SAMPLE_KB_DIR / ".vocabulary")
-        call_command(
-            "ingest", str(SAMPLE_KB_DIR), tenant=tenant.name, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO()
-        )
-        return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
+    call_command("ingest", str(SAMPLE_KB_DIR), tenant=tenant_name, kb=SAMPLE_KB, no_progress=True, stdout=io.StringIO())
+    return KnowledgeBase.objects.select_related("tenant", "active_version").get(tenant=tenant, name=SAMPLE_KB)
 
 
 def database_url_of_this_run() -> str:
