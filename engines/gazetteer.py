@@ -2,17 +2,13 @@
 towns (with the short names of all but the towns, and the names they had before a change) and of the
 world's countries, capitals and main cities. jieba's dictionary tags hundreds of common words as places (上门, 入门, 日志,
 铺平); a name in a gazetteer is a place a curator would keep.
-
-The files are read from the jionlp package's data, without importing jionlp: its import loads its
-whole toolkit and prints a banner.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import zipfile
 from functools import cache
-from pathlib import Path
+
+from engines.jionlp_data import dictionary_file, zipped_text
 
 # What ends the full name of a place (成都市, 郫县, 南翔镇): a word ending so is a place when what it
 # names without the ending is in the gazetteer (柏林 + 市, 金华 + 县).
@@ -31,11 +27,8 @@ def is_place(word: str) -> bool:
 @cache
 def place_names() -> frozenset[str]:
     """Every place name of the gazetteer of two characters or more."""
-    folder = _dictionary_folder()
     names: set[str] = set()
-    with zipfile.ZipFile(folder / "china_location.zip") as archive:
-        china = archive.read("china_location.txt").decode("utf-8")
-    for line in china.splitlines():
+    for line in zipped_text("china_location").splitlines():
         depth = len(line) - len(line.lstrip("\t"))
         if depth > 3:
             continue  # villages and communities: 光明村, 东园社区 name thousands of places each
@@ -44,19 +37,12 @@ def place_names() -> frozenset[str]:
         # the short name of a province, city or county (成都市: 成都; rest[0] is the administrative code);
         # a town has none, and its name without 镇 is often a word or a village's (云山, 中村)
         names.update(rest[1:2])
-    changes = (folder / "china_location_change.txt").read_text(encoding="utf-8")
+    changes = dictionary_file("china_location_change.txt").read_text(encoding="utf-8")
     for line in changes.splitlines():
         before = line.split("=>")[0].split("\t")[2:]  # province, its short name, city, short name, county, ...
         names.update(before)
-    world = (folder / "world_location.txt").read_text(encoding="utf-8")
+    world = dictionary_file("world_location.txt").read_text(encoding="utf-8")
     for line in world.splitlines():
         if not line.endswith(":"):  # a continent's heading
             names.update(name for column in line.split("\t") for name in column.split("/"))
     return frozenset(name for name in names if len(name) >= 2)
-
-
-def _dictionary_folder() -> Path:
-    spec = importlib.util.find_spec("jionlp")
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError("jionlp is not installed: pip install -r requirements.txt")
-    return Path(spec.origin).parent / "dictionary"

@@ -2,9 +2,9 @@
 
 Chinese: names by jieba's dictionary tags and the rules of Chinese naming (``engines.han_names``: places
 from a gazetteer, people, organisations, compound shop and maker names). Latin script gives identifiers
-and codes (``PPR-9087``), capitalized multi-word names (``PortaLock Pro``; not "Do I": function words are
-no part of a name; not a heading's, a sentence start's or a section label's capitals) and camel-case
-brands (``AirSense``); a query also gives a few RAKE-style key phrases. The tenant's protected terms and
+and codes (``PPR-9087``), capitalized multi-word names (``PortaLock Pro``, ``Department of Health``; not
+"Do I", not a heading's, a sentence start's or a section label's capitals) and camel-case brands
+(``AirSense``: ``engines.latin_names``); a query also gives a few RAKE-style key phrases. The tenant's protected terms and
 the terms of its synonym groups are entities too. Every name is normalized as the analyzer normalizes
 text and mapped through the aliases (synonym groups), so one entity per KB version stands for all its
 spellings; the names in a large share of a version's passages (``common_names``) are dropped when its
@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 from engines.analysis import (
     Analyzer,
-    han_runs,
     latin_compounds,
     normalize,
 )
 from engines.base import Entity, Extraction, Relations
 from engines.graph_relations import Span, stated_relations
 from engines.han_names import Tagged, han_names, tagged_words
+from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
@@ -57,7 +57,12 @@ from engines.han_names import Tagged, han_names, tagged_words
 # codes of three characters or more, no version or placeholder, a slash list split; Latin names of Latin letters,
 # hyphenated words whole, ended by a code, a unit, a modifier or a section label; bilingual headings; camel-case
 # brands.
-EXTRACTOR_VERSION = "8"
+# 9: Latin names in engines.latin_names: joined over "of", "for", "de", "von"... (National Center for Health
+# Statistics); no sentence-start word before an acronym or a joiner ("Increased HCV", "Inhibition of EGFR");
+# quantifiers are function words; a code sheds "anti-", "non-" and "'s", and a residue ("Ser473") or a word and a
+# number ("function1") is none. Chinese: a two-character transliteration the Xinhua dictionary defines is a word
+# (沙丘), a verb-glued new word starts no compound (召入后宫), a place's centre is no organisation (温哥华市中心).
+EXTRACTOR_VERSION = "9"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
 # below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
@@ -72,52 +77,6 @@ MAX_PHRASE_WORDS = 3
 QUERY_NGRAM_WORDS = 3  # a query's candidate names are its word n-grams up to this length
 FUZZY_MIN_CHARS = 5  # shorter names match exactly or not at all
 
-# English closed-class words and numerals: capitalized by their place in a sentence or a title ("Do I", "Which
-# Wi-Fi"), they start or end no name, and a query's n-gram of them only is no name either.
-FUNCTION_WORDS = frozenset(
-    "a about above after again against all am an and any are as at be because been before being below between "
-    "both but by can could did do does doing down during each either few for from had has have having he her "
-    "here hers him his how i if in into is it its itself just may me might more most must my neither no nor not "
-    "of off on once only or other our ours out over own same shall she should so some such than that the their "
-    "them then there these they this those through to too under until up upon very was we were what when where "
-    "whether which while who whom whose why will with within without would yet you your yours although however thus "
-    "therefore moreover furthermore hence whereas though since unless one two three four five six seven eight nine "
-    "ten unlike despite among amongst across toward towards via per versus vs including following regarding "
-    "concerning beyond besides behind beside near inside outside around along amid onto throughout till".split()
-)
-# The section labels of a structured abstract or report ("Conclusions Molecular profiling...", "Results US
-# adults..."): at a sentence's start, capitalized or not, a label is no part of a name.
-SECTION_LABELS = frozenset(
-    "abstract background introduction objective objectives aim aims purpose context importance method methods "
-    "design setting settings participants patients subjects intervention interventions exposure exposures "
-    "measurements outcome outcomes result results findings conclusion conclusions interpretation implications "
-    "implementation discussion summary significance funding limitations".split()
-)
-_CODE_MODIFIER = re.compile(r"(?:[-/][a-z]{4,})+$")  # "-dependent", "-mediated", "-containing" after a code
-_MODIFIER = re.compile(r"-[a-z]{4,}$")  # "CaMKII-dependent", "HBV-induced": a modifier, no part of a name
-_PUNCTUATION = "\"'()[]{}:;,.!?#*-"
-_LINE = re.compile(r"[^\n]+")
-_CODE_PART = re.compile(r"[-/.]")
-_ASCII_LETTER = re.compile(r"[A-Za-z]")
-_DIGIT = re.compile(r"\d")
-_SENTENCE_PUNCTUATION = re.compile(r"[,.;:!?，。；：！？、]")
-_AFTER_NUMBER = re.compile(r"\d[ \t]+$")
-_CAMEL_CASE = re.compile(r"(?<![\w&-])[A-Z][a-z]+(?:[A-Z][a-z]+)+(?![\w&-])")  # PortaLock, GuardCam: a brand's name
-_LOOK_BACK = 40  # characters before a word that a label or a number before it can take (a search from 0 is O(n))
-_LABEL_BEFORE = re.compile(r"(?<![\w&-])[A-Z]{4,}[ \t]+$")  # "RESULTS Pravastatin": what follows a section label
-_CAPITALIZED_WORD = re.compile(r"(?<![\w&-])[A-Z][a-z\u00df-\u00ff]+(?![\w&-])")
-_VERSION = re.compile(r"[vV]\d+(?:\.\d+)+")
-_PLACEHOLDER = re.compile(r"[xX]{3,}")
-_LOWER_WORD = re.compile(r"[a-z]{5,}")
-_LOWER_CASE_WORD = re.compile(r"(?<![\w&])[a-z\u00df-\u00ff][\w&]*")
-# Capitalized words (hyphenated ones whole: "Wi-Fi", "E-104") and, between them, a number with its unit
-# ("GuardCam 2K Indoor Camera"). Latin letters only: Chinese after a name is no part of it ("Queen的总公司").
-_NAME_CHAR = r"[0-9A-Za-z\u00c0-\u024f&]"
-_CAPITALIZED_NAME = re.compile(
-    rf"\b[A-Z]{_NAME_CHAR}*(?:-{_NAME_CHAR}+)*(?:[ \t]+(?:[A-Z]{_NAME_CHAR}*|\d{_NAME_CHAR}*[A-Za-z]{_NAME_CHAR}*)"
-    rf"(?:-{_NAME_CHAR}+)*)+(?!{_NAME_CHAR})"
-)
-_NAME_WORD = re.compile(r"\S+")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 _PHRASE_BREAK = re.compile(r"[^\w\s'-]|\d")
 _WRITTEN_NAMES = frozenset({"name", "phrase"})  # the Latin entities a query writes like names
@@ -275,76 +234,11 @@ class EntityExtractor:
         ]
 
     def _codes(self, text: str) -> list[_Mention]:
-        """Compounds that start with a letter and hold a digit: product codes, model numbers (``_is_code``).
-        A lower-case word hyphenated to a code describes it ("Sfrp5-dependent": sfrp5); codes joined by a
-        slash are a list of codes ("Oct4/Sox2": oct4 and sox2)."""
-        found = []
-        for match in latin_compounds(text):
-            position = match.start()
-            for part in match.group().split("/"):  # "Oct4/Klf4": two codes, no name of a list
-                if _is_code(code := _CODE_MODIFIER.sub("", part)):
-                    found.append(self._mention(code, "code", position))
-                position += len(part) + 1
-        return found
+        return [self._mention(code, "code", position) for position, code in codes(text)]
 
     def _names(self, text: str, query: bool = False) -> list[_Mention]:
-        """Runs of two or more capitalized words that are no function word or stopword: "Do I", "The",
-        "Which" are capitalized by their place in a sentence or a title alone, so they end a name
-        ("How Do I Reset The PortaLock Pro" names only the PortaLock Pro). A run of words the passage
-        also writes in lower case is a heading's or a sentence start's common words ("Battery Pack" over
-        "the battery pack", "CONCLUSIONS Ibuprofen is..."), no name: one of its words must be capitalized
-        wherever the passage writes it; an all-capital word before a capitalized one is a label and
-        ends a run ("RESULTS Pravastatin"), and so do a section label at a sentence's start ("Conclusions
-        Molecular profiling"), a code ("PortaLock Pro PPR-9087") and a hyphenated modifier ("PCR-amplified
-        DNA"). A passage's heading names only what its text names too (a query may be written in title
-        case: "How Do I Reset The PortaLock Pro"). A word in camel case is a brand's or a product's name on
-        its own ("AirSense", "GuardCam")."""
-        found = []
-        capitals = _Capitals.of(text)
-        headings = [] if query else [line for line in _LINE.finditer(text) if self._is_heading(line.group())]
-        heading_spans = {line.span() for line in headings}
-        in_text = "\n".join(line.group() for line in _LINE.finditer(text) if line.span() not in heading_spans)
-        for match in _CAPITALIZED_NAME.finditer(text):
-            run: list[re.Match[str]] = []
-            words = [*_NAME_WORD.finditer(match.group())]
-            for at, word in enumerate([*words, None]):
-                if word is not None and word.group()[0].isdigit():
-                    if run:
-                        run.append(word)  # inside a name only: dropped from its ends
-                    continue
-                if (
-                    word is None
-                    or self._is_function_word(word.group())
-                    or _label(word.group(), words[at + 1 :])
-                    or _is_code(word.group())
-                    or _MODIFIER.search(word.group()) is not None
-                    or (word.group().lower() in SECTION_LABELS and _starts_sentence(text, match.start() + word.start()))
-                ):
-                    run = capitals.trimmed(run, match.start())
-                    name = " ".join(part.group() for part in run)
-                    start = match.start() + (run[0].start() if run else 0)
-                    heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
-                    if len(run) >= 2 and not heading and any(not capitals.lower(part.group()) for part in run):
-                        found.append(self._mention(name, "name", start))
-                    run = []
-                else:
-                    run.append(word)
-        covered = [(mention.position, mention.position + len(mention.label)) for mention in found]
-        for match in _CAMEL_CASE.finditer(text):  # one word of its own: "the AirSense SKY-30452"
-            if not any(start <= match.start() < end for start, end in covered):
-                found.append(self._mention(match.group(), "name", match.start()))
-        return found
-
-    def _is_heading(self, line: str) -> bool:
-        """A line of two or more words each capitalized unless a function word ("Order Problems", "How
-        To Pair The Hub"): a heading, whose capitals say nothing of a name. Its codes and Chinese words
-        do not count ("PortaLock Pro PPR-9087 - Installation Manual v2.1", "错误码速查表 / Error Code
-        Reference"); a line with Chinese sentence punctuation is text."""
-        if next(han_runs(line), None) is not None and _SENTENCE_PUNCTUATION.search(line):
-            return False  # Chinese text that names something in English, not a bilingual heading
-        words = [word for word in _NAME_WORD.findall(line) if _ASCII_LETTER.search(word) and not _DIGIT.search(word)]
-        content = [word for word in words if not self._is_function_word(word.strip(_PUNCTUATION))]
-        return len(content) >= 2 and all(not word[:1].islower() and word.isascii() for word in content)
+        names = capitalized_names(text, self._is_function_word, query)
+        return [self._mention(label, "name", position) for position, label in names]
 
     def _is_function_word(self, word: str) -> bool:
         folded = word.lower()
@@ -389,80 +283,6 @@ class EntityExtractor:
         ]
         words += [(offset, word, True) for offset, word, _ in tagged_words(folded)]
         return [(word, han) for _, word, han in sorted(words)]
-
-
-def _is_code(word: str) -> bool:
-    """A code starts with a letter, holds a digit and has three characters or more ("M4", "T3": a size,
-    a grade, a figure's panel). A compound that starts with a long lower-case word is a word and a number
-    ("impulses-100"); a version ("v2.1") and a placeholder ("WC-2026-XXXXXX") name nothing."""
-    lead = _CODE_PART.split(word, maxsplit=1)[0]
-    return (
-        len(word) >= 3
-        and word[0].isalpha()
-        and any(char.isdigit() for char in word)
-        and not _LOWER_WORD.fullmatch(lead)
-        and not _VERSION.fullmatch(word)
-        and not _PLACEHOLDER.search(word)
-    )
-
-
-@dataclass(frozen=True)
-class _Capitals:
-    """What a passage says of its capitals: the words it writes in lower case, and the capitalized words
-    it writes where their place does not capitalize them."""
-
-    text: str
-    lower_case: frozenset[str]
-    mid_sentence: frozenset[str]
-
-    @classmethod
-    def of(cls, text: str) -> _Capitals:
-        mid_sentence = (m.group() for m in _CAPITALIZED_WORD.finditer(text) if not _placed(text, m.start()))
-        return cls(text, frozenset(_LOWER_CASE_WORD.findall(text)), frozenset(mid_sentence))
-
-    def lower(self, word: str) -> bool:
-        return word.lower() in self.lower_case
-
-    def trimmed(self, run: list[re.Match[str]], offset: int) -> list[re.Match[str]]:
-        """A run of capitalized words (matched at ``offset``) without what is no part of its name: a
-        number with its unit at its end ("GuardCam 2K"), a first word capitalized by its place (one the
-        passage writes in lower case: "Exposures Anticoagulation..."; a plain word after a label that the
-        passage capitalizes nowhere else: "DESIGN Prospective cohort"), or a number's unit ("2.4 GHz
-        Wi-Fi"; not "In 2025 Skyline Homes")."""
-        while run and run[-1].group()[0].isdigit():
-            run = run[:-1]
-        if not run:
-            return run
-        first, position = run[0].group(), offset + run[0].start()
-        labelled = _labelled(self.text, position)
-        plain = labelled and first[1:].islower() and first not in self.mid_sentence
-        if _placed(self.text, position) and (self.lower(first) or plain):
-            return self.trimmed(run[1:], offset)
-        if len(first) <= 3 and _AFTER_NUMBER.search(self.text, max(0, position - _LOOK_BACK), position):
-            return self.trimmed(run[1:], offset)
-        return run
-
-
-def _placed(text: str, position: int) -> bool:
-    """Whether a word at ``position`` is capitalized by its place: it starts a sentence or follows a label."""
-    return _starts_sentence(text, position) or _labelled(text, position)
-
-
-def _labelled(text: str, position: int) -> bool:
-    """Whether a section label ("RESULTS") stands right before ``position``."""
-    return _LABEL_BEFORE.search(text, max(0, position - _LOOK_BACK), position) is not None
-
-
-def _starts_sentence(text: str, position: int) -> bool:
-    """Whether a word at ``position`` starts the text, a line or a sentence."""
-    before = text[:position].rstrip(" \t")
-    return not before or before[-1] in ".!?:;\n\r"
-
-
-def _label(word: str, after: list[re.Match[str]]) -> bool:
-    """An all-capital word of four letters or more before a word that is not: a section label
-    ("CONCLUSIONS Ibuprofen is as effective..."), no part of a name."""
-    return len(word) >= 4 and word.isalpha() and word.isupper() and bool(after) and not after[0].group().isupper()
 
 
 def common_names(document_frequency: Mapping[str, int], passages: int) -> frozenset[str]:

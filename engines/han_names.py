@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from engines.analysis import OUT_OF_DICTIONARY, dictionary_frequency, dictionary_tag, han_runs, part_of_speech
 from engines.gazetteer import PLACE_SUFFIXES, is_place
+from engines.jionlp_data import defined_words
 
 Tagged = list[tuple[int, str, str]]  # (offset, word, tag) of a text's Han words, in order
 
@@ -91,12 +92,14 @@ def han_names(tagged: Tagged) -> list[tuple[int, str, str]]:
             at = end
             continue
         kind = _han_kind(word, flag)
-        if kind is None and len(word) == 2 and flag.startswith("nr") and _titled(tagged, at):
+        titled = len(word) == 2 and flag.startswith("nr") and _titled(tagged, at)
+        if kind is None and titled:
             kind = "person"  # 客户经理刘海, 刘海先生: a two-character name where a title says it is one
         if kind == "person":
             start, end = _transliteration_span(tagged, at, pieces=_transliterated(word, flag))
             offset, name = tagged[start][0], "".join(part for _, part, _ in tagged[start:end])
-            if len(name) >= 2:
+            # a two-character transliteration the general dictionary defines is a word (沙丘, 谢恩)
+            if len(name) > 2 or (len(name) == 2 and (titled or name not in defined_words())):
                 found.append((offset, name, "place" if is_place(name) else kind))
             at = end
             continue
@@ -230,6 +233,19 @@ def _nominal(word: str, flag: str) -> bool:
     return flag[:1] == "n" or flag in ("j", "x", "zg")
 
 
+def _verb_glued(word: str, flag: str) -> bool:
+    """A two-character new word that ends in a verb: the HMM glued a verb to the character before it
+    (召入 + 后宫, 改设 + 罗店, 入读 + 东吴大学), no name's first word."""
+    return flag == OUT_OF_DICTIONARY and len(word) == 2 and dictionary_tag(word[-1]).startswith("v")
+
+
+def _downtown(parts: Tagged) -> bool:
+    """A place and its centre (温哥华市中心, 新都区 + 中心): where in a city, not an organisation's name
+    (温哥华世贸中心 is one)."""
+    head = parts[-1][1]
+    return head == "市中心" or (head == "中心" and len(parts) == 2 and is_place(parts[0][1]))
+
+
 def _han_compounds(tagged: Tagged) -> dict[int, int]:
     """Compound names of adjacent words: a proper, place, abbreviated or new word, then nouns, the last
     ending in a name's head (粤海 + 茶楼, 勐海 + 晨光 + 茶厂, 湘味坊 alone): start index -> end index
@@ -239,15 +255,20 @@ def _han_compounds(tagged: Tagged) -> dict[int, int]:
     while at < len(tagged):
         offset, word, flag = tagged[at]
         end = None
-        if flag in _NAME_STARTS and _nominal(word, flag):
+        if flag in _NAME_STARTS and _nominal(word, flag) and not _verb_glued(word, flag):
             position, stop = offset, min(len(tagged), at + _MAX_COMPOUND_WORDS)
             for last in range(at, stop):
                 there, part, tag = tagged[last]
                 if there != position or not _nominal(part, tag):
                     break
                 position += len(part)
-                if part.endswith(_NAME_HEADS) and position - offset >= 3 and (last > at or flag == OUT_OF_DICTIONARY):
-                    end = last + 1  # a dictionary word alone is a name by its own tag (_han_kind: 外语学院 is none)
+                if (
+                    part.endswith(_NAME_HEADS)
+                    and position - offset >= 3
+                    and (last > at or flag == OUT_OF_DICTIONARY)  # a dictionary word is a name by its own tag
+                    and not _downtown(tagged[at : last + 1])
+                ):
+                    end = last + 1
         if end is None:
             at += 1
         else:

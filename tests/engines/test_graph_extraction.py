@@ -1,7 +1,7 @@
 """Entity and relation extraction: Chinese by dictionary part of speech and out-of-dictionary words,
-Latin codes and names (no function words, headings or sentence starts; key phrases for queries only),
-protected terms, synonym groups, common names, aliases, normalization, and co-occurrence weights. The
-expected entities are written by hand."""
+Latin codes and names (their rules: test_latin_names.py), key phrases for queries only, protected terms,
+synonym groups, common names, aliases, normalization, and co-occurrence weights. The expected entities
+are written by hand."""
 
 from __future__ import annotations
 
@@ -57,21 +57,6 @@ def test_latin_codes_names_and_key_phrases(extractor):
     assert not any(kind == "phrase" for kind, _ in found.values())  # a passage's key phrases are no entities
     assert any(entity.kind == "phrase" for entity in extractor.extract(text, query=True).entities)  # a query's are
     assert "the portalock pro" not in found  # a leading stopword is not part of a name
-
-
-def test_headings_sentence_starts_and_section_labels_make_no_name(extractor):
-    text = (
-        "Order Problems\n"
-        "Order problems are rare. Harbor Noodle House in Seattle is run by Maria Lopez.\n"
-        "RESULTS Ibuprofen lowered the pain. Exposures Sepsis was common; exposures to sepsis were recorded."
-    )
-    names = {name for name, (kind, _) in entities(extractor, text).items() if kind == "name"}
-    assert names == {"harbor noodle house", "maria lopez"}
-
-
-def test_a_code_sheds_a_hyphenated_modifier_and_a_word_with_a_number_is_no_code(extractor):
-    found = entities(extractor, "Sfrp5-dependent signalling needs IND-7 and CD28/cytotoxic cells at impulses/100.")
-    assert {name for name, (kind, _) in found.items() if kind == "code"} == {"sfrp5", "ind-7", "cd28"}
 
 
 def test_synonym_group_terms_are_entities_of_their_group():
@@ -195,43 +180,3 @@ def test_extraction_cuts_no_han_run_again_that_analysis_cut_while_the_next_group
     for passage in group:
         extractor.extract(passage)
     assert analysis._han_words.cache_info().misses == misses
-
-
-def kinds(extractor, text, kind) -> set[str]:
-    return {name for name, (found, _) in entities(extractor, text).items() if found == kind}
-
-
-def test_codes_are_three_characters_or_more_and_a_slash_lists_codes(extractor):
-    text = "Oct4/Sox2 cells, M4 screws, firmware v2.1, order WC-2026-XXXXXX and an E27 socket."
-    assert kinds(extractor, text, "code") == {"oct4", "sox2", "e27"}
-
-
-def test_latin_names_are_of_latin_letters_and_end_at_a_code_or_a_unit(extractor):
-    text = (
-        "The GuardCam 2K Indoor Camera uses 2.4 GHz Wi-Fi; see Error E-104 on the PortaLock Pro PPR-9087. "
-        "In 2025 Skyline Homes moved. Dairy Queen的总公司位于明尼苏达州。 PCR-amplified DNA, CaMKII-dependent BDNF."
-    )
-    assert kinds(extractor, text, "name") == {
-        "guardcam 2k indoor camera",
-        "portalock pro",
-        "skyline homes",
-        "dairy queen",
-    }
-
-
-def test_a_camel_case_word_is_a_name_of_its_own(extractor):
-    assert kinds(extractor, "The AirSense SKY-30452 pairs with GuardCam, not with ChIP or mTOR.", "name") == {
-        "airsense", "guardcam",
-    }  # fmt: skip
-
-
-def test_a_section_label_and_a_preposition_start_no_name(extractor):
-    text = "Conclusions Molecular profiling helps. Results US adults gained. Unlike Escherichia coli, it grew."
-    assert kinds(extractor, text, "name") == set()
-
-
-def test_a_bilingual_heading_and_a_labels_next_word_make_no_name(extractor):
-    text = (
-        "错误码速查表 / Error Code Reference\n当设备指示灯闪红时请查表。\nDESIGN Prospective Longitudinal cohort study."
-    )
-    assert kinds(extractor, text, "name") == set()

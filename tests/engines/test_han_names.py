@@ -45,3 +45,18 @@ def test_a_transliteration_takes_no_function_word_and_no_common_word_is_one():
 def test_a_short_organisation_word_starts_with_a_name():
     text = "税务局和外语学院的人去了哈佛大学和中央电视台，冰川冷链负责安装。"
     assert kinds(text, "organisation") == {"哈佛大学", "中央电视台", "冰川冷链"}
+
+
+def test_a_two_character_transliteration_the_dictionary_defines_is_a_word_unless_titled():
+    text = "沙丘上站着罗斯，他们恩爱多年。客户经理谢恩到了。"
+    assert kinds(text, "person") == {"罗斯", "谢恩"}  # 沙丘 and 恩爱 are tagged nr; 谢恩 has a title
+
+
+def test_a_verb_glued_to_a_character_starts_no_compound_name():
+    assert kinds("她被召入后宫，粤海茶楼在此。", "organisation") == {"粤海茶楼"}
+
+
+def test_a_places_centre_is_no_organisation():
+    text = "温哥华市中心有温哥华世贸中心，新都区中心也很热闹。"
+    assert kinds(text, "organisation") == {"温哥华世贸中心"}
+    assert kinds(text, "place") == {"温哥华", "新都区"}
