@@ -59,8 +59,8 @@ from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
 # brands.
 # 9: Latin names in engines.latin_names: joined over "of", "for", "de", "von"... (National Center for Health
 # Statistics); no sentence-start word before an acronym or a joiner ("Increased HCV", "Inhibition of EGFR");
-# quantifiers are function words; a code sheds "anti-", "non-" and "'s", and a residue ("Ser473") or a word and a
-# number ("function1") is none. Chinese: a two-character transliteration the Xinhua dictionary defines is a word
+# quantifiers are function words; abbreviations side by side are no name ("HCV RNA"); a code sheds "anti-", "non-"
+# and "'s", and a residue ("Ser473") or a word and a number ("function1") is none. Chinese: a two-character transliteration the Xinhua dictionary defines is a word
 # (沙丘), a verb-glued new word starts no compound (召入后宫), a place's centre is no organisation (温哥华市中心).
 EXTRACTOR_VERSION = "9"
 

@@ -66,6 +66,8 @@ _LABEL_BEFORE = re.compile(r"(?<![\w&-])[A-Z]{4,}[ \t]+$")  # "RESULTS Pravastat
 _CAPITALIZED_WORD = re.compile(r"(?<![\w&-])[A-Z][a-z\u00df-\u00ff]+(?![\w&-])")
 _PLAIN_CAPITALIZED = re.compile(r"[A-Z][a-z\u00df-\u00ff][\w&-]*")  # "Health", "Wi-Fi"; not "EGFR", "B"
 _ACRONYM = re.compile(r"[A-Z][A-Z0-9]*[A-Z][A-Z0-9]*s?")  # "HCV", "HSCs"
+_ABBREVIATION = re.compile(r"[A-Z]|[a-z]{0,2}[A-Z][A-Z0-9]{1,3}s?")  # "T", "RNA", "SMCs", "rRT", "mGluR" is none
+_ROMAN = re.compile(r"[IVX]{2,}|[IVX]")
 _VERSION = re.compile(r"[vV]\d+(?:\.\d+)+")
 _PLACEHOLDER = re.compile(r"[xX]{3,}")
 _LOWER_WORD = re.compile(r"[a-z]{5,}")
@@ -162,7 +164,12 @@ def capitalized_names(text: str, is_function_word: Callable[[str], bool], query:
                 name = " ".join(part.group() for part in run)
                 start = match.start() + (run[0].start() if run else 0)
                 heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
-                if len(run) >= 2 and not heading and any(not capitals.lower(part.group()) for part in run):
+                if (
+                    len(run) >= 2
+                    and not heading
+                    and any(not capitals.lower(part.group()) for part in run)
+                    and not _abbreviations(run)
+                ):
                     found.append((start, name))
                 run = []
             else:
@@ -190,6 +197,13 @@ def _joins(joiner: str, run: list[re.Match[str]], after: list[re.Match[str]]) ->
         return False
     segment = len(run) - next((at for at in range(len(run) - 1, -1, -1) if run[at].group() in _IN_NAME), -1) - 1
     return joiner not in ("of", "for") or segment == 1 or last.lower() in _INSTITUTIONS
+
+
+def _abbreviations(run: list[re.Match[str]]) -> bool:
+    """Whether a run is abbreviations only ("HCV RNA", "ICU LOS", "MAPK JNK"): terms written side by
+    side, not a name, unless a Roman numeral ends it ("NHANES III", "APACHE II")."""
+    words = [word.group() for word in run]
+    return all(_ABBREVIATION.fullmatch(word) for word in words) and not _ROMAN.fullmatch(words[-1])
 
 
 def _without_joiners(run: list[re.Match[str]]) -> list[re.Match[str]]:

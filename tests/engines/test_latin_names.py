@@ -109,3 +109,7 @@ def test_a_sentence_start_before_an_acronym_or_a_joiner_is_no_part_of_a_name():
 
 def test_a_sentence_start_the_passage_capitalizes_elsewhere_stays_in_the_name():
     assert names("Apple ID is needed. Sign in with the Apple ID of the account owner.") == {"apple id"}
+
+
+def test_abbreviations_side_by_side_are_no_name_unless_a_roman_numeral_ends_them():
+    assert names("We measured HCV RNA and the ICU LOS of NHANES III participants.") == {"nhanes iii"}
