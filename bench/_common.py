@@ -149,14 +149,30 @@ def summarize_ms(seconds: list[float]) -> dict:
     }
 
 
+# The file each result name writes in this process: a script that writes its result as it goes rewrites
+# its own file, and a second run the same day writes <name>-<date>-2.json instead of over the first.
+_RUN_PATHS: dict[str, Path] = {}
+
+
 def result_path(name: str) -> Path:
+    """This run's ``bench/results/<name>-<date>.json`` (``-2``, ``-3``... if an earlier run wrote it)."""
+    if name not in _RUN_PATHS:
+        path, number = _dated_path(name), 2
+        while path.exists():
+            path, number = path.with_name(f"{_dated_path(name).stem}-{number}.json"), number + 1
+        _RUN_PATHS[name] = path
+    return _RUN_PATHS[name]
+
+
+def _dated_path(name: str) -> Path:
     return RESULTS_DIR / f"{name}-{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d')}.json"
 
 
 def write_result(name: str, data: dict, *, key: str | None = None) -> Path:
-    """Write ``bench/results/<name>-<date>.json``; with ``key``, merge into ``{"runs": {key: data}}``."""
+    """Write this run's ``bench/results/<name>-<date>.json`` (``result_path``); with ``key``, merge into
+    ``{"runs": {key: data}}`` of the day's file, which the runs of one comparison share."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = result_path(name)
+    path = result_path(name) if key is None else _dated_path(name)
     if key is None:
         payload = data
     else:
