@@ -147,3 +147,11 @@ def two_levels(curated_sample_kb, settings):
 def corpus(tmp_path, tenant, embedder):
     """The caller's tenant: KB "manuals" (3 documents) and KB "astronomy" (1 document)."""
     return build_corpus(tmp_path, tenant, {"manuals": MANUALS, "astronomy": ASTRONOMY})
+
+
+@pytest.fixture
+def filter_rows(db):
+    """Rows with known business fields and metadata for the filter tests (tests/retrieval/filter_rows.py)."""
+    from tests.retrieval.filter_rows import build_dataset
+
+    return build_dataset()
