@@ -157,9 +157,10 @@ _RUN_PATHS: dict[str, Path] = {}
 def result_path(name: str) -> Path:
     """This run's ``bench/results/<name>-<date>.json`` (``-2``, ``-3``... if an earlier run wrote it)."""
     if name not in _RUN_PATHS:
-        path, number = _dated_path(name), 2
+        dated = path = _dated_path(name)
+        number = 2
         while path.exists():
-            path, number = path.with_name(f"{_dated_path(name).stem}-{number}.json"), number + 1
+            path, number = dated.with_name(f"{dated.stem}-{number}.json"), number + 1
         _RUN_PATHS[name] = path
     return _RUN_PATHS[name]
 

@@ -4,8 +4,8 @@ Chinese: names by jieba's dictionary tags and the rules of Chinese naming (``eng
 from a gazetteer, people, organisations, compound shop and maker names). Latin script gives identifiers
 and codes (``PPR-9087``), capitalized multi-word names (``PortaLock Pro``, ``Department of Health``; not
 "Do I", not a heading's, a sentence start's or a section label's capitals) and camel-case brands
-(``AirSense``: ``engines.latin_names``); a query also gives a few RAKE-style key phrases. The tenant's protected terms and
-the terms of its synonym groups are entities too. Every name is normalized as the analyzer normalizes
+(``AirSense``: ``engines.latin_names``); a query also gives a few RAKE-style key phrases. The tenant's
+protected terms and the terms of its synonym groups are entities too. Every name is normalized as the analyzer normalizes
 text and mapped through the aliases (synonym groups), so one entity per KB version stands for all its
 spellings; the names in a large share of a version's passages (``common_names``) are dropped when its
 graph is rebuilt.
@@ -60,8 +60,9 @@ from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
 # 9: Latin names in engines.latin_names: joined over "of", "for", "de", "von"... (National Center for Health
 # Statistics); no sentence-start word before an acronym or a joiner ("Increased HCV", "Inhibition of EGFR");
 # quantifiers are function words; abbreviations side by side are no name ("HCV RNA"); a code sheds "anti-", "non-"
-# and "'s", and a residue ("Ser473") or a word and a number ("function1") is none. Chinese: a two-character transliteration the Xinhua dictionary defines is a word
-# (沙丘), a verb-glued new word starts no compound (召入后宫), a place's centre is no organisation (温哥华市中心).
+# and "'s", and a residue ("Ser473") or a word and a number ("function1") is none. Chinese: a two-character
+# transliteration the Xinhua dictionary defines is a word (沙丘), a verb-glued new word starts no compound
+# (召入后宫), a place's centre is no organisation (温哥华市中心).
 EXTRACTOR_VERSION = "9"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);

@@ -92,14 +92,13 @@ def han_names(tagged: Tagged) -> list[tuple[int, str, str]]:
             at = end
             continue
         kind = _han_kind(word, flag)
-        titled = len(word) == 2 and flag.startswith("nr") and _titled(tagged, at)
-        if kind is None and titled:
+        if kind is None and _titled(tagged, at):
             kind = "person"  # 客户经理刘海, 刘海先生: a two-character name where a title says it is one
         if kind == "person":
             start, end = _transliteration_span(tagged, at, pieces=_transliterated(word, flag))
             offset, name = tagged[start][0], "".join(part for _, part, _ in tagged[start:end])
-            # a two-character transliteration the general dictionary defines is a word (沙丘, 谢恩)
-            if len(name) > 2 or (len(name) == 2 and (titled or name not in defined_words())):
+            # a two-character transliteration the general dictionary defines is a word (沙丘), unless titled
+            if len(name) > 2 or (len(name) == 2 and (name not in defined_words() or _titled(tagged, at))):
                 found.append((offset, name, "place" if is_place(name) else kind))
             at = end
             continue
@@ -167,9 +166,11 @@ def _transliterated(word: str, flag: str) -> bool:
 
 
 def _titled(tagged: Tagged, at: int) -> bool:
-    """Whether a title or an honorific stands next to word ``at`` (经理刘海, 王芳女士): the word is a
-    person's name."""
-    word = tagged[at][1]
+    """Whether word ``at`` is a two-character word tagged a person with a title or an honorific next to
+    it (经理刘海, 王芳女士): the word is a person's name."""
+    _, word, flag = tagged[at]
+    if len(word) != 2 or not flag.startswith("nr"):
+        return False
     before = tagged[at - 1] if at > 0 and _adjacent(tagged, at - 1) else None
     after = tagged[at + 1] if at + 1 < len(tagged) and _adjacent(tagged, at) else None
     surnamed = word[0] in _SURNAMES and _rare(word)
