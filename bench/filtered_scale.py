@@ -19,6 +19,9 @@ The filters (bench/peers.py): a business field at 10 %, 1 % and 0.1 %, a date ra
   ``--variant`` (the levers: ``filter_sizing=estimate``, ``iterative_scan=strict_order``,
   ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``;
 * rows touched: ``EXPLAIN (ANALYZE, BUFFERS)`` of the engine's count and nearest-rows statements (one query);
+* where the time goes (bench/scale_profile.py): per query, the nearest-rows statement's planning and
+  execution in PostgreSQL against the whole engine call, and over HTTP each response's critical path by
+  stage and the time outside the pipeline;
 * ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
@@ -51,6 +54,7 @@ import growth
 import numpy as np
 import peers
 import scale
+import scale_profile
 import vector_search as vs
 
 DIM = 384
@@ -123,44 +127,6 @@ def load_rows(kb, texts: list[str], vectors: np.ndarray, first: int) -> None:
     with transaction.atomic():
         Document.objects.bulk_update(docs, ["created_at"])
         copy_chunks(kb, kb.active_version, batches)
-
-
-def rows_touched(engine, scope, spec, vector, depth) -> dict:
-    """EXPLAIN (ANALYZE, BUFFERS) of each statement one engine search runs, under the planner settings
-    it sends with them: buffers hit + read, rows the scans returned and rows their filters removed."""
-    from django.db import connection, transaction
-    from django.test.utils import CaptureQueriesContext
-
-    with CaptureQueriesContext(connection) as ctx:
-        engine.search(scope, vector, depth, spec.sql)
-    out = []
-    for query in ctx.captured_queries:
-        if "<=>" not in query["sql"] and "count(" not in query["sql"]:
-            continue  # the index's row count, read once a minute
-        parts = query["sql"].split("; ")
-        statement = next(p for p in parts if not p.startswith("SELECT set_config"))
-        with transaction.atomic(), connection.cursor() as cursor:
-            if parts[0].startswith("SELECT set_config"):
-                cursor.execute(parts[0])
-            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement)
-            plan = cursor.fetchone()[0][0]["Plan"]
-        nodes, scanned, removed = [plan], 0, 0
-        while nodes:
-            node = nodes.pop()
-            nodes += node.get("Plans", [])
-            if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":  # its heap scan counts
-                scanned += node.get("Actual Rows", 0)
-                removed += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
-        out.append(
-            {
-                "statement": "count" if "count(" in statement else "nearest",
-                "plan": scale.plan_shape([{"Plan": plan}]),
-                "buffers": plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0),
-                "rows_scanned": round(scanned),
-                "rows_removed": round(removed),
-            }
-        )
-    return {"statements": out, "buffers": sum(s["buffers"] for s in out)}
 
 
 AB_TABLE = "bench_chunk_storage_ab"
@@ -270,6 +236,7 @@ def http_run(args, key: str, queries: list[str], workdir: Path) -> dict:
     proc = _common.start_gunicorn(port, workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0"})
     scenarios = [(mode, flt) for flt in peers.FILTERS for mode in MODES]
     times: dict = {(mode, flt.name): [] for mode, flt in scenarios}
+    profile = scale_profile.StageProfile()
     try:
         _common.wait_ready(proc, f"http://127.0.0.1:{port}")
         with httpx.Client(
@@ -290,10 +257,12 @@ def http_run(args, key: str, queries: list[str], workdir: Path) -> dict:
                         raise RuntimeError(f"{mode} {flt.name}: HTTP {response.status_code}: {response.text[:300]}")
                     if i >= args.warmup:
                         times[(mode, flt.name)].append(elapsed)
+                        profile.add(f"{mode} | {flt.name}", elapsed, response.json())
         memory = {"gunicorn_rss_mb": round(_tree_rss(proc.pid) / 2**20)}
     finally:
         _common.stop_process(proc)
-    return {"scenarios": {f"{mode} | {name}": _common.summarize_ms(s) for (mode, name), s in times.items()}, **memory}
+    scenarios_ms = {f"{mode} | {name}": _common.summarize_ms(s) for (mode, name), s in times.items()}
+    return {"scenarios": scenarios_ms, "stages": profile.summary(), **memory}
 
 
 def _tree_rss(pid: int) -> int:
@@ -525,7 +494,7 @@ def main() -> int:
         print(f"  COPY {result['copy_s']} s, index {result['service_index']}, table {result['table']}", flush=True)
         result["matching_rows"] = {flt.name: int(flt.mask(fields).sum()) for flt in peers.FILTERS}
         result["rows_touched"] = {
-            flt.name: rows_touched(engine_default, scope, compiled[flt.name], queries[0], depth)
+            flt.name: scale_profile.rows_touched(engine_default, scope, compiled[flt.name], queries[0], depth)
             for flt in peers.FILTERS
         }
         if args.storage_ab:
@@ -543,6 +512,13 @@ def main() -> int:
                 flush=True,
             )
 
+        result["statement_times"] = {
+            flt.name: scale_profile.statement_times(
+                engine_default, scope, compiled[flt.name], queries, depth, result["matching_rows"][flt.name]
+            )
+            for flt in peers.FILTERS
+        }
+        print(f"  statement times: {result['statement_times']}", flush=True)
         if not args.no_keyword:
             result["in_process"] = {}
             # --lexical-ab: each filtered scenario also with the BM25 leg reading the chunk ids (the keyword

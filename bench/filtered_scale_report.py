@@ -112,6 +112,7 @@ def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) ->
         ]
         lines += _table(headers, rows) + [""]
 
+    lines += _time_lines(result, filters)
     if len(result["variants"]) > 1 or result.get("builds"):
         rows = [
             [f"`{name}`", *(f"{v[f]['p50_ms']:,.1f} ms, {_r(v[f]['recall_at_10'])}" for f in filters)]
@@ -143,6 +144,52 @@ def render_markdown(result: dict, filters: list[str], modes: tuple[str, ...]) ->
     if result.get("growth"):
         lines += ["", *_growth_lines(result["growth"], modes)]
     return "\n".join(lines) + "\n"
+
+
+def _time_lines(result: dict, filters: list[str]) -> list[str]:
+    """Where a vector search's time goes: over HTTP the critical path's stages and the time outside the
+    pipeline, in PostgreSQL the nearest-rows statement, next to each peer's whole search (medians, ms)."""
+    stages = (result.get("http") or {}).get("stages") or {}
+    sql = result.get("statement_times") or {}
+    if not stages or not sql:
+        return []
+    http = result["http"]["scenarios"]
+    order = [stage for stage in stages[f"vector | {filters[0]}"] if stage != "total"]
+    for name in filters:  # a stage only some filters run (the count) joins the columns where it first shows
+        order += [stage for stage in stages[f"vector | {name}"] if stage not in order]
+    peer_names = [key for key, peer in result.get("peers", {}).items() if "skipped" not in peer]
+    rows = []
+    for name in filters:
+        parts = stages[f"vector | {name}"]
+        rows.append(
+            [
+                name,
+                f"{http[f'vector | {name}']['p50_ms']:.1f}",
+                *(f"{parts[stage]:.1f}" if stage in parts else "-" for stage in order),
+                f"{sql[name]['call_ms']:.1f}",
+                f"{sql[name]['planning_ms']:.2f}",
+                f"{sql[name]['execution_ms']:.1f}",
+                f"{sql[name]['outside_sql_ms']:.1f}",
+                *(f"{result['peers'][peer][name]['p50_ms']:.2f}" for peer in peer_names),
+            ]
+        )
+    headers = [
+        "filter",
+        "HTTP vector p50",
+        *order,
+        "engine call",
+        "SQL planning",
+        "SQL execution",
+        "engine outside SQL",
+    ]
+    headers += [f"{result['peers'][peer]['engine']} p50" for peer in peer_names]
+    return [
+        "Where a vector search's time goes (medians, ms; HTTP: the critical path's stages and the time outside",
+        "the pipeline; engine: the nearest-rows statement, no count):",
+        "",
+        *_table(headers, rows),
+        "",
+    ]
 
 
 def _growth_lines(growth: dict, modes: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,118 @@
+"""Where a filtered search's time goes (issue 27, item 4: what stands between the service and the fastest
+peer). bench/filtered_scale.py calls these at its largest size:
+
+* ``rows_touched``: ``EXPLAIN (ANALYZE, BUFFERS)`` of the statements one engine search runs (one query);
+* ``statement_times``: per query, the nearest-rows statement's planning and execution time in
+  PostgreSQL (``EXPLAIN (ANALYZE, TIMING OFF)``, so no per-node clock) next to the whole
+  ``PgVectorIndex.search`` call without its row count: the difference is the round trip, the driver and
+  the engine's Python;
+* ``StageProfile``: over HTTP, each response's ``critical_path_ms`` (the request thread's stages, adding
+  up to the pipeline's ``total``) and the client's time outside that total (the HTTP server, middleware,
+  key check, rate limit, serializers and JSON both ways).
+
+Medians per part: they need not add up to the median of the whole.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import scale
+
+
+def _statements(engine, scope, spec, vector, depth, plan=None) -> list[tuple[str | None, str]]:
+    """The statements one ``engine.search`` ran, as (its planner settings or None, the statement)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        engine.search(scope, vector, depth, spec.sql, plan=plan)
+    out = []
+    for query in ctx.captured_queries:
+        if "<=>" not in query["sql"] and "count(" not in query["sql"]:
+            continue  # the index's row count, read once a minute
+        parts = query["sql"].split("; ")
+        settings = parts[0] if parts[0].startswith("SELECT set_config") else None
+        out.append((settings, next(p for p in parts if not p.startswith("SELECT set_config"))))
+    return out
+
+
+def _explain(settings: str | None, statement: str, options: str) -> dict:
+    """The top of an ``EXPLAIN (<options>, FORMAT JSON)``, run under the engine's planner settings."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        if settings:
+            cursor.execute(settings)
+        cursor.execute(f"EXPLAIN ({options}, FORMAT JSON) " + statement)
+        return cursor.fetchone()[0][0]
+
+
+def rows_touched(engine, scope, spec, vector, depth) -> dict:
+    """EXPLAIN (ANALYZE, BUFFERS) of each statement one engine search runs, under the planner settings
+    it sends with them: buffers hit + read, rows the scans returned and rows their filters removed."""
+    out = []
+    for settings, statement in _statements(engine, scope, spec, vector, depth):
+        plan = _explain(settings, statement, "ANALYZE, BUFFERS")["Plan"]
+        nodes, scanned, removed = [plan], 0, 0
+        while nodes:
+            node = nodes.pop()
+            nodes += node.get("Plans", [])
+            if "Scan" in node["Node Type"] and node["Node Type"] != "Bitmap Index Scan":  # its heap scan counts
+                scanned += node.get("Actual Rows", 0)
+                removed += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+        out.append(
+            {
+                "statement": "count" if "count(" in statement else "nearest",
+                "plan": scale.plan_shape([{"Plan": plan}]),
+                "buffers": plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0),
+                "rows_scanned": round(scanned),
+                "rows_removed": round(removed),
+            }
+        )
+    return {"statements": out, "buffers": sum(s["buffers"] for s in out)}
+
+
+def statement_times(engine, scope, spec, vectors, depth, matching: int) -> dict:
+    """Per query vector: ``engine.search`` told the matching rows (no count, as the service calls it),
+    then its nearest-rows statement explained with ANALYZE. Medians in ms: the call, PostgreSQL's
+    planning and execution, and what is left (round trip, psycopg, the engine's Python)."""
+    calls, planning, execution = [], [], []
+    for vector in vectors:
+        started = time.perf_counter()
+        engine.search(scope, vector, depth, spec.sql, plan=matching)
+        calls.append((time.perf_counter() - started) * 1000)
+        for settings, statement in _statements(engine, scope, spec, vector, depth, plan=matching):
+            top = _explain(settings, statement, "ANALYZE, TIMING OFF")
+            planning.append(top["Planning Time"])
+            execution.append(top["Execution Time"])
+    call, plan_ms, run_ms = (statistics.median(xs) for xs in (calls, planning, execution))
+    return {
+        "call_ms": round(call, 2),
+        "planning_ms": round(plan_ms, 2),
+        "execution_ms": round(run_ms, 2),
+        "outside_sql_ms": round(max(0.0, call - plan_ms - run_ms), 2),
+    }
+
+
+class StageProfile:
+    """The HTTP responses of each scenario, summed up as medians per stage of the critical path."""
+
+    OUTSIDE = "outside the pipeline"
+
+    def __init__(self) -> None:
+        self._parts: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+
+    def add(self, scenario: str, elapsed_s: float, body: dict) -> None:
+        parts = self._parts[scenario]
+        parts[self.OUTSIDE].append(max(0.0, elapsed_s * 1000 - body["timings_ms"]["total"]))
+        for stage, ms in body["critical_path_ms"].items():
+            parts[stage].append(ms)
+
+    def summary(self) -> dict:
+        return {
+            scenario: {stage: round(statistics.median(ms), 2) for stage, ms in parts.items()}
+            for scenario, parts in self._parts.items()
+        }
