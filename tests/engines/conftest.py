@@ -1,5 +1,5 @@
 """Fixtures of the engines' tests: the lexical contract's backends (tantivy always, Elasticsearch where
-``ELASTICSEARCH_URL`` is set) and the recording Elasticsearch fake."""
+``ELASTICSEARCH_URL`` is set) and the recording Elasticsearch fake; the rerank server and its clients."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 
 from engines.base import LexicalIndex
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
+from engines.rerankers.remote import RemoteReranker
 from engines.tantivy_index import TantivyLexicalIndex
 from tests.engines.lexical_support import (
     K1,
     Backend,
     FakeElasticsearch,
 )
+from tests.engines.rerank_support import RerankServer
 
 
 @pytest.fixture(params=["tantivy", "elasticsearch"])
@@ -44,3 +46,25 @@ def index(backend) -> LexicalIndex:
 def fake() -> Iterator[FakeElasticsearch]:
     with FakeElasticsearch() as fake:
         yield fake
+
+
+@pytest.fixture
+def rerank_server():
+    with RerankServer() as running:
+        yield running
+
+
+@pytest.fixture
+def make_reranker(rerank_server):
+    """RemoteRerankers on the test server, with short waits, closed at teardown."""
+    made: list[RemoteReranker] = []
+
+    def make(url: str | None = None, **kwargs) -> RemoteReranker:
+        kwargs.setdefault("backoff_s", 0.01)
+        reranker = RemoteReranker(url or rerank_server.url, **kwargs)
+        made.append(reranker)
+        return reranker
+
+    yield make
+    for reranker in made:
+        reranker.close()
