@@ -48,17 +48,3 @@ def test_the_service_filters_select_the_rows_of_the_numpy_masks():
         expected = set(numbers[flt.mask(fields)].tolist())
         assert {row_of[pk] for pk in selected.values_list("pk", flat=True)} == expected, flt.name
         assert len(expected) > 0 and (flt.service is None or len(expected) < len(numbers)), flt.name
-
-
-def test_the_exact_top_10_of_a_filter_smaller_than_10_is_all_of_it_best_first():
-    rng = np.random.default_rng(5)
-    vectors = rng.standard_normal((200, 16)).astype(np.float32)
-    queries = rng.standard_normal((3, 16)).astype(np.float32)
-    mask = np.zeros(200, dtype=bool)
-    mask[[4, 50, 120]] = True
-    for query, top in zip(queries, filtered_scale.exact_top10(vectors, queries, mask)):
-        assert sorted(top.tolist()) == [4, 50, 120]
-        assert (np.diff(vectors[top] @ query) <= 0).all()
-    truth = filtered_scale.exact_top10(vectors, queries, mask)
-    assert filtered_scale.recall([[4, 50], [4, 50, 120], []], truth, 10) == pytest.approx((2 / 3 + 1 + 0) / 3, abs=1e-4)
-    assert filtered_scale.recall([[1]], [np.array([], dtype=int)], 10) is None  # nothing matches: no recall
