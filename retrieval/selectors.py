@@ -104,12 +104,22 @@ def indexed_texts(tenant: Tenant, chunk_ids: list[int]) -> dict[int, str]:
     return {chunk_id: contextual_text(context, content, section) for chunk_id, context, section, content in rows}
 
 
+# What a hit shows of its chunk and document (``retrieval.services.hydrate``): no vector (parsing 384 floats
+# per row from text was most of hydration's CPU), no timestamps or document columns a hit does not show
+# (building the rows' model instances is most of what is left).
+_HIT_FIELDS = (
+    "document_id", "knowledge_base_id", "kb_version_id", "parent_id", "content", "doc_type", "metadata", "tags",
+    "ordinal", "document__title", "document__source_uri",
+)  # fmt: skip
+
+
 def chunks_with_documents(tenant: Tenant, chunk_ids: list[int], *, parents: bool = False) -> dict[int, Chunk]:
-    """The chunks to show as hits, with their documents (and ``parents``: their parent passages, in the
-    same round trip); a missing id was replaced by a re-ingest. Without their vectors: no hit shows one,
-    and parsing 384 floats per row from text was most of hydration's CPU."""
-    related = ("document", "parent") if parents else ("document",)
-    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related(*related).defer("embedding")
+    """The chunks to show as hits, with their documents (and ``parents``: their parent passages' content,
+    in the same round trip), their ``_HIT_FIELDS`` only; a missing id was replaced by a re-ingest."""
+    related, fields = (
+        (("document", "parent"), (*_HIT_FIELDS, "parent__content")) if parents else (("document",), _HIT_FIELDS)
+    )
+    chunks = Chunk.objects.filter(tenant=tenant, pk__in=chunk_ids).select_related(*related).only(*fields)
     return {chunk.pk: chunk for chunk in chunks}
 
 
