@@ -49,19 +49,21 @@ def fake() -> Iterator[FakeElasticsearch]:
 
 
 @pytest.fixture
-def rerank_server():
+def overlap_server():
+    """The remote reranker tests' server (``rerank_support.RerankServer``: replies set per test, requests
+    counted); the root conftest's ``rerank_server`` is the one a search's settings point to."""
     with RerankServer() as running:
         yield running
 
 
 @pytest.fixture
-def make_reranker(rerank_server):
+def make_reranker(overlap_server):
     """RemoteRerankers on the test server, with short waits, closed at teardown."""
     made: list[RemoteReranker] = []
 
     def make(url: str | None = None, **kwargs) -> RemoteReranker:
         kwargs.setdefault("backoff_s", 0.01)
-        reranker = RemoteReranker(url or rerank_server.url, **kwargs)
+        reranker = RemoteReranker(url or overlap_server.url, **kwargs)
         made.append(reranker)
         return reranker
 

@@ -27,14 +27,14 @@ from tests.peers import Reply
 # --- request and response shapes -------------------------------------------------------------------
 
 
-def test_v1_rerank_sends_the_v1_request_and_maps_scores_by_index(rerank_server, make_reranker):
+def test_v1_rerank_sends_the_v1_request_and_maps_scores_by_index(overlap_server, make_reranker):
     reranker = make_reranker(model="bge-reranker-v2-m3", api_key="sk-test")
 
     scores = reranker.rerank(QUERY, PASSAGES)
 
     assert scores == EXPECTED
     assert PASSAGES[int(np.argmax(scores))] == "cats sit on warm mats"
-    [request] = rerank_server.requests
+    [request] = overlap_server.requests
     assert request.path == "/v1/rerank"
     assert request.headers.get("authorization") == "Bearer sk-test"
     assert request.json() == {
@@ -47,41 +47,41 @@ def test_v1_rerank_sends_the_v1_request_and_maps_scores_by_index(rerank_server, 
     assert reranker.name == "remote:bge-reranker-v2-m3"
 
 
-def test_without_model_or_key_sends_neither_and_is_named_by_host(rerank_server, make_reranker):
+def test_without_model_or_key_sends_neither_and_is_named_by_host(overlap_server, make_reranker):
     reranker = make_reranker()
 
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED
-    [request] = rerank_server.requests
+    [request] = overlap_server.requests
     assert request.headers.get("authorization") is None
     assert "model" not in request.json()
     assert reranker.name == "remote:127.0.0.1"
 
 
 @pytest.mark.parametrize("suffix", ["/", "/v1", "/v1/rerank"])
-def test_v1_urls_all_reach_v1_rerank(rerank_server, make_reranker, suffix):
-    assert make_reranker(rerank_server.url + suffix).rerank(QUERY, PASSAGES) == EXPECTED
-    assert rerank_server.requests[0].path == "/v1/rerank"
+def test_v1_urls_all_reach_v1_rerank(overlap_server, make_reranker, suffix):
+    assert make_reranker(overlap_server.url + suffix).rerank(QUERY, PASSAGES) == EXPECTED
+    assert overlap_server.requests[0].path == "/v1/rerank"
 
 
-def test_unversioned_rerank_url_speaks_tei(rerank_server, make_reranker):
-    rerank_server.reply_with(tei_scores)
+def test_unversioned_rerank_url_speaks_tei(overlap_server, make_reranker):
+    overlap_server.reply_with(tei_scores)
 
-    assert make_reranker(rerank_server.url + "/rerank").rerank(QUERY, PASSAGES) == EXPECTED
-    [request] = rerank_server.requests
+    assert make_reranker(overlap_server.url + "/rerank").rerank(QUERY, PASSAGES) == EXPECTED
+    [request] = overlap_server.requests
     assert request.path == "/rerank"
     assert request.json() == {"query": QUERY, "texts": PASSAGES, "truncate": True}
 
 
-def test_results_with_plain_score_keys_are_accepted(rerank_server, make_reranker):
+def test_results_with_plain_score_keys_are_accepted(overlap_server, make_reranker):
     results = [{"index": 2, "score": 1}, {"index": 0, "score": 0.0}, {"index": 1, "score": 4}]
-    rerank_server.reply_with(Reply(body={"results": results}))
+    overlap_server.reply_with(Reply(body={"results": results}))
 
     assert make_reranker().rerank(QUERY, PASSAGES) == EXPECTED
 
 
-def test_no_passages_needs_no_request(rerank_server, make_reranker):
+def test_no_passages_needs_no_request(overlap_server, make_reranker):
     assert make_reranker().rerank(QUERY, []) == []
-    assert rerank_server.requests == []
+    assert overlap_server.requests == []
 
 
 def scored(*pairs) -> dict:
@@ -109,11 +109,11 @@ def scored(*pairs) -> dict:
         pytest.param("ok", id="json-string"),
     ],
 )
-def test_malformed_answers_fail_without_retry(rerank_server, make_reranker, body):
-    rerank_server.reply_with(Reply(body=body))
+def test_malformed_answers_fail_without_retry(overlap_server, make_reranker, body):
+    overlap_server.reply_with(Reply(body=body))
 
     assert rerank_error(make_reranker(retries=2)).cause == "malformed_response"
-    assert len(rerank_server.requests) == 1
+    assert len(overlap_server.requests) == 1
 
 
 # --- failures and retries --------------------------------------------------------------------------
@@ -129,29 +129,29 @@ def test_malformed_answers_fail_without_retry(rerank_server, make_reranker, body
     ],
     ids=["500", "503", "429", "timeout"],
 )
-def test_transient_failures_are_retried_then_reported(rerank_server, make_reranker, reply, cause):
-    rerank_server.reply_with(reply)
+def test_transient_failures_are_retried_then_reported(overlap_server, make_reranker, reply, cause):
+    overlap_server.reply_with(reply)
     reranker = make_reranker(timeout_s=0.2, retries=2)
 
     assert rerank_error(reranker).cause == cause
 
-    assert len(rerank_server.requests) == 3
+    assert len(overlap_server.requests) == 3
     ended = "hung_up" if cause == "timeout" else "answered"  # a timed-out attempt closed its connection
     wait_until(
-        lambda: all(request.outcome == ended for request in rerank_server.requests), message=f"3 requests {ended}"
+        lambda: all(request.outcome == ended for request in overlap_server.requests), message=f"3 requests {ended}"
     )
 
 
 @pytest.mark.parametrize(
     "reply", [Reply(body={"results": []}, drip_s=0.2), Reply(delay_s=60)], ids=["drips", "answers-too-late"]
 )
-def test_a_slow_peer_is_cut_off_at_the_total_deadline(rerank_server, make_reranker, reply):
+def test_a_slow_peer_is_cut_off_at_the_total_deadline(overlap_server, make_reranker, reply):
     """One byte every 200 ms never trips a 1 s read timeout; retries could add up: the deadline bounds all.
     The answer would take far longer than the deadline, so none has reached the client when it gives up."""
-    rerank_server.reply_with(reply)
+    overlap_server.reply_with(reply)
     reranker = make_reranker(timeout_s=1.0, deadline_s=0.5, retries=3)
     assert rerank_error(reranker).cause == "deadline"
-    assert rerank_server.requests and "answered" not in [request.outcome for request in rerank_server.requests]
+    assert overlap_server.requests and "answered" not in [request.outcome for request in overlap_server.requests]
 
 
 def test_a_peer_that_never_answers_is_cut_off_at_the_deadline(make_reranker):
@@ -168,21 +168,21 @@ def test_a_peer_that_never_answers_is_cut_off_at_the_deadline(make_reranker):
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
-def test_client_errors_fail_at_once(rerank_server, make_reranker, status):
-    rerank_server.reply_with(Reply(status, {"error": "bad request"}))
+def test_client_errors_fail_at_once(overlap_server, make_reranker, status):
+    overlap_server.reply_with(Reply(status, {"error": "bad request"}))
 
     error = rerank_error(make_reranker(retries=2))
 
     assert error.cause == "server_error"
     assert str(status) in error.message
-    assert len(rerank_server.requests) == 1
+    assert len(overlap_server.requests) == 1
 
 
-def test_a_503_then_success_is_retried_into_scores(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(503), v1_scores)
+def test_a_503_then_success_is_retried_into_scores(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(503), v1_scores)
 
     assert make_reranker(retries=1).rerank(QUERY, PASSAGES) == EXPECTED
-    assert len(rerank_server.requests) == 2
+    assert len(overlap_server.requests) == 2
 
 
 def test_connection_refused(make_reranker):
@@ -199,44 +199,44 @@ def recorded_waits(reranker: RemoteReranker) -> list[float]:
     return waits
 
 
-def test_backoff_grows_exponentially_up_to_its_cap(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(500))
+def test_backoff_grows_exponentially_up_to_its_cap(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(500))
     reranker = make_reranker(retries=3, backoff_s=0.05, max_backoff_s=0.1)
     waits = recorded_waits(reranker)
 
     rerank_error(reranker)
 
-    assert len(rerank_server.requests) == 4
+    assert len(overlap_server.requests) == 4
     assert waits[:3] == pytest.approx([0.05, 0.1, 0.1])
 
 
-def test_retry_after_within_the_cap_is_honoured(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(429, headers={"Retry-After": "0.3"}), v1_scores)
+def test_retry_after_within_the_cap_is_honoured(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(429, headers={"Retry-After": "0.3"}), v1_scores)
     reranker = make_reranker(retries=1, max_backoff_s=1.0)
     waits = recorded_waits(reranker)
 
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED
 
-    assert len(rerank_server.requests) == 2
+    assert len(overlap_server.requests) == 2
     assert waits == [0.3]
 
 
-def test_retry_after_beyond_the_cap_fails_at_once(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(429, headers={"Retry-After": "120"}))
+def test_retry_after_beyond_the_cap_fails_at_once(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(429, headers={"Retry-After": "120"}))
     reranker = make_reranker(retries=2, max_backoff_s=1.0)
     waits = recorded_waits(reranker)
 
     assert rerank_error(reranker).cause == "rate_limited"
 
-    assert len(rerank_server.requests) == 1
+    assert len(overlap_server.requests) == 1
     assert waits == []
 
 
-def test_concurrent_calls_run_in_parallel(rerank_server, make_reranker):
+def test_concurrent_calls_run_in_parallel(overlap_server, make_reranker):
     """The breaker must not queue searches behind each other (pybreaker's own call() would): the peer
     answers none of the three calls before all three have arrived, which queued calls never would."""
     all_arrived = threading.Barrier(3)
-    rerank_server.reply_with(lambda body: (all_arrived.wait(timeout=30), v1_scores(body))[1])
+    overlap_server.reply_with(lambda body: (all_arrived.wait(timeout=30), v1_scores(body))[1])
     reranker = make_reranker(timeout_s=30, deadline_s=30)
     results: list[list[float]] = []
 
@@ -252,40 +252,40 @@ def test_concurrent_calls_run_in_parallel(rerank_server, make_reranker):
 # --- circuit breaker -------------------------------------------------------------------------------
 
 
-def test_breaker_opens_after_fail_max_failed_calls_and_then_sends_nothing(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(500))
+def test_breaker_opens_after_fail_max_failed_calls_and_then_sends_nothing(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(500))
     reranker = make_reranker(retries=1, breaker_fail_max=3, breaker_reset_s=30)
 
     for _ in range(3):
         assert rerank_error(reranker).cause == "server_error"
-    assert len(rerank_server.requests) == 3 * 2  # a call with its retries counts once
+    assert len(overlap_server.requests) == 3 * 2  # a call with its retries counts once
 
     for _ in range(5):
         assert rerank_error(reranker).cause == "circuit_open"
-    assert len(rerank_server.requests) == 6
+    assert len(overlap_server.requests) == 6
 
 
-def test_malformed_answers_count_as_failures(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(body=b"not json"))
+def test_malformed_answers_count_as_failures(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(body=b"not json"))
     reranker = make_reranker(breaker_fail_max=2)
 
     causes = [rerank_error(reranker).cause for _ in range(3)]
     assert causes == ["malformed_response", "malformed_response", "circuit_open"]
-    assert len(rerank_server.requests) == 2
+    assert len(overlap_server.requests) == 2
 
 
-def test_a_success_resets_the_failure_count(rerank_server, make_reranker):
-    rerank_server.reply_with(Reply(500), v1_scores, Reply(500))
+def test_a_success_resets_the_failure_count(overlap_server, make_reranker):
+    overlap_server.reply_with(Reply(500), v1_scores, Reply(500))
     reranker = make_reranker(retries=0, breaker_fail_max=2)
 
     assert rerank_error(reranker).cause == "server_error"
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED
     assert rerank_error(reranker).cause == "server_error"
-    assert len(rerank_server.requests) == 3
+    assert len(overlap_server.requests) == 3
 
 
-def open_breaker(rerank_server, reranker) -> None:
-    rerank_server.reply_with(Reply(500))
+def open_breaker(overlap_server, reranker) -> None:
+    overlap_server.reply_with(Reply(500))
     while rerank_error(reranker).cause != "circuit_open":
         pass
 
@@ -303,39 +303,39 @@ def trial_call(reranker) -> list[float] | RerankError:
     return wait_until(attempt, message="the open breaker to let a trial call through")
 
 
-def test_half_open_trial_success_closes_the_breaker(rerank_server, make_reranker):
+def test_half_open_trial_success_closes_the_breaker(overlap_server, make_reranker):
     reranker = make_reranker(retries=0, breaker_fail_max=2, breaker_reset_s=0.2)
-    open_breaker(rerank_server, reranker)
-    rerank_server.reply_with(v1_scores)
+    open_breaker(overlap_server, reranker)
+    overlap_server.reply_with(v1_scores)
 
     assert trial_call(reranker) == EXPECTED
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED
-    assert len(rerank_server.requests) == 4
+    assert len(overlap_server.requests) == 4
 
 
-def test_half_open_trial_failure_reopens_the_breaker(rerank_server, make_reranker):
+def test_half_open_trial_failure_reopens_the_breaker(overlap_server, make_reranker):
     reranker = make_reranker(retries=0, breaker_fail_max=2, breaker_reset_s=0.2)
-    open_breaker(rerank_server, reranker)
+    open_breaker(overlap_server, reranker)
 
-    assert trial_call(reranker).cause == "server_error"  # the trial reached the rerank_server
+    assert trial_call(reranker).cause == "server_error"  # the trial reached the overlap_server
     assert rerank_error(reranker).cause == "circuit_open"
-    assert len(rerank_server.requests) == 3
+    assert len(overlap_server.requests) == 3
 
 
-def test_half_open_lets_only_one_trial_through(rerank_server, make_reranker):
+def test_half_open_lets_only_one_trial_through(overlap_server, make_reranker):
     reranker = make_reranker(retries=0, breaker_fail_max=1, breaker_reset_s=0.2, timeout_s=30, deadline_s=30)
-    open_breaker(rerank_server, reranker)
+    open_breaker(overlap_server, reranker)
     release = threading.Event()  # the trial's answer waits for it
-    rerank_server.reply_with(lambda body: (release.wait(30), v1_scores(body))[1])
+    overlap_server.reply_with(lambda body: (release.wait(30), v1_scores(body))[1])
     trial_result: list[list[float] | RerankError] = []
     trial = threading.Thread(target=lambda: trial_result.append(trial_call(reranker)))
 
     trial.start()
-    wait_until(lambda: len(rerank_server.requests) == 2, message="the trial call to reach the server")
+    wait_until(lambda: len(overlap_server.requests) == 2, message="the trial call to reach the server")
     assert rerank_error(reranker).cause == "circuit_open"
     release.set()
     trial.join()
 
     assert trial_result == [EXPECTED]
-    assert len(rerank_server.requests) == 2
+    assert len(overlap_server.requests) == 2
     assert reranker.rerank(QUERY, PASSAGES) == EXPECTED

@@ -31,12 +31,12 @@ def test_no_reranker_when_nothing_is_configured(settings, fresh_reranker):
     assert get_reranker() is None
 
 
-def test_remote_wins_and_takes_its_settings(settings, fresh_reranker, rerank_server):
-    settings.RERANKER_URL = rerank_server.url
+def test_remote_wins_and_takes_its_settings(settings, fresh_reranker, overlap_server):
+    settings.RERANKER_URL = overlap_server.url
     settings.RERANKER_MODEL = "minilm-untrained"  # the remote model name here: nothing loads locally
     settings.RERANKER_TIMEOUT_S = 0.2
     settings.RERANKER_RETRIES = 0
-    rerank_server.reply_with(Reply(delay_s=1.0))
+    overlap_server.reply_with(Reply(delay_s=1.0))
 
     reranker = get_reranker()
 
@@ -44,7 +44,7 @@ def test_remote_wins_and_takes_its_settings(settings, fresh_reranker, rerank_ser
     assert reranker is get_reranker()
     assert reranker.name == "remote:minilm-untrained"
     assert rerank_error(reranker).cause == "timeout"
-    assert len(rerank_server.requests) == 1
+    assert len(overlap_server.requests) == 1
 
 
 # --- local CrossEncoder ----------------------------------------------------------------------------
