@@ -154,8 +154,8 @@ def _time_lines(result: dict, filters: list[str]) -> list[str]:
     if not stages or not sql:
         return []
     http = result["http"]["scenarios"]
-    order = [stage for stage in stages[f"vector | {filters[0]}"] if stage != "total"]
-    for name in filters:  # a stage only some filters run (the count) joins the columns where it first shows
+    order: list[str] = []  # a stage only some filters run (the count) joins the columns where it first shows
+    for name in filters:
         order += [stage for stage in stages[f"vector | {name}"] if stage not in order]
     peer_names = [key for key, peer in result.get("peers", {}).items() if "skipped" not in peer]
     rows = []
