@@ -63,7 +63,10 @@ from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
 # and "'s", and a residue ("Ser473") or a word and a number ("function1") is none. Chinese: a two-character
 # transliteration the Xinhua dictionary defines is a word (沙丘), a verb-glued new word starts no compound
 # (召入后宫), a place's centre is no organisation (温哥华市中心).
-EXTRACTOR_VERSION = "9"
+# 10: Latin names go on over a middle initial (Franklin D. Roosevelt); two codes joined by a hyphen are two codes
+# (HMGB1-TLR4); a word run into a code is none of it (expressionSatb1); a word with a footnote (Kingdom.3) or a time
+# (mid-1990s) is no code.
+EXTRACTOR_VERSION = "10"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
 # below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.

@@ -71,7 +71,12 @@ _ROMAN = re.compile(r"[IVX]+")  # "NHANES III", "APACHE II"
 _VERSION = re.compile(r"[vV]\d+(?:\.\d+)+")
 _PLACEHOLDER = re.compile(r"[xX]{3,}")
 _LOWER_WORD = re.compile(r"[a-z]{5,}")
-_NUMBERED_WORD = re.compile(r"[a-z]{5,}\d+")  # "function1", "cells6": a word and its footnote or count
+# "function1", "cells6", "Kingdom.3": a word and its footnote or count
+_NUMBERED_WORD = re.compile(r"[a-z]{5,}\d+|[A-Za-z][a-z]{4,}\.\d+")
+_TIME = re.compile(r"[a-z]{2,5}-(?:1[5-9]|20)\d\ds?")  # "mid-1990s", "pre-2000": a time, no code
+# A lower-case word run into a code ("expressionSatb1", "modelsCOMMD1"), as a text's lost space leaves it; a
+# Greek letter's name is part of one ("gammaH2AX", "deltaEF1")
+_GLUED_WORD = re.compile(r"(?!alpha|beta|gamma|delta|kappa|epsilon|lambda|sigma|theta|omega)[a-z]{6,}(?=[A-Z])")
 _AMINO_ACIDS = "ala arg asn asp cys gln glu gly his ile leu lys met phe pro ser thr trp tyr val"
 _RESIDUE = re.compile(rf"(?:{'|'.join(_AMINO_ACIDS.split())})-?\d{{2,}}", re.IGNORECASE)  # "Ser473": a position
 _LOWER_CASE_WORD = re.compile(r"(?<![\w&])[a-z\u00df-\u00ff][\w&]*")
@@ -82,24 +87,31 @@ _NAME_CHAR = r"[0-9A-Za-z\u00c0-\u024f&]"
 _JOINER = rf"(?:{'|'.join(sorted(JOINERS))})[ \t]+(?:the[ \t]+)?"
 _CAPITALIZED_NAME = re.compile(
     rf"\b[A-Z]{_NAME_CHAR}*(?:-{_NAME_CHAR}+)*(?:[ \t]+(?:{_JOINER})?"
-    rf"(?:[A-Z]{_NAME_CHAR}*|\d{_NAME_CHAR}*[A-Za-z]{_NAME_CHAR}*)(?:-{_NAME_CHAR}+)*)+(?!{_NAME_CHAR})"
+    rf"(?:(?:[A-Z]\.)+|[A-Z]{_NAME_CHAR}*|\d{_NAME_CHAR}*[A-Za-z]{_NAME_CHAR}*)(?:-{_NAME_CHAR}+)*)+(?!{_NAME_CHAR})"
 )
 _NAME_WORD = re.compile(r"\S+")
+_INITIAL_AT_END = re.compile(r"( [A-Z])\.$")  # "Vitamin D. The": a sentence's period, no initial's
 
 
 def codes(text: str) -> list[tuple[int, str]]:
     """(position, code) of the compounds that start with a letter and hold a digit: product codes, model
     numbers (``is_code``). A lower-case word hyphenated to a code describes it ("Sfrp5-dependent",
-    "anti-CD19", "p53's": sfrp5, cd19, p53); codes joined by a slash are a list of codes ("Oct4/Sox2")."""
+    "anti-CD19", "p53's": sfrp5, cd19, p53); codes joined by a slash are a list of codes ("Oct4/Sox2"), and
+    so are two of four characters or more joined by a hyphen ("HMGB1-TLR4"; "B16-F10" is one cell line); a
+    lower-case word run into a code is no part of it ("expressionSatb1", where a space was lost)."""
     found = []
     for match in latin_compounds(text):
         position = match.start()
         for part in match.group().split("/"):  # "Oct4/Klf4": two codes, no name of a list
             bare = _CODE_MODIFIER.sub("", _POSSESSIVE.sub("", part))
-            prefix = _CODE_PREFIX.match(bare)
+            prefix = _CODE_PREFIX.match(bare) or _GLUED_WORD.match(bare)
             code = bare[prefix.end() :] if prefix else bare
-            if is_code(code):
-                found.append((position + (prefix.end() if prefix else 0), code))
+            at = position + (prefix.end() if prefix else 0)
+            pair = code.split("-")
+            if len(pair) == 2 and all(len(side) >= 4 and is_code(side) for side in pair):  # "HMGB1-TLR4": two
+                found += [(at, pair[0]), (at + len(pair[0]) + 1, pair[1])]
+            elif is_code(code):
+                found.append((at, code))
             position += len(part) + 1
     return found
 
@@ -107,8 +119,9 @@ def codes(text: str) -> list[tuple[int, str]]:
 def is_code(word: str) -> bool:
     """A code starts with a letter, holds a digit and has three characters or more ("M4", "T3": a size,
     a grade, a figure's panel). A compound that starts with a long lower-case word is a word and a number
-    ("impulses-100", "function1"; "Notch1" is a gene); an amino acid's position ("Ser473", "Tyr-260") is a
-    place in a protein; a version ("v2.1") and a placeholder ("WC-2026-XXXXXX") name nothing."""
+    ("impulses-100", "function1", "Kingdom.3"; "Notch1" is a gene); an amino acid's position ("Ser473",
+    "Tyr-260") is a place in a protein; a version ("v2.1"), a placeholder ("WC-2026-XXXXXX") and a time
+    ("mid-1990s") name nothing."""
     lead = _CODE_PART.split(word, maxsplit=1)[0]
     return (
         len(word) >= 3
@@ -116,6 +129,7 @@ def is_code(word: str) -> bool:
         and any(char.isdigit() for char in word)
         and not _LOWER_WORD.fullmatch(lead)
         and not _NUMBERED_WORD.fullmatch(word)
+        and not _TIME.fullmatch(word)
         and not _RESIDUE.fullmatch(word)
         and not _VERSION.fullmatch(word)
         and not _PLACEHOLDER.search(word)
@@ -131,7 +145,8 @@ def capitalized_names(text: str, is_function_word: Callable[[str], bool], query:
     writes it; an all-capital word before a capitalized one is a label and ends a run ("RESULTS
     Pravastatin"), and so do a section label at a sentence's start ("Conclusions Molecular profiling"), a
     code ("PortaLock Pro PPR-9087"), an amino acid's position and a hyphenated modifier ("PCR-amplified DNA").
-    A joiner continues a name (``_joins``). A passage's heading names only what its text names too (a query
+    A joiner continues a name (``_joins``), and so does a middle initial ("Franklin D. Roosevelt"). A
+    passage's heading names only what its text names too (a query
     may be written in title case). A word in camel case is a brand's or a product's name on its own
     ("AirSense", "GuardCam")."""
     found: list[tuple[int, str]] = []
@@ -161,7 +176,7 @@ def capitalized_names(text: str, is_function_word: Callable[[str], bool], query:
                 or (word.group().lower() in SECTION_LABELS and _starts_sentence(text, match.start() + word.start()))
             ):
                 run = capitals.trimmed(_without_joiners(run), match.start())
-                name = " ".join(part.group() for part in run)
+                name = _INITIAL_AT_END.sub(r"\1", " ".join(part.group() for part in run))
                 start = match.start() + (run[0].start() if run else 0)
                 heading = any(line.start() <= start < line.end() for line in headings) and name not in in_text
                 if (

@@ -113,3 +113,18 @@ def test_a_sentence_start_the_passage_capitalizes_elsewhere_stays_in_the_name():
 
 def test_abbreviations_side_by_side_are_no_name_unless_a_roman_numeral_ends_them():
     assert names("We measured HCV RNA and the ICU LOS of NHANES III participants.") == {"nhanes iii"}
+
+
+def test_a_middle_initial_continues_a_name_and_a_sentences_period_ends_one():
+    text = "Franklin D. Roosevelt met John F. Kennedy in Washington D.C. and took Vitamin D. The end."
+    assert names(text) == {"franklin d. roosevelt", "john f. kennedy", "washington d.c.", "vitamin d"}
+
+
+def test_two_codes_joined_by_a_hyphen_are_two_codes_and_a_cell_line_stays_one():
+    text = "The HMGB1-TLR4 axis and FGFR2-rs2981582 were studied in B16-F10 and IDI2-AS1 cells."
+    assert code_names(text) == {"hmgb1", "tlr4", "fgfr2", "rs2981582", "b16-f10", "idi2-as1"}
+
+
+def test_a_word_run_into_a_code_a_footnote_and_a_time_are_no_codes():
+    text = "Pdcd1 expressionSatb1 cells and gammaH2AX foci in the United Kingdom.3 since the mid-1990s."
+    assert code_names(text) == {"pdcd1", "satb1", "gammah2ax"}
