@@ -1,6 +1,7 @@
 """Where a filtered search's time goes (issue 27, item 4: what stands between the service and the fastest
 peer). bench/filtered_scale.py calls these at its largest size:
 
+* ``explained``: the plan of each statement one engine search runs (bench/vector_search_measure.py's too);
 * ``rows_touched``: ``EXPLAIN (ANALYZE, BUFFERS)`` of the statements one engine search runs (one query);
 * ``statement_times``: per query, the nearest-rows statement's planning and execution time in
   PostgreSQL (``EXPLAIN (ANALYZE, TIMING OFF)``, so no per-node clock) next to the whole
@@ -50,12 +51,20 @@ def _explain(settings: str | None, statement: str, options: str) -> dict:
         return cursor.fetchone()[0][0]
 
 
+def explained(engine, scope, spec, vector, depth, options: str = "ANALYZE") -> list[tuple[str, dict]]:
+    """("count" or "nearest", its plan) for each statement one engine search runs, explained with
+    ``options`` under the planner settings the engine sends with it."""
+    return [
+        ("count" if "count(" in statement else "nearest", _explain(settings, statement, options)["Plan"])
+        for settings, statement in _statements(engine, scope, spec, vector, depth)
+    ]
+
+
 def rows_touched(engine, scope, spec, vector, depth) -> dict:
     """EXPLAIN (ANALYZE, BUFFERS) of each statement one engine search runs, under the planner settings
     it sends with them: buffers hit + read, rows the scans returned and rows their filters removed."""
     out = []
-    for settings, statement in _statements(engine, scope, spec, vector, depth):
-        plan = _explain(settings, statement, "ANALYZE, BUFFERS")["Plan"]
+    for statement, plan in explained(engine, scope, spec, vector, depth, "ANALYZE, BUFFERS"):
         nodes, scanned, removed = [plan], 0, 0
         while nodes:
             node = nodes.pop()
@@ -65,7 +74,7 @@ def rows_touched(engine, scope, spec, vector, depth) -> dict:
                 removed += node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
         out.append(
             {
-                "statement": "count" if "count(" in statement else "nearest",
+                "statement": statement,
                 "plan": scale.plan_shape([{"Plan": plan}]),
                 "buffers": plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0),
                 "rows_scanned": round(scanned),

@@ -13,7 +13,9 @@ go in by the production binary COPY (``knowledge.ingestion.chunk_copy.copy_chunk
 Measured: query embedding alone, ``PgVectorIndex.search`` per filter (exact vs forced HNSW), HTTP
 latency through gunicorn (result cache off, scenarios interleaved query by query) and recall@10 of
 HNSW against exact search in the same scope. Cleanup (always): gunicorn stopped, tenant deleted, HNSW
-index rebuilt over the remaining rows. Writes bench/results/vector_search-<date>.json.
+index rebuilt over the remaining rows. Writes bench/results/vector_search-<date>.json. The plans, the HTTP
+run and the recall are measured in bench/vector_search_measure.py; the tables are printed by
+bench/vector_search_report.py, which also reads them back from a result's JSON.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
-import statistics
 import sys
 import tempfile
 import time
@@ -168,11 +168,13 @@ def main() -> int:
     thread_configs = [x.strip() for x in args.torch_threads.split(",") if x.strip()]
 
     _common.setup_django()
-    import httpx
+    import logging
+
+    import vector_search_measure as measure
+    import vector_search_report
     from django.conf import settings
-    from django.db import DatabaseError, connection, transaction
-    from django.db.models.functions import Cast
-    from pgvector.django import CosineDistance, VectorField
+    from django.db import DatabaseError, connection
+    from django.urls import reverse
 
     from engines.base import SearchScope
     from engines.embedders import get_embedder
@@ -182,21 +184,6 @@ def main() -> int:
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
     from tenants.services import create_api_key, create_tenant
-
-    class ProbedIndex(PgVectorIndex):
-        """PgVectorIndex that records which plans a search used (HNSW, then exact fallback?)."""
-
-        def search(self, *a, **kw):
-            self.plans = []
-            return super().search(*a, **kw)
-
-        def _set_planner(self, *, exact, top_k):
-            self.plans.append("exact" if exact else "hnsw")
-            super()._set_planner(exact=exact, top_k=top_k)
-
-    import logging
-
-    from django.urls import reverse
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Fail fast (before the expensive load) when the URLconf does not import, e.g. mid-edit code.
@@ -220,7 +207,6 @@ def main() -> int:
     result["loadavg_1m_at_start"] = round(load_at_start, 2)
     tier = None
     tenant = None
-    proc = None
     index_dropped = False
     workdir = Path(tempfile.mkdtemp(prefix="bench-vector-"))
     t_start = time.perf_counter()
@@ -398,278 +384,44 @@ def main() -> int:
             for name in SCENARIOS
         }
 
-        # PgVectorIndex first counts matching rows (up to exact_scan_threshold + 1) to pick exact vs HNSW;
-        # time that probe alone (mirroring its query, default ordering cleared), a fixed cost of every search.
+        # PgVectorIndex first sizes the filter (counts matching rows up to its exact-scan limit + 1) to pick
+        # exact or HNSW: a fixed cost of every search, timed alone.
         probe_times = {name: [] for name in SCENARIOS}
-        scoped = {
-            name: compiled[name].apply(
-                Chunk.objects.filter(
-                    tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
-                )
-            )
-            for name in SCENARIOS
-        }
         for _ in range(args.inprocess):
             for name in SCENARIOS:
                 started = time.perf_counter()
-                scoped[name].order_by().values("id")[: index.exact_scan_threshold + 1].count()
+                index.plan(scope, compiled[name].sql)
                 probe_times[name].append(time.perf_counter() - started)
         result["inprocess_count_probe"] = {name: _common.summarize_ms(t) for name, t in probe_times.items()}
 
-        plans = {}
-        for name in SCENARIOS:
-            candidates = compiled[name].apply(
-                Chunk.objects.filter(
-                    tenant_id=scope.tenant_id, kb_version_id__in=scope.version_ids, embedding_dim=scope.embedding_dim
-                )
-            )
-            distance = CosineDistance(Cast("embedding", VectorField(dimensions=384)), qvecs[0])
-            nearest = candidates.annotate(distance=distance).order_by("distance").values_list("id", "distance")
-            with transaction.atomic():
-                matching = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].count()
-                exact = matching <= index.exact_scan_threshold
-                index._set_planner(exact=exact, top_k=args.top_k)
-                text = nearest[: args.top_k].explain(analyze=True)
-            with transaction.atomic():
-                probe_plan = candidates.order_by().values("id")[: index.exact_scan_threshold + 1].explain(analyze=True)
-            plans[name] = {
-                "count_probe_plan": probe_plan.splitlines(),
-                "path": "exact" if exact else "hnsw",
-                "uses_hnsw_index": INDEX_NAME in text,
-                "plan": re.sub(r"'\[[-0-9.e,]+\]'", "'[query vector]'", text).splitlines(),
-            }
+        plans = measure.search_plans(scope, compiled, qvecs[0], args.top_k)
         result["plans"] = plans
 
         # --- 4. HTTP ----------------------------------------------------------------------------------
-        issued = create_api_key(tenant=tenant, name="bench")
-        headers = {"Authorization": f"Bearer {issued.raw_key}"}
+        key = create_api_key(tenant=tenant, name="bench").raw_key
         result["http"] = {}
-        for config in thread_configs:
-            port = _common.free_port()
-            base_url = f"http://127.0.0.1:{port}"
-            env = {} if config == "default" else {"TORCH_THREADS": config}
-            if not args.server_cache:
-                env["SEARCH_CACHE_TTL_S"] = "0"  # measure searches, not the result cache
-            proc = _common.start_gunicorn(port, workdir / "gunicorn.log", env)
-            started = time.perf_counter()
-            _common.wait_ready(proc, base_url)
-            ready_s = time.perf_counter() - started
-            http_times = {name: [] for name in SCENARIOS}
-            server_times = {name: [] for name in SCENARIOS}
-            short = dict.fromkeys(SCENARIOS, 0)
-            cached = dict.fromkeys(SCENARIOS, 0)
-            stages = {name: {} for name in SCENARIOS}
-            # Each config gets its own queries, so nothing it sends was seen by an earlier config.
-            offset = thread_configs.index(config) * (args.warmup + args.requests)
-            config_queries = [queries[(offset + i) % len(queries)] for i in range(args.warmup + args.requests)]
-            warm_queries, timed_http_queries = config_queries[: args.warmup], config_queries[args.warmup :]
-            with httpx.Client(base_url=base_url, headers=headers, timeout=120) as client:
-
-                def call(query: str, name: str) -> tuple[float, dict]:
-                    body = {"query": query, "top_k": args.top_k}
-                    if SCENARIOS[name] is not None:
-                        body["filters"] = SCENARIOS[name]
-                    t0 = time.perf_counter()
-                    response = client.post(endpoint, json=body)
-                    elapsed = time.perf_counter() - t0
-                    if response.status_code != 200:
-                        raise RuntimeError(f"{name}: HTTP {response.status_code}: {response.text[:300]}")
-                    return elapsed, response.json()
-
-                started = time.perf_counter()
-                call(warm_queries[0], "no filter")  # loads the model in the worker
-                first_s = time.perf_counter() - started
-                for q in warm_queries:
-                    for name in SCENARIOS:
-                        call(q, name)
-                started = time.perf_counter()
-                budget_hit = False
-                for i, q in enumerate(timed_http_queries):
-                    if time.perf_counter() - started > args.http_budget_s:
-                        budget_hit = True
-                        break
-                    names = list(SCENARIOS)
-                    names = names[i % len(names) :] + names[: i % len(names)]
-                    for name in names:
-                        elapsed, payload = call(q, name)
-                        http_times[name].append(elapsed)
-                        if "latency_ms" in payload:
-                            server_times[name].append(payload["latency_ms"] / 1000)
-                        short[name] += len(payload.get("results", [])) < args.top_k
-                        cached[name] += bool(payload.get("cached"))
-                        for stage, ms in (payload.get("timings_ms") or {}).items():
-                            stages[name].setdefault(stage, []).append(ms)
-            _common.stop_process(proc)
-            result["http"][config] = {
-                "torch_threads": config,
-                "gunicorn_ready_s": round(ready_s, 1),
-                "first_request_s": round(first_s, 2),
-                "time_budget_hit": budget_hit,
-                "scenarios": {
-                    name: {
-                        "rows_in_scope": selectivity[name],
-                        "client": _common.summarize_ms(http_times[name]),
-                        "server_view_latency": _common.summarize_ms(server_times[name]),
-                        "responses_with_fewer_than_top_k": short[name],
-                        "responses_from_cache": cached[name],
-                        "server_stage_p50_ms": {
-                            stage: round(_common.percentile(v, 50), 2) for stage, v in sorted(stages[name].items())
-                        },
-                    }
-                    for name in SCENARIOS
-                },
-            }
+        per_config = args.warmup + args.requests
+        for at, config in enumerate(thread_configs):  # each config its own queries: none seen by an earlier one
+            config_queries = [queries[(at * per_config + i) % len(queries)] for i in range(per_config)]
+            http = measure.http_latency(
+                config, args=args, queries=config_queries, endpoint=endpoint, key=key, scenarios=SCENARIOS,
+                workdir=workdir,
+            )  # fmt: skip
+            result["http"][config] = http
             print(
-                f"HTTP with TORCH_THREADS={config}: done ({len(http_times['no filter'])} requests per scenario"
-                f"{', time budget hit' if budget_hit else ''})",
+                f"HTTP with TORCH_THREADS={config}: done ({http['scenarios']['no filter']['client']['n']} requests "
+                f"per scenario{', time budget hit' if http['time_budget_hit'] else ''})",
                 flush=True,
             )
 
         # --- 5. recall@10: HNSW vs exact ---------------------------------------------------------------
-        recall_queries = queries[-args.recall_queries :]
-        recall_vecs = embedder.embed_documents(recall_queries)
-        exact_index = PgVectorIndex(Chunk._meta.db_table, exact_scan_threshold=10**9)
-        recall = {}
-        for name in RECALL_SCENARIOS:
-            truth_hits = [exact_index.search(scope, qv, args.top_k, compiled[name].sql) for qv in recall_vecs]
-            recall[name] = {}
-            for ef in ef_values:
-                probe = ProbedIndex(exact_scan_threshold=1, ef_search=ef)
-                scores, times, fewer, fallbacks, gaps = [], [], 0, 0, []
-                for qv, expected in zip(recall_vecs, truth_hits):
-                    started = time.perf_counter()
-                    hits = probe.search(scope, qv, args.top_k, compiled[name].sql)
-                    times.append(time.perf_counter() - started)
-                    got = {hit.chunk_id for hit in hits}
-                    scores.append(len(got & {h.chunk_id for h in expected}) / max(1, len(expected)))
-                    if hits and expected:
-                        # similarity of the k-th exact hit minus that of the k-th HNSW hit (0 = as good)
-                        gaps.append(expected[-1].score - hits[-1].score)
-                    fewer += len(hits) < args.top_k
-                    fallbacks += probe.plans[:2] == ["hnsw", "exact"]
-                recall[name][str(ef)] = {
-                    "recall_at_k": round(statistics.fmean(scores), 4),
-                    "min_recall": round(min(scores), 2),
-                    "queries_with_fewer_than_k": fewer,
-                    "exact_fallbacks": fallbacks,
-                    "queries_recall_1": sum(s == 1 for s in scores),
-                    "queries_recall_below_0.5": sum(s < 0.5 for s in scores),
-                    "kth_similarity_gap_mean": round(statistics.fmean(gaps), 4) if gaps else None,
-                    "kth_similarity_gap_max": round(max(gaps), 4) if gaps else None,
-                    "search": _common.summarize_ms(times),
-                }
-            print(
-                f"recall {name}: "
-                + ", ".join(f"ef {ef} {recall[name][str(ef)]['recall_at_k']:.3f}" for ef in ef_values),
-                flush=True,
-            )
+        recall_vecs = embedder.embed_documents(queries[-args.recall_queries :])
+        recall_scopes = {name: compiled[name] for name in RECALL_SCENARIOS}
+        recall = measure.hnsw_recall(scope, recall_scopes, recall_vecs, ef_values, args.top_k)
         result["recall"] = {"queries": len(recall_vecs), "k": args.top_k, "by_scenario": recall}
-
-        # --- report -----------------------------------------------------------------------------------------
-        load = result["load"]
-        _common.print_table(
-            ["step", "value"],
-            [
-                ["real passages embedded", f"{len(real)} ({'cache' if cached else f'{embed_s:.0f} s'})"],
-                ["rows loaded by COPY", f"{args.chunks:,} in {copy_s:.1f} s ({load['copy_rows_per_s']:,} rows/s)"],
-                ["HNSW build (after load)", f"{build_s:.1f} s over {indexed_rows:,} rows, {load['hnsw_index_mb']} MB"],
-                ["ANALYZE", f"{analyze_s:.1f} s"],
-            ],
-            title="Load",
-        )
-        for config in thread_configs:
-            rows = []
-            for name in SCENARIOS:
-                h = result["http"][config]["scenarios"][name]
-                rows.append(
-                    [
-                        name,
-                        f"{selectivity[name]:,}",
-                        plans[name]["path"] + ("" if plans[name]["uses_hnsw_index"] else " (no hnsw)"),
-                        h["client"]["p50_ms"],
-                        h["client"]["p95_ms"],
-                        h["client"]["mean_ms"],
-                        h["server_view_latency"]["p50_ms"],
-                        h["server_stage_p50_ms"].get("embed"),
-                        h["server_stage_p50_ms"].get("vector"),
-                        result["inprocess_index_search"][name][f"k={depth}"]["p50_ms"],
-                        result["inprocess_count_probe"][name]["p50_ms"],
-                        h["responses_with_fewer_than_top_k"],
-                    ]
-                )
-            _common.print_table(
-                [
-                    "scenario",
-                    "rows",
-                    "plan",
-                    "HTTP p50",
-                    "p95",
-                    "mean",
-                    "view p50",
-                    "embed p50",
-                    "vector p50",
-                    f"in-proc k={depth}",
-                    "probe p50",
-                    "<k",
-                ],
-                rows,
-                title=(
-                    f"HTTP latency (ms), TORCH_THREADS={config}, {h['client']['n']} sequential requests per scenario, "
-                    f"top_k={args.top_k}; query embedding alone in-process p50 "
-                    f"{result['inprocess_query_embedding'][config]['p50_ms']} ms"
-                ),
-            )
-        _common.print_table(
-            [
-                "scope",
-                "rows",
-                f"exact p50 (k={depth})",
-                "exact p95",
-                f"hnsw p50 (k={depth})",
-                "hnsw p95",
-                "default path",
-            ],
-            [
-                [
-                    name,
-                    f"{selectivity[name]:,}",
-                    result["inprocess_exact_vs_hnsw"][name]["exact"]["p50_ms"],
-                    result["inprocess_exact_vs_hnsw"][name]["exact"]["p95_ms"],
-                    result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p50_ms"],
-                    result["inprocess_exact_vs_hnsw"][name]["hnsw"]["p95_ms"],
-                    plans[name]["path"],
-                ]
-                for name in SCENARIOS
-            ],
-            title=f"In-process PgVectorIndex.search, exact vs HNSW forced (ms), threshold today {index.exact_scan_threshold}",
-        )
-        rows = []
-        for name in RECALL_SCENARIOS:
-            for ef in ef_values:
-                r = recall[name][str(ef)]
-                rows.append(
-                    [
-                        name,
-                        ef,
-                        f"{r['recall_at_k']:.3f}",
-                        r["min_recall"],
-                        r["queries_with_fewer_than_k"],
-                        r["exact_fallbacks"],
-                        r["search"]["p50_ms"],
-                    ]
-                )
-        _common.print_table(
-            ["scope", "ef_search", "recall@10", "min", "<10 rows", "exact fallbacks", "search p50 ms"],
-            rows,
-            title=f"HNSW recall@{args.top_k} vs exact, {len(recall_vecs)} queries",
-        )
+        vector_search_report.print_report(result)
         return 0
     finally:
-        if proc is not None:
-            _common.stop_process(proc)
-            log_path = workdir / "gunicorn.log"
-            if sys.exc_info()[0] is not None and log_path.exists():
-                print("gunicorn log tail:\n" + log_path.read_text(errors="replace")[-3000:], file=sys.stderr)
         cleanup = {}
         cleanup_error = None
         from django.db import DatabaseError, connection
