@@ -10,7 +10,6 @@ from pathlib import Path
 import _common
 import numpy as np
 import peers
-import scale
 import scale_profile
 
 MODES = ("vector", "bm25", "hybrid")
@@ -98,14 +97,6 @@ def timed(fn, items, warmup: int = 3) -> tuple[dict, list]:
         results.append(fn(item))
         seconds.append(time.perf_counter() - started)
     return _common.summarize_ms(seconds), results
-
-
-def exact_top10(vectors: np.ndarray, queries: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
-    """Row numbers of each query's exact top 10 among ``mask`` (all of them, best first, if fewer match)."""
-    if mask.sum() > 10:
-        return scale.exact_top_k(vectors, queries, 10, mask)
-    rows = np.flatnonzero(mask)
-    return [rows[np.argsort(-(vectors[rows] @ q))] for q in queries]
 
 
 def recall(found: list[list[int]], truth: list[np.ndarray], k: int) -> float:

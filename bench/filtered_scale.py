@@ -56,7 +56,7 @@ import peers
 import scale
 import scale_profile
 import vector_search as vs
-from filtered_measure import MODES, exact_top10, http_run, recall, searched_with, storage_ab, timed, timed_in_turn
+from filtered_measure import MODES, http_run, recall, searched_with, storage_ab, timed, timed_in_turn
 
 DIM = 384
 LEVERS = {
@@ -253,7 +253,7 @@ def main() -> int:
         queries = np.asarray(embedder.embed_queries(query_texts), dtype=np.float32)
         http_queries = query_texts * (1 + (args.warmup + args.requests) // len(query_texts))  # cycled
         fields = peers.Fields.of(np.arange(args.rows))
-        truth = {flt.name: exact_top10(all_vectors, queries, flt.mask(fields)) for flt in peers.FILTERS}
+        truth = {flt.name: scale.exact_top_k(all_vectors, queries, 10, flt.mask(fields)) for flt in peers.FILTERS}
 
         tenant = create_tenant(_common.unique_name("bench-filtered"))
         tier = _common.unlimited_rate_tier(tenant)

@@ -41,6 +41,17 @@ def test_exact_top_k_is_the_cosine_ranking_within_the_mask():
         assert set(top.tolist()) == set(brute.tolist())
 
 
+def test_the_exact_top_k_of_a_filter_smaller_than_k_is_all_of_it_best_first():
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((200, 16)).astype(np.float32)
+    queries = rng.standard_normal((3, 16)).astype(np.float32)
+    mask = np.zeros(200, dtype=bool)
+    mask[[4, 50, 120]] = True
+    for query, top in zip(queries, scale.exact_top_k(vectors, queries, 10, mask)):
+        assert sorted(top.tolist()) == [4, 50, 120]
+        assert (np.diff(vectors[top] @ query) <= 0).all()
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("storage", ["vector", "halfvec"])
 def test_variant_ddl_builds_an_hnsw_index_with_its_storage_and_parameters(storage):
