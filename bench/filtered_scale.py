@@ -54,6 +54,7 @@ import growth
 import numpy as np
 import peers
 import scale
+import scale_measure
 import scale_profile
 import vector_search as vs
 from filtered_measure import MODES, http_run, recall, searched_with, storage_ab, timed, timed_in_turn
@@ -368,6 +369,7 @@ def main() -> int:
                 engine_default, scope, compiled[flt.name], queries, depth, result["matching_rows"][flt.name]
             )
             for flt in peers.FILTERS
+            if result["matching_rows"][flt.name]  # a filter no row matches runs no statement
         }
         print(f"  statement times: {result['statement_times']}", flush=True)
         if not args.no_keyword:
@@ -394,7 +396,7 @@ def main() -> int:
                     result["growth"]["http"][str(args.rows)] = result["http"]
         postmaster = int(execute("SELECT pg_backend_pid()")[0][0])
         postmaster = int(Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        result["postgres_rss_mb"] = round(scale.PeakMemory(postmaster).sample() / 2**20)
+        result["postgres_rss_mb"] = round(scale_measure.PeakMemory(postmaster).sample() / 2**20)
 
         result["builds"] = {}
         for build_levers in builds:

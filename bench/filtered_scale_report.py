@@ -160,16 +160,18 @@ def _time_lines(result: dict, filters: list[str]) -> list[str]:
     peer_names = [key for key, peer in result.get("peers", {}).items() if "skipped" not in peer]
     rows = []
     for name in filters:
-        parts = stages[f"vector | {name}"]
+        parts, timing = stages[f"vector | {name}"], sql.get(name)
         rows.append(
             [
                 name,
                 f"{http[f'vector | {name}']['p50_ms']:.1f}",
                 *(f"{parts[stage]:.1f}" if stage in parts else "-" for stage in order),
-                f"{sql[name]['call_ms']:.1f}",
-                f"{sql[name]['planning_ms']:.2f}",
-                f"{sql[name]['execution_ms']:.1f}",
-                f"{sql[name]['outside_sql_ms']:.1f}",
+                *(
+                    (f"{timing['call_ms']:.1f}", f"{timing['planning_ms']:.2f}", f"{timing['execution_ms']:.1f}")
+                    if timing
+                    else ("-", "-", "-")
+                ),
+                f"{timing['outside_sql_ms']:.1f}" if timing else "-",
                 *(f"{result['peers'][peer][name]['p50_ms']:.2f}" for peer in peer_names),
             ]
         )

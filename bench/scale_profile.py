@@ -20,7 +20,7 @@ import statistics
 import time
 from collections import defaultdict
 
-import scale
+import scale_measure
 
 
 def _statements(engine, scope, spec, vector, depth, plan=None) -> list[tuple[str | None, str]]:
@@ -75,7 +75,7 @@ def rows_touched(engine, scope, spec, vector, depth) -> dict:
         out.append(
             {
                 "statement": statement,
-                "plan": scale.plan_shape([{"Plan": plan}]),
+                "plan": scale_measure.plan_shape([{"Plan": plan}]),
                 "buffers": plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0),
                 "rows_scanned": round(scanned),
                 "rows_removed": round(removed),

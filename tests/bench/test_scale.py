@@ -11,6 +11,7 @@ from django.db import connection, transaction
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import scale  # bench/ is not a package; its scripts import _common as a sibling
+import scale_measure
 import vector_search
 
 
@@ -106,4 +107,4 @@ def test_plan_shape_names_each_node_down_the_first_children():
             }
         }
     ]
-    assert scale.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"
+    assert scale_measure.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"

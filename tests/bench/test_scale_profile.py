@@ -35,13 +35,18 @@ def test_the_stage_profile_gives_each_stage_its_median_and_the_client_time_outsi
 
 
 def test_the_time_table_puts_each_filter_s_stages_sql_and_peers_in_one_row():
-    filters = ["none", "campaign 1 %"]
+    filters = ["none", "campaign 1 %", "nothing matches"]
     result = {
         "http": {
-            "scenarios": {"vector | none": {"p50_ms": 25.04}, "vector | campaign 1 %": {"p50_ms": 40.0}},
+            "scenarios": {
+                "vector | none": {"p50_ms": 25.04},
+                "vector | campaign 1 %": {"p50_ms": 40.0},
+                "vector | nothing matches": {"p50_ms": 17.0},
+            },
             "stages": {
                 "vector | none": {OUTSIDE: 7.0, "embed": 9.0, "vector": 6.0},
                 "vector | campaign 1 %": {OUTSIDE: 7.5, "embed": 9.5, "vector": 20.0, "count": 1.25},
+                "vector | nothing matches": {OUTSIDE: 7.0, "embed": 9.0, "vector": 1.0},
             },
         },
         "statement_times": {
@@ -49,7 +54,12 @@ def test_the_time_table_puts_each_filter_s_stages_sql_and_peers_in_one_row():
             "campaign 1 %": {"call_ms": 21.0, "planning_ms": 0.3, "execution_ms": 19.0, "outside_sql_ms": 1.7},
         },
         "peers": {
-            "faiss": {"engine": "FAISS", "none": {"p50_ms": 0.6}, "campaign 1 %": {"p50_ms": 6.0}},
+            "faiss": {
+                "engine": "FAISS",
+                "none": {"p50_ms": 0.6},
+                "campaign 1 %": {"p50_ms": 6.0},
+                "nothing matches": {"p50_ms": 0.05},
+            },
             "qdrant": {"skipped": "too many rows"},
         },
     }
@@ -69,6 +79,7 @@ def test_the_time_table_puts_each_filter_s_stages_sql_and_peers_in_one_row():
     ]
     assert table[2] == "| none | 25.0 | 7.0 | 9.0 | 6.0 | - | 6.8 | 0.20 | 5.0 | 1.6 | 0.60 |"
     assert table[3] == "| campaign 1 % | 40.0 | 7.5 | 9.5 | 20.0 | 1.2 | 21.0 | 0.30 | 19.0 | 1.7 | 6.00 |"
+    assert table[4] == "| nothing matches | 17.0 | 7.0 | 9.0 | 1.0 | - | - | - | - | - | 0.05 |"  # no statement ran
     assert filtered_scale_report._time_lines({"http": result["http"]}, filters) == []  # no SQL profile: no table
 
 
