@@ -75,62 +75,25 @@ def print_report(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, p
     summary = result["summary"]
     rate = {p: sum(b["chunks"] for b in result["blocks_detail"]) / totals[p] for p in totals if totals[p]}
     other = result["other_s"]
+    labels = [
+        ("R", "raw encode, one call per block"),
+        *((p, f"raw encode in flush groups of {p[1:]}") for p in replays),
+        ("I", "ingestion end to end"),
+        *((p, f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}") for p in passes if ":" in p),
+        *((p, "ingestion with the graph stage off") for p in passes if p == "I0"),
+    ]
     _common.print_table(
         ["pass (sum over all blocks and rounds)", "seconds", "chunks/s", "vs raw", "CPU s", "vs raw (CPU)"],
         [
             [
-                "raw encode, one call per block",
-                f"{totals['R']:.2f}",
-                f"{rate['R']:.1f}",
-                "100.0%",
-                f"{cpu_s['R']:.1f}",
-                "100.0%",
-            ]
-        ]
-        + [
-            [
-                f"raw encode in flush groups of {p[1:]}",
+                label,
                 f"{totals[p]:.2f}",
                 f"{rate[p]:.1f}",
                 f"{totals['R'] / totals[p]:.1%}",
                 f"{cpu_s[p]:.1f}",
                 f"{cpu_s['R'] / cpu_s[p]:.1%}",
             ]
-            for p in replays
-        ]
-        + [
-            [
-                "ingestion end to end",
-                f"{totals['I']:.2f}",
-                f"{rate['I']:.1f}",
-                f"{summary['ratio_ingest_vs_raw']:.1%}",
-                f"{cpu_s['I']:.1f}",
-                f"{cpu_s['R'] / cpu_s['I']:.1%}",
-            ]
-        ]
-        + [
-            [
-                f"{'ingestion with' if p[0] == 'I' else 'raw encode,'} {p[2:]}",
-                f"{totals[p]:.2f}",
-                f"{rate[p]:.1f}",
-                f"{totals['R'] / totals[p]:.1%}",
-                f"{cpu_s[p]:.1f}",
-                f"{cpu_s['R'] / cpu_s[p]:.1%}",
-            ]
-            for p in passes
-            if ":" in p
-        ]
-        + [
-            [
-                "ingestion with the graph stage off",
-                f"{totals[p]:.2f}",
-                f"{rate[p]:.1f}",
-                f"{totals['R'] / totals[p]:.1%}",
-                f"{cpu_s[p]:.1f}",
-                f"{cpu_s['R'] / cpu_s[p]:.1%}",
-            ]
-            for p in passes
-            if p == "I0"
+            for p, label in labels
         ],
         title=title,
     )
