@@ -146,9 +146,8 @@ def capitalized_names(text: str, is_function_word: Callable[[str], bool], query:
     Pravastatin"), and so do a section label at a sentence's start ("Conclusions Molecular profiling"), a
     code ("PortaLock Pro PPR-9087"), an amino acid's position and a hyphenated modifier ("PCR-amplified DNA").
     A joiner continues a name (``_joins``), and so does a middle initial ("Franklin D. Roosevelt"). A
-    passage's heading names only what its text names too (a query
-    may be written in title case). A word in camel case is a brand's or a product's name on its own
-    ("AirSense", "GuardCam")."""
+    passage's heading names only what its text names too (a query may be written in title case). A word
+    in camel case is a brand's or a product's name on its own ("AirSense", "GuardCam")."""
     found: list[tuple[int, str]] = []
     capitals = _Capitals.of(text)
     headings = [] if query else [line for line in _LINE.finditer(text) if _is_heading(line.group(), is_function_word)]
