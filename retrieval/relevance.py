@@ -10,8 +10,9 @@ depend on the other hits of the query:
   about 0.45 for a passage of average length holding each query word once.
 - **dense** (cosine): ``(cosine - background) / (1 - background)``, clipped, where ``background`` is
   this query's own "unrelated" level: the 95th percentile of its cosines to a fixed sample of
-  ``SAMPLE_SIZE`` passages of the KB version (the same sample every time, re-read once per content
-  revision): 0 means "no closer to the query than 1 passage in 20 of this KB", 1 an identical vector.
+  ``SAMPLE_SIZE`` passages of the KB version (the same sample every time, re-read after a content
+  change: at once while the version holds fewer passages than a sample, at most once per
+  ``SAMPLE_REFRESH_S`` after that): 0 means "no closer to the query than 1 passage in 20 of this KB", 1 an identical vector.
   Queries sit lower than passages do to each other (shorter, and a question rather than a statement),
   so a background of passage-to-passage cosines put every dense hit of a topical KB at 0; each query
   against the same sample is measured on its own scale instead (docs/benchmarks/decisions.md,
@@ -25,6 +26,7 @@ worth showing); a reranked hit keeps the same definition, so thresholds do not c
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -38,11 +40,15 @@ from retrieval.types import LegResult, ModelGroup
 BACKGROUND_QUANTILE = 0.95
 SAMPLE_SIZE = 256
 SAMPLES_KEPT = 128
+# A full sample is re-read at most this often while a version changes (hot updates bump its revision at
+# every write): reading it sorts every passage of the version by a hash, a cost linear in its size (52-65 ms
+# at 11,800 passages here, so seconds at a million), and a few changed passages hardly move a 95th percentile.
+SAMPLE_REFRESH_S = 300.0
 # The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
 CALIBRATED = ("vector", "bm25")
 
-# version id -> (revision, unit vectors of its sample): ~0.4 MB each at 384 dimensions, so the versions
-# searched most recently only; another is read again (one indexed query).
+# version id -> (revision, unit vectors of its sample, monotonic time read): ~0.4 MB each at 384
+# dimensions, so the versions searched most recently only; another is read again (one query).
 _samples: LRUCache = LRUCache(maxsize=SAMPLES_KEPT)
 _lock = threading.Lock()
 
@@ -69,15 +75,20 @@ def query_background(query_vector: np.ndarray, sample: np.ndarray) -> float:
 
 
 def passage_sample(version_id: int, revision: int) -> np.ndarray:
-    """The version's fixed sample of passage vectors, unit length, re-read when its content changed."""
+    """The version's fixed sample of passage vectors, unit length. Re-read when its content changed
+    (``revision``): at once while it is smaller than ``SAMPLE_SIZE`` (a small version is cheap to read,
+    and a new KB's first passages change its background most), else once ``SAMPLE_REFRESH_S`` have
+    passed since the last read."""
     with _lock:
         cached = _samples.get(version_id)  # LRUCache.get counts as a use
-    if cached is not None and cached[0] == revision:
-        return cached[1]
+    if cached is not None:
+        read_revision, unit, read_at = cached
+        if read_revision == revision or (len(unit) == SAMPLE_SIZE and time.monotonic() - read_at < SAMPLE_REFRESH_S):
+            return unit
     vectors = selectors.embedding_sample(version_id, SAMPLE_SIZE)
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12) if len(vectors) else vectors
     with _lock:
-        _samples[version_id] = (revision, unit)
+        _samples[version_id] = (revision, unit, time.monotonic())
     return unit
 
 

@@ -100,3 +100,31 @@ def test_a_versions_sample_is_read_once_per_revision(sample_kb, django_assert_nu
     with django_assert_num_queries(1):  # a new revision: read again (the same chunks, the same sample)
         again = passage_sample(version.pk, version.revision + 1)
     assert again is not first and np.array_equal(again, first)
+
+
+@pytest.mark.django_db
+def test_a_full_sample_is_read_again_at_most_once_per_refresh_period(sample_kb, monkeypatch, django_assert_num_queries):
+    """A version with more passages than a sample keeps it through content changes until
+    ``SAMPLE_REFRESH_S`` have passed (hot updates bump the revision at every write)."""
+    from types import SimpleNamespace
+
+    from cachetools import LRUCache
+
+    from retrieval import relevance
+
+    clock = [1000.0]
+    monkeypatch.setattr(relevance, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(relevance, "_samples", LRUCache(maxsize=4))
+    monkeypatch.setattr(relevance, "SAMPLE_SIZE", 4)  # the sample KB holds more than 4 passages: a full sample
+    version = sample_kb.active_version
+    first = passage_sample(version.pk, version.revision)
+    assert len(first) == 4
+    clock[0] += relevance.SAMPLE_REFRESH_S - 1
+    with django_assert_num_queries(0):  # a new revision within the period: the sample it has
+        assert passage_sample(version.pk, version.revision + 1) is first
+    clock[0] += 2
+    with django_assert_num_queries(1):  # past the period: read again
+        again = passage_sample(version.pk, version.revision + 2)
+    assert again is not first and np.array_equal(again, first)
+    with django_assert_num_queries(0):
+        assert passage_sample(version.pk, version.revision + 2) is again
