@@ -167,11 +167,15 @@ def _time_lines(result: dict, filters: list[str]) -> list[str]:
                 f"{http[f'vector | {name}']['p50_ms']:.1f}",
                 *(f"{parts[stage]:.1f}" if stage in parts else "-" for stage in order),
                 *(
-                    (f"{timing['call_ms']:.1f}", f"{timing['planning_ms']:.2f}", f"{timing['execution_ms']:.1f}")
+                    (
+                        f"{timing['call_ms']:.1f}",
+                        f"{timing['planning_ms']:.2f}",
+                        f"{timing['execution_ms']:.1f}",
+                        f"{timing['outside_sql_ms']:.1f}",
+                    )
                     if timing
-                    else ("-", "-", "-")
+                    else ("-",) * 4  # a filter no row matches runs no statement
                 ),
-                f"{timing['outside_sql_ms']:.1f}" if timing else "-",
                 *(f"{result['peers'][peer][name]['p50_ms']:.2f}" for peer in peer_names),
             ]
         )

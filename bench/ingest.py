@@ -448,7 +448,6 @@ def main() -> int:
                 }
             )
 
-        total_chunks = done_chunks
         result["blocks_done"] = len(block_rows)
         result["blocks_planned"] = len(blocks) * args.rounds
         result["time_budget_hit"] = budget_hit
@@ -459,7 +458,7 @@ def main() -> int:
             rounds_detail=round_rows,
         )
         measured = {"totals": totals, "cpu_s": cpu_s, "timings": timings, "passes": passes, "replays": replays}
-        ingest_report.summarize(result, **measured, chunks=total_chunks)
+        ingest_report.summarize(result, **measured)
         ingest_report.print_report(
             result,
             **measured,

@@ -10,10 +10,20 @@ import _common
 from ingest_stages import STAGE_LABELS, Timings
 
 
-def summarize(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, passes: list, replays: list, chunks: int):
+def _chunks(result: dict) -> int:
+    """The chunks of the blocks measured (each pass embedded them all)."""
+    return sum(block["chunks"] for block in result["blocks_detail"])
+
+
+def _rates(result: dict, totals: dict) -> dict:
+    """Chunks a second of each pass."""
+    return {p: _chunks(result) / totals[p] for p in totals if totals[p]}
+
+
+def summarize(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, passes: list, replays: list):
     """Put the summary of the run's ``totals`` (seconds per pass over all blocks; ``cpu_s`` likewise) and
     its stage ``timings`` into ``result``, whose ``blocks_detail`` and ``rounds_detail`` are set."""
-    rate = {p: chunks / totals[p] for p in totals if totals[p]}
+    rate = _rates(result, totals)
     ratio = totals["R"] / totals["I"]
     block_ratios = [b["ratio_I_vs_R"] for b in result["blocks_detail"]]
     stage_s = {name: round(v, 3) for name, v in sorted(timings.seconds.items())}
@@ -41,7 +51,9 @@ def summarize(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, pass
             "ratio_raw_plus_overhead_model": round(
                 totals["R"] / (totals["R"] + totals["I"] - timings.seconds["embed"]), 4
             ),
-            "non_embedding_s_per_1000_chunks": round((totals["I"] - timings.seconds["embed"]) / chunks * 1000, 2),
+            "non_embedding_s_per_1000_chunks": round(
+                (totals["I"] - timings.seconds["embed"]) / _chunks(result) * 1000, 2
+            ),
             "ratio_per_round": [row["ratio"] for row in result["rounds_detail"]],
             # --compare-models: each model's ingestion rate, and its speed relative to the I pass.
             "compared_ingest_chunks_per_s": {p[2:]: round(rate[p], 2) for p in passes if p.startswith("I:")},
@@ -73,7 +85,7 @@ def summarize(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, pass
 def print_report(result: dict, *, totals: dict, cpu_s: dict, timings: Timings, passes: list, replays: list, title: str):
     """The tables of a summarized run (``summarize``)."""
     summary = result["summary"]
-    rate = {p: sum(b["chunks"] for b in result["blocks_detail"]) / totals[p] for p in totals if totals[p]}
+    rate = _rates(result, totals)
     other = result["other_s"]
     labels = [
         ("R", "raw encode, one call per block"),

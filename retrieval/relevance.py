@@ -12,7 +12,8 @@ depend on the other hits of the query:
   this query's own "unrelated" level: the 95th percentile of its cosines to a fixed sample of
   ``SAMPLE_SIZE`` passages of the KB version (the same sample every time, re-read after a content
   change: at once while the version holds fewer passages than a sample, at most once per
-  ``SAMPLE_REFRESH_S`` after that): 0 means "no closer to the query than 1 passage in 20 of this KB", 1 an identical vector.
+  ``SAMPLE_REFRESH_S`` after that): 0 means "no closer to the query than 1 passage in 20 of this KB",
+  1 an identical vector.
   Queries sit lower than passages do to each other (shorter, and a question rather than a statement),
   so a background of passage-to-passage cosines put every dense hit of a topical KB at 0; each query
   against the same sample is measured on its own scale instead (docs/benchmarks/decisions.md,

@@ -27,7 +27,7 @@ def test_the_summary_and_the_table_give_each_pass_its_rate_and_its_ratio_to_the_
         "flush_groups_identical_to_ingestion": True,
     }
     measured = {"totals": totals, "cpu_s": cpu_s, "timings": timings, "passes": [*totals], "replays": ["G256"]}
-    ingest_report.summarize(result, **measured, chunks=200)
+    ingest_report.summarize(result, **measured)
     summary = result["summary"]
     assert summary["ingest_chunks_per_s"] == 20.0 and summary["raw_encode_chunks_per_s"] == 25.0
     assert summary["ratio_ingest_vs_raw"] == 0.8 and summary["ratio_cpu_ingest_vs_raw"] == 0.75
