@@ -50,6 +50,8 @@ class RetrievalMCPServer(MCPServer):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
+            if isinstance(exc.__cause__, ServiceError):  # the SDK prefixes its text: the document alone
+                raise exc.__cause__ from exc.__cause__.__cause__
             if isinstance(exc.__cause__, ValidationError):
                 raise tool_error("invalid_request", f"Invalid arguments for {name}: {exc.__cause__}") from exc
             if self._tool_manager.get_tool(name) is None:
@@ -57,8 +59,12 @@ class RetrievalMCPServer(MCPServer):
             raise
 
 
-def tool_error(code: str, message: str, details: Any = None, request_id: str | None = None) -> ToolError:
-    return ToolError(json.dumps(error_document(code, message, request_id or uuid.uuid4().hex, details)))
+class ServiceError(ToolError):
+    """A tool error whose text is the service's error document."""
+
+
+def tool_error(code: str, message: str, details: Any = None, request_id: str | None = None) -> ServiceError:
+    return ServiceError(json.dumps(error_document(code, message, request_id or uuid.uuid4().hex, details)))
 
 
 def raw_key_of(context: Context | None, server: RetrievalMCPServer) -> str | None:

@@ -60,6 +60,10 @@ def stdio_client(key: str) -> Client:
     return Client(StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(settings.BASE_DIR)))
 
 
+def other_chunk_of(other) -> int:
+    return other.docs["vault.txt"].chunks.first().pk
+
+
 def answer(result) -> dict:
     assert not result.is_error, result.content
     return json.loads(result.content[0].text)
@@ -67,11 +71,14 @@ def answer(result) -> dict:
 
 def error_of(result) -> dict:
     assert result.is_error, result.content
-    return json.loads(result.content[0].text)["error"]
+    text = result.content[0].text
+    assert text.startswith("{"), text
+    return json.loads(text)["error"]
 
 
-async def exercise(client: Client, corpus, other) -> list[int]:
-    """Every tool, and the errors a caller can make; returns the search's chunk ids."""
+async def exercise(client: Client, corpus, other, other_chunk: int) -> list[int]:
+    """Every tool, and the errors a caller can make (``other_chunk``: another tenant's); returns the search's
+    chunk ids."""
     async with client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
@@ -104,7 +111,6 @@ async def exercise(client: Client, corpus, other) -> list[int]:
         assert error_of(await client.call_tool("get_document", {"kb_id": 10**9, "document_id": 1}))["code"] == (
             "knowledge_base_not_found"
         )
-        other_chunk = other.docs["vault.txt"].chunks.first().pk
         assert error_of(await client.call_tool("get_passage", {"chunk_id": other_chunk}))["code"] == "passage_not_found"
         return [hit["chunk_id"] for hit in hits]
 
@@ -113,7 +119,7 @@ async def exercise(client: Client, corpus, other) -> list[int]:
 def test_every_tool_over_streamable_http_answers_like_the_rest_api(mcp_url, corpus):
     corpus, other = corpus
     key = create_api_key(tenant=corpus.tenant).raw_key
-    chunk_ids = anyio.run(exercise, http_client(mcp_url, key), corpus, other)
+    chunk_ids = anyio.run(exercise, http_client(mcp_url, key), corpus, other, other_chunk_of(other))
     body = {"query": QUERY, "top_k": 5, "kb_ids": [corpus.kbs["manuals"].pk]}
     rest = httpx.post(f"{mcp_url}/api/v1/retrieval/hybrid", json=body, headers={"Authorization": f"Bearer {key}"})
     assert chunk_ids == [hit["chunk_id"] for hit in rest.json()["results"]]
@@ -122,7 +128,8 @@ def test_every_tool_over_streamable_http_answers_like_the_rest_api(mcp_url, corp
 @pytest.mark.slow
 def test_every_tool_over_stdio(corpus):
     corpus, other = corpus
-    anyio.run(exercise, stdio_client(create_api_key(tenant=corpus.tenant).raw_key), corpus, other)
+    key = create_api_key(tenant=corpus.tenant).raw_key
+    anyio.run(exercise, stdio_client(key), corpus, other, other_chunk_of(other))
 
 
 @pytest.mark.slow
