@@ -14,6 +14,6 @@ from core.asgi import BoundedRequest, PathMount, WSGIOnThreads  # after the sett
 
 django_application = WSGIOnThreads(get_wsgi_application(), settings.WEB_THREADS)  # calls django.setup()
 
-from retrieval.mcp_server import MCP_PATH, mcp_asgi_app  # once the apps are loaded
+from retrieval.mcp_server import MCP_PATH, mcp_asgi_app  # noqa: E402  # once the apps are loaded
 
 application = BoundedRequest(PathMount(django_application, MCP_PATH, mcp_asgi_app()))
