@@ -233,6 +233,7 @@ class VectorStoreListView(VectorStoreApiView):
     ``after``, ``before``)."""
 
     @extend_schema(
+        operation_id="openai_vector_stores_list",
         summary="OpenAI: list vector stores (knowledge bases)",
         parameters=[
             OpenApiParameter("limit", int, description="1-100, default 20"),
@@ -278,6 +279,7 @@ class VectorStoreDetailView(VectorStoreApiView):
     """``GET /v1/vector_stores/{id}``: one knowledge base as a vector store."""
 
     @extend_schema(
+        operation_id="openai_vector_stores_retrieve",
         summary="OpenAI: retrieve a vector store (knowledge base)",
         responses={200: VectorStoreOutput, **error_responses(401, 403, 404, 429)},
         tags=["openai"],
@@ -294,6 +296,7 @@ class VectorStoreSearchView(VectorStoreApiView):
         return "hybrid"
 
     @extend_schema(
+        operation_id="openai_vector_stores_search",
         summary="OpenAI: search a vector store (knowledge base)",
         request=VectorStoreSearchInput,
         responses={200: SearchPageOutput, **error_responses(400, 401, 403, 404, 429, 503)},
