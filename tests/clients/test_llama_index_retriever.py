@@ -42,7 +42,7 @@ def test_the_llama_index_retriever_works_async_and_scoped(service):  # noqa: F81
     async def run():
         async with AsyncRetrievalClient(url, key) as async_client:
             with RetrievalClient(url, key) as client:
-                scoped = dict(top_k=3, mode="bm25", filters={"tags": "policy"})
+                scoped: dict = {"top_k": 3, "mode": "bm25", "filters": {"tags": "policy"}}
                 with_async = RetrievalServiceRetriever(client, async_client=async_client, **scoped)
                 in_a_thread = RetrievalServiceRetriever(client, **scoped)
                 return await with_async.aretrieve("refund items"), await in_a_thread.aretrieve("refund items")
