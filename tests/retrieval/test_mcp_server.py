@@ -174,3 +174,29 @@ def test_tool_calls_count_against_the_keys_rate_tier(mcp_url, transactional_db):
     assert not first.is_error and not second.is_error
     limited = error_of(third)
     assert limited["code"] == "rate_limited" and limited["details"]["retry_after_s"] >= 1
+
+
+@pytest.mark.slow
+def test_mcp_openai_and_llama_index_agree_on_the_top_5(mcp_url, corpus):
+    from openai import OpenAI
+    from retrieval_client import RetrievalClient
+    from retrieval_client.llama_index import RetrievalServiceRetriever
+
+    corpus, _ = corpus
+    kb_id = corpus.kbs["manuals"].pk
+    key = create_api_key(tenant=corpus.tenant).raw_key
+
+    async def over_mcp() -> list[int]:
+        async with http_client(mcp_url, key) as client:
+            found = answer(await client.call_tool("search", {"query": QUERY, "top_k": 5, "kb_ids": [kb_id]}))
+            return [hit["chunk_id"] for hit in found["results"]]
+
+    mcp_ids = anyio.run(over_mcp)
+    page = OpenAI(base_url=f"{mcp_url}/v1", api_key=key, max_retries=0).vector_stores.search(
+        str(kb_id), query=QUERY, max_num_results=5
+    )
+    with RetrievalClient(mcp_url, key) as client:
+        nodes = RetrievalServiceRetriever(client, top_k=5, kb_ids=[kb_id]).retrieve(QUERY)
+    assert len(mcp_ids) == 3  # every passage of the KB, in one order
+    assert [int(result.attributes["chunk_id"]) for result in page.data] == mcp_ids
+    assert [int(item.node.node_id) for item in nodes] == mcp_ids
