@@ -179,6 +179,7 @@ def test_tool_calls_count_against_the_keys_rate_tier(mcp_url, transactional_db):
 @pytest.mark.slow
 def test_mcp_openai_and_llama_index_agree_on_the_top_5(mcp_url, corpus):
     from openai import OpenAI
+
     from retrieval_client import RetrievalClient
     from retrieval_client.llama_index import RetrievalServiceRetriever
 
