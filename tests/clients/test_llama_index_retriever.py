@@ -4,6 +4,9 @@ the live service over real HTTP, sync and async, as the LangChain retriever is t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 from retrieval_client import AsyncRetrievalClient, RetrievalClient
 from retrieval_client.llama_index import RetrievalServiceRetriever
-from tests.clients.test_python_client import KETTLE_QUERY, service  # noqa: F401  # the live service fixture
+from tests.clients.test_python_client import INTEGRATIONS, KETTLE_QUERY, service  # noqa: F401  # the live service fixture
 
 
 @pytest.mark.slow
@@ -49,3 +52,14 @@ def test_the_llama_index_retriever_works_async_and_scoped(service):  # noqa: F81
 
     for found in asyncio.run(run()):
         assert [Path(item.node.metadata["source"]).name for item in found] == ["returns.md"]
+
+
+@pytest.mark.slow
+def test_the_documented_llama_index_example_runs(service):  # noqa: F811
+    url, key = service
+    code = re.search(r"## LlamaIndex.*?```python\n(.*?)```", INTEGRATIONS.read_text(), re.S).group(1)
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(code.replace("http://127.0.0.1:8000", url), {"API_KEY": key})  # the documentation's own code
+    lines = output.getvalue().splitlines()
+    assert len(lines) == 4 and all(float(line.split()[0]) <= 1 for line in lines)
