@@ -26,6 +26,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from core.errors import DomainError, error_document
+from core.request_id import REQUEST_ID_HEADER, accepted_request_id
 from retrieval import mcp_tools
 from retrieval.types import MODES
 
@@ -195,35 +196,45 @@ def streamable_http_app():
 
 
 class AuthenticatedMCP:
-    """ASGI: ``/mcp`` requests without a usable ``search`` key get the service's 401/403 JSON error; the rest,
-    and the lifespan that runs the SDK's session manager, go to the SDK's app."""
+    """ASGI: ``/mcp`` requests without a usable ``search`` key get the service's 401/403 JSON error (counted,
+    as on the REST API, against the caller's address: ``RATE_LIMIT_ANONYMOUS``, then 429); the rest, and the
+    lifespan that runs the SDK's session manager, go to the SDK's app. Every answer carries ``X-Request-ID``."""
 
     def __init__(self, app: Any):
         self.app = app
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http":
-            headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
-            raw_key = key_from_headers(headers.get(b"authorization", ""), headers.get(b"x-api-key", ""))
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        raw_key = key_from_headers(headers.get(b"authorization", ""), headers.get(b"x-api-key", ""))
+        request_id = accepted_request_id(headers.get(REQUEST_ID_HEADER.lower().encode(), ""))
+        address = (scope.get("client") or ("",))[0]
 
-            def check() -> None:
-                close_old_connections()
-                try:
-                    mcp_tools.authenticated(raw_key)
-                finally:
-                    close_old_connections()
-
+        def check() -> None:
+            close_old_connections()
             try:
-                await anyio.to_thread.run_sync(check)
-            except DomainError as exc:
-                return await refuse(send, exc, headers.get(b"x-request-id", ""))
-        return await self.app(scope, receive, send)
+                mcp_tools.authenticated(raw_key)
+            except DomainError:
+                mcp_tools.count_anonymous(address)  # a 429 once the address is over its limit
+                raise
+            finally:
+                close_old_connections()
+
+        try:
+            await anyio.to_thread.run_sync(check)
+        except DomainError as exc:
+            return await refuse(send, exc, request_id)
+
+        async def send_with_request_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        return await self.app(scope, receive, send_with_request_id)
 
 
 async def refuse(send: Callable, exc: DomainError, request_id: str) -> None:
-    from core.request_id import accepted_request_id
-
-    request_id = accepted_request_id(request_id)
     body = json.dumps(error_document(exc.code, exc.message, request_id, exc.details)).encode()
     headers = [
         (b"content-type", b"application/json"),
@@ -232,6 +243,8 @@ async def refuse(send: Callable, exc: DomainError, request_id: str) -> None:
     ]
     if exc.status_code == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if exc.retry_after_s is not None:
+        headers.append((b"retry-after", str(exc.retry_after_s).encode()))
     await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from rest_framework import status
 
 from core.errors import DomainError, _validation_message
-from core.ratelimit import count_call
+from core.ratelimit import ANONYMOUS, RateLimitUsage, count_call
 from knowledge.selectors import document_of, knowledge_base_of, knowledge_bases_of
 from knowledge.serializers import DocumentOutput, KnowledgeBaseOutput
 from retrieval.cache import cached_search
@@ -70,12 +70,23 @@ def authenticated(raw_key: str | None) -> ApiKey:
     return api_key
 
 
+def count_anonymous(address: str) -> None:
+    """A call without a usable key, on the caller's address's counter (``RATE_LIMIT_ANONYMOUS``), as the REST
+    API counts them; over the limit it is refused with a 429 instead of its 401/403."""
+    usage = count_call(SimpleNamespace(auth=None, META={"REMOTE_ADDR": address}), ANONYMOUS)  # type: ignore[arg-type]
+    _refuse_if_exceeded(usage, "unauthenticated")
+
+
 def count_against_limit(api_key: ApiKey, endpoint: str) -> None:
     """One call on the key's ``endpoint`` counter (``core.ratelimit``, shared with the REST API)."""
     usage = count_call(SimpleNamespace(auth=api_key, META={}), endpoint)  # type: ignore[arg-type]  # what it reads
+    _refuse_if_exceeded(usage, endpoint)
+
+
+def _refuse_if_exceeded(usage: RateLimitUsage | None, what: str) -> None:
     if usage is not None and usage.exceeded:
         error = RateLimited(
-            f"Rate limit of {usage.limit} {endpoint} requests per {settings.RATE_LIMIT_WINDOW_S} s exceeded.",
+            f"Rate limit of {usage.limit} {what} requests per {settings.RATE_LIMIT_WINDOW_S} s exceeded.",
             details={"retry_after_s": usage.reset_s},
         )
         error.retry_after_s = usage.reset_s
@@ -149,16 +160,19 @@ def get_document(api_key: ApiKey, kb_id: int, document_id: int, max_passages: in
     count_against_limit(api_key, KNOWLEDGE_ENDPOINT)
     kb = knowledge_base_of(api_key.tenant, kb_id)
     document = document_of(kb, document_id)
-    passages = list(
-        document.chunks.filter(kb_version_id=kb.active_version_id).order_by("ordinal")[: max_passages + 1]
-    )
+    passages = list(document.chunks.filter(kb_version_id=kb.active_version_id).order_by("ordinal")[: max_passages + 1])
     return {
         **DocumentOutput(document).data,
         "kb_id": kb.pk,
         "source_uri": document.source_uri,
         "passages": [
-            {"chunk_id": chunk.pk, "ordinal": chunk.ordinal, "section": (chunk.metadata or {}).get("section"),
-             "page": (chunk.metadata or {}).get("page"), "content": chunk.content}
+            {
+                "chunk_id": chunk.pk,
+                "ordinal": chunk.ordinal,
+                "section": (chunk.metadata or {}).get("section"),
+                "page": (chunk.metadata or {}).get("page"),
+                "content": chunk.content,
+            }
             for chunk in passages[:max_passages]
         ],  # fmt: skip
         "more_passages": len(passages) > max_passages,

@@ -149,6 +149,7 @@ def test_no_request_reaches_the_tools_without_a_usable_search_key(mcp_url, trans
     good = create_api_key(tenant=tenant).raw_key
     ok = httpx.post(f"{mcp_url}/mcp", json=initialize, headers={**accept, "Authorization": f"Bearer {good}"})
     assert ok.status_code == 200, ok.text
+    assert ok.json()["result"]["serverInfo"]["name"] == "retrieval-service" and ok.headers["X-Request-ID"]
 
     async def refused() -> None:
         with pytest.raises(Exception):  # noqa: B017,PT011  # the SDK's own error for a refused connection
@@ -201,3 +202,14 @@ def test_mcp_openai_and_llama_index_agree_on_the_top_5(mcp_url, corpus):
     assert len(mcp_ids) == 3  # every passage of the KB, in one order
     assert [int(result.attributes["chunk_id"]) for result in page.data] == mcp_ids
     assert [int(item.node.node_id) for item in nodes] == mcp_ids
+
+
+@pytest.mark.slow
+def test_calls_without_a_usable_key_count_against_the_address(mcp_url, transactional_db):
+    """As on the REST API: past RATE_LIMIT_ANONYMOUS calls a window, a caller without a key gets 429s."""
+    with httpx.Client(base_url=mcp_url) as http:
+        statuses = [http.post("/mcp", json={}).status_code for _ in range(settings.RATE_LIMIT_ANONYMOUS + 1)]
+        limited = http.post("/mcp", json={}, headers={"Authorization": "Bearer rk_not_a_key"})
+    assert set(statuses) <= {401, 429} and statuses[0] in (401, 429)
+    assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited"
+    assert int(limited.headers["Retry-After"]) >= 1
