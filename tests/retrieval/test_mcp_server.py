@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import anyio
@@ -47,8 +48,8 @@ def http_client(url: str, key: str | None) -> Client:
     return Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=120)))
 
 
-def stdio_client(key: str) -> Client:
-    env = {
+def stdio_environment() -> dict[str, str]:
+    return {
         "PATH": "/usr/bin:/bin",
         "LC_ALL": "C.UTF-8",
         "DATABASE_URL": database_url_of_this_run(),
@@ -56,8 +57,13 @@ def stdio_client(key: str) -> Client:
         "VAR_DIR": str(settings.VAR_DIR),
         "LOG_LEVEL": "WARNING",
     }
+
+
+def stdio_client(key: str) -> Client:
     command = [str(settings.BASE_DIR / "manage.py"), "mcp_stdio", "--key", key]
-    return Client(StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(settings.BASE_DIR)))
+    parameters = StdioServerParameters(command=sys.executable, args=command, env=stdio_environment(),
+                                       cwd=str(settings.BASE_DIR))  # fmt: skip
+    return Client(parameters)
 
 
 def other_chunk_of(other) -> int:
@@ -213,3 +219,20 @@ def test_calls_without_a_usable_key_count_against_the_address(mcp_url, transacti
     assert set(statuses) <= {401, 429} and statuses[0] in (401, 429)
     assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited"
     assert int(limited.headers["Retry-After"]) >= 1
+
+
+@pytest.mark.slow
+def test_the_stdio_server_refuses_to_start_without_a_usable_search_key(transactional_db):
+    tenant = TenantFactory()
+    ingest_only = create_api_key(tenant=tenant, scopes=[Scope.INGEST]).raw_key
+    for key, code in (
+        ("rk_not_a_key", "invalid_api_key"),
+        (ingest_only, "insufficient_scope"),
+        ("", "missing_api_key"),
+    ):
+        started = subprocess.run(
+            [sys.executable, "manage.py", "mcp_stdio", "--key", key], cwd=settings.BASE_DIR, env=stdio_environment(),
+            input=b"", capture_output=True, timeout=120,
+        )  # fmt: skip
+        assert started.returncode == 2 and code in started.stderr.decode(), started.stderr
+        assert started.stdout == b""  # nothing on the protocol's stream
