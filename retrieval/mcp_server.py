@@ -125,8 +125,8 @@ assert set(ModeName.__args__) == set(MODES)  # type: ignore[attr-defined]
     description=(
         "Find the passages that best answer `query` in the caller's knowledge bases (all of them, or `kb_ids`). "
         "Each result has the passage text (`content`), its document's `title` and `source_uri`, its `section` "
-        "and `page` where known, a `citation` string, the fused `score` and `relevance` (0-1, comparable across "
-        "queries: above ~0.3 is a good match). `filters` uses the service's filter language, e.g. "
+        "and `page` where known, a `citation` string, the fused `score` and `relevance` (0-1, comparable from "
+        "query to query of a knowledge base; higher is better). `filters` uses the service's filter language, e.g. "
         '{"tags": "policy"} or {"metadata.region": {"in": ["eu", "us"]}}.'
     ),
     annotations=READ_ONLY,
