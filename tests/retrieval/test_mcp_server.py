@@ -114,9 +114,9 @@ async def exercise(client: Client, corpus, other, other_chunk: int) -> list[int]
         )
         unknown = error_of(await client.call_tool("search", {"query": QUERY, "kb_ids": [other.kbs["private"].pk]}))
         assert unknown["code"] == "knowledge_base_not_found" and unknown["request_id"]
-        assert error_of(await client.call_tool("get_document", {"kb_id": 10**9, "document_id": 1}))["code"] == (
-            "knowledge_base_not_found"
-        )
+        for kb_id in (10**9, other.kbs["private"].pk):  # another tenant's answers like a missing one
+            arguments = {"kb_id": kb_id, "document_id": hits[0]["doc_id"]}
+            assert error_of(await client.call_tool("get_document", arguments))["code"] == "knowledge_base_not_found"
         assert error_of(await client.call_tool("get_passage", {"chunk_id": other_chunk}))["code"] == "passage_not_found"
         return [hit["chunk_id"] for hit in hits]
 
