@@ -10,7 +10,8 @@ from openai import OpenAI
 
 from retrieval.errors import InvalidFilter
 from retrieval.openai_vector_stores import service_filter
-from tenants.models import Scope
+from tenants.models import RateTier, Scope
+from tenants.selectors import forget_api_keys
 from tenants.services import create_api_key
 from tests.factories import TenantFactory
 from tests.retrieval.api_corpus import MANUALS, build_corpus
@@ -97,3 +98,18 @@ def test_the_openai_endpoints_need_a_search_key(stores, live_server):
     assert scoped.value.code == "insufficient_scope"
     anonymous = httpx.get(f"{live_server.url}/v1/vector_stores")
     assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "missing_api_key"
+
+
+@pytest.mark.slow
+def test_openai_searches_count_against_the_hybrid_limit(stores):
+    client, corpus, _, _ = stores
+    tenant = corpus.tenant
+    tenant.rate_tier = RateTier.objects.create(name=f"tight-{tenant.pk}", requests_per_window=1000,
+                                               endpoint_limits={"hybrid": 1})  # fmt: skip
+    tenant.save()
+    forget_api_keys()  # the tier is read with the key
+    kb_id = str(corpus.kbs["manuals"].pk)
+    client.vector_stores.search(kb_id, query=QUERY)
+    with pytest.raises(openai.RateLimitError) as limited:
+        client.vector_stores.search(kb_id, query="another question")
+    assert limited.value.code == "rate_limited" and int(limited.value.response.headers["Retry-After"]) >= 1
