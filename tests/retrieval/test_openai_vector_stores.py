@@ -25,8 +25,9 @@ def stores(live_server, tmp_path, embedder):
     corpus = build_corpus(tmp_path, TenantFactory(), {"manuals": MANUALS})
     other = build_corpus(tmp_path, TenantFactory(), {"private": {"vault.txt": ("The vault code is 4711.", None)}})
     key = create_api_key(tenant=corpus.tenant).raw_key
-    client = OpenAI(base_url=f"{live_server.url}/v1", api_key=key, max_retries=0)
-    return client, corpus, other.kbs["private"], key
+    # closed after the test: a kept-alive connection would hold a live-server thread and its database session
+    with OpenAI(base_url=f"{live_server.url}/v1", api_key=key, max_retries=0) as client:
+        yield client, corpus, other.kbs["private"], key
 
 
 def test_openai_filters_map_onto_the_filter_language():
