@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -91,21 +92,33 @@ def key_from_headers(authorization: str, x_api_key: str) -> str | None:
 
 async def run_tool(context: Context | None, work: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """``work(api_key, *args)`` on a worker thread (Django's database calls are synchronous), after the key's
-    check; a :class:`DomainError` becomes the tool error carrying its code."""
+    check; a :class:`DomainError` becomes the tool error carrying its code. Each call is logged as the access
+    log logs a request (tool, code, latency, tenant, request id)."""
     raw_key = raw_key_of(context, server)
     request_id = uuid.uuid4().hex
+    started = time.perf_counter()
+    caller: dict[str, Any] = {}
 
     def call() -> dict[str, Any]:
         close_old_connections()
         try:
-            return work(mcp_tools.authenticated(raw_key), *args)
+            api_key = mcp_tools.authenticated(raw_key)
+            caller.update(tenant=api_key.tenant.name, tenant_id=api_key.tenant_id)
+            return work(api_key, *args)
         finally:
             close_old_connections()
 
+    code = "ok"
     try:
         return await anyio.to_thread.run_sync(call)
     except DomainError as exc:
+        code = exc.code
         raise tool_error(exc.code, exc.message, exc.details, request_id) from exc
+    finally:
+        latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        tool = getattr(work, "__name__", "tool")
+        logger.info("mcp %s %s %.1f ms", tool, code, latency_ms, extra={
+            "route": f"mcp-{tool}", "code": code, "latency_ms": latency_ms, "request_id": request_id, **caller})  # fmt: skip
 
 
 server = RetrievalMCPServer(
