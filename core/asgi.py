@@ -213,3 +213,19 @@ class _Request:
         ]
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
         await self._send({"type": "http.response.body", "body": body})
+
+
+class PathMount:
+    """ASGI: requests under ``prefix`` (the path itself or below it) go to ``mounted``, the rest to
+    ``app``; the lifespan goes to ``mounted`` (``app``, Django on threads, has none)."""
+
+    def __init__(self, app: ASGIApplication, prefix: str, mounted: ASGIApplication):
+        self.app, self.prefix, self.mounted = app, prefix.rstrip("/"), mounted
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await self.mounted(scope, receive, send)
+        path = scope.get("path", "")
+        if path == self.prefix or path.startswith(self.prefix + "/"):
+            return await self.mounted(scope, receive, send)
+        return await self.app(scope, receive, send)

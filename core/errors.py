@@ -147,21 +147,24 @@ def _conflict(exc: IntegrityError, request: object) -> Response:
     return Response(error_body("conflict", message, request), status=status.HTTP_409_CONFLICT)
 
 
+JSON_PATHS = ("/api/", "/v1/")  # the API and the OpenAI-compatible endpoints
+
+
 def json_400(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """Django's own 400s (an unreadable or truncated body, a bad Host header) are JSON under ``/api/``."""
-    if not request.path.startswith("/api/"):
+    """Django's own 400s (an unreadable or truncated body, a bad Host header) are JSON under ``JSON_PATHS``."""
+    if not request.path.startswith(JSON_PATHS):
         return bad_request(request, exception)
     return JsonResponse(error_body("bad_request", "The request could not be read.", request), status=400)
 
 
 def json_403(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if not request.path.startswith("/api/"):
+    if not request.path.startswith(JSON_PATHS):
         return permission_denied(request, exception)
     return JsonResponse(error_body("forbidden", "Forbidden.", request), status=403)
 
 
 def json_404(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if not request.path.startswith("/api/"):
+    if not request.path.startswith(JSON_PATHS):
         return page_not_found(request, exception)
     return JsonResponse(error_body("not_found", "No such endpoint.", request), status=404)
 

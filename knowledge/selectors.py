@@ -144,6 +144,20 @@ def knowledge_base_of(tenant: Tenant, kb_id: int) -> KnowledgeBase:
     return kb
 
 
+def document_counts_by_status(kb_ids: list[int]) -> dict[int, dict[str, int]]:
+    """KB id -> document status -> how many (the OpenAI-compatible vector stores' ``file_counts``)."""
+    rows = (
+        Document.objects.filter(knowledge_base_id__in=kb_ids)
+        .order_by()
+        .values("knowledge_base_id", "status")
+        .annotate(n=Count("id"))
+    )
+    counts: dict[int, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["knowledge_base_id"], {})[row["status"]] = row["n"]
+    return counts
+
+
 def documents_of(kb: KnowledgeBase) -> QuerySet[Document]:
     return Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id).order_by("source_uri", "id")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.errors import DomainError, UnavailableError
+from core.errors import DomainError, NotFoundError, UnavailableError
 
 
 class InvalidFilter(DomainError):
@@ -41,3 +41,9 @@ class RerankerUnavailable(UnavailableError):
 
 class GraphUnavailable(UnavailableError):
     code = "graph_unavailable"
+
+
+class PassageNotFound(NotFoundError):
+    """A chunk id that is not a passage of the caller's searched versions (another tenant's included)."""
+
+    code = "passage_not_found"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from django.db import connection
-from django.db.models import TextField
+from django.db.models import F, TextField
 from django.db.models.functions import MD5, Cast
 
 from knowledge.chunking import contextual_text
@@ -140,3 +140,51 @@ def embedding_sample(version_id: int, size: int) -> np.ndarray:
     if not vectors:
         return np.empty((0, 0), dtype=np.float32)
     return np.stack([np.asarray(vector, dtype=np.float32) for vector in vectors])
+
+
+PASSAGE_NEIGHBOURS = 1  # chunks shown on each side of a passage (``passage_with_context``)
+
+
+def passage_with_context(tenant: Tenant, chunk_id: int, neighbours: int = PASSAGE_NEIGHBOURS) -> dict | None:
+    """A chunk of one of the tenant's KBs' active versions, with its document, its parent passage (a
+    parent_child version) and the chunks before and after it in its document. None: no such passage here
+    (another tenant's chunk, or one of a version no longer searched, answers the same)."""
+    chunk = (
+        Chunk.objects.filter(tenant=tenant, pk=chunk_id, kb_version_id=F("knowledge_base__active_version_id"))
+        .select_related("document", "parent")
+        .first()
+    )
+    if chunk is None:
+        return None
+    around = Chunk.objects.filter(
+        tenant=tenant,
+        document_id=chunk.document_id,
+        kb_version_id=chunk.kb_version_id,
+        ordinal__gte=max(chunk.ordinal - neighbours, 0),
+        ordinal__lte=chunk.ordinal + neighbours,
+    ).exclude(pk=chunk.pk)
+    parent = chunk.parent
+    return {
+        **_passage(chunk),
+        "title": chunk.document.title,
+        "source_uri": chunk.document.source_uri,
+        "doc_type": chunk.doc_type,
+        "tags": list(chunk.tags),
+        "parent": None if parent is None else {"id": parent.pk, "ordinal": parent.ordinal, "content": parent.content},
+        "previous": [_passage(c) for c in sorted(around, key=lambda c: c.ordinal) if c.ordinal < chunk.ordinal],
+        "next": [_passage(c) for c in sorted(around, key=lambda c: c.ordinal) if c.ordinal > chunk.ordinal],
+    }
+
+
+def _passage(chunk: Chunk) -> dict:
+    metadata = chunk.metadata or {}
+    return {
+        "chunk_id": chunk.pk,
+        "doc_id": chunk.document_id,
+        "kb_id": chunk.knowledge_base_id,
+        "ordinal": chunk.ordinal,
+        "content": chunk.content,
+        "section": metadata.get("section"),
+        "page": metadata.get("page"),
+        "metadata": metadata,
+    }

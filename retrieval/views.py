@@ -50,15 +50,8 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
     def respond(self, request, data: dict, started: float) -> HttpResponse:
         """The answer to a validated body: SearchOutput's shape (the documented schema; tests hold the body
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
-        expand = data.pop("expand", None)
         mode = data.pop("mode", self.mode)
-        given = data.pop("query_vector", None)
-        search_request = SearchRequest(
-            **data,
-            mode=mode,
-            expand=ExpansionOptions(**expand) if expand else ExpansionOptions(),
-            query_vector=QueryVector(given["model"], tuple(given["values"])) if given else None,
-        )
+        search_request = search_request_of(data, mode)
         rows = request.read_along
         knowledge = None if rows is None else searched_knowledge_in(rows, search_request.kb_ids)
         outcome = cached_search(request.tenant, search_request, knowledge)
@@ -124,6 +117,20 @@ class GraphSearchView(SearchView):
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
         body = {**response.as_dict(), "cost": request_cost(), "latency_ms": latency_ms}
         return Response({**body, "request_id": request_id_of(request)})
+
+
+def search_request_of(data: dict, mode: str) -> SearchRequest:
+    """The search a validated ``SearchInput`` body asks for (``mode`` popped from it): the REST endpoints'
+    and the MCP ``search`` tool's one way from a body to ``cached_search``."""
+    data = dict(data)
+    expand = data.pop("expand", None)
+    given = data.pop("query_vector", None)
+    return SearchRequest(
+        **data,
+        mode=mode,
+        expand=ExpansionOptions(**expand) if expand else ExpansionOptions(),
+        query_vector=QueryVector(given["model"], tuple(given["values"])) if given else None,
+    )
 
 
 def _requested_mode(body: bytes) -> str:

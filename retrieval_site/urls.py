@@ -8,6 +8,7 @@ from core.views import health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
 from retrieval.dify import DifyRetrievalView
+from retrieval.openai_vector_stores import VectorStoreDetailView, VectorStoreListView, VectorStoreSearchView
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
 register_check("graph_store", lambda: graph_store().ping(), required=False)
@@ -21,6 +22,14 @@ urlpatterns = [
     path("api/v1/dify/retrieval", DifyRetrievalView.as_view(), name="dify-retrieval"),  # Dify: endpoint …/api/v1/dify
     # An endpoint typed with a trailing slash in Dify (…/api/v1/dify/): Dify appends "/retrieval".
     path("api/v1/dify//retrieval", DifyRetrievalView.as_view(schema=None), name="dify-retrieval-slash"),
+    # OpenAI's vector-store API (a KB is a vector store): base_url "http://<host>/v1" in the OpenAI SDK.
+    path("v1/vector_stores", VectorStoreListView.as_view(), name="openai-vector-stores"),
+    path("v1/vector_stores/<str:vector_store_id>", VectorStoreDetailView.as_view(), name="openai-vector-store"),
+    path(
+        "v1/vector_stores/<str:vector_store_id>/search",
+        VectorStoreSearchView.as_view(),
+        name="openai-vector-store-search",
+    ),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -154,6 +154,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # /mcp is served by the ASGI app, not a view: documented by a hook (retrieval.mcp_schema)
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "retrieval.mcp_schema.add_mcp_path"],
 }
 
 # --- CORS (browsers calling the API from other origins) ---------------------------------------

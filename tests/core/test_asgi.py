@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from core.asgi import WSGIOnThreads
+from core.asgi import PathMount, WSGIOnThreads
 
 SCOPE = {"type": "http", "method": "GET", "path": "/x", "raw_path": b"/x", "query_string": b"", "root_path": "",
          "headers": [], "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000), "scheme": "http",
@@ -106,3 +106,21 @@ def test_a_request_thread_keeps_djangos_per_thread_state_between_requests():
     asyncio.run(two_requests(server))
     server.executor.shutdown(wait=True)
     assert len(seen) == 2 and seen[0] is seen[1]
+
+
+def test_a_path_mount_routes_its_prefix_and_the_lifespan_to_the_mounted_app():
+    calls: list[tuple[str, str]] = []
+
+    def app_named(name: str):
+        async def app(scope, receive, send):
+            calls.append((name, scope.get("path", scope["type"])))
+
+        return app
+
+    mount = PathMount(app_named("django"), "/mcp", app_named("mcp"))
+    for scope in ({"type": "http", "path": "/mcp"}, {"type": "http", "path": "/mcp/x"},
+                  {"type": "http", "path": "/mcpx"}, {"type": "http", "path": "/api/v1/stats"},
+                  {"type": "lifespan"}):  # fmt: skip
+        asyncio.run(mount(scope, None, None))
+    assert calls == [("mcp", "/mcp"), ("mcp", "/mcp/x"), ("django", "/mcpx"), ("django", "/api/v1/stats"),
+                     ("mcp", "lifespan")]  # fmt: skip

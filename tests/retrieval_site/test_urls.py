@@ -27,16 +27,16 @@ PUBLIC_API_ROUTES = {"api/schema/", "api/docs/"}
 
 
 def api_routes() -> list[tuple[str, type, str]]:
-    """``(path, view class, method)`` of every route and method under ``/api/``, walking includes; a
-    path's regex groups (``(?P<kb_id>...)``) become ``1``: scopes and limits apply before any lookup."""
+    """``(path, view class, method)`` of every route and method under ``/api/`` and ``/v1/`` (OpenAI's), walking
+    includes; a path's regex groups (``(?P<kb_id>...)``) and converters (``<str:id>``) become ``1``: scopes and limits apply before any lookup."""
     found = []
 
     def walk(patterns, prefix: str) -> None:
         for pattern in patterns:
-            route = prefix + re.sub(r"\(\?P<\w+>[^)]*\)", "1", str(pattern.pattern)).strip("^$")
+            route = prefix + re.sub(r"\(\?P<\w+>[^)]*\)|<\w+:\w+>", "1", str(pattern.pattern)).strip("^$")
             if isinstance(pattern, URLResolver):
                 walk(pattern.url_patterns, route)
-            elif isinstance(pattern, URLPattern) and route.startswith("api/"):
+            elif isinstance(pattern, URLPattern) and route.startswith(("api/", "v1/")):
                 callback = pattern.callback
                 view_class = getattr(callback, "view_class", None) or callback.cls
                 if hasattr(callback, "actions"):  # a viewset: its router's methods on this route
@@ -63,6 +63,7 @@ def test_the_walk_finds_every_api_endpoint():
     expected |= {"api/v1/knowledge-bases/1/versions", "api/v1/knowledge-bases/1/versions/1/activate", "api/v1/tasks/1"}
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}
     expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}
+    expected |= {"v1/vector_stores", "v1/vector_stores/1", "v1/vector_stores/1/search"}
     assert expected | PUBLIC_API_ROUTES == routes
 
 
