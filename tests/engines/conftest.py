@@ -27,7 +27,9 @@ def backend(request, tmp_path) -> Iterator[Backend]:
         return
     url = request.getfixturevalue("elasticsearch_url")  # the run's real node (tests.servers)
     prefix = f"test-lexical-{uuid.uuid4().hex[:12]}"
-    yield Backend("elasticsearch", lambda: ElasticsearchLexicalIndex(url, prefix=prefix), scale=K1 + 1, overwrites_ids=True)
+    yield Backend(
+        "elasticsearch", lambda: ElasticsearchLexicalIndex(url, prefix=prefix), scale=K1 + 1, overwrites_ids=True
+    )
     client = ElasticsearchLexicalIndex(url, prefix=prefix).client
     names = list(client.indices.get_alias(index=f"{prefix}-*", expand_wildcards="all"))
     if names:

@@ -9,4 +9,4 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["stop"]:
         sys.exit("usage: python -m tests.servers stop")
     for name in stop_leftovers():
-        print(f"stopped the test run's {name}")
+        sys.stdout.write(f"stopped the test run's {name}\n")

@@ -60,14 +60,20 @@ def start(name: str = "neo4j") -> tuple[process.Server, str]:
         log=work / "server.log",
         owner=owner,
     )
-    server.wait_until(lambda: "READY" in server.tail(5) and _accepts(port), timeout_s=240)
+    server.wait_until(lambda: _answers(port), timeout_s=240)
     # neomodel's URL carries credentials; with authentication off the server takes any.
     return server, f"bolt://neo4j:neo4j@127.0.0.1:{port}"
 
 
-def _accepts(port: int) -> bool:
+def _answers(port: int) -> bool:
+    """Bolt accepts connections and the default database answers a query."""
+    import neo4j as driver
+
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
+            pass
+        with driver.GraphDatabase.driver(f"bolt://127.0.0.1:{port}", auth=None, connection_timeout=2) as client:
+            client.execute_query("RETURN 1")
+        return True
+    except (OSError, driver.exceptions.DriverError, driver.exceptions.Neo4jError):
         return False

@@ -5,6 +5,7 @@ after a run that was killed)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -97,7 +98,7 @@ def hand_over(path: Path, owner: dict[str, int] | None) -> None:
 
 def readable(path: Path) -> None:
     """Lets every user read (not write) a tree root owns: the server's program files."""
-    for root, dirs, files in os.walk(path):
+    for root, _dirs, files in os.walk(path):
         os.chmod(root, 0o755)
         for name in files:
             full = os.path.join(root, name)
@@ -112,14 +113,18 @@ class Server:
     """A server process in its own process group, with its pid recorded under ``var/test-servers``."""
 
     def __init__(self, name: str, command: list[str], *, env: dict[str, str], log: Path, owner: dict[str, int] | None):
-        self.name = name
-        self.log = log
+        self.name, self.command, self.env, self.log, self.owner = name, command, env, log, owner
         self.pid_file = STATE_DIR / f"{name}.pid"
+        self.ready: Callable[[], bool] = lambda: True
+        self.launch()
+
+    def launch(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        owner = self.owner
+        with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
-                command,
-                env={**os.environ, **env},
+                self.command,
+                env={**os.environ, **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -128,7 +133,13 @@ class Server:
             )
         self.pid_file.write_text(str(self.process.pid))
 
+    def restart(self, timeout_s: float = 240) -> None:
+        """The same server again (same port, same data), as after a crash."""
+        self.launch()
+        self.wait_until(self.ready, timeout_s)
+
     def wait_until(self, ready: Callable[[], bool], timeout_s: float) -> None:
+        self.ready = ready
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -174,10 +185,8 @@ def stop_group(pid: int, sig: signal.Signals = signal.SIGTERM, timeout_s: float 
         except ProcessLookupError:
             return True
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return True
 
 
