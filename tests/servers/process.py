@@ -129,7 +129,9 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                **({"user": owner["user"], "group": owner["group"], "extra_groups": []} if owner else {}),
+                user=owner["user"] if owner else None,
+                group=owner["group"] if owner else None,
+                extra_groups=[] if owner else None,
             )
         self.pid_file.write_text(str(self.process.pid))
 
