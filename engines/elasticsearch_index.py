@@ -7,8 +7,9 @@ old index until the new one is complete, and a failed rebuild leaves the old one
 
 Text arrives analyzed (see ``engines.analysis``); the ``body`` analyzer only splits on whitespace,
 so Elasticsearch indexes exactly the tokens tantivy indexes. Scoring is Lucene's BM25 (k1 = 1.2,
-b = 0.75) on one shard, so collection statistics are exact. Lucene (since 8.0) drops BM25's constant
-``(k1 + 1)`` factor that tantivy keeps: scores differ by that factor, rankings do not.
+b = 0.75) on one shard, so collection statistics are exact. A ``BM25`` similarity configured in the index
+settings is Elasticsearch's ``LegacyBM25Similarity``, which keeps the constant ``(k1 + 1)`` factor that
+Lucene 8 dropped and tantivy keeps: the two engines give the same scores, not only the same ranking.
 
 Business-field filters (``engines.lexical_filter``) run in the bool query's filter context, on the
 ``keyword`` field ``filters`` and the ``long`` field ``created_at``; a generation's ``_meta`` says
@@ -20,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from elasticsearch import (
     ApiError,
@@ -30,19 +32,23 @@ from elasticsearch import (
     NotFoundError,
     TransportError,
 )
-from elasticsearch.dsl import Index, Mapping, Search, analyzer
+from elasticsearch.dsl import Index, Mapping, Search
 from elasticsearch.dsl.field import Keyword, Long, Text
 from elasticsearch.dsl.query import Bool, MatchAll, MatchNone, Query, Range, Term, Terms
 from elasticsearch.helpers import BulkIndexError, bulk, scan
 
 from engines import lexical_filter as lf
-from engines.base import IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError, bm25_ceiling
+from engines.base import BM25_K1, IndexState, LexicalDocument, LexicalHit, LexicalIndex, LexicalIndexError, bm25_ceiling
 from engines.deadline import DeadlineExceeded, within
 
 SIMILARITY = "retrieval_bm25"
+BM25_B = 0.75
 # Text is analyzed by our own analyzer: split on whitespace and change nothing (no lowercasing, no stemming).
-PRE_ANALYZED = analyzer("pre_analyzed", tokenizer="whitespace")
+# The built-in ``whitespace`` analyzer is exactly that, and it lives in the server itself: a custom analyzer
+# naming the ``whitespace`` tokenizer needs the ``analysis-common`` module, which a minimal node lacks.
+PRE_ANALYZED = "whitespace"
 BULK_CHUNK_DOCS = 500
+T = TypeVar("T")
 
 
 def _index_definition(name: str, state: dict[str, str]) -> Index:
@@ -61,7 +67,7 @@ def _index_definition(name: str, state: dict[str, str]) -> Index:
         number_of_shards=1,
         # Only our explicit refresh publishes changes, so a document's delete and re-add appear together.
         refresh_interval="-1",
-        similarity={SIMILARITY: {"type": "BM25", "k1": 1.2, "b": 0.75}},
+        similarity={SIMILARITY: {"type": "BM25", "k1": BM25_K1, "b": BM25_B}},
     )
     index.mapping(mapping)
     return index
@@ -193,15 +199,19 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     def ping(self) -> str:
         with _translated_errors("answer a ping"):
-            version = self.client.info()["version"]["number"]
-        return f"Elasticsearch {version} answers"
+            # The cluster's health, not its root info: a minimal node answers GET / with 405.
+            health = self.client.cluster.health()
+        return f"Elasticsearch cluster {health['cluster_name']} answers ({health['status']})"
 
     def state(self, version_id: int) -> IndexState | None:
         alias = self._alias(version_id)
+
+        def read() -> tuple[dict[str, str], int]:
+            return self._meta(alias), self.client.count(index=alias)["count"]
+
         with _translated_errors("read the index state"):
             try:
-                meta = self._meta(alias)
-                count = self.client.count(index=alias)["count"]
+                meta, count = self._within_deadline("read the index state", read)
             except NotFoundError:
                 return None
         # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
@@ -249,11 +259,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         )
         with _translated_errors("search"):
             try:
-                response = within(self.search_deadline_s, request.execute)
+                response = self._within_deadline("search", request.execute)
             except NotFoundError:
                 return []
-            except DeadlineExceeded as exc:
-                raise LexicalIndexError("deadline", f"Elasticsearch search: {exc}") from exc
         return [LexicalHit(chunk_id=int(hit.meta.id), score=hit.meta.score) for hit in response]
 
     def max_score(self, version_id: int, tokens: list[str], weights: list[float] | None = None) -> float:
@@ -263,14 +271,17 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             return 0.0
         with _translated_errors("read term statistics"):
             try:
-                response = self.client.termvectors(
-                    index=self._alias(version_id),
-                    doc={"body": " ".join(tokens)},
-                    fields=["body"],
-                    term_statistics=True,
-                    field_statistics=True,
-                    positions=False,
-                    offsets=False,
+                response = self._within_deadline(
+                    "read term statistics",
+                    lambda: self.client.termvectors(
+                        index=self._alias(version_id),
+                        doc={"body": " ".join(tokens)},
+                        fields=["body"],
+                        term_statistics=True,
+                        field_statistics=True,
+                        positions=False,
+                        offsets=False,
+                    ),
                 )
             except NotFoundError:
                 return 0.0
@@ -279,9 +290,17 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             return 0.0
         terms = vectors.get("terms", {})
         frequencies = [terms.get(token, {}).get("doc_freq", 0) for token in tokens]
-        return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=1.0, weights=weights)
+        return bm25_ceiling(vectors["field_statistics"]["doc_count"], frequencies, scale=BM25_K1 + 1, weights=weights)
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _within_deadline(self, action: str, call: Callable[[], T]) -> T:
+        """A read of the search path (state, term statistics, the search) within the search's total
+        deadline: a frozen node must not hold a search for the client's own, longer request timeout."""
+        try:
+            return within(self.search_deadline_s, call)
+        except DeadlineExceeded as exc:
+            raise LexicalIndexError("deadline", f"Elasticsearch ({action}): {exc}") from exc
 
     def _alias(self, version_id: int) -> str:
         return f"{self.prefix}-kbv-{int(version_id)}"
@@ -316,13 +335,18 @@ class ElasticsearchLexicalIndex(LexicalIndex):
         return True
 
     def _delete(self, alias: str, doc_ids: list[int], *, refresh: bool) -> None:
-        # conflicts=proceed: a chunk another process rewrote meanwhile is that writer's to replace;
-        # aborting would leave this delete half done.
-        response = self._writer().delete_by_query(
-            index=alias, query=Terms(doc_id=list(doc_ids)).to_dict(), conflicts="proceed", refresh=refresh
-        )
-        if response["failures"]:
-            raise LexicalIndexError("server_error", f"Elasticsearch left chunks undeleted: {response['failures'][:3]}")
+        """Deletes the documents' chunks by id: a scroll finds them, one bulk request deletes them.
+        ``_delete_by_query`` would be one call, but it lives in the ``reindex`` module, which a minimal
+        node (the tests' ``integ-test-zip``) lacks; this needs only the server itself."""
+        writer = self._writer()
+        query = {"query": Terms(doc_id=list(doc_ids)).to_dict()}
+        ids = [hit["_id"] for hit in scan(writer, index=alias, query=query, _source=False)]
+        # A chunk another writer deleted meanwhile is gone either way: a 404 is no failure.
+        actions = ({"_op_type": "delete", "_index": alias, "_id": chunk_id} for chunk_id in ids)
+        _, failures = bulk(writer, actions, chunk_size=BULK_CHUNK_DOCS, raise_on_error=False, refresh=refresh)
+        failed = [item for item in failures if next(iter(item.values())).get("status") != 404]  # type: ignore[union-attr]
+        if failed:
+            raise LexicalIndexError("server_error", f"Elasticsearch left chunks undeleted: {failed[:3]}")
 
     def _indices_behind(self, alias: str) -> list[str]:
         try:

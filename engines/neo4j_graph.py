@@ -33,6 +33,7 @@ from engines.base import (
     ReachedEntity,
     entity_score,
 )
+from engines.deadline import DeadlineExceeded, within
 
 
 class GraphEntityNode(StructuredNode):
@@ -68,13 +69,15 @@ def entity_id(tenant_id: int, version_id: int, name: str) -> int:
 class Neo4jGraphStore(GraphStore):
     name = "neo4j"
 
-    def __init__(self, url: str, *, timeout_s: float):
+    def __init__(self, url: str, *, timeout_s: float, write_timeout_s: float = 120.0):
         parts = urlsplit(url)
         auth = (parts.username, parts.password or "") if parts.username else None
         address = urlunsplit(
             (parts.scheme, (parts.hostname or "") + (f":{parts.port}" if parts.port else ""), "", "", "")
         )
-        self.address, self.timeout_s = address, timeout_s
+        # Searches wait ``timeout_s`` at most (they degrade); ingestion's writes are offline work whose
+        # batches may take longer on a busy server, like Elasticsearch's bulk loads (``write_timeout_s``).
+        self.address, self.timeout_s, self.write_timeout_s = address, timeout_s, write_timeout_s
         self._driver = neo4j.GraphDatabase.driver(
             address,
             auth=auth,
@@ -86,7 +89,7 @@ class Neo4jGraphStore(GraphStore):
         try:
             for node in (GraphEntityNode, GraphPassageNode, GraphCommunityNode):
                 db.install_labels(node)
-            self._run(_NAME_INDEX, {})
+            self._write(_NAME_INDEX, {})
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j at {address} did not answer: {exc}") from exc
 
@@ -96,8 +99,8 @@ class Neo4jGraphStore(GraphStore):
         scope = {"tenant": tenant_id, "version": version_id}
         touched: set[int] = set()
         if removed_chunk_ids:
-            self._run(_DELETE_RELATIONS, {**scope, "chunks": removed_chunk_ids})
-            rows = self._run(_DELETE_PASSAGES, {**scope, "chunks": removed_chunk_ids})
+            self._write(_DELETE_RELATIONS, {**scope, "chunks": removed_chunk_ids})
+            rows = self._write(_DELETE_PASSAGES, {**scope, "chunks": removed_chunk_ids})
             touched.update(rows[0][0] if rows else [])
         if graphs:
             passages: list[dict[str, Any]] = [
@@ -116,11 +119,11 @@ class Neo4jGraphStore(GraphStore):
                 for chunk_id, extraction in graphs.items()
                 for source, target, weight, kind in extraction.named_relations()
             ]
-            self._run(_ADD_PASSAGES, {**scope, "passages": passages})
-            self._run(_ADD_RELATIONS, {**scope, "relations": relations})
+            self._write(_ADD_PASSAGES, {**scope, "passages": passages})
+            self._write(_ADD_RELATIONS, {**scope, "relations": relations})
             touched.update(e["id"] for passage in passages for e in passage["entities"])
         if touched:
-            self._run(_RECOUNT, {**scope, "ids": list(touched)})
+            self._write(_RECOUNT, {**scope, "ids": list(touched)})
 
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         return self._nodes(_FIND, {**_params(scope), "names": None, "ids": entity_ids})
@@ -222,7 +225,7 @@ class Neo4jGraphStore(GraphStore):
              "chunk_ids": list(c.chunk_ids), "embedding": list(c.embedding)}
             for c in communities
         ]  # fmt: skip
-        self._run(_REPLACE_COMMUNITIES, {"tenant": tenant_id, "version": version_id, "rows": rows})
+        self._write(_REPLACE_COMMUNITIES, {"tenant": tenant_id, "version": version_id, "rows": rows})
 
     def communities(self, scope: GraphScope, level: int | None = None) -> list[Community]:
         rows = self._run(_COMMUNITIES, {**_params(scope), "level": level})
@@ -237,11 +240,20 @@ class Neo4jGraphStore(GraphStore):
         return f"neo4j at {self.address}"
 
     def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
-        self._run(_DROP_VERSIONS, {"tenant": tenant_id, "versions": version_ids})
+        self._write(_DROP_VERSIONS, {"tenant": tenant_id, "versions": version_ids})
 
-    def _run(self, cypher: str, params: dict[str, Any]) -> list[list[Any]]:
+    def _write(self, cypher: str, params: dict[str, Any]) -> list[list[Any]]:
+        return self._run(cypher, params, timeout_s=self.write_timeout_s)
+
+    def _run(self, cypher: str, params: dict[str, Any], *, timeout_s: float | None = None) -> list[list[Any]]:
+        """One query within a total deadline: the transaction timeout bounds the server's work, but a
+        server that stops answering (frozen, its host gone) would hold a Bolt read forever."""
+        deadline_s = timeout_s or self.timeout_s
+        query = neo4j.Query(cypher, timeout=deadline_s)
         try:
-            records, _, _ = self._driver.execute_query(neo4j.Query(cypher, timeout=self.timeout_s), params)
+            records, _, _ = within(deadline_s, lambda: self._driver.execute_query(query, params))
+        except DeadlineExceeded as exc:
+            raise GraphStoreError("deadline", f"Neo4j did not answer: {exc}") from exc
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j did not answer: {exc}") from exc
         return [list(record.values()) for record in records]

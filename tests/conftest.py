@@ -15,6 +15,7 @@ from engines.rerankers import reset_reranker
 from engines.tantivy_index import POINTER_FILE
 from tenants.services import create_api_key, create_tenant
 from tests.peers import Peer, PeerRequest, Reply
+from tests.servers.fixtures import elasticsearch_url, neo4j_url  # noqa: F401 (the real servers, on first use)
 
 SAMPLE_KB_DIR = Path(__file__).resolve().parent.parent / "sample_kb"
 SAMPLE_TENANT = "sample-tenant"

