@@ -32,11 +32,13 @@ import numpy as np
 from cachetools import TTLCache, cached
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from pgvector.psycopg import register_vector
 from psycopg import Connection, sql
 
 from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
+from engines.database import read_connection
 from engines.hnsw_parameters import (
     EF_SEARCH_LIMIT,
     BuildParameters,
@@ -56,13 +58,15 @@ STORAGE_CODES = {"plain": "p", "external": "e", "main": "m", "extended": "x"}
 _VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
 
 
-def register_vector_type() -> None:
-    """Teach this connection's psycopg the ``vector`` type. Registering costs four catalog queries,
-    so it happens once per connection; cursors copy the registry when created, so call it first."""
-    connection.ensure_connection()
-    if connection.connection not in _VECTOR_REGISTERED:
-        register_vector(connection.connection)
-        _VECTOR_REGISTERED.add(connection.connection)
+def register_vector_type(database: BaseDatabaseWrapper | None = None) -> None:
+    """Teach this connection's psycopg the ``vector`` type (the primary's, or ``database``'s).
+    Registering costs four catalog queries, so it happens once per connection; cursors copy the registry
+    when created, so call it first."""
+    database = connection if database is None else database
+    database.ensure_connection()
+    if database.connection not in _VECTOR_REGISTERED:
+        register_vector(database.connection)
+        _VECTOR_REGISTERED.add(database.connection)
 
 
 def hnsw_index_name(dimension: int) -> str:
@@ -250,7 +254,7 @@ class PgVectorIndex(VectorIndex):
         statistics. A wrong estimate costs time, not rows: a walk that finds too few falls back to exact."""
         where, params = self._where(scope, filters)
         limit = self._exact_scan_limit(scope) + 1
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             if self.filter_sizing == "estimate":
                 statement = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {where}").format(
                     table=sql.Identifier(self.table), where=where
@@ -276,18 +280,19 @@ class PgVectorIndex(VectorIndex):
         exact = matching <= self._exact_scan_limit(scope)
         where, params = self._where(scope, filters)
         vector = np.asarray(query_vector, dtype=np.float32)
-        register_vector_type()
+        database = read_connection()  # a search's reads: a replica's, or the primary's
+        register_vector_type(database)
         # Inside a caller's transaction a savepoint keeps a failing query (a vector of another dimension)
         # from aborting it; in autocommit the one statement string is a transaction of its own.
-        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-        with guard, connection.cursor() as cursor:
+        guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
+        with guard, database.cursor() as cursor:
             nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
             ef_search = self.search_list_size(scope.embedding_dim, top_k)
-            rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search)
+            rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search, database=database)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.
                 nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, True)
-                rows = self._run(cursor, *nearest, exact=True, ef_search=ef_search)
+                rows = self._run(cursor, *nearest, exact=True, ef_search=ef_search, database=database)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
@@ -301,10 +306,11 @@ class PgVectorIndex(VectorIndex):
             "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
             "WHERE id = ANY(%s) AND {where}"
         ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
-        register_vector_type()
-        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        database = read_connection()
+        register_vector_type(database)
+        guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
         arguments: list[Any] = [np.asarray(query_vector, dtype=np.float32), list(chunk_ids), *params]
-        with guard, connection.cursor() as cursor:
+        with guard, database.cursor() as cursor:
             cursor.execute(statement.as_string(cursor.cursor), arguments)
             rows = cursor.fetchall()
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
@@ -344,7 +350,14 @@ class PgVectorIndex(VectorIndex):
         return where, params
 
     def _run(
-        self, cursor: CursorWrapper, query: str, arguments: list[Any], *, exact: bool, ef_search: int
+        self,
+        cursor: CursorWrapper,
+        query: str,
+        arguments: list[Any],
+        *,
+        exact: bool,
+        ef_search: int,
+        database: BaseDatabaseWrapper,
     ) -> list[tuple[Any, ...]]:
         """The planner settings and the query in one round trip. Several statements in one string run as
         one implicit transaction, so settings made with set_config(..., true) hold for the query and end
@@ -365,7 +378,7 @@ class PgVectorIndex(VectorIndex):
         ]
         steer = ["off", "on"] if exact else ["on", "off"]
         statements, values = [planner, query], [*steer, *hnsw, *arguments]
-        if connection.in_atomic_block:
+        if database.in_atomic_block:
             statements.append(planner)
             values += ["on", "on", *hnsw]
         cursor.execute("; ".join(statements), values)
@@ -394,7 +407,7 @@ class RebuildAdvice(NamedTuple):
 def _rows_in_index(dimension: int) -> int:
     """The rows of a dimension's HNSW index as PostgreSQL last counted them (``reltuples``: updated by
     CREATE INDEX, VACUUM and ANALYZE; 0 before), read at most every ``INDEX_ROWS_TTL_S`` per process."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [hnsw_index_name(dimension)])
         row = cursor.fetchone()
     return max(int(row[0]), 0) if row else 0

@@ -39,6 +39,7 @@ from engines.base import (
     ReachedEntity,
     Relations,
 )
+from engines.database import read_connection
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
 _Params = list[Any] | dict[str, Any]  # a statement's parameters, by position or by name
@@ -219,9 +220,10 @@ class PostgresGraphStore(GraphStore):
     def _fetch(self, statement: sql.SQL, params: _Params) -> list[tuple[Any, ...]]:
         """Inside a caller's transaction a read gets a savepoint, so a failed one does not abort it;
         outside one (a search, in autocommit) it needs none, and BEGIN/COMMIT would cost two round trips."""
-        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        database = read_connection()  # a search's reads: a replica's, or the primary's
+        savepoint = transaction.atomic(using=database.alias) if database.in_atomic_block else nullcontext()
         try:
-            with savepoint, connection.cursor() as cursor:
+            with savepoint, database.cursor() as cursor:
                 self._execute(cursor, statement, params)
                 return cast(list[tuple[Any, ...]], cursor.fetchall())
         except DatabaseError as exc:

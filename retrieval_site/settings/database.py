@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import dj_database_url
-from pydantic import AfterValidator, Field, NonNegativeInt, PositiveInt
+from pydantic import AfterValidator, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from core.embedded_postgres import EMBEDDED_DATABASE
-from retrieval_site.settings.base import Section
+from retrieval_site.settings.base import CommaList, Section
 
 
 def _physical_memory_mb() -> int:
@@ -44,4 +44,10 @@ class Database(Section):
         default_factory=lambda: max(512, _physical_memory_mb() // 2)
     )
     DB_CONN_MAX_AGE: NonNegativeInt = 60
+    # Streaming replicas of DATABASE_URL (or of the embedded server) for searches' reads; a search reads one
+    # only once it has replayed the tenant's last write, lags at most REPLICA_MAX_LAG_S and answers within
+    # REPLICA_CONNECT_TIMEOUT_S, else another or the primary (core.replicas).
+    DATABASE_REPLICA_URLS: Annotated[CommaList, AfterValidator(lambda urls: [_database_url(url) for url in urls])] = []
+    REPLICA_MAX_LAG_S: NonNegativeFloat = 10.0
+    REPLICA_CONNECT_TIMEOUT_S: PositiveInt = 2
     TEST_DATABASE_NAME: str = "test_retrieval"

@@ -8,7 +8,6 @@ import json
 import re
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
