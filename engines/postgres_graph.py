@@ -265,13 +265,13 @@ _FIND_BY_NAME = sql.SQL(
     "ORDER BY id"
 )
 # The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator) lets the GIN trigram
-# index find the candidates. Its threshold is the wanted similarity (set first, for the connection: no
-# other statement uses it), not the default 0.3, which makes a common word's lookup read several times the
+# index find the candidates. Its threshold is the wanted similarity (set first, for the statement's
+# transaction only: a session setting would outlive it on a pooler's shared server connection), not the default 0.3, which makes a common word's lookup read several times the
 # candidates. The result does not depend on it, only the work.
 _FIND_SIMILAR = sql.SQL(
     """
     SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
-    FROM (SELECT set_config('pg_trgm.similarity_threshold', %s::text, false)) AS threshold
+    FROM (SELECT set_config('pg_trgm.similarity_threshold', %s::text, true)) AS threshold
     CROSS JOIN unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
         SELECT e.id, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count, similarity(e.name, q.wanted) AS score
         FROM {entities} AS e
