@@ -11,12 +11,14 @@ import json
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
+from django.db import ProgrammingError, connection
 
 from knowledge.models import KnowledgeBase, KnowledgeSource
 from knowledge.sources import _SYNC_LOCK_CLASS, _sync_lock
 from knowledge.versions import activate_version, fill_version, start_version_build, version_build_files
+from tenants.models import Tenant
 from tests.conftest import client_for
+from tests.factories import TenantFactory
 from tests.pgbouncer import SERVER_CONNECTIONS, pgbouncer_available, start_pgbouncer, stop_pgbouncer, through
 
 pytestmark = [
@@ -134,3 +136,30 @@ def test_a_sources_sync_lock_is_held_and_released_through_the_pooler(pooled, ten
             [_SYNC_LOCK_CLASS, source.pk],
         )
         assert cursor.fetchone()[0] == 0  # a session lock's unlock reached another session before: held on
+
+
+def test_the_pooled_settings_leave_out_what_pgbouncer_refuses_or_loses(pooled):
+    """What a direct connection's settings would do through the pooler: the startup option is refused at
+    connect; a server-side cursor of ``iterator()`` outside a transaction is declared on one server
+    connection and fetched on another."""
+    import psycopg
+
+    name = connection.settings_dict["NAME"]
+    with pytest.raises(psycopg.OperationalError, match="unsupported startup parameter"):
+        psycopg.connect(
+            host=str(pooled.socket_dir), port=pooled.port, dbname=name, user="postgres",
+            options="-c hnsw.iterative_scan=relaxed_order",
+        )  # fmt: skip
+    assert "options" not in connection.settings_dict["OPTIONS"]
+    assert connection.settings_dict["OPTIONS"]["prepare_threshold"] is None
+
+    ids = [TenantFactory().pk for _ in range(5)]
+    rows = Tenant.objects.filter(pk__in=ids).order_by("pk")
+    assert connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert [tenant.pk for tenant in rows.iterator(chunk_size=1)] == ids
+    connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = False  # a direct connection's setting
+    try:
+        with pytest.raises(ProgrammingError, match="does not exist"):
+            list(rows.iterator(chunk_size=1))
+    finally:
+        connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
