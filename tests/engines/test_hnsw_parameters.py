@@ -144,9 +144,13 @@ def test_a_walk_in_a_graph_counted_as_large_searches_a_longer_list(clustered_kb,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_index_built_smaller_than_its_rows_call_for_gets_a_hint_in_check_kb(clustered_kb):
+def test_an_index_built_smaller_than_its_rows_call_for_gets_a_hint_in_check_kb_and_the_console(
+    clustered_kb, admin_client
+):
     kb, _, _ = clustered_kb
+    page = f"/admin/knowledge/knowledgebase/{kb.pk}/lifecycle/"
     assert vector_rebuild_advice([DIMENSION]) == []  # built for its rows
+    assert "rebuild-hint" not in admin_client.get(page).content.decode()
     PgVectorIndex(CHUNKS, m=8, ef_construction=32).rebuild_index(DIMENSION)
     try:
         (advice,) = vector_rebuild_advice([DIMENSION])
@@ -158,6 +162,8 @@ def test_an_index_built_smaller_than_its_rows_call_for_gets_a_hint_in_check_kb(c
             out.getvalue()
         )
         assert "rebuild_vector_index" in out.getvalue()
+        html = admin_client.get(page).content.decode()
+        assert f'class="rebuild-hint">Rebuild advised: the HNSW index of dimension {DIMENSION}' in html
     finally:
         PgVectorIndex(CHUNKS).rebuild_index(DIMENSION)
     assert vector_rebuild_advice([DIMENSION]) == []
