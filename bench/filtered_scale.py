@@ -278,6 +278,9 @@ def main() -> int:
             execute("RESET maintenance_work_mem")
             execute("ANALYZE knowledge_chunk")
             size = execute("SELECT pg_relation_size(%s::regclass)", [hnsw_index_name(DIM)])[0][0]
+            from engines import pgvector_index
+
+            pgvector_index._rows_in_index.cache_clear()  # the new index's rows choose ef_search from now
             m, ef_construction = engine.built_with(DIM) or (None, None)  # unset: chosen from the rows
             return {
                 "build_s": round(seconds, 1),
