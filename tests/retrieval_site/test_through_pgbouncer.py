@@ -163,3 +163,20 @@ def test_the_pooled_settings_leave_out_what_pgbouncer_refuses_or_loses(pooled):
             list(rows.iterator(chunk_size=1))
     finally:
         connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+
+
+def test_a_worker_ingests_through_the_pooler(pooled, celery_worker, tenant, tmp_path):
+    """The Celery worker (in this process, its own threads' connections through the pooler) runs an
+    upload's ingestion task."""
+    import re
+
+    from celery.result import AsyncResult
+
+    from knowledge.models import Document
+
+    (tmp_path / "kettle.txt").write_text(KETTLE)
+    out = io.StringIO()
+    call_command("ingest", str(tmp_path), tenant=tenant.name, kb="handbook", run_async=True, stdout=out)
+    task_id = re.search(r"task (\S+)$", out.getvalue().strip()).group(1)
+    assert AsyncResult(task_id).get(timeout=120)["added"] == 1
+    assert Document.objects.get(knowledge_base__name="handbook", tenant=tenant).status == Document.Status.READY
