@@ -172,3 +172,13 @@ def test_a_replica_that_is_down_is_skipped_with_a_note(manuals, tenant, tmp_path
 
     assert answer["results"][0]["content"] == KETTLE
     assert f"read replica {REPLICA_ALIAS} skipped: it cannot be reached" in answer["notes"]
+
+
+def test_while_redis_is_down_searches_read_the_primary(replica, tenant, private_redis):
+    """The tenant's last write position is unknown, so no replica is known to have it."""
+    private_redis()  # stopped: the cache's commands fail
+
+    alias, notes = choose_reads(tenant.pk)
+
+    assert alias == DEFAULT_DB_ALIAS
+    assert notes == ["read replicas skipped: this tenant's last write position is unknown (Redis)"]
