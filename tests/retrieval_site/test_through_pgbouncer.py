@@ -9,7 +9,6 @@ import io
 import json
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.db import ProgrammingError, connection
 
@@ -19,7 +18,7 @@ from knowledge.versions import activate_version, fill_version, start_version_bui
 from tenants.models import Tenant
 from tests.conftest import client_for
 from tests.factories import TenantFactory
-from tests.pgbouncer import SERVER_CONNECTIONS, pgbouncer_available, start_pgbouncer, stop_pgbouncer, through
+from tests.pgbouncer import SERVER_CONNECTIONS, pgbouncer_available, through
 
 pytestmark = [
     pytest.mark.pooler,
@@ -33,17 +32,6 @@ pytestmark = [
 
 KETTLE = "The stainless steel electric kettle boils 1.7 litres of water in under four minutes."
 GARDEN = "Tomato seedlings need at least six hours of direct sunlight every day."
-
-
-@pytest.fixture(scope="module")
-def pgbouncer(django_db_setup, django_db_blocker):
-    if settings.DATABASE_URL:
-        pytest.skip("the pooler is put in front of the embedded server")
-    with django_db_blocker.unblock():
-        connection.ensure_connection()  # the embedded server runs, with the test database
-    pooler = start_pgbouncer(settings.VAR_DIR / "pgbouncer-test")
-    yield pooler
-    stop_pgbouncer(pooler)
 
 
 @pytest.fixture
