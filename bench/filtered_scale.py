@@ -278,11 +278,16 @@ def main() -> int:
             execute("RESET maintenance_work_mem")
             execute("ANALYZE knowledge_chunk")
             size = execute("SELECT pg_relation_size(%s::regclass)", [hnsw_index_name(DIM)])[0][0]
+            from engines import pgvector_index
+
+            pgvector_index._rows_in_index.cache_clear()  # the new index's rows choose ef_search from now
+            m, ef_construction = engine.built_with(DIM) or (None, None)  # unset: chosen from the rows
             return {
                 "build_s": round(seconds, 1),
                 "index_mb": round(size / 2**20),
-                "m": engine.m,
-                "ef_construction": engine.ef_construction,
+                "m": m,
+                "ef_construction": ef_construction,
+                "ef_search_at_depth_100": engine.search_list_size(DIM, 100),
             }
 
         if args.growth:  # before the load: the HNSW index is live and the table has no bench rows
@@ -409,7 +414,7 @@ def main() -> int:
                 for name, levers in variants.items()
                 if levers
             }
-            result["builds"][f"m={engine.m} ef_construction={engine.ef_construction}"] = entry
+            result["builds"][f"m={entry['m']} ef_construction={entry['ef_construction']}"] = entry
             print(f"  build {entry}", flush=True)
         if builds:
             result["service_index_rebuilt"] = build_service_index(engine_default)

@@ -217,6 +217,7 @@ def main() -> int:
 
     from engines.base import SearchScope
     from engines.embedders import get_embedder
+    from engines.hnsw_parameters import ef_search_for
     from engines.pgvector_index import hnsw_index_name, register_vector_type
     from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.models import Chunk
@@ -228,7 +229,9 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     service_index = hnsw_index_name(DIM)
     depth = settings.SEARCH_CANDIDATES
-    ef_search = max(settings.HNSW_EF_SEARCH, 2 * depth)
+    # a variant's walk gets the ef_search the service gives a search of this depth (HNSW_EF_SEARCH, or
+    # unset: chosen from the index's rows when the walk runs; engines.hnsw_parameters)
+    fixed_ef_search = max(settings.HNSW_EF_SEARCH, 2 * depth) if settings.HNSW_EF_SEARCH else None
     result: dict = {
         "config": vars(args),
         "machine": _common.machine_info(),
@@ -411,7 +414,7 @@ def main() -> int:
                         # steered to the graph walk as the engine steers its own (no sort)
                         cursor.execute(
                             "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)",
-                            [str(ef_search)],
+                            [str(fixed_ef_search or ef_search_for(size, depth))],
                         )
                         cursor.execute(
                             f"SELECT id, (embedding::{variant.storage}({DIM})) <=> "

@@ -26,17 +26,26 @@ import contextlib
 import math
 import threading
 import weakref
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from cachetools import TTLCache, cached
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from pgvector.psycopg import register_vector
 from psycopg import Connection, sql
 
 from engines.base import SearchScope, SqlFilter, VectorHit, VectorIndex
+from engines.database import read_connection
+from engines.hnsw_parameters import (
+    EF_SEARCH_LIMIT,
+    BuildParameters,
+    build_parameters_for,
+    ef_search_for,
+    needs_rebuild,
+)
 
 MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
 # VECTOR_EXACT_SCAN_THRESHOLD is the break-even at this many rows in the HNSW index (see exact_scan_limit).
@@ -49,13 +58,15 @@ STORAGE_CODES = {"plain": "p", "external": "e", "main": "m", "extended": "x"}
 _VECTOR_REGISTERED: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
 
 
-def register_vector_type() -> None:
-    """Teach this connection's psycopg the ``vector`` type. Registering costs four catalog queries,
-    so it happens once per connection; cursors copy the registry when created, so call it first."""
-    connection.ensure_connection()
-    if connection.connection not in _VECTOR_REGISTERED:
-        register_vector(connection.connection)
-        _VECTOR_REGISTERED.add(connection.connection)
+def register_vector_type(database: BaseDatabaseWrapper | None = None) -> None:
+    """Teach this connection's psycopg the ``vector`` type (the primary's, or ``database``'s).
+    Registering costs four catalog queries, so it happens once per connection; cursors copy the registry
+    when created, so call it first."""
+    database = connection if database is None else database
+    database.ensure_connection()
+    if database.connection not in _VECTOR_REGISTERED:
+        register_vector(database.connection)
+        _VECTOR_REGISTERED.add(database.connection)
 
 
 def hnsw_index_name(dimension: int) -> str:
@@ -89,12 +100,14 @@ class PgVectorIndex(VectorIndex):
         self.exact_scan_threshold = (
             settings.VECTOR_EXACT_SCAN_THRESHOLD if exact_scan_threshold is None else exact_scan_threshold
         )
-        self.ef_search = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
+        # None: chosen per search from the index's rows and the depth (engines.hnsw_parameters)
+        self.ef_search: int | None = settings.HNSW_EF_SEARCH if ef_search is None else ef_search
         self.iterative_scan = settings.HNSW_ITERATIVE_SCAN if iterative_scan is None else iterative_scan
         self.max_scan_tuples = settings.HNSW_MAX_SCAN_TUPLES if max_scan_tuples is None else max_scan_tuples
         self.filter_sizing = settings.VECTOR_FILTER_SIZING if filter_sizing is None else filter_sizing
-        self.m = settings.HNSW_M if m is None else m
-        self.ef_construction = settings.HNSW_EF_CONSTRUCTION if ef_construction is None else ef_construction
+        # None: chosen at each build from the rows it indexes (engines.hnsw_parameters)
+        self.m: int | None = settings.HNSW_M if m is None else m
+        self.ef_construction: int | None = settings.HNSW_EF_CONSTRUCTION if ef_construction is None else ef_construction
 
     def ensure_index(self, dimension: int) -> None:
         """One partial HNSW cosine index per embedding dimension over half-precision copies of the
@@ -105,27 +118,73 @@ class PgVectorIndex(VectorIndex):
                 return
             # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute(self._create_index(cursor, name, dimension, concurrently=False))
+            build = self.build_parameters(dimension)
+            cursor.execute(self._create_index(cursor, name, dimension, concurrently=False, build=build))
 
     def rebuild_index(self, dimension: int) -> bool:
-        """Give the dimension's HNSW index this engine's m and ef_construction (``HNSW_M``,
-        ``HNSW_EF_CONSTRUCTION``), online: the new graph is built beside the old one without blocking
+        """Give the dimension's HNSW index this engine's m and ef_construction (:meth:`build_parameters`),
+        online: the new graph is built beside the old one without blocking
         writes (CREATE INDEX CONCURRENTLY, so not inside a transaction), then takes its name in one short
         transaction; searches use the old graph until then. False when the index was built with them."""
         name = self._index_name(dimension)
         building = f"{name}_rebuild"
         with connection.cursor() as cursor:
-            if self._built_with(cursor, name) == (self.m, self.ef_construction):
+            build = self.build_parameters(dimension)
+            if self._built_with(cursor, name) == tuple(build):
                 return False
             # a rebuild that failed half-way leaves an invalid index under the building name
             cursor.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(building)))
-            cursor.execute(self._create_index(cursor, building, dimension, concurrently=True))
+            cursor.execute(self._create_index(cursor, building, dimension, concurrently=True, build=build))
             with transaction.atomic():
                 cursor.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
                 cursor.execute(
                     sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
                 )
         return True
+
+    def build_parameters(self, dimension: int, rows: int | None = None) -> BuildParameters:
+        """m and ef_construction of a build of the dimension's index now: the settings', or where unset
+        chosen from the rows it would index (``rows``, else counted; ef_construction at least 2 x m, as
+        pgvector requires)."""
+        if self.m is not None and self.ef_construction is not None:
+            return BuildParameters(self.m, self.ef_construction)
+        chosen = build_parameters_for(self._rows_of_dimension(dimension) if rows is None else rows)
+        m = chosen.m if self.m is None else self.m
+        ef_construction = chosen.ef_construction if self.ef_construction is None else self.ef_construction
+        return BuildParameters(m, max(ef_construction, 2 * m))
+
+    def built_with(self, dimension: int) -> tuple[int | None, int | None] | None:
+        """The (m, ef_construction) the dimension's index was built with; None when it has none."""
+        with connection.cursor() as cursor:
+            return self._built_with(cursor, self._index_name(dimension))
+
+    def rebuild_advice(self, dimension: int) -> RebuildAdvice | None:
+        """Why the dimension's index should be rebuilt (``manage.py rebuild_vector_index``): its graph is
+        smaller than a build over its rows now would make, so recall falls short at any ef_search. None
+        when it is as large (or larger, or made by hand, or absent). Reads the index's row count as
+        PostgreSQL last took it (no count: the console asks on each page)."""
+        built = self.built_with(dimension)
+        if built is None:
+            return None
+        rows = _rows_in_index(dimension)
+        wanted = self.build_parameters(dimension, rows)
+        return RebuildAdvice(dimension, rows, built, wanted) if needs_rebuild(built, wanted) else None
+
+    def _rows_of_dimension(self, dimension: int) -> int:
+        """The table's rows of one dimension: the rows a build of its index walks."""
+        statement = sql.SQL("SELECT count(*) FROM {table} WHERE embedding_dim = %s").format(
+            table=sql.Identifier(self.table)
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(statement.as_string(cursor.cursor), [dimension])
+            return cast(int, cursor.fetchone()[0])
+
+    def search_list_size(self, dimension: int, top_k: int) -> int:
+        """``hnsw.ef_search`` of a walk to ``top_k`` rows: the larger of the setting and twice the depth,
+        or (unset) chosen from the index's rows and the depth."""
+        if self.ef_search is not None:
+            return min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT)
+        return ef_search_for(_rows_in_index(dimension), top_k)
 
     @staticmethod
     def _index_name(dimension: int) -> str:
@@ -148,7 +207,9 @@ class PgVectorIndex(VectorIndex):
         m, ef_construction = (int(options[key]) if key in options else None for key in ("m", "ef_construction"))
         return m, ef_construction
 
-    def _create_index(self, cursor: CursorWrapper, name: str, dimension: int, *, concurrently: bool) -> str:
+    def _create_index(
+        self, cursor: CursorWrapper, name: str, dimension: int, *, concurrently: bool, build: BuildParameters
+    ) -> str:
         statement = sql.SQL(
             "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} USING hnsw "
             "((embedding::halfvec({dim})) halfvec_cosine_ops) "
@@ -158,8 +219,8 @@ class PgVectorIndex(VectorIndex):
             name=sql.Identifier(name),
             table=sql.Identifier(self.table),
             dim=sql.Literal(dimension),
-            m=sql.Literal(self.m),
-            ef_construction=sql.Literal(self.ef_construction),
+            m=sql.Literal(build.m),
+            ef_construction=sql.Literal(build.ef_construction),
         )
         return statement.as_string(cursor.cursor)
 
@@ -193,7 +254,7 @@ class PgVectorIndex(VectorIndex):
         statistics. A wrong estimate costs time, not rows: a walk that finds too few falls back to exact."""
         where, params = self._where(scope, filters)
         limit = self._exact_scan_limit(scope) + 1
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             if self.filter_sizing == "estimate":
                 statement = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {where}").format(
                     table=sql.Identifier(self.table), where=where
@@ -219,17 +280,19 @@ class PgVectorIndex(VectorIndex):
         exact = matching <= self._exact_scan_limit(scope)
         where, params = self._where(scope, filters)
         vector = np.asarray(query_vector, dtype=np.float32)
-        register_vector_type()
+        database = read_connection()  # a search's reads: a replica's, or the primary's
+        register_vector_type(database)
         # Inside a caller's transaction a savepoint keeps a failing query (a vector of another dimension)
         # from aborting it; in autocommit the one statement string is a transaction of its own.
-        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-        with guard, connection.cursor() as cursor:
+        guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
+        with guard, database.cursor() as cursor:
             nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
-            rows = self._run(cursor, *nearest, exact=exact, top_k=top_k)
+            ef_search = self.search_list_size(scope.embedding_dim, top_k)
+            rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search, database=database)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.
                 nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, True)
-                rows = self._run(cursor, *nearest, exact=True, top_k=top_k)
+                rows = self._run(cursor, *nearest, exact=True, ef_search=ef_search, database=database)
         # relaxed_order may return rows slightly out of order.
         rows.sort(key=lambda row: row[1])
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
@@ -243,10 +306,11 @@ class PgVectorIndex(VectorIndex):
             "SELECT id, (embedding::vector({dim})) <=> %s AS distance, content_hash FROM {table} "
             "WHERE id = ANY(%s) AND {where}"
         ).format(dim=sql.Literal(scope.embedding_dim), table=sql.Identifier(self.table), where=where)
-        register_vector_type()
-        guard = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+        database = read_connection()
+        register_vector_type(database)
+        guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
         arguments: list[Any] = [np.asarray(query_vector, dtype=np.float32), list(chunk_ids), *params]
-        with guard, connection.cursor() as cursor:
+        with guard, database.cursor() as cursor:
             cursor.execute(statement.as_string(cursor.cursor), arguments)
             rows = cursor.fetchall()
         return [VectorHit(chunk_id, 1.0 - float(dist), content_hash) for chunk_id, dist, content_hash in rows]
@@ -286,7 +350,14 @@ class PgVectorIndex(VectorIndex):
         return where, params
 
     def _run(
-        self, cursor: CursorWrapper, query: str, arguments: list[Any], *, exact: bool, top_k: int
+        self,
+        cursor: CursorWrapper,
+        query: str,
+        arguments: list[Any],
+        *,
+        exact: bool,
+        ef_search: int,
+        database: BaseDatabaseWrapper,
     ) -> list[tuple[Any, ...]]:
         """The planner settings and the query in one round trip. Several statements in one string run as
         one implicit transaction, so settings made with set_config(..., true) hold for the query and end
@@ -301,13 +372,13 @@ class PgVectorIndex(VectorIndex):
             "set_config('hnsw.max_scan_tuples', %s, true)"
         )
         hnsw = [
-            str(min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT)),
+            str(ef_search),
             self.iterative_scan,
             str(self.max_scan_tuples),
         ]
         steer = ["off", "on"] if exact else ["on", "off"]
         statements, values = [planner, query], [*steer, *hnsw, *arguments]
-        if connection.in_atomic_block:
+        if database.in_atomic_block:
             statements.append(planner)
             values += ["on", "on", *hnsw]
         cursor.execute("; ".join(statements), values)
@@ -315,15 +386,28 @@ class PgVectorIndex(VectorIndex):
         return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
-# pgvector refuses a larger hnsw.ef_search; a deeper list comes from the iterative scan, which walks on past it.
-EF_SEARCH_LIMIT = 1000
+class RebuildAdvice(NamedTuple):
+    """An index whose graph is smaller than its rows call for (:meth:`PgVectorIndex.rebuild_advice`)."""
+
+    dimension: int
+    rows: int
+    built: tuple[int | None, int | None]
+    wanted: BuildParameters
+
+    def __str__(self) -> str:
+        m, ef_construction = self.built
+        return (
+            f"the HNSW index of dimension {self.dimension} was built with m {m}, ef_construction "
+            f"{ef_construction}; at {self.rows:,} rows recall@10 needs m {self.wanted.m}, ef_construction "
+            f"{self.wanted.ef_construction}: run manage.py rebuild_vector_index (online)"
+        )
 
 
 @cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda dimension: dimension, lock=threading.Lock())
 def _rows_in_index(dimension: int) -> int:
     """The rows of a dimension's HNSW index as PostgreSQL last counted them (``reltuples``: updated by
     CREATE INDEX, VACUUM and ANALYZE; 0 before), read at most every ``INDEX_ROWS_TTL_S`` per process."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [hnsw_index_name(dimension)])
         row = cursor.fetchone()
     return max(int(row[0]), 0) if row else 0

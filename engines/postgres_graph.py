@@ -39,6 +39,7 @@ from engines.base import (
     ReachedEntity,
     Relations,
 )
+from engines.database import read_connection
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
 _Params = list[Any] | dict[str, Any]  # a statement's parameters, by position or by name
@@ -219,9 +220,10 @@ class PostgresGraphStore(GraphStore):
     def _fetch(self, statement: sql.SQL, params: _Params) -> list[tuple[Any, ...]]:
         """Inside a caller's transaction a read gets a savepoint, so a failed one does not abort it;
         outside one (a search, in autocommit) it needs none, and BEGIN/COMMIT would cost two round trips."""
-        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        database = read_connection()  # a search's reads: a replica's, or the primary's
+        savepoint = transaction.atomic(using=database.alias) if database.in_atomic_block else nullcontext()
         try:
-            with savepoint, connection.cursor() as cursor:
+            with savepoint, database.cursor() as cursor:
                 self._execute(cursor, statement, params)
                 return cast(list[tuple[Any, ...]], cursor.fetchall())
         except DatabaseError as exc:
@@ -263,13 +265,13 @@ _FIND_BY_NAME = sql.SQL(
     "ORDER BY id"
 )
 # The best match of each name by trigram similarity; ``%%`` (pg_trgm's operator) lets the GIN trigram
-# index find the candidates. Its threshold is the wanted similarity (set first, for the connection: no
-# other statement uses it), not the default 0.3, which makes a common word's lookup read several times the
+# index find the candidates. Its threshold is the wanted similarity (set first, for the statement's
+# transaction only: a session setting would outlive it on a pooler's shared server connection), not the default 0.3, which makes a common word's lookup read several times the
 # candidates. The result does not depend on it, only the work.
 _FIND_SIMILAR = sql.SQL(
     """
     SELECT DISTINCT best.id, best.kb_version_id, best.name, best.label, best.kind, best.chunk_count
-    FROM (SELECT set_config('pg_trgm.similarity_threshold', %s::text, false)) AS threshold
+    FROM (SELECT set_config('pg_trgm.similarity_threshold', %s::text, true)) AS threshold
     CROSS JOIN unnest(%s::text[]) AS q(wanted) CROSS JOIN LATERAL (
         SELECT e.id, e.kb_version_id, e.name, e.label, e.kind, e.chunk_count, similarity(e.name, q.wanted) AS score
         FROM {entities} AS e

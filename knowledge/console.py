@@ -36,6 +36,7 @@ from knowledge.selectors import (
 )
 from knowledge.serializers import UploadInput
 from knowledge.sources import queue_sync
+from knowledge.stores import vector_rebuild_advice
 from knowledge.versions import activate_version, retire_version, start_version_build
 from knowledge.views import ID_PATTERN
 from knowledge.vocabulary import FORMATS, apply_import, plan_import
@@ -200,6 +201,8 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
         can_change=model_admin.has_change_permission(request),
         suffixes=sorted(SUPPORTED_SUFFIXES),
         retention_days=settings.KB_VERSION_RETENTION_DAYS,
+        # the HNSW index this KB searches, when built for fewer rows than it now holds (recall falls short)
+        rebuild_advice=vector_rebuild_advice([kb.embedding_dim]),
     )
     return TemplateResponse(request, "admin/knowledge/knowledge_base.html", context)
 

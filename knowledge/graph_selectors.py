@@ -9,9 +9,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import QuerySet
 
+from engines.database import read_connection
 from knowledge.models import GraphEntityRule, KnowledgeBase, KnowledgeBaseVersion, Synonym, current_graph_extractor
 from knowledge.selectors import SearchedKnowledge, analyzer_for_tenant, tenant_vocabulary
 from tenants.models import Tenant
@@ -41,7 +41,7 @@ def graph_setup_of(tenant_id: int, knowledge: SearchedKnowledge) -> GraphQuerySe
 
 def graph_query_setup(tenant_id: int, version_ids: Iterable[int]) -> GraphQuerySetup:
     """The setup for these versions of the tenant, their stamps read in one query."""
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         cursor.execute(_GRAPH_STAMPS_SQL, [list(version_ids), tenant_id])
         rows = cursor.fetchall()
     versions = [(version_id, revision, built_by) for _, version_id, revision, built_by in rows if version_id]

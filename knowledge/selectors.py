@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from celery.result import AsyncResult
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
 
 from core.cost import tenant_costs
 from core.usage import query_counts
+from engines.database import read_connection
 from knowledge.errors import DocumentNotFound, KnowledgeBaseNotFound, SourceNotFound, TaskNotFound, VersionNotFound
 from knowledge.models import (
     PLAIN,
@@ -68,7 +68,7 @@ def searched_knowledge(tenant: Tenant, kb_ids: list[int] | None = None) -> Searc
     empty). A KB id of another tenant is reported exactly like one that does not exist."""
     # Raw SQL: this runs on every search and every cached answer, where compiling the ORM query cost
     # more than running it.
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         ids = sorted(set(kb_ids)) if kb_ids else None
         cursor.execute(_SEARCHED_KNOWLEDGE_SQL, [ids, ids, tenant.pk])
         return _searched_knowledge_of(cursor.fetchall(), kb_ids)

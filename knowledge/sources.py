@@ -14,14 +14,14 @@ import json
 import mimetypes
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.core.files.base import ContentFile
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
@@ -308,20 +308,25 @@ def _file_name(url: str, content_type: str) -> str | None:
     return f"{segment}{suffix}" if suffix in SUPPORTED_SUFFIXES else None
 
 
-# pg_try_advisory_lock(class, source id): one sync of a source at a time, released when it ends or
+# pg_try_advisory_xact_lock(class, source id): one sync of a source at a time, released when it ends or
 # its connection closes (a killed worker).
 _SYNC_LOCK_CLASS = 15_002
 
 
 @contextmanager
 def _sync_lock(source_id: int) -> Iterator[bool]:
+    """Held by a transaction left open, for the sync, on a connection of its own: a session-level lock
+    would stay with whichever server connection a transaction-mode pooler (pgbouncer) ran its statement
+    on, and its unlock could reach another (docs/operations.md, "Connection pooler")."""
     key = [_SYNC_LOCK_CLASS, source_id & 0x7FFFFFFF]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
-        locked = cursor.fetchone()[0]
+    holder = connections.create_connection(DEFAULT_DB_ALIAS)
     try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", key)
+            locked = cursor.fetchone()[0]
         yield locked
     finally:
-        if locked:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        with suppress(DatabaseError), holder.cursor() as cursor:
+            cursor.execute("ROLLBACK")  # ends the lock; a pooler gets its server connection back clean
+        holder.close()

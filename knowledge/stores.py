@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connection
 
 from engines.base import GraphStore
-from engines.pgvector_index import PgVectorIndex
+from engines.pgvector_index import PgVectorIndex, RebuildAdvice
 from engines.postgres_graph import PostgresGraphStore
 from knowledge.models import (
     Chunk,
@@ -38,15 +38,24 @@ def apply_vector_column_storage(**kwargs: object) -> None:
 
 def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
     """Give the HNSW index of ``dimension`` (default: every dimension a KB version uses) the build
-    parameters ``HNSW_M`` and ``HNSW_EF_CONSTRUCTION`` name, online; dimension -> whether it was rebuilt
-    (False: it had them already). For a tenant grown past what the defaults recall well (docs/operations.md)."""
-    dimensions = (
-        [dimension]
-        if dimension is not None
-        else sorted(set(KnowledgeBaseVersion.objects.values_list("embedding_dim", flat=True)))
-    )
+    parameters ``HNSW_M`` and ``HNSW_EF_CONSTRUCTION`` name (unset: chosen from its rows), online;
+    dimension -> whether it was rebuilt (False: it had them already). For an index grown past what its
+    build recalls well (:func:`vector_rebuild_advice`, docs/operations.md)."""
+    dimensions = [dimension] if dimension is not None else dimensions_in_use()
     index = vector_index()
     return {dim: index.rebuild_index(dim) for dim in dimensions}
+
+
+def dimensions_in_use() -> list[int]:
+    return sorted(set(KnowledgeBaseVersion.objects.values_list("embedding_dim", flat=True)))
+
+
+def vector_rebuild_advice(dimensions: list[int] | None = None) -> list[RebuildAdvice]:
+    """The HNSW indexes (of ``dimensions``, default every one in use) built for fewer rows than they now
+    hold: recall@10 falls short of 0.95 until ``manage.py rebuild_vector_index``."""
+    index = vector_index()
+    advice = (index.rebuild_advice(dim) for dim in (dimensions_in_use() if dimensions is None else dimensions))
+    return [item for item in advice if item is not None]
 
 
 @lru_cache(maxsize=1)

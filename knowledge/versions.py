@@ -12,6 +12,7 @@ from django.db.models import Case, Count, F, Max, Q, Value, When
 from django.utils import timezone
 
 from core.cost import charged_to
+from core.replicas import record_write
 from core.usage import frequent_queries
 from engines import get_lexical_index
 from engines.base import SearchScope, SqlFilter
@@ -231,6 +232,7 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
         kb.active_version = version
         kb.save(update_fields=[*VERSION_SETTINGS, "active_version"])
         _count_chunks_of(kb, version)
+        record_write(kb.tenant_id)  # searches read the switch on the primary until a replica has it
     return version
 
 

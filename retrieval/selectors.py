@@ -7,6 +7,7 @@ from django.db import connection
 from django.db.models import F, TextField
 from django.db.models.functions import MD5, Cast
 
+from engines.database import read_connection
 from knowledge.chunking import contextual_text
 from knowledge.models import Chunk, ParentChunk
 from retrieval.filters import CompiledFilter
@@ -52,7 +53,7 @@ def hashes_of_chunks_passing(tenant: Tenant, chunk_ids: list[int], compiled: Com
 def _id_hash_rows(statement: str, params: list) -> dict[int, str]:
     # Raw SQL (parameterized): on every search's hot path compiling the ORM query for a hundred ids
     # cost more than running it.
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         cursor.execute(statement, params)
         return dict(cursor.fetchall())
 
@@ -79,7 +80,7 @@ def parents_of_chunks(tenant: Tenant, chunk_ids: set[int]) -> list[tuple[int, in
     children of a parent passage (``parent_child`` versions)."""
     if not chunk_ids:
         return []
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         cursor.execute(_PARENTS_OF_CHUNKS_SQL, [tenant.pk, list(chunk_ids)])
         return cursor.fetchall()
 

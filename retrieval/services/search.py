@@ -14,6 +14,7 @@ import numpy as np
 from django.conf import settings
 
 from core.metrics import record_search
+from engines.database import read_notes
 from knowledge.graph_selectors import graph_setup_of
 from knowledge.models import PARENT_CHILD
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
@@ -97,7 +98,7 @@ def search(
         weights=weights.by_retriever,
         reranked=reranked.scores is not None,
         degraded=explanation.degraded,
-        notes=explanation.notes,
+        notes=[*explanation.notes, *read_notes()],  # replicas skipped (core.replicas)
         notices=explanation.notices,
         candidates=explanation.candidates,
         timings_ms=timings.milliseconds,

@@ -14,6 +14,7 @@ from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
 from core.faults import refuse_in_production
 from core.redis import celery_redis_url, embedded_redis_location
 from retrieval_site.settings.base import BASE_DIR
+from retrieval_site.settings.database import pooled_database
 from retrieval_site.settings.environment import Environment, read_environment
 
 env = read_environment()
@@ -94,6 +95,17 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # sets it on each of its queries, where a pooler drops startup options).
 DATABASES["default"]["OPTIONS"]["options"] = f"-c hnsw.iterative_scan={env.HNSW_ITERATIVE_SCAN}"
 DATABASES["default"]["TEST"] = {"NAME": env.TEST_DATABASE_NAME}
+if env.DATABASE_POOLED:
+    DATABASES["default"] = pooled_database(DATABASES["default"])
+# Read replicas: searches' reads (core.replicas chooses, the router sends the ORM's there), never a write.
+for number, url in enumerate(env.DATABASE_REPLICA_URLS):
+    replica = dj_database_url.parse(url, conn_max_age=env.DB_CONN_MAX_AGE)
+    replica.setdefault("OPTIONS", {}).update(
+        connect_timeout=env.REPLICA_CONNECT_TIMEOUT_S, options=DATABASES["default"]["OPTIONS"]["options"]
+    )
+    replica["TEST"] = {"MIRROR": "default"}  # a test run has no test database on the replicas: use the primary's
+    DATABASES[f"replica_{number}"] = pooled_database(replica) if env.DATABASE_POOLED else replica
+DATABASE_ROUTERS = ["retrieval_site.db_router.ReplicaRouter"]
 
 # --- Redis: result cache, rate-limit counters, idempotency records ----------------------------
 REDIS_URL = env.REDIS_URL or embedded_redis_location(env.EMBEDDED_REDIS_DIR)

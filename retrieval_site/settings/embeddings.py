@@ -40,17 +40,20 @@ class Embeddings(Section):
     # 100k rows; above that the limit grows with the square root of the index's rows (25,298 at 1M). 8,000
     # since vectors sit in their rows (VECTOR_COLUMN_STORAGE main: an exact scan costs half per row).
     VECTOR_EXACT_SCAN_THRESHOLD: Annotated[NonNegativeInt, Ranks] = 8000
-    # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates).
-    HNSW_EF_SEARCH: Annotated[PositiveInt, Ranks] = 100
+    # hnsw.ef_search of a vector search: the larger of this and twice the leg's depth (candidates). Unset:
+    # chosen per search from the index's rows and the depth, so recall holds as the KB grows
+    # (engines.hnsw_parameters: 200 up to 100k rows for a depth of 100, growing to 1000 at 1M).
+    HNSW_EF_SEARCH: Annotated[PositiveInt | None, Ranks] = None
     # Levers of issue 27, each at today's behaviour until a quiet 1M run decides (docs/BENCHMARKS.md,
     # "How to run the 1M benchmark"). pgvector's iterative scan of a filtered graph walk, and how many
     # index tuples it visits before the engine falls back to an exact scan (pgvector's default 20,000).
     HNSW_ITERATIVE_SCAN: Annotated[Literal["relaxed_order", "strict_order"], Lowercase, Ranks] = "relaxed_order"
     HNSW_MAX_SCAN_TUPLES: Annotated[PositiveInt, Ranks] = 20_000
-    # m and ef_construction of an HNSW index when it is built (pgvector's defaults); an existing index
-    # keeps the values it was built with until `manage.py rebuild_vector_index` (online).
-    HNSW_M: Annotated[int, Field(ge=2, le=100)] = 16
-    HNSW_EF_CONSTRUCTION: Annotated[int, Field(ge=4, le=1000)] = 64
+    # m and ef_construction of an HNSW index when it is built; unset: chosen from the rows it indexes
+    # (pgvector's 16 / 64 below 300k rows, 24 / 128 from there). An existing index keeps the values it was
+    # built with until `manage.py rebuild_vector_index` (online); check_kb and the console say when to.
+    HNSW_M: Annotated[int | None, Field(ge=2, le=100)] = None
+    HNSW_EF_CONSTRUCTION: Annotated[int | None, Field(ge=4, le=1000)] = None
     # How a filtered search sizes its filter to choose exact scan or graph walk: count the matching rows
     # (up to the exact-scan limit) or take the planner's estimate (no scan, but as good as the statistics).
     VECTOR_FILTER_SIZING: Annotated[Literal["count", "estimate"], Lowercase, Ranks] = "count"

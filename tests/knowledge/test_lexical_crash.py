@@ -29,6 +29,7 @@ from knowledge.models import Chunk, Document, KnowledgeBaseVersion, PendingLexic
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tenants.services import create_tenant
+from tests.pgbouncer import through
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -44,10 +45,13 @@ def paragraphs(word: str, count: int) -> str:
 def ingest_process(folder: Path, pause_at: str = "") -> subprocess.Popen:
     """``manage.py ingest`` in a process of its own, on this test's database and keyword indexes."""
     params = connection.get_connection_params()
+    port = f":{params['port']}" if params.get("port") else ""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
-        "DATABASE_URL": f"postgres://{params['user']}@{quote(params['host'], safe='')}/{params['dbname']}",
+        "DATABASE_URL": f"postgres://{params['user']}@{quote(params['host'], safe='')}{port}/{params['dbname']}",
+        # through pgbouncer as this test's connection is (database_route): the pooled settings
+        "DATABASE_POOLED": "true" if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS") else "false",
         "LEXICAL_INDEX_DIR": str(settings.LEXICAL_INDEX_DIR),
         # The keyword index this test runs on: embedded tantivy, or the run's real Elasticsearch node.
         "ELASTICSEARCH_URL": settings.ELASTICSEARCH_URL,
@@ -137,8 +141,19 @@ def ingested(tmp_path, embedder, keyword_engine):
     return tenant, kb.active_version, folder
 
 
+@pytest.fixture(params=["direct", pytest.param("pgbouncer", marks=pytest.mark.pooler)])
+def database_route(request):
+    """The test's and the ingestion process's connections straight to PostgreSQL, or through a real
+    pgbouncer in transaction mode (the kill then ends a client of the pooler, not of the server)."""
+    if request.param == "direct":
+        yield
+        return
+    with through(request.getfixturevalue("pgbouncer")):
+        yield
+
+
 @pytest.mark.parametrize("boundary", ["rows_written", "rows_committed", "index_committed"])
-def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary, ingested):
+def test_a_killed_ingestion_leaves_the_keyword_index_equal_to_the_rows(boundary, database_route, ingested):
     tenant, version, folder = ingested
     before = rows(version)
     kill_ingestion_at(boundary, folder)

@@ -125,7 +125,7 @@ def stated_wrongly(stated: str, default: object) -> bool:
         return literal != str(default).lower()
     if isinstance(default, (int, float)):
         return not re.fullmatch(r"[0-9.]+", literal) or float(literal) != default
-    if default in ("", []):  # described in words ("unset", "empty: ..."), never as a value
+    if default in ("", [], None):  # described in words ("unset", "empty: ..."), never as a value
         return bool(re.fullmatch(r"`[^`]*`|[0-9.]+|true|false", stated))
     value = ",".join(default) if isinstance(default, list) else str(default)
     return literal != value

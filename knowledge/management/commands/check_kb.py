@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from knowledge.lexical import VersionCheck, check_version
 from knowledge.models import KnowledgeBaseVersion
+from knowledge.stores import vector_rebuild_advice
 
 
 class Command(BaseCommand):
@@ -10,7 +11,8 @@ class Command(BaseCommand):
         "chunks missing from the index, entries for chunks that do not exist, duplicates, committed changes "
         "not yet indexed, ready documents without chunks, chunks outside their document's knowledge base. "
         "Exits 1 while drift remains; --repair fixes the index (applies pending changes, rebuilds from the rows "
-        "if it still differs). Row drift needs a re-ingestion and is only reported."
+        "if it still differs). Row drift needs a re-ingestion and is only reported. An HNSW index built for fewer "
+        "rows than it holds gets a rebuild hint (manage.py rebuild_vector_index)."
     )
 
     def add_arguments(self, parser):
@@ -33,6 +35,9 @@ class Command(BaseCommand):
             check = check_version(version, repair=repair)
             self.stdout.write(_describe(check))
             unresolved += (check.index_drift and not check.repaired) or check.row_drift
+        # Advice, not drift: the index answers, with less recall than a rebuild would give.
+        for hint in vector_rebuild_advice(sorted({version.embedding_dim for version in versions})):
+            self.stdout.write(f"REBUILD HINT {hint}")
         if unresolved:
             advice = "re-ingest the documents named above" if repair else "run with --repair"
             raise CommandError(f"{unresolved} knowledge base version(s) drift: {advice}")

@@ -5,9 +5,9 @@ from knowledge.stores import rebuild_vector_indexes, vector_index
 
 class Command(BaseCommand):
     help = (
-        "Rebuild the HNSW vector index with HNSW_M and HNSW_EF_CONSTRUCTION, online: the new graph is built "
-        "beside the old one, which serves searches until the switch (every dimension in use by default). "
-        "An index already built with them is left alone."
+        "Rebuild the HNSW vector index with HNSW_M and HNSW_EF_CONSTRUCTION (unset: chosen from the rows it "
+        "indexes), online: the new graph is built beside the old one, which serves searches until the switch "
+        "(every dimension in use by default). An index already built with them is left alone."
     )
 
     def add_arguments(self, parser):
@@ -19,6 +19,7 @@ class Command(BaseCommand):
             rebuilt = rebuild_vector_indexes(dimension)
         except ValueError as error:
             raise CommandError(str(error)) from error
-        built = f"m {index.m}, ef_construction {index.ef_construction}"
         for dim, changed in rebuilt.items():
+            m, ef_construction = index.built_with(dim) or (None, None)
+            built = f"m {m}, ef_construction {ef_construction}"
             self.stdout.write(f"dimension {dim}: {'rebuilt with' if changed else 'already built with'} {built}")
