@@ -55,13 +55,15 @@ def kb(settings, tenant, embedder, own_elasticsearch, own_neo4j, tmp_path):
     settings.SEARCH_CACHE_TTL_S = 0
     get_lexical_index.cache_clear()
     graph_store.cache_clear()
-    kb = create_knowledge_base(tenant=tenant, name="faults", chunk_size=120, chunk_overlap=16)
-    (tmp_path / "lock.md").write_text("# PPR-9087 lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
-    (tmp_path / "kettle.txt").write_text("The KT-2210 kettle boils 1.7 litres of water in four minutes.")
-    Ingester(kb).ingest(discover_files([tmp_path]))
-    yield kb
-    get_lexical_index.cache_clear()
-    graph_store.cache_clear()
+    try:  # the engines built on this module's servers are forgotten, also when the setup fails
+        kb = create_knowledge_base(tenant=tenant, name="faults", chunk_size=120, chunk_overlap=16)
+        (tmp_path / "lock.md").write_text("# PPR-9087 lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
+        (tmp_path / "kettle.txt").write_text("The KT-2210 kettle boils 1.7 litres of water in four minutes.")
+        Ingester(kb).ingest(discover_files([tmp_path]))
+        yield kb
+    finally:
+        get_lexical_index.cache_clear()
+        graph_store.cache_clear()
 
 
 def post(kb, mode: str, **body):
