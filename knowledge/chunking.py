@@ -23,11 +23,13 @@ SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", "!", "?", ";", ". ", "�
 SHORT_PASSAGE_TOKENS = 32
 # Bumped whenever chunk boundaries or what the indexes read of a chunk change, so re-ingesting an
 # unchanged file re-chunks it (3: the document's title is embedded and indexed with every chunk; 4:
-# Markdown and HTML are cut at their headings, and each chunk is read with its heading path too).
-CHUNKER_VERSION = "4"
+# Markdown and HTML are cut at their headings, and each chunk is read with its heading path too; 5: PDF
+# and DOCX tables are Markdown tables cut by whole rows under their header, DOCX is cut at its headings,
+# PDF pages with no text layer are read by OCR, and a CSV with no question/answer columns is a table).
+CHUNKER_VERSION = "5"
 # Document types whose chunks the versions since did not change, with the version that last did:
 # re-ingesting them after a bump that is not theirs re-embeds nothing.
-UNCHANGED_SINCE = {"txt": "3", "pdf": "3", "docx": "3", "faq": "3"}
+UNCHANGED_SINCE = {"txt": "3", "faq": "3", "md": "4", "html": "4"}
 
 
 # Parent-child chunking's defaults (docs/benchmarks/decisions.md, "Parent-child chunks"): children small
@@ -105,13 +107,57 @@ def chunk_sections(
     if max_tokens is not None:
         limit = min(limit, max_tokens)
     for section in sections:
-        for text in _join_short_passages(splitter.split_text(section.text), count_tokens, limit):
+        if section.rows:
+            pieces = _row_chunks(section, splitter, count_tokens, chunk_size)
+        else:
+            passages = _join_short_passages(splitter.split_text(section.text), count_tokens, limit)
+            pieces = [(text, dict(section.metadata)) for text in passages]
+        for text, metadata in pieces:
             digest = content_hash(text)
             if not text or digest in seen:
                 continue
             seen.add(digest)
-            drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=dict(section.metadata)))
+            drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=metadata))
     return drafts
+
+
+def _row_chunks(
+    section: Section, splitter: RecursiveCharacterTextSplitter, count_tokens: Callable[[str], int], size: int
+) -> list[tuple[str, dict]]:
+    """A rows-section (``Section.rows``) packed into chunks of whole rows, without overlap, each led by
+    the section's header, with the first and last row it holds (``metadata["rows"]``). Only a row
+    longer than a chunk on its own is cut, by the splitter, each piece without the header."""
+    header = section.header
+    room = size - (count_tokens(header) + 1 if header else 0)
+    chunks: list[tuple[str, dict]] = []
+    lines: list[str] = []
+    numbers: list[int] = []
+    used = 0
+
+    def emit() -> None:
+        if lines:
+            text = "\n".join([header, *lines] if header else lines)
+            chunks.append((text, {**section.metadata, "rows": [numbers[0], numbers[-1]]}))
+            lines.clear()
+            numbers.clear()
+
+    for line, number in zip(section.text.split("\n"), section.rows, strict=True):
+        tokens = count_tokens(line) + 1  # its line break
+        if tokens > room:
+            emit()
+            used = 0
+            chunks.extend(
+                (piece, {**section.metadata, "rows": [number, number]}) for piece in splitter.split_text(line)
+            )
+            continue
+        if used + tokens > room:
+            emit()
+            used = 0
+        lines.append(line)
+        numbers.append(number)
+        used += tokens
+    emit()
+    return chunks
 
 
 def chunk_parents_and_children(
