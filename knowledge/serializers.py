@@ -126,6 +126,24 @@ class KnowledgeBaseOutput(IndexSettingsOutput):
     created_at = serializers.DateTimeField()
 
 
+class ParseReportOutput(serializers.Serializer):
+    """What the last successful parse of the file read (knowledge.parsing.ParseReport); all 0 and empty
+    before the first, or for a document ingested before reports were kept."""
+
+    pages = serializers.IntegerField(default=0, help_text="PDF pages (1 for an image)")
+    slides = serializers.IntegerField(default=0)
+    sheets = serializers.IntegerField(default=0)
+    rows = serializers.IntegerField(default=0, help_text="spreadsheet and table-CSV data rows")
+    tables = serializers.IntegerField(default=0, help_text="tables kept as Markdown tables (PDF, DOCX, PPTX)")
+    ocr_pages = serializers.IntegerField(default=0, help_text="pages and images read by OCR")
+    ocr_engine = serializers.CharField(default="", help_text='"tesseract" when OCR read a page')
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        default=list,
+        help_text="what could not be read: a page OCR failed on, a hidden sheet, a slide with no text",
+    )
+
+
 class DocumentOutput(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField(source="source_uri")
@@ -136,6 +154,7 @@ class DocumentOutput(serializers.Serializer):
     chunk_count = serializers.IntegerField()
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
+    parse_report = ParseReportOutput()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

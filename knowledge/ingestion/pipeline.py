@@ -91,6 +91,7 @@ class _PendingDocument:
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
     original: str  # its stored copy, or "" when none is kept
+    parse_report: dict  # knowledge.parsing.ParseReport.as_dict()
     parents: list[ChunkDraft] = field(default_factory=list)  # parent_child: the passages its drafts are children of
     extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
 
@@ -202,8 +203,9 @@ class Ingester:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
             _PendingDocument(
-                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original, parents
-            )
+                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original,
+                parsed.report.as_dict(), parents,
+            )  # fmt: skip
         )
 
     def _chunk(self, sections: list[Section], budget: int) -> tuple[list[ChunkDraft], list[ChunkDraft]]:
@@ -377,6 +379,7 @@ class Ingester:
                 tags=doc.labels.tags,
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
+                parse_report=doc.parse_report,
                 original=doc.original,
                 removed_at=None,
             )
@@ -388,7 +391,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
-                "metadata", "chunk_count", "original", "removed_at", "updated_at",
+                "metadata", "chunk_count", "parse_report", "original", "removed_at", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):

@@ -169,6 +169,12 @@ class Document(models.Model):
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    parse_report = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the last successful parse read (knowledge.parsing.ParseReport.as_dict): pages, slides, "
+        "sheets, rows, tables, OCR'd pages and warnings.",
+    )
     original = models.CharField(
         max_length=1024, blank=True, help_text="Name in the originals storage of the file its chunks were cut from."
     )
