@@ -102,7 +102,9 @@ def parse_image(raw: bytes, report: ParseReport) -> tuple[str, list[Section]]:
         image = Image.open(io.BytesIO(raw))
         image.load()
         image = ImageOps.exif_transpose(image)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except UnidentifiedImageError as exc:
+        raise ParseError("could not read image: the file is not a PNG or JPEG image") from exc
+    except (OSError, ValueError) as exc:  # e.g. a truncated file
         raise ParseError(f"could not read image: {describe(exc)}") from exc
     report.pages = 1
     try:

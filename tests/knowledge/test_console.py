@@ -222,18 +222,18 @@ def test_who_may_see_and_act_on_a_knowledge_base(client, staff):
 
 def test_files_uploaded_in_the_console_are_queued_like_the_apis(admin_client, settings, embedder):
     kb = KnowledgeBaseFactory()
-    files = [SimpleUploadedFile("lock.md", b"# Lock\n\nFits doors 35 to 80 mm."), SimpleUploadedFile("x.png", b"png")]
+    files = [SimpleUploadedFile("lock.md", b"# Lock\n\nFits doors 35 to 80 mm."), SimpleUploadedFile("x.gif", b"png")]
     response = admin_client.post(
         lifecycle(kb), {"action": "upload", "files": files}, HTTP_X_REQUESTED_WITH="XMLHttpRequest"
     )
     assert response.json() == {"location": lifecycle(kb)}  # the page's script goes back there itself
     documents = {doc.source_uri: doc for doc in Document.objects.filter(knowledge_base=kb)}
     assert documents["lock.md"].status == "pending" and documents["lock.md"].original
-    assert documents["x.png"].status == "failed"
+    assert documents["x.gif"].status == "failed"
     task = KnowledgeTask.objects.get(knowledge_base=kb)
     assert task.kind == "ingest"
     (queued, refused) = messages_of(admin_client.get(response.json()["location"]))  # shown where the script goes
-    assert f"Queued 1 file(s) for ingestion (task {task.task_id})" in queued and "x.png: unsupported" in refused
+    assert f"Queued 1 file(s) for ingestion (task {task.task_id})" in queued and "x.gif: unsupported" in refused
 
     settings.UPLOAD_MAX_FILE_BYTES = 8
     big = act(admin_client, kb, {"action": "upload", "files": [SimpleUploadedFile("big.txt", b"0123456789")]})
