@@ -205,8 +205,8 @@ class Ingester:
             _PendingDocument(
                 source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original,
                 parsed.report.as_dict(), parents,
-            )  # fmt: skip
-        )
+            )
+        )  # fmt: skip
 
     def _chunk(self, sections: list[Section], budget: int) -> tuple[list[ChunkDraft], list[ChunkDraft]]:
         """The version's chunks of a document (its children, under ``parent_child``) and their parents
