@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from knowledge.parsing.base import ParsedDocument, ParseError, ParseReport, Section, clean_text, describe
+from knowledge.parsing.base import (
+    ParsedDocument,
+    ParseError,
+    ParseReport,
+    Section,
+    clean_text,
+    describe,
+    parse_report_summary,
+)
 from knowledge.parsing.markup import parse_html, parse_markdown, parse_txt
 from knowledge.parsing.office import parse_docx, parse_pptx
 from knowledge.parsing.pdf import parse_image, parse_pdf
@@ -26,6 +34,7 @@ __all__ = [
     "clean_text",
     "doc_type_for",
     "parse_file",
+    "parse_report_summary",
 ]
 
 # Parsers fill the report and return (title or "" for "use the file stem", sections).

@@ -66,6 +66,22 @@ class ParseReport:
         }
 
 
+_COUNTED = [("pages", "page"), ("slides", "slide"), ("sheets", "sheet"), ("rows", "row"), ("tables", "table")]
+
+
+def parse_report_summary(report: dict) -> str:
+    """A stored report (``ParseReport.as_dict``) in words, for the console: "2 pages, 1 table, 1 page read
+    by OCR (tesseract). Warnings: page 3 ..."; empty before the first parse."""
+    counts = [f"{report[key]} {noun}{'' if report[key] == 1 else 's'}" for key, noun in _COUNTED if report.get(key)]
+    if ocr_pages := report.get("ocr_pages"):
+        engine = f" ({report['ocr_engine']})" if report.get("ocr_engine") else ""
+        counts.append(f"{ocr_pages} page{'' if ocr_pages == 1 else 's'} read by OCR{engine}")
+    text = ", ".join(counts) + "." if counts else ""
+    if warnings := report.get("warnings"):
+        text = f"{text} Warnings: {'; '.join(warnings)}.".strip()
+    return text
+
+
 # --- text cleanup -------------------------------------------------------------------------
 
 # Every line break str.splitlines() knows, so one "\n" convention reaches the chunker.

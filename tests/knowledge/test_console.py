@@ -181,7 +181,8 @@ def test_the_glance_links_each_kb_to_its_lifecycle_page_which_says_what_to_do_wh
 
 def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_client):
     kb = KnowledgeBaseFactory()
-    ChunkFactory.create_batch(2, document=DocumentFactory(knowledge_base=kb, source_uri="a.txt"))
+    report = {"pages": 3, "tables": 1, "ocr_pages": 1, "ocr_engine": "tesseract", "warnings": ["page 2 has <no> text"]}
+    ChunkFactory.create_batch(2, document=DocumentFactory(knowledge_base=kb, source_uri="a.txt", parse_report=report))
     DocumentFactory(knowledge_base=kb, status="failed", source_uri="bad.pdf", error="cannot parse <b>bad.pdf</b>")
     other_version(kb, 2, "ready")
     other_version(kb, 3, "failed", error="b.txt: broken")
@@ -190,6 +191,10 @@ def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_cli
     assert page.context["glance"].documents_by_status == {"pending": 0, "ready": 1, "failed": 1, "removed": 0}
     assert [doc.source_uri for doc in page.context["documents"]] == ["bad.pdf", "a.txt"]  # the latest first
     assert "cannot parse &lt;b&gt;bad.pdf&lt;/b&gt;" in html and "b.txt: broken" in html
+    assert (
+        '<td class="parse-report">3 pages, 1 table, 1 page read by OCR (tesseract). '
+        "Warnings: page 2 has &lt;no&gt; text.</td>"
+    ) in html
     rows = dict(re.findall(r'<tr class="version" data-version="(\d+)">(.*?)</tr>', html, re.S))
     assert 'value="Activate"' in rows["2"] and 'value="Retire"' in rows["2"]
     assert "<form" not in rows["1"] and "<form" not in rows["3"]  # the active one and a failed one: no action
