@@ -8,6 +8,7 @@ to admins, so library exceptions are wrapped into short readable messages. One m
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,6 +93,21 @@ def parse_file(path: Path) -> ParsedDocument:
     if not sections:
         detail = "; ".join(report.warnings)
         raise ParseError(f"no text found ({detail})" if detail else "no text found")
+    sections, text = _placed(sections)
     return ParsedDocument(
-        title=title or path.stem, doc_type=report.doc_type or doc_type, sections=sections, report=report
+        title=title or path.stem, doc_type=report.doc_type or doc_type, sections=sections, report=report, text=text
     )
+
+
+def _placed(sections: list[Section]) -> tuple[list[Section], str]:
+    """The document's extracted text (each section's header, then its text; blank lines between) and
+    the sections with the offset of their text in it."""
+    parts: list[str] = []
+    placed: list[Section] = []
+    position = 0
+    for section in sections:
+        lead = f"{section.header}\n" if section.header else ""
+        placed.append(dataclasses.replace(section, offset=position + len(lead)))
+        parts.append(lead + section.text)
+        position += len(parts[-1]) + 2
+    return placed, "\n\n".join(parts)

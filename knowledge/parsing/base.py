@@ -25,6 +25,8 @@ class Section:
     # header and rule), so no row is cut or loses its columns.
     rows: tuple[int, ...] = ()
     header: str = ""
+    # Where ``text`` starts in the document's extracted text (``ParsedDocument.text``); set by parse_file.
+    offset: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class ParsedDocument:
     doc_type: str
     sections: list[Section]
     report: ParseReport = field(default_factory=lambda: ParseReport())
+    # The sections' texts (a table's header before its rows) joined by blank lines: what a citation's
+    # character offsets point into (GET /api/v1/documents/{id}/text).
+    text: str = ""
 
 
 @dataclass

@@ -91,9 +91,8 @@ def test_txt_utf8_with_bom(tmp_path):
 
     parsed = parse_file(path)
 
-    assert parsed == ParsedDocument(
-        title="menu", doc_type="txt", sections=[Section(f"{clean_text(CHINESE)}\n\n产品编号 SKY-10023908", {})]
-    )
+    text = f"{clean_text(CHINESE)}\n\n产品编号 SKY-10023908"
+    assert parsed == ParsedDocument(title="menu", doc_type="txt", sections=[Section(text, {})], text=text)
 
 
 def test_txt_gbk_is_detected(tmp_path):

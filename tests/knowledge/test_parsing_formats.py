@@ -199,3 +199,41 @@ def test_a_damaged_zip_package_says_why(tmp_path):
     path.write_bytes(path.read_bytes()[:600])
     with pytest.raises(ParseError, match="could not read XLSX"):
         parse_file(path)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda tmp: write_xlsx(tmp / "catalogue.xlsx"),
+        lambda tmp: write_pptx(tmp / "training.pptx"),
+        lambda tmp: write_pdf_with_table(tmp / "prices.pdf", rows=30),
+        lambda tmp: write_docx_with_headings(tmp / "manual.docx"),
+    ],
+    ids=["xlsx", "pptx", "pdf", "docx"],
+)
+def test_every_chunk_locates_itself_in_the_extracted_text(tmp_path, write):
+    parsed = parse_file(write(tmp_path))
+    drafts = chunk_sections(
+        parsed.sections, count_tokens=lambda text: len(text.split()), chunk_size=40, chunk_overlap=8
+    )
+
+    assert len(drafts) >= len(parsed.sections)
+    for draft in drafts:
+        locator = draft.metadata["locator"]
+        start, end = locator["chars"]
+        located = parsed.text[start:end]
+        rows = draft.metadata.get("rows")
+        if rows is None:
+            assert located == draft.text
+        else:  # a table's chunk: its header (if any), then exactly the rows the offsets cover
+            section = next(
+                section
+                for section in parsed.sections
+                if section.offset <= start < section.offset + len(section.text) + 1
+            )
+            assert draft.text == (f"{section.header}\n{located}" if section.header else located)
+            assert locator["rows"] == rows
+        for key in ("section", "sheet", "slide", "table"):
+            assert locator.get(key) == draft.metadata.get(key)
+        if "page" in draft.metadata:
+            assert locator["pages"] == [draft.metadata["page"]] * 2
