@@ -159,6 +159,18 @@ class DocumentOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
+class DocumentTextOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    knowledge_base = serializers.IntegerField(source="knowledge_base_id")
+    title = serializers.CharField()
+    doc_type = serializers.CharField()
+    text = serializers.CharField(source="extracted_text", help_text="what hits' `metadata.locator.chars` point into")
+    length = serializers.SerializerMethodField(help_text="characters in `text`")
+
+    def get_length(self, document: Document) -> int:
+        return len(document.extracted_text)
+
+
 class UploadInput(serializers.Serializer):
     files = serializers.ListField(child=serializers.FileField(), allow_empty=False, max_length=100)
     metadata = serializers.JSONField(

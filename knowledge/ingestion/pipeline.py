@@ -92,6 +92,7 @@ class _PendingDocument:
     analyzed: list[str]  # each draft's text as the lexical index stores it
     original: str  # its stored copy, or "" when none is kept
     parse_report: dict  # knowledge.parsing.ParseReport.as_dict()
+    text: str  # knowledge.parsing.ParsedDocument.text
     parents: list[ChunkDraft] = field(default_factory=list)  # parent_child: the passages its drafts are children of
     extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
 
@@ -204,7 +205,7 @@ class Ingester:
         self._pending.append(
             _PendingDocument(
                 source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original,
-                parsed.report.as_dict(), parents,
+                parsed.report.as_dict(), parsed.text, parents,
             )
         )  # fmt: skip
 
@@ -380,6 +381,7 @@ class Ingester:
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
                 parse_report=doc.parse_report,
+                extracted_text=doc.text,
                 original=doc.original,
                 removed_at=None,
             )
@@ -391,7 +393,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
-                "metadata", "chunk_count", "parse_report", "original", "removed_at", "updated_at",
+                "metadata", "chunk_count", "parse_report", "extracted_text", "original", "removed_at", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):

@@ -175,6 +175,11 @@ class Document(models.Model):
         help_text="What the last successful parse read (knowledge.parsing.ParseReport.as_dict): pages, slides, "
         "sheets, rows, tables, OCR'd pages and warnings.",
     )
+    extracted_text = models.TextField(
+        blank=True,
+        help_text="The text its chunks were cut from (knowledge.parsing.ParsedDocument.text), which chunk "
+        "locators' character offsets point into; empty until a parse after it was kept.",
+    )
     original = models.CharField(
         max_length=1024, blank=True, help_text="Name in the originals storage of the file its chunks were cut from."
     )
