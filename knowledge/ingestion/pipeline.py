@@ -27,6 +27,7 @@ from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines.llm import LLMError
 from engines.llm_triples import with_triples
 from engines.metering import counting_cpu
+from knowledge.chunk_curation import apply_chunk_edits, sync_edited_chunk_ids
 from knowledge.chunking import (
     ChunkDraft,
     chunk_context,
@@ -189,6 +190,7 @@ class Ingester:
             longest = max((self.embedder.count_tokens(text) for text in contexts if text), default=0)
             budget = max(window - longest, window // 2) if longest else window
             parents, drafts = self._chunk(parsed.sections, budget)
+            drafts = apply_chunk_edits(existing, drafts, self.embedder.count_tokens)  # a curator's, kept
         except (OSError, ParseError) as exc:
             self._fail(source, existing, str(exc))
             return
@@ -310,6 +312,8 @@ class Ingester:
                 )
                 offset += len(doc.drafts)
             copy_chunks(self.kb, self.version, batches)
+            if not self._fills_new_version:
+                sync_edited_chunk_ids([document.pk for document in documents], self.version)
             rows = list(
                 Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
                     "id", "document_id", "ordinal"
