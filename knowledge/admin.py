@@ -457,3 +457,6 @@ class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
     def delete_queryset(self, request, queryset):
         for tenant in queryset:
             delete_tenant(tenant)
+
+
+from knowledge import chunk_admin  # noqa: E402, F401  (registers the chunk edits' record)

@@ -79,7 +79,7 @@ def test_edit_disable_enable_and_add_reach_every_store_at_once(kb, manual):
     assert Document.objects.get(pk=document.pk).chunk_count == 4
 
 
-def test_edits_survive_a_rechunk_and_a_changed_file_flags_them_for_review(kb, manual, monkeypatch):
+def test_edits_survive_a_rechunk_and_a_changed_file_flags_them_for_review(kb, manual, monkeypatch, admin_client):
     curator, searcher = client_for(kb.tenant, "ingest"), client_for(kb.tenant)
     document = Document.objects.get(knowledge_base=kb)
     lock, monitor, _ = (chunk["id"] for chunk in curator.get(chunks_url(kb, document)).json()["chunks"])
@@ -110,6 +110,12 @@ def test_edits_survive_a_rechunk_and_a_changed_file_flags_them_for_review(kb, ma
     assert chunks["chunks"][0]["content"].startswith("The PortaLock Pro lock PPR-9087 fits doors 30")
     assert [chunk["enabled"] for chunk in chunks["chunks"]] == [True, False, True, True]  # the others still apply
     assert ChunkEdit.objects.filter(document=document, needs_review=True).count() == 1
+    # The console's record: who changed what, and what waits for review.
+    page = admin_client.get("/admin/knowledge/chunkedit/?needs_review__exact=1")
+    assert page.status_code == 200
+    assert [edit.pk for edit in page.context["cl"].result_list] == [review_edit.pk for review_edit in
+        ChunkEdit.objects.filter(document=document, needs_review=True)]  # fmt: skip
+    assert "api key" in page.content.decode()
 
 
 def test_chunk_requests_are_checked(kb, manual):
