@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -80,8 +79,6 @@ def editor_of(request: Request) -> str:
     ),
 )
 class ChunkViewSet(KnowledgeApiViewSet):
-    parser_classes = [JSONParser]
-
     def _document(self, request: Request, kb_id: int, doc_id: int):
         return document_of(knowledge_base_of(request.tenant, kb_id), doc_id)
 

@@ -1,6 +1,8 @@
+from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
 from knowledge.chunk_views import ChunkViewSet
+from knowledge.text_views import DocumentTextView
 from knowledge.views import (
     ID_PATTERN,
     DocumentViewSet,
@@ -20,4 +22,7 @@ router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/versions", VersionView
 router.register(f"knowledge-bases/(?P<kb_id>{ID_PATTERN})/sources", SourceViewSet, basename="source")
 router.register("tasks", TaskViewSet, basename="task")
 
-urlpatterns = router.urls
+urlpatterns = [
+    re_path(rf"^documents/(?P<pk>{ID_PATTERN})/text$", DocumentTextView.as_view(), name="document-text"),
+    *router.urls,
+]

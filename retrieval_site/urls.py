@@ -7,7 +7,6 @@ from core.metrics import metrics_view
 from core.views import health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
-from knowledge.text_views import DocumentTextView
 from retrieval.dify import DifyRetrievalView
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
@@ -23,7 +22,6 @@ urlpatterns = [
     # An endpoint typed with a trailing slash in Dify (…/api/v1/dify/): Dify appends "/retrieval".
     path("api/v1/dify//retrieval", DifyRetrievalView.as_view(schema=None), name="dify-retrieval-slash"),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
-    path("api/v1/documents/<int:pk>/text", DocumentTextView.as_view(), name="document-text"),
     path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
