@@ -46,6 +46,10 @@ def test_a_curator_edits_disables_and_adds_chunks_and_search_follows(page, live_
     assert any("PPR-9087" in text for text in search(page, live_server, manual_kb, "PPR-9087"))
 
     lock = Document.objects.get(knowledge_base=manual_kb, source_uri__endswith="lock.txt")
+    hit_chunk = page.locator("li.hit").first.get_attribute("data-chunk-id")
+    page.locator("li.hit").first.locator("a.open-document").click()  # retrieval testing opens the document at the hit
+    expect(page.locator(f"li#chunk-{hit_chunk}")).to_contain_text("PPR-9087")
+    assert page.url.endswith(f"/admin/knowledge/chunkedit/document/{lock.pk}/#chunk-{hit_chunk}")
     page.goto(f"{live_server.url}/admin/knowledge/knowledgebase/{manual_kb.pk}/lifecycle/")
     page.locator("tr.document").filter(has_text="lock.txt").locator("a.chunks-link").click()
     chunk = page.locator("li.chunk").first
