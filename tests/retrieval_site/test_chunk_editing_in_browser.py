@@ -19,10 +19,12 @@ PASSWORD = "chunk-editor-password"
 
 @pytest.fixture
 def manual_kb(live_server, embedder, tmp_path):
-    (tmp_path / "lock.txt").write_text("The PortaLock Pro lock PPR-9087 fits doors 35 to 80 mm thick.")
-    (tmp_path / "returns.txt").write_text("Returns are accepted within thirty days of delivery.")
+    folder = tmp_path / "docs"  # not tmp_path itself: the screenshots land there, and PNGs are documents too
+    folder.mkdir()
+    (folder / "lock.txt").write_text("The PortaLock Pro lock PPR-9087 fits doors 35 to 80 mm thick.")
+    (folder / "returns.txt").write_text("Returns are accepted within thirty days of delivery.")
     kb = create_knowledge_base(tenant=create_tenant("shop"), name="manuals")
-    Ingester(kb).ingest(discover_files([tmp_path]))
+    Ingester(kb).ingest(discover_files([folder]))
     return kb
 
 
