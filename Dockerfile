@@ -1,6 +1,9 @@
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8
 WORKDIR /app
+# OCR of scans and text-less PDF pages (engines/ocr.py): Tesseract with Chinese and English.
+RUN apt-get update && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim \
+    && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .

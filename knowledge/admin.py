@@ -30,6 +30,7 @@ from knowledge.models import (
     KnowledgeSource,
     SourceRun,
 )
+from knowledge.parsing import parse_report_summary
 from knowledge.search_settings import clean_search_settings
 from knowledge.selectors import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
@@ -259,12 +260,17 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
     actions = ["reingest"]
     readonly_fields = [
         "knowledge_base", "tenant", "source_uri", "doc_type", "status", "error", "content_md5", "chunker_version",
-        "chunk_count", "created_at", "updated_at",
+        "chunk_count", "parse_summary", "created_at", "updated_at",
     ]  # fmt: skip
     fields = ["title", "tags", "metadata", *readonly_fields]
 
     def has_add_permission(self, request) -> bool:
         return False
+
+    @admin.display(description="What was read")
+    def parse_summary(self, obj: Document) -> str:
+        """The last parse report in words: counts that are not 0, then each warning."""
+        return parse_report_summary(obj.parse_report)
 
     def save_model(self, request, obj, form, change):
         labels = form.cleaned_data
@@ -451,3 +457,6 @@ class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
     def delete_queryset(self, request, queryset):
         for tenant in queryset:
             delete_tenant(tenant)
+
+
+from knowledge import chunk_admin  # noqa: E402, F401  (registers the chunk edits' record)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -23,11 +23,13 @@ SEPARATORS = ["\n\n", "\n", "。", "！", "？", "；", "!", "?", ";", ". ", "�
 SHORT_PASSAGE_TOKENS = 32
 # Bumped whenever chunk boundaries or what the indexes read of a chunk change, so re-ingesting an
 # unchanged file re-chunks it (3: the document's title is embedded and indexed with every chunk; 4:
-# Markdown and HTML are cut at their headings, and each chunk is read with its heading path too).
-CHUNKER_VERSION = "4"
+# Markdown and HTML are cut at their headings, and each chunk is read with its heading path too; 5: PDF
+# and DOCX tables are Markdown tables cut by whole rows under their header, DOCX is cut at its headings,
+# PDF pages with no text layer are read by OCR, and a CSV with no question/answer columns is a table).
+CHUNKER_VERSION = "5"
 # Document types whose chunks the versions since did not change, with the version that last did:
 # re-ingesting them after a bump that is not theirs re-embeds nothing.
-UNCHANGED_SINCE = {"txt": "3", "pdf": "3", "docx": "3", "faq": "3"}
+UNCHANGED_SINCE = {"txt": "3", "faq": "3", "md": "4", "html": "4"}
 
 
 # Parent-child chunking's defaults (docs/benchmarks/decisions.md, "Parent-child chunks"): children small
@@ -105,13 +107,69 @@ def chunk_sections(
     if max_tokens is not None:
         limit = min(limit, max_tokens)
     for section in sections:
-        for text in _join_short_passages(splitter.split_text(section.text), count_tokens, limit):
+        if section.rows:
+            pieces = _row_chunks(section, splitter, count_tokens, chunk_size)
+        else:
+            spans = _spans(section.text, splitter.split_text(section.text))
+            pieces = [
+                (text, _with_locator(section, start, end))
+                for text, start, end in _join_short_passages(spans, count_tokens, limit)
+            ]
+        for text, metadata in pieces:
             digest = content_hash(text)
             if not text or digest in seen:
                 continue
             seen.add(digest)
-            drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=dict(section.metadata)))
+            drafts.append(ChunkDraft(text=text, token_count=count_tokens(text), metadata=metadata))
     return drafts
+
+
+def _row_chunks(
+    section: Section, splitter: RecursiveCharacterTextSplitter, count_tokens: Callable[[str], int], size: int
+) -> list[tuple[str, dict]]:
+    """A rows-section (``Section.rows``) packed into chunks of whole rows, without overlap, each led by
+    the section's header, with the first and last row it holds (``metadata["rows"]``). Only a row
+    longer than a chunk on its own is cut, by the splitter, each piece without the header. A chunk's
+    character offsets span its rows (the header stands once, before the section's text)."""
+    header = section.header
+    room = size - (count_tokens(header) + 1 if header else 0)
+    chunks: list[tuple[str, dict]] = []
+    lines: list[str] = []
+    numbers: list[int] = []
+    starts: list[int] = []  # where each of ``lines`` starts in the section's text
+    used = 0
+
+    def located(first: int, last: int) -> Section:
+        return replace(section, metadata={**section.metadata, "rows": [first, last]})
+
+    def emit() -> None:
+        if lines:
+            text = "\n".join([header, *lines] if header else lines)
+            end = starts[-1] + len(lines[-1])
+            chunks.append((text, _with_locator(located(numbers[0], numbers[-1]), starts[0], end)))
+            lines.clear()
+            numbers.clear()
+            starts.clear()
+
+    start = 0
+    for line, number in zip(section.text.split("\n"), section.rows, strict=True):
+        line_start, start = start, start + len(line) + 1
+        tokens = count_tokens(line) + 1  # its line break
+        if tokens > room:
+            emit()
+            used = 0
+            for piece, begin, end in _spans(line, splitter.split_text(line)):
+                chunks.append((piece, _with_locator(located(number, number), line_start + begin, line_start + end)))
+            continue
+        if used + tokens > room:
+            emit()
+            used = 0
+        lines.append(line)
+        numbers.append(number)
+        starts.append(line_start)
+        used += tokens
+    emit()
+    return chunks
 
 
 def chunk_parents_and_children(
@@ -135,7 +193,7 @@ def chunk_parents_and_children(
     seen: set[str] = set()
     for index, parent in enumerate(parents):
         for child in chunk_sections(
-            [Section(parent.text, parent.metadata)],
+            [Section(parent.text, parent.metadata, offset=parent.metadata["locator"]["chars"][0])],
             count_tokens=count_tokens,
             chunk_size=child_size,
             chunk_overlap=child_overlap,
@@ -148,24 +206,56 @@ def chunk_parents_and_children(
     return parents, children
 
 
-def _join_short_passages(texts: list[str], count_tokens: Callable[[str], int], limit: int) -> list[str]:
+def _spans(text: str, pieces: list[str]) -> list[tuple[str, int, int]]:
+    """Each piece the splitter cut from ``text`` with where it lies in it: pieces come in order and may
+    overlap, so each is looked for from just after the previous one's start."""
+    spans = []
+    cursor = 0
+    for piece in pieces:
+        start = text.find(piece, cursor)
+        if start < 0:  # never for the splitter's own pieces; kept whole rather than wrong
+            start = max(text.find(piece), 0)
+        spans.append((piece, start, start + len(piece)))
+        cursor = start + 1
+    return spans
+
+
+_LOCATED_KEYS = ("section", "sheet", "rows", "slide", "table", "caption")
+
+
+def _with_locator(section: Section, start: int, end: int) -> dict:
+    """The section's metadata and the chunk's locator: where a citation points (its page range, heading
+    path, sheet and rows or slide, table, and character offsets in the document's extracted text)."""
+    metadata = dict(section.metadata)
+    locator: dict = {key: metadata[key] for key in _LOCATED_KEYS if key in metadata}
+    if "page" in metadata:
+        locator["pages"] = [metadata["page"], metadata["page"]]
+    locator["chars"] = [section.offset + start, section.offset + end]
+    metadata["locator"] = locator
+    return metadata
+
+
+def _join_short_passages(
+    spans: list[tuple[str, int, int]], count_tokens: Callable[[str], int], limit: int
+) -> list[tuple[str, int, int]]:
     """Each short passage joins the one after it (dropped if that one already starts with it, as
-    overlap); a short passage that cannot join (too long together, or last) stays as it is."""
-    joined: list[str] = []
-    pending: str | None = None
-    for text in texts:
+    overlap); a short passage that cannot join (too long together, or last) stays as it is. A joined
+    passage spans from the short one's start to the next one's end."""
+    joined: list[tuple[str, int, int]] = []
+    pending: tuple[str, int, int] | None = None
+    for text, start, end in spans:
         if pending is not None:
-            if not text.startswith(pending):
-                merged = f"{pending}\n\n{text}"
+            if not text.startswith(pending[0]):
+                merged = f"{pending[0]}\n\n{text}"
                 if count_tokens(merged) <= limit:
-                    text = merged
+                    text, start = merged, pending[1]
                 else:
                     joined.append(pending)
             pending = None
         if count_tokens(text) < SHORT_PASSAGE_TOKENS:
-            pending = text
+            pending = (text, start, end)
         else:
-            joined.append(text)
+            joined.append((text, start, end))
     if pending is not None:
         joined.append(pending)
     return joined

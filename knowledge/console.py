@@ -24,7 +24,7 @@ from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
 from knowledge.errors import InvalidChunking, VocabularyChanged
 from knowledge.models import CHUNKINGS, Document, KnowledgeBase, KnowledgeTask
-from knowledge.parsing import SUPPORTED_SUFFIXES
+from knowledge.parsing import SUPPORTED_SUFFIXES, parse_report_summary
 from knowledge.selectors import (
     documents_of,
     knowledge_bases_at_a_glance,
@@ -189,13 +189,16 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
     tasks = _with_status(recent_tasks_of(kb))
     _with_status([task for _, task in glance.building if task is not None])
     documents = documents_of(kb).order_by("-updated_at", "-id")
+    shown = list(documents[:DOCUMENTS_SHOWN])
+    for document in shown:  # what its last parse read, in words (the "Read" column)
+        document.parse_summary = parse_report_summary(document.parse_report)  # type: ignore[attr-defined]
     context.update(
         kb=kb,
         glance=glance,
         versions=list(versions_of(kb)),
         title=f"{kb.name} ({kb.tenant.name})",
         tasks=tasks,
-        documents=documents[:DOCUMENTS_SHOWN],
+        documents=shown,
         document_count=documents.count(),
         build_form=build_form,
         can_change=model_admin.has_change_permission(request),

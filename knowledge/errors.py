@@ -65,3 +65,13 @@ class InvalidSourcePath(DomainError):
     symlink, not a folder, or overlapping another tenant's source; ``details.rule`` names which."""
 
     code = "invalid_source_path"
+
+
+class ChunkNotFound(NotFoundError):
+    code = "chunk_not_found"
+
+
+class InvalidChunkEdit(DomainError):
+    """400: an edit that leaves a chunk without text, or changes nothing."""
+
+    code = "invalid_chunk_edit"

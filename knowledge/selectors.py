@@ -169,6 +169,14 @@ def document_of(kb: KnowledgeBase, document_id: int) -> Document:
     return document
 
 
+def document_of_tenant(tenant: Tenant, document_id: int) -> Document:
+    """A tenant's document by id alone (in any of its KBs); another tenant's, or a removed one, is missing."""
+    document = Document.objects.filter(tenant=tenant, pk=document_id).exclude(status=Document.Status.REMOVED).first()
+    if document is None:
+        raise DocumentNotFound(f"no document {document_id}")
+    return document
+
+
 RUNS_SHOWN = 5
 
 

@@ -126,6 +126,24 @@ class KnowledgeBaseOutput(IndexSettingsOutput):
     created_at = serializers.DateTimeField()
 
 
+class ParseReportOutput(serializers.Serializer):
+    """What the last successful parse of the file read (knowledge.parsing.ParseReport); all 0 and empty
+    before the first, or for a document ingested before reports were kept."""
+
+    pages = serializers.IntegerField(default=0, help_text="PDF pages (1 for an image)")
+    slides = serializers.IntegerField(default=0)
+    sheets = serializers.IntegerField(default=0)
+    rows = serializers.IntegerField(default=0, help_text="spreadsheet and table-CSV data rows")
+    tables = serializers.IntegerField(default=0, help_text="tables kept as Markdown tables (PDF, DOCX, PPTX)")
+    ocr_pages = serializers.IntegerField(default=0, help_text="pages and images read by OCR")
+    ocr_engine = serializers.CharField(default="", help_text='"tesseract" when OCR read a page')
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        default=list,
+        help_text="what could not be read: a page OCR failed on, a hidden sheet, a slide with no text",
+    )
+
+
 class DocumentOutput(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField(source="source_uri")
@@ -136,8 +154,21 @@ class DocumentOutput(serializers.Serializer):
     chunk_count = serializers.IntegerField()
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
+    parse_report = ParseReportOutput()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+
+class DocumentTextOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    knowledge_base = serializers.IntegerField(source="knowledge_base_id")
+    title = serializers.CharField()
+    doc_type = serializers.CharField()
+    text = serializers.CharField(source="extracted_text", help_text="what hits' `metadata.locator.chars` point into")
+    length = serializers.SerializerMethodField(help_text="characters in `text`")
+
+    def get_length(self, document: Document) -> int:
+        return len(document.extracted_text)
 
 
 class UploadInput(serializers.Serializer):

@@ -43,6 +43,9 @@ SUFFIX_OF_CONTENT_TYPE = {
     "text/html": ".html", "application/xhtml+xml": ".html", "text/plain": ".txt", "text/markdown": ".md",
     "application/pdf": ".pdf", "text/csv": ".csv", "application/json": ".json",
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": ".xlsx",
+    "image/png": ".png", "image/jpeg": ".jpg",
 }  # fmt: skip
 
 

@@ -203,7 +203,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
                     "status_url": "/api/v1/tasks/0b8f3f0e-4c1b-4a55-9d52-0f5b8a1c2d3e",
                     "documents": [
                         {"id": 41, "name": "guide.md", "status": "pending", "error": ""},
-                        {"id": 42, "name": "photo.png", "status": "failed", "error": "unsupported file type .png"},
+                        {"id": 42, "name": "photo.gif", "status": "failed", "error": "unsupported file type .gif"},
                     ],
                 },
             )

@@ -27,6 +27,7 @@ from engines.embedders import Embedder, EmbeddingError, get_embedder
 from engines.llm import LLMError
 from engines.llm_triples import with_triples
 from engines.metering import counting_cpu
+from knowledge.chunk_curation import apply_chunk_edits, sync_edited_chunk_ids
 from knowledge.chunking import (
     ChunkDraft,
     chunk_context,
@@ -91,6 +92,8 @@ class _PendingDocument:
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
     original: str  # its stored copy, or "" when none is kept
+    parse_report: dict  # knowledge.parsing.ParseReport.as_dict()
+    text: str  # knowledge.parsing.ParsedDocument.text
     parents: list[ChunkDraft] = field(default_factory=list)  # parent_child: the passages its drafts are children of
     extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
 
@@ -187,6 +190,7 @@ class Ingester:
             longest = max((self.embedder.count_tokens(text) for text in contexts if text), default=0)
             budget = max(window - longest, window // 2) if longest else window
             parents, drafts = self._chunk(parsed.sections, budget)
+            drafts = apply_chunk_edits(existing, drafts, self.embedder.count_tokens)  # a curator's, kept
         except (OSError, ParseError) as exc:
             self._fail(source, existing, str(exc))
             return
@@ -202,9 +206,10 @@ class Ingester:
             original = keep_original(self.kb, source.path.name, md5, ContentFile(data))
         self._pending.append(
             _PendingDocument(
-                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original, parents
+                source, existing, md5, title, context, parsed.doc_type, labels, drafts, analyzed, original,
+                parsed.report.as_dict(), parsed.text, parents,
             )
-        )
+        )  # fmt: skip
 
     def _chunk(self, sections: list[Section], budget: int) -> tuple[list[ChunkDraft], list[ChunkDraft]]:
         """The version's chunks of a document (its children, under ``parent_child``) and their parents
@@ -307,6 +312,8 @@ class Ingester:
                 )
                 offset += len(doc.drafts)
             copy_chunks(self.kb, self.version, batches)
+            if not self._fills_new_version:
+                sync_edited_chunk_ids([document.pk for document in documents], self.version)
             rows = list(
                 Chunk.objects.filter(document__in=documents, kb_version=self.version).values_list(
                     "id", "document_id", "ordinal"
@@ -377,6 +384,8 @@ class Ingester:
                 tags=doc.labels.tags,
                 metadata=doc.labels.metadata,
                 chunk_count=len(doc.drafts),
+                parse_report=doc.parse_report,
+                extracted_text=doc.text,
                 original=doc.original,
                 removed_at=None,
             )
@@ -388,7 +397,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
-                "metadata", "chunk_count", "original", "removed_at", "updated_at",
+                "metadata", "chunk_count", "parse_report", "extracted_text", "original", "removed_at", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):

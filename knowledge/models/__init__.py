@@ -15,6 +15,7 @@ from knowledge.models.content import (
     current_graph_extractor,
     originals_storage,
 )
+from knowledge.models.curation import ChunkEdit
 from knowledge.models.graph import (
     GraphCommunity,
     GraphEdge,
@@ -31,6 +32,7 @@ __all__ = [
     "PARENT_CHILD",
     "PLAIN",
     "Chunk",
+    "ChunkEdit",
     "DictionaryTerm",
     "Document",
     "GraphCommunity",

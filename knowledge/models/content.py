@@ -169,6 +169,17 @@ class Document(models.Model):
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    parse_report = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the last successful parse read (knowledge.parsing.ParseReport.as_dict): pages, slides, "
+        "sheets, rows, tables, OCR'd pages and warnings.",
+    )
+    extracted_text = models.TextField(
+        blank=True,
+        help_text="The text its chunks were cut from (knowledge.parsing.ParsedDocument.text), which chunk "
+        "locators' character offsets point into; empty until a parse after it was kept.",
+    )
     original = models.CharField(
         max_length=1024, blank=True, help_text="Name in the originals storage of the file its chunks were cut from."
     )

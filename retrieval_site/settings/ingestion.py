@@ -22,6 +22,11 @@ class Ingestion(Section):
     # Uploads (POST /api/v1/knowledge-bases/{id}/documents); MAX_REQUEST_BYTES bounds the other bodies.
     UPLOAD_MAX_FILE_BYTES: PositiveInt = 20 * 1024 * 1024
     UPLOAD_MAX_REQUEST_BYTES: PositiveInt = 100 * 1024 * 1024
+    # OCR of images and of PDF pages with no text layer (Debian's tesseract-ocr; engines/ocr.py): its
+    # languages, the resolution a PDF page is rendered at, and the time one page may take.
+    OCR_LANGUAGES: str = "chi_sim+eng"
+    OCR_DPI: PositiveInt = 200
+    OCR_PAGE_TIMEOUT_S: PositiveFloat = 120.0
     # Versions retired (or failed) longer than this are purged by the hourly beat task; until then a
     # retired version can be activated again (rollback).
     KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7

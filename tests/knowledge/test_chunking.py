@@ -96,7 +96,11 @@ def test_parents_are_bounded_and_every_child_lies_inside_its_parent(embedder):
     assert all(child.token_count <= 48 for child in children)
     assert all(_inside(child, parents) for child in children)
     assert sorted({child.parent for child in children}) == list(range(len(parents)))  # every parent has children
-    assert all(child.metadata == {"section": "Setup"} for child in children)
+    assert all(child.metadata["section"] == "Setup" == child.metadata["locator"]["section"] for child in children)
+    text = "\n\n".join(paragraphs)
+    for draft in [*parents, *children]:  # each points at its own text in the section (a parent's first child too)
+        start, end = draft.metadata["locator"]["chars"]
+        assert text[start:end] == draft.text
     # The parents cover the text once (no overlap): each product code is in exactly one parent.
     for code in ("SKY-000", "SKY-305", "SKY-507"):
         assert sum(code in parent.text for parent in parents) == 1

@@ -181,7 +181,8 @@ def test_the_glance_links_each_kb_to_its_lifecycle_page_which_says_what_to_do_wh
 
 def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_client):
     kb = KnowledgeBaseFactory()
-    ChunkFactory.create_batch(2, document=DocumentFactory(knowledge_base=kb, source_uri="a.txt"))
+    report = {"pages": 3, "tables": 1, "ocr_pages": 1, "ocr_engine": "tesseract", "warnings": ["page 2 has <no> text"]}
+    ChunkFactory.create_batch(2, document=DocumentFactory(knowledge_base=kb, source_uri="a.txt", parse_report=report))
     DocumentFactory(knowledge_base=kb, status="failed", source_uri="bad.pdf", error="cannot parse <b>bad.pdf</b>")
     other_version(kb, 2, "ready")
     other_version(kb, 3, "failed", error="b.txt: broken")
@@ -190,6 +191,10 @@ def test_the_lifecycle_page_shows_documents_versions_and_their_actions(admin_cli
     assert page.context["glance"].documents_by_status == {"pending": 0, "ready": 1, "failed": 1, "removed": 0}
     assert [doc.source_uri for doc in page.context["documents"]] == ["bad.pdf", "a.txt"]  # the latest first
     assert "cannot parse &lt;b&gt;bad.pdf&lt;/b&gt;" in html and "b.txt: broken" in html
+    assert (
+        '<td class="parse-report">3 pages, 1 table, 1 page read by OCR (tesseract). '
+        "Warnings: page 2 has &lt;no&gt; text.</td>"
+    ) in html
     rows = dict(re.findall(r'<tr class="version" data-version="(\d+)">(.*?)</tr>', html, re.S))
     assert 'value="Activate"' in rows["2"] and 'value="Retire"' in rows["2"]
     assert "<form" not in rows["1"] and "<form" not in rows["3"]  # the active one and a failed one: no action
@@ -222,18 +227,18 @@ def test_who_may_see_and_act_on_a_knowledge_base(client, staff):
 
 def test_files_uploaded_in_the_console_are_queued_like_the_apis(admin_client, settings, embedder):
     kb = KnowledgeBaseFactory()
-    files = [SimpleUploadedFile("lock.md", b"# Lock\n\nFits doors 35 to 80 mm."), SimpleUploadedFile("x.png", b"png")]
+    files = [SimpleUploadedFile("lock.md", b"# Lock\n\nFits doors 35 to 80 mm."), SimpleUploadedFile("x.gif", b"png")]
     response = admin_client.post(
         lifecycle(kb), {"action": "upload", "files": files}, HTTP_X_REQUESTED_WITH="XMLHttpRequest"
     )
     assert response.json() == {"location": lifecycle(kb)}  # the page's script goes back there itself
     documents = {doc.source_uri: doc for doc in Document.objects.filter(knowledge_base=kb)}
     assert documents["lock.md"].status == "pending" and documents["lock.md"].original
-    assert documents["x.png"].status == "failed"
+    assert documents["x.gif"].status == "failed"
     task = KnowledgeTask.objects.get(knowledge_base=kb)
     assert task.kind == "ingest"
     (queued, refused) = messages_of(admin_client.get(response.json()["location"]))  # shown where the script goes
-    assert f"Queued 1 file(s) for ingestion (task {task.task_id})" in queued and "x.png: unsupported" in refused
+    assert f"Queued 1 file(s) for ingestion (task {task.task_id})" in queued and "x.gif: unsupported" in refused
 
     settings.UPLOAD_MAX_FILE_BYTES = 8
     big = act(admin_client, kb, {"action": "upload", "files": [SimpleUploadedFile("big.txt", b"0123456789")]})

@@ -75,7 +75,10 @@ def test_clean_text_whitespace_and_control_characters():
 
 
 def test_supported_suffixes_and_doc_types():
-    assert {".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx", ".csv", ".jsonl"} == SUPPORTED_SUFFIXES
+    assert {
+        ".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx", ".csv", ".jsonl",
+        ".xlsx", ".pptx", ".png", ".jpg", ".jpeg",
+    } == SUPPORTED_SUFFIXES  # fmt: skip
     assert doc_type_for(Path("a.CSV")) == "faq"
     assert doc_type_for(Path("a.jsonl")) == "faq"
     assert doc_type_for(Path("a.htm")) == "html"
@@ -88,9 +91,8 @@ def test_txt_utf8_with_bom(tmp_path):
 
     parsed = parse_file(path)
 
-    assert parsed == ParsedDocument(
-        title="menu", doc_type="txt", sections=[Section(f"{clean_text(CHINESE)}\n\n产品编号 SKY-10023908", {})]
-    )
+    text = f"{clean_text(CHINESE)}\n\n产品编号 SKY-10023908"
+    assert parsed == ParsedDocument(title="menu", doc_type="txt", sections=[Section(text, {})], text=text)
 
 
 def test_txt_gbk_is_detected(tmp_path):
@@ -218,18 +220,17 @@ def test_pdf_with_owner_password_only_opens(tmp_path):
     assert "SKY-10023908" in parsed.sections[0].text
 
 
-def test_docx_keeps_document_order(tmp_path):
+def test_docx_keeps_document_order_with_its_table_in_markdown(tmp_path):
     parsed = parse_file(write_docx(tmp_path / "install.docx"))
 
     assert parsed.title == "Installation Guide"
     assert parsed.doc_type == "docx"
     assert parsed.sections == [
-        Section(
-            "Installation Guide\n\nUnpack the SKY-10023908 unit carefully.\n\n"
-            "Part | Quantity\nScrew M4 | 8\n\nThen connect the power cable.",
-            {},
-        )
+        Section("Unpack the SKY-10023908 unit carefully.", {}),
+        Section("| Screw M4 | 8 |", {"table": 1}, rows=(2,), header="| Part | Quantity |\n| --- | --- |"),
+        Section("Then connect the power cable.", {}),
     ]
+    assert parsed.report.tables == 1
 
 
 def test_docx_title_prefers_core_properties(tmp_path):
@@ -309,7 +310,7 @@ def assert_parse_error(path: Path, phrase: str) -> str:
         ("broken.pdf", b"%PDF-1.4\nthis is not really a pdf\n", "could not read PDF: "),
         ("fake.docx", b"plain text pretending to be a Word file", "could not read DOCX: the file is not a .docx (zip)"),
         ("faq.jsonl", b'["q", "a"]\n', "line 1 is not a JSON object"),
-        ("faq.csv", b"title,body\nx,y\n", "found columns: title, body"),
+        ("faq.csv", b"title,body\n,\n", "no text found (the table has no data rows)"),
         ("faq.csv", b"question,answer\nfine?,yes\nhalf?,\n", "FAQ row 2 has no answer"),
         ("faq.jsonl", b'{"answer": "orphan"}\n', "FAQ line 1 has no question"),
         ("empty.txt", b"", "no text found"),

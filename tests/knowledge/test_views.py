@@ -181,13 +181,13 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
         text_file("lock.md", "# PPR-9087 lock\n\nThe PPR-9087 lock fits doors 35 to 80 mm thick."),
         text_file("kettle.txt", "The kettle boils 1.7 litres of water in four minutes."),
         SimpleUploadedFile("broken.pdf", b"%PDF-1.4 not a pdf", content_type="application/pdf"),
-        SimpleUploadedFile("photo.png", b"\x89PNG", content_type="image/png"),
+        SimpleUploadedFile("photo.gif", b"GIF89a", content_type="image/gif"),
         metadata=json.dumps(labels),
     )
     assert response.status_code == 202, response.content
     queued = response.json()
     statuses = {doc["name"]: doc["status"] for doc in queued["documents"]}
-    assert statuses == {"lock.md": "pending", "kettle.txt": "pending", "broken.pdf": "pending", "photo.png": "failed"}
+    assert statuses == {"lock.md": "pending", "kettle.txt": "pending", "broken.pdf": "pending", "photo.gif": "failed"}
     assert queued["status_url"] == f"/api/v1/tasks/{queued['task_id']}"
 
     answers = poll(writer, queued["status_url"])
@@ -201,10 +201,13 @@ def test_upload_poll_search_and_delete(celery_worker, tenant, writer):
     listed = writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents").json()["results"]
     documents = {doc["name"]: doc for doc in listed}
     assert {name: doc["status"] for name, doc in documents.items()} == {
-        "lock.md": "ready", "kettle.txt": "ready", "broken.pdf": "failed", "photo.png": "failed",
+        "lock.md": "ready", "kettle.txt": "ready", "broken.pdf": "failed", "photo.gif": "failed",
     }  # fmt: skip
-    assert "unsupported" in documents["photo.png"]["error"] and documents["broken.pdf"]["error"]
+    assert "unsupported" in documents["photo.gif"]["error"] and documents["broken.pdf"]["error"]
     assert (documents["lock.md"]["tags"], documents["lock.md"]["metadata"]) == (["manual"], {"shop_id": 7})
+    assert documents["lock.md"]["parse_report"] == {
+        "pages": 0, "slides": 0, "sheets": 0, "rows": 0, "tables": 0, "ocr_pages": 0, "ocr_engine": "", "warnings": [],
+    }  # fmt: skip
     lock = documents["lock.md"]
     assert writer.get(f"/api/v1/knowledge-bases/{kb['id']}/documents/{lock['id']}").json() == lock
 

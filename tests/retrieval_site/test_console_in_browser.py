@@ -298,10 +298,12 @@ def test_a_curator_merges_an_entity_on_the_graph_page_and_it_holds_through_reing
 
     from knowledge.models import GraphEntity
 
-    (tmp_path / "lock.txt").write_text("The PPR-9087 door lock is made by Skyline Home.", encoding="utf-8")
-    (tmp_path / "recall.txt").write_text("Skyline Homes recalled the AirSense monitor SKY-30452.", encoding="utf-8")
+    folder = tmp_path / "docs"  # not tmp_path itself: the screenshots land there, and PNGs are documents too
+    folder.mkdir()
+    (folder / "lock.txt").write_text("The PPR-9087 door lock is made by Skyline Home.", encoding="utf-8")
+    (folder / "recall.txt").write_text("Skyline Homes recalled the AirSense monitor SKY-30452.", encoding="utf-8")
     kb = create_knowledge_base(tenant=create_tenant("locks"), name="locks", chunk_size=120, chunk_overlap=0)
-    Ingester(kb).ingest(discover_files([tmp_path]))
+    Ingester(kb).ingest(discover_files([folder]))
     page = logged_in
     page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=ppr-9087")
     page.get_by_role("link", name="PPR-9087", exact=True).click()
@@ -319,6 +321,6 @@ def test_a_curator_merges_an_entity_on_the_graph_page_and_it_holds_through_reing
     version = kb.active_version
     assert GraphEntity.objects.get(kb_version=version, name="skyline home").chunk_count == 2
 
-    Ingester(kb).ingest([replace(source, force=True) for source in discover_files([tmp_path])])
+    Ingester(kb).ingest([replace(source, force=True) for source in discover_files([folder])])
     assert not GraphEntity.objects.filter(kb_version=version, name="skyline homes").exists()
     assert GraphEntity.objects.get(kb_version=version, name="skyline home").chunk_count == 2

@@ -60,6 +60,8 @@ def test_the_walk_finds_every_api_endpoint():
         "api/v1/knowledge-bases/1",
     }
     expected |= {"api/v1/knowledge-bases/1/documents", "api/v1/knowledge-bases/1/documents/1"}
+    expected |= {"api/v1/documents/1/text", "api/v1/knowledge-bases/1/documents/1/chunks"}
+    expected |= {"api/v1/knowledge-bases/1/documents/1/chunks/1"}
     expected |= {"api/v1/knowledge-bases/1/versions", "api/v1/knowledge-bases/1/versions/1/activate", "api/v1/tasks/1"}
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}
     expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}

@@ -18,6 +18,7 @@ from knowledge.models import Chunk, Document
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
+from tests.knowledge.formats import write_pptx
 from tests.knowledge.helpers import chunk_texts, ingest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -77,7 +78,7 @@ def test_reingesting_unchanged_files_does_nothing(kb, tmp_path):
 
 
 def test_a_new_chunker_version_rechunks_unchanged_files_of_the_types_it_changes(kb, tmp_path, monkeypatch):
-    (tmp_path / "a.md").write_text("The SKY-20031 bulb resets after three power cycles.")
+    write_pptx(tmp_path / "a.pptx")
     (tmp_path / "b.txt").write_text("The SKY-20032 bulb resets after two power cycles.")
     ingest(kb, tmp_path)
     assert ingest(kb, tmp_path).unchanged == 2
@@ -85,7 +86,7 @@ def test_a_new_chunker_version_rechunks_unchanged_files_of_the_types_it_changes(
     report = ingest(kb, tmp_path)
     assert (report.unchanged, report.replaced) == (1, 1)
     versions = dict(Document.objects.filter(knowledge_base=kb).values_list("doc_type", "chunker_version"))
-    assert versions == {"md": "next", "txt": chunking.UNCHANGED_SINCE["txt"]}
+    assert versions == {"pptx": "next", "txt": chunking.UNCHANGED_SINCE["txt"]}
     assert ingest(kb, tmp_path).unchanged == 2
 
 
