@@ -41,3 +41,9 @@ class RerankerUnavailable(UnavailableError):
 
 class GraphUnavailable(UnavailableError):
     code = "graph_unavailable"
+
+
+class InvalidQuerySet(DomainError):
+    """A judged query, grade or query set file the service cannot read; ``details`` says where."""
+
+    code = "invalid_query_set"
