@@ -37,6 +37,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
             ("query_vector_mismatch", "query_vector has 768 dimensions; model 'all-MiniLM-L6-v2' makes 384"),
             ("query_vector_not_applicable", "query_vector needs a dense leg; mode bm25 has none"),
+            ("invalid_query_set", "a grade is 0, 1 or 2, not 5"),
         ],
     ),
     401: (
@@ -61,12 +62,16 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ("version_not_found", "knowledge base 2 has no version 9"),
             ("source_not_found", "knowledge base 2 has no source 5"),
             ("task_not_found", "unknown task id: 00000000-0000-0000-0000-000000000000"),
+            ("evaluation_run_not_found", "unknown evaluation run id: 12"),
             ("not_found", "Not found."),
         ],
     ),
     409: (
         "A request with the same `Idempotency-Key` is still running; retry shortly.",
-        [("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly.")],
+        [
+            ("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly."),
+            ("empty_query_set", "the knowledge base's query set has no query with a relevant judgment"),
+        ],
     ),
     413: (
         "The body is larger than `MAX_REQUEST_BYTES`.",

@@ -92,7 +92,11 @@ def query_set_view(request, context: dict) -> HttpResponse:
     """GET ?kb=: the KB's set, runs and export links (``export=csv|beir``); POST: import a file, remove a
     query, or start an evaluation run."""
     kbs = visible_kbs(request.user).order_by("tenant__name", "name")
-    kb = _kb(request, request.GET.get("kb") or request.POST.get("kb")) if (request.GET.get("kb") or request.POST.get("kb")) else None
+    kb = (
+        _kb(request, request.GET.get("kb") or request.POST.get("kb"))
+        if (request.GET.get("kb") or request.POST.get("kb"))
+        else None
+    )
     if kb is not None and request.method == "POST":
         return _query_set_post(request, kb)
     if kb is not None and request.GET.get("export") in ("csv", "beir"):
