@@ -14,6 +14,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q, QuerySet
@@ -40,8 +41,8 @@ class ImportCounts:
 
 
 def document_key(source_uri: str) -> str:
-    """How a hit's document is named in judgments: its file name."""
-    return corpus_id_from_uri(source_uri)
+    """How a hit's document is named in judgments: its file name (URL-decoded, as in ``corpus_id_from_uri``)."""
+    return unquote(source_uri.rsplit("/", 1)[-1])
 
 
 # --- reads ----------------------------------------------------------------------------------------
@@ -71,7 +72,8 @@ def as_dataset(kb: KnowledgeBase) -> BeirDataset:
     those with a relevant judgment (a query with none cannot score)."""
     queries, qrels = {}, {}
     for judged in judged_queries_of(kb):
-        grades = {judgment.document: judgment.grade for judgment in judged.judgments.all()}
+        # read as ``run_variant`` reads a hit's source URI (``corpus_id_from_uri``), so both sides match
+        grades = {corpus_id_from_uri(judgment.document): judgment.grade for judgment in judged.judgments.all()}
         if any(grade > 0 for grade in grades.values()):
             queries[str(judged.pk)] = judged.query
             qrels[str(judged.pk)] = grades
