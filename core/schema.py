@@ -37,7 +37,6 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
             ("query_vector_mismatch", "query_vector has 768 dimensions; model 'all-MiniLM-L6-v2' makes 384"),
             ("query_vector_not_applicable", "query_vector needs a dense leg; mode bm25 has none"),
-            ("invalid_query_set", "a grade is 0, 1 or 2, not 5"),
         ],
     ),
     401: (
@@ -68,10 +67,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
     ),
     409: (
         "A request with the same `Idempotency-Key` is still running; retry shortly.",
-        [
-            ("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly."),
-            ("empty_query_set", "the knowledge base's query set has no query with a relevant judgment"),
-        ],
+        [("idempotency_in_flight", "A request with this Idempotency-Key is still in progress; retry shortly.")],
     ),
     413: (
         "The body is larger than `MAX_REQUEST_BYTES`.",

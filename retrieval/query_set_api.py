@@ -6,19 +6,26 @@ writes ``ingest`` (``KnowledgeApiViewSet``)."""
 from __future__ import annotations
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
+from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from knowledge.selectors import knowledge_base_of
 from knowledge.views import KnowledgeApiViewSet
 from retrieval import query_sets
 from retrieval.errors import InvalidQuerySet
 from retrieval.evaluation import kb_runs
 from retrieval.models import EvaluationRun, JudgedQuery
+
+EMPTY_QUERY_SET = OpenApiResponse(
+    response=ErrorOutput,
+    description="No query of the set has a relevant judgment (`empty_query_set`); or a request with the same "
+    "`Idempotency-Key` is still running (`idempotency_in_flight`).",
+)
+# A bad grade, file or setting of a query set or run: `invalid_query_set` (beside `invalid_request`).
 
 
 class JudgedQueryOutput(serializers.Serializer):
@@ -172,7 +179,7 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         "when no query has a relevant judgment.",
         request=EvaluationInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 409, 429)},
+        responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 429), 409: EMPTY_QUERY_SET},
     )
     def create(self, request: Request, kb_id: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
