@@ -96,6 +96,10 @@ class EvaluationOutput(serializers.ModelSerializer):
         return ((run.summary or {}).get("relevance_threshold") or {}).get("threshold_keeping_90")
 
 
+class ThresholdOutput(serializers.Serializer):
+    score_threshold = serializers.FloatField(help_text="the KB's default score_threshold now")
+
+
 class QuerySetViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/query-set``."""
 
@@ -181,6 +185,18 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 429), 409: EMPTY_QUERY_SET},
     )
+    @extend_schema(
+        summary="Make the run's recommended threshold the KB's default score_threshold",
+        description="The highest relevance threshold keeping 90 % of the run's judged-relevant top-10 hits becomes "
+        "the KB's `score_threshold`, which Dify's retrieval applies when Dify sends none (0.0). Needs `ingest`.",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={200: ThresholdOutput, **error_responses(400, 401, 403, 404, 429)},
+    )
+    def threshold(self, request: Request, kb_id: int, pk: int) -> Response:
+        run = kb_runs.run_of(knowledge_base_of(request.tenant, kb_id), pk)
+        return Response(ThresholdOutput({"score_threshold": kb_runs.make_threshold_default(run)}).data)
+
     def create(self, request: Request, kb_id: int) -> Response:
         kb = knowledge_base_of(request.tenant, kb_id)
         params = EvaluationInput(data=request.data)

@@ -176,6 +176,15 @@ def evaluation_view(request, run_id: int, context: dict) -> HttpResponse:
     by default the run before it) and the relevance-threshold curve with the recommended threshold."""
     run = _run(request, run_id)
     kb = run.knowledge_base
+    if request.method == "POST" and "make_default" in request.POST:
+        try:
+            threshold = kb_runs.make_threshold_default(run)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"{kb.name}'s default score_threshold is now {threshold}: Dify's retrieval "
+                             "applies it when Dify sends none.")  # fmt: skip
+        return HttpResponseRedirect(request.get_full_path())
     others = [other for other in kb_runs.runs_of(kb).filter(status=EvaluationRun.Status.DONE) if other.pk != run.pk]
     against = request.GET.get("against", "")
     base = next((other for other in others if str(other.pk) == against), None)
@@ -197,6 +206,7 @@ def evaluation_view(request, run_id: int, context: dict) -> HttpResponse:
         curve_chart=_curve_chart(curve) if curve.get("curve") else None,
         status_url=reverse("admin:retrieval_retrievalrun_evaluation_status", args=[run.pk]),
         query_set_url=query_set_url(kb.pk),
+        kb_default=(kb.search_settings or {}).get("score_threshold"),
     )
     return TemplateResponse(request, "admin/retrieval/evaluation_run.html", context)
 

@@ -8,7 +8,7 @@ from django.db.models import TextField
 from django.db.models.functions import MD5, Cast
 
 from knowledge.chunking import contextual_text
-from knowledge.models import Chunk, ParentChunk
+from knowledge.models import Chunk, KnowledgeBase, ParentChunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
@@ -140,3 +140,11 @@ def embedding_sample(version_id: int, size: int) -> np.ndarray:
     if not vectors:
         return np.empty((0, 0), dtype=np.float32)
     return np.stack([np.asarray(vector, dtype=np.float32) for vector in vectors])
+
+
+def default_score_threshold(tenant: Tenant, kb_id: int) -> float:
+    """The KB's default ``score_threshold`` (``search_settings``, set from an evaluation run's
+    recommendation), 0.0 when it sets none or is not the tenant's (the search then answers that)."""
+    settings = KnowledgeBase.objects.filter(tenant=tenant, pk=kb_id).values_list("search_settings", flat=True).first()
+    value = (settings or {}).get("score_threshold")
+    return float(value) if isinstance(value, int | float) else 0.0

@@ -48,6 +48,11 @@ urlpatterns = [
         EvaluationViewSet.as_view({"get": "retrieve"}),
         name="evaluation-detail",
     ),
+    re_path(
+        rf"^{KB}/evaluations/(?P<pk>{ID_PATTERN})/threshold$",
+        EvaluationViewSet.as_view({"post": "threshold"}),
+        name="evaluation-threshold",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),

@@ -12,6 +12,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from core.errors import ConflictError, NotFoundError
+from knowledge.knowledge_bases import update_search_settings
 from knowledge.models import KnowledgeBase
 from knowledge.search_settings import FUSIONS
 from retrieval.errors import InvalidQuerySet
@@ -128,6 +129,19 @@ def wins_and_losses(before: EvaluationRun, after: EvaluationRun) -> list[dict]:
              "before": a, "after": b, "delta": round(b - a, 6)}
         )  # fmt: skip
     return sorted(rows, key=lambda row: (row["delta"], row["query_id"]))
+
+
+def make_threshold_default(run: EvaluationRun) -> float:
+    """Store the run's recommended threshold (keeping 90 % of the judged-relevant top-10 hits) as the KB's
+    default ``score_threshold``, what Dify's retrieval applies when Dify sends none."""
+    kb = run.knowledge_base
+    recommended = ((run.summary or {}).get("relevance_threshold") or {}).get("threshold_keeping_90")
+    if recommended is None:
+        raise InvalidQuerySet(
+            "this run recommends no threshold: its top-10 hits held no judged-relevant one", details={"run_id": run.pk}
+        )
+    update_search_settings(kb, {**(kb.search_settings or {}), "score_threshold": recommended})
+    return float(recommended)
 
 
 # --- writes ---------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def test_the_walk_finds_every_api_endpoint():
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}
     expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}
     expected |= {f"api/v1/knowledge-bases/1/query-set{tail}" for tail in ("", "/judgments", "/import")}
-    expected |= {"api/v1/knowledge-bases/1/evaluations", "api/v1/knowledge-bases/1/evaluations/1"}
+    expected |= {f"api/v1/knowledge-bases/1/evaluations{tail}" for tail in ("", "/1", "/1/threshold")}
     assert expected | PUBLIC_API_ROUTES == routes
 
 

@@ -121,3 +121,41 @@ def test_a_run_started_through_the_api_runs_on_a_worker_with_progress(celery_wor
     assert done["metrics"]["ndcg@10"] == 1.0 and done["metrics"]["mrr@10"] == 1.0
     assert done["recommended_threshold"] is not None
     assert [run["id"] for run in client.get(f"{base}/evaluations").json()["results"]] == [done["id"]]
+
+
+def test_the_recommended_threshold_becomes_the_kbs_default_and_dify_applies_it_when_it_sends_none(
+    admin_client, judged_sample
+):
+    kb = judged_sample
+    run = kb_runs.execute_evaluation(kb_runs.start_evaluation(kb, {"mode": "hybrid"}).pk)
+    recommended = run.summary["relevance_threshold"]["threshold_keeping_90"]
+    page = f"/admin/retrieval/retrievalrun/evaluations/{run.pk}/"
+    assert 'name="make_default"' in admin_client.get(page).content.decode()
+    assert admin_client.post(page, {"make_default": "1"}).status_code == 302
+    kb.refresh_from_db()
+    assert kb.search_settings["score_threshold"] == recommended
+
+    dify = client_for(kb.tenant)
+    query = "How do I return an item for a refund?"
+    hybrid = dify.post("/api/v1/retrieval/hybrid", {"query": query, "top_k": 10, "kb_ids": [kb.pk]}, format="json")
+    hits = hybrid.json()["results"]
+    assert any(hit["relevance"] < recommended for hit in hits)  # the default has something to drop
+    body = {"knowledge_id": str(kb.pk), "query": query, "retrieval_setting": {"top_k": 10, "score_threshold": 0.0}}
+    records = dify.post("/api/v1/dify/retrieval", body, format="json").json()["records"]
+    assert [r["metadata"]["chunk_id"] for r in records] == [
+        h["chunk_id"] for h in hits if h["relevance"] >= recommended
+    ]
+    body["retrieval_setting"]["score_threshold"] = 0.01  # the caller's own threshold wins
+    records = dify.post("/api/v1/dify/retrieval", body, format="json").json()["records"]
+    assert [r["metadata"]["chunk_id"] for r in records] == [h["chunk_id"] for h in hits if h["relevance"] >= 0.01]
+
+
+def test_the_api_makes_the_recommended_threshold_the_default(judged_sample):
+    kb = judged_sample
+    run = kb_runs.execute_evaluation(kb_runs.start_evaluation(kb, {"mode": "hybrid"}).pk)
+    url = f"/api/v1/knowledge-bases/{kb.pk}/evaluations/{run.pk}/threshold"
+    assert client_for(kb.tenant).post(url).status_code == 403  # a search key may not change the KB
+    answer = client_for(kb.tenant, "ingest").post(url)
+    assert answer.json() == {"score_threshold": run.summary["relevance_threshold"]["threshold_keeping_90"]}
+    other = KnowledgeBaseFactory()
+    assert client_for(other.tenant, "ingest").post(url).json()["error"]["code"] == "knowledge_base_not_found"
