@@ -162,3 +162,27 @@ class EvaluationRun(models.Model):
         """The summary's figures under names a template can read (``ndcg``, ``recall``, ``mrr``)."""
         metrics = (self.summary or {}).get("metrics") or {}
         return {"ndcg": metrics.get("ndcg@10"), "recall": metrics.get("recall@10"), "mrr": metrics.get("mrr@10")}
+
+
+class VersionGate(models.Model):
+    """A comparison of a ready version with the active one (``retrieval.evaluation.gate``): nDCG@10 of
+    both on the KB's query set, the per-query losses, the overlap of their top 10s on recent real
+    queries, and whether the version passed (and was switched to, for ``activate: "gated"``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="version_gates")
+    knowledge_base = models.ForeignKey(
+        "knowledge.KnowledgeBase", on_delete=models.CASCADE, related_name="version_gates"
+    )
+    version_number = models.PositiveIntegerField()  # the candidate
+    active_number = models.PositiveIntegerField()  # the version it was compared with
+    passes = models.BooleanField()
+    activated = models.BooleanField(default=False)
+    report = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["knowledge_base", "version_number", "-created_at"], name="version_gate_recent")]
+
+    def __str__(self) -> str:
+        return f"gate of version {self.version_number} of {self.knowledge_base_id}"

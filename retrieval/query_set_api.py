@@ -12,13 +12,14 @@ from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.errors import NotFoundError
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
-from knowledge.selectors import knowledge_base_of
+from knowledge.selectors import knowledge_base_of, version_of
 from knowledge.views import KnowledgeApiViewSet
 from retrieval import query_sets
 from retrieval.errors import InvalidQuerySet
-from retrieval.evaluation import kb_runs
-from retrieval.models import EvaluationRun, JudgedQuery
+from retrieval.evaluation import gate, kb_runs
+from retrieval.models import EvaluationRun, JudgedQuery, VersionGate
 
 EMPTY_QUERY_SET = OpenApiResponse(
     response=ErrorOutput,
@@ -26,6 +27,17 @@ EMPTY_QUERY_SET = OpenApiResponse(
     "`Idempotency-Key` is still running (`idempotency_in_flight`).",
 )
 # A bad grade, file or setting of a query set or run: `invalid_query_set` (beside `invalid_request`).
+
+
+VERSION_NOT_READY = OpenApiResponse(
+    response=ErrorOutput,
+    description="The version is not ready (`version_conflict`); or a request with the same `Idempotency-Key` is "
+    "still running (`idempotency_in_flight`).",
+)
+
+
+class VersionGateNotFound(NotFoundError):
+    code = "version_gate_not_found"
 
 
 class JudgedQueryOutput(serializers.Serializer):
@@ -203,3 +215,42 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         params.is_valid(raise_exception=True)
         run = kb_runs.start_evaluation(kb, dict(params.validated_data))
         return Response(EvaluationOutput(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class VersionGateOutput(serializers.ModelSerializer):
+    class Meta:
+        model = VersionGate
+        fields = ["version_number", "active_number", "passes", "activated", "report", "created_at"]
+
+
+class VersionGateViewSet(KnowledgeApiViewSet):
+    """``/api/v1/knowledge-bases/{kb_id}/versions/{number}/gate``: a version against the active one."""
+
+    pagination_class = None
+
+    @extend_schema(
+        summary="The latest comparison of a version with the active one",
+        description='What `activate: "gated"` decided on, or the last `POST`: nDCG@10 of both versions on the '
+        "KB's query set, the per-query losses, the overlap of their top 10s on recent real queries.",
+        responses={200: VersionGateOutput, **error_responses(401, 403, 404, 429)},
+    )
+    def retrieve(self, request: Request, kb_id: int, number: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        version_of(kb, number, counted=False)
+        record = gate.latest_gate(kb, number)
+        if record is None:
+            raise VersionGateNotFound(f"version {number} has not been compared yet: POST to compare it")
+        return Response(VersionGateOutput(record).data)
+
+    @extend_schema(
+        summary="Compare a ready version with the active one now (no switch)",
+        description="Runs the KB's query set on both versions (and recent queries for the overlap), keeps the "
+        "report and returns it; switch with `POST .../versions/{number}/activate`. Needs `ingest`.",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={200: VersionGateOutput, **error_responses(401, 403, 404, 429), 409: VERSION_NOT_READY},
+    )
+    def create(self, request: Request, kb_id: int, number: int) -> Response:
+        kb = knowledge_base_of(request.tenant, kb_id)
+        record = gate.check_version(kb, version_of(kb, number, counted=False), activate=False)
+        return Response(VersionGateOutput(record).data)

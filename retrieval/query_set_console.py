@@ -13,11 +13,12 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from core.errors import DomainError
-from knowledge.models import KnowledgeBase
+from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import FUSIONS
+from knowledge.versions import activate_version
 from retrieval import query_sets
 from retrieval.charts import Series, bar_chart, line_chart
-from retrieval.evaluation import kb_runs
+from retrieval.evaluation import gate, kb_runs
 from retrieval.models import EvaluationRun
 from retrieval.types import MODES
 from tenants.selectors import tenants_visible_to
@@ -111,9 +112,16 @@ def query_set_view(request, context: dict) -> HttpResponse:
             threshold=kb_runs.relevance_threshold_of(kb),
             modes=MODES,
             fusions=FUSIONS,
+            versions=_versions(kb),
         )
     context.update(kbs=kbs)
     return TemplateResponse(request, "admin/retrieval/query_set.html", context)
+
+
+def _versions(kb: KnowledgeBase) -> list[dict]:
+    """The KB's ready versions (not active), each with its latest comparison with the active one."""
+    ready = kb.versions.filter(status=KnowledgeBaseVersion.Status.READY).order_by("-number")
+    return [{"version": version, "gate": gate.latest_gate(kb, version.number)} for version in ready]
 
 
 def _export(kb: KnowledgeBase, kind: str) -> HttpResponse:
@@ -139,6 +147,20 @@ def _query_set_post(request, kb: KnowledgeBase) -> HttpResponse:
             else:
                 counts = query_sets.import_query_set(kb, upload.name, upload.read())
                 messages.success(request, f"Imported {counts.queries} queries and {counts.judgments} judgments.")
+        elif "gate" in request.POST or "switch" in request.POST:
+            number = request.POST.get("gate") or request.POST.get("switch") or ""
+            version = kb.versions.filter(number=int(number) if number.isdigit() else 0).first()
+            if version is None:
+                raise Http404("no such version")
+            if "gate" in request.POST:
+                record = gate.check_version(kb, version, activate=False)
+                (messages.success if record.passes else messages.warning)(
+                    request,
+                    f"Version {version.number} against version {record.active_number}: {record.report['reason']}",
+                )
+            else:
+                activate_version(version)
+                messages.success(request, f"Searches of {kb.name} now read version {version.number}.")
         elif "evaluate" in request.POST:
             settings = {
                 "mode": request.POST.get("mode") or "hybrid",

@@ -9,7 +9,7 @@ from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
 from knowledge.views import ID_PATTERN
 from retrieval.dify import DifyRetrievalView
-from retrieval.query_set_api import EvaluationViewSet, QuerySetViewSet
+from retrieval.query_set_api import EvaluationViewSet, QuerySetViewSet, VersionGateViewSet
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
 register_check("graph_store", lambda: graph_store().ping(), required=False)
@@ -52,6 +52,11 @@ urlpatterns = [
         rf"^{KB}/evaluations/(?P<pk>{ID_PATTERN})/threshold$",
         EvaluationViewSet.as_view({"post": "threshold"}),
         name="evaluation-threshold",
+    ),
+    re_path(
+        rf"^{KB}/versions/(?P<number>{ID_PATTERN})/gate$",
+        VersionGateViewSet.as_view({"get": "retrieve", "post": "create"}),
+        name="version-gate",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -65,6 +65,7 @@ def test_the_walk_finds_every_api_endpoint():
     expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}
     expected |= {f"api/v1/knowledge-bases/1/query-set{tail}" for tail in ("", "/judgments", "/import")}
     expected |= {f"api/v1/knowledge-bases/1/evaluations{tail}" for tail in ("", "/1", "/1/threshold")}
+    expected |= {"api/v1/knowledge-bases/1/versions/1/gate"}
     assert expected | PUBLIC_API_ROUTES == routes
 
 
