@@ -28,6 +28,7 @@ from retrieval.services.search import search
 from retrieval.types import SearchRequest
 
 GATE_TASK = "retrieval.tasks.gate_version"
+CLIENT_TOP_K = 10
 MAX_LISTED = 50  # losses and differing queries listed in a report
 
 
@@ -88,7 +89,9 @@ def gate_report(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> dict:
                 "reason": "no query set: the version passed the build's check (the tenant's recent queries answered "
                           "without error) and nothing else was measured"}  # fmt: skip
     ids = list(dataset.qrels)
-    variant = Variant("hybrid", DEPTH)
+    # What a client is given: ten passages. A version whose pieces crowd other documents out of them
+    # (very short chunks) scores lower here, where at a depth of 100 every document would still be found.
+    variant = Variant("hybrid", DEPTH, top_k=CLIENT_TOP_K)
     before = run_variant(kb.tenant, kb, dataset, variant, ids, knowledge=active)
     after = run_variant(kb.tenant, kb, dataset, variant, ids, knowledge=candidate)
     ndcg_before = float(np.mean([before.per_query[qid]["ndcg@10"] for qid in ids]))
