@@ -87,7 +87,11 @@ def line_chart(
         parts.append(
             f'<line class="marker" data-x="{marker[0]}" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{HEIGHT - BOTTOM}" '
             f'stroke="#a36f00" stroke-dasharray="4 3"><title>{escape(marker[1])}</title></line>'
-            f'<text x="{x + 4:.1f}" y="{TOP + 10}" font-size="11" fill="#a36f00">{escape(marker[1])}</text>'
+            + (  # its label on the side with room
+                f'<text x="{x - 4:.1f}" y="{TOP + 10}" text-anchor="end" font-size="11" fill="#a36f00">{escape(marker[1])}</text>'
+                if x > WIDTH * 0.7
+                else f'<text x="{x + 4:.1f}" y="{TOP + 10}" font-size="11" fill="#a36f00">{escape(marker[1])}</text>'
+            )
         )
     legend_x = LEFT + 8
     for index, line in enumerate(series):
