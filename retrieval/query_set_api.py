@@ -73,6 +73,9 @@ class ImportOutput(serializers.Serializer):
 
 
 class EvaluationInput(serializers.Serializer):
+    version = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, help_text="a ready or retired version's number; none: the active"
+    )
     mode = serializers.ChoiceField(choices=["vector", "bm25", "hybrid", "graph"], default="hybrid")
     fusion = serializers.ChoiceField(choices=["rrf", "relevance", "minmax"], required=False, allow_null=True)
     weights = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=100), required=False)
@@ -188,7 +191,7 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         return Response(EvaluationOutput(kb_runs.run_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
 
     @extend_schema(
-        summary="Evaluate the active version on the query set",
+        summary="Evaluate a version (the active one by default) on the query set",
         description="A Celery task runs every judged query with a relevant judgment through the search with these "
         "settings (blank: the KB's), as `manage.py evaluate` does: nDCG@10, recall@10, MRR@10, p50 latency, and "
         "the share of judged-relevant top-10 hits kept at the KB's relevance threshold. 409 `empty_query_set` "

@@ -113,6 +113,7 @@ def query_set_view(request, context: dict) -> HttpResponse:
             modes=MODES,
             fusions=FUSIONS,
             versions=_versions(kb),
+            scorable=kb.versions.filter(status__in=kb_runs.SCORABLE).order_by("-number"),
         )
     context.update(kbs=kbs)
     return TemplateResponse(request, "admin/retrieval/query_set.html", context)
@@ -166,6 +167,7 @@ def _query_set_post(request, kb: KnowledgeBase) -> HttpResponse:
                 "mode": request.POST.get("mode") or "hybrid",
                 "fusion": request.POST.get("fusion") or None,
                 "rerank": request.POST.get("rerank") == "on",
+                "version": int(request.POST["version"]) if request.POST.get("version", "").isdigit() else None,
             }
             run = kb_runs.start_evaluation(kb, settings)
             return HttpResponseRedirect(reverse("admin:retrieval_retrievalrun_evaluation", args=[run.pk]))

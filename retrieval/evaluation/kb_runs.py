@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from core.errors import ConflictError, NotFoundError
 from knowledge.knowledge_bases import update_search_settings
-from knowledge.models import KnowledgeBase
+from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import FUSIONS
 from retrieval.errors import InvalidQuerySet
+from retrieval.evaluation.gate import version_knowledge
 from retrieval.evaluation.metrics import kept_share
 from retrieval.evaluation.runs import run_variant
 from retrieval.evaluation.variants import DEPTH, Variant
@@ -27,7 +28,11 @@ EVALUATE_TASK = "retrieval.tasks.evaluate_knowledge_base"
 # A KB's relevance threshold when it sets none (``search_settings.score_threshold``): the bound the
 # search analytics call a weak answer.
 FALLBACK_THRESHOLD = 0.3
-SETTING_KEYS = ("mode", "fusion", "weights", "rerank", "candidates", "rrf_k")
+SETTING_KEYS = ("mode", "fusion", "weights", "rerank", "candidates", "rrf_k", "version")
+
+
+# A version a run can score besides the active one: any that still holds its indexes.
+SCORABLE = (KnowledgeBaseVersion.Status.READY, KnowledgeBaseVersion.Status.ACTIVE, KnowledgeBaseVersion.Status.RETIRED)
 
 
 class EmptyQuerySet(ConflictError):
@@ -72,7 +77,11 @@ def clean_settings(settings: dict) -> dict:
     rrf_k = settings.get("rrf_k") or None
     if rrf_k is not None and (not isinstance(rrf_k, int) or not 1 <= rrf_k <= 1000):
         raise InvalidQuerySet("rrf_k: 1..1000", details={"field": "rrf_k"})
+    version = settings.get("version") or None
+    if version is not None and (not isinstance(version, int) or version < 1):
+        raise InvalidQuerySet("version: a version number of the knowledge base", details={"field": "version"})
     return {
+        "version": version,
         "mode": mode,
         "fusion": fusion,
         "weights": weights,
@@ -148,7 +157,8 @@ def make_threshold_default(run: EvaluationRun) -> float:
 
 
 def start_evaluation(kb: KnowledgeBase, settings: dict) -> EvaluationRun:
-    """Record a run of the KB's active version on its query set and queue it once the row commits."""
+    """Record a run of the KB's active version (or of ``settings["version"]``, a ready or retired one) on
+    its query set and queue it once the row commits."""
     cleaned = clean_settings(settings)
     dataset = as_dataset(kb)
     if not dataset.qrels:
@@ -158,6 +168,13 @@ def start_evaluation(kb: KnowledgeBase, settings: dict) -> EvaluationRun:
             details={"kb_id": kb.pk},
         )
     version = kb.active_version
+    if cleaned["version"] is not None and cleaned["version"] != version.number:
+        version = kb.versions.filter(number=cleaned["version"]).first()
+        if version is None or version.status not in SCORABLE:
+            raise InvalidQuerySet(
+                f"version {cleaned['version']} is not a ready, active or retired version of this knowledge base",
+                details={"field": "version"},
+            )
     with transaction.atomic():
         run = EvaluationRun.objects.create(
             tenant_id=kb.tenant_id,
@@ -191,7 +208,10 @@ def execute_evaluation(run_id: int) -> EvaluationRun | None:
         def progress(done: int) -> None:
             EvaluationRun.objects.filter(pk=run.pk).update(done=F("done") + done)
 
-        result = run_variant(kb.tenant, kb, dataset, variant_of(run.settings), query_ids, progress)
+        knowledge = None  # the active version
+        if run.version_number is not None and run.version_number != kb.active_version.number:
+            knowledge = version_knowledge(kb, kb.versions.get(number=run.version_number))
+        result = run_variant(kb.tenant, kb, dataset, variant_of(run.settings), query_ids, progress, knowledge)
         summary = result.summary()
         threshold = relevance_threshold_of(kb)
         relevant = [score for score, judged in result.judged() if judged]

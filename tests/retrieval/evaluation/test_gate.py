@@ -10,7 +10,7 @@ import pytest
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.versions import fill_version, start_version_build, version_build_files
 from retrieval import query_sets
-from retrieval.evaluation import gate
+from retrieval.evaluation import gate, kb_runs
 from tests.conftest import client_for
 from tests.factories import KnowledgeBaseFactory
 from tests.retrieval.evaluation.test_kb_runs import JUDGED
@@ -62,6 +62,11 @@ def test_a_worse_version_is_refused_with_its_losses_and_an_equal_one_is_switched
     worse.refresh_from_db()
     kb.refresh_from_db()
     assert worse.status == "ready" and kb.active_version.number == active_number
+    # An evaluation run scores the ready version too (at evaluate's depth of 100, documents are found alike).
+    run = kb_runs.execute_evaluation(kb_runs.start_evaluation(kb, {"version": worse.number}).pk)
+    assert (run.status, run.version_number, run.revision) == ("done", worse.number, worse.revision)
+    with pytest.raises(kb_runs.InvalidQuerySet):
+        kb_runs.start_evaluation(kb, {"version": 99})
 
     equal = built(kb, django_capture_on_commit_callbacks)
     accepted = gate.check_version(kb, equal, activate=True)

@@ -51,7 +51,7 @@ def test_a_run_scores_the_active_version_with_its_settings_and_revision(judged_s
     assert run.revision == kb.active_version.revision
     run = kb_runs.execute_evaluation(run.pk)  # the task's body (the test transaction never commits: no task sent)
     assert run.status == "done" and run.done == run.total == 4
-    assert run.settings == {"mode": "hybrid", "fusion": None, "weights": None, "rerank": False, "candidates": 100,
+    assert run.settings == {"version": None, "mode": "hybrid", "fusion": None, "weights": None, "rerank": False, "candidates": 100,
                             "rrf_k": None}  # fmt: skip
     ndcgs = [scores["ndcg@10"] for scores in run.per_query.values()]
     assert run.summary["metrics"]["ndcg@10"] == round(float(np.mean(ndcgs)), 4)
