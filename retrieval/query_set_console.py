@@ -12,12 +12,12 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from core.charts import Series, bar_chart, line_chart
 from core.errors import DomainError
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import FUSIONS
 from knowledge.versions import activate_version
 from retrieval import query_sets
-from retrieval.charts import Series, bar_chart, line_chart
 from retrieval.evaluation import gate, kb_runs
 from retrieval.models import EvaluationRun
 from retrieval.types import MODES

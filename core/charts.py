@@ -1,4 +1,4 @@
-"""Server-side SVG charts for the console (no JavaScript, no build step): a line chart of values over
+"""Server-side SVG charts for the console pages (no JavaScript, no build step): a line chart of values over
 points and a bar chart of signed changes. Each mark carries its figure in ``data-value`` (and a
 ``<title>`` a reader sees on hover), so a test reads back exactly what was drawn."""
 
