@@ -176,6 +176,8 @@ class QuerySetViewSet(KnowledgeApiViewSet):
 class EvaluationViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/evaluations``."""
 
+    serializer_class = EvaluationOutput  # what the schema's paginated list reads
+
     @extend_schema(
         summary="The knowledge base's evaluation runs, newest first",
         responses={200: EvaluationOutput(many=True), **error_responses(401, 403, 404, 429)},
