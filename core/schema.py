@@ -61,6 +61,7 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ("version_not_found", "knowledge base 2 has no version 9"),
             ("source_not_found", "knowledge base 2 has no source 5"),
             ("task_not_found", "unknown task id: 00000000-0000-0000-0000-000000000000"),
+            ("evaluation_run_not_found", "unknown evaluation run id: 12"),
             ("not_found", "Not found."),
         ],
     ),

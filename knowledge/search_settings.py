@@ -19,7 +19,9 @@ the chunks of one document add up, see ``retrieval.grouping``), ``group_by`` (``
 ``feedback_docs`` (0..50 first-pass passages, 0: off), ``feedback_terms`` (1..100 words added) and
 ``feedback_query_weight`` (0..1, the original query's share); ``semantic_cache`` (true or false, the
 default: answer a query close enough to a cached one of the same options from the cache,
-``retrieval.semantic_cache``; a search of several KBs uses it only when all of them turn it on).
+``retrieval.semantic_cache``; a search of several KBs uses it only when all of them turn it on);
+``score_threshold`` (0..1, the KB's only: the ``relevance`` under which Dify's retrieval drops a hit when
+Dify sends no threshold, as recommended by an evaluation run, ``retrieval.evaluation.kb_runs``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ _NUMBERS = {
     "feedback_docs": (int, 0, MAX_FEEDBACK_DOCS),
     "feedback_terms": (int, 1, MAX_FEEDBACK_TERMS),
     "feedback_query_weight": (float, 0, 1),
+    "score_threshold": (float, 0, 1),
 }
 _CHOICES = {
     "fusion": FUSIONS,

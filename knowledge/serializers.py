@@ -222,9 +222,11 @@ class TaskOutput(serializers.Serializer):
 
 class VersionInput(IndexSettingsInput):
     activate = serializers.ChoiceField(
-        choices=["auto", "manual"],
+        choices=["auto", "manual", "gated"],
         default="manual",
-        help_text="auto: switch searches to it once it validates; manual: wait for POST .../activate",
+        help_text="auto: switch searches to it once it validates; manual: wait for POST .../activate; gated: "
+        "switch once it validates and scores no worse than the active version on the KB's query set (nDCG@10, "
+        "KB_VERSION_GATE_NDCG), else stay ready with a report (GET .../versions/{number}/gate)",
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,7 +25,15 @@ from knowledge.documents import purge_document_rows, purge_documents_removed_bef
 from knowledge.ingestion.stored import fail_pending_documents, ingest_stored_files
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.queue import register
-from knowledge.versions import activate_version, fail_version, fill_version, purge_old_versions, version_build_files
+from knowledge.versions import (
+    GATE_TASK,
+    GATED,
+    activate_version,
+    fail_version,
+    fill_version,
+    purge_old_versions,
+    version_build_files,
+)
 
 TRANSIENT_ERRORS = (
     OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError, EmbeddingError, LexicalIndexError,
@@ -86,9 +94,10 @@ def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
 
 
 @shared_task(bind=True, **RETRIES)
-def build_version(self, version_id: int, activate: bool) -> dict:
+def build_version(self, version_id: int, activate: bool | str) -> dict:
     """Build a new KB version from the stored originals while searches read the active one; with
-    ``activate``, switch to it once it validates. Progress in documents. Given up, the version is
+    ``activate``, switch to it once it validates (``"gated"``: once it also measures no worse than the
+    active one, ``retrieval.evaluation.gate``). Progress in documents. Given up, the version is
     failed, so it is never activated and another build may start."""
     with when_giving_up(self, lambda exc: fail_version(version_id, f"build failed: {exc}")):
         version = KnowledgeBaseVersion.objects.get(pk=version_id)
@@ -99,7 +108,11 @@ def build_version(self, version_id: int, activate: bool) -> dict:
         version = fill_version(version, files, on_progress=progress.advance)
         if version.status == KnowledgeBaseVersion.Status.READY:
             detect_communities.delay(version.pk)
-        if activate and version.status == KnowledgeBaseVersion.Status.READY:
+        if activate == GATED and version.status == KnowledgeBaseVersion.Status.READY:
+            # the search side compares it with the active version on the KB's query set, then switches or not;
+            # sent by name, so this app imports nothing of retrieval's
+            current_app.send_task(GATE_TASK, (version.pk,))
+        elif activate and version.status == KnowledgeBaseVersion.Status.READY:
             version = activate_version(version)
     return _build_result(version, progress)
 

@@ -97,10 +97,14 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
     return version
 
 
+GATED = "gated"  # activate: switch once the version measures no worse than the active one
+GATE_TASK = "retrieval.tasks.gate_version"  # the search side's comparison (retrieval.evaluation.gate)
+
+
 def start_version_build(
     kb: KnowledgeBase,
     *,
-    activate: bool,
+    activate: bool | str,
     embedding_model: str | None = None,
     chunk_size: int | None = None,
     chunk_overlap: int | None = None,
@@ -111,7 +115,7 @@ def start_version_build(
     """A new version (settings omitted: the active version's; languages: the new model's when the model
     changes; sizes: the new chunking's defaults when the chunking changes), built by a task from the
     stored originals while searches keep reading the active version; ``activate``: switch to it once it
-    validates. One version builds at a time."""
+    validates (``GATED``: once it also measures no worse on the KB's query set). One version builds at a time."""
     active = kb.active_version
     if embedding_model is None:
         embedding_model, languages = active.embedding_model, active.languages if languages is None else languages

@@ -50,7 +50,7 @@ from knowledge.serializers import (
     VersionOutput,
 )
 from knowledge.sources import create_source, delete_source, queue_sync, update_source
-from knowledge.versions import activate_version, retire_version, start_version_build
+from knowledge.versions import GATED, activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
@@ -300,7 +300,7 @@ class VersionViewSet(KnowledgeApiViewSet):
         params = VersionInput(data=request.data)
         params.is_valid(raise_exception=True)
         options = dict(params.validated_data)
-        activate = options.pop("activate") == "auto"
+        activate = {"auto": True, "manual": False, "gated": GATED}[options.pop("activate")]
         try:
             version, task = start_version_build(kb, activate=activate, **options)
         except EmbeddingError as exc:

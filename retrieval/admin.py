@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.urls import path
 
 from core.admin import ReadOnlyAdminMixin
-from retrieval import analytics_console, console
+from retrieval import analytics_console, console, query_set_console
 from retrieval.models import RetrievalRun
 
 
@@ -24,7 +24,17 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def get_urls(self):
         compare = self.admin_site.admin_view(self.compare_view)
         analytics = self.admin_site.admin_view(self.analytics_view)
+        view = self.admin_site.admin_view
         return [
+            path("judge/", view(query_set_console.judge_view), name="retrieval_retrievalrun_judge"),
+            path("query-set/add/", view(query_set_console.add_query_view), name="retrieval_retrievalrun_add_query"),
+            path("query-set/", view(self.query_set_view), name="retrieval_retrievalrun_query_set"),
+            path("evaluations/<int:run_id>/", view(self.evaluation_view), name="retrieval_retrievalrun_evaluation"),
+            path(
+                "evaluations/<int:run_id>/status/",
+                view(query_set_console.evaluation_status_view),
+                name="retrieval_retrievalrun_evaluation_status",
+            ),
             path("compare/", compare, name="retrieval_retrievalrun_compare"),
             path("analytics/", analytics, name="retrieval_retrievalrun_analytics"),
             *super().get_urls(),
@@ -38,6 +48,12 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def analytics_view(self, request):
         return analytics_console.analytics_view(request, self._context(request, "Search analytics"))
+
+    def query_set_view(self, request):
+        return query_set_console.query_set_view(request, self._context(request, "Query sets and evaluation runs"))
+
+    def evaluation_view(self, request, run_id: int):
+        return query_set_console.evaluation_view(request, run_id, self._context(request, f"Evaluation run #{run_id}"))
 
     def _context(self, request, title: str) -> dict:
         return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title}

@@ -77,6 +77,7 @@ def analytics_view(request, context: dict) -> TemplateResponse:
 
         lists = {
             "searches": analytics.searches,
+            "kb": kb,  # a chosen KB: the lists but the top one send a query to its query set
             "recording": tenant.record_searches,
             "sections": [
                 ("top", "Top queries", rows(analytics.top)),

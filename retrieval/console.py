@@ -26,6 +26,8 @@ from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
 from retrieval.graph_serializers import MAX_COMMUNITY_LEVEL
 from retrieval.highlight import highlight, terms
+from retrieval.models import GRADES
+from retrieval.query_sets import document_key, grades_for
 from retrieval.selectors import recent_runs
 from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
@@ -252,6 +254,19 @@ def prefilled_test(params) -> dict:
     return {**initial, "knowledge_bases": kb_ids} if kb_ids else initial
 
 
+GRADE_LABELS = list(zip(GRADES, ("not relevant", "relevant", "highly relevant"), strict=True))
+
+
+def mark_judgments(tenant: Tenant, query: str, rows: list[dict]) -> None:
+    """Each hit's document as a judgment names it, and its grade for this query in its KB's set (None:
+    not judged), so the testing page shows what is judged and judges with one click."""
+    kb_ids = {row["hit"].kb_id for row in rows}
+    grades = {kb.pk: grades_for(kb, query) for kb in KnowledgeBase.objects.filter(tenant=tenant, pk__in=kb_ids)}
+    for row in rows:
+        row["document"] = document_key(row["hit"].source_uri)
+        row["grade"] = grades.get(row["hit"].kb_id, {}).get(row["document"])
+
+
 DENSE_LANGUAGE_CODES = (DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE)
 
 
@@ -285,6 +300,9 @@ def testing_view(request, context: dict) -> TemplateResponse:
         record_run(request.user, tenant, form.submitted(), outcome.response)
         outcome = _outcome_context(tenant, outcome)
         outcome["curation"] = curation_links(tenant, form.cleaned_data["query"])
+        mark_judgments(tenant, form.cleaned_data["query"], outcome["hits"])
+        outcome.update(query=form.cleaned_data["query"], judge_url=reverse("admin:retrieval_retrievalrun_judge"),
+                       grades=GRADE_LABELS)  # fmt: skip
     context.update(
         form=form, outcome=outcome, runs=recent_runs(request.user), has_tenants=tenants.exists(),
         compare_url=reverse("admin:retrieval_retrievalrun_compare"),
@@ -296,8 +314,8 @@ def compare_view(request, context: dict) -> TemplateResponse:
     """One query under two settings side by side; the right column marks how each hit moved."""
     tenants = tenants_visible_to(request.user)
     data = request.POST if request.method == "POST" else None
-    form = RetrievalTestForm(data, tenants=tenants)
-    other = SearchSettingsForm(data, prefix="b", initial={"mode": "bm25"})
+    form = RetrievalTestForm(data, tenants=tenants, initial=prefilled_test(request.GET))
+    other = SearchSettingsForm(data, prefix="b", initial={"mode": request.GET.get("b-mode") or "bm25"})
     sides = None
     left = _run(request, form) if data is not None else None
     if left is not None and other.is_valid():

@@ -16,7 +16,8 @@ that status as ``error_code`` (400 a bad body or filter, 429 rate limited, 503 n
 
 Scores (``records[].score``, what ``score_threshold`` compares against) are each hit's ``relevance``
 (``retrieval.relevance``), raised where needed so that they never increase down the fused order: Dify
-sorts records by score.
+sorts records by score. A threshold of 0.0 (Dify's "off") or none takes the knowledge base's default
+``score_threshold`` when it has one (set from an evaluation run's recommendation; 0.0 otherwise).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from knowledge.errors import KnowledgeBaseNotFound
 from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
+from retrieval.selectors import default_score_threshold
 from retrieval.serializers import MAX_QUERY_CHARS, QueryField
 from retrieval.types import SearchHit, SearchRequest
 from tenants.authentication import ApiKeyAuthentication, HasTenant
@@ -185,13 +187,14 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
         data = params.validated_data
         setting = data["retrieval_setting"]
         condition = data.get("metadata_condition")
+        kb_id = knowledge_base_id(data["knowledge_id"])
         search_request = SearchRequest(
             query=data["query"],
             mode="hybrid",
             top_k=setting["top_k"],
-            kb_ids=[knowledge_base_id(data["knowledge_id"])],
+            kb_ids=[kb_id],
             filters=filters_from_metadata_condition(condition),
-            score_threshold=setting["score_threshold"] or 0.0,
+            score_threshold=setting["score_threshold"] or default_score_threshold(request.tenant, kb_id),
             expand=ExpansionOptions(),
         )
         hits = cached_search(request.tenant, search_request).response.results

@@ -47,3 +47,9 @@ class PassageNotFound(NotFoundError):
     """A chunk id that is not a passage of the caller's searched versions (another tenant's included)."""
 
     code = "passage_not_found"
+
+
+class InvalidQuerySet(DomainError):
+    """A judged query, grade or query set file the service cannot read; ``details`` says where."""
+
+    code = "invalid_query_set"

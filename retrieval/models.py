@@ -81,3 +81,108 @@ class SemanticCacheEntry(models.Model):
 
     def __str__(self) -> str:
         return self.query
+
+
+GRADES = (0, 1, 2)  # not relevant, relevant, highly relevant (BEIR's graded qrels)
+
+
+class JudgedQuery(models.Model):
+    """One query of a knowledge base's query set (``retrieval.query_sets``): what an evaluation run
+    searches, with the documents a curator judged for it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="judged_queries")
+    knowledge_base = models.ForeignKey(
+        "knowledge.KnowledgeBase", on_delete=models.CASCADE, related_name="judged_queries"
+    )
+    query = models.TextField()  # stripped; one row per text in a KB
+    origin = models.CharField(max_length=16)  # console, analytics, import or api: where it joined the set
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["knowledge_base", "query"], name="unique_judged_query")]
+
+    def __str__(self) -> str:
+        return self.query
+
+
+class Judgment(models.Model):
+    """A grade (0-2) of one document for one judged query. The document is named as a judgment of
+    ``manage.py evaluate --tenant`` names it: its file name (the last part of its source URI)."""
+
+    judged_query = models.ForeignKey(JudgedQuery, on_delete=models.CASCADE, related_name="judgments")
+    document = models.CharField(max_length=1000)
+    grade = models.PositiveSmallIntegerField(choices=[(grade, str(grade)) for grade in GRADES])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["judged_query", "document"], name="unique_judgment")]
+
+    def __str__(self) -> str:
+        return f"{self.document}: {self.grade}"
+
+
+class EvaluationRun(models.Model):
+    """One evaluation of a knowledge base on its query set (``retrieval.evaluation.kb_runs``), run by a
+    Celery task that counts its progress here; kept with the settings it searched with and the version
+    and revision it scored, so later runs compare against it."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="evaluation_runs")
+    knowledge_base = models.ForeignKey(
+        "knowledge.KnowledgeBase", on_delete=models.CASCADE, related_name="evaluation_runs"
+    )
+    version_number = models.PositiveIntegerField(null=True)  # the active version it scored
+    revision = models.PositiveIntegerField(null=True)  # that version's revision when the run started
+    settings = models.JSONField(default=dict)  # the variant searched (mode, fusion, weights, rerank, ...)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict)  # metrics, latency, threshold curve (RunResult.summary)
+    per_query = models.JSONField(default=dict)  # judged query id -> metrics and latency
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["knowledge_base", "-created_at"], name="evaluation_run_kb_recent")]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} of {self.knowledge_base_id}"
+
+    @property
+    def metric(self) -> dict[str, float | None]:
+        """The summary's figures under names a template can read (``ndcg``, ``recall``, ``mrr``)."""
+        metrics = (self.summary or {}).get("metrics") or {}
+        return {"ndcg": metrics.get("ndcg@10"), "recall": metrics.get("recall@10"), "mrr": metrics.get("mrr@10")}
+
+
+class VersionGate(models.Model):
+    """A comparison of a ready version with the active one (``retrieval.evaluation.gate``): nDCG@10 of
+    both on the KB's query set, the per-query losses, the overlap of their top 10s on recent real
+    queries, and whether the version passed (and was switched to, for ``activate: "gated"``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="version_gates")
+    knowledge_base = models.ForeignKey(
+        "knowledge.KnowledgeBase", on_delete=models.CASCADE, related_name="version_gates"
+    )
+    version_number = models.PositiveIntegerField()  # the candidate
+    active_number = models.PositiveIntegerField()  # the version it was compared with
+    passes = models.BooleanField()
+    activated = models.BooleanField(default=False)
+    report = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["knowledge_base", "version_number", "-created_at"], name="version_gate_recent")]
+
+    def __str__(self) -> str:
+        return f"gate of version {self.version_number} of {self.knowledge_base_id}"

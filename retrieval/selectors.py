@@ -9,7 +9,7 @@ from django.db.models.functions import MD5, Cast
 
 from engines.database import read_connection
 from knowledge.chunking import contextual_text
-from knowledge.models import Chunk, ParentChunk
+from knowledge.models import Chunk, KnowledgeBase, ParentChunk
 from retrieval.filters import CompiledFilter
 from retrieval.models import RetrievalRun
 from tenants.models import Tenant
@@ -189,3 +189,11 @@ def _passage(chunk: Chunk) -> dict:
         "page": metadata.get("page"),
         "metadata": metadata,
     }
+
+
+def default_score_threshold(tenant: Tenant, kb_id: int) -> float:
+    """The KB's default ``score_threshold`` (``search_settings``, set from an evaluation run's
+    recommendation), 0.0 when it sets none or is not the tenant's (the search then answers that)."""
+    settings = KnowledgeBase.objects.filter(tenant=tenant, pk=kb_id).values_list("search_settings", flat=True).first()
+    value = (settings or {}).get("score_threshold")
+    return float(value) if isinstance(value, int | float) else 0.0

@@ -6,6 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from retrieval import semantic_cache
+from retrieval.evaluation import gate, kb_runs
 from retrieval.search_log import purge_old_search_logs
 
 
@@ -19,3 +20,17 @@ def purge_search_logs() -> int:
 def purge_semantic_cache() -> int:
     """Beat runs it hourly: the semantic cache's rows whose answers expired go."""
     return semantic_cache.purge_expired()
+
+
+@shared_task(name="retrieval.tasks.evaluate_knowledge_base")
+def evaluate_knowledge_base(run_id: int) -> str | None:
+    """One evaluation run of a KB on its query set (``retrieval.evaluation.kb_runs``): its status."""
+    run = kb_runs.execute_evaluation(run_id)
+    return None if run is None else run.status
+
+
+@shared_task(name="retrieval.tasks.gate_version")
+def gate_version(version_id: int) -> dict | None:
+    """A version built with ``activate: "gated"``: compared with the active one, switched if it passes."""
+    gate_record = gate.gate_version(version_id)
+    return None if gate_record is None else {"passes": gate_record.passes, "activated": gate_record.activated}

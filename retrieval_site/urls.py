@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from core.health import register_check
@@ -7,11 +7,15 @@ from core.metrics import metrics_view
 from core.views import health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
+from knowledge.views import ID_PATTERN
 from retrieval.dify import DifyRetrievalView
 from retrieval.openai_vector_stores import VectorStoreDetailView, VectorStoreListView, VectorStoreSearchView
+from retrieval.query_set_api import EvaluationViewSet, QuerySetViewSet, VersionGateViewSet
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
 register_check("graph_store", lambda: graph_store().ping(), required=False)
+
+KB = rf"api/v1/knowledge-bases/(?P<kb_id>{ID_PATTERN})"  # a KB's query set and evaluation runs
 
 admin.site.site_header = admin.site.site_title = "Retrieval service"
 admin.site.index_title = "Console"
@@ -32,6 +36,37 @@ urlpatterns = [
     ),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/v1/", include("knowledge.urls")),
+    re_path(rf"^{KB}/query-set$", QuerySetViewSet.as_view({"get": "list"}), name="query-set"),
+    re_path(
+        rf"^{KB}/query-set/judgments$",
+        QuerySetViewSet.as_view({"post": "judge"}),
+        name="query-set-judgments",
+    ),
+    re_path(
+        rf"^{KB}/query-set/import$",
+        QuerySetViewSet.as_view({"post": "import_file"}),
+        name="query-set-import",
+    ),
+    re_path(
+        rf"^{KB}/evaluations$",
+        EvaluationViewSet.as_view({"get": "list", "post": "create"}),
+        name="evaluation-list",
+    ),
+    re_path(
+        rf"^{KB}/evaluations/(?P<pk>{ID_PATTERN})$",
+        EvaluationViewSet.as_view({"get": "retrieve"}),
+        name="evaluation-detail",
+    ),
+    re_path(
+        rf"^{KB}/evaluations/(?P<pk>{ID_PATTERN})/threshold$",
+        EvaluationViewSet.as_view({"post": "threshold"}),
+        name="evaluation-threshold",
+    ),
+    re_path(
+        rf"^{KB}/versions/(?P<number>{ID_PATTERN})/gate$",
+        VersionGateViewSet.as_view({"get": "retrieve", "post": "create"}),
+        name="version-gate",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 
+from core.charts import Series, line_chart
 from core.cost import tenant_costs
 from core.usage import query_usage
 from tenants.models import RATE_LIMITED_ENDPOINTS
@@ -31,8 +32,26 @@ def dashboard_view(request, context: dict, tenant_id: int) -> TemplateResponse:
             cost[f"llm_{direction}"] = sum(
                 n for kind, n in cost["units"].items() if kind.endswith(f"_tokens_{direction}")
             )
+    charts = _trend_charts(usage["daily"]) if usage else {}
     context.update(
-        tenant=tenant, usage=usage, limits=limits, busiest=busiest, window_s=settings.RATE_LIMIT_WINDOW_S,
+        tenant=tenant, usage=usage, charts=charts, limits=limits, busiest=busiest, window_s=settings.RATE_LIMIT_WINDOW_S,
         costs=costs, cost_days=DASHBOARD_COST_DAYS, title=f"Dashboard: {tenant.name}",
     )  # fmt: skip
     return TemplateResponse(request, "admin/tenants/dashboard.html", context)
+
+
+def _trend_charts(daily: list[dict]) -> dict:
+    """The daily rows as SVG line charts: queries per day, and the share answered from the cache (days
+    with searches only). x is the day's position, oldest first; its date is the tick."""
+    ticks = [(float(i), row["date"][5:]) for i, row in enumerate(daily) if i % max(len(daily) // 7, 1) == 0]
+    busiest = max((row["total"] for row in daily), default=0)
+    volume = Series("queries", [(float(i), float(row["total"])) for i, row in enumerate(daily)], "volume")
+    hits = [
+        (float(i), float(row["cache_hit_ratio"])) for i, row in enumerate(daily) if row["cache_hit_ratio"] is not None
+    ]
+    return {
+        "volume": line_chart([volume], chart_id="daily-volume", title="queries per day", x_label="day (UTC)",
+                             y_range=(0.0, float(max(busiest, 1))), x_ticks=ticks),
+        "cache": line_chart([Series("cache hit ratio", hits, "cache")], chart_id="daily-cache-hits",
+                            title="share of searches answered from the cache", x_label="day (UTC)", x_ticks=ticks),
+    }  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from knowledge.models import KnowledgeBase
+from knowledge.selectors import SearchedKnowledge
 from retrieval.evaluation.datasets import BeirDataset, corpus_id_from_uri
 from retrieval.evaluation.metrics import METRICS, distinct, kept_share, score_query, threshold_curve
 from retrieval.evaluation.variants import Variant
@@ -71,15 +72,17 @@ def run_variant(
     variant: Variant,
     query_ids: Sequence[str],
     on_progress: Callable[[int], None] = lambda done: None,
+    knowledge: SearchedKnowledge | None = None,
 ) -> RunResult:
     """Every query through ``search``; latency is the wall time of that call (one untimed warm-up
-    first, so loading the model is not counted)."""
+    first, so loading the model is not counted). ``knowledge``: the versions to search (a version not
+    active yet, ``retrieval.evaluation.gate``); None: the KB's active one."""
     result = RunResult(variant)
     if query_ids:
-        search(tenant, variant.request(dataset.queries[query_ids[0]], kb.pk))
+        search(tenant, variant.request(dataset.queries[query_ids[0]], kb.pk), knowledge)
     for qid in query_ids:
         started = time.perf_counter()
-        response = search(tenant, variant.request(dataset.queries[qid], kb.pk))
+        response = search(tenant, variant.request(dataset.queries[qid], kb.pk), knowledge)
         latency_ms = (time.perf_counter() - started) * 1000
         ranking = [corpus_id_from_uri(hit.source_uri) for hit in response.results]
         best = {}  # each document of the top 10 at its best chunk, as the metrics rank it

@@ -31,6 +31,7 @@ class Variant:
     fusion: str | None = None  # rrf, relevance or minmax; None: the service default
     leg_weights: str | None = None  # RRF's: evidence or fixed; None: the service default
     leg_candidates: str | None = None  # hybrid: union or own; None: the service default
+    top_k: int = DEPTH  # hits asked for: DEPTH for Recall@100; 10 scores the passages a client is given
 
     @property
     def label(self) -> str:
@@ -62,7 +63,7 @@ class Variant:
         return SearchRequest(
             query=query,
             mode=self.mode,
-            top_k=DEPTH,
+            top_k=self.top_k,
             kb_ids=[kb_id],
             weights=dict(self.weights) if self.weights else None,
             candidates=self.candidates,

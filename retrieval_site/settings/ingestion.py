@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from retrieval_site.settings.base import CommaList, Networks, Section
 
@@ -30,6 +30,9 @@ class Ingestion(Section):
     # Versions retired (or failed) longer than this are purged by the hourly beat task; until then a
     # retired version can be activated again (rollback).
     KB_VERSION_RETENTION_DAYS: NonNegativeInt = 7
+    # activate "gated": a ready version switches only if its nDCG@10 on the KB's query set is at most
+    # this much below the active version's (retrieval.evaluation.gate).
+    KB_VERSION_GATE_NDCG: NonNegativeFloat = 0.005
     # Folder sources (POST /api/v1/knowledge-bases/{id}/sources) must lie under one of these folders; a
     # relative source path is taken from the first. Relative roots are taken from the project folder.
     KNOWLEDGE_SOURCE_ROOTS: CommaList = ["var/sources"]

@@ -66,6 +66,9 @@ def test_the_walk_finds_every_api_endpoint():
     expected |= {"api/v1/knowledge-bases/1/versions/1/retire"}
     expected |= {f"api/v1/knowledge-bases/1/sources{tail}" for tail in ("", "/1", "/1/sync")}
     expected |= {"v1/vector_stores", "v1/vector_stores/1", "v1/vector_stores/1/search"}
+    expected |= {f"api/v1/knowledge-bases/1/query-set{tail}" for tail in ("", "/judgments", "/import")}
+    expected |= {f"api/v1/knowledge-bases/1/evaluations{tail}" for tail in ("", "/1", "/1/threshold")}
+    expected |= {"api/v1/knowledge-bases/1/versions/1/gate"}
     assert expected | PUBLIC_API_ROUTES == routes
 
 

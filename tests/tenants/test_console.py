@@ -1,6 +1,7 @@
 """The tenant dashboard through the admin, fed by real searches through the API."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -37,6 +38,15 @@ def test_searches_through_the_api_show_on_the_dashboard(admin_client):
     assert usage["top_queries"] == [("kettle", 2), ("teapot", 1)]
     assert usage["no_result_queries"] == [("teapot", 1)]
     assert usage["latency_ms"]["searches"] == 3
+    html = dashboard(admin_client, chunk.tenant).content.decode()
+    volume = re.findall(r'<circle class="point volume" data-series="queries" data-x="([^"]+)" data-y="([^"]+)"', html)
+    assert [float(y) for _, y in volume] == [row["total"] for row in usage["daily"]]  # the chart draws the table
+    cache = re.findall(
+        r'<circle class="point cache" data-series="cache hit ratio" data-x="[^"]+" data-y="([^"]+)"', html
+    )
+    assert [float(y) for y in cache] == [
+        row["cache_hit_ratio"] for row in usage["daily"] if row["cache_hit_ratio"] is not None
+    ]
     limits = {row["endpoint"]: row for row in dashboard(admin_client, chunk.tenant).context["limits"]}
     assert (limits["vector"]["used"], limits["bm25"]["used"], limits["hybrid"]["used"]) == (2, 1, 0)
     assert limits["bm25"]["limit"] == chunk.tenant.rate_tier.limit_for("bm25")
