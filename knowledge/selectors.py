@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from cachetools import TTLCache
 from celery.result import AsyncResult
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
@@ -63,15 +66,18 @@ class SearchedKnowledge:
     vocabulary_stamp: int
 
 
-def searched_knowledge(tenant: Tenant, kb_ids: list[int] | None = None) -> SearchedKnowledge:
+def searched_knowledge(
+    tenant: Tenant, kb_ids: list[int] | None = None, reachable: Collection[int] | None = None
+) -> SearchedKnowledge:
     """The tenant's KBs with an active version that a search covers (all of them when ``kb_ids`` is
-    empty). A KB id of another tenant is reported exactly like one that does not exist."""
+    empty). A KB id of another tenant, or outside ``reachable`` (a KB-limited key's KBs; None: all),
+    is reported exactly like one that does not exist."""
     # Raw SQL: this runs on every search and every cached answer, where compiling the ORM query cost
     # more than running it.
     with connection.cursor() as cursor:
         ids = sorted(set(kb_ids)) if kb_ids else None
         cursor.execute(_SEARCHED_KNOWLEDGE_SQL, [ids, ids, tenant.pk])
-        return _searched_knowledge_of(cursor.fetchall(), kb_ids)
+        return _searched_knowledge_of(_reachable_rows(cursor.fetchall(), reachable), kb_ids)
 
 
 def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
@@ -81,10 +87,22 @@ def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
     return _SEARCHED_KNOWLEDGE_SQL, [None, None, tenant_id]
 
 
-def searched_knowledge_in(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
-    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``."""
+def searched_knowledge_in(
+    rows: list[tuple], kb_ids: list[int] | None, reachable: Collection[int] | None = None
+) -> SearchedKnowledge:
+    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``
+    (and to ``reachable``)."""
     wanted = set(kb_ids or ())
+    rows = _reachable_rows(rows, reachable)
     return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
+
+
+def _reachable_rows(rows: list[tuple], reachable: Collection[int] | None) -> list[tuple]:
+    """The rows of the KBs a key may reach; with none left, the vocabulary stamp's row of NULLs."""
+    if reachable is None:
+        return rows
+    kept = [row for row in rows if row[1] in reachable]
+    return kept or [(rows[0][0], *([None] * (len(rows[0]) - 1)))] if rows else kept
 
 
 def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
@@ -100,6 +118,33 @@ def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> Searc
     )  # fmt: skip
     _check_found(kb_ids, {version.kb_id for version in versions})
     return SearchedKnowledge(versions, rows[0][0] if rows else 0)
+
+
+def restricted_versions(versions: Iterable[tuple[int, int]]) -> frozenset[int]:
+    """Of ``versions`` (id, revision), those holding a chunk not open to everyone (``*``): a search of the
+    others needs no ACL check, since every reader holds ``*``. Read through a small partial index and
+    remembered per revision (an ACL write bumps it). Any failure raises: the caller refuses the search."""
+    revisions = dict(versions)
+    with _restricted_lock:
+        known = {version_id: _restricted.get((version_id, revision)) for version_id, revision in revisions.items()}
+    unknown = [version_id for version_id, restricted in known.items() if restricted is None]
+    if unknown:
+        with connection.cursor() as cursor:
+            cursor.execute(_RESTRICTED_SQL, [unknown])
+            found = {row[0] for row in cursor.fetchall()}
+        with _restricted_lock:
+            for version_id in unknown:
+                known[version_id] = _restricted[(version_id, revisions[version_id])] = version_id in found
+    return frozenset(version_id for version_id, restricted in known.items() if restricted)
+
+
+# The predicate of the partial index chunk_version_restricted, word for word (the planner proves it).
+_RESTRICTED_SQL = (
+    f"SELECT v FROM unnest(%s::bigint[]) v WHERE EXISTS (SELECT 1 FROM {Chunk._meta.db_table} c "
+    "WHERE c.kb_version_id = v AND NOT (c.acl @> ARRAY['*']::varchar(200)[]))"
+)
+_restricted: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
+_restricted_lock = threading.Lock()
 
 
 def search_settings_of(kb: KnowledgeBase) -> dict:

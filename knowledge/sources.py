@@ -29,7 +29,7 @@ from core.uniqueness import get_or_create_serialized
 from engines.url_fetcher import FetchError, UrlFetcher
 from knowledge.documents import remove_from_search
 from knowledge.errors import InvalidSourcePath
-from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, keep_original, task_file
+from knowledge.ingestion.files import FOLDER_ACL_FILE, SIDECAR_SUFFIX, Labels, SourceFile, keep_original, task_file
 from knowledge.ingestion.stored import ingest_stored_files, store_local_files
 from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.parsing import SUPPORTED_SUFFIXES
@@ -246,7 +246,11 @@ def _collect_folder(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
     for directory, _, names in os.walk(folder):
         for name in sorted(names):
             path = Path(directory) / name
-            if path.suffix.lower() not in SUPPORTED_SUFFIXES or name.endswith(SIDECAR_SUFFIX):
+            if (
+                path.suffix.lower() not in SUPPORTED_SUFFIXES
+                or name.endswith(SIDECAR_SUFFIX)
+                or name == FOLDER_ACL_FILE
+            ):
                 continue
             uri = f"{folder.name}/{path.relative_to(folder).as_posix()}"
             collected.present.add(uri)
@@ -254,7 +258,7 @@ def _collect_folder(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
                 collected.failures.append((uri, "a symbolic link out of the source roots (not read)"))
                 continue
             files.append(SourceFile(path, uri))
-    collected.files, failures = store_local_files(kb, files)
+    collected.files, failures = store_local_files(kb, files, source.acl)
     collected.failures += failures
     return collected
 
@@ -294,7 +298,7 @@ def _collect_urls(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
             collected.failures.append((url, f"unsupported content type {fetched.content_type or '(none)'}"))
             continue
         original = keep_original(kb, name, hashlib.md5(fetched.content).hexdigest(), ContentFile(fetched.content))
-        collected.files.append(task_file(url, original, None))
+        collected.files.append(task_file(url, original, Labels(acl=list(source.acl)) if source.acl else None))
     return collected
 
 

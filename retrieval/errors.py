@@ -41,3 +41,9 @@ class RerankerUnavailable(UnavailableError):
 
 class GraphUnavailable(UnavailableError):
     code = "graph_unavailable"
+
+
+class AccessCheckUnavailable(UnavailableError):
+    """The permission check could not run: the search is refused, never answered unfiltered."""
+
+    code = "access_check_unavailable"

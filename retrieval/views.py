@@ -11,6 +11,7 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.request_id import request_id_of
 from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
 from retrieval.graph_serializers import GraphSearchInput
@@ -53,14 +54,20 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         expand = data.pop("expand", None)
         mode = data.pop("mode", self.mode)
         given = data.pop("query_vector", None)
+        access = key_access(request.auth, data.pop("principals", None))
         search_request = SearchRequest(
             **data,
+            **access,
             mode=mode,
             expand=ExpansionOptions(**expand) if expand else ExpansionOptions(),
             query_vector=QueryVector(given["model"], tuple(given["values"])) if given else None,
         )
         rows = request.read_along
-        knowledge = None if rows is None else searched_knowledge_in(rows, search_request.kb_ids)
+        knowledge = (
+            None
+            if rows is None
+            else searched_knowledge_in(rows, search_request.kb_ids, search_request.reachable_kb_ids)
+        )
         outcome = cached_search(request.tenant, search_request, knowledge)
         fields = {
             "cached": outcome.cached,
@@ -119,6 +126,7 @@ class GraphSearchView(SearchView):
                 kb_ids=data.get("kb_ids"),
                 level=level,
                 filters=data.get("filters"),
+                **key_access(request.auth, data.get("principals")),
             ),
         )
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
