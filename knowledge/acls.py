@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from knowledge.models import Chunk, Document, KnowledgeBase
+from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeSource
 from knowledge.revisions import bump_revisions
 from tenants.principals import clean_principals
 
@@ -20,13 +20,28 @@ from tenants.principals import clean_principals
 def set_document_acl(document: Document, acl: list[str]) -> None:
     """Set a document's ACL (empty: its KB's default) and apply it to its chunks at once."""
     acl = clean_principals(acl, where="acl")
-    with transaction.atomic():
-        stored = Document.objects.select_for_update().get(pk=document.pk)
-        kb = KnowledgeBase.objects.get(pk=stored.knowledge_base_id)
-        Document.objects.filter(pk=stored.pk).update(acl=acl, updated_at=timezone.now())
-        versions = _apply(Q(document_id=stored.pk), acl or kb.default_acl)
-        bump_revisions(versions)
+    _set_documents_acl(document.knowledge_base_id, [document.pk], acl)
     document.acl = acl
+
+
+def set_source_acl(source: KnowledgeSource, acl: list[str]) -> None:
+    """Set a source's ACL (empty: the KB's default). A URL source's documents take it at once; a folder
+    source's at its next sync, where a folder ACL file or a sidecar may win over it for some files."""
+    acl = clean_principals(acl, where="acl")
+    with transaction.atomic():
+        KnowledgeSource.objects.filter(pk=source.pk).update(acl=acl)
+        if source.kind == KnowledgeSource.Kind.URLS:
+            ids = list(source.documents.values_list("pk", flat=True))
+            _set_documents_acl(source.knowledge_base_id, ids, acl)
+    source.acl = acl
+
+
+def _set_documents_acl(kb_id: int, document_ids: list[int], acl: list[str]) -> None:
+    with transaction.atomic():
+        locked = list(Document.objects.select_for_update().filter(pk__in=document_ids).values_list("pk", flat=True))
+        (default_acl,) = KnowledgeBase.objects.filter(pk=kb_id).values_list("default_acl", flat=True)
+        Document.objects.filter(pk__in=locked).update(acl=acl, updated_at=timezone.now())
+        bump_revisions(_apply(Q(document_id__in=locked), acl or default_acl))
 
 
 def set_default_acl(kb: KnowledgeBase, acl: list[str]) -> None:

@@ -171,30 +171,51 @@ def _check_found(kb_ids: list[int] | None, found: set[int]) -> None:
         )
 
 
-def knowledge_bases_of(tenant: Tenant) -> QuerySet[KnowledgeBase]:
-    """The tenant's KBs with their active version and document count (``GET /api/v1/knowledge-bases``)."""
+def knowledge_bases_of(
+    tenant: Tenant, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> QuerySet[KnowledgeBase]:
+    """The tenant's KBs with their active version and document count (``GET /api/v1/knowledge-bases``);
+    ``reachable``: a KB-limited key's (None: all); ``reader``: count only the documents it may read."""
+    kbs = KnowledgeBase.objects.filter(tenant=tenant)
+    if reachable is not None:
+        kbs = kbs.filter(pk__in=list(reachable))
+    counted = None if reader is None else readable_by(reader, prefix="documents__")
     return (
-        KnowledgeBase.objects.filter(tenant=tenant)
-        .select_related("active_version")
-        .annotate(document_count=Count("documents"))
+        kbs.select_related("active_version")
+        .annotate(document_count=Count("documents", filter=counted))
         .order_by("name")
     )
 
 
-def knowledge_base_of(tenant: Tenant, kb_id: int) -> KnowledgeBase:
-    """One of the tenant's KBs; another tenant's is reported exactly like one that does not exist."""
-    kb = knowledge_bases_of(tenant).filter(pk=kb_id).first()
+def knowledge_base_of(
+    tenant: Tenant, kb_id: int, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> KnowledgeBase:
+    """One of the tenant's KBs; another tenant's, or one outside ``reachable``, is reported exactly like
+    one that does not exist."""
+    kb = knowledge_bases_of(tenant, reachable, reader).filter(pk=kb_id).first()
     if kb is None:
         raise KnowledgeBaseNotFound(f"unknown knowledge base id: {kb_id}", details={"kb_ids": [kb_id]})
     return kb
 
 
-def documents_of(kb: KnowledgeBase) -> QuerySet[Document]:
-    return Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id).order_by("source_uri", "id")
+def readable_by(reader: tuple[str, ...], prefix: str = "") -> Q:
+    """Documents ``reader`` may read: their ACL shares one of its principals, or they set none and their
+    KB's default does (docs/permissions.md)."""
+    return Q(**{f"{prefix}acl__overlap": list(reader)}) | Q(
+        **{f"{prefix}acl": [], f"{prefix}knowledge_base__default_acl__overlap": list(reader)}
+    )
 
 
-def document_of(kb: KnowledgeBase, document_id: int) -> Document:
-    document = documents_of(kb).filter(pk=document_id).first()
+def documents_of(kb: KnowledgeBase, reader: tuple[str, ...] | None = None) -> QuerySet[Document]:
+    """The KB's documents; with a ``reader``, only those it may read (the others are as absent)."""
+    documents = Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id)
+    if reader is not None:
+        documents = documents.filter(readable_by(reader))
+    return documents.order_by("source_uri", "id")
+
+
+def document_of(kb: KnowledgeBase, document_id: int, reader: tuple[str, ...] | None = None) -> Document:
+    document = documents_of(kb, reader).filter(pk=document_id).first()
     if document is None:
         raise DocumentNotFound(f"knowledge base {kb.pk} has no document {document_id}")
     return document
@@ -337,18 +358,27 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def tenant_stats(tenant: Tenant) -> dict:
-    """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``)."""
-    by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
-    active_versions = KnowledgeBase.objects.filter(tenant=tenant).values("active_version")
+def tenant_stats(
+    tenant: Tenant, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> dict:
+    """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``);
+    of a KB-limited key, only its KBs (``reachable``); of a reader, only the documents and chunks it may read."""
+    kbs = KnowledgeBase.objects.filter(tenant=tenant)
+    if reachable is not None:
+        kbs = kbs.filter(pk__in=list(reachable))
+    documents = Document.objects.filter(tenant=tenant, knowledge_base__in=kbs)
+    chunks = Chunk.objects.filter(tenant=tenant, kb_version__in=kbs.values("active_version"))
+    if reader is not None:
+        documents, chunks = documents.filter(readable_by(reader)), chunks.filter(acl__overlap=list(reader))
+    by_status = dict(documents.order_by().values_list("status").annotate(Count("id")))
     return {
         "tenant": tenant.name,
-        "knowledge_bases": KnowledgeBase.objects.filter(tenant=tenant).count(),
+        "knowledge_bases": kbs.count(),
         "documents": {
             "total": sum(by_status.values()),
             "by_status": {status: by_status.get(status, 0) for status in Document.Status.values},
         },
-        "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
+        "chunks": chunks.count(),
         "queries": query_counts(tenant.pk),
         "cost": tenant_costs(tenant.pk),
     }

@@ -15,10 +15,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.idempotency import IdempotentPostMixin
+from core.parsers import StrictJSONParser
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
-from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
+from knowledge.acls import set_default_acl
+from knowledge.documents import (
+    check_upload_size,
+    check_upload_sizes,
+    delete_document,
+    queue_uploads,
+    update_document_labels,
+)
 from knowledge.errors import InvalidEmbeddingModel
 from knowledge.ingestion.files import labels_from
 from knowledge.knowledge_bases import create_knowledge_base
@@ -36,8 +44,10 @@ from knowledge.selectors import (
 )
 from knowledge.serializers import (
     DocumentOutput,
+    DocumentUpdateInput,
     KnowledgeBaseInput,
     KnowledgeBaseOutput,
+    KnowledgeBaseUpdateInput,
     SourceInput,
     SourceOutput,
     SourceSyncOutput,
@@ -145,10 +155,20 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases``: list, read and create the tenant's knowledge bases."""
 
     def list(self, request: Request) -> Response:
-        return self.paginated(knowledge_bases_of(request.tenant), KnowledgeBaseOutput)
+        return self.paginated(
+            knowledge_bases_of(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader()),
+            KnowledgeBaseOutput,
+        )
 
     def retrieve(self, request: Request, pk: int) -> Response:
-        return Response(KnowledgeBaseOutput(knowledge_base_of(request.tenant, pk)).data)
+        return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
+
+    def partial_update(self, request: Request, pk: int) -> Response:
+        kb = _kb(request, pk)
+        params = KnowledgeBaseUpdateInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        set_default_acl(kb, params.validated_data["default_acl"])
+        return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
 
     def create(self, request: Request) -> Response:
         params = KnowledgeBaseInput(data=request.data)
@@ -157,7 +177,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
         except EmbeddingError as exc:
             raise InvalidEmbeddingModel(str(exc)) from exc
-        body = KnowledgeBaseOutput(knowledge_base_of(request.tenant, kb.pk)).data
+        body = KnowledgeBaseOutput(_kb(request, kb.pk)).data
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -213,7 +233,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
 class DocumentViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/documents``: upload, list, read and delete documents."""
 
-    parser_classes = [MultiPartParser]
+    parser_classes = [MultiPartParser, StrictJSONParser]  # uploads; label and ACL changes (PATCH)
 
     def before_idempotency(self, request: Request) -> None:
         """A body too large is refused before an ``Idempotency-Key`` reads it for its fingerprint."""
@@ -222,17 +242,25 @@ class DocumentViewSet(KnowledgeApiViewSet):
         )
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
+        return self.paginated(documents_of(_kb(request, kb_id), request.auth.listing_reader()), DocumentOutput)
 
     def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
-        return Response(DocumentOutput(document_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+        return Response(DocumentOutput(document_of(_kb(request, kb_id), pk, request.auth.listing_reader())).data)
+
+    def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
+        kb = _kb(request, kb_id)
+        document = document_of(kb, pk)
+        params = DocumentUpdateInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        update_document_labels(document, **params.validated_data)
+        return Response(DocumentOutput(document_of(kb, pk)).data)
 
     def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
-        delete_document(document_of(knowledge_base_of(request.tenant, kb_id), pk))
+        delete_document(document_of(_kb(request, kb_id), pk, request.auth.listing_reader()))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         self.before_idempotency(request)
         params = UploadInput(data=request.data)
         params.is_valid(raise_exception=True)
@@ -293,10 +321,10 @@ class VersionViewSet(KnowledgeApiViewSet):
     lookup_field = "number"
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(versions_of(knowledge_base_of(request.tenant, kb_id)), VersionOutput)
+        return self.paginated(versions_of(_kb(request, kb_id)), VersionOutput)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = VersionInput(data=request.data)
         params.is_valid(raise_exception=True)
         options = dict(params.validated_data)
@@ -322,7 +350,7 @@ class VersionViewSet(KnowledgeApiViewSet):
 
     def _change(self, request: Request, kb_id: int, number: int, change) -> Response:
         """Apply a version service to one of the tenant's versions; the version as it is afterwards."""
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         change(version_of(kb, number, counted=False))
         return Response(VersionOutput(version_of(kb, number)).data)
 
@@ -446,20 +474,20 @@ class SourceViewSet(KnowledgeApiViewSet):
         return [Scope.ADMIN]
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(sources_of(knowledge_base_of(request.tenant, kb_id)), SourceOutput)
+        return self.paginated(sources_of(_kb(request, kb_id)), SourceOutput)
 
     def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
-        return Response(SourceOutput(source_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+        return Response(SourceOutput(source_of(_kb(request, kb_id), pk)).data)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = SourceInput(data=request.data)
         params.is_valid(raise_exception=True)
         source = create_source(kb, **params.validated_data)
         return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         source = source_of(kb, pk)
         params = SourceUpdateInput(data=request.data, context={"kind": source.kind})
         params.is_valid(raise_exception=True)
@@ -467,15 +495,20 @@ class SourceViewSet(KnowledgeApiViewSet):
         return Response(SourceOutput(source_of(kb, pk)).data)
 
     def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
-        delete_source(source_of(knowledge_base_of(request.tenant, kb_id), pk))
+        delete_source(source_of(_kb(request, kb_id), pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, kb_id: int, pk: int) -> Response:
-        source = source_of(knowledge_base_of(request.tenant, kb_id), pk)
+        source = source_of(_kb(request, kb_id), pk)
         task = queue_sync(source)
         body = {"task_id": task.task_id, "status_url": status_url(task), "source": source.pk}
         return Response(SourceSyncOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _kb(request: Request, kb_id: int):
+    """The caller's KB ``kb_id``: one outside a KB-limited key's list is as missing as another tenant's."""
+    return knowledge_base_of(request.tenant, kb_id, request.auth.reachable_kb_ids, request.auth.listing_reader())
 
 
 def status_url(task) -> str:

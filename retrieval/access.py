@@ -18,7 +18,7 @@ def key_access(api_key: ApiKey, principals: list[str] | None = None) -> dict:
     ``principals`` need the ``act_as`` scope, else ``ActAsNotAllowed``, a 403) and the KBs it may reach."""
     return {
         "principals": api_key.reader(principals),
-        "reachable_kb_ids": tuple(api_key.knowledge_base_ids) or None,
+        "reachable_kb_ids": api_key.reachable_kb_ids,
     }
 
 

@@ -168,6 +168,14 @@ class ApiKey(models.Model):
             return reader_of(given)
         return reader_of(())
 
-    def reaches(self, kb_id: int) -> bool:
-        """Whether the key may reach knowledge base ``kb_id`` (every one of its tenant when unlimited)."""
-        return not self.knowledge_base_ids or kb_id in self.knowledge_base_ids
+    @property
+    def reachable_kb_ids(self) -> tuple[int, ...] | None:
+        """The knowledge bases the key may reach; None: every one of its tenant's."""
+        return tuple(self.knowledge_base_ids) or None
+
+    def listing_reader(self) -> tuple[str, ...] | None:
+        """Whose documents the knowledge API's reads (listings, counts, stats) show this key: all of them
+        for a curator (``ingest`` or ``admin``), else those its reader may read (docs/permissions.md)."""
+        if self.has_scope(Scope.INGEST) or self.has_scope(Scope.ADMIN):
+            return None
+        return self.reader(None)
