@@ -138,6 +138,12 @@ def restricted_versions(versions: Iterable[tuple[int, int]]) -> frozenset[int]:
     return frozenset(version_id for version_id, restricted in known.items() if restricted)
 
 
+def forget_restricted_versions() -> None:
+    """Drop what this process remembers of restricted versions (tests, whose transactions roll back)."""
+    with _restricted_lock:
+        _restricted.clear()
+
+
 # The predicate of the partial index chunk_version_restricted, word for word (the planner proves it).
 _RESTRICTED_SQL = (
     f"SELECT v FROM unnest(%s::bigint[]) v WHERE EXISTS (SELECT 1 FROM {Chunk._meta.db_table} c "

@@ -182,16 +182,40 @@ def test_principals_need_the_act_as_scope(corpus):
     assert "principal" in response.json()["error"]["message"]
 
 
-def test_global_graph_search_hides_summaries_built_from_unreadable_passages(corpus):
-    tenant, kbs = corpus
-    client = client_with_key(create_api_key(tenant=tenant).raw_key)
-    response = client.post(
-        "/api/v1/retrieval/graph",
-        data=json.dumps({"query": QUERY, "scope": "global", "kb_ids": [kbs["plain"].pk]}),
-        content_type="application/json",
-    )
-    assert response.status_code == 200, response.content
-    _assert_nothing_hidden_leaks(response.content, VISIBLE["plain key"])
+def test_global_graph_search_hides_summaries_built_from_unreadable_passages(db, curated_sample_kb):
+    """A community summary quotes its supporting passages: one built from a passage the reader may not
+    read is not shown, nor counted among the candidates."""
+    from knowledge.acls import set_document_acl
+    from knowledge.models import Chunk, GraphCommunity
+
+    kb, query = curated_sample_kb, "鱼香肉丝 川菜 招牌菜"
+    give_unlimited_rate_tier(kb.tenant)
+    plain = client_with_key(create_api_key(tenant=kb.tenant).raw_key)
+
+    def global_search(client, **extra) -> dict:
+        body = {"query": query, "scope": "global", "top_k": 50, **extra}
+        response = client.post("/api/v1/retrieval/graph", data=json.dumps(body), content_type="application/json")
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    before = global_search(plain)
+    best = GraphCommunity.objects.get(kb_version=kb.active_version, level=0, number=before["communities"][0]["number"])
+    secret = Chunk.objects.get(pk=best.chunk_ids[0]).document
+    set_document_acl(secret, ["group:chefs"])
+    secret_chunks = set(secret.chunks.values_list("pk", flat=True))
+    # By hand: the level-0 communities none of whose supporting passages is the restricted document's.
+    readable = {
+        c.number
+        for c in GraphCommunity.objects.filter(kb_version=kb.active_version, level=0)
+        if not secret_chunks & set(c.chunk_ids)
+    }
+    after = global_search(plain)
+    assert {c["number"] for c in after["communities"]} <= readable
+    assert best.number not in {c["number"] for c in after["communities"]}
+    assert after["candidates"] == len(readable)
+    assert best.summary not in json.dumps(after, ensure_ascii=False)
+    chefs = client_with_key(create_api_key(tenant=kb.tenant, principals=["group:chefs"]).raw_key)
+    assert best.number in {c["number"] for c in global_search(chefs)["communities"]}
 
 
 def test_a_kb_limited_key_meets_other_kbs_as_missing_ones(corpus):
