@@ -15,6 +15,7 @@ from knowledge import (
     graph_admin,  # noqa: F401 - registers the graph browsers
     vocabulary_admin,  # noqa: F401 - registers the vocabulary pages
 )
+from knowledge.acls import set_default_acl
 from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
 from knowledge.documents import delete_document, update_document_labels
 from knowledge.errors import InvalidChunking, InvalidSourcePath
@@ -222,7 +223,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        editable = ["name", "description", "search_settings", "semantic_cache"]
+        editable = ["name", "description", "default_acl", "search_settings", "semantic_cache"]
         return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
 
     def get_readonly_fields(self, request, obj=None):
@@ -236,7 +237,12 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
 
     def save_model(self, request, obj, form, change):
         if change:  # name, description and search settings; an added KB was saved by save_form
+            default_acl = obj.default_acl
+            if "default_acl" in form.changed_data:
+                obj.default_acl = KnowledgeBase.objects.get(pk=obj.pk).default_acl  # set below, on its chunks too
             super().save_model(request, obj, form, change)
+            if "default_acl" in form.changed_data:
+                set_default_acl(obj, default_acl)
 
 
 class DocumentForm(forms.ModelForm):
@@ -261,14 +267,16 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
         "knowledge_base", "tenant", "source_uri", "doc_type", "status", "error", "content_md5", "chunker_version",
         "chunk_count", "created_at", "updated_at",
     ]  # fmt: skip
-    fields = ["title", "tags", "metadata", *readonly_fields]
+    fields = ["title", "tags", "metadata", "acl", *readonly_fields]
 
     def has_add_permission(self, request) -> bool:
         return False
 
     def save_model(self, request, obj, form, change):
         labels = form.cleaned_data
-        update_document_labels(obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"])
+        update_document_labels(
+            obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"], acl=labels["acl"]
+        )
 
     def delete_model(self, request, obj):
         delete_document(obj)
