@@ -8,10 +8,13 @@ read it from the document row, and a rollback finds its rows already changed.
 
 from __future__ import annotations
 
+import functools
+
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeSource
 from knowledge.revisions import bump_revisions
 from tenants.principals import clean_principals
@@ -57,8 +60,16 @@ def set_default_acl(kb: KnowledgeBase, acl: list[str]) -> None:
 
 
 def _apply(chunks: Q, acl: list[str]) -> list[int]:
-    """Write ``acl`` onto the chunks ``chunks`` selects; returns the ids of the versions that hold any."""
+    """Write ``acl`` onto the chunks ``chunks`` selects, and onto their keyword-index entries (which carry
+    it as filter terms) once that commits; returns the ids of the versions that hold any."""
     selected = Chunk.objects.filter(chunks)
-    versions = list(selected.order_by().values_list("kb_version_id", flat=True).distinct())
+    held: dict[int, set[int]] = {}
+    for version_id, document_id in selected.order_by().values_list("kb_version_id", "document_id").distinct():
+        held.setdefault(version_id, set()).add(document_id)
     selected.update(acl=acl)  # rows of every version: a rollback finds them changed too
-    return versions
+    for version_id, document_ids in held.items():
+        record_lexical_change(version_id, sorted(document_ids))
+        # After the outermost commit; a failure there leaves the change pending for the next writer or
+        # ``check_kb --repair`` (the rows decide meanwhile: every keyword hit is checked against them).
+        transaction.on_commit(functools.partial(apply_pending_lexical_changes, version_id), robust=True)
+    return list(held)

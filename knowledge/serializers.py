@@ -10,7 +10,7 @@ from rest_framework import serializers
 from engines.metering import KINDS
 from knowledge.models import PARENT_CHILD, PLAIN, Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
 from knowledge.selectors import latest_runs, source_schedule
-from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, InvalidPrincipals, clean_principals
+from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
 
 class DocumentCountsOutput(serializers.Serializer):
@@ -105,7 +105,8 @@ class AclField(serializers.ListField):
     """An ACL: principals 'user:<id>', 'group:<id>' or '*' (docs/permissions.md)."""
 
     def __init__(self, **kwargs):
-        super().__init__(child=serializers.CharField(max_length=MAX_PRINCIPAL), max_length=MAX_PRINCIPALS, **kwargs)
+        child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
+        super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
 
     def to_internal_value(self, data):
         try:

@@ -125,6 +125,17 @@ KB_EXAMPLE = {
     retrieve=extend_schema(
         summary="One knowledge base", responses={200: KnowledgeBaseOutput, **error_responses(401, 403, 404, 429)}
     ),
+    partial_update=extend_schema(
+        summary="Set who may read a knowledge base's documents that set no ACL",
+        description=(
+            "`default_acl`: principals (`user:<id>`, `group:<id>`, `*` for everyone in the tenant), at least one. "
+            "Applied to every chunk of those documents at once, in every version; the next search reads it "
+            "(docs/permissions.md). Needs the `ingest` scope."
+        ),
+        request=KnowledgeBaseUpdateInput,
+        responses={200: KnowledgeBaseOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[OpenApiExample("Staff only", request_only=True, value={"default_acl": ["group:staff"]})],
+    ),
     create=extend_schema(
         summary="Create a knowledge base",
         description="Needs the `ingest` scope. The embedding model, chunking and languages are fixed per version.",
@@ -192,6 +203,17 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     ),
     retrieve=extend_schema(
         summary="One document", responses={200: DocumentOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    partial_update=extend_schema(
+        summary="Change a document's labels or who may read it",
+        description=(
+            "Any of `title`, `tags`, `metadata` and `acl` (principals; `[]`: the knowledge base's `default_acl`). "
+            "Written onto every chunk of it in every version at once, so the next search, a re-ingestion, a "
+            "rebuild and a rollback all hold it (docs/permissions.md). Needs the `ingest` scope."
+        ),
+        request=DocumentUpdateInput,
+        responses={200: DocumentOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[OpenApiExample("HR only", request_only=True, value={"acl": ["group:hr"]})],
     ),
     destroy=extend_schema(
         summary="Delete a document",

@@ -78,6 +78,7 @@ class CompiledFilter:
     q: Q = field(default_factory=Q)
     aliases: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] | None = None
+    reader: tuple[str, ...] | None = None  # the principals whose ACL check ``q`` holds (:meth:`for_reader`)
 
     def for_reader(self, reader: tuple[str, ...]) -> CompiledFilter:
         """This filter ANDed with a reader's ACL check: a chunk whose ACL shares one of the reader's
@@ -86,7 +87,9 @@ class CompiledFilter:
         applies it; ``source`` stays the caller's filter (the keyword index's part of it)."""
         if not reader:
             raise ValueError("a reader holds at least '*'")  # an empty overlap would match nothing, silently
-        return CompiledFilter(q=self.q & Q(acl__overlap=list(reader)), aliases=self.aliases, source=self.source)
+        return CompiledFilter(
+            q=self.q & Q(acl__overlap=list(reader)), aliases=self.aliases, source=self.source, reader=reader
+        )
 
     def apply(self, queryset):
         return queryset.alias(**self.aliases).filter(self.q) if self.aliases else queryset.filter(self.q)

@@ -24,7 +24,7 @@ from knowledge.serializers import CostOutput
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES
 from retrieval.types import MODES, RETRIEVERS
-from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, InvalidPrincipals, clean_principals
+from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100
@@ -140,7 +140,8 @@ class PrincipalsField(serializers.ListField):
             "the end user's principals ('user:<id>', 'group:<id>'; '*' is always added): documents whose ACL "
             "holds none of them are never returned. Needs the act_as scope; a key bound to principals ignores it",
         )
-        super().__init__(child=StrictCharField(max_length=MAX_PRINCIPAL), max_length=MAX_PRINCIPALS, **kwargs)
+        child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
+        super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
 
     def to_internal_value(self, data):
         values = super().to_internal_value(data)

@@ -17,7 +17,8 @@ EVERYONE = "*"
 PUBLIC_ACL = (EVERYONE,)
 MAX_PRINCIPALS = 100
 MAX_PRINCIPAL = 200
-_PRINCIPAL = re.compile(rf"^(?:\*|(?:user|group):[^\s\x00]{{1,{MAX_PRINCIPAL - 6}}})$")
+PRINCIPAL_PATTERN = rf"^(?:\*|(?:user|group):[^\s\x00]{{1,{MAX_PRINCIPAL - 6}}})$"
+_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 
 class InvalidPrincipals(ValueError):
@@ -36,7 +37,7 @@ def clean_principals(value: object, *, where: str = "principals", allow_empty: b
     if len(value) > MAX_PRINCIPALS:
         raise InvalidPrincipals(f"{where}: more than {MAX_PRINCIPALS} principals")
     for item in value:
-        if not isinstance(item, str) or not _PRINCIPAL.match(item):
+        if not isinstance(item, str) or not _PRINCIPAL.fullmatch(item):  # fullmatch: "$" admits a final newline
             raise InvalidPrincipals(
                 f"{where}: {item!r} is not a principal ('user:<id>', 'group:<id>' or '*', "
                 f"at most {MAX_PRINCIPAL} characters, no white space)"

@@ -250,3 +250,46 @@ def test_listings_show_a_search_key_only_what_its_reader_may_read(corpus):
     assert bob.get(f"/api/v1/knowledge-bases/{kb.pk}/documents/{hidden.pk}").status_code == 404
     curator = client_with_key(create_api_key(tenant=tenant, scopes=["ingest"]).raw_key)
     assert curator.get(f"/api/v1/knowledge-bases/{kb.pk}").json()["document_count"] == 4
+
+
+def test_dify_reads_as_its_keys_binding_and_meets_other_kbs_as_missing(corpus):
+    tenant, kbs = corpus
+    kb, other = kbs["plain"], kbs["parent_child"]
+    bob = client_with_key(create_api_key(tenant=tenant, principals=["user:bob"], knowledge_base_ids=[kb.pk]).raw_key)
+
+    def dify(kb_id: int):
+        body = {"knowledge_id": str(kb_id), "query": QUERY, "retrieval_setting": {"top_k": 20, "score_threshold": 0}}
+        return bob.post("/api/v1/dify/retrieval", body, format="json")
+
+    response = dify(kb.pk)
+    assert response.status_code == 200, response.content
+    records = response.json()["records"]
+    assert {record["title"] for record in records} == {TITLES[name] for name in VISIBLE["bound to user:bob"]}
+    _assert_nothing_hidden_leaks(response.content, VISIBLE["bound to user:bob"])
+    outside, missing = dify(other.pk), dify(10**12)
+    assert (outside.status_code, outside.json()["error_code"]) == (404, 2001)
+    assert outside.json()["error_msg"].replace(str(other.pk), "N") == missing.json()["error_msg"].replace(
+        str(10**12), "N"
+    )
+
+
+def test_console_retrieval_testing_reads_as_the_chosen_reader(corpus, admin_client):
+    tenant, kbs = corpus
+    kb = kbs["plain"]
+
+    def titles(read_as: str) -> set[str]:
+        page = admin_client.post(
+            "/admin/retrieval/retrievalrun/",
+            {"tenant": tenant.pk, "query": QUERY, "knowledge_bases": [kb.pk], "mode": "bm25", "top_k": 20,
+             "max_expansions": 3, "read_as": read_as},
+        )  # fmt: skip
+        assert page.status_code == 200
+        return {hit["hit"].title for hit in page.context["outcome"]["hits"]}
+
+    assert titles("") == {"public"}
+    assert titles("group:hr") == {"public", "hr", "shared"}
+    page = admin_client.post(
+        "/admin/retrieval/retrievalrun/",
+        {"tenant": tenant.pk, "query": QUERY, "mode": "bm25", "top_k": 5, "max_expansions": 3, "read_as": "hr"},
+    )
+    assert "is not a principal" in page.content.decode()
