@@ -302,10 +302,13 @@ def _count_contents(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
     return version
 
 
-def task_status(tenant: Tenant, task_id: str) -> dict:
+def task_status(tenant: Tenant, task_id: str, reachable: Collection[int] | None = None) -> dict:
     """State, progress, result and error of a task the tenant started (``GET /api/v1/tasks/{id}``);
-    another tenant's task is reported exactly like one that does not exist."""
-    record = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id).first()
+    another tenant's task, or one of a KB outside ``reachable``, is reported exactly like one that does not exist."""
+    records = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id)
+    if reachable is not None:
+        records = records.filter(knowledge_base_id__in=list(reachable))
+    record = records.first()
     if record is None:
         raise TaskNotFound(f"unknown task id: {task_id}")
     meta = AsyncResult(task_id).backend.get_task_meta(task_id)  # one read: state and info must agree

@@ -63,7 +63,7 @@ from knowledge.sources import create_source, delete_source, queue_sync, update_s
 from knowledge.versions import activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
-from tenants.permissions import HasScope
+from tenants.permissions import HasScope, InsufficientScope
 
 ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
 
@@ -182,6 +182,11 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
         return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
 
     def create(self, request: Request) -> Response:
+        if request.auth.reachable_kb_ids is not None:
+            raise InsufficientScope(
+                "A key limited to knowledge bases cannot create one: it could not reach it.",
+                details={"required_scope": Scope.INGEST},
+            )
         params = KnowledgeBaseInput(data=request.data)
         params.is_valid(raise_exception=True)
         try:
@@ -408,7 +413,7 @@ class TaskViewSet(KnowledgeApiViewSet):
     lookup_value_regex = "[0-9a-f-]{1,64}"
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(TaskOutput(task_status(request.tenant, pk)).data)
+        return Response(TaskOutput(task_status(request.tenant, pk, request.auth.reachable_kb_ids)).data)
 
 
 SOURCE_EXAMPLE = {

@@ -293,3 +293,37 @@ def test_console_retrieval_testing_reads_as_the_chosen_reader(corpus, admin_clie
         {"tenant": tenant.pk, "query": QUERY, "mode": "bm25", "top_k": 5, "max_expansions": 3, "read_as": "hr"},
     )
     assert "is not a principal" in page.content.decode()
+
+
+def test_a_kb_limited_key_creates_no_knowledge_base_and_reads_no_task_of_another(corpus):
+    from knowledge.models import KnowledgeTask
+
+    tenant, kbs = corpus
+    limited = client_with_key(
+        create_api_key(tenant=tenant, scopes=["ingest"], knowledge_base_ids=[kbs["plain"].pk]).raw_key
+    )
+    response = limited.post("/api/v1/knowledge-bases", {"name": "new"}, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "insufficient_scope"
+    task = KnowledgeTask.objects.create(
+        task_id="t-other", tenant=tenant, knowledge_base=kbs["parent_child"], kind="ingest"
+    )
+    other, missing = limited.get(f"/api/v1/tasks/{task.task_id}"), limited.get("/api/v1/tasks/t-missing")
+    assert other.status_code == missing.status_code == 404
+    assert other.json()["error"]["code"] == missing.json()["error"]["code"]
+    assert other.json()["error"]["message"] == "unknown task id: t-other"
+
+
+def test_the_semantic_cache_scope_holds_the_reader(db):
+    """The semantic cache answers only within a scope: its key's material but the query, readers included."""
+    from knowledge.selectors import SearchedKnowledge
+    from retrieval.cache import _key_material, _scope
+    from retrieval.types import SearchRequest
+
+    tenant = TenantFactory()
+    knowledge = SearchedKnowledge((), 0)
+    scopes = {
+        _scope(_key_material(tenant, SearchRequest(query="q", principals=principals), knowledge))
+        for principals in (("*",), ("*", "group:hr"), ("*", "user:alice"))
+    }
+    assert len(scopes) == 3
