@@ -152,9 +152,14 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "default_acl" in self.fields:  # blank keeps it: a KB's default names at least one principal
+            self.fields["default_acl"].required = False
         stored = dict(self.instance.search_settings or {})
         self.fields["semantic_cache"].initial = bool(stored.pop("semantic_cache", False))
         self.initial["search_settings"] = stored
+
+    def clean_default_acl(self) -> list[str]:
+        return self.cleaned_data.get("default_acl") or list(self.instance.default_acl)
 
     def clean_search_settings(self) -> dict:
         try:

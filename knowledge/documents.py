@@ -196,7 +196,7 @@ def update_document_labels(
             # leaves the change pending for the next writer or ``check_kb --repair``.
             transaction.on_commit(functools.partial(apply_pending_lexical_changes, version_id), robust=True)
         bump_revisions(versions)
-        if acl is not None:  # who may read it: applied like the labels, in the same transaction
+        if acl is not None and acl != stored.acl:  # who may read it: applied like the labels, in this transaction
             set_document_acl(document, acl)
     document.title, document.tags, document.metadata = stored.title, stored.tags, stored.metadata
 

@@ -303,15 +303,15 @@ def test_a_kb_limited_key_creates_no_knowledge_base_and_reads_no_task_of_another
         create_api_key(tenant=tenant, scopes=["ingest"], knowledge_base_ids=[kbs["plain"].pk]).raw_key
     )
     response = limited.post("/api/v1/knowledge-bases", {"name": "new"}, format="json")
-    assert response.status_code == 403
+    assert response.status_code == 403, response.content
     assert response.json()["error"]["code"] == "insufficient_scope"
     task = KnowledgeTask.objects.create(
-        task_id="t-other", tenant=tenant, knowledge_base=kbs["parent_child"], kind="ingest"
+        task_id="0b8f-0def", tenant=tenant, knowledge_base=kbs["parent_child"], kind="ingest"
     )
-    other, missing = limited.get(f"/api/v1/tasks/{task.task_id}"), limited.get("/api/v1/tasks/t-missing")
+    other, missing = limited.get(f"/api/v1/tasks/{task.task_id}"), limited.get("/api/v1/tasks/0b8f-aaaa")
     assert other.status_code == missing.status_code == 404
     assert other.json()["error"]["code"] == missing.json()["error"]["code"]
-    assert other.json()["error"]["message"] == "unknown task id: t-other"
+    assert other.json()["error"]["message"] == "unknown task id: 0b8f-0def"
 
 
 def test_the_semantic_cache_scope_holds_the_reader(db):
@@ -327,3 +327,23 @@ def test_the_semantic_cache_scope_holds_the_reader(db):
         for principals in (("*",), ("*", "group:hr"), ("*", "user:alice"))
     }
     assert len(scopes) == 3
+
+
+def test_a_check_that_cannot_run_refuses_the_search(corpus, monkeypatch):
+    """Fails closed: the permission check's own failure is a 503 with a code, never an unchecked answer."""
+    from django.db import OperationalError
+
+    from retrieval import access
+
+    tenant, kbs = corpus
+
+    def unreachable(versions):
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(access, "restricted_versions", unreachable)
+    client = client_with_key(create_api_key(tenant=tenant).raw_key)
+    for mode in ("vector", "bm25", "hybrid", "graph"):
+        response = _search(client, {"query": QUERY, "mode": mode, "kb_ids": [kbs["plain"].pk]})
+        assert response.status_code == 503, response.content
+        assert response.json()["error"]["code"] == "access_check_unavailable"
+        _assert_nothing_hidden_leaks(response.content, set())
