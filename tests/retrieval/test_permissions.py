@@ -347,3 +347,27 @@ def test_a_check_that_cannot_run_refuses_the_search(corpus, monkeypatch):
         assert response.status_code == 503, response.content
         assert response.json()["error"]["code"] == "access_check_unavailable"
         _assert_nothing_hidden_leaks(response.content, set())
+
+
+def test_the_keyword_index_filters_by_acl_itself(corpus):
+    """The reader's check inside the keyword index (its entries' ACL terms), not only in the rows' check."""
+    from engines import get_lexical_index
+    from engines import lexical_filter as lf
+    from knowledge.models import Chunk
+    from knowledge.selectors import analyzer_for_tenant
+
+    tenant, kbs = corpus
+    kb = kbs["plain"]
+    kb.refresh_from_db()
+    index = get_lexical_index()
+    assert index.state(kb.active_version_id).acl  # built with ACL terms
+    tokens = analyzer_for_tenant(tenant.pk).tokens(QUERY)
+    names = dict(Chunk.objects.filter(kb_version=kb.active_version).values_list("id", "document__source_uri"))
+    for principals, visible in (
+        (("*",), VISIBLE["plain key"]),
+        (("*", "group:hr"), VISIBLE["act as group:hr"]),
+        (("*", "user:bob"), VISIBLE["bound to user:bob"]),
+    ):
+        acl = lf.Terms(tuple(lf.acl_term(principal) for principal in principals))
+        hits = index.search(kb.active_version_id, tenant.pk, tokens, 50, None, field_filter=acl)
+        assert {Path(names[hit.chunk_id]).name for hit in hits} == visible, principals
