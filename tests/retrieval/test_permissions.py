@@ -371,3 +371,39 @@ def test_the_keyword_index_filters_by_acl_itself(corpus):
         acl = lf.Terms(tuple(lf.acl_term(principal) for principal in principals))
         hits = index.search(kb.active_version_id, tenant.pk, tokens, 50, None, field_filter=acl)
         assert {Path(names[hit.chunk_id]).name for hit in hits} == visible, principals
+
+
+def test_search_analytics_keep_no_principals(corpus):
+    from django.forms.models import model_to_dict
+
+    from retrieval import search_log
+    from retrieval.models import SearchLog
+
+    tenant, kbs = corpus
+    act_as = client_with_key(create_api_key(tenant=tenant, scopes=["search", "act_as"]).raw_key)
+    response = _search(act_as, {"query": QUERY, "mode": "bm25", "principals": ["group:hr", "user:zed"]})
+    assert response.status_code == 200
+    search_log.flush()
+    rows = [model_to_dict(row) for row in SearchLog.objects.filter(tenant=tenant)]
+    assert rows
+    assert "group:hr" not in repr(rows) and "user:zed" not in repr(rows)
+
+
+def test_a_url_sources_acl_reaches_its_documents_at_once(corpus, django_capture_on_commit_callbacks):
+    from knowledge.models import Chunk, Document
+    from knowledge.sources import create_source, update_source
+
+    tenant, kbs = corpus
+    kb = kbs["plain"]
+    source = create_source(kb, kind="urls", urls=["https://example.org/a"], interval_seconds=3600)
+    document = Document.objects.get(knowledge_base=kb, source_uri__endswith="public.txt")
+    Document.objects.filter(pk=document.pk).update(source=source)
+    with django_capture_on_commit_callbacks(execute=True):
+        update_source(source, acl=["group:web"])
+    assert Document.objects.get(pk=document.pk).acl == ["group:web"]
+    assert {tuple(acl) for acl in Chunk.objects.filter(document=document).values_list("acl", flat=True)} == {
+        ("group:web",)
+    }
+    plain = client_with_key(create_api_key(tenant=tenant).raw_key)
+    found = _search(plain, {"query": QUERY, "mode": "bm25", "kb_ids": [kb.pk], "top_k": 20}).json()["results"]
+    assert _names(found) == set()
