@@ -277,10 +277,11 @@ def source_schedule(source: KnowledgeSource) -> dict:
     return {"interval_seconds": task.interval.every}
 
 
-def versions_of(kb: KnowledgeBase) -> list[KnowledgeBaseVersion]:
-    """A KB's versions, newest first, each with the documents and chunks it holds (counted now)."""
+def versions_of(kb: KnowledgeBase, reader: tuple[str, ...] | None = None) -> list[KnowledgeBaseVersion]:
+    """A KB's versions, newest first, each with the documents and chunks it holds (counted now; with a
+    ``reader``, only those it may read)."""
     versions = KnowledgeBaseVersion.objects.filter(knowledge_base=kb).order_by("-number")
-    return [_count_contents(version) for version in versions]
+    return [_count_contents(version, reader) for version in versions]
 
 
 def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> KnowledgeBaseVersion:
@@ -291,13 +292,14 @@ def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> Knowl
     return _count_contents(version) if counted else version
 
 
-def _count_contents(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+def _count_contents(version: KnowledgeBaseVersion, reader: tuple[str, ...] | None = None) -> KnowledgeBaseVersion:
     """Set ``chunk_count`` and ``document_count``: one aggregate over the version's own rows, its id a
     constant, so PostgreSQL finds them by the version index (counted for all versions at once, the plans
     read every tenant's chunks: docs/BENCHMARKS.md, "Knowledge lifecycle")."""
-    counts = Chunk.objects.filter(kb_version_id=version.pk).aggregate(
-        chunk_count=Count("id"), document_count=Count("document_id", distinct=True)
-    )
+    chunks = Chunk.objects.filter(kb_version_id=version.pk)
+    if reader is not None:
+        chunks = chunks.filter(acl__overlap=list(reader))
+    counts = chunks.aggregate(chunk_count=Count("id"), document_count=Count("document_id", distinct=True))
     version.chunk_count, version.document_count = counts["chunk_count"], counts["document_count"]
     return version
 

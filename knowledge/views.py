@@ -348,7 +348,7 @@ class VersionViewSet(KnowledgeApiViewSet):
     lookup_field = "number"
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(versions_of(_kb(request, kb_id)), VersionOutput)
+        return self.paginated(versions_of(_kb(request, kb_id), request.auth.listing_reader()), VersionOutput)
 
     def create(self, request: Request, kb_id: int) -> Response:
         kb = _kb(request, kb_id)

@@ -246,10 +246,14 @@ def test_listings_show_a_search_key_only_what_its_reader_may_read(corpus):
     listed = bob.get(f"/api/v1/knowledge-bases/{kb.pk}/documents").json()
     assert {Path(d["name"]).name for d in listed["results"]} == VISIBLE["bound to user:bob"]
     assert bob.get(f"/api/v1/knowledge-bases/{kb.pk}").json()["document_count"] == 2
+    (version,) = bob.get(f"/api/v1/knowledge-bases/{kb.pk}/versions").json()["results"]
+    assert version["document_count"] == 2
     hidden = kb.documents.get(source_uri__endswith="hr.txt")
     assert bob.get(f"/api/v1/knowledge-bases/{kb.pk}/documents/{hidden.pk}").status_code == 404
     curator = client_with_key(create_api_key(tenant=tenant, scopes=["ingest"]).raw_key)
     assert curator.get(f"/api/v1/knowledge-bases/{kb.pk}").json()["document_count"] == 4
+    (version,) = curator.get(f"/api/v1/knowledge-bases/{kb.pk}/versions").json()["results"]
+    assert version["document_count"] == 4
 
 
 def test_dify_reads_as_its_keys_binding_and_meets_other_kbs_as_missing(corpus):
