@@ -17,7 +17,7 @@ def key_access(api_key: ApiKey, principals: list[str] | None = None) -> dict:
     """The ``SearchRequest`` fields of a search by ``api_key``: its reader (bound principals win; a body's
     ``principals`` need the ``act_as`` scope, else ``ActAsNotAllowed``, a 403) and the KBs it may reach."""
     return {
-        "principals": api_key.reader(principals),
+        "reader": api_key.reader(principals),
         "reachable_kb_ids": api_key.reachable_kb_ids,
     }
 

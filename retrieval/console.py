@@ -172,7 +172,7 @@ class RetrievalTestForm(SearchSettingsForm):
         kb_ids = [kb.pk for kb in data["knowledge_bases"]]
         level = data["level"] or 0
         return GlobalGraphRequest(
-            data["query"], data["top_k"], kb_ids or None, level, data["filters"], principals=data["read_as"]
+            data["query"], data["top_k"], kb_ids or None, level, data["filters"], reader=data["read_as"]
         )
 
     def search_request(self) -> SearchRequest:
@@ -182,7 +182,7 @@ class RetrievalTestForm(SearchSettingsForm):
             query=data["query"],
             kb_ids=kb_ids or None,
             filters=data["filters"],
-            principals=data["read_as"],
+            reader=data["read_as"],
             **self.search_options(),
         )
 

@@ -45,7 +45,7 @@ class GlobalGraphRequest:
     level: int | None = 0
     filters: dict | None = None
     chunks_per_community: int = 3
-    principals: tuple[str, ...] = ("*",)  # the reader (retrieval.access.key_access)
+    reader: tuple[str, ...] = ("*",)  # the reader's principals (retrieval.access.key_access)
     reachable_kb_ids: tuple[int, ...] | None = None
 
 
@@ -73,7 +73,7 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
         knowledge = searched_knowledge(tenant, request.kb_ids, request.reachable_kb_ids)
-        reader = reader_check(request.principals, knowledge)
+        reader = reader_check(request.reader, knowledge)
         if reader is not None:
             compiled = compiled.for_reader(reader)
         versions = knowledge.versions

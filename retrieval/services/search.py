@@ -52,7 +52,7 @@ def search(
         compiled = compile_filters(request.filters)
         if knowledge is None:
             knowledge = searched_knowledge(tenant, request.kb_ids, request.reachable_kb_ids)
-        reader = reader_check(request.principals, knowledge)
+        reader = reader_check(request.reader, knowledge)
         if reader is not None:
             compiled = compiled.for_reader(reader)
         fusion = searched_settings(request, knowledge)

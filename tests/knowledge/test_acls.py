@@ -28,7 +28,7 @@ def _chunk_acls(document: Document) -> dict[int, set[tuple[str, ...]]]:
 
 
 def _found(kb, principals: tuple[str, ...]) -> set[str]:
-    request = SearchRequest(query="lock door", mode="bm25", top_k=20, kb_ids=[kb.pk], principals=principals)
+    request = SearchRequest(query="lock door", mode="bm25", top_k=20, kb_ids=[kb.pk], reader=principals)
     return {hit.source_uri.rsplit("/", 1)[-1] for hit in search(kb.tenant, request).results}
 
 

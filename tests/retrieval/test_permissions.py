@@ -327,7 +327,7 @@ def test_the_semantic_cache_scope_holds_the_reader(db):
     tenant = TenantFactory()
     knowledge = SearchedKnowledge((), 0)
     scopes = {
-        _scope(_key_material(tenant, SearchRequest(query="q", principals=principals), knowledge))
+        _scope(_key_material(tenant, SearchRequest(query="q", reader=principals), knowledge))
         for principals in (("*",), ("*", "group:hr"), ("*", "user:alice"))
     }
     assert len(scopes) == 3
