@@ -177,9 +177,11 @@ def _read_or_lock(claim: _Claim) -> tuple[bytes | None, str | None]:
 
 
 def _fingerprint(request: Request) -> str:
-    """Method, path and body; JSON bodies canonically, so key order and spacing do not matter; a
-    multipart body by its fields and its files' names and contents (its boundary differs per retry)."""
-    digest = hashlib.sha256(f"{request.method} {request.path}\n".encode())
+    """The API key, method, path and body; JSON bodies canonically, so key order and spacing do not
+    matter; a multipart body by its fields and its files' names and contents (its boundary differs per
+    retry). The key: keys of one tenant may read different documents (their principals and knowledge
+    bases, docs/permissions.md), so one key's stored answer is never replayed to another."""
+    digest = hashlib.sha256(f"{getattr(request.auth, 'pk', '')} {request.method} {request.path}\n".encode())
     if request.content_type.startswith("multipart/form-data"):
         for name, value in sorted(request.POST.lists()):
             digest.update(json.dumps([name, value]).encode())

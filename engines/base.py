@@ -91,6 +91,7 @@ class IndexState:
     dictionary_fingerprint: str
     num_docs: int
     filters: bool = False  # its entries carry their business fields (built since they exist)
+    acl: bool = False  # and their ACL terms (lexical_filter.FILTER_FIELDS_LEVEL 2)
 
 
 BM25_K1 = 1.2  # both lexical engines score with k1 = 1.2, b = 0.75

@@ -74,7 +74,17 @@ def _index_definition(name: str, state: dict[str, str]) -> Index:
 
 
 def _state_of(analyzer_version: str, dictionary_fingerprint: str) -> dict[str, str]:
-    return {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint, "filters": "1"}
+    return {
+        "analyzer_version": analyzer_version,
+        "dictionary_fingerprint": dictionary_fingerprint,
+        "filters": str(lf.FILTER_FIELDS_LEVEL),
+    }
+
+
+def _level(meta: dict[str, str]) -> int:
+    """What an index's entries carry (``lexical_filter.FILTER_FIELDS_LEVEL``): 0 none, 1 business fields, 2 and ACLs."""
+    level = str(meta.get("filters", ""))
+    return int(level) if level.isdigit() else 0
 
 
 def _source(chunk: LexicalDocument, with_filters: bool) -> dict[str, object]:
@@ -163,7 +173,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             created = self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
             if doc_ids:
                 self._delete(alias, doc_ids, refresh=False)
-            self._bulk_index(alias, chunks, with_filters=created or self._meta(alias).get("filters") == "1")
+            self._bulk_index(alias, chunks, with_filters=created or _level(self._meta(alias)) >= 1)
             self._writer().indices.refresh(index=alias)
 
     def rebuild(
@@ -215,8 +225,9 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             except NotFoundError:
                 return None
         # An index without our _meta was not built here: report an unknown analyzer, i.e. stale.
+        level = _level(meta)
         return IndexState(
-            meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count, meta.get("filters") == "1"
+            meta.get("analyzer_version", ""), meta.get("dictionary_fingerprint", ""), count, level >= 1, level >= 2
         )
 
     def chunk_ids(self, version_id: int) -> list[int]:

@@ -22,6 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+# What an index's entries carry, recorded in its state: 1, the business fields; 2, their ACL terms too
+# (an index built before holds none: searches check its hits' ACL against the rows only).
+FILTER_FIELDS_LEVEL = 2
 MAX_PATH_DEPTH = 5
 MAX_KEY = 64
 MAX_STRING = 500
@@ -86,6 +89,11 @@ def tag_term(value: str) -> str:
     return f"tag={value}"
 
 
+def acl_term(principal: str) -> str:
+    """The term of one principal of a chunk's ACL (who may read it; docs/permissions.md)."""
+    return f"acl={principal}"
+
+
 def metadata_term(path: list[str], value: Any) -> str:
     """The term of one scalar ``value`` at a metadata ``path``."""
     return f"meta:{'.'.join(path)}={_json_scalar(value)}"
@@ -97,9 +105,11 @@ def microseconds(moment: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def filter_fields(doc_type: str, created_at: dt.datetime, tags: list[str], metadata: Any) -> FilterFields:
-    """The filterable fields of one chunk."""
-    terms = [doc_type_term(doc_type), *(tag_term(tag) for tag in tags)]
+def filter_fields(
+    doc_type: str, created_at: dt.datetime, tags: list[str], metadata: Any, acl: list[str] | None = None
+) -> FilterFields:
+    """The filterable fields of one chunk (``acl``: its principals, as ``acl=<principal>`` terms)."""
+    terms = [doc_type_term(doc_type), *(tag_term(tag) for tag in tags), *(acl_term(p) for p in acl or ())]
     if isinstance(metadata, dict):
         _metadata_terms(metadata, [], terms)
     return FilterFields(tuple(dict.fromkeys(terms)), microseconds(created_at))

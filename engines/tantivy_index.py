@@ -149,8 +149,9 @@ class TantivyLexicalIndex(LexicalIndex):
             except (FileNotFoundError, ValueError):
                 return None
             searcher = self._searcher(generation)
+            level = int(meta.get("filters") or 0)
             return IndexState(
-                meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs, bool(meta.get("filters"))
+                meta["analyzer_version"], meta["dictionary_fingerprint"], searcher.num_docs, level >= 1, level >= 2
             )
 
     def chunk_ids(self, version_id: int) -> list[int]:
@@ -293,7 +294,11 @@ class TantivyLexicalIndex(LexicalIndex):
         shutil.rmtree(generation, ignore_errors=True)
 
     def _write_state(self, generation: Path, analyzer_version: str, dictionary_fingerprint: str) -> None:
-        state = {"analyzer_version": analyzer_version, "dictionary_fingerprint": dictionary_fingerprint, "filters": 1}
+        state = {
+            "analyzer_version": analyzer_version,
+            "dictionary_fingerprint": dictionary_fingerprint,
+            "filters": lf.FILTER_FIELDS_LEVEL,
+        }
         _write_atomically(generation / STATE_FILE, json.dumps(state))
 
     def _index(self, generation: Path) -> tantivy.Index:

@@ -15,6 +15,7 @@ from knowledge import (
     graph_admin,  # noqa: F401 - registers the graph browsers
     vocabulary_admin,  # noqa: F401 - registers the vocabulary pages
 )
+from knowledge.acls import set_default_acl
 from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
 from knowledge.documents import delete_document, update_document_labels
 from knowledge.errors import InvalidChunking, InvalidSourcePath
@@ -152,9 +153,14 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "default_acl" in self.fields:  # blank keeps it: a KB's default names at least one principal
+            self.fields["default_acl"].required = False
         stored = dict(self.instance.search_settings or {})
         self.fields["semantic_cache"].initial = bool(stored.pop("semantic_cache", False))
         self.initial["search_settings"] = stored
+
+    def clean_default_acl(self) -> list[str]:
+        return self.cleaned_data.get("default_acl") or list(self.instance.default_acl)
 
     def clean_search_settings(self) -> dict:
         try:
@@ -223,7 +229,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
         return super().get_form(request, obj, **kwargs)
 
     def get_fields(self, request, obj=None):
-        editable = ["name", "description", "search_settings", "semantic_cache"]
+        editable = ["name", "description", "default_acl", "search_settings", "semantic_cache"]
         return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
 
     def get_readonly_fields(self, request, obj=None):
@@ -237,7 +243,12 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
 
     def save_model(self, request, obj, form, change):
         if change:  # name, description and search settings; an added KB was saved by save_form
+            default_acl = obj.default_acl
+            if "default_acl" in form.changed_data:
+                obj.default_acl = KnowledgeBase.objects.get(pk=obj.pk).default_acl  # set below, on its chunks too
             super().save_model(request, obj, form, change)
+            if "default_acl" in form.changed_data:
+                set_default_acl(obj, default_acl)
 
 
 class DocumentForm(forms.ModelForm):
@@ -262,7 +273,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
         "knowledge_base", "tenant", "source_uri", "doc_type", "status", "error", "content_md5", "chunker_version",
         "chunk_count", "parse_summary", "created_at", "updated_at",
     ]  # fmt: skip
-    fields = ["title", "tags", "metadata", *readonly_fields]
+    fields = ["title", "tags", "metadata", "acl", *readonly_fields]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -274,7 +285,9 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
 
     def save_model(self, request, obj, form, change):
         labels = form.cleaned_data
-        update_document_labels(obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"])
+        update_document_labels(
+            obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"], acl=labels["acl"]
+        )
 
     def delete_model(self, request, obj):
         delete_document(obj)

@@ -121,6 +121,9 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
                 embedding_dim=len(vector), embedding=vector, doc_type=document.doc_type,
                 created_at=document.created_at, tags=chunk.tags if chunk is not None else document.tags,
                 metadata=metadata, parent_id=chunk.parent_id if chunk is not None else None,
+                # the document's effective ACL, as ingestion writes it (docs/permissions.md): an edited or
+                # added chunk is readable by exactly those who may read its document
+                acl=list(document.acl or document.knowledge_base.default_acl),
             )  # fmt: skip
             row.save(force_insert=True)
             if edit.chunk_id is None:

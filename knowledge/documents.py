@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from knowledge.acls import set_document_acl
 from knowledge.errors import UploadTooLarge
 from knowledge.ingestion.files import Labels, keep_original, md5_of, record_failure, task_file
 from knowledge.ingestion.stored import queue_ingestion
@@ -88,7 +89,7 @@ def reingest_documents(kb: KnowledgeBase, documents: Iterable[Document]) -> tupl
         if not doc.original:
             skipped.append(doc)
             continue
-        labels = Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata) if doc.content_md5 else None
+        labels = Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata, acl=None) if doc.content_md5 else None
         files.append({**task_file(doc.source_uri, doc.original, labels), "force": True})
     if not files:
         return None, skipped
@@ -165,9 +166,14 @@ def purge_documents_removed_before(grace_hours: int) -> int:
 
 
 def update_document_labels(
-    document: Document, *, title: str | None = None, tags: list[str] | None = None, metadata: dict | None = None
+    document: Document,
+    *,
+    title: str | None = None,
+    tags: list[str] | None = None,
+    metadata: dict | None = None,
+    acl: list[str] | None = None,
 ) -> None:
-    """Set a document's title, tags or metadata (None keeps one) and copy them onto every chunk of it,
+    """Set a document's title, tags, metadata or ACL (None keeps one) and copy them onto every chunk of it,
     since filters read each chunk's copy, and onto its keyword-index entries (which carry the business
     fields BM25 filters on) once that commits; cached answers expire with the revision.
 
@@ -190,6 +196,8 @@ def update_document_labels(
             # leaves the change pending for the next writer or ``check_kb --repair``.
             transaction.on_commit(functools.partial(apply_pending_lexical_changes, version_id), robust=True)
         bump_revisions(versions)
+        if acl is not None and acl != stored.acl:  # who may read it: applied like the labels, in this transaction
+            set_document_acl(document, acl)
     document.title, document.tags, document.metadata = stored.title, stored.tags, stored.metadata
 
 

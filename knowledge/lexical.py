@@ -27,7 +27,9 @@ from knowledge.selectors import analyzer_for_tenant
 # pg_advisory_xact_lock(class, version id): one process at a time turns rows into index entries.
 _LEXICAL_LOCK_CLASS = 15_001
 # The columns of an index entry: its text's parts, then the business fields the index filters on.
-_ENTRY_COLUMNS = ("id", "document_id", "document__context", "content", "doc_type", "created_at", "tags", "metadata")
+_ENTRY_COLUMNS = (
+    "id", "document_id", "document__context", "content", "doc_type", "created_at", "tags", "metadata", "acl",
+)  # fmt: skip
 
 
 def _lock_lexical_index(version_id: int) -> None:
@@ -37,14 +39,15 @@ def _lock_lexical_index(version_id: int) -> None:
 
 def _analyzed(analyzer: Analyzer, row: tuple) -> str:
     """The analyzed text of a row of ``_ENTRY_COLUMNS``."""
-    _, _, context, content, _, _, _, metadata = row
+    _, _, context, content, _, _, _, metadata, _ = row
     return analyzer.analyze(contextual_text(context, content, (metadata or {}).get("section")))
 
 
 def _entry(row: tuple, tenant_id: int, text: str) -> LexicalDocument:
     """The index entry of a row of ``_ENTRY_COLUMNS`` with its analyzed ``text``."""
-    chunk_id, doc_id, _, _, doc_type, created_at, tags, metadata = row
-    return LexicalDocument(chunk_id, doc_id, tenant_id, text, filter_fields(doc_type, created_at, tags, metadata))
+    chunk_id, doc_id, _, _, doc_type, created_at, tags, metadata, acl = row
+    fields = filter_fields(doc_type, created_at, tags, metadata, acl)
+    return LexicalDocument(chunk_id, doc_id, tenant_id, text, fields)
 
 
 def record_lexical_change(version_id: int, document_ids: list[int]) -> None:

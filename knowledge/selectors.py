@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from cachetools import TTLCache
 from celery.result import AsyncResult
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
@@ -63,15 +66,18 @@ class SearchedKnowledge:
     vocabulary_stamp: int
 
 
-def searched_knowledge(tenant: Tenant, kb_ids: list[int] | None = None) -> SearchedKnowledge:
+def searched_knowledge(
+    tenant: Tenant, kb_ids: list[int] | None = None, reachable: Collection[int] | None = None
+) -> SearchedKnowledge:
     """The tenant's KBs with an active version that a search covers (all of them when ``kb_ids`` is
-    empty). A KB id of another tenant is reported exactly like one that does not exist."""
+    empty). A KB id of another tenant, or outside ``reachable`` (a KB-limited key's KBs; None: all),
+    is reported exactly like one that does not exist."""
     # Raw SQL: this runs on every search and every cached answer, where compiling the ORM query cost
     # more than running it.
     with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         ids = sorted(set(kb_ids)) if kb_ids else None
         cursor.execute(_SEARCHED_KNOWLEDGE_SQL, [ids, ids, tenant.pk])
-        return _searched_knowledge_of(cursor.fetchall(), kb_ids)
+        return _searched_knowledge_of(_reachable_rows(cursor.fetchall(), reachable), kb_ids)
 
 
 def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
@@ -81,10 +87,22 @@ def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
     return _SEARCHED_KNOWLEDGE_SQL, [None, None, tenant_id]
 
 
-def searched_knowledge_in(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
-    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``."""
+def searched_knowledge_in(
+    rows: list[tuple], kb_ids: list[int] | None, reachable: Collection[int] | None = None
+) -> SearchedKnowledge:
+    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``
+    (and to ``reachable``)."""
     wanted = set(kb_ids or ())
+    rows = _reachable_rows(rows, reachable)
     return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
+
+
+def _reachable_rows(rows: list[tuple], reachable: Collection[int] | None) -> list[tuple]:
+    """The rows of the KBs a key may reach; with none left, the vocabulary stamp's row of NULLs."""
+    if reachable is None:
+        return rows
+    kept = [row for row in rows if row[1] in reachable]
+    return kept or [(rows[0][0], *([None] * (len(rows[0]) - 1)))] if rows else kept
 
 
 def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
@@ -100,6 +118,39 @@ def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> Searc
     )  # fmt: skip
     _check_found(kb_ids, {version.kb_id for version in versions})
     return SearchedKnowledge(versions, rows[0][0] if rows else 0)
+
+
+def restricted_versions(versions: Iterable[tuple[int, int]]) -> frozenset[int]:
+    """Of ``versions`` (id, revision), those holding a chunk not open to everyone (``*``): a search of the
+    others needs no ACL check, since every reader holds ``*``. Read through a small partial index and
+    remembered per revision (an ACL write bumps it). Any failure raises: the caller refuses the search."""
+    revisions = dict(versions)
+    with _restricted_lock:
+        known = {version_id: _restricted.get((version_id, revision)) for version_id, revision in revisions.items()}
+    unknown = [version_id for version_id, restricted in known.items() if restricted is None]
+    if unknown:
+        with read_connection().cursor() as cursor:
+            cursor.execute(_RESTRICTED_SQL, [unknown])
+            found = {row[0] for row in cursor.fetchall()}
+        with _restricted_lock:
+            for version_id in unknown:
+                known[version_id] = _restricted[(version_id, revisions[version_id])] = version_id in found
+    return frozenset(version_id for version_id, restricted in known.items() if restricted)
+
+
+def forget_restricted_versions() -> None:
+    """Drop what this process remembers of restricted versions (tests, whose transactions roll back)."""
+    with _restricted_lock:
+        _restricted.clear()
+
+
+# The predicate of the partial index chunk_version_restricted, word for word (the planner proves it).
+_RESTRICTED_SQL = (
+    f"SELECT v FROM unnest(%s::bigint[]) v WHERE EXISTS (SELECT 1 FROM {Chunk._meta.db_table} c "
+    "WHERE c.kb_version_id = v AND NOT (c.acl @> ARRAY['*']::varchar(200)[]))"
+)
+_restricted: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
+_restricted_lock = threading.Lock()
 
 
 def search_settings_of(kb: KnowledgeBase) -> dict:
@@ -126,19 +177,28 @@ def _check_found(kb_ids: list[int] | None, found: set[int]) -> None:
         )
 
 
-def knowledge_bases_of(tenant: Tenant) -> QuerySet[KnowledgeBase]:
-    """The tenant's KBs with their active version and document count (``GET /api/v1/knowledge-bases``)."""
+def knowledge_bases_of(
+    tenant: Tenant, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> QuerySet[KnowledgeBase]:
+    """The tenant's KBs with their active version and document count (``GET /api/v1/knowledge-bases``);
+    ``reachable``: a KB-limited key's (None: all); ``reader``: count only the documents it may read."""
+    kbs = KnowledgeBase.objects.filter(tenant=tenant)
+    if reachable is not None:
+        kbs = kbs.filter(pk__in=list(reachable))
+    counted = None if reader is None else readable_by(reader, prefix="documents__")
     return (
-        KnowledgeBase.objects.filter(tenant=tenant)
-        .select_related("active_version")
-        .annotate(document_count=Count("documents"))
+        kbs.select_related("active_version")
+        .annotate(document_count=Count("documents", filter=counted))
         .order_by("name")
     )
 
 
-def knowledge_base_of(tenant: Tenant, kb_id: int) -> KnowledgeBase:
-    """One of the tenant's KBs; another tenant's is reported exactly like one that does not exist."""
-    kb = knowledge_bases_of(tenant).filter(pk=kb_id).first()
+def knowledge_base_of(
+    tenant: Tenant, kb_id: int, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> KnowledgeBase:
+    """One of the tenant's KBs; another tenant's, or one outside ``reachable``, is reported exactly like
+    one that does not exist."""
+    kb = knowledge_bases_of(tenant, reachable, reader).filter(pk=kb_id).first()
     if kb is None:
         raise KnowledgeBaseNotFound(f"unknown knowledge base id: {kb_id}", details={"kb_ids": [kb_id]})
     return kb
@@ -158,12 +218,24 @@ def document_counts_by_status(kb_ids: list[int]) -> dict[int, dict[str, int]]:
     return counts
 
 
-def documents_of(kb: KnowledgeBase) -> QuerySet[Document]:
-    return Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id).order_by("source_uri", "id")
+def readable_by(reader: tuple[str, ...], prefix: str = "") -> Q:
+    """Documents ``reader`` may read: their ACL shares one of its principals, or they set none and their
+    KB's default does (docs/permissions.md)."""
+    return Q(**{f"{prefix}acl__overlap": list(reader)}) | Q(
+        **{f"{prefix}acl": [], f"{prefix}knowledge_base__default_acl__overlap": list(reader)}
+    )
 
 
-def document_of(kb: KnowledgeBase, document_id: int) -> Document:
-    document = documents_of(kb).filter(pk=document_id).first()
+def documents_of(kb: KnowledgeBase, reader: tuple[str, ...] | None = None) -> QuerySet[Document]:
+    """The KB's documents; with a ``reader``, only those it may read (the others are as absent)."""
+    documents = Document.objects.filter(knowledge_base=kb, tenant_id=kb.tenant_id)
+    if reader is not None:
+        documents = documents.filter(readable_by(reader))
+    return documents.order_by("source_uri", "id")
+
+
+def document_of(kb: KnowledgeBase, document_id: int, reader: tuple[str, ...] | None = None) -> Document:
+    document = documents_of(kb, reader).filter(pk=document_id).first()
     if document is None:
         raise DocumentNotFound(f"knowledge base {kb.pk} has no document {document_id}")
     return document
@@ -227,10 +299,11 @@ def source_schedule(source: KnowledgeSource) -> dict:
     return {"interval_seconds": task.interval.every}
 
 
-def versions_of(kb: KnowledgeBase) -> list[KnowledgeBaseVersion]:
-    """A KB's versions, newest first, each with the documents and chunks it holds (counted now)."""
+def versions_of(kb: KnowledgeBase, reader: tuple[str, ...] | None = None) -> list[KnowledgeBaseVersion]:
+    """A KB's versions, newest first, each with the documents and chunks it holds (counted now; with a
+    ``reader``, only those it may read)."""
     versions = KnowledgeBaseVersion.objects.filter(knowledge_base=kb).order_by("-number")
-    return [_count_contents(version) for version in versions]
+    return [_count_contents(version, reader) for version in versions]
 
 
 def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> KnowledgeBaseVersion:
@@ -241,21 +314,25 @@ def version_of(kb: KnowledgeBase, number: int, *, counted: bool = True) -> Knowl
     return _count_contents(version) if counted else version
 
 
-def _count_contents(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
+def _count_contents(version: KnowledgeBaseVersion, reader: tuple[str, ...] | None = None) -> KnowledgeBaseVersion:
     """Set ``chunk_count`` and ``document_count``: one aggregate over the version's own rows, its id a
     constant, so PostgreSQL finds them by the version index (counted for all versions at once, the plans
     read every tenant's chunks: docs/BENCHMARKS.md, "Knowledge lifecycle")."""
-    counts = Chunk.objects.filter(kb_version_id=version.pk).aggregate(
-        chunk_count=Count("id"), document_count=Count("document_id", distinct=True)
-    )
+    chunks = Chunk.objects.filter(kb_version_id=version.pk)
+    if reader is not None:
+        chunks = chunks.filter(acl__overlap=list(reader))
+    counts = chunks.aggregate(chunk_count=Count("id"), document_count=Count("document_id", distinct=True))
     version.chunk_count, version.document_count = counts["chunk_count"], counts["document_count"]
     return version
 
 
-def task_status(tenant: Tenant, task_id: str) -> dict:
+def task_status(tenant: Tenant, task_id: str, reachable: Collection[int] | None = None) -> dict:
     """State, progress, result and error of a task the tenant started (``GET /api/v1/tasks/{id}``);
-    another tenant's task is reported exactly like one that does not exist."""
-    record = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id).first()
+    another tenant's task, or one of a KB outside ``reachable``, is reported exactly like one that does not exist."""
+    records = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id)
+    if reachable is not None:
+        records = records.filter(knowledge_base_id__in=list(reachable))
+    record = records.first()
     if record is None:
         raise TaskNotFound(f"unknown task id: {task_id}")
     meta = AsyncResult(task_id).backend.get_task_meta(task_id)  # one read: state and info must agree
@@ -314,18 +391,27 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
     return Vocabulary(analyzer_for_tenant(tenant_id), synonyms)
 
 
-def tenant_stats(tenant: Tenant) -> dict:
-    """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``)."""
-    by_status = dict(Document.objects.filter(tenant=tenant).order_by().values_list("status").annotate(Count("id")))
-    active_versions = KnowledgeBase.objects.filter(tenant=tenant).values("active_version")
+def tenant_stats(
+    tenant: Tenant, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
+) -> dict:
+    """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``);
+    of a KB-limited key, only its KBs (``reachable``); of a reader, only the documents and chunks it may read."""
+    kbs = KnowledgeBase.objects.filter(tenant=tenant)
+    if reachable is not None:
+        kbs = kbs.filter(pk__in=list(reachable))
+    documents = Document.objects.filter(tenant=tenant, knowledge_base__in=kbs)
+    chunks = Chunk.objects.filter(tenant=tenant, kb_version__in=kbs.values("active_version"))
+    if reader is not None:
+        documents, chunks = documents.filter(readable_by(reader)), chunks.filter(acl__overlap=list(reader))
+    by_status = dict(documents.order_by().values_list("status").annotate(Count("id")))
     return {
         "tenant": tenant.name,
-        "knowledge_bases": KnowledgeBase.objects.filter(tenant=tenant).count(),
+        "knowledge_bases": kbs.count(),
         "documents": {
             "total": sum(by_status.values()),
             "by_status": {status: by_status.get(status, 0) for status in Document.Status.values},
         },
-        "chunks": Chunk.objects.filter(tenant=tenant, kb_version__in=active_versions).count(),
+        "chunks": chunks.count(),
         "queries": query_counts(tenant.pk),
         "cost": tenant_costs(tenant.pk),
     }

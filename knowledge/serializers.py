@@ -10,6 +10,7 @@ from rest_framework import serializers
 from engines.metering import KINDS
 from knowledge.models import PARENT_CHILD, PLAIN, Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
 from knowledge.selectors import latest_runs, source_schedule
+from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
 
 class DocumentCountsOutput(serializers.Serializer):
@@ -100,6 +101,42 @@ class IndexSettingsInput(serializers.Serializer):
     )
 
 
+class AclField(serializers.ListField):
+    """An ACL: principals 'user:<id>', 'group:<id>' or '*' (docs/permissions.md)."""
+
+    def __init__(self, **kwargs):
+        child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
+        super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return clean_principals(super().to_internal_value(data), where="acl")
+        except InvalidPrincipals as error:
+            raise serializers.ValidationError(str(error)) from None
+
+
+class KnowledgeBaseUpdateInput(serializers.Serializer):
+    """``PATCH /knowledge-bases/{id}``: who may read its documents that set no ACL of their own."""
+
+    default_acl = AclField(
+        allow_empty=False, help_text="principals; ['*']: everyone in the tenant (a new KB's default)"
+    )
+
+
+class DocumentUpdateInput(serializers.Serializer):
+    """``PATCH .../documents/{id}``: any of its labels; the change holds at the next search."""
+
+    title = serializers.CharField(required=False, max_length=500, allow_blank=True)
+    tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, max_length=100)
+    metadata = serializers.DictField(required=False)
+    acl = AclField(required=False, help_text="who may read it (principals); []: its knowledge base's default_acl")
+
+    def validate(self, data):
+        if not data:
+            raise serializers.ValidationError("give at least one of title, tags, metadata, acl")
+        return data
+
+
 class KnowledgeBaseInput(IndexSettingsInput):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True, default="")
@@ -123,6 +160,9 @@ class KnowledgeBaseOutput(IndexSettingsOutput):
         source="active_version.number", allow_null=True, help_text="number of the version searches read"
     )
     document_count = serializers.IntegerField()
+    default_acl = serializers.ListField(
+        child=serializers.CharField(), help_text="who may read its documents that set no ACL (docs/permissions.md)"
+    )
     created_at = serializers.DateTimeField()
 
 
@@ -155,6 +195,9 @@ class DocumentOutput(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     metadata = serializers.DictField()
     parse_report = ParseReportOutput()
+    acl = serializers.ListField(
+        child=serializers.CharField(), help_text="who may read it; []: its knowledge base's default_acl"
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -267,6 +310,12 @@ class SourceSettingsInput(serializers.Serializer):
         required=False, max_length=200, help_text='or on this five-field crontab, UTC (e.g. "*/15 * * * *")'
     )
 
+    acl = AclField(
+        required=False,
+        help_text="who may read its documents; []: the KB's default. A folder's .acl.json or a file's sidecar "
+        "wins over it (docs/permissions.md)",
+    )
+
     def validate_urls(self, urls):
         for url in urls:
             if urlsplit(url).scheme not in ("http", "https"):
@@ -307,7 +356,7 @@ class SourceUpdateInput(SourceSettingsInput):
 
     def validate(self, data):
         if not data:
-            raise serializers.ValidationError("give at least one of urls, interval_seconds, crontab, enabled")
+            raise serializers.ValidationError("give at least one of urls, interval_seconds, crontab, enabled, acl")
         if "urls" in data and self.context["kind"] != KnowledgeSource.Kind.URLS:
             raise serializers.ValidationError({"urls": ["a folder source has no urls (register another source)"]})
         if "interval_seconds" in data and "crontab" in data:
@@ -348,6 +397,7 @@ class SourceOutput(serializers.Serializer):
     )
     runs = serializers.SerializerMethodField(help_text="its latest syncs, the newest first")
     document_count = serializers.IntegerField(help_text="documents it keeps (removed ones too, until purged)")
+    acl = serializers.ListField(child=serializers.CharField(), help_text="who may read its documents; []: KB default")
     created_at = serializers.DateTimeField()
 
     @extend_schema_field(SourceScheduleOutput)

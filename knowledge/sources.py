@@ -27,13 +27,15 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from core.uniqueness import get_or_create_serialized
 from engines.url_fetcher import FetchError, UrlFetcher
+from knowledge.acls import set_source_acl
 from knowledge.documents import remove_from_search
 from knowledge.errors import InvalidSourcePath
-from knowledge.ingestion.files import SIDECAR_SUFFIX, SourceFile, keep_original, task_file
+from knowledge.ingestion.files import FOLDER_ACL_FILE, SIDECAR_SUFFIX, Labels, SourceFile, keep_original, task_file
 from knowledge.ingestion.stored import ingest_stored_files, store_local_files
 from knowledge.models import Document, KnowledgeBase, KnowledgeSource, KnowledgeTask, SourceRun
 from knowledge.parsing import SUPPORTED_SUFFIXES
 from knowledge.queue import queue_task
+from tenants.principals import clean_principals
 
 SYNC_TASK = "knowledge.tasks.sync_source"
 FAILURES_KEPT = 50  # per run
@@ -103,10 +105,11 @@ def create_source(
     urls: list[str] | None = None,
     interval_seconds: int | None = None,
     crontab: str = "",
+    acl: list[str] | None = None,
 ) -> KnowledgeSource:
     """A folder (checked against the roots) or URL source of ``kb`` with its beat entry: every
-    ``interval_seconds``, or on the five-field ``crontab`` (UTC)."""
-    source = KnowledgeSource(knowledge_base=kb, kind=kind)
+    ``interval_seconds``, or on the five-field ``crontab`` (UTC). ``acl``: its documents' (none: the KB's default)."""
+    source = KnowledgeSource(knowledge_base=kb, kind=kind, acl=clean_principals(acl or [], where="acl"))
     if kind == KnowledgeSource.Kind.FOLDER:
         folder = checked_folder(path)
         _check_not_anothers(kb, folder)
@@ -152,6 +155,7 @@ def update_source(
     interval_seconds: int | None = None,
     crontab: str = "",
     enabled: bool | None = None,
+    acl: list[str] | None = None,
 ) -> None:
     """Change a source in place: a URL source's list (a URL dropped leaves search at the next sync, as a
     page that answers 404 does), its schedule, or pause / resume its scheduled syncs (a sync asked for
@@ -162,6 +166,8 @@ def update_source(
         source.save(update_fields=["urls", "fetch_state"])
     if interval_seconds or crontab:
         set_schedule(source, interval_seconds=interval_seconds, crontab=crontab)
+    if acl is not None:
+        set_source_acl(source, acl)
     if enabled is not None and source.periodic_task is not None:
         source.periodic_task.enabled = enabled
         source.periodic_task.save()  # save(), not update(): beat learns of changes from its signal
@@ -249,7 +255,11 @@ def _collect_folder(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
     for directory, _, names in os.walk(folder):
         for name in sorted(names):
             path = Path(directory) / name
-            if path.suffix.lower() not in SUPPORTED_SUFFIXES or name.endswith(SIDECAR_SUFFIX):
+            if (
+                path.suffix.lower() not in SUPPORTED_SUFFIXES
+                or name.endswith(SIDECAR_SUFFIX)
+                or name == FOLDER_ACL_FILE
+            ):
                 continue
             uri = f"{folder.name}/{path.relative_to(folder).as_posix()}"
             collected.present.add(uri)
@@ -257,7 +267,7 @@ def _collect_folder(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
                 collected.failures.append((uri, "a symbolic link out of the source roots (not read)"))
                 continue
             files.append(SourceFile(path, uri))
-    collected.files, failures = store_local_files(kb, files)
+    collected.files, failures = store_local_files(kb, files, source.acl)
     collected.failures += failures
     return collected
 
@@ -297,7 +307,7 @@ def _collect_urls(kb: KnowledgeBase, source: KnowledgeSource) -> _Collected:
             collected.failures.append((url, f"unsupported content type {fetched.content_type or '(none)'}"))
             continue
         original = keep_original(kb, name, hashlib.md5(fetched.content).hexdigest(), ContentFile(fetched.content))
-        collected.files.append(task_file(url, original, None))
+        collected.files.append(task_file(url, original, Labels(acl=list(source.acl)) if source.acl else None))
     return collected
 
 

@@ -50,4 +50,6 @@ class StatsView(RateLimitedMixin, APIView):
         ],
     )
     def get(self, request: Request) -> Response:
-        return Response(StatsOutput(tenant_stats(request.tenant)).data)
+        return Response(
+            StatsOutput(tenant_stats(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader())).data
+        )

@@ -152,7 +152,7 @@ def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
     """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
     documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
     return [
-        task_file(doc.source_uri, doc.original, Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata))
+        task_file(doc.source_uri, doc.original, Labels(title=doc.title, tags=doc.tags, metadata=doc.metadata, acl=None))
         for doc in documents.exclude(original="").order_by("pk")
     ]
 

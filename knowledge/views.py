@@ -15,10 +15,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.idempotency import IdempotentPostMixin
+from core.parsers import StrictJSONParser
 from core.ratelimit import RateLimitedMixin
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from engines.embedders import EmbeddingError
-from knowledge.documents import check_upload_size, check_upload_sizes, delete_document, queue_uploads
+from knowledge.acls import set_default_acl
+from knowledge.documents import (
+    check_upload_size,
+    check_upload_sizes,
+    delete_document,
+    queue_uploads,
+    update_document_labels,
+)
 from knowledge.errors import InvalidEmbeddingModel
 from knowledge.ingestion.files import labels_from
 from knowledge.knowledge_bases import create_knowledge_base
@@ -36,8 +44,10 @@ from knowledge.selectors import (
 )
 from knowledge.serializers import (
     DocumentOutput,
+    DocumentUpdateInput,
     KnowledgeBaseInput,
     KnowledgeBaseOutput,
+    KnowledgeBaseUpdateInput,
     SourceInput,
     SourceOutput,
     SourceSyncOutput,
@@ -53,7 +63,7 @@ from knowledge.sources import create_source, delete_source, queue_sync, update_s
 from knowledge.versions import GATED, activate_version, retire_version, start_version_build
 from tenants.authentication import HasTenant
 from tenants.models import Scope
-from tenants.permissions import HasScope
+from tenants.permissions import HasScope, InsufficientScope
 
 ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
 
@@ -115,6 +125,17 @@ KB_EXAMPLE = {
     retrieve=extend_schema(
         summary="One knowledge base", responses={200: KnowledgeBaseOutput, **error_responses(401, 403, 404, 429)}
     ),
+    partial_update=extend_schema(
+        summary="Set who may read a knowledge base's documents that set no ACL",
+        description=(
+            "`default_acl`: principals (`user:<id>`, `group:<id>`, `*` for everyone in the tenant), at least one. "
+            "Applied to every chunk of those documents at once, in every version; the next search reads it "
+            "(docs/permissions.md). Needs the `ingest` scope."
+        ),
+        request=KnowledgeBaseUpdateInput,
+        responses={200: KnowledgeBaseOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[OpenApiExample("Staff only", request_only=True, value={"default_acl": ["group:staff"]})],
+    ),
     create=extend_schema(
         summary="Create a knowledge base",
         description="Needs the `ingest` scope. The embedding model, chunking and languages are fixed per version.",
@@ -145,19 +166,34 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases``: list, read and create the tenant's knowledge bases."""
 
     def list(self, request: Request) -> Response:
-        return self.paginated(knowledge_bases_of(request.tenant), KnowledgeBaseOutput)
+        return self.paginated(
+            knowledge_bases_of(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader()),
+            KnowledgeBaseOutput,
+        )
 
     def retrieve(self, request: Request, pk: int) -> Response:
-        return Response(KnowledgeBaseOutput(knowledge_base_of(request.tenant, pk)).data)
+        return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
+
+    def partial_update(self, request: Request, pk: int) -> Response:
+        kb = _kb(request, pk)
+        params = KnowledgeBaseUpdateInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        set_default_acl(kb, params.validated_data["default_acl"])
+        return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
 
     def create(self, request: Request) -> Response:
+        if request.auth.reachable_kb_ids is not None:
+            raise InsufficientScope(
+                "A key limited to knowledge bases cannot create one: it could not reach it.",
+                details={"required_scope": Scope.INGEST},
+            )
         params = KnowledgeBaseInput(data=request.data)
         params.is_valid(raise_exception=True)
         try:
             kb = create_knowledge_base(tenant=request.tenant, **params.validated_data)
         except EmbeddingError as exc:
             raise InvalidEmbeddingModel(str(exc)) from exc
-        body = KnowledgeBaseOutput(knowledge_base_of(request.tenant, kb.pk)).data
+        body = KnowledgeBaseOutput(_kb(request, kb.pk)).data
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -172,6 +208,17 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     ),
     retrieve=extend_schema(
         summary="One document", responses={200: DocumentOutput, **error_responses(401, 403, 404, 429)}
+    ),
+    partial_update=extend_schema(
+        summary="Change a document's labels or who may read it",
+        description=(
+            "Any of `title`, `tags`, `metadata` and `acl` (principals; `[]`: the knowledge base's `default_acl`). "
+            "Written onto every chunk of it in every version at once, so the next search, a re-ingestion, a "
+            "rebuild and a rollback all hold it (docs/permissions.md). Needs the `ingest` scope."
+        ),
+        request=DocumentUpdateInput,
+        responses={200: DocumentOutput, **error_responses(400, 401, 403, 404, 429)},
+        examples=[OpenApiExample("HR only", request_only=True, value={"acl": ["group:hr"]})],
     ),
     destroy=extend_schema(
         summary="Delete a document",
@@ -213,7 +260,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
 class DocumentViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/documents``: upload, list, read and delete documents."""
 
-    parser_classes = [MultiPartParser]
+    parser_classes = [MultiPartParser, StrictJSONParser]  # uploads; label and ACL changes (PATCH)
 
     def before_idempotency(self, request: Request) -> None:
         """A body too large is refused before an ``Idempotency-Key`` reads it for its fingerprint."""
@@ -222,17 +269,25 @@ class DocumentViewSet(KnowledgeApiViewSet):
         )
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(documents_of(knowledge_base_of(request.tenant, kb_id)), DocumentOutput)
+        return self.paginated(documents_of(_kb(request, kb_id), request.auth.listing_reader()), DocumentOutput)
 
     def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
-        return Response(DocumentOutput(document_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+        return Response(DocumentOutput(document_of(_kb(request, kb_id), pk, request.auth.listing_reader())).data)
+
+    def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
+        kb = _kb(request, kb_id)
+        document = document_of(kb, pk)
+        params = DocumentUpdateInput(data=request.data)
+        params.is_valid(raise_exception=True)
+        update_document_labels(document, **params.validated_data)
+        return Response(DocumentOutput(document_of(kb, pk)).data)
 
     def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
-        delete_document(document_of(knowledge_base_of(request.tenant, kb_id), pk))
+        delete_document(document_of(_kb(request, kb_id), pk, request.auth.listing_reader()))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         self.before_idempotency(request)
         params = UploadInput(data=request.data)
         params.is_valid(raise_exception=True)
@@ -293,10 +348,10 @@ class VersionViewSet(KnowledgeApiViewSet):
     lookup_field = "number"
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(versions_of(knowledge_base_of(request.tenant, kb_id)), VersionOutput)
+        return self.paginated(versions_of(_kb(request, kb_id), request.auth.listing_reader()), VersionOutput)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = VersionInput(data=request.data)
         params.is_valid(raise_exception=True)
         options = dict(params.validated_data)
@@ -322,7 +377,7 @@ class VersionViewSet(KnowledgeApiViewSet):
 
     def _change(self, request: Request, kb_id: int, number: int, change) -> Response:
         """Apply a version service to one of the tenant's versions; the version as it is afterwards."""
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         change(version_of(kb, number, counted=False))
         return Response(VersionOutput(version_of(kb, number)).data)
 
@@ -358,7 +413,7 @@ class TaskViewSet(KnowledgeApiViewSet):
     lookup_value_regex = "[0-9a-f-]{1,64}"
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(TaskOutput(task_status(request.tenant, pk)).data)
+        return Response(TaskOutput(task_status(request.tenant, pk, request.auth.reachable_kb_ids)).data)
 
 
 SOURCE_EXAMPLE = {
@@ -446,20 +501,20 @@ class SourceViewSet(KnowledgeApiViewSet):
         return [Scope.ADMIN]
 
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(sources_of(knowledge_base_of(request.tenant, kb_id)), SourceOutput)
+        return self.paginated(sources_of(_kb(request, kb_id)), SourceOutput)
 
     def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
-        return Response(SourceOutput(source_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+        return Response(SourceOutput(source_of(_kb(request, kb_id), pk)).data)
 
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = SourceInput(data=request.data)
         params.is_valid(raise_exception=True)
         source = create_source(kb, **params.validated_data)
         return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         source = source_of(kb, pk)
         params = SourceUpdateInput(data=request.data, context={"kind": source.kind})
         params.is_valid(raise_exception=True)
@@ -467,15 +522,20 @@ class SourceViewSet(KnowledgeApiViewSet):
         return Response(SourceOutput(source_of(kb, pk)).data)
 
     def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
-        delete_source(source_of(knowledge_base_of(request.tenant, kb_id), pk))
+        delete_source(source_of(_kb(request, kb_id), pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @action(detail=True, methods=["post"])
     def sync(self, request: Request, kb_id: int, pk: int) -> Response:
-        source = source_of(knowledge_base_of(request.tenant, kb_id), pk)
+        source = source_of(_kb(request, kb_id), pk)
         task = queue_sync(source)
         body = {"task_id": task.task_id, "status_url": status_url(task), "source": source.pk}
         return Response(SourceSyncOutput(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _kb(request: Request, kb_id: int):
+    """The caller's KB ``kb_id``: one outside a KB-limited key's list is as missing as another tenant's."""
+    return knowledge_base_of(request.tenant, kb_id, request.auth.reachable_kb_ids, request.auth.listing_reader())
 
 
 def status_url(task) -> str:

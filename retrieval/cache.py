@@ -144,7 +144,7 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         return CachedSearch(search(tenant, request, knowledge))
     started = time.perf_counter()
     if knowledge is None:
-        knowledge = searched_knowledge(tenant, request.kb_ids)
+        knowledge = searched_knowledge(tenant, request.kb_ids, request.reachable_kb_ids)
     material = _key_material(tenant, request, knowledge)
     key = _key(tenant, material)
     lock_key = f"{key}:lock"

@@ -35,6 +35,7 @@ from retrieval.services.console import record_run
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
+from tenants.principals import InvalidPrincipals, clean_principals, reader_of
 from tenants.selectors import tenants_visible_to
 
 
@@ -115,7 +116,14 @@ class RetrievalTestForm(SearchSettingsForm):
         min_value=0, max_value=MAX_COMMUNITY_LEVEL, required=False, help_text="graph global: community level, blank: 0"
     )
 
-    field_order = ["tenant", "query", "knowledge_bases", "filters"]
+    read_as = forms.CharField(
+        required=False,
+        label="read as",
+        widget=forms.TextInput(attrs={"size": 60, "placeholder": "user:alice group:hr"}),
+        help_text="the reader's principals, separated by spaces; blank: everyone ('*') only (docs/permissions.md)",
+    )
+
+    field_order = ["tenant", "query", "knowledge_bases", "filters", "read_as"]
 
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,6 +150,12 @@ class RetrievalTestForm(SearchSettingsForm):
             raise forms.ValidationError(exc.message) from None
         return filters
 
+    def clean_read_as(self) -> tuple[str, ...]:
+        try:
+            return reader_of(clean_principals(self.cleaned_data["read_as"].split(), where="read as"))
+        except InvalidPrincipals as exc:
+            raise forms.ValidationError(str(exc)) from None
+
     def clean(self):
         data = super().clean()
         tenant, kbs = data.get("tenant"), data.get("knowledge_bases") or []
@@ -159,13 +173,19 @@ class RetrievalTestForm(SearchSettingsForm):
         data = self.cleaned_data
         kb_ids = [kb.pk for kb in data["knowledge_bases"]]
         level = data["level"] or 0
-        return GlobalGraphRequest(data["query"], data["top_k"], kb_ids or None, level, data["filters"])
+        return GlobalGraphRequest(
+            data["query"], data["top_k"], kb_ids or None, level, data["filters"], reader=data["read_as"]
+        )
 
     def search_request(self) -> SearchRequest:
         data = self.cleaned_data
         kb_ids = [kb.pk for kb in data["knowledge_bases"]]
         return SearchRequest(
-            query=data["query"], kb_ids=kb_ids or None, filters=data["filters"], **self.search_options()
+            query=data["query"],
+            kb_ids=kb_ids or None,
+            filters=data["filters"],
+            reader=data["read_as"],
+            **self.search_options(),
         )
 
     def submitted(self) -> dict[str, list[str]]:

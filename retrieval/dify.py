@@ -37,6 +37,7 @@ from core.errors import api_exception_handler
 from core.ratelimit import RateLimitedMixin
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.errors import KnowledgeBaseNotFound
+from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
@@ -196,6 +197,7 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
             filters=filters_from_metadata_condition(condition),
             score_threshold=setting["score_threshold"] or default_score_threshold(request.tenant, kb_id),
             expand=ExpansionOptions(),
+            **key_access(request.auth),  # Dify sends no user: a key bound to principals reads as them
         )
         hits = cached_search(request.tenant, search_request).response.results
         answer = {"records": [record(hit, score) for hit, score in zip(hits, scores_in_fused_order(hits))]}

@@ -53,3 +53,9 @@ class InvalidQuerySet(DomainError):
     """A judged query, grade or query set file the service cannot read; ``details`` says where."""
 
     code = "invalid_query_set"
+
+
+class AccessCheckUnavailable(UnavailableError):
+    """The permission check could not run: the search is refused, never answered unfiltered."""
+
+    code = "access_check_unavailable"

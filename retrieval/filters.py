@@ -78,6 +78,18 @@ class CompiledFilter:
     q: Q = field(default_factory=Q)
     aliases: dict[str, Any] = field(default_factory=dict)
     source: dict[str, Any] | None = None
+    reader: tuple[str, ...] | None = None  # the principals whose ACL check ``q`` holds (:meth:`for_reader`)
+
+    def for_reader(self, reader: tuple[str, ...]) -> CompiledFilter:
+        """This filter ANDed with a reader's ACL check: a chunk whose ACL shares one of the reader's
+        principals (``acl && reader``, GIN-indexed; docs/permissions.md). It is part of ``q``, so every
+        stage that applies the filter (the SQL pre-filter, the checks of the index's and graph's hits)
+        applies it; ``source`` stays the caller's filter (the keyword index's part of it)."""
+        if not reader:
+            raise ValueError("a reader holds at least '*'")  # an empty overlap would match nothing, silently
+        return CompiledFilter(
+            q=self.q & Q(acl__overlap=list(reader)), aliases=self.aliases, source=self.source, reader=reader
+        )
 
     def apply(self, queryset):
         return queryset.alias(**self.aliases).filter(self.q) if self.aliases else queryset.filter(self.q)
@@ -94,12 +106,15 @@ class CompiledFilter:
         return SqlFilter(where, tuple(params))
 
 
-def compile_filters(filters: Any) -> CompiledFilter:
+def compile_filters(filters: Any, reader: tuple[str, ...] | None = None) -> CompiledFilter:
+    """``filters`` compiled; with a ``reader``, ANDed with its ACL check (:meth:`CompiledFilter.for_reader`)."""
     if filters is None:
-        return CompiledFilter()
-    compiler = _Compiler()
-    q = compiler.compile_object(filters, path="filters", depth=0)
-    return CompiledFilter(q=q, aliases=compiler.aliases, source=filters)
+        compiled = CompiledFilter()
+    else:
+        compiler = _Compiler()
+        q = compiler.compile_object(filters, path="filters", depth=0)
+        compiled = CompiledFilter(q=q, aliases=compiler.aliases, source=filters)
+    return compiled if reader is None else compiled.for_reader(reader)
 
 
 class _Compiler:

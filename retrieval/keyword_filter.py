@@ -30,12 +30,15 @@ class _Translated:
 _EVERYTHING = _Translated(None, False)
 
 
-def keyword_filter(compiled: CompiledFilter) -> lf.LexicalFilter | None:
+def keyword_filter(compiled: CompiledFilter, *, acl_terms: bool = False) -> lf.LexicalFilter | None:
     """The keyword index's filter for a compiled filter: exact or wider than it; None when nothing of
-    it translates (or there is no filter)."""
-    if not compiled.source:
-        return None
-    return _object(compiled.source).node
+    it translates (or there is no filter). ``acl_terms``: the index's entries carry their ACL terms, so
+    a reader's check translates exactly (any of its principals' terms; docs/permissions.md)."""
+    node = _object(compiled.source).node if compiled.source else None
+    if compiled.reader is not None and acl_terms:
+        acl = lf.Terms(tuple(lf.acl_term(principal) for principal in compiled.reader))
+        node = acl if node is None else lf.And((node, acl))
+    return node
 
 
 def _object(filters: dict[str, Any]) -> _Translated:

@@ -104,7 +104,7 @@ def search(api_key: ApiKey, arguments: dict[str, Any]) -> dict[str, Any]:
     data = dict(params.validated_data)
     mode = data.pop("mode")
     count_against_limit(api_key, mode)
-    search_request = search_request_of(data, mode)
+    search_request = search_request_of(data, mode, api_key)
     outcome = cached_search(api_key.tenant, search_request)
     response = outcome.response
     answer: dict[str, Any] = {
@@ -143,12 +143,15 @@ def citable_hit(hit: SearchHit) -> dict[str, Any]:
 
 def list_knowledge_bases(api_key: ApiKey) -> dict[str, Any]:
     count_against_limit(api_key, KNOWLEDGE_ENDPOINT)
-    return {"knowledge_bases": KnowledgeBaseOutput(knowledge_bases_of(api_key.tenant), many=True).data}
+    kbs = knowledge_bases_of(api_key.tenant, api_key.reachable_kb_ids, api_key.listing_reader())
+    return {"knowledge_bases": KnowledgeBaseOutput(kbs, many=True).data}
 
 
 def get_passage(api_key: ApiKey, chunk_id: int) -> dict[str, Any]:
     count_against_limit(api_key, KNOWLEDGE_ENDPOINT)
-    passage = passage_with_context(api_key.tenant, chunk_id)
+    passage = passage_with_context(
+        api_key.tenant, chunk_id, reachable=api_key.reachable_kb_ids, reader=api_key.listing_reader()
+    )
     if passage is None:
         raise PassageNotFound(f"no passage {chunk_id} in this tenant's knowledge bases", details={"chunk_id": chunk_id})
     return passage
@@ -158,8 +161,9 @@ def get_document(api_key: ApiKey, kb_id: int, document_id: int, max_passages: in
     if not 0 <= max_passages <= MAX_DOCUMENT_PASSAGES:
         raise InvalidArguments(f"max_passages: must be between 0 and {MAX_DOCUMENT_PASSAGES}.")
     count_against_limit(api_key, KNOWLEDGE_ENDPOINT)
-    kb = knowledge_base_of(api_key.tenant, kb_id)
-    document = document_of(kb, document_id)
+    reader = api_key.listing_reader()
+    kb = knowledge_base_of(api_key.tenant, kb_id, api_key.reachable_kb_ids, reader)
+    document = document_of(kb, document_id, reader)
     passages = list(document.chunks.filter(kb_version_id=kb.active_version_id).order_by("ordinal")[: max_passages + 1])
     return {
         **DocumentOutput(document).data,

@@ -29,6 +29,7 @@ from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
 from knowledge.errors import KnowledgeBaseNotFound
 from knowledge.selectors import document_counts_by_status, knowledge_base_of, knowledge_bases_of
+from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.dify import scores_in_fused_order
 from retrieval.errors import InvalidFilter
@@ -254,7 +255,7 @@ class VectorStoreListView(VectorStoreApiView):
             raise serializers.ValidationError({"limit": ["must be an integer between 1 and 100"]})
         descending = params.get("order", "desc") != "asc"
         kbs = list(
-            knowledge_bases_of(request.tenant).order_by(
+            knowledge_bases_of(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader()).order_by(
                 *(("-created_at", "-id") if descending else ("created_at", "id"))
             )
         )
@@ -285,7 +286,9 @@ class VectorStoreDetailView(VectorStoreApiView):
         tags=["openai"],
     )
     def get(self, request, vector_store_id: str):
-        kb = knowledge_base_of(request.tenant, store_id(vector_store_id))
+        kb = knowledge_base_of(
+            request.tenant, store_id(vector_store_id), request.auth.reachable_kb_ids, request.auth.listing_reader()
+        )
         return Response(vector_store(kb, document_counts_by_status([kb.pk]).get(kb.pk, {})))
 
 
@@ -314,7 +317,9 @@ class VectorStoreSearchView(VectorStoreApiView):
         params = VectorStoreSearchInput(data=body)
         params.is_valid(raise_exception=True)
         data = params.validated_data
-        kb_id = knowledge_base_of(request.tenant, store_id(vector_store_id)).pk
+        kb_id = knowledge_base_of(
+            request.tenant, store_id(vector_store_id), request.auth.reachable_kb_ids, request.auth.listing_reader()
+        ).pk
         ranking = data.get("ranking_options") or {}
         filters = data.get("filters")
         search_request = SearchRequest(
@@ -325,6 +330,7 @@ class VectorStoreSearchView(VectorStoreApiView):
             filters=None if filters is None else service_filter(filters),
             score_threshold=ranking.get("score_threshold") or 0.0,
             expand=ExpansionOptions(synonyms=True, spelling=True) if data["rewrite_query"] else ExpansionOptions(),
+            **key_access(request.auth),  # the key's reader and knowledge bases (docs/permissions.md)
         )
         hits = cached_search(request.tenant, search_request).response.results
         return Response(

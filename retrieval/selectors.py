@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 from django.db import connection
 from django.db.models import F, TextField
@@ -146,15 +148,25 @@ def embedding_sample(version_id: int, size: int) -> np.ndarray:
 PASSAGE_NEIGHBOURS = 1  # chunks shown on each side of a passage (``passage_with_context``)
 
 
-def passage_with_context(tenant: Tenant, chunk_id: int, neighbours: int = PASSAGE_NEIGHBOURS) -> dict | None:
+def passage_with_context(
+    tenant: Tenant,
+    chunk_id: int,
+    neighbours: int = PASSAGE_NEIGHBOURS,
+    *,
+    reachable: Collection[int] | None = None,
+    reader: tuple[str, ...] | None = None,
+) -> dict | None:
     """A chunk of one of the tenant's KBs' active versions, with its document, its parent passage (a
     parent_child version) and the chunks before and after it in its document. None: no such passage here
-    (another tenant's chunk, or one of a version no longer searched, answers the same)."""
-    chunk = (
-        Chunk.objects.filter(tenant=tenant, pk=chunk_id, kb_version_id=F("knowledge_base__active_version_id"))
-        .select_related("document", "parent")
-        .first()
-    )
+    (another tenant's chunk, one of a version no longer searched, one outside the key's ``reachable``
+    KBs or one whose ACL does not admit ``reader``: each answers the same). Neighbours and parent are of
+    the same document, so they share its ACL."""
+    chunks = Chunk.objects.filter(tenant=tenant, pk=chunk_id, kb_version_id=F("knowledge_base__active_version_id"))
+    if reachable is not None:
+        chunks = chunks.filter(knowledge_base_id__in=list(reachable))
+    if reader is not None:
+        chunks = chunks.filter(acl__overlap=list(reader))
+    chunk = chunks.select_related("document", "parent").first()
     if chunk is None:
         return None
     around = Chunk.objects.filter(

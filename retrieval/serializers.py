@@ -24,6 +24,7 @@ from knowledge.serializers import CostOutput
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES
 from retrieval.types import MODES, RETRIEVERS
+from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
 MAX_QUERY_CHARS = 2000
 MAX_KB_IDS = 100
@@ -129,6 +130,27 @@ class FiltersField(serializers.JSONField):
     pass
 
 
+class PrincipalsField(serializers.ListField):
+    """The end user a search runs for (docs/permissions.md): only a key with the ``act_as`` scope may
+    send it (else 403 ``act_as_not_allowed``); a key bound to principals searches as those instead."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault(
+            "help_text",
+            "the end user's principals ('user:<id>', 'group:<id>'; '*' is always added): documents whose ACL "
+            "holds none of them are never returned. Needs the act_as scope; a key bound to principals ignores it",
+        )
+        child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
+        super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
+
+    def to_internal_value(self, data):
+        values = super().to_internal_value(data)
+        try:
+            return clean_principals(values)
+        except InvalidPrincipals as error:
+            raise serializers.ValidationError(str(error)) from None
+
+
 MAX_HOPS = 3
 
 
@@ -172,6 +194,7 @@ class SearchInput(ShallowFieldsSerializer):
         child=StrictIntegerField(min_value=1, max_value=2**63 - 1), required=False, max_length=MAX_KB_IDS
     )
     filters = FiltersField(required=False)
+    principals = PrincipalsField(required=False)
     weights = WeightsField(required=False)
     candidates = CandidatesField(required=False, help_text=CANDIDATES_HELP)
     fusion = serializers.ChoiceField(

@@ -58,6 +58,11 @@ class SearchRequest:
         default_factory=lambda: ExpansionOptions(synonyms=False, spelling=False, llm=False)
     )
     query_vector: QueryVector | None = None
+    # Who searches (docs/permissions.md): the reader's principals, sorted, "*" among them (ApiKey.reader,
+    # through retrieval.access.key_access; never a body's "principals" as given); the default reads only
+    # what everyone may. ``reachable_kb_ids``: a KB-limited key's KBs (None: all).
+    reader: tuple[str, ...] = ("*",)
+    reachable_kb_ids: tuple[int, ...] | None = None
 
 
 @dataclass

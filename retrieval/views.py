@@ -12,6 +12,7 @@ from core.ratelimit import RateLimitedMixin
 from core.replicas import search_reads
 from core.request_id import request_id_of
 from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
 from retrieval.graph_serializers import GraphSearchInput
@@ -19,7 +20,7 @@ from retrieval.serializers import ModeSearchInput, SearchInput
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.types import MODES, QueryVector, SearchRequest
 from tenants.authentication import HasTenant
-from tenants.models import Scope
+from tenants.models import ApiKey, Scope
 from tenants.permissions import HasScope
 from tenants.selectors import ReadAlong
 
@@ -52,9 +53,13 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         """The answer to a validated body: SearchOutput's shape (the documented schema; tests hold the body
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
         mode = data.pop("mode", self.mode)
-        search_request = search_request_of(data, mode)
+        search_request = search_request_of(data, mode, request.auth)
         rows = request.read_along
-        knowledge = None if rows is None else searched_knowledge_in(rows, search_request.kb_ids)
+        knowledge = (
+            None
+            if rows is None
+            else searched_knowledge_in(rows, search_request.kb_ids, search_request.reachable_kb_ids)
+        )
         with search_reads(request.tenant.pk):  # a read replica that has the tenant's last write, or the primary
             outcome = cached_search(request.tenant, search_request, knowledge)
         fields = {
@@ -114,6 +119,7 @@ class GraphSearchView(SearchView):
                 kb_ids=data.get("kb_ids"),
                 level=level,
                 filters=data.get("filters"),
+                **key_access(request.auth, data.get("principals")),
             ),
         )
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -121,14 +127,17 @@ class GraphSearchView(SearchView):
         return Response({**body, "request_id": request_id_of(request)})
 
 
-def search_request_of(data: dict, mode: str) -> SearchRequest:
-    """The search a validated ``SearchInput`` body asks for (``mode`` popped from it): the REST endpoints'
-    and the MCP ``search`` tool's one way from a body to ``cached_search``."""
+def search_request_of(data: dict, mode: str, api_key: ApiKey) -> SearchRequest:
+    """The search a validated ``SearchInput`` body asks for (``mode`` popped from it), read as ``api_key``'s
+    reader and within its knowledge bases (``key_access``): the REST endpoints', the MCP ``search`` tool's
+    and the OpenAI-compatible search's one way from a body to ``cached_search``."""
     data = dict(data)
     expand = data.pop("expand", None)
     given = data.pop("query_vector", None)
+    access = key_access(api_key, data.pop("principals", None))
     return SearchRequest(
         **data,
+        **access,
         mode=mode,
         expand=ExpansionOptions(**expand) if expand else ExpansionOptions(),
         query_vector=QueryVector(given["model"], tuple(given["values"])) if given else None,

@@ -16,7 +16,10 @@ class ApiKeyForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["tenant", "name", "prefix", "key_hash", "expires_at", "revoked_at", "last_used_at", "scopes"]
+        fields = [
+            "tenant", "name", "prefix", "key_hash", "expires_at", "revoked_at", "last_used_at", "scopes",
+            "principals", "knowledge_base_ids",
+        ]  # fmt: skip
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -65,12 +68,17 @@ class ApiKeyCreationForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["tenant", "name", "scopes", "expires_at"]
+        fields = ["tenant", "name", "scopes", "expires_at", "principals", "knowledge_base_ids"]
 
     def create(self) -> ApiKey:
         data = self.cleaned_data
         self.issued = create_api_key(
-            tenant=data["tenant"], name=data["name"], expires_at=data["expires_at"], scopes=data["scopes"]
+            tenant=data["tenant"],
+            name=data["name"],
+            expires_at=data["expires_at"],
+            scopes=data["scopes"],
+            principals=data["principals"],
+            knowledge_base_ids=data["knowledge_base_ids"],
         )
         return self.issued.api_key
 
@@ -82,7 +90,10 @@ class ApiKeyAdmin(ConflictsAnsweredAdmin):
 
     form = ApiKeyForm
     add_form = ApiKeyCreationForm
-    list_display = ["prefix", "tenant", "name", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    list_display = [
+        "prefix", "tenant", "name", "scopes", "principals", "knowledge_base_ids", "created_at", "expires_at",
+        "revoked_at", "last_used_at",
+    ]  # fmt: skip
     list_filter = ["tenant"]
     search_fields = ["prefix", "name", "tenant__name"]
     readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]

@@ -4,6 +4,8 @@ from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from core.uniqueness import violated_unique_constraint
+from tenants.errors import ActAsNotAllowed
+from tenants.principals import reader_of, validate_principals
 
 # The counters a tier limits: one per search mode (retrieval's MODES, graph included), the stats endpoint's, and the
 # knowledge API's reads and writes (a test keeps them equal to what the views count). A counter joins
@@ -104,6 +106,8 @@ class Scope(models.TextChoices):
     SEARCH = "search"
     INGEST = "ingest"
     ADMIN = "admin"
+    # May name the end user's principals in a search body (issue 48, docs/permissions.md).
+    ACT_AS = "act_as"
 
 
 def default_scopes() -> list[str]:
@@ -122,6 +126,21 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=default_scopes)
+    principals = ArrayField(
+        models.CharField(max_length=200),
+        default=list,
+        blank=True,
+        validators=[validate_principals],
+        help_text="Bound principals ('user:<id>', 'group:<id>'): the key searches as them, whatever a body says. "
+        "None: it searches as the body's principals with the act_as scope, else sees only documents open to '*'.",
+    )
+    knowledge_base_ids = ArrayField(
+        models.BigIntegerField(),
+        default=list,
+        blank=True,
+        help_text="The knowledge bases the key may reach (ids); any other answers like a missing one. "
+        "None: every knowledge base of its tenant.",
+    )
 
     class Meta:
         verbose_name = "API key"
@@ -137,3 +156,26 @@ class ApiKey(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
+
+    def reader(self, given: list[str] | None) -> tuple[str, ...]:
+        """The principals a search by this key runs as: its bound ones; else the body's ``given`` ones
+        (only with ``act_as``: ``ActAsNotAllowed`` otherwise); else everyone's (``*``) alone."""
+        if self.principals:
+            return reader_of(self.principals)
+        if given is not None:
+            if not self.has_scope(Scope.ACT_AS):
+                raise ActAsNotAllowed("Only a key with the act_as scope may send principals.")
+            return reader_of(given)
+        return reader_of(())
+
+    @property
+    def reachable_kb_ids(self) -> tuple[int, ...] | None:
+        """The knowledge bases the key may reach; None: every one of its tenant's."""
+        return tuple(self.knowledge_base_ids) or None
+
+    def listing_reader(self) -> tuple[str, ...] | None:
+        """Whose documents the knowledge API's reads (listings, counts, stats) show this key: all of them
+        for a curator (``ingest`` or ``admin``), else those its reader may read (docs/permissions.md)."""
+        if self.has_scope(Scope.INGEST) or self.has_scope(Scope.ADMIN):
+            return None
+        return self.reader(None)

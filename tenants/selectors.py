@@ -41,8 +41,8 @@ def api_key_for(raw_key: str, along: ReadAlong | None = None) -> ApiKey | None:
     """The usable key matching ``raw_key``: looked up by prefix, compared in constant time.
 
     Keys are remembered per process (by their hash) for ``API_KEY_CACHE_TTL_S``; a remembered key
-    is re-checked with one small query for what gates access (revocation, expiry, scopes, the
-    tenant's ``is_active``), so those changes apply at once everywhere, while a tenant's new rate
+    is re-checked with one small query for what gates access (revocation, expiry, scopes, bound principals,
+    knowledge-base limits, the tenant's ``is_active``), so those changes apply at once everywhere, while a tenant's new rate
     tier or expansion switches reach other processes within that time. ``along`` rides on that query."""
     key_hash = hash_api_key(raw_key)
     with _usable_keys_lock:
@@ -89,11 +89,18 @@ def _access_unchanged(api_key: ApiKey, along: ReadAlong | None) -> bool:
         if along is not None:
             cursor.nextset()
             along.rows = cursor.fetchall()
-    return row == (api_key.revoked_at, api_key.expires_at, api_key.scopes, api_key.tenant.is_active)
+    return row == (
+        api_key.revoked_at,
+        api_key.expires_at,
+        api_key.scopes,
+        api_key.principals,
+        api_key.knowledge_base_ids,
+        api_key.tenant.is_active,
+    )
 
 
 _ACCESS_SQL = (
-    f"SELECT k.revoked_at, k.expires_at, k.scopes, t.is_active FROM {ApiKey._meta.db_table} k "
+    f"SELECT k.revoked_at, k.expires_at, k.scopes, k.principals, k.knowledge_base_ids, t.is_active FROM {ApiKey._meta.db_table} k "
     f"JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id WHERE k.id = %s"
 )
 _usable_keys: TTLCache = TTLCache(maxsize=10_000, ttl=max(settings.API_KEY_CACHE_TTL_S, 1))

@@ -14,6 +14,7 @@ from django.utils import timezone
 from core.uniqueness import conflict_on, redrawn_on_collision
 from tenants.errors import TenantExists
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
+from tenants.principals import EVERYONE, InvalidPrincipals, clean_principals
 
 KEY_PREFIX_BYTES = 6
 KEY_SECRET_BYTES = 32
@@ -78,17 +79,35 @@ def validate_scopes(scopes: Iterable[str]) -> list[str]:
 
 
 def create_api_key(
-    *, tenant: Tenant, name: str = "", expires_at: datetime | None = None, scopes: Iterable[str] | None = None
+    *,
+    tenant: Tenant,
+    name: str = "",
+    expires_at: datetime | None = None,
+    scopes: Iterable[str] | None = None,
+    principals: Iterable[str] = (),
+    knowledge_base_ids: Iterable[int] = (),
 ) -> IssuedKey:
+    """A new key; ``principals``: bound ones it always searches as; ``knowledge_base_ids``: the only KBs
+    it reaches (none: all of its tenant's; docs/permissions.md). ``ValueError`` names a bad value."""
     scope_list = default_scopes() if scopes is None else validate_scopes(scopes)
-    return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, scope_list))
+    try:
+        bound = clean_principals(list(principals), where="principals")
+    except InvalidPrincipals as error:
+        raise ValueError(str(error)) from None
+    if EVERYONE in bound:
+        raise ValueError("principals: a key bound to '*' reads what a key bound to nothing reads; leave it out")
+    kb_ids = sorted(set(knowledge_base_ids))
+    if any(isinstance(kb_id, bool) or not isinstance(kb_id, int) or kb_id < 1 for kb_id in kb_ids):
+        raise ValueError("knowledge base ids are positive integers")
+    fields = {"scopes": scope_list, "principals": bound, "knowledge_base_ids": kb_ids}
+    return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, fields))
 
 
-def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, scopes: list[str]) -> IssuedKey:
+def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, fields: dict) -> IssuedKey:
     prefix = secrets.token_hex(KEY_PREFIX_BYTES)
     raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
     api_key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at, scopes=scopes
+        tenant=tenant, name=name, prefix=prefix, key_hash=hash_api_key(raw_key), expires_at=expires_at, **fields
     )
     return IssuedKey(api_key=api_key, raw_key=raw_key)
 

@@ -147,6 +147,15 @@ def redis_round_trips(monkeypatch) -> list[int]:
 
 
 @pytest.fixture(autouse=True)
+def forget_restricted_versions():
+    """What a process remembers of versions holding restricted chunks (knowledge.selectors) is keyed by
+    revision, which a test's rolled-back transaction hands out again."""
+    from knowledge.selectors import forget_restricted_versions
+
+    forget_restricted_versions()
+
+
+@pytest.fixture(autouse=True)
 def forget_api_keys():
     """Keys a process remembers (tenants.selectors) must not outlive the test that made them."""
     from tenants.selectors import forget_api_keys

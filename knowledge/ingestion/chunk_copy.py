@@ -29,8 +29,12 @@ _COPY_COLUMNS = [
     ("created_at", "timestamptz"),
     ("tags", "varchar[]"),
     ("metadata", "jsonb"),
+    ("acl", "varchar[]"),
     ("parent_id", "int8"),
 ]
+
+
+_DEFAULT_ACL_SQL = f"SELECT default_acl FROM {KnowledgeBase._meta.db_table} WHERE id = %s FOR SHARE"
 
 
 @dataclass
@@ -53,6 +57,11 @@ def copy_chunks(kb: KnowledgeBase, version: KnowledgeBaseVersion, batches: Itera
         columns=sql.SQL(", ").join(sql.Identifier(name) for name, _ in _COPY_COLUMNS),
     )
     register_vector_type()
+    with connection.cursor() as cursor:
+        # The KB's default ACL as committed, held (FOR SHARE) until this transaction ends: a change of it
+        # (knowledge.acls.set_default_acl) waits, then rewrites these rows too.
+        cursor.execute(_DEFAULT_ACL_SQL, [kb.pk])
+        (default_acl,) = cursor.fetchone()
     with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
         copy.set_types([type_name for _, type_name in _COPY_COLUMNS])
         for batch in batches:
@@ -74,6 +83,8 @@ def copy_chunks(kb: KnowledgeBase, version: KnowledgeBaseVersion, batches: Itera
                         doc.created_at,  # filters on created_at mean the document's first ingestion
                         labels.tags,
                         Jsonb({**draft.metadata, **labels.metadata}),
+                        # The document row's (locked or just written in this transaction), else the KB's.
+                        doc.acl or default_acl,
                         None if draft.parent is None else batch.parent_ids[draft.parent],
                     )
                 )

@@ -8,27 +8,33 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from django.core.files.base import File
 from django.core.files.storage import Storage
 
 from knowledge.models import Document, KnowledgeBase, originals_storage
 from knowledge.parsing import SUPPORTED_SUFFIXES, ParseError, doc_type_for
+from tenants.principals import InvalidPrincipals, clean_principals
 
 SIDECAR_SUFFIX = ".meta.json"
+# A folder source's per-folder ACL: {"acl": [...]} for the files in its folder and below (docs/permissions.md).
+FOLDER_ACL_FILE = ".acl.json"
 
 
 @dataclass
 class Labels:
-    """What a document's sidecar (``<file>.meta.json``) or upload may set: title, tags and metadata."""
+    """What a document's sidecar (``<file>.meta.json``) or upload may set: title, tags, metadata and its
+    ACL (empty: its KB's default; None, as a re-ingestion or a rebuild queues it: the document's own
+    when it runs, so an ACL changed meanwhile is never undone)."""
 
     title: str | None = None
     tags: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
+    acl: list[str] | None = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -64,15 +70,45 @@ def discover_files(paths: Iterable[Path]) -> list[SourceFile]:
     return list(found.values())
 
 
-def read_sidecar(path: Path) -> Labels:
+def read_sidecar(path: Path, source_uri: str = "", default_acl: Sequence[str] = ()) -> Labels:
+    """A file's labels from its sidecar. Without an ``acl`` there, the nearest folder ACL file
+    (:data:`FOLDER_ACL_FILE`) from the file's folder up to the folder its ``source_uri`` starts at wins,
+    then ``default_acl`` (its source's); none: the KB's default (docs/permissions.md)."""
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
-    if not sidecar.exists():
-        return Labels()
+    labels = Labels()
+    if sidecar.exists():
+        try:
+            data = json.loads(sidecar.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ParseError(f"metadata file {sidecar.name} is not valid JSON: {exc}") from exc
+        labels = labels_from(data, where=f"metadata file {sidecar.name}")
+    if not labels.acl:
+        labels.acl = _folder_acl(path, len(PurePosixPath(source_uri).parts) - 1) or list(default_acl)
+    return labels
+
+
+def _folder_acl(path: Path, levels: int) -> list[str]:
+    """The ACL of the nearest :data:`FOLDER_ACL_FILE` in ``path``'s folder or up to ``levels - 1`` above it."""
+    folder = path.parent
+    for _ in range(max(levels, 0)):
+        acl_file = folder / FOLDER_ACL_FILE
+        if acl_file.is_file():
+            try:
+                data = json.loads(acl_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ParseError(f"folder ACL file {acl_file} is not valid JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ParseError(f"folder ACL file {acl_file} must hold a JSON object")
+            return _acl(data.get("acl", []), f"folder ACL file {acl_file}")
+        folder = folder.parent
+    return []
+
+
+def _acl(value: object, where: str) -> list[str]:
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ParseError(f"metadata file {sidecar.name} is not valid JSON: {exc}") from exc
-    return labels_from(data, where=f"metadata file {sidecar.name}")
+        return clean_principals(value, where=f"{where}: 'acl'")
+    except InvalidPrincipals as exc:
+        raise ParseError(str(exc)) from None
 
 
 def labels_from(data: object, *, where: str = "metadata") -> Labels:
@@ -86,7 +122,7 @@ def labels_from(data: object, *, where: str = "metadata") -> Labels:
         raise ParseError(f"{where}: 'metadata' must be an object")
     if title is not None and not isinstance(title, str):
         raise ParseError(f"{where}: 'title' must be a string")
-    return Labels(title=title, tags=tags, metadata=metadata)
+    return Labels(title=title, tags=tags, metadata=metadata, acl=_acl(data.get("acl", []), where))
 
 
 def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File) -> str:

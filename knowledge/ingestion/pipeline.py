@@ -173,7 +173,12 @@ class Ingester:
         try:
             data = source.path.read_bytes()
             md5 = hashlib.md5(data).hexdigest()
-            labels = source.labels if source.labels is not None else read_sidecar(source.path)
+            # A stored original's folder is a scratch copy's: no folder ACL file applies there.
+            labels = (
+                source.labels
+                if source.labels is not None
+                else read_sidecar(source.path, "" if source.original else source.source_uri)
+            )
             if self._fills_new_version and existing is None:
                 raise ParseError("the document was deleted")
             if not self._fills_new_version and not source.force and _unchanged(existing, md5, labels):
@@ -368,7 +373,14 @@ class Ingester:
 
     def _upsert_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """One INSERT .. ON CONFLICT for the group (a concurrent ingester of the same file updates
-        instead of failing); ``created_at`` of an existing row is kept."""
+        instead of failing); ``created_at`` of an existing row is kept. A re-ingestion that keeps a
+        document's ACL reads it under a lock first, so an ACL set meanwhile (knowledge.acls) is kept."""
+        kept = [doc.existing.pk for doc in pending if doc.labels.acl is None and doc.existing is not None]
+        if kept:
+            current = dict(Document.objects.select_for_update().filter(pk__in=kept).values_list("pk", "acl"))
+            for doc in pending:
+                if doc.existing is not None and doc.existing.pk in current:
+                    doc.existing.acl = current[doc.existing.pk]
         rows = [
             Document(
                 knowledge_base=self.kb,
@@ -383,6 +395,7 @@ class Ingester:
                 error="",
                 tags=doc.labels.tags,
                 metadata=doc.labels.metadata,
+                acl=_acl_of(doc),
                 chunk_count=len(doc.drafts),
                 parse_report=doc.parse_report,
                 extracted_text=doc.text,
@@ -397,7 +410,7 @@ class Ingester:
             unique_fields=["knowledge_base", "source_uri"],
             update_fields=[
                 "title", "context", "doc_type", "content_md5", "chunker_version", "status", "error", "tags",
-                "metadata", "chunk_count", "parse_report", "extracted_text", "original", "removed_at", "updated_at",
+                "metadata", "acl", "chunk_count", "parse_report", "extracted_text", "original", "removed_at", "updated_at",
             ],
         )  # fmt: skip
         for document, doc in zip(documents, pending, strict=True):
@@ -418,6 +431,14 @@ class Ingester:
         return {chunk_id: analyzed[(doc_id, ordinal)] for chunk_id, doc_id, ordinal in rows}
 
 
+def _acl_of(doc: _PendingDocument) -> list[str]:
+    """The ACL a document row gets: its labels' (empty: the KB's default), or, for a re-ingestion that
+    queued none, the one it has (docs/permissions.md)."""
+    if doc.labels.acl is not None:
+        return doc.labels.acl
+    return list(doc.existing.acl) if doc.existing is not None else []
+
+
 def _unchanged(existing: Document | None, md5: str, labels: Labels) -> bool:
     """Same bytes, same sidecar labels and the same chunker as the ready document: nothing to do."""
     return (
@@ -427,5 +448,6 @@ def _unchanged(existing: Document | None, md5: str, labels: Labels) -> bool:
         and existing.chunker_version == chunker_version(existing.doc_type)
         and existing.tags == labels.tags
         and existing.metadata == labels.metadata
+        and (labels.acl is None or existing.acl == labels.acl)
         and (labels.title is None or existing.title == labels.title)
     )

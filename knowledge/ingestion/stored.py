@@ -37,13 +37,17 @@ def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTa
         return queue_ingestion(kb, files)
 
 
-def store_local_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> tuple[list[dict], list[tuple[str, str]]]:
-    """Keep local files in the originals storage, as task files with their sidecar labels; a file that
-    cannot be read, or whose sidecar is invalid, is recorded failed. Returns (task files, failures)."""
+def store_local_files(
+    kb: KnowledgeBase, sources: Sequence[SourceFile], default_acl: Sequence[str] = ()
+) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Keep local files in the originals storage, as task files with their sidecar labels (``default_acl``:
+    their source's ACL, under a folder ACL file's); a file that cannot be read, or whose sidecar is
+    invalid, is recorded failed. Returns (task files, failures)."""
     files, failures = [], []
     for source in sources:
         try:
-            data, labels = source.path.read_bytes(), read_sidecar(source.path)
+            data = source.path.read_bytes()
+            labels = read_sidecar(source.path, source.source_uri, default_acl)
         except (OSError, ParseError) as exc:
             existing = Document.objects.filter(knowledge_base=kb, source_uri=source.source_uri).first()
             failures.append((source.source_uri, record_failure(kb, source.source_uri, existing, str(exc)).error))

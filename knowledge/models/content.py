@@ -4,10 +4,14 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.core.files.storage import Storage, storages
 from django.db import models
+from django.db.models import Value
 from pgvector.django import VectorField
 
 from knowledge.search_settings import clean_search_settings
 from tenants.models import Tenant
+from tenants.principals import PUBLIC_ACL, public_acl, validate_principals
+
+ACL_HELP = "Principals that may read it: 'user:<id>', 'group:<id>' or '*' (everyone in the tenant)."
 
 
 def originals_storage() -> Storage:
@@ -55,6 +59,12 @@ class KnowledgeBase(models.Model):
         help_text='Fusion defaults of searches of this KB, each key optional, e.g. {"weights": {"vector": 0.5}, '
         '"rrf_k": 20, "candidates": 100, "dense_weight_floor": 0.3, "aggregate": "sum", "group_by": "chunk"}. '
         "A request's own values win; then the active version's settings; then these; then the service settings.",
+    )
+    default_acl = ArrayField(
+        models.CharField(max_length=200),
+        default=public_acl,
+        validators=[validate_principals],
+        help_text=f"The ACL of its documents that set none (docs/permissions.md). {ACL_HELP}",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -168,6 +178,13 @@ class Document(models.Model):
     error = models.TextField(blank=True)
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    acl = ArrayField(
+        models.CharField(max_length=200),
+        default=list,
+        blank=True,
+        validators=[validate_principals],
+        help_text=f"{ACL_HELP} Empty: its knowledge base's default ACL.",
+    )
     chunk_count = models.PositiveIntegerField(default=0)
     parse_report = models.JSONField(
         default=dict,
@@ -244,6 +261,9 @@ class Chunk(models.Model):
     created_at = models.DateTimeField()
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # Who may read it: its document's ACL, else its KB's default, copied like the business fields so
+    # every search filters it in the same WHERE (array overlap on a GIN index; docs/permissions.md).
+    acl = ArrayField(models.CharField(max_length=200), default=public_acl, db_default=Value(list(PUBLIC_ACL)))
     # A child chunk's parent passage (parent_child versions); null in a plain version. Indexed only where set.
     parent = models.ForeignKey(
         ParentChunk, null=True, blank=True, on_delete=models.CASCADE, related_name="children", db_index=False
@@ -260,6 +280,12 @@ class Chunk(models.Model):
             # next vacuum, 10-15 ms after a bulk ingestion (docs/benchmarks/decisions.md, "GIN pending lists").
             GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"], fastupdate=False),
             GinIndex(fields=["tags"], name="chunk_tags_gin", fastupdate=False),
+            GinIndex(fields=["acl"], name="chunk_acl_gin", fastupdate=False),
+            # The few chunks not open to everyone: a search learns from it at once whether its versions
+            # hold any (none: the ACL check is a no-op and is left out; knowledge.selectors.restricted_versions).
+            models.Index(
+                fields=["kb_version"], name="chunk_version_restricted", condition=~models.Q(acl__contains=["*"])
+            ),
         ]
         # No default ordering: it would join and sort documents, KBs and tenants on every search
         # query. The admin orders its lists.

@@ -5,6 +5,7 @@ from django.db import models
 from django_celery_beat.models import PeriodicTask
 
 from knowledge.models.content import KnowledgeBase
+from tenants.principals import validate_principals
 
 
 class KnowledgeSource(models.Model):
@@ -20,6 +21,14 @@ class KnowledgeSource(models.Model):
     kind = models.CharField(max_length=8, choices=Kind.choices)
     path = models.CharField(max_length=1024, blank=True, help_text="A folder source's absolute, resolved path.")
     urls = ArrayField(models.CharField(max_length=2048), default=list, blank=True)
+    acl = ArrayField(
+        models.CharField(max_length=200),
+        default=list,
+        blank=True,
+        validators=[validate_principals],
+        help_text="The ACL of its documents ('user:<id>', 'group:<id>', '*'); empty: the KB's default. A folder's "
+        ".acl.json or a file's sidecar wins over it (docs/permissions.md).",
+    )
     periodic_task = models.OneToOneField(
         PeriodicTask, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="Beat's entry that syncs it (its interval or crontab).",

@@ -44,8 +44,9 @@ def prepare_bm25(context: SearchContext) -> LexicalQuery:
     candidates = context.depths["bm25"]
     allowed, depth = None, candidates
     if context.compiled.q:
-        field_filter = keyword_filter(context.compiled)
-        if field_filter is not None and settings.LEXICAL_FILTER_IN_INDEX and _index_filters(context.version_ids):
+        level = _index_filters(context.version_ids) if settings.LEXICAL_FILTER_IN_INDEX else 0
+        field_filter = keyword_filter(context.compiled, acl_terms=level >= 2) if level else None
+        if field_filter is not None:
             return LexicalQuery(context.analyzer, None, candidates, field_filter)
         allowed = selectors.filtered_chunk_ids(
             context.tenant, context.version_ids, context.compiled, settings.LEXICAL_FILTER_MAX_IDS
@@ -54,20 +55,21 @@ def prepare_bm25(context: SearchContext) -> LexicalQuery:
     return LexicalQuery(context.analyzer, allowed, depth)
 
 
-def _index_filters(version_ids: tuple[int, ...]) -> bool:
-    """Whether the keyword index of every version carries the business fields."""
+def _index_filters(version_ids: tuple[int, ...]) -> int:
+    """What the keyword index of every version carries: 0, no filter fields; 1, the business fields; 2,
+    their ACL terms too (``engines.lexical_filter.FILTER_FIELDS_LEVEL``)."""
     index = get_lexical_index()
+    lowest = 2
     for version_id in version_ids:
         with _filters_in_index_lock:
             known = _filters_in_index.get(version_id)
         if known is None:
             state = index.state(version_id)
-            known = state is not None and state.filters
+            known = 0 if state is None or not state.filters else 2 if state.acl else 1
             with _filters_in_index_lock:
                 _filters_in_index[version_id] = known
-        if not known:
-            return False
-    return True
+        lowest = min(lowest, known)
+    return lowest
 
 
 def search_keyword_index(context: SearchContext, query: LexicalQuery) -> LexicalHits:

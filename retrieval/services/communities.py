@@ -24,6 +24,7 @@ from knowledge.models import Chunk
 from knowledge.selectors import searched_knowledge, tenant_vocabulary
 from knowledge.stores import graph_store
 from retrieval import selectors
+from retrieval.access import reader_check
 from retrieval.errors import GraphUnavailable
 from retrieval.filters import compile_filters
 from retrieval.fusion import RankedList, reciprocal_rank_fusion
@@ -44,6 +45,8 @@ class GlobalGraphRequest:
     level: int | None = 0
     filters: dict | None = None
     chunks_per_community: int = 3
+    reader: tuple[str, ...] = ("*",)  # the reader's principals (retrieval.access.key_access)
+    reachable_kb_ids: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -69,7 +72,10 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     degraded: list[Degradation] = []
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
-        knowledge = searched_knowledge(tenant, request.kb_ids)
+        knowledge = searched_knowledge(tenant, request.kb_ids, request.reachable_kb_ids)
+        reader = reader_check(request.reader, knowledge)
+        if reader is not None:
+            compiled = compiled.for_reader(reader)
         versions = knowledge.versions
         vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)  # the analyzer of the BM25 list
         kb_of_version = {version.version_id: version.kb_id for version in versions}
@@ -85,6 +91,8 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
             except Exception as exc:
                 failure = degradation_of("graph", exc)
                 raise GraphUnavailable(f"graph search is unavailable: {failure.message}") from exc
+            if reader is not None:
+                communities = _readable(tenant, communities, compile_filters(None, reader))
         lists = []
         with timings.stage("bm25"):
             try:
@@ -103,6 +111,19 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
         with timings.stage("hydrate"):
             results = _hydrate(tenant, fused, communities, kb_of_version, compiled, request.chunks_per_community)
     return GlobalGraphResponse(results, degraded, len(communities), timings.milliseconds)
+
+
+def _readable(tenant: Tenant, communities: list[tuple[str, Community]], check) -> list[tuple[str, Community]]:
+    """The communities whose summary the reader may see: every passage it was built from passes the
+    reader's ACL check (a summary quotes them; docs/permissions.md). Left out before ranking, so their
+    count and scores tell nothing either."""
+    wanted = list({chunk_id for _, community in communities for chunk_id in community.chunk_ids})
+    readable = selectors.hashes_of_chunks_passing(tenant, wanted, check) if wanted else {}
+    return [
+        (model, community)
+        for model, community in communities
+        if community.chunk_ids and all(chunk_id in readable for chunk_id in community.chunk_ids)
+    ]
 
 
 def _bm25(analyzer: Analyzer, query: str, communities: list[tuple[str, Community]]) -> list[tuple[int, float]]:

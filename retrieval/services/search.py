@@ -18,6 +18,7 @@ from engines.database import read_notes
 from knowledge.graph_selectors import graph_setup_of
 from knowledge.models import PARENT_CHILD
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
+from retrieval.access import reader_check
 from retrieval.filters import compile_filters
 from retrieval.relevance import RelevanceScales, dense_backgrounds
 from retrieval.services.context import SearchContext
@@ -51,7 +52,10 @@ def search(
     with timings.stage("total"):
         compiled = compile_filters(request.filters)
         if knowledge is None:
-            knowledge = searched_knowledge(tenant, request.kb_ids)
+            knowledge = searched_knowledge(tenant, request.kb_ids, request.reachable_kb_ids)
+        reader = reader_check(request.reader, knowledge)
+        if reader is not None:
+            compiled = compiled.for_reader(reader)
         fusion = searched_settings(request, knowledge)
         groups = model_groups(knowledge.versions)
         query_vector = caller_vector(request, groups) if embedded is None else embedded

@@ -102,6 +102,17 @@ def test_keys_are_scoped_by_tenant(api_client, count_searches):
     assert len(count_searches) == 2
 
 
+def test_another_key_of_the_tenant_never_gets_a_replay(api_client, tenant, count_searches):
+    """Keys of one tenant may read different documents (docs/permissions.md): one key's stored answer is
+    another request to a second key, refused, never replayed."""
+    first = post(api_client)
+    assert first.status_code == 200
+    other = post(client_for(tenant))
+    assert_error(other, 422, "idempotency_key_reused")
+    assert "Idempotent-Replayed" not in other
+    assert len(count_searches) == 1
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("body", "status"),

@@ -147,7 +147,7 @@ def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
     ]
     create, find, load = fake.requests[1], fake.requests[2], fake.requests[4]
     assert create.json()["aliases"] == {"unit-kbv-3": {}}
-    assert create.json()["mappings"]["_meta"] == {**STATE, "filters": "1"}
+    assert create.json()["mappings"]["_meta"] == {**STATE, "filters": "2"}  # business fields and ACL terms
     assert find.json()["query"] == {"terms": {"doc_id": [10]}}
     assert ndjson(load) == [
         {"index": {"_index": "unit-kbv-3", "_id": "42"}},
@@ -208,7 +208,7 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     assert create.json()["mappings"]["_meta"] == {
         "analyzer_version": "a2",
         "dictionary_fingerprint": "f2",
-        "filters": "1",
+        "filters": "2",
     }
     assert {line["index"]["_index"] for line in ndjson(load)[::2]} == {target}
     assert refresh.path == f"/{target}/_refresh"

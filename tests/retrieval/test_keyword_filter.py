@@ -59,3 +59,17 @@ def test_a_part_that_does_not_translate_widens_the_filter_and_never_narrows_it()
     assert translated({"or": [{"metadata.price": {"gt": 5}}, {"tags": "a"}]}) is None
     assert translated({"not": {"metadata.name": {"starts_with": "x"}, "tags": "a"}}) is None
     assert translated({"metadata.price": {"exists": True}}) is None
+
+
+def test_a_readers_check_translates_only_into_an_index_that_carries_acl_terms():
+    reader = ("*", "group:hr")
+    acl = lf.Terms(("acl=*", "acl=group:hr"))
+    assert keyword_filter(compile_filters(None, reader)) is None  # an older index: the rows decide
+    assert keyword_filter(compile_filters(None, reader), acl_terms=True) == acl
+    both = keyword_filter(compile_filters({"doc_type": "faq"}, reader), acl_terms=True)
+    assert both == lf.And((lf.Terms(("doc_type=faq",)), acl))
+
+
+def test_a_chunks_acl_travels_with_its_index_entry_as_terms():
+    fields = lf.filter_fields("txt", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), ["a"], {}, ["group:hr", "user:7"])
+    assert {"acl=group:hr", "acl=user:7"} <= set(fields.terms)

@@ -73,7 +73,9 @@ def test_a_tenant_opts_out_of_the_search_analytics_on_its_page(admin_client, ten
 
 def test_a_key_added_in_the_admin_is_issued_by_the_service_and_its_secret_shown_once(admin_client, tenant):
     page = admin_client.get(f"{ADMIN}/apikey/add/")
-    assert list(page.context["adminform"].form.fields) == ["tenant", "name", "scopes", "expires_at"]
+    assert list(page.context["adminform"].form.fields) == [
+        "tenant", "name", "scopes", "expires_at", "principals", "knowledge_base_ids"
+    ]  # fmt: skip
     response = admin_client.post(
         f"{ADMIN}/apikey/add/",
         {"tenant": tenant.pk, "name": "ci", "scopes": ["search", "ingest"], "expires_at_0": "2099-01-01",

@@ -20,8 +20,36 @@ class Command(BaseCommand):
             default=Scope.SEARCH.value,
             help=f"comma-separated, of {', '.join(Scope.values)} (default: search)",
         )
+        parser.add_argument(
+            "--kb",
+            dest="kb_ids",
+            type=int,
+            action="append",
+            default=[],
+            metavar="ID",
+            help="a knowledge base the key may reach (repeat for more); any other answers like a missing one. "
+            "None given: all of the tenant's",
+        )
+        parser.add_argument(
+            "--principal",
+            dest="principals",
+            action="append",
+            default=[],
+            metavar="PRINCIPAL",
+            help="bind the key to a principal ('user:<id>' or 'group:<id>'; repeat for more): it searches as them",
+        )
 
-    def handle(self, *args, tenant: str, name: str, expires_in_days: int | None, scopes: str, **options):
+    def handle(
+        self,
+        *args,
+        tenant: str,
+        name: str,
+        expires_in_days: int | None,
+        scopes: str,
+        kb_ids: list[int],
+        principals: list[str],
+        **options,
+    ):
         if expires_in_days is not None and expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1")
         try:
@@ -33,9 +61,21 @@ class Command(BaseCommand):
         except TenantNotFound as exc:
             raise CommandError(str(exc)) from None
         expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days is not None else None
-        issued = create_api_key(tenant=owner, name=name, expires_at=expires_at, scopes=scope_list)
+        try:
+            issued = create_api_key(
+                tenant=owner,
+                name=name,
+                expires_at=expires_at,
+                scopes=scope_list,
+                principals=principals,
+                knowledge_base_ids=kb_ids,
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        limits = f"; knowledge bases: {', '.join(map(str, sorted(set(kb_ids))))}" if kb_ids else ""
+        bound = f"; searches as: {', '.join(principals)}" if principals else ""
         self.stderr.write(
-            f"API key {issued.api_key.prefix} for tenant {owner.name} (scopes: {', '.join(scope_list)}); "
+            f"API key {issued.api_key.prefix} for tenant {owner.name} (scopes: {', '.join(scope_list)}{limits}{bound}); "
             "store it now, it is not shown again:"
         )
         self.stdout.write(issued.raw_key)

@@ -70,7 +70,8 @@ class RetrievalClient(_BaseClient):
     def search(self, query: str, *, mode: str = "hybrid", **options: Any) -> SearchResult:
         """``POST /api/v1/retrieval/search``. Options as the API's body: ``top_k``, ``kb_ids``, ``filters``,
         ``weights``, ``candidates``, ``fusion``, ``leg_weights``, ``leg_candidates``, ``rrf_k``,
-        ``dense_weight_floor``, ``aggregate``, ``group_by``, ``rerank``, ``score_threshold``, ``expand``."""
+        ``dense_weight_floor``, ``aggregate``, ``group_by``, ``rerank``, ``score_threshold``, ``expand``,
+        ``principals`` (the end user; a key with the ``act_as`` scope)."""
         return self._search(None, query, {"mode": mode, **options})
 
     def hybrid(self, query: str, **options: Any) -> SearchResult:

@@ -38,6 +38,8 @@ class RetrievalServiceRetriever(BaseRetriever):
     mode: Literal["hybrid", "bm25", "vector"] = "hybrid"
     kb_ids: list[int] | None = None
     filters: dict[str, Any] | None = None
+    # The end user the search runs for ("user:<id>", "group:<id>"): needs a key with the act_as scope.
+    principals: list[str] | None = None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return documents(self.client.search(query, **self._options()))
@@ -50,7 +52,8 @@ class RetrievalServiceRetriever(BaseRetriever):
         return documents(await self.async_client.search(query, **self._options()))
 
     def _options(self) -> dict[str, Any]:
-        return {"mode": self.mode, "top_k": self.top_k, "kb_ids": self.kb_ids, "filters": self.filters}
+        options = {"mode": self.mode, "top_k": self.top_k, "kb_ids": self.kb_ids, "filters": self.filters}
+        return options if self.principals is None else {**options, "principals": self.principals}
 
 
 def documents(result: SearchResult) -> list[Document]:
