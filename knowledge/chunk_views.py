@@ -80,7 +80,9 @@ def editor_of(request: Request) -> str:
 )
 class ChunkViewSet(KnowledgeApiViewSet):
     def _document(self, request: Request, kb_id: int, doc_id: int):
-        return document_of(knowledge_base_of(request.tenant, kb_id), doc_id)
+        key = request.auth  # a KB outside a KB-limited key's list, or a document it may not read, is missing
+        reader = key.listing_reader()
+        return document_of(knowledge_base_of(request.tenant, kb_id, key.reachable_kb_ids, reader), doc_id, reader)
 
     def list(self, request: Request, kb_id: int, doc_id: int) -> Response:
         return Response(ChunkListOutput(document_chunks(self._document(request, kb_id, doc_id))).data)

@@ -241,9 +241,20 @@ def document_of(kb: KnowledgeBase, document_id: int, reader: tuple[str, ...] | N
     return document
 
 
-def document_of_tenant(tenant: Tenant, document_id: int) -> Document:
-    """A tenant's document by id alone (in any of its KBs); another tenant's, or a removed one, is missing."""
-    document = Document.objects.filter(tenant=tenant, pk=document_id).exclude(status=Document.Status.REMOVED).first()
+def document_of_tenant(
+    tenant: Tenant,
+    document_id: int,
+    reachable: Collection[int] | None = None,
+    reader: tuple[str, ...] | None = None,
+) -> Document:
+    """A tenant's document by id alone (in any of its KBs); another tenant's, a removed one, one outside
+    ``reachable`` KBs or one ``reader`` may not read is missing."""
+    documents = Document.objects.filter(tenant=tenant, pk=document_id).exclude(status=Document.Status.REMOVED)
+    if reachable is not None:
+        documents = documents.filter(knowledge_base_id__in=list(reachable))
+    if reader is not None:
+        documents = documents.filter(readable_by(reader))
+    document = documents.first()
     if document is None:
         raise DocumentNotFound(f"no document {document_id}")
     return document

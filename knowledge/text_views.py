@@ -34,7 +34,7 @@ class DocumentTextView(RateLimitedMixin, APIView):
             "The text its chunks were cut from: each hit's `metadata.locator.chars` (`[start, end)`, in Unicode "
             "characters) points into it, so `text[start:end]` is the passage (a table chunk: its rows; its caption "
             "and header stand once, before them). Empty for a document last parsed before texts were kept (re-ingest "
-            "it) or never parsed. Another tenant's document answers 404 like a missing one."
+            "it) or never parsed. Another tenant's document, one outside a KB-limited key's knowledge bases and one the key's reader may not read answer 404 like a missing one."
         ),
         responses={200: DocumentTextOutput, **error_responses(401, 403, 404, 429)},
         examples=[
@@ -53,4 +53,7 @@ class DocumentTextView(RateLimitedMixin, APIView):
         ],
     )
     def get(self, request: Request, pk: int) -> Response:
-        return Response(DocumentTextOutput(document_of_tenant(request.tenant, pk)).data)
+        # A KB-limited key's other KBs, and a document its reader may not read, are as missing.
+        key = request.auth
+        document = document_of_tenant(request.tenant, pk, key.reachable_kb_ids, key.listing_reader())
+        return Response(DocumentTextOutput(document).data)

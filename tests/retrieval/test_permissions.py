@@ -411,3 +411,63 @@ def test_a_url_sources_acl_reaches_its_documents_at_once(corpus, django_capture_
     plain = client_with_key(create_api_key(tenant=tenant).raw_key)
     found = _search(plain, {"query": QUERY, "mode": "bm25", "kb_ids": [kb.pk], "top_k": 20}).json()["results"]
     assert _names(found) == set()
+
+
+# --- the reads by id beside the searches: document text, chunk list, MCP tools, OpenAI search -------
+
+
+def test_reads_by_id_show_a_reader_only_what_it_may_read(corpus):
+    """A document's text and chunks, an MCP passage or document, an OpenAI-compatible search: a plain
+    key (reader ``*``) meets a restricted document as a missing one; a key bound to its reader reads it."""
+    from knowledge.errors import DocumentNotFound
+    from retrieval import mcp_tools
+    from retrieval.errors import PassageNotFound
+
+    tenant, kbs = corpus
+    kb = kbs["plain"]
+    hr = kb.documents.get(source_uri__endswith="hr.txt")
+    public = kb.documents.get(source_uri__endswith="public.txt")
+    hr_chunk = hr.chunks.filter(kb_version_id=kb.active_version_id).first()
+    plain = create_api_key(tenant=tenant, scopes=["search"])
+    member = create_api_key(tenant=tenant, scopes=["search"], principals=["group:hr"])
+
+    for issued, may_read in ((plain, False), (member, True)):
+        key, client = issued.api_key, client_with_key(issued.raw_key)
+        assert client.get(f"/api/v1/documents/{hr.pk}/text").status_code == (200 if may_read else 404)
+        assert client.get(f"/api/v1/documents/{public.pk}/text").status_code == 200
+        if may_read:
+            assert mcp_tools.get_passage(key, hr_chunk.pk)["chunk_id"] == hr_chunk.pk
+            assert mcp_tools.get_document(key, kb.pk, hr.pk)["id"] == hr.pk
+        else:
+            with pytest.raises(PassageNotFound):
+                mcp_tools.get_passage(key, hr_chunk.pk)
+            with pytest.raises(DocumentNotFound):
+                mcp_tools.get_document(key, kb.pk, hr.pk)
+        answer = mcp_tools.search(key, {"query": QUERY, "kb_ids": [kb.pk], "top_k": 10, "mode": "bm25"})
+        found = {Path(hit["source_uri"]).name for hit in answer["results"]}
+        assert ("hr.txt" in found) is may_read and "public.txt" in found
+        page = client.post(
+            f"/v1/vector_stores/{kb.pk}/search",
+            data=json.dumps({"query": QUERY, "max_num_results": 10}),
+            content_type="application/json",
+        )
+        assert page.status_code == 200, page.content
+        names = {Path(item["filename"]).name for item in page.json()["data"]}
+        assert ("hr.txt" in names) is may_read and "public.txt" in names
+        assert ("tamarind" in page.content.decode()) is may_read
+
+
+def test_a_kb_limited_key_meets_other_kbs_as_missing_in_mcp_and_openai(corpus):
+    from knowledge.errors import KnowledgeBaseNotFound
+    from retrieval import mcp_tools
+
+    tenant, kbs = corpus
+    issued = create_api_key(tenant=tenant, scopes=["search"], knowledge_base_ids=[kbs["plain"].pk])
+    limited, other = issued.api_key, kbs["parent_child"]
+    listed = {kb["id"] for kb in mcp_tools.list_knowledge_bases(limited)["knowledge_bases"]}
+    assert listed == {kbs["plain"].pk}
+    with pytest.raises(KnowledgeBaseNotFound):
+        mcp_tools.get_document(limited, other.pk, other.documents.first().pk)
+    client = client_with_key(issued.raw_key)
+    assert {store["id"] for store in client.get("/v1/vector_stores").json()["data"]} == {str(kbs["plain"].pk)}
+    assert client.get(f"/v1/vector_stores/{other.pk}").status_code == 404
