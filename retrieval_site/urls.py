@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from core.health import register_check
 from core.metrics import metrics_view
+from core.swagger import SwaggerUIView
 from core.views import health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
@@ -24,7 +25,7 @@ urlpatterns = [
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/v1/", include("knowledge.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/docs/", SwaggerUIView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),
     path("ready", ready_view, name="ready"),
     path("metrics", metrics_view, name="metrics"),

@@ -139,6 +139,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_METADATA_CLASS": "core.metadata.SchemaPointerMetadata",  # OPTIONS: allowed methods + schema link
 }
 
 # --- OpenAPI (/api/schema/, Swagger UI at /api/docs/ with assets served locally) -------------
