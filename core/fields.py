@@ -16,6 +16,8 @@ from cachetools import LRUCache
 from rest_framework import serializers
 from rest_framework.request import Request
 
+from core.names import NAME_MAX_LENGTH, name_problem
+
 
 class StrictCharField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
@@ -94,3 +96,21 @@ def validated_body(request: Request, serializer_class: type[serializers.Serializ
         with _validated_lock:
             _validated[key] = copy.deepcopy(data)
     return data
+
+
+class NameField(StrictCharField):
+    """A name under the one naming rule (``core.names``): printable Unicode, trimmed, bounded."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", NAME_MAX_LENGTH)
+        kwargs.setdefault(
+            "help_text", f"printable Unicode, trimmed, 1-{NAME_MAX_LENGTH} characters (no control characters)"
+        )
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        problem = name_problem(value, max_length=self.max_length or 100, allow_blank=self.allow_blank)
+        if problem is not None:
+            raise serializers.ValidationError(problem)
+        return value

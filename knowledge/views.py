@@ -74,8 +74,34 @@ VERSION_CHANGE = {
 
 
 class KnowledgePagination(LimitOffsetPagination):
+    """``?limit=`` (1 or more; above ``max_limit`` counts as it) and ``?offset=`` (0 or more): a value that
+    is no such integer (``null``, ``true``, ``-1``) is a 400, not silently the default."""
+
     default_limit = 100
     max_limit = 1000
+
+    def get_limit(self, request) -> int:
+        given = request.query_params.get(self.limit_query_param)
+        if given is None:
+            return self.default_limit
+        return min(_paging_integer(self.limit_query_param, given, minimum=1), self.max_limit)
+
+    def get_offset(self, request) -> int:
+        given = request.query_params.get(self.offset_query_param)
+        return 0 if given is None else _paging_integer(self.offset_query_param, given, minimum=0)
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1 if parameter["name"] == self.limit_query_param else 0
+        return parameters
+
+
+def _paging_integer(name: str, given: str, *, minimum: int) -> int:
+    """``given`` as an integer of at least ``minimum`` and at most 18 digits (a PostgreSQL bigint), else a 400."""
+    if not (given.isascii() and given.isdigit() and len(given) <= 18) or int(given) < minimum:
+        raise ValidationError({name: [f"must be an integer from {minimum} to 10^18, not {given[:40]!r}"]})
+    return int(given)
 
 
 class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):

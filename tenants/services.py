@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from core.names import checked_name
 from core.uniqueness import conflict_on, redrawn_on_collision
 from tenants.errors import TenantExists
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
@@ -53,6 +54,7 @@ class IssuedKey:
 
 
 def create_tenant(name: str) -> Tenant:
+    name = checked_name(name)
     with conflict_on(TENANT_NAME_UNIQUE, TenantExists(f"a tenant named {name!r} already exists")):
         return Tenant.objects.create(name=name)
 
@@ -80,6 +82,7 @@ def validate_scopes(scopes: Iterable[str]) -> list[str]:
 def create_api_key(
     *, tenant: Tenant, name: str = "", expires_at: datetime | None = None, scopes: Iterable[str] | None = None
 ) -> IssuedKey:
+    name = checked_name(name, allow_blank=True)
     scope_list = default_scopes() if scopes is None else validate_scopes(scopes)
     return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, scope_list))
 

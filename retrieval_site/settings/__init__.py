@@ -46,6 +46,7 @@ MIDDLEWARE = [
     "core.logging.AccessLogMiddleware",
     "core.metrics.MetricsMiddleware",
     "core.cost.CostMiddleware",
+    "core.query_string.QueryStringMiddleware",  # an undecodable query string: 400 on the API
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
