@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 from core.health import register_check
 from core.metrics import metrics_view
 from core.swagger import SwaggerUIView
-from core.views import health_view, ready_view
+from core.views import favicon_view, health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
 from retrieval.dify import DifyRetrievalView
@@ -29,6 +29,7 @@ urlpatterns = [
     path("health", health_view, name="health"),
     path("ready", ready_view, name="ready"),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", favicon_view, name="favicon"),
 ]
 
 handler400 = "core.errors.json_400"
