@@ -1,5 +1,5 @@
 """The one rule for the names people give things (knowledge bases, API keys, tenants): printable
-Unicode, trimmed, between 1 and ``NAME_MAX_LENGTH`` characters.
+Unicode (no ``HIDDEN`` character), at most ``NAME_MAX_LENGTH`` characters, not blank, stored trimmed.
 
 A name is shown in the console, logs and answers and compared for uniqueness; a control character
 (``\\u0001``), a format character or a lone surrogate in one is invisible or unencodable there, so it is
@@ -7,12 +7,21 @@ refused rather than stored (or silently dropped by a later step)."""
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import ValidationError
 from rest_framework import status
 
 from core.errors import DomainError
 
 NAME_MAX_LENGTH = 100
+# What no name may hold, as a regex character range (the OpenAPI schema states the same pattern): C0 and C1
+# control characters and DEL, the soft hyphen, the zero-width and direction marks, line and paragraph
+# separators, word joiners and invisible operators, the byte-order mark and the interlinear annotations.
+HIDDEN = r"\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
+# A name: no hidden character, at least one that is not whitespace (surrounding spaces are trimmed).
+NAME_PATTERN = rf"^[^{HIDDEN}]*[^\s{HIDDEN}][^{HIDDEN}]*$"
+_HIDDEN_CHAR = re.compile(rf"[{HIDDEN}]")
 
 
 class InvalidName(DomainError):
@@ -21,17 +30,18 @@ class InvalidName(DomainError):
 
 
 def name_problem(value: object, *, max_length: int = NAME_MAX_LENGTH, allow_blank: bool = False) -> str | None:
-    """Why ``value`` is no acceptable name (untrimmed: its surrounding whitespace is ignored), or None."""
+    """Why ``value`` is no acceptable name (its surrounding spaces are trimmed after), or None."""
     if not isinstance(value, str):
         return "must be a string"
-    trimmed = value.strip()
-    if not trimmed and not allow_blank:
-        return "must not be blank"
-    if len(trimmed) > max_length:
+    if len(value) > max_length:
         return f"must be at most {max_length} characters"
-    for position, char in enumerate(trimmed):
-        if not (char.isprintable() or char == " "):
-            return f"must be printable: U+{ord(char):04X} at position {position} is a control or invisible character"
+    if hidden := _HIDDEN_CHAR.search(value):
+        return (
+            f"must be printable: U+{ord(hidden.group()):04X} at position {hidden.start()} is a control or invisible "
+            "character"
+        )
+    if not value.strip() and not allow_blank:
+        return "must not be blank"
     return None
 
 
