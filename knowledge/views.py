@@ -84,7 +84,7 @@ class KnowledgePagination(LimitOffsetPagination):
         given = request.query_params.get(self.limit_query_param)
         if given is None:
             return self.default_limit
-        return min(_paging_integer(self.limit_query_param, given, minimum=1), self.max_limit)
+        return min(_paging_integer(self.limit_query_param, given, minimum=1, clamp=self.max_limit), self.max_limit)
 
     def get_offset(self, request) -> int:
         given = request.query_params.get(self.offset_query_param)
@@ -93,15 +93,26 @@ class KnowledgePagination(LimitOffsetPagination):
     def get_schema_operation_parameters(self, view) -> list[dict]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
-            parameter["schema"]["minimum"] = 1 if parameter["name"] == self.limit_query_param else 0
+            if parameter["name"] == self.limit_query_param:
+                parameter["schema"]["minimum"] = 1
+            else:
+                parameter["schema"].update(minimum=0, maximum=MAX_OFFSET)
         return parameters
 
 
-def _paging_integer(name: str, given: str, *, minimum: int) -> int:
-    """``given`` as an integer of at least ``minimum`` and at most 18 digits (a PostgreSQL bigint), else a 400."""
-    if not (given.isascii() and given.isdigit() and len(given) <= 18) or int(given) < minimum:
-        raise ValidationError({name: [f"must be an integer from {minimum} to 10^18, not {given[:40]!r}"]})
-    return int(given)
+MAX_OFFSET = 10**18 - 1  # a PostgreSQL bigint holds it
+
+
+def _paging_integer(name: str, given: str, *, minimum: int, clamp: int | None = None) -> int:
+    """``given`` as an integer of at least ``minimum`` (and at most ``MAX_OFFSET``, unless ``clamp``: a larger
+    one counts as ``clamp``), else a 400."""
+    if given.isascii() and given.isdigit():
+        if len(given) > 18:  # also spares int() a huge string
+            if clamp is not None:
+                return clamp
+        elif int(given) >= minimum:
+            return int(given)
+    raise ValidationError({name: [f"must be an integer from {minimum} to {MAX_OFFSET}, not {given[:40]!r}"]})
 
 
 class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):

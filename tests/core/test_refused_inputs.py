@@ -106,6 +106,7 @@ def test_paging_values_in_range_page(tenant):
     page = client.get(f"{KBS}?limit=2&offset=1").json()
     assert page["count"] == 3 and [kb["name"] for kb in page["results"]] == ["kb-1", "kb-2"]
     assert len(client.get(f"{KBS}?limit=5000").json()["results"]) == 3  # above the maximum counts as it
+    assert len(client.get(f"{KBS}?limit={10**25}").json()["results"]) == 3
 
 
 @pytest.mark.django_db
