@@ -69,7 +69,7 @@ VERSION_CONFLICT = OpenApiResponse(
 VERSION_CHANGE = {
     "request": None,
     "parameters": [IDEMPOTENCY_KEY_HEADER],
-    "responses": {200: VersionOutput, **error_responses(401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
+    "responses": {200: VersionOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
 }
 
 
@@ -147,7 +147,7 @@ KB_EXAMPLE = {
 @extend_schema_view(
     list=extend_schema(
         summary="The tenant's knowledge bases",
-        responses={200: KnowledgeBaseOutput(many=True), **error_responses(401, 403, 429)},
+        responses={200: KnowledgeBaseOutput(many=True), **error_responses(400, 401, 403, 429)},
     ),
     retrieve=extend_schema(
         summary="One knowledge base", responses={200: KnowledgeBaseOutput, **error_responses(401, 403, 404, 429)}
@@ -205,7 +205,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             "Each with its status (`pending`, `ready`, `failed`, or `removed` until purged), chunks and the error "
             "of its last ingestion."
         ),
-        responses={200: DocumentOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: DocumentOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
     ),
     retrieve=extend_schema(
         summary="One document", responses={200: DocumentOutput, **error_responses(401, 403, 404, 429)}
@@ -289,7 +289,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
     list=extend_schema(
         summary="Versions of a knowledge base",
         description="Newest first: status, settings, documents and chunks each holds, build and activation times.",
-        responses={200: VersionOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: VersionOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
     ),
     create=extend_schema(
         summary="Build a new version",
@@ -414,7 +414,7 @@ SOURCE_EXAMPLE = {
     list=extend_schema(
         summary="Sources of a knowledge base",
         description="Each with its schedule and latest runs. Needs the `admin` scope.",
-        responses={200: SourceOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: SourceOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
         examples=[OpenApiExample("Sources", response_only=True, value=[SOURCE_EXAMPLE])],
     ),
     retrieve=extend_schema(summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}),
@@ -472,7 +472,7 @@ SOURCE_EXAMPLE = {
         description="Answers 202 with the task that syncs it (its run is recorded like a scheduled one).",
         request=None,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 409, 422, 429)},
+        responses={202: SourceSyncOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
     ),
 )
 class SourceViewSet(KnowledgeApiViewSet):

@@ -156,6 +156,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "retrieval.schema.dify_body_is_optional",  # Dify's older registration probe sends no body
+    ],
 }
 
 # --- CORS (browsers calling the API from other origins) ---------------------------------------
