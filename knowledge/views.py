@@ -432,7 +432,7 @@ SOURCE_EXAMPLE = {
         ),
         request=SourceInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
+        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 413, 422, 429)},
         examples=[
             OpenApiExample(
                 "Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}
@@ -456,7 +456,7 @@ SOURCE_EXAMPLE = {
             "`admin` scope."
         ),
         request=SourceUpdateInput,
-        responses={200: SourceOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={200: SourceOutput, **error_responses(400, 401, 403, 404, 413, 429)},
         examples=[
             OpenApiExample("Pause", request_only=True, value={"enabled": False}),
             OpenApiExample("Every 5 minutes", request_only=True, value={"interval_seconds": 300}),
