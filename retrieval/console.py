@@ -123,7 +123,7 @@ class RetrievalTestForm(SearchSettingsForm):
         )
         self.fields["knowledge_bases"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
         # Validation takes any visible tenant's KB (``clean`` names a foreign one); the boxes offered are the
-        # chosen tenant's only (choosing another tenant reloads the page with it, testing.html).
+        # chosen tenant's only (choosing another hides them until the form runs for it: _tenant_switch.html).
         chosen = self.chosen_tenant_id(tenants)
         self.fields["knowledge_bases"].widget.choices = [
             (kb.pk, f"{kb.tenant.name} / {kb.name}")
