@@ -13,8 +13,11 @@ import threading
 from typing import Any
 
 from cachetools import LRUCache
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
+
+from core.names import NAME_MAX_LENGTH, NAME_PATTERN, name_problem
 
 
 class StrictCharField(serializers.CharField):
@@ -94,3 +97,24 @@ def validated_body(request: Request, serializer_class: type[serializers.Serializ
         with _validated_lock:
             _validated[key] = copy.deepcopy(data)
     return data
+
+
+@extend_schema_field({"type": "string", "maxLength": NAME_MAX_LENGTH, "pattern": NAME_PATTERN})
+class NameField(StrictCharField):
+    """A name under the one naming rule (``core.names``): printable Unicode, bounded, stored trimmed.
+    The rule sees the name as sent (a tab before it is refused, as the schema's pattern says), then trims."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", NAME_MAX_LENGTH)
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault(
+            "help_text", f"printable Unicode (no control or invisible characters), at most {NAME_MAX_LENGTH} characters"
+        )
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        problem = name_problem(value, max_length=self.max_length or NAME_MAX_LENGTH, allow_blank=self.allow_blank)
+        if problem is not None:
+            raise serializers.ValidationError(problem)
+        return value.strip()

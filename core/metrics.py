@@ -41,7 +41,9 @@ from core.usage import ServedQuery, count_query
 logger = logging.getLogger(__name__)
 
 # URL names of the search endpoints (retrieval/urls.py): their 200s are queries served.
-SEARCH_ENDPOINTS = frozenset({"retrieval-vector", "retrieval-bm25", "retrieval-hybrid", "retrieval-search"})
+SEARCH_ENDPOINTS = frozenset(
+    {"retrieval-vector", "retrieval-bm25", "retrieval-hybrid", "retrieval-graph", "retrieval-search"}
+)
 # From 1 ms (a cache hit) to 10 s (past any deadline).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -2,8 +2,8 @@
 
 DRF's ``JSONParser`` turns only ``ValueError`` into a 400: a body nested ~900 deep raised ``RecursionError``
 (a 500; one 500 deep did too, later, in code that recurses), ``1e999`` parsed to infinity, and a lone
-surrogate (``"\\ud800"``) parsed to a string that no database, cache key or renderer can encode. All are
-refused here, at the edge.
+surrogate (``"\\ud800"``) parsed to a string that no database, cache key or renderer can encode, and a
+``charset`` that is no encoding was ignored. All are refused here, at the edge.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import math
 from collections.abc import Mapping
 from typing import IO, Any
 
+from django.utils.http import parse_header_parameters
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding  # type: ignore[attr-defined]  # DRF 3.18's, not in its stubs
 from rest_framework.utils.json import strict_constant
+
+from core.errors import DomainError
 
 # Far deeper than any valid request (filters nest at most 5 levels); deeper bodies only cost stack and CPU.
 MAX_JSON_DEPTH = 32
@@ -49,12 +52,36 @@ def refusal(data: object) -> str | None:
     return None
 
 
+class UnsupportedCharset(DomainError):
+    """400: the body's declared charset is no encoding (Django ignored it and read UTF-8)."""
+
+    code = "unsupported_charset"
+
+
+def _charset_of(media_type: str | None) -> str | None:
+    if not media_type:
+        return None
+    _, params = parse_header_parameters(media_type)
+    return params.get("charset")
+
+
 class StrictJSONParser(JSONParser):
     """``JSONParser`` that refuses too-deep nesting, non-finite numbers and lone surrogates with a 400."""
 
     def parse(
         self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:  # any JSON value, not only an object
+        charset = _charset_of(media_type)
+        if charset is not None:
+            try:
+                known = codecs.lookup(charset)._is_text_encoding  # rot13 is a codec, but not a text encoding
+            except LookupError:
+                known = False
+            if not known:
+                raise UnsupportedCharset(
+                    f"Content-Type names charset {charset[:40]!r}, which is no known encoding: send UTF-8",
+                    details={"charset": charset[:40]},
+                )
         reader = codecs.getreader(get_encoding(parser_context or {}))
         try:
             data = json.load(reader(stream), parse_constant=strict_constant, parse_float=_finite_float)

@@ -29,7 +29,10 @@ class ErrorOutput(serializers.Serializer[Any]):
 # status -> (description, [(code, message)]): one example per code a client can receive.
 ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
     400: (
-        "Invalid body, filter or JSON, or a query vector the searched knowledge bases cannot use.",
+        (
+            "Invalid body, filter, JSON, paging value or query string, or a query vector the searched knowledge "
+            "bases cannot use."
+        ),
         [
             ("invalid_request", "top_k: Ensure this value is less than or equal to 100."),
             ("invalid_filter", "unknown filter field 'colour'"),
@@ -37,6 +40,8 @@ ERRORS: dict[int, tuple[str, list[tuple[str, str]]]] = {
             ("invalid_idempotency_key", "Idempotency-Key must be 1-255 characters of letters, digits and . _ : -"),
             ("query_vector_mismatch", "query_vector has 768 dimensions; model 'all-MiniLM-L6-v2' makes 384"),
             ("query_vector_not_applicable", "query_vector needs a dense leg; mode bm25 has none"),
+            ("unsupported_charset", "Content-Type names charset 'bogus-enc', which is no known encoding: send UTF-8"),
+            ("malformed_query_string", "The query string is not UTF-8 once percent-decoded."),
         ],
     ),
     401: (

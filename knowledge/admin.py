@@ -9,6 +9,7 @@ from django.urls import path, re_path
 from django_celery_beat.validators import crontab_validator
 
 from core.admin import ConflictsAnsweredAdmin, ReadOnlyAdminMixin
+from core.names import form_name
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import (
     console,
@@ -110,6 +111,9 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
         for name, help_text in defaults.items():
             self.fields[name].required = False
             self.fields[name].help_text = help_text
+
+    def clean_name(self) -> str:
+        return form_name(self.cleaned_data["name"])
 
     def clean_embedding_model(self) -> str:
         name = self.cleaned_data["embedding_model"].strip()

@@ -246,9 +246,23 @@ def _status_of(task: KnowledgeTask) -> dict:
         status["state"] = "EXPIRED"
     progress, ended = status["progress"], status["state"] in ("SUCCESS", "FAILURE")
     percent = 100 if ended else 100 * progress["done"] // progress["total"] if progress and progress["total"] else None
-    result = status.get("result") or {}
-    summary = ", ".join(f"{name} {value}" for name, value in result.items() if name != "failures" and value != "")
+    summary = _summary(status.get("result") or {})
     return {**status, "finished": ended or status["state"] == "EXPIRED", "percent": percent, "summary": summary}
+
+
+# A result's fields that are no count: ids and nested reports, worded or left out of the summary.
+_RESULT_WORDS = {"communities_task": "graph communities rebuilt by a follow-up task"}
+_RESULT_LEFT_OUT = {"failures", "progress"}
+
+
+def _summary(result: dict) -> str:
+    """A task's result in words: its counts (``added 3, unchanged 1``), never a raw id or nested dict."""
+    parts = []
+    for name, value in result.items():
+        if name in _RESULT_LEFT_OUT or value in ("", None) or isinstance(value, (dict, list)):
+            continue
+        parts.append(_RESULT_WORDS.get(name) or f"{name.replace('_', ' ')} {value}")
+    return ", ".join(parts)
 
 
 def _with_status(tasks: list[KnowledgeTask]) -> list[KnowledgeTask]:

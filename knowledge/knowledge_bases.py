@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from core.names import checked_name
 from core.uniqueness import conflict_on
 from engines import get_lexical_index
 from knowledge.errors import KnowledgeBaseExists
@@ -31,6 +32,7 @@ def create_knowledge_base(
     """A KB with an empty active version 1, sized for its embedding model. The name's uniqueness is
     the database's (``KnowledgeBaseExists``): of two concurrent creates, the second waits for the
     first and then conflicts."""
+    name = checked_name(name)
     index = index_settings(embedding_model, chunk_size, chunk_overlap, languages, chunking, parent_chunk_size)
     taken = KnowledgeBaseExists(f"a knowledge base named {name!r} already exists")
     with conflict_on("unique_kb_name_per_tenant", taken):

@@ -7,10 +7,14 @@ from django_celery_beat.validators import crontab_validator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.fields import NameField
 from engines.metering import KINDS
 from knowledge.models import PARENT_CHILD, PLAIN, Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
 from knowledge.selectors import latest_runs, source_schedule
 from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
+
+# A BCP 47 language tag's common shapes: a 2-3 letter language, then subtags (script, region, variant).
+LANGUAGE_TAG = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$"
 
 
 class DocumentCountsOutput(serializers.Serializer):
@@ -94,7 +98,9 @@ class IndexSettingsInput(serializers.Serializer):
         help_text="parent_child only: a parent passage's largest size in tokens (default 512), at least chunk_size",
     )
     languages = serializers.ListField(
-        child=serializers.CharField(max_length=8),
+        child=serializers.RegexField(
+            LANGUAGE_TAG, max_length=35, error_messages={"invalid": "not a language tag (e.g. en, zh, zh-Hant, pt-BR)"}
+        ),
         required=False,
         max_length=20,
         help_text="languages the model covers (default: known for the model)",
@@ -138,7 +144,7 @@ class DocumentUpdateInput(serializers.Serializer):
 
 
 class KnowledgeBaseInput(IndexSettingsInput):
-    name = serializers.CharField(max_length=100)
+    name = NameField()
     description = serializers.CharField(required=False, allow_blank=True, default="")
 
 

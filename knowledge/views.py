@@ -79,13 +79,50 @@ VERSION_CONFLICT = OpenApiResponse(
 VERSION_CHANGE = {
     "request": None,
     "parameters": [IDEMPOTENCY_KEY_HEADER],
-    "responses": {200: VersionOutput, **error_responses(401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
+    "responses": {200: VersionOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
 }
 
 
 class KnowledgePagination(LimitOffsetPagination):
+    """``?limit=`` (1 or more; above ``max_limit`` counts as it) and ``?offset=`` (0 or more): a value that
+    is no such integer (``null``, ``true``, ``-1``) is a 400, not silently the default."""
+
     default_limit = 100
     max_limit = 1000
+
+    def get_limit(self, request) -> int:
+        given = request.query_params.get(self.limit_query_param)
+        if given is None:
+            return self.default_limit
+        return min(_paging_integer(self.limit_query_param, given, minimum=1, clamp=self.max_limit), self.max_limit)
+
+    def get_offset(self, request) -> int:
+        given = request.query_params.get(self.offset_query_param)
+        return 0 if given is None else _paging_integer(self.offset_query_param, given, minimum=0)
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.limit_query_param:
+                parameter["schema"]["minimum"] = 1
+            else:
+                parameter["schema"].update(minimum=0, maximum=MAX_OFFSET)
+        return parameters
+
+
+MAX_OFFSET = 10**18 - 1  # a PostgreSQL bigint holds it
+
+
+def _paging_integer(name: str, given: str, *, minimum: int, clamp: int | None = None) -> int:
+    """``given`` as an integer of at least ``minimum`` (and at most ``MAX_OFFSET``, unless ``clamp``: a larger
+    one counts as ``clamp``), else a 400."""
+    if given.isascii() and given.isdigit():
+        if len(given) > 18:  # also spares int() a huge string
+            if clamp is not None:
+                return clamp
+        elif int(given) >= minimum:
+            return int(given)
+    raise ValidationError({name: [f"must be an integer from {minimum} to {MAX_OFFSET}, not {given[:40]!r}"]})
 
 
 class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):
@@ -120,7 +157,7 @@ KB_EXAMPLE = {
 @extend_schema_view(
     list=extend_schema(
         summary="The tenant's knowledge bases",
-        responses={200: KnowledgeBaseOutput(many=True), **error_responses(401, 403, 429)},
+        responses={200: KnowledgeBaseOutput(many=True), **error_responses(400, 401, 403, 429)},
     ),
     retrieve=extend_schema(
         summary="One knowledge base", responses={200: KnowledgeBaseOutput, **error_responses(401, 403, 404, 429)}
@@ -204,7 +241,7 @@ class KnowledgeBaseViewSet(KnowledgeApiViewSet):
             "Each with its status (`pending`, `ready`, `failed`, or `removed` until purged), chunks and the error "
             "of its last ingestion."
         ),
-        responses={200: DocumentOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: DocumentOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
     ),
     retrieve=extend_schema(
         summary="One document", responses={200: DocumentOutput, **error_responses(401, 403, 404, 429)}
@@ -307,7 +344,7 @@ class DocumentViewSet(KnowledgeApiViewSet):
     list=extend_schema(
         summary="Versions of a knowledge base",
         description="Newest first: status, settings, documents and chunks each holds, build and activation times.",
-        responses={200: VersionOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: VersionOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
     ),
     create=extend_schema(
         summary="Build a new version",
@@ -432,7 +469,7 @@ SOURCE_EXAMPLE = {
     list=extend_schema(
         summary="Sources of a knowledge base",
         description="Each with its schedule and latest runs. Needs the `admin` scope.",
-        responses={200: SourceOutput(many=True), **error_responses(401, 403, 404, 429)},
+        responses={200: SourceOutput(many=True), **error_responses(400, 401, 403, 404, 429)},
         examples=[OpenApiExample("Sources", response_only=True, value=[SOURCE_EXAMPLE])],
     ),
     retrieve=extend_schema(summary="One source", responses={200: SourceOutput, **error_responses(401, 403, 404, 429)}),
@@ -450,7 +487,7 @@ SOURCE_EXAMPLE = {
         ),
         request=SourceInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
+        responses={201: SourceOutput, **error_responses(400, 401, 403, 404, 409, 413, 422, 429)},
         examples=[
             OpenApiExample(
                 "Folder", request_only=True, value={"kind": "folder", "path": "handbook", "interval_seconds": 60}
@@ -474,7 +511,7 @@ SOURCE_EXAMPLE = {
             "`admin` scope."
         ),
         request=SourceUpdateInput,
-        responses={200: SourceOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={200: SourceOutput, **error_responses(400, 401, 403, 404, 413, 429)},
         examples=[
             OpenApiExample("Pause", request_only=True, value={"enabled": False}),
             OpenApiExample("Every 5 minutes", request_only=True, value={"interval_seconds": 300}),
@@ -490,7 +527,7 @@ SOURCE_EXAMPLE = {
         description="Answers 202 with the task that syncs it (its run is recorded like a scheduled one).",
         request=None,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={202: SourceSyncOutput, **error_responses(401, 403, 404, 409, 422, 429)},
+        responses={202: SourceSyncOutput, **error_responses(400, 401, 403, 404, 409, 422, 429)},
     ),
 )
 class SourceViewSet(KnowledgeApiViewSet):

@@ -25,7 +25,7 @@ from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
 from retrieval.graph_serializers import MAX_COMMUNITY_LEVEL
-from retrieval.highlight import highlight, terms
+from retrieval.highlight import highlight, meaningful_terms
 from retrieval.models import GRADES
 from retrieval.query_sets import document_key, grades_for
 from retrieval.selectors import recent_runs
@@ -132,9 +132,25 @@ class RetrievalTestForm(SearchSettingsForm):
             KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
         )
         self.fields["knowledge_bases"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
+        # Validation takes any visible tenant's KB (``clean`` names a foreign one); the boxes offered are the
+        # chosen tenant's only (choosing another hides them until the form runs for it: _tenant_switch.html).
+        chosen = self.chosen_tenant_id(tenants)
+        self.fields["knowledge_bases"].widget.choices = [
+            (kb.pk, f"{kb.tenant.name} / {kb.name}")
+            for kb in self.fields["knowledge_bases"].queryset
+            if kb.tenant_id == chosen
+        ]
         if len(tenants) == 1:
             self.fields["tenant"].widget = forms.HiddenInput()
             self.fields["tenant"].initial = tenants[0].pk
+
+    def chosen_tenant_id(self, tenants) -> int | None:
+        """The tenant the form is for: the submitted one, else the link's, else the first visible."""
+        given = self.data.get("tenant") if self.is_bound else self.initial.get("tenant")
+        ids = [tenant.pk for tenant in tenants]
+        if str(given).isdigit() and int(given) in ids:
+            return int(given)
+        return ids[0] if ids else None
 
     def clean_filters(self) -> dict | None:
         text = self.cleaned_data["filters"].strip()
@@ -200,7 +216,12 @@ def explain(tenant: Tenant, response: SearchResponse) -> list[dict]:
     """The hits as the page shows them: the passage escaped with the terms of any query variant used
     marked, and per leg its rank, raw score and a bar relative to the best score of that leg here."""
     analyzer = analyzer_for_tenant(tenant.pk)
-    query_tokens = {token for query in response.queries for token in analyzer.tokens(query["text"])}
+    query_tokens = {
+        token
+        for query in response.queries
+        for term in meaningful_terms(analyzer, query["text"])
+        for token in term.tokens
+    }
     best = {
         leg: max((hit.retrievers[leg]["score"] for hit in response.results if leg in hit.retrievers), default=0)
         for leg in RETRIEVERS
@@ -229,7 +250,7 @@ def curation_links(tenant: Tenant, query: str, analyzer: Analyzer | None = None)
     admin forms adding it as a protected term or starting a synonym rule (saving either expires the
     tenant's cached answers). ``analyzer``: the tenant's, when the caller has it already."""
     analyzer = analyzer or analyzer_for_tenant(tenant.pk)
-    surfaces = dict.fromkeys(term.surface(query) for term in terms(analyzer, query))
+    surfaces = dict.fromkeys(term.surface(query) for term in meaningful_terms(analyzer, query))
     return [
         {
             "term": surface,

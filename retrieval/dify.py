@@ -90,8 +90,21 @@ class RetrievalSettingInput(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "minLength": 1, "pattern": r"^[^\x00]*$"},
+            {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1, "pattern": r"^[^\x00]*$"}},
+        ],
+        "description": "metadata field name, or a list of names (the condition holds for any)",
+    }
+)
+class ConditionNameField(serializers.JSONField):
+    """A field name or a non-empty list of them (checked in ``_condition``: anything else is a 400)."""
+
+
 class ConditionInput(serializers.Serializer):
-    name = serializers.JSONField(help_text="metadata field name, or a list of names (the condition holds for any)")
+    name = ConditionNameField()
     comparison_operator = serializers.ChoiceField(choices=OPERATORS)
     value = serializers.JSONField(required=False, allow_null=True, help_text="omitted for empty / not empty")
 

@@ -45,6 +45,26 @@ def terms(analyzer: Analyzer, text: str) -> list[Term]:
     return found
 
 
+# Words of a question that BM25 keeps (Lucene's English stopwords are fewer) but that neither say what it is
+# about nor are worth curating: question words, pronouns, auxiliaries.
+FUNCTION_WORDS = frozenset(
+    """how what which where who whom whose when why i me my mine we us our you your he him his she her its
+    do does did done can could should would shall may might must have has had am been being get got
+    """.split()
+)
+
+
+def is_trivial(surface: str) -> bool:
+    """A term no one curates or needs marked: a function word, one Latin letter, a number of 1-2 digits."""
+    word = surface.casefold()
+    return word in FUNCTION_WORDS or (len(word) == 1 and word.isascii()) or (word.isdigit() and len(word) <= 2)
+
+
+def meaningful_terms(analyzer: Analyzer, text: str) -> list[Term]:
+    """``terms`` without the trivial ones (``is_trivial``): what a query is about."""
+    return [term for term in terms(analyzer, text) if not is_trivial(term.surface(text))]
+
+
 def highlight(analyzer: Analyzer, text: str, query_tokens: set[str]) -> SafeString:
     """``text`` escaped, with every span sharing a token with the query inside ``<mark>``."""
     pieces, position = [], 0

@@ -20,8 +20,13 @@ depend on the other hits of the query:
   "Dense relevance against the query's own background"). A query no passage is close to keeps its
   best hits near 0, a query with a clear match scores it well above.
 
-A hit's relevance is the stronger of the two (a passage strongly matched by either retriever is
-worth showing); a reranked hit keeps the same definition, so thresholds do not change with reranking.
+- **graph**: the hit's graph score divided by the ranking's ceiling (``retrieval.services.graph``): what a
+  passage naming each query entity once would score, a name the query writes like one but no entity
+  matched exactly counting as the rarest possible entity. 1.0 for a passage naming every query entity,
+  less for one naming some of them or reached through a neighbour (decayed per hop).
+
+A hit's relevance is the strongest of these (a passage strongly matched by any retriever is worth
+showing); a reranked hit keeps the same definition, so thresholds do not change with reranking.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from cachetools import LRUCache
@@ -45,7 +50,7 @@ SAMPLES_KEPT = 128
 # every write): reading it sorts every passage of the version by a hash, a cost linear in its size (52-65 ms
 # at 11,800 passages here, so seconds at a million), and a few changed passages hardly move a 95th percentile.
 SAMPLE_REFRESH_S = 300.0
-# The retrievers whose scores ``relevance`` calibrates (the graph's are not: its list is min-max normalized).
+# The retrievers whose calibrated relevance weighs their lists in fusion (the graph's list is min-max normalized).
 CALIBRATED = ("vector", "bm25")
 
 # version id -> (revision, unit vectors of its sample, monotonic time read): ~0.4 MB each at 384
@@ -62,9 +67,9 @@ def dense_relevance(cosine: float, background: float) -> float:
     return _clip((cosine - background) / (1.0 - background)) if background < 1.0 else 0.0
 
 
-def combined_relevance(dense: float | None, lexical: float | None) -> float:
-    """The stronger evidence; 0.0 when no retriever scored the hit."""
-    return max((value for value in (dense, lexical) if value is not None), default=0.0)
+def combined_relevance(dense: float | None, lexical: float | None, graph: float | None = None) -> float:
+    """The strongest evidence; 0.0 when no retriever scored the hit."""
+    return max((value for value in (dense, lexical, graph) if value is not None), default=0.0)
 
 
 def query_background(query_vector: np.ndarray, sample: np.ndarray) -> float:
@@ -113,11 +118,12 @@ def dense_backgrounds(
 @dataclass(frozen=True)
 class RelevanceScales:
     """What maps one search's raw scores onto ``relevance``: the BM25 ceiling and the dense background
-    per (query variant, KB version), and the versions searched."""
+    per (query variant, KB version), the versions searched, and the graph ranking's ceiling per query."""
 
     ceilings: dict[tuple[str, int], float]
     backgrounds: dict[tuple[str, int], float]
     version_ids: tuple[int, ...]
+    graph_ceilings: dict[str, float] = field(default_factory=dict)
 
     def relevance(self, candidate: FusedCandidate, version_id: int) -> float:
         dense = lexical = None
@@ -125,7 +131,10 @@ class RelevanceScales:
             dense = self.dense(vector.score, vector.query, version_id)
         if (bm25 := candidate.retrievers.get("bm25")) is not None:
             lexical = self.lexical(bm25.score, bm25.query, version_id)
-        return combined_relevance(dense, lexical)
+        graph = None
+        if (found := candidate.retrievers.get("graph")) is not None:
+            graph = lexical_relevance(found.score, self.graph_ceilings.get(found.query, 0.0))
+        return combined_relevance(dense, lexical, graph)
 
     def leg_relevance(self, ranked: RankedList, score: float, version_id: int) -> float:
         """One hit's relevance by its own list's retriever (``vector`` or ``bm25``)."""

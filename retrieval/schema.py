@@ -7,6 +7,8 @@ register on import: ``RetrievalConfig.ready`` imports this module.
 
 from __future__ import annotations
 
+import math
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -175,6 +177,10 @@ DEGRADED_EXAMPLE = {
     "candidates": {"vector": 50, "fused": 50},
 }
 
+# A request example the service accepts as it stands (a schema example is a valid request: issue 51): as many
+# values as the documented model makes, none of them real.
+EXAMPLE_QUERY_VECTOR = [round(math.sin(0.7 * i) / 13.86, 4) for i in range(384)]
+
 REQUEST_EXAMPLES = {
     "vector": [
         ("Dense search", {"query": "How should I store the lithium battery pack?", "top_k": 3}),
@@ -184,9 +190,9 @@ REQUEST_EXAMPLES = {
              "filters": {"doc_type": {"in": ["pdf", "md"]}, "metadata.shop_id": 102}},
         ),
         (
-            "Own query vector (shortened: all-MiniLM-L6-v2 makes 384 values)",
+            "Own query vector (all-MiniLM-L6-v2's 384 values; these are made up, yours come from the model)",
             {"query": "How should I store the lithium battery pack?", "top_k": 3,
-             "query_vector": {"model": "all-MiniLM-L6-v2", "values": [0.0132, -0.0871, 0.0415]}},
+             "query_vector": {"model": "all-MiniLM-L6-v2", "values": EXAMPLE_QUERY_VECTOR}},
         ),
     ],
     "bm25": [("Identifier lookup", {"query": "PPR-9087", "top_k": 5})],
@@ -361,8 +367,8 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 description=(
                     "Register `http(s)://<host>/api/v1/dify` as the external knowledge API in Dify and the "
                     "knowledge base id as the external knowledge ID. Dify's registration probe (`knowledge_id` "
-                    'and `query` both blank, or an empty body: outside this schema) gets `{"records": []}` '
-                    "once the key is checked. "
+                    "and `query` both blank, or, from Dify before 1.x, no body at all: the body is optional for "
+                    'that probe only) gets `{"records": []}` once the key is checked. '
                     "Errors use Dify's shape `{error_code, error_msg}`. `score` is the hit's `relevance` (0 to 1, "
                     "comparable across queries of the knowledge base; see the search endpoints), raised where "
                     "needed so that it never increases down the ranking (Dify sorts by score); "
@@ -383,3 +389,12 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                 return super().post(request)
 
         return Documented
+
+
+def dify_body_is_optional(result: dict, generator: object, request: object, public: bool) -> dict:
+    """drf-spectacular post-processing hook: Dify's older registration probe POSTs no body at all, which the
+    endpoint answers like the blank probe (``retrieval.dify.is_registration_probe``), so its body is optional."""
+    for path, item in result.get("paths", {}).items():
+        if path.startswith("/api/v1/dify") and "requestBody" in item.get("post", {}):
+            item["post"]["requestBody"]["required"] = False
+    return result

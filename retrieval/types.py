@@ -201,6 +201,7 @@ class LegResult:
     queries: list[ListQuery] = field(default_factory=list)  # one per list (BM25 and dense legs)
     content_hashes: dict[int, str] = field(default_factory=dict)
     ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
+    graph_ceilings: dict[str, float] = field(default_factory=dict)  # graph: query -> its ranking's ceiling
     notes: list[str] = field(default_factory=list)
     explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
     bridges: list[GraphBridge] = field(default_factory=list)  # graph: passages one passage on from the query's

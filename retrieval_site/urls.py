@@ -1,10 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from core.health import register_check
 from core.metrics import metrics_view
-from core.views import health_view, ready_view
+from core.swagger import SwaggerUIView
+from core.views import favicon_view, health_view, ready_view
 from knowledge.stats_views import StatsView
 from knowledge.stores import graph_store
 from knowledge.views import ID_PATTERN
@@ -68,10 +69,11 @@ urlpatterns = [
         name="version-gate",
     ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/docs/", SwaggerUIView.as_view(url_name="schema"), name="docs"),
     path("health", health_view, name="health"),
     path("ready", ready_view, name="ready"),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", favicon_view, name="favicon"),
 ]
 
 handler400 = "core.errors.json_400"

@@ -4,6 +4,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.admin import ConflictsAnsweredAdmin
+from core.names import form_name
 from tenants import console
 from tenants.models import ApiKey, RateTier, Scope, Tenant
 from tenants.services import create_api_key, revoke_api_key
@@ -34,8 +35,18 @@ class ApiKeyInline(admin.TabularInline):
         return False  # keys are issued by create_api_key (API keys > Add, or `manage.py create_api_key`)
 
 
+class TenantForm(forms.ModelForm):
+    class Meta:
+        model = Tenant
+        fields = "__all__"  # noqa: DJ007  # the admin picks the fields; this form only cleans the name
+
+    def clean_name(self) -> str:
+        return form_name(self.cleaned_data["name"])
+
+
 @admin.register(Tenant)
 class TenantAdmin(ConflictsAnsweredAdmin):
+    form = TenantForm
     list_display = ["name", "is_active", "rate_tier", "created_at", "dashboard"]
     list_filter = ["rate_tier", "is_active"]
     search_fields = ["name"]
@@ -69,6 +80,9 @@ class ApiKeyCreationForm(forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = ["tenant", "name", "scopes", "expires_at", "principals", "knowledge_base_ids"]
+
+    def clean_name(self) -> str:
+        return form_name(self.cleaned_data["name"], allow_blank=True)
 
     def create(self) -> ApiKey:
         data = self.cleaned_data

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from core.names import checked_name
 from core.uniqueness import conflict_on, redrawn_on_collision
 from tenants.errors import TenantExists
 from tenants.models import ApiKey, Scope, Tenant, default_scopes
@@ -54,6 +55,7 @@ class IssuedKey:
 
 
 def create_tenant(name: str) -> Tenant:
+    name = checked_name(name)
     with conflict_on(TENANT_NAME_UNIQUE, TenantExists(f"a tenant named {name!r} already exists")):
         return Tenant.objects.create(name=name)
 
@@ -89,6 +91,7 @@ def create_api_key(
 ) -> IssuedKey:
     """A new key; ``principals``: bound ones it always searches as; ``knowledge_base_ids``: the only KBs
     it reaches (none: all of its tenant's; docs/permissions.md). ``ValueError`` names a bad value."""
+    name = checked_name(name, allow_blank=True)
     scope_list = default_scopes() if scopes is None else validate_scopes(scopes)
     try:
         bound = clean_principals(list(principals), where="principals")

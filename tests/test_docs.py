@@ -123,15 +123,22 @@ def run_example(command: str, url: str, key: str) -> tuple[int, dict]:
     return int(status), json.loads(body)
 
 
-def check_hybrid(comment, body, status, answer):
+def check_hybrid(comment, body, status, answer, ask):
     documented = documented_response()
     assert status == 200 and answer["mode"] == "hybrid" and len(answer["results"]) == body["top_k"]
-    assert source(answer["results"][0]) == source(documented["results"][0])  # the response shown is this one's
-    assert set(answer) == set(documented) and set(answer["results"][0]) == set(documented["results"][0])
-    assert set(answer["results"][0]["retrievers"]) == {"bm25", "vector"}
+    first, shown = answer["results"][0], documented["results"][0]
+    assert source(first) == source(shown)  # the response shown is this one's
+    assert set(answer) == set(documented) and set(first) == set(shown)
+    assert set(first["retrievers"]) == {"bm25", "vector"}
+    # its numbers too: the fusion's scale (issue 51: RRF's 0.0327 was shown long after min-max fusion)
+    assert first["score"] == pytest.approx(shown["score"], rel=0.01) and first["fused_score"] == first["score"]
+    assert first["relevance"] == pytest.approx(shown["relevance"], abs=0.01)
+    for leg in ("bm25", "vector"):
+        assert first["retrievers"][leg]["rank"] == shown["retrievers"][leg]["rank"]
+        assert first["retrievers"][leg]["score"] == pytest.approx(shown["retrievers"][leg]["score"], rel=0.01)
 
 
-def check_bm25(comment, body, status, answer):
+def check_bm25(comment, body, status, answer, ask):
     identifier = re.search(r"[A-Z]+-\d{4}-\d{6}", body["query"]).group()
     assert status == 200 and answer["mode"] == "bm25"
     assert identifier in answer["results"][0]["content"]  # found exactly
@@ -139,19 +146,19 @@ def check_bm25(comment, body, status, answer):
     assert all(set(hit["retrievers"]) == {"bm25"} for hit in answer["results"])
 
 
-def check_filtered_vector(comment, body, status, answer):
+def check_filtered_vector(comment, body, status, answer, ask):
     doc_types, shop_id = body["filters"]["doc_type"]["in"], body["filters"]["metadata.shop_id"]
     assert status == 200 and answer["mode"] == "vector" and 0 < len(answer["results"]) <= body["top_k"]
     assert all(hit["doc_type"] in doc_types and hit["metadata"]["shop_id"] == shop_id for hit in answer["results"])
 
 
-def check_search(comment, body, status, answer):
+def check_search(comment, body, status, answer, ask):
     assert status == 200 and answer["mode"] == body["mode"] and 0 < len(answer["results"]) <= body["top_k"]
     assert {name: answer["weights"][name] for name in body["weights"]} == body["weights"]
     assert answer["reranked"] is False and answer["queries"][0]["origin"] == "original"
 
 
-def check_graph(comment, body, status, answer):
+def check_graph(comment, body, status, answer, ask):
     example_path = json.loads(re.search(r"e\.g\. (\[.*?\])", comment).group(1))
     assert status == 200 and answer["mode"] == "graph" and 0 < len(answer["results"]) <= body["top_k"]
     paths = [hit["retrievers"]["graph"]["path"] for hit in answer["results"]]
@@ -159,23 +166,30 @@ def check_graph(comment, body, status, answer):
     assert all(body["query"] in hit["retrievers"]["graph"]["entities"] for hit in answer["results"])
 
 
-def check_three_way(comment, body, status, answer):
-    # The documents the comment names: "the kitchen's menu joins ..., the partner-program page stays first".
-    menu, partner_page = "sichuan-kitchen-menu.txt", "restaurant-partner-program.html"
-    head = int(re.search(r"top (\d+)", comment).group(1))
-    menu_path = json.loads(re.search(r"path (\[.*?\])", comment).group(1))
-    assert status == 200 and answer["mode"] == "hybrid" and source(answer["results"][0]) == partner_page
-    menu_hits = [hit for hit in answer["results"] if source(hit) == menu and "graph" in hit["retrievers"]]
-    assert [hit["retrievers"]["graph"]["path"] for hit in menu_hits][:1] == [menu_path]
-    assert menu_hits[0]["retrievers"]["graph"]["hops"] == 0
+def check_three_way(comment, body, status, answer, ask):
+    """The comment's claims, against the same request without ``"graph": true`` (two-way)."""
+    head = int(re.search(r"the top (\d+) stays two-way's", comment).group(1))
+    entity = re.search(r'bridge through "(.*?)"', comment).group(1)
+    document = re.search(r"FAQ answer \((.*?)\)", comment).group(1)
+    assert status == 200 and answer["mode"] == "hybrid"
     assert answer["weights"]["graph"] == float(re.search(r"SEARCH_WEIGHT_GRAPH_HYBRID \(([0-9.]+)\)", comment).group(1))
-    two_way = [hit for hit in answer["results"] if set(hit["retrievers"]) & {"bm25", "vector"}]
-    # the graph adds below the other legs' heads: none of its own passages ranks above their first `head`
+    two_way_body = {name: value for name, value in body.items() if name != "graph"}
+    two_way_status, two_way = ask(two_way_body)
+    assert two_way_status == 200 and two_way["weights"]["graph"] == 0.0
+    assert len(two_way["results"]) == body["top_k"]
+    chunk_ids = [hit["chunk_id"] for hit in answer["results"]]
+    assert chunk_ids[:head] == [hit["chunk_id"] for hit in two_way["results"]][:head]  # the top stays two-way's
+    bridged = [hit for hit in answer["results"] if (hit["retrievers"].get("graph") or {}).get("bridge")]
+    assert bridged and all(hit["rank"] in (8, 9) for hit in bridged)
+    [added] = [hit for hit in bridged if hit["retrievers"]["graph"]["bridge"]["entity"] == entity]
+    assert source(added) == document and entity in added["content"]
+    assert added["chunk_id"] not in {hit["chunk_id"] for hit in two_way["results"]}  # what the graph adds
+    # the graph adds below the other legs' heads: none of its own passages ranks above the head
     graph_only = [hit["rank"] for hit in answer["results"] if set(hit["retrievers"]) == {"graph"}]
-    assert all(rank > min(head, len(two_way)) for rank in graph_only)
+    assert all(rank > head for rank in graph_only)
 
 
-def check_error(comment, body, status, answer):
+def check_error(comment, body, status, answer, ask):
     stated = int(re.search(r"here: (\d{3})", comment).group(1))
     assert status == stated and answer["error"]["code"] == "invalid_filter"
     assert "colour" in answer["error"]["message"] and answer["error"]["request_id"]
@@ -201,8 +215,14 @@ def test_the_readmes_try_it_examples_answer_what_they_say(demo):
     for comment, command in examples:
         [check] = [check for start, check in CHECKS.items() if comment.startswith(start)]
         status, answer = run_example(command, url, key)
+
+        def ask(body: dict, command: str = command) -> tuple[int, dict]:
+            """The same example with another body (in its single quotes, as the README writes it)."""
+            other = re.sub(r"-d '.*?'", lambda _: f"-d '{json.dumps(body, ensure_ascii=False)}'", command, flags=re.S)
+            return run_example(other, url, key)
+
         try:
-            check(comment, request_body(command), status, answer)
+            check(comment, request_body(command), status, answer, ask)
         except AssertionError as error:
             failures.append(f"{comment[:60]}...: {error}\n{json.dumps(answer, ensure_ascii=False)[:2000]}")
     assert failures == []

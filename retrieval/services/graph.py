@@ -9,6 +9,11 @@ product of the path's edge strengths ``w / (w + 1)``; idf: ``ln(1 + N / passages
 hubs count little); a passage scores the sum over the reached entities it mentions, each scaled by
 ``1 + ln(mentions)``, and explains itself by its best contribution's path.
 
+A ranking's ``ceiling`` is what a passage naming each query entity once would score: the sum of the
+query entities' idfs, plus, for each name the query writes like a name that no entity matched exactly,
+the idf of the rarest possible entity (as BM25's ceiling counts a token absent from the KB). ``relevance``
+divides a graph score by it (``retrieval.relevance``).
+
 Bridges (three-way hybrid's bridge slots, ``retrieval.services.bridges``): from the graph's best passages
 naming a query entity (its anchors), through each entity such a passage mentions and a few others do
 too, to those other passages: the second document of a multi-hop question, which shares no word with it.
@@ -42,6 +47,7 @@ class GraphRanking:
     reached: dict[int, ReachedEntity] = field(default_factory=dict)  # chunk id -> its best contribution's entity
     notes: list[str] = field(default_factory=list)  # graphs another extractor built
     anchors: list[int] = field(default_factory=list)  # passages naming a query entity, the best first
+    ceiling: float = 0.0  # the score of a passage naming each query entity once (0.0: no query entity)
 
     def explanation(self, chunk_id: int) -> dict:
         """How the graph found a hit: ``{"entities": matched query entities, "path", "hops"}`` (built for
@@ -66,6 +72,7 @@ def rank_by_graph(
     names = setup.extractor.query_names(query)
     curated = setup.curation  # a name a curator merged or renamed finds its entity
     seeds = store.find_entities(scope, list(dict.fromkeys([*names, *map(curated.resolve, names)])))
+    unresolved: list[str] = []
     if settings.GRAPH_FUZZY_SIMILARITY > 0:
         unresolved = setup.extractor.fuzzy_candidates(query, {seed.name for seed in seeds})
         known = {seed.entity_id for seed in seeds}
@@ -80,7 +87,11 @@ def rank_by_graph(
     )  # fmt: skip
     chunk_scores: dict[int, float] = {}
     best: dict[int, tuple[float, ReachedEntity]] = {}
-    for reached in store.reach(scope, [seed.entity_id for seed in seeds], walk, _passages_in(store, scope)):
+    total = _passages_in(store, scope)
+    ceiling = len(unresolved) * entity_score(1.0, 0, 1, total, settings.GRAPH_HOP_DECAY)
+    for reached in store.reach(scope, [seed.entity_id for seed in seeds], walk, total):
+        if reached.hops == 0:
+            ceiling += reached.score
         for chunk_id, count in reached.passages:
             contribution = reached.score * (1 + math.log(count))
             chunk_scores[chunk_id] = chunk_scores.get(chunk_id, 0.0) + contribution
@@ -90,7 +101,7 @@ def rank_by_graph(
     hits.sort(key=itemgetter(1), reverse=True)  # stable: ties keep the lower id first
     reached_by = {chunk_id: reached for chunk_id, (_, reached) in best.items()}
     anchors = [chunk_id for chunk_id, _ in hits if reached_by[chunk_id].hops == 0]
-    return GraphRanking(hits, sorted({seed.label for seed in seeds}), reached_by, notes, anchors)
+    return GraphRanking(hits, sorted({seed.label for seed in seeds}), reached_by, notes, anchors, ceiling)
 
 
 def bridges_from(tenant_id: int, version_ids: tuple[int, ...], anchors: list[int]) -> list[GraphBridge]:

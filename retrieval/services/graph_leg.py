@@ -40,5 +40,5 @@ def retrieve_graph(context: SearchContext) -> LegResult:
             )
     return LegResult(
         "graph", lists=[RankedList("graph", query, context.weights["graph"], hits)], content_hashes=passing,
-        notes=ranking.notes, explanations=explanations, bridges=bridges,
+        notes=ranking.notes, explanations=explanations, bridges=bridges, graph_ceilings={query: ranking.ceiling},
     )  # fmt: skip

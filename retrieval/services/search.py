@@ -79,6 +79,7 @@ def search(
             ceilings={key: value for leg in union.legs for key, value in leg.ceilings.items()},
             backgrounds=dense_backgrounds(union.legs, groups, revisions),
             version_ids=version_ids,
+            graph_ceilings={key: value for leg in union.legs for key, value in leg.graph_ceilings.items()},
         )
         with timings.stage("fuse"):
             bridges = [bridge for leg in union.legs for bridge in leg.bridges]

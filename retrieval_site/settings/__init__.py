@@ -47,6 +47,7 @@ MIDDLEWARE = [
     "core.logging.AccessLogMiddleware",
     "core.metrics.MetricsMiddleware",
     "core.cost.CostMiddleware",
+    "core.query_string.QueryStringMiddleware",  # an undecodable query string: 400 on the API
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -151,6 +152,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_METADATA_CLASS": "core.metadata.SchemaPointerMetadata",  # OPTIONS: allowed methods + schema link
 }
 
 # --- OpenAPI (/api/schema/, Swagger UI at /api/docs/ with assets served locally) -------------
@@ -167,7 +169,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # /mcp is served by the ASGI app, not a view: documented by a hook (retrieval.mcp_schema)
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "retrieval.mcp_schema.add_mcp_path"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "retrieval.mcp_schema.add_mcp_path",
+        "retrieval.schema.dify_body_is_optional",  # Dify's older registration probe sends no body
+    ],
 }
 
 # --- CORS (browsers calling the API from other origins) ---------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from django.db import OperationalError
 
 from core import health
+from core.usage import query_usage
 from engines import get_lexical_index
 from engines.base import LexicalIndexError
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
@@ -258,3 +259,19 @@ def test_stats_need_an_api_key(client, db):
     response = client.get("/api/v1/stats")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "missing_api_key"
+
+
+@pytest.mark.django_db
+def test_graph_searches_are_counted_like_every_other_mode(tenant):
+    """``/graph`` (local and global scope) counts as ``/search`` with ``"mode": "graph"`` does."""
+    KnowledgeBaseFactory(tenant=tenant)
+    client = client_for(tenant)
+    answers = [
+        client.post("/api/v1/retrieval/graph", {"query": "kettle"}, format="json"),
+        client.post("/api/v1/retrieval/graph", {"query": "kettle", "scope": "global"}, format="json"),
+        client.post("/api/v1/retrieval/search", {"query": "kettle", "mode": "graph"}, format="json"),
+    ]
+    assert [answer.status_code for answer in answers] == [200, 200, 200], [a.content for a in answers]
+    assert client.get("/api/v1/stats").json()["queries"]["served"] == 3
+    numbers = query_usage(tenant.pk, days=1)
+    assert numbers["daily"][-1]["modes"] == {"graph": 3} and numbers["top_queries"] == [("kettle", 3)]

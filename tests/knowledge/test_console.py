@@ -366,3 +366,28 @@ def test_the_lifecycle_page_shows_the_sources_and_syncs_one_now(
     for other in (theirs.pk, "x", ""):  # another KB's source (even one the user sees), or no id at all
         assert act(admin_client, kb, {"action": "sync", "source": other}) == ["No such source."]
     assert KnowledgeTask.objects.count() == 1
+
+
+def test_the_glance_says_what_a_missing_analyzer_version_means(admin_client):
+    """Issue 51: "analyzer –" said nothing."""
+    KnowledgeBaseFactory()  # nothing indexed for keyword search: no analyzer version recorded
+    html = admin_client.get(GLANCE).content.decode()
+    assert "analyzer –" not in html and "not recorded: nothing indexed for keyword search yet" in html
+
+
+def test_a_task_result_is_summed_up_in_words_without_ids_or_nested_reports():
+    """Issue 51: task rows showed ``communities_task <uuid>`` (and the nested progress report)."""
+    result = {
+        "added": 3, "unchanged": 1, "failures": [], "progress": {"done": 4, "total": 4},
+        "communities_task": str(uuid.uuid4()), "chunks_added": 12, "note": "",
+    }  # fmt: skip
+    summary = console._summary(result)
+    assert summary == "added 3, unchanged 1, graph communities rebuilt by a follow-up task, chunks added 12"
+    assert console._summary({"communities_task": None, "added": 0}) == "added 0"
+
+
+def test_the_favicon_is_served(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in response.content
+    assert 'rel="icon"' in client.get("/admin/login/").content.decode()

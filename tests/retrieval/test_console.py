@@ -269,3 +269,29 @@ def test_a_parent_child_hit_shows_its_parent_passage_and_matched_children(admin_
     for child in first.children:
         assert f'<span class="child" data-chunk-id="{child["chunk_id"]}">#{child["ordinal"]} (' in html
     assert "until the ring blinks blue" in unescape(html)  # the parent passage
+
+
+def test_the_curate_links_and_highlights_skip_function_words_letters_and_small_numbers(sample_kb):
+    """Issue 51: "+ synonym / + protected term" were offered for "How", "I" and "1", and "I" was marked in hits."""
+    from knowledge.selectors import analyzer_for_tenant
+    from retrieval.console import curation_links
+    from retrieval.highlight import highlight, meaningful_terms
+
+    query = "How do I reset the PPR-9087 lock in 1 minute?"
+    offered = [link["term"] for link in curation_links(sample_kb.tenant, query)]
+    assert offered == ["reset", "PPR-9087", "lock", "minute"]
+    analyzer = analyzer_for_tenant(sample_kb.tenant.pk)
+    tokens = {token for term in meaningful_terms(analyzer, query) for token in term.tokens}
+    marked = str(highlight(analyzer, "I can reset it: I hold the lock for 1 second.", tokens))
+    assert "<mark>I</mark>" not in marked and "<mark>1</mark>" not in marked
+    assert "<mark>reset</mark>" in marked and "<mark>lock</mark>" in marked
+
+
+def test_the_knowledge_bases_offered_are_the_chosen_tenants(admin_client, sample_kb):
+    """Issue 51: the testing page listed every tenant's KBs whatever tenant was chosen."""
+    other = KnowledgeBaseFactory(name="someone-elses")
+    for tenant, shown, hidden in ((sample_kb.tenant, sample_kb, other), (other.tenant, other, sample_kb)):
+        page = admin_client.get(TESTING, {"tenant": tenant.pk}).content.decode()
+        assert f'value="{shown.pk}"' in page and f"/ {shown.name}<" in page
+        assert f"/ {hidden.name}<" not in page
+    assert "select#id_tenant" in admin_client.get(TESTING).content.decode()  # choosing another hides the boxes

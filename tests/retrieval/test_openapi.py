@@ -65,7 +65,7 @@ def test_error_examples_use_the_codes_the_service_answers(openapi):
     }
     assert codes["400"] == {
         "invalid_request", "invalid_filter", "malformed_json", "invalid_idempotency_key", "query_vector_mismatch",
-        "query_vector_not_applicable",
+        "query_vector_not_applicable", "unsupported_charset", "malformed_query_string",
     }  # fmt: skip
     assert codes["401"] == {"missing_api_key"} and codes["403"] == {"invalid_api_key", "insufficient_scope"}
     assert codes["409"] == {"idempotency_in_flight"} and codes["422"] == {"idempotency_key_reused"}
@@ -235,3 +235,19 @@ def test_the_schema_states_the_rules_the_service_enforces(openapi):
     header = next(parameter for parameter in parameters if parameter["name"] == "Idempotency-Key")
     key = re.compile(header["schema"]["pattern"])
     assert key.fullmatch("retry-1.a:b_c") and not key.fullmatch("a b") and "422" in header["description"]
+
+
+def test_the_schemas_fixes_of_issue_51(openapi):
+    """What a full schemathesis run found: the version actions' 400 (an invalid Idempotency-Key), the lists'
+    400 (paging values), Dify's typed condition name and optional body (its older registration probe)."""
+    paths = openapi["paths"]
+    for action in ("activate", "retire"):
+        assert "400" in paths[f"/api/v1/knowledge-bases/{{kb_id}}/versions/{{number}}/{action}"]["post"]["responses"]
+    assert "400" in paths["/api/v1/knowledge-bases"]["get"]["responses"]
+    dify = paths["/api/v1/dify/retrieval"]["post"]
+    assert dify["requestBody"]["required"] is False
+    condition = openapi["components"]["schemas"]["ConditionInput"]["properties"]["name"]
+    assert [option["type"] for option in condition["oneOf"]] == ["string", "array"]
+    example = paths["/api/v1/retrieval/vector"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    [own] = [item["value"] for name, item in example.items() if "query_vector" in item["value"]]
+    assert len(own["query_vector"]["values"]) == 384  # the documented model's dimension: the example is accepted

@@ -128,3 +128,27 @@ def test_a_full_sample_is_read_again_at_most_once_per_refresh_period(sample_kb, 
     assert again is not first and np.array_equal(again, first)
     with django_assert_num_queries(0):
         assert passage_sample(version.pk, version.revision + 2) is again
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_graph_hits_are_scored_on_the_same_scale_on_topic_above_the_off_topic_ceiling(sample_kb):
+    """Issue 51: every graph hit had relevance 0.0, so any threshold dropped them all."""
+
+    def hits(query):
+        return search(
+            sample_kb.tenant, SearchRequest(query=query, mode="graph", kb_ids=[sample_kb.pk], top_k=10)
+        ).results
+
+    on_topic = hits("Which battery pack does the PPR-9087 use?")
+    assert on_topic and all(0.0 < hit.relevance <= 1.0 for hit in on_topic)
+    assert on_topic[0].relevance > 0.3  # the off-topic ceiling of the dense and BM25 tests above
+    assert [hit.relevance for hit in on_topic] == sorted((hit.relevance for hit in on_topic), reverse=True)
+    off_topic = hits("Quantum Chromodynamics lecture notes by Professor Feynman")  # names written like names
+    assert max((hit.relevance for hit in off_topic), default=0.0) < 0.3
+    kept = search(
+        sample_kb.tenant,
+        SearchRequest(query="Which battery pack does the PPR-9087 use?", mode="graph", kb_ids=[sample_kb.pk],
+                      top_k=10, score_threshold=0.3),
+    ).results  # fmt: skip
+    assert kept and [hit.chunk_id for hit in kept] == [hit.chunk_id for hit in on_topic if hit.relevance >= 0.3]
