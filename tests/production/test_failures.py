@@ -26,24 +26,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 QUERY = "PPR-9087 lock door thickness"
 
 
-@pytest.fixture(scope="module")
-def own_elasticsearch() -> Iterator[tuple[process.Server, str]]:
+def own_server(name: str, start) -> Iterator[tuple[process.Server, str]]:
     try:
-        server, url = elasticsearch.start("elasticsearch-faults")
+        server, url = start(f"{name}-faults")
     except process.ServerUnavailable as exc:
-        pytest.skip(f"no Elasticsearch server for the tests: {exc}")
+        pytest.skip(f"no {name} server for the tests: {exc}")
     yield server, url
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def own_elasticsearch() -> Iterator[tuple[process.Server, str]]:
+    yield from own_server("elasticsearch", elasticsearch.start)
 
 
 @pytest.fixture(scope="module")
 def own_neo4j() -> Iterator[tuple[process.Server, str]]:
-    try:
-        server, url = neo4j.start("neo4j-faults")
-    except process.ServerUnavailable as exc:
-        pytest.skip(f"no Neo4j server for the tests: {exc}")
-    yield server, url
-    server.stop()
+    yield from own_server("neo4j", neo4j.start)
 
 
 @pytest.fixture

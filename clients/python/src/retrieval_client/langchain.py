@@ -61,25 +61,7 @@ def documents(result: SearchResult) -> list[Document]:
 
 
 def document(hit: SearchHit) -> Document:
-    metadata = {
-        **hit.metadata,
-        "chunk_id": hit.chunk_id,
-        "doc_id": hit.doc_id,
-        "kb_id": hit.kb_id,
-        "title": hit.title,
-        "source": hit.source_uri,
-        "doc_type": hit.doc_type,
-        "rank": hit.rank,
-        "score": hit.score,
-        "relevance": hit.relevance,
-        "fused_score": hit.fused_score,
-        "rerank_score": hit.rerank_score,
-        "explanation": {
-            "retrievers": {name: vars(part) for name, part in hit.retrievers.items()},
-            "matched_queries": list(hit.matched_queries),
-        },
-    }
-    return Document(page_content=hit.content, metadata=metadata, id=str(hit.chunk_id))
+    return Document(page_content=hit.content, metadata=hit.citation_metadata(), id=str(hit.chunk_id))
 
 
 def format_context(hits: list[SearchHit] | list[Document], max_tokens: int = 2000) -> str:

@@ -33,11 +33,13 @@ class RetrievalServiceRetriever(BaseRetriever):
         mode: Literal["hybrid", "bm25", "vector"] = "hybrid",
         kb_ids: list[int] | None = None,
         filters: dict[str, Any] | None = None,
+        principals: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.client, self.async_client = client, async_client
         self.top_k, self.mode, self.kb_ids, self.filters = top_k, mode, kb_ids, filters
+        self.principals = principals  # the end user's, for a key with the act_as scope (docs/permissions.md)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return nodes(self.client.search(query_bundle.query_str, **self._options()))
@@ -50,7 +52,8 @@ class RetrievalServiceRetriever(BaseRetriever):
         return nodes(await self.async_client.search(query_bundle.query_str, **self._options()))
 
     def _options(self) -> dict[str, Any]:
-        return {"mode": self.mode, "top_k": self.top_k, "kb_ids": self.kb_ids, "filters": self.filters}
+        options = {"mode": self.mode, "top_k": self.top_k, "kb_ids": self.kb_ids, "filters": self.filters}
+        return options if self.principals is None else {**options, "principals": self.principals}
 
 
 def nodes(result: SearchResult) -> list[NodeWithScore]:
@@ -58,29 +61,10 @@ def nodes(result: SearchResult) -> list[NodeWithScore]:
 
 
 def node(hit: SearchHit) -> NodeWithScore:
-    metadata = {
-        **hit.metadata,
-        "chunk_id": hit.chunk_id,
-        "doc_id": hit.doc_id,
-        "kb_id": hit.kb_id,
-        "title": hit.title,
-        "source": hit.source_uri,
-        "section": hit.section,
-        "doc_type": hit.doc_type,
-        "rank": hit.rank,
-        "score": hit.score,
-        "relevance": hit.relevance,
-        "fused_score": hit.fused_score,
-        "rerank_score": hit.rerank_score,
-        "explanation": {
-            "retrievers": {name: vars(part) for name, part in hit.retrievers.items()},
-            "matched_queries": list(hit.matched_queries),
-        },
-    }
     text_node = TextNode(
         id_=str(hit.chunk_id),
         text=hit.content,
-        metadata=metadata,
+        metadata=hit.citation_metadata(),
         excluded_llm_metadata_keys=list(_HIDDEN_FROM_MODELS),
         excluded_embed_metadata_keys=list(_HIDDEN_FROM_MODELS),
     )

@@ -63,6 +63,29 @@ class SearchHit:
         }
         return cls(**values)
 
+    def citation_metadata(self) -> dict[str, Any]:
+        """What a framework's document or node carries of the hit: its own metadata, then its ids, where
+        it is from, its scores and why it ranked (the LangChain and LlamaIndex retrievers share it)."""
+        return {
+            **self.metadata,
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "kb_id": self.kb_id,
+            "title": self.title,
+            "source": self.source_uri,
+            "section": self.section,
+            "doc_type": self.doc_type,
+            "rank": self.rank,
+            "score": self.score,
+            "relevance": self.relevance,
+            "fused_score": self.fused_score,
+            "rerank_score": self.rerank_score,
+            "explanation": {
+                "retrievers": {name: vars(part) for name, part in self.retrievers.items()},
+                "matched_queries": list(self.matched_queries),
+            },
+        }
+
 
 @dataclass(frozen=True)
 class QueryVariant:
