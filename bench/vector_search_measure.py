@@ -28,9 +28,9 @@ class ProbedIndex(PgVectorIndex):
         self.plans: list[str] = []
         return super().search(*args, **kwargs)
 
-    def _run(self, cursor, query, arguments, *, exact, top_k):
+    def _run(self, cursor, query, arguments, *, exact, **options):
         self.plans.append("exact" if exact else "hnsw")
-        return super()._run(cursor, query, arguments, exact=exact, top_k=top_k)
+        return super()._run(cursor, query, arguments, exact=exact, **options)
 
 
 def search_plans(scope, compiled: dict, vector, top_k: int) -> dict:
