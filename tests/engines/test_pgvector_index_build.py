@@ -44,7 +44,8 @@ def test_a_rebuild_gives_the_index_new_parameters_and_it_still_finds_the_rows(de
     kb = KnowledgeBaseFactory()
     chunks = add_chunks(DocumentFactory(knowledge_base=kb), [fresh_query() for _ in range(60)])
     target = chunks[17]
-    assert index_state() == ([f"ef_construction={defaults.ef_construction}", f"m={defaults.m}"], True)
+    built = defaults.build_parameters(DIMENSION)  # the settings', or where unset chosen from the rows
+    assert index_state() == ([f"ef_construction={built.ef_construction}", f"m={built.m}"], True)
 
     smaller = PgVectorIndex(CHUNKS, m=8, ef_construction=32, exact_scan_threshold=0)
     assert smaller.rebuild_index(DIMENSION) is True
