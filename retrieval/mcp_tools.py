@@ -23,7 +23,7 @@ from knowledge.selectors import document_of, knowledge_base_of, knowledge_bases_
 from knowledge.serializers import DocumentOutput, KnowledgeBaseOutput
 from retrieval.cache import cached_search
 from retrieval.errors import PassageNotFound
-from retrieval.selectors import passage_with_context
+from retrieval.selectors import default_score_threshold, passage_with_context
 from retrieval.serializers import ModeSearchInput
 from retrieval.types import SearchHit
 from retrieval.views import search_request_of
@@ -104,6 +104,9 @@ def search(api_key: ApiKey, arguments: dict[str, Any]) -> dict[str, Any]:
     data = dict(params.validated_data)
     mode = data.pop("mode")
     count_against_limit(api_key, mode)
+    kb_ids = data.get("kb_ids") or []
+    if not data.get("score_threshold") and len(kb_ids) == 1:  # one KB searched: its own default threshold
+        data["score_threshold"] = default_score_threshold(api_key.tenant, kb_ids[0])
     search_request = search_request_of(data, mode, api_key)
     outcome = cached_search(api_key.tenant, search_request)
     response = outcome.response

@@ -34,6 +34,7 @@ from retrieval.cache import cached_search
 from retrieval.dify import scores_in_fused_order
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
+from retrieval.selectors import default_score_threshold
 from retrieval.serializers import MAX_QUERY_CHARS
 from retrieval.types import SearchHit, SearchRequest
 from tenants.authentication import HasTenant
@@ -328,7 +329,8 @@ class VectorStoreSearchView(VectorStoreApiView):
             top_k=data["max_num_results"],
             kb_ids=[kb_id],
             filters=None if filters is None else service_filter(filters),
-            score_threshold=ranking.get("score_threshold") or 0.0,
+            # none sent (or OpenAI's default 0.0): the KB's own default, as Dify's retrieval applies it
+            score_threshold=ranking.get("score_threshold") or default_score_threshold(request.tenant, kb_id),
             expand=ExpansionOptions(synonyms=True, spelling=True) if data["rewrite_query"] else ExpansionOptions(),
             **key_access(request.auth),  # the key's reader and knowledge bases (docs/permissions.md)
         )

@@ -8,6 +8,7 @@ import openai
 import pytest
 from openai import OpenAI
 
+from knowledge.knowledge_bases import update_search_settings
 from retrieval.errors import InvalidFilter
 from retrieval.openai_vector_stores import service_filter
 from tenants.models import RateTier, Scope
@@ -71,6 +72,9 @@ def test_the_openai_sdk_searches_a_knowledge_base(stores, live_server):
         str(kb.pk), query=QUERY, ranking_options={"score_threshold": threshold}, rewrite_query=True
     )
     assert [r.filename for r in strict.data] == [results[0].filename]
+    update_search_settings(kb, {"score_threshold": threshold})  # the KB's default, as a curator sets it
+    by_default = client.vector_stores.search(str(kb.pk), query=QUERY, max_num_results=5)
+    assert [r.filename for r in by_default.data] == [results[0].filename]  # applied when none is sent
 
     with pytest.raises(openai.BadRequestError) as unknown_field:
         client.vector_stores.search(str(kb.pk), query=QUERY, extra_body={"colour": "red"})
