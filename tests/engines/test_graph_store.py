@@ -158,7 +158,9 @@ def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
     assert set(reached(store, kb, [ids["a"]], hops=1)) == {ids["a"], ids["b"], ids["c"]}
     assert set(reached(store, kb, [ids["a"]], hops=1, fanout=1)) == {ids["a"], ids["b"]}
     # beyond the first hop, deep_fanout: c's strongest relations tie (b and d, 3.0), the lower id wins
-    assert set(reached(store, kb, [ids["a"]], deep_fanout=1)) == {ids["a"], ids["b"], ids["c"]}
+    # (Neo4j's ids are hashes, so which of b and d that is varies between runs)
+    winner = min(ids["b"], ids["d"])
+    assert set(reached(store, kb, [ids["a"]], deep_fanout=1)) == {ids["a"], ids["b"], ids["c"], winner}
 
 
 def test_reached_entities_are_scored_and_the_best_kept(store, kb):
