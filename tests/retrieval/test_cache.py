@@ -193,6 +193,8 @@ NOT_RANKING = {
     "SEARCH_DEADLINE_MS": "a missed deadline degrades the answer, and degraded answers are not cached",
     "RANKING_SETTINGS": "the group itself",
     "AUTH_USER_MODEL": "whose console history a run is (retrieval.models.RetrievalRun)",
+    "KB_VERSION_GATE_NDCG": "whether a gated version switches (retrieval.evaluation.gate), not how one ranks",
+    "RATE_LIMIT_WINDOW_S": "how MCP tool calls are counted against the key's tier (retrieval.mcp_tools)",
     **dict.fromkeys(
         (
             "SEARCH_LOG_ENABLED",

@@ -50,7 +50,7 @@ def test_no_route_answers_a_server_error_to_any_method(route, method, ids):
     document = DocumentFactory()
     kb = document.knowledge_base
     key = create_api_key(tenant=kb.tenant, scopes=list(Scope.values)).raw_key
-    existing = {"kb_id": kb.pk, "pk": document.pk, "number": kb.active_version.number}
+    existing = {"kb_id": kb.pk, "pk": document.pk, "doc_id": document.pk, "number": kb.active_version.number}
     values = existing if ids == "existing" else dict.fromkeys(existing, 987654)
     path = "/" + route.format(**values)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
