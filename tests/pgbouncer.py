@@ -64,7 +64,7 @@ def start_pgbouncer(directory: Path) -> Pooler:
         f"listen_addr =\nlisten_port = {port}\nunix_socket_dir = {directory}\n"
         f"auth_type = trust\nauth_file = {directory / 'users.txt'}\n"
         f"pool_mode = transaction\ndefault_pool_size = {SERVER_CONNECTIONS}\nmin_pool_size = {SERVER_CONNECTIONS}\n"
-        "server_round_robin = 1\nmax_client_conn = 200\n"
+        "server_round_robin = 1\nmax_client_conn = 200\nserver_idle_timeout = 0\n"
         # what Django sends at startup besides the user and database
         "ignore_startup_parameters = extra_float_digits\n"
         f"logfile = {directory / 'pgbouncer.log'}\npidfile = {directory / 'pgbouncer.pid'}\n"
@@ -98,6 +98,9 @@ def through(pooler: Pooler) -> Iterator[None]:
     pool threads') goes through ``pooler``; then the direct settings are back."""
     direct = connections.settings[DEFAULT_DB_ALIAS]
     connections[DEFAULT_DB_ALIAS].close()
+    # the pool full again: server connections an earlier test ended, or pgbouncer closed while idle, are
+    # back, so round robin has several to hand out in this test too
+    _fill_pool(pooler, direct["NAME"])
     connections.settings[DEFAULT_DB_ALIAS] = pooler.database(direct)
     del connections[DEFAULT_DB_ALIAS]  # the next use connects with the pooled settings
     try:
