@@ -180,7 +180,10 @@ def check_three_way(comment, body, status, answer, ask):
     chunk_ids = [hit["chunk_id"] for hit in answer["results"]]
     assert chunk_ids[:head] == [hit["chunk_id"] for hit in two_way["results"]][:head]  # the top stays two-way's
     bridged = [hit for hit in answer["results"] if (hit["retrievers"].get("graph") or {}).get("bridge")]
-    assert bridged and all(hit["rank"] in (8, 9) for hit in bridged)
+    two_way_ids = {hit["chunk_id"] for hit in two_way["results"]}
+    placed = [hit for hit in bridged if hit["chunk_id"] not in two_way_ids or hit["rank"] in (8, 9)]
+    # the graph places bridges at 8-9; a bridge the other legs rank anyway keeps the rank they give it
+    assert placed and all(hit["rank"] in (8, 9) for hit in placed) and len(placed) <= 2
     [added] = [hit for hit in bridged if hit["retrievers"]["graph"]["bridge"]["entity"] == entity]
     assert source(added) == document and entity in added["content"]
     assert added["chunk_id"] not in {hit["chunk_id"] for hit in two_way["results"]}  # what the graph adds
