@@ -38,13 +38,22 @@ class ChunkListOutput(serializers.Serializer):
     needs_review = ChunkOutput(many=True, help_text="edits a changed file left unapplied")
 
 
+# A chunk's text holds a character other than white space. Spelled out for both regex engines: the schema's
+# pattern is read by ECMA rules, whose \s lacks \x1c-\x1f and \x85, which Python's \s (and str.strip) has.
+CHUNK_TEXT = r"[^\s\x1c-\x1f\x85]"
+
+
+def chunk_text(**options) -> serializers.RegexField:
+    return serializers.RegexField(CHUNK_TEXT, max_length=20000, trim_whitespace=True, **options)
+
+
 class ChunkPatchInput(serializers.Serializer):
-    content = serializers.CharField(required=False, max_length=20000, trim_whitespace=True)
+    content = chunk_text(required=False)
     enabled = serializers.BooleanField(required=False)
 
 
 class ChunkCreateInput(serializers.Serializer):
-    content = serializers.CharField(max_length=20000, trim_whitespace=True)
+    content = chunk_text()
 
 
 def editor_of(request: Request) -> str:
@@ -63,7 +72,7 @@ def editor_of(request: Request) -> str:
         description="Needs the `ingest` scope. Embedded and indexed in every store before the answer; kept across re-ingestion.",
         request=ChunkCreateInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={201: ChunkListOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={201: ChunkListOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     ),
     partial_update=extend_schema(
         summary="Edit, disable or enable a chunk",
@@ -75,7 +84,7 @@ def editor_of(request: Request) -> str:
             "`needs_review` and not applied."
         ),
         request=ChunkPatchInput,
-        responses={200: ChunkListOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={200: ChunkListOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     ),
 )
 class ChunkViewSet(KnowledgeApiViewSet):

@@ -115,6 +115,11 @@ class ThresholdOutput(serializers.Serializer):
     score_threshold = serializers.FloatField(help_text="the KB's default score_threshold now")
 
 
+def _kb(request: Request, kb_id: int):
+    """The caller's KB ``kb_id``: one outside a KB-limited key's list is as missing as another tenant's."""
+    return knowledge_base_of(request.tenant, kb_id, request.auth.reachable_kb_ids)
+
+
 class QuerySetViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/query-set``."""
 
@@ -128,8 +133,9 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         parameters=[OpenApiParameter("export", str, enum=["csv", "beir"], required=False)],
         responses={200: QuerySetOutput, **error_responses(401, 403, 404, 429)},
     )
-    def list(self, request: Request, kb_id: int) -> Response | HttpResponse:
-        kb = knowledge_base_of(request.tenant, kb_id)
+    def whole_set(self, request: Request, kb_id: int) -> Response | HttpResponse:
+        """One object (not DRF's list action, which the schema would describe as an array)."""
+        kb = _kb(request, kb_id)
         export = request.query_params.get("export")
         if export == "csv":
             response = HttpResponse(query_sets.export_csv(kb), content_type="text/csv; charset=utf-8")
@@ -148,10 +154,10 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         description="The query joins the set if it is not in it; a document graded again takes the new grade.",
         request=JudgeInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={200: JudgedQueryOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={200: JudgedQueryOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     )
     def judge(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = JudgeInput(data=request.data)
         params.is_valid(raise_exception=True)
         judged = query_sets.judge(kb, params.validated_data["query"], params.validated_data["judgments"], "api")
@@ -162,10 +168,10 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         description="Merges a BEIR zip or a CSV (columns query, document, grade) into the set, all or nothing.",
         request={"multipart/form-data": ImportInput},
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={200: ImportOutput, **error_responses(400, 401, 403, 404, 429)},
+        responses={200: ImportOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     )
     def import_file(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = ImportInput(data=request.data)
         params.is_valid(raise_exception=True)
         upload = params.validated_data["file"]
@@ -183,14 +189,26 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         responses={200: EvaluationOutput(many=True), **error_responses(401, 403, 404, 429)},
     )
     def list(self, request: Request, kb_id: int) -> Response:
-        return self.paginated(kb_runs.runs_of(knowledge_base_of(request.tenant, kb_id)), EvaluationOutput)
+        return self.paginated(kb_runs.runs_of(_kb(request, kb_id)), EvaluationOutput)
 
     @extend_schema(
         summary="One evaluation run, with its progress (done/total) while it runs",
         responses={200: EvaluationOutput, **error_responses(401, 403, 404, 429)},
     )
     def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
-        return Response(EvaluationOutput(kb_runs.run_of(knowledge_base_of(request.tenant, kb_id), pk)).data)
+        return Response(EvaluationOutput(kb_runs.run_of(_kb(request, kb_id), pk)).data)
+
+    @extend_schema(
+        summary="Make the run's recommended threshold the KB's default score_threshold",
+        description="The highest relevance threshold keeping 90 % of the run's judged-relevant top-10 hits becomes "
+        "the KB's `score_threshold`, which Dify's retrieval applies when Dify sends none (0.0). Needs `ingest`.",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={200: ThresholdOutput, **error_responses(400, 401, 403, 404, 422, 429)},
+    )
+    def threshold(self, request: Request, kb_id: int, pk: int) -> Response:
+        run = kb_runs.run_of(_kb(request, kb_id), pk)
+        return Response(ThresholdOutput({"score_threshold": kb_runs.make_threshold_default(run)}).data)
 
     @extend_schema(
         summary="Evaluate a version (the active one by default) on the query set",
@@ -200,22 +218,10 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         "when no query has a relevant judgment.",
         request=EvaluationInput,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 429), 409: EMPTY_QUERY_SET},
+        responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: EMPTY_QUERY_SET},
     )
-    @extend_schema(
-        summary="Make the run's recommended threshold the KB's default score_threshold",
-        description="The highest relevance threshold keeping 90 % of the run's judged-relevant top-10 hits becomes "
-        "the KB's `score_threshold`, which Dify's retrieval applies when Dify sends none (0.0). Needs `ingest`.",
-        request=None,
-        parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={200: ThresholdOutput, **error_responses(400, 401, 403, 404, 429)},
-    )
-    def threshold(self, request: Request, kb_id: int, pk: int) -> Response:
-        run = kb_runs.run_of(knowledge_base_of(request.tenant, kb_id), pk)
-        return Response(ThresholdOutput({"score_threshold": kb_runs.make_threshold_default(run)}).data)
-
     def create(self, request: Request, kb_id: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         params = EvaluationInput(data=request.data)
         params.is_valid(raise_exception=True)
         run = kb_runs.start_evaluation(kb, dict(params.validated_data))
@@ -240,7 +246,7 @@ class VersionGateViewSet(KnowledgeApiViewSet):
         responses={200: VersionGateOutput, **error_responses(401, 403, 404, 429)},
     )
     def retrieve(self, request: Request, kb_id: int, number: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         version_of(kb, number, counted=False)
         record = gate.latest_gate(kb, number)
         if record is None:
@@ -253,9 +259,9 @@ class VersionGateViewSet(KnowledgeApiViewSet):
         "report and returns it; switch with `POST .../versions/{number}/activate`. Needs `ingest`.",
         request=None,
         parameters=[IDEMPOTENCY_KEY_HEADER],
-        responses={200: VersionGateOutput, **error_responses(401, 403, 404, 429), 409: VERSION_NOT_READY},
+        responses={200: VersionGateOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_NOT_READY},
     )
     def create(self, request: Request, kb_id: int, number: int) -> Response:
-        kb = knowledge_base_of(request.tenant, kb_id)
+        kb = _kb(request, kb_id)
         record = gate.check_version(kb, version_of(kb, number, counted=False), activate=False)
         return Response(VersionGateOutput(record).data)

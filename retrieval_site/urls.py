@@ -37,7 +37,7 @@ urlpatterns = [
     ),
     path("api/v1/stats", StatsView.as_view(), name="stats"),
     path("api/v1/", include("knowledge.urls")),
-    re_path(rf"^{KB}/query-set$", QuerySetViewSet.as_view({"get": "list"}), name="query-set"),
+    re_path(rf"^{KB}/query-set$", QuerySetViewSet.as_view({"get": "whole_set"}), name="query-set"),
     re_path(
         rf"^{KB}/query-set/judgments$",
         QuerySetViewSet.as_view({"post": "judge"}),

@@ -26,3 +26,5 @@ def before_call(ctx, case, **kwargs):
         if case.body.get("chunking") == "parent_child":
             case.body.pop("chunk_size", None)
             case.body.pop("parent_chunk_size", None)
+        elif "parent_chunk_size" in case.body:  # a parent size belongs to parent_child chunking only
+            case.body.pop("parent_chunk_size")
