@@ -6,6 +6,7 @@ writes ``ingest`` (``KnowledgeApiViewSet``)."""
 from __future__ import annotations
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.parsers import JSONParser, MultiPartParser
@@ -131,7 +132,12 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         description="JSON by default; `export=csv` a CSV (query_id, query, document, grade), `export=beir` a zip "
         "of queries.jsonl and qrels/test.tsv (what `manage.py evaluate --tenant` reads).",
         parameters=[OpenApiParameter("export", str, enum=["csv", "beir"], required=False)],
-        responses={200: QuerySetOutput, **error_responses(401, 403, 404, 429)},
+        responses={
+            (200, "application/json"): QuerySetOutput,
+            (200, "text/csv"): OpenApiTypes.STR,  # export=csv
+            (200, "application/zip"): OpenApiTypes.BINARY,  # export=beir
+            **error_responses(401, 403, 404, 429),
+        },
     )
     def whole_set(self, request: Request, kb_id: int) -> Response | HttpResponse:
         """One object (not DRF's list action, which the schema would describe as an array)."""
