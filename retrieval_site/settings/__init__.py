@@ -1,7 +1,8 @@
 """The Django settings module: the environment's sections (``retrieval_site/settings/*.py``, one concern
 each, read once by ``read_environment``) and the Django, DRF, Celery and logging settings made from them.
 
-Every environment variable is also a Django setting of its field's name, so code reads ``settings.X`` only.
+Every environment variable is also a Django setting of its field's name and type (``variables``, generated from
+the sections), so code reads ``settings.X`` only.
 Fields marked ``Ranks`` change rankings: the search cache key includes them (``RANKING_SETTINGS``).
 Importing this module starts no server (see ``environment``).
 """
@@ -15,11 +16,13 @@ from core.faults import refuse_in_production
 from core.redis import celery_redis_url, embedded_redis_location
 from retrieval_site.settings.base import BASE_DIR
 from retrieval_site.settings.database import pooled_database
-from retrieval_site.settings.environment import Environment, read_environment
+from retrieval_site.settings.environment import Environment
 
-env = read_environment()
+# Every field is a Django setting of the same name and type: variables.py is generated from Environment.
+from retrieval_site.settings.variables import *  # noqa: F403
+from retrieval_site.settings.variables import env
+
 refuse_in_production(env.CRASH_TEST_PAUSE_AT, debug=env.DEBUG, fault_injection=env.FAULT_INJECTION)
-globals().update(env.model_dump())  # every field is a Django setting of the same name
 
 INSTALLED_APPS = [
     "django.contrib.admin",

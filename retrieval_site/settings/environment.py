@@ -25,15 +25,19 @@ from retrieval_site.settings.remote import RemoteServices
 from retrieval_site.settings.search import Search
 from retrieval_site.settings.tasks import Tasks
 
+
+# The sections in reverse reading order: pydantic orders the fields of the last base first. Named here (not
+# unpacked from SECTIONS) so that mypy knows every field's type.
+class Environment(Cost, Tasks, Ingestion, RemoteServices, Graph, Search, Embeddings, Cache, Database, Observability, HttpFront):  # fmt: skip
+    """All sections as one object: every variable parsed once, each field a Django setting of its name."""
+
+
 # In the order they are read: a default may be made from a variable of a section before it (Search's
 # LEXICAL_INDEX_DIR from Database's DATABASE_URL). docs/configuration.md has one table per section.
 SECTIONS: tuple[type[Section], ...] = (
-    Section, HttpFront, Observability, Database, Cache, Embeddings, Search, Graph, RemoteServices, Ingestion, Tasks, Cost,
-)  # fmt: skip
-
-
-class Environment(*reversed(SECTIONS[1:])):  # pydantic orders the fields of the last base first
-    """All sections as one object: every variable parsed once, each field a Django setting of its name."""
+    Section,
+    *(base for base in reversed(Environment.__bases__) if issubclass(base, Section)),
+)
 
 
 def read_environment() -> Environment:

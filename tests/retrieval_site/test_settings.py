@@ -17,8 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from core.embedded_postgres import stop_embedded_postgres
 from core.redis import stop_embedded_redis
-from retrieval_site.settings import BASE_DIR, Environment, read_environment
-from retrieval_site.settings.environment import SECTIONS
+from retrieval_site.settings import BASE_DIR, Environment, generate
+from retrieval_site.settings.environment import SECTIONS, read_environment
 from retrieval_site.settings.http import HttpFront
 from retrieval_site.settings.observability import Observability
 
@@ -116,6 +116,13 @@ def test_each_section_has_a_table_of_exactly_its_variables():
         assert documented == set(section.own_variables()) | outside, section.title
     assert {title for title, rows in tables.items() if rows} == {section.title for section in SECTIONS}
     assert [name for section in SECTIONS for name in section.own_variables()] == Environment.variables()
+
+
+def test_the_typed_settings_module_is_generated_from_todays_fields():
+    """``variables.py`` gives each field's type to ``settings.X`` (mypy); it must list exactly the fields."""
+    assert generate.PATH.read_text(encoding="utf-8") == generate.render(), (
+        "run `python -m retrieval_site.settings.generate`"
+    )
 
 
 def stated_wrongly(stated: str, default: object) -> bool:
