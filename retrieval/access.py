@@ -8,12 +8,14 @@ what everyone in the tenant may read.
 
 from __future__ import annotations
 
+from typing import Any
+
 from knowledge.selectors import SearchedKnowledge, restricted_versions
 from retrieval.errors import AccessCheckUnavailable
 from tenants.models import ApiKey
 
 
-def key_access(api_key: ApiKey, principals: list[str] | None = None) -> dict:
+def key_access(api_key: ApiKey, principals: list[str] | None = None) -> dict[str, Any]:
     """The ``SearchRequest`` fields of a search by ``api_key``: its reader (bound principals win; a body's
     ``principals`` need the ``act_as`` scope, else ``ActAsNotAllowed``, a 403) and the KBs it may reach."""
     return {

@@ -2,6 +2,8 @@
 "Retrieval testing"; its list is the testing page (with the user's history), ``compare/`` and the
 search analytics (``analytics/``) beside it."""
 
+from typing import Any
+
 from django.contrib import admin
 from django.urls import path
 
@@ -55,5 +57,5 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def evaluation_view(self, request, run_id: int):
         return query_set_console.evaluation_view(request, run_id, self._context(request, f"Evaluation run #{run_id}"))
 
-    def _context(self, request, title: str) -> dict:
+    def _context(self, request, title: str) -> dict[str, Any]:
         return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title}

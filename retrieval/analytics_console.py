@@ -4,6 +4,8 @@ testing page and from a synonym or protected term made of its tokens. Registered
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.template.response import TemplateResponse
@@ -48,7 +50,7 @@ class AnalyticsForm(forms.Form):
         return data
 
 
-def analytics_view(request, context: dict) -> TemplateResponse:
+def analytics_view(request, context: dict[str, Any]) -> TemplateResponse:
     """GET: the form; with a tenant chosen, its lists (the first visible tenant when there is one only)."""
     tenants = tenants_visible_to(request.user)
     params = request.GET.copy()

@@ -72,7 +72,7 @@ class CachedSearch:
     ``cached``: False, True (an exact hit) or ``"semantic"`` (``semantic``: the cached query reused)."""
 
     def __init__(self, response: SearchResponse | None = None, *, cached: bool | str = False,
-                 stored: tuple[dict, bytes] | None = None, elapsed_ms: float = 0.0,
+                 stored: tuple[dict[str, Any], bytes] | None = None, elapsed_ms: float = 0.0,
                  semantic: SemanticHit | None = None):  # fmt: skip
         self.cached = cached
         self.semantic = semantic
@@ -87,7 +87,7 @@ class CachedSearch:
         return _load(self._stored[1], elapsed_ms=self._elapsed_ms)
 
     @functools.cached_property
-    def stored(self) -> tuple[dict, bytes]:
+    def stored(self) -> tuple[dict[str, Any], bytes]:
         """What the cache keeps of this answer (a hit's own, a computed one's rendered once)."""
         if self._stored is not None:
             return self._stored
@@ -98,7 +98,7 @@ class CachedSearch:
         return summary, rendered
 
     @functools.cached_property
-    def facts(self) -> dict:
+    def facts(self) -> dict[str, Any]:
         """What the search analytics keep of the answer (``retrieval.search_log.answer_facts``)."""
         if self._stored is not None:
             return {name: self._stored[0].get(name) for name in FACTS}  # an entry stored before they were kept: None
@@ -185,11 +185,11 @@ def search_cache_key(tenant: Tenant, request: SearchRequest, knowledge: Searched
     return _key(tenant, _key_material(tenant, request, knowledge))
 
 
-def _key(tenant: Tenant, material: dict) -> str:
+def _key(tenant: Tenant, material: dict[str, Any]) -> str:
     return f"search:{tenant.pk}:{_digest(material)}"
 
 
-def _key_material(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> dict:
+def _key_material(tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge) -> dict[str, Any]:
     """Everything the answer depends on, as JSON-ready values: what the key digests."""
     # Shallow copies (``vars``, not ``asdict``'s deep ones): the same JSON, for a third of the key's cost.
     expand = dict(vars(request.expand))
@@ -215,12 +215,12 @@ def _key_material(tenant: Tenant, request: SearchRequest, knowledge: SearchedKno
     }
 
 
-def _scope(material: dict) -> str:
+def _scope(material: dict[str, Any]) -> str:
     """The semantic cache's scope of a request: its key's material but the query (text or vector)."""
     return _digest({**material, "request": {**material["request"], "query": None, "query_vector": None}})
 
 
-def _digest(material: dict) -> str:
+def _digest(material: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -252,7 +252,7 @@ return {false, redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) and 1 or
 """
 
 
-def _get_or_lock(key: str, lock_key: str) -> tuple[tuple[dict, bytes] | None, bool]:
+def _get_or_lock(key: str, lock_key: str) -> tuple[tuple[dict[str, Any], bytes] | None, bool]:
     """(cached value, False), or (None, True) holding the lock, or (None, False): compute without it."""
     redis = get_redis_connection("default")
     hit, locked = redis.eval(
@@ -281,14 +281,17 @@ class _Store:
     redis: Any
     encode: Callable[[object], bytes]
     key: str
-    value: tuple[dict, bytes] | None  # None: only the lock to release (a degraded answer)
+    value: tuple[dict[str, Any], bytes] | None  # None: only the lock to release (a degraded answer)
     lock_key: str | None
     ttl_s: int
     semantic: SemanticCacheEntry | None  # the semantic cache's row for this answer, saved once it is stored
 
 
 def _queue_store(
-    key: str, value: tuple[dict, bytes] | None, lock_key: str | None, semantic: SemanticCacheEntry | None = None
+    key: str,
+    value: tuple[dict[str, Any], bytes] | None,
+    lock_key: str | None,
+    semantic: SemanticCacheEntry | None = None,
 ) -> None:
     """Hand ``value`` (unless None), the release of ``lock_key`` (unless None) and the semantic cache's
     row (unless None) to the writer. Dropped (a full queue), the lock is released here, so that identical

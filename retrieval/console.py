@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
@@ -67,7 +68,7 @@ class SearchSettingsForm(forms.Form):
             self.add_error("candidates", f"must be at least top k ({top_k})")
         return data
 
-    def search_options(self) -> dict:
+    def search_options(self) -> dict[str, Any]:
         """The ``SearchRequest`` fields these settings decide."""
         data = self.cleaned_data
         weights = {name: data[f"weight_{name}"] for name in RETRIEVERS if data[f"weight_{name}"] is not None}
@@ -152,7 +153,7 @@ class RetrievalTestForm(SearchSettingsForm):
             return int(given)
         return ids[0] if ids else None
 
-    def clean_filters(self) -> dict | None:
+    def clean_filters(self) -> dict[str, Any] | None:
         text = self.cleaned_data["filters"].strip()
         if not text:
             return None
@@ -212,7 +213,7 @@ class RetrievalTestForm(SearchSettingsForm):
 # --- presentation ---------------------------------------------------------------------------------
 
 
-def explain(tenant: Tenant, response: SearchResponse) -> list[dict]:
+def explain(tenant: Tenant, response: SearchResponse) -> list[dict[str, Any]]:
     """The hits as the page shows them: the passage escaped with the terms of any query variant used
     marked, and per leg its rank, raw score and a bar relative to the best score of that leg here."""
     analyzer = analyzer_for_tenant(tenant.pk)
@@ -245,7 +246,7 @@ def explain(tenant: Tenant, response: SearchResponse) -> list[dict]:
     ]
 
 
-def curation_links(tenant: Tenant, query: str, analyzer: Analyzer | None = None) -> list[dict]:
+def curation_links(tenant: Tenant, query: str, analyzer: Analyzer | None = None) -> list[dict[str, Any]]:
     """Per term of the query as written (the spans the tenant's analyzer makes tokens of): prefilled
     admin forms adding it as a protected term or starting a synonym rule (saving either expires the
     tenant's cached answers). ``analyzer``: the tenant's, when the caller has it already."""
@@ -287,7 +288,7 @@ def testing_link(tenant_id: int, query: str, mode: str, kb_ids: list[int]) -> st
                       knowledge_bases=kb_ids)  # fmt: skip
 
 
-def prefilled_test(params) -> dict:
+def prefilled_test(params) -> dict[str, Any]:
     """The testing form's initial values from a link's query string (``testing_link``); the form
     checks them when it is submitted."""
     initial = {name: params.get(name) for name in ("tenant", "query", "mode") if params.get(name)}
@@ -298,7 +299,7 @@ def prefilled_test(params) -> dict:
 GRADE_LABELS = list(zip(GRADES, ("not relevant", "relevant", "highly relevant"), strict=True))
 
 
-def mark_judgments(tenant: Tenant, query: str, rows: list[dict]) -> None:
+def mark_judgments(tenant: Tenant, query: str, rows: list[dict[str, Any]]) -> None:
     """Each hit's document as a judgment names it, and its grade for this query in its KB's set (None:
     not judged), so the testing page shows what is judged and judges with one click."""
     kb_ids = {row["hit"].kb_id for row in rows}
@@ -321,7 +322,7 @@ def dense_language_note(response: SearchResponse) -> str | None:
 # --- views ----------------------------------------------------------------------------------------
 
 
-def testing_view(request, context: dict) -> TemplateResponse:
+def testing_view(request, context: dict[str, Any]) -> TemplateResponse:
     """Run a retrieval test (POST), re-run one from the history (POST ``rerun``), or show the form."""
     tenants = tenants_visible_to(request.user)
     data = request.POST if request.method == "POST" else None
@@ -351,7 +352,7 @@ def testing_view(request, context: dict) -> TemplateResponse:
     return TemplateResponse(request, "admin/retrieval/testing.html", context)
 
 
-def compare_view(request, context: dict) -> TemplateResponse:
+def compare_view(request, context: dict[str, Any]) -> TemplateResponse:
     """One query under two settings side by side; the right column marks how each hit moved."""
     tenants = tenants_visible_to(request.user)
     data = request.POST if request.method == "POST" else None
@@ -386,7 +387,7 @@ def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None 
         return None
 
 
-def _run_global(request, form: RetrievalTestForm) -> dict | None:
+def _run_global(request, form: RetrievalTestForm) -> dict[str, Any] | None:
     """The communities a global graph search ranks (as the API answers them; not kept in the history),
     or None with the reason shown as a form error."""
     try:
@@ -397,7 +398,7 @@ def _run_global(request, form: RetrievalTestForm) -> dict | None:
         return None
 
 
-def _outcome_context(tenant: Tenant, outcome) -> dict:
+def _outcome_context(tenant: Tenant, outcome) -> dict[str, Any]:
     response = outcome.response
     return {
         "response": response,

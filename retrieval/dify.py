@@ -83,7 +83,7 @@ _VALUELESS = ("empty", "not empty")
 # --- request and response -----------------------------------------------------------------------
 
 
-class RetrievalSettingInput(serializers.Serializer):
+class RetrievalSettingInput(serializers.Serializer[Any]):
     top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K)
     score_threshold = serializers.FloatField(
         min_value=0, max_value=1, default=0.0, allow_null=True, help_text="0.0 when the threshold is off in Dify"
@@ -103,13 +103,13 @@ class ConditionNameField(serializers.JSONField):
     """A field name or a non-empty list of them (checked in ``_condition``: anything else is a 400)."""
 
 
-class ConditionInput(serializers.Serializer):
+class ConditionInput(serializers.Serializer[Any]):
     name = ConditionNameField()
     comparison_operator = serializers.ChoiceField(choices=OPERATORS)
     value = serializers.JSONField(required=False, allow_null=True, help_text="omitted for empty / not empty")
 
 
-class MetadataConditionInput(serializers.Serializer):
+class MetadataConditionInput(serializers.Serializer[Any]):
     logical_operator = serializers.ChoiceField(choices=("and", "or"), default="and", allow_null=True)
     # A ListField: ``ConditionInput(many=True, allow_null=True)`` would let each item be null too.
     conditions = serializers.ListField(
@@ -130,14 +130,14 @@ class KnowledgeIdField(serializers.CharField):
     """Any string without NUL: one that is not an id of the key's KBs is Dify's 2001 (404), never a 400."""
 
 
-class DifyRetrievalInput(serializers.Serializer):
+class DifyRetrievalInput(serializers.Serializer[Any]):
     knowledge_id = KnowledgeIdField(max_length=64, allow_blank=True)
     query = QueryField(max_length=MAX_QUERY_CHARS, trim_whitespace=True)
     retrieval_setting = RetrievalSettingInput()
     metadata_condition = MetadataConditionInput(required=False, allow_null=True)
 
 
-class DifyRecordOutput(serializers.Serializer):
+class DifyRecordOutput(serializers.Serializer[Any]):
     content = serializers.CharField()
     score = serializers.FloatField(help_text="in [0, 1]; see the module docs for its definition")
     title = serializers.CharField()
@@ -147,14 +147,14 @@ class DifyRecordOutput(serializers.Serializer):
     )
 
 
-class DifyRetrievalOutput(serializers.Serializer):
+class DifyRetrievalOutput(serializers.Serializer[Any]):
     records = DifyRecordOutput(many=True)
     notes = serializers.ListField(
         child=serializers.CharField(), required=False, help_text="only when a condition was skipped (no value)"
     )
 
 
-class DifyErrorOutput(serializers.Serializer):
+class DifyErrorOutput(serializers.Serializer[Any]):
     error_code = serializers.IntegerField(help_text="1001, 1002, 2001, or the HTTP status for other errors")
     error_msg = serializers.CharField()
 
@@ -271,7 +271,7 @@ def scores_in_fused_order(hits: list[SearchHit]) -> list[float]:
     return scores[::-1]
 
 
-def record(hit: SearchHit, score: float) -> dict:
+def record(hit: SearchHit, score: float) -> dict[str, Any]:
     """Dify cites a record by ``metadata.document_id`` (else by its title, merging same-titled documents)."""
     title = hit.title or hit.source_uri
     metadata = {
@@ -291,7 +291,7 @@ def record(hit: SearchHit, score: float) -> dict:
 # --- metadata_condition -> the filter language ------------------------------------------------------
 
 
-def filters_from_metadata_condition(condition: dict | None) -> dict | None:
+def filters_from_metadata_condition(condition: dict[str, Any] | None) -> dict[str, Any] | None:
     """Dify's conditions as a filter (``retrieval.filters``): ``doc_type``, ``doc_id``, ``created_at`` and
     ``tags`` are the chunk's fields, any other name is ``metadata.<name>``; a condition without a value
     is skipped, as Dify's own knowledge bases do. Raises ``InvalidFilter``."""
@@ -303,7 +303,7 @@ def filters_from_metadata_condition(condition: dict | None) -> dict | None:
     return {condition.get("logical_operator") or "and": clauses} if clauses else None
 
 
-def skipped_condition_notes(condition: dict | None) -> list[str]:
+def skipped_condition_notes(condition: dict[str, Any] | None) -> list[str]:
     return [
         f"metadata_condition.conditions[{i}] ({item['comparison_operator']!r} on {item['name']!r}) "
         "has no value: skipped"
@@ -312,12 +312,12 @@ def skipped_condition_notes(condition: dict | None) -> list[str]:
     ]
 
 
-def _has_value(item: dict) -> bool:
+def _has_value(item: dict[str, Any]) -> bool:
     """Dify's manual filter sends ``value: null`` for a blank field; only ``empty`` / ``not empty`` need none."""
     return item.get("value") is not None or item["comparison_operator"] in _VALUELESS
 
 
-def _condition(item: dict, *, path: str) -> dict:
+def _condition(item: dict[str, Any], *, path: str) -> dict[str, Any]:
     names = item["name"] if isinstance(item["name"], list) else [item["name"]]
     if not names or not all(isinstance(name, str) and name for name in names):
         raise InvalidFilter(f"{path}.name: expected a field name or a non-empty list of names")
@@ -326,7 +326,7 @@ def _condition(item: dict, *, path: str) -> dict:
     return clauses[0] if len(clauses) == 1 else {"or": clauses}
 
 
-def _clause(name: str, operator: str, value: Any, *, path: str) -> dict:
+def _clause(name: str, operator: str, value: Any, *, path: str) -> dict[str, Any]:
     if operator in _NEGATED:
         return {"not": _clause(name, _NEGATED[operator], value, path=path)}
     if name in _BUSINESS_FIELDS:
@@ -345,7 +345,7 @@ def _clause(name: str, operator: str, value: Any, *, path: str) -> dict:
     return {key: {_DATE_COMPARISONS[operator]: value}}  # before / after: strings lexically, numbers numerically
 
 
-def _field_clause(name: str, operator: str, value: Any, *, path: str) -> dict:
+def _field_clause(name: str, operator: str, value: Any, *, path: str) -> dict[str, Any]:
     filter_operator = _FIELD_OPERATORS[name].get(operator)
     if filter_operator is None:
         raise InvalidFilter(f"{path}: operator {operator!r} does not apply to {name!r}")

@@ -260,7 +260,7 @@ def _metadata_path(segments: list[str], operator: str, output_field) -> Func:
     )
 
 
-def _nest(segments: list[str], value: Any) -> dict:
+def _nest(segments: list[str], value: Any) -> dict[str, Any]:
     nested: Any = value
     for segment in reversed(segments):
         nested = {segment: nested}

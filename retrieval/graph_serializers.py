@@ -1,5 +1,7 @@
 """``/graph``'s own input and its ``global`` answer: communities ranked by their summaries."""
 
+from typing import Any
+
 from rest_framework import serializers
 
 from core.fields import StrictIntegerField
@@ -24,7 +26,7 @@ class GraphSearchInput(SearchInput):
     )
 
 
-class CommunityChunkOutput(serializers.Serializer):
+class CommunityChunkOutput(serializers.Serializer[Any]):
     chunk_id = serializers.IntegerField(
         help_text="the community's chunk; in a parent_child knowledge base, a child of the passage shown"
     )
@@ -35,12 +37,12 @@ class CommunityChunkOutput(serializers.Serializer):
     content = serializers.CharField(help_text="the chunk's text; in a parent_child knowledge base, its parent's")
 
 
-class CommunityContributionOutput(serializers.Serializer):
+class CommunityContributionOutput(serializers.Serializer[Any]):
     rank = serializers.IntegerField()
     score = serializers.FloatField()
 
 
-class CommunityOutput(serializers.Serializer):
+class CommunityOutput(serializers.Serializer[Any]):
     kb_id = serializers.IntegerField()
     level = serializers.IntegerField()
     number = serializers.IntegerField(help_text="unique per KB version and level")
@@ -54,7 +56,7 @@ class CommunityOutput(serializers.Serializer):
     chunks = CommunityChunkOutput(many=True, help_text="supporting passages that pass the filters")
 
 
-class GlobalGraphOutput(serializers.Serializer):
+class GlobalGraphOutput(serializers.Serializer[Any]):
     scope = serializers.ChoiceField(choices=["global"])
     communities = CommunityOutput(many=True)
     total = serializers.IntegerField()

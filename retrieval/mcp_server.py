@@ -216,7 +216,7 @@ class AuthenticatedMCP:
     def __init__(self, app: Any):
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
@@ -239,7 +239,7 @@ class AuthenticatedMCP:
         except DomainError as exc:
             return await refuse(send, exc, request_id)
 
-        async def send_with_request_id(message: dict) -> None:
+        async def send_with_request_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)

@@ -57,7 +57,7 @@ class UnknownParameter(DomainError):
 # --- filters --------------------------------------------------------------------------------------
 
 
-def service_filter(node: Any, path: str = "filters", depth: int = 0) -> dict:
+def service_filter(node: Any, path: str = "filters", depth: int = 0) -> dict[str, Any]:
     """OpenAI's ``{"key", "type", "value"}`` / ``{"type": "and"|"or", "filters": [...]}`` as the service's
     filter: ``doc_type``, ``doc_id``, ``created_at`` and ``tags`` name the chunk's fields (``tags``: ``eq`` is
     membership, ``in`` any of, ``ne`` / ``nin`` their complements), any other key is ``metadata.<key>``."""
@@ -91,12 +91,12 @@ def service_filter(node: Any, path: str = "filters", depth: int = 0) -> dict:
 # --- shapes ---------------------------------------------------------------------------------------
 
 
-class RankingOptionsInput(serializers.Serializer):
+class RankingOptionsInput(serializers.Serializer[Any]):
     ranker = serializers.ChoiceField(choices=("none", "auto", "default-2024-11-15"), required=False)
     score_threshold = serializers.FloatField(min_value=0, max_value=1, required=False, default=0.0)
 
 
-class VectorStoreSearchInput(serializers.Serializer):
+class VectorStoreSearchInput(serializers.Serializer[Any]):
     query = serializers.JSONField(help_text="a string, or a list of strings searched as one query")
     max_num_results = serializers.IntegerField(min_value=1, max_value=MAX_RESULTS, default=10)
     filters = serializers.JSONField(required=False, allow_null=True, help_text="OpenAI's comparison/compound filter")
@@ -115,12 +115,12 @@ class VectorStoreSearchInput(serializers.Serializer):
         return query
 
 
-class ContentOutput(serializers.Serializer):
+class ContentOutput(serializers.Serializer[Any]):
     type = serializers.CharField(default="text")
     text = serializers.CharField()
 
 
-class SearchResultOutput(serializers.Serializer):
+class SearchResultOutput(serializers.Serializer[Any]):
     file_id = serializers.CharField(help_text="the document's id")
     filename = serializers.CharField(help_text="the document's source_uri")
     score = serializers.FloatField(help_text="relevance in [0, 1]")
@@ -128,7 +128,7 @@ class SearchResultOutput(serializers.Serializer):
     content = ContentOutput(many=True)
 
 
-class SearchPageOutput(serializers.Serializer):
+class SearchPageOutput(serializers.Serializer[Any]):
     object = serializers.CharField(default="vector_store.search_results.page")
     search_query = serializers.ListField(child=serializers.CharField())
     data = SearchResultOutput(many=True)
@@ -136,7 +136,7 @@ class SearchPageOutput(serializers.Serializer):
     next_page = serializers.CharField(allow_null=True)
 
 
-class FileCountsOutput(serializers.Serializer):
+class FileCountsOutput(serializers.Serializer[Any]):
     in_progress = serializers.IntegerField()
     completed = serializers.IntegerField()
     failed = serializers.IntegerField()
@@ -144,7 +144,7 @@ class FileCountsOutput(serializers.Serializer):
     total = serializers.IntegerField()
 
 
-class VectorStoreOutput(serializers.Serializer):
+class VectorStoreOutput(serializers.Serializer[Any]):
     id = serializers.CharField()
     object = serializers.CharField(default="vector_store")
     created_at = serializers.IntegerField(help_text="Unix seconds")
@@ -158,7 +158,7 @@ class VectorStoreOutput(serializers.Serializer):
     metadata = serializers.DictField()
 
 
-class VectorStoreListOutput(serializers.Serializer):
+class VectorStoreListOutput(serializers.Serializer[Any]):
     object = serializers.CharField(default="list")
     data = VectorStoreOutput(many=True)
     first_id = serializers.CharField(allow_null=True)
@@ -166,7 +166,7 @@ class VectorStoreListOutput(serializers.Serializer):
     has_more = serializers.BooleanField()
 
 
-def vector_store(kb: Any, counts: dict[str, int]) -> dict:
+def vector_store(kb: Any, counts: dict[str, int]) -> dict[str, Any]:
     in_progress = counts.get("pending", 0)
     return {
         "id": str(kb.pk),
@@ -189,7 +189,7 @@ def vector_store(kb: Any, counts: dict[str, int]) -> dict:
     }
 
 
-def search_result(hit: SearchHit, score: float) -> dict:
+def search_result(hit: SearchHit, score: float) -> dict[str, Any]:
     scalars = {key: value for key, value in (hit.metadata or {}).items() if isinstance(value, (str, int, float, bool))}
     page = scalars.get("page")
     attributes = {

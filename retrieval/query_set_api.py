@@ -5,6 +5,8 @@ writes ``ingest`` (``KnowledgeApiViewSet``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -41,7 +43,7 @@ class VersionGateNotFound(NotFoundError):
     code = "version_gate_not_found"
 
 
-class JudgedQueryOutput(serializers.Serializer):
+class JudgedQueryOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     query = serializers.CharField()
     origin = serializers.CharField()
@@ -51,11 +53,11 @@ class JudgedQueryOutput(serializers.Serializer):
         return {judgment.document: judgment.grade for judgment in judged.judgments.all()}
 
 
-class QuerySetOutput(serializers.Serializer):
+class QuerySetOutput(serializers.Serializer[Any]):
     queries = JudgedQueryOutput(many=True)
 
 
-class JudgeInput(serializers.Serializer):
+class JudgeInput(serializers.Serializer[Any]):
     query = serializers.CharField(max_length=query_sets.MAX_QUERY_CHARS)
     judgments = serializers.DictField(
         child=serializers.IntegerField(min_value=0, max_value=2),
@@ -64,16 +66,16 @@ class JudgeInput(serializers.Serializer):
     )
 
 
-class ImportInput(serializers.Serializer):
+class ImportInput(serializers.Serializer[Any]):
     file = serializers.FileField(help_text="a .zip in the BEIR layout (queries.jsonl + qrels/*.tsv) or a .csv")
 
 
-class ImportOutput(serializers.Serializer):
+class ImportOutput(serializers.Serializer[Any]):
     queries = serializers.IntegerField()
     judgments = serializers.IntegerField()
 
 
-class EvaluationInput(serializers.Serializer):
+class EvaluationInput(serializers.Serializer[Any]):
     version = serializers.IntegerField(
         min_value=1, required=False, allow_null=True, help_text="a ready or retired version's number; none: the active"
     )
@@ -85,7 +87,7 @@ class EvaluationInput(serializers.Serializer):
     rrf_k = serializers.IntegerField(min_value=1, max_value=1000, required=False)
 
 
-class EvaluationOutput(serializers.ModelSerializer):
+class EvaluationOutput(serializers.ModelSerializer[Any]):
     metrics = serializers.SerializerMethodField()
     latency_ms = serializers.SerializerMethodField()
     kb_threshold = serializers.SerializerMethodField()
@@ -103,7 +105,7 @@ class EvaluationOutput(serializers.ModelSerializer):
     def get_latency_ms(self, run: EvaluationRun) -> dict[str, float | None]:
         return (run.summary or {}).get("latency_ms") or {}
 
-    def get_kb_threshold(self, run: EvaluationRun) -> dict | None:
+    def get_kb_threshold(self, run: EvaluationRun) -> dict[str, Any] | None:
         """The KB's relevance threshold and the share of judged-relevant top-10 hits it keeps."""
         return (run.summary or {}).get("kb_threshold")
 
@@ -112,7 +114,7 @@ class EvaluationOutput(serializers.ModelSerializer):
         return ((run.summary or {}).get("relevance_threshold") or {}).get("threshold_keeping_90")
 
 
-class ThresholdOutput(serializers.Serializer):
+class ThresholdOutput(serializers.Serializer[Any]):
     score_threshold = serializers.FloatField(help_text="the KB's default score_threshold now")
 
 
@@ -234,7 +236,7 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         return Response(EvaluationOutput(run).data, status=status.HTTP_202_ACCEPTED)
 
 
-class VersionGateOutput(serializers.ModelSerializer):
+class VersionGateOutput(serializers.ModelSerializer[Any]):
     class Meta:
         model = VersionGate
         fields = ["version_number", "active_number", "passes", "activated", "report", "created_at"]

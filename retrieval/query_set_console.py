@@ -4,6 +4,7 @@ one run's page with its charts. Registered as admin views by ``retrieval.admin``
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -89,7 +90,7 @@ def add_query_view(request) -> HttpResponse:
     return _back(request, query_set_url(kb.pk))
 
 
-def query_set_view(request, context: dict) -> HttpResponse:
+def query_set_view(request, context: dict[str, Any]) -> HttpResponse:
     """GET ?kb=: the KB's set, runs and export links (``export=csv|beir``); POST: import a file, remove a
     query, or start an evaluation run."""
     kbs = visible_kbs(request.user).order_by("tenant__name", "name")
@@ -119,7 +120,7 @@ def query_set_view(request, context: dict) -> HttpResponse:
     return TemplateResponse(request, "admin/retrieval/query_set.html", context)
 
 
-def _versions(kb: KnowledgeBase) -> list[dict]:
+def _versions(kb: KnowledgeBase) -> list[dict[str, Any]]:
     """The KB's ready versions (not active), each with its latest comparison with the active one."""
     ready = kb.versions.filter(status=KnowledgeBaseVersion.Status.READY).order_by("-number")
     return [{"version": version, "gate": gate.latest_gate(kb, version.number)} for version in ready]
@@ -195,7 +196,7 @@ def _run(request, run_id: int) -> EvaluationRun:
     return run
 
 
-def evaluation_view(request, run_id: int, context: dict) -> HttpResponse:
+def evaluation_view(request, run_id: int, context: dict[str, Any]) -> HttpResponse:
     """One run: its figures, the KB's nDCG@10 history, wins and losses against another run (``?against=``,
     by default the run before it) and the relevance-threshold curve with the recommended threshold."""
     run = _run(request, run_id)
@@ -265,7 +266,7 @@ def _comparison_chart(kb, run, base, rows):
     ) if bars else None  # fmt: skip
 
 
-def _curve_chart(curve: dict):
+def _curve_chart(curve: dict[str, Any]):
     points = curve["curve"]
     kept = Series("judged relevant kept", [(p["threshold"], p["relevant_kept"]) for p in points], "kept")
     dropped = Series("others dropped", [(p["threshold"], p["others_dropped"]) for p in points], "dropped")

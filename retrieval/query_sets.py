@@ -14,6 +14,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from django.db import transaction
@@ -36,7 +37,7 @@ class ImportCounts:
     queries: int  # judged queries in the file
     judgments: int  # judgments written (new or regraded)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"queries": self.queries, "judgments": self.judgments}
 
 

@@ -8,6 +8,7 @@ register on import: ``RetrievalConfig.ready`` imports this module.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
 from drf_spectacular.utils import (
@@ -99,7 +100,7 @@ GRAPH_HIT_EXAMPLE = {
 }
 
 
-def response_example(mode: str) -> dict:
+def response_example(mode: str) -> dict[str, Any]:
     """The sample answer as ``mode`` returns it: one retriever's list shows that list's raw score."""
     if mode == "hybrid":
         return RESPONSE_EXAMPLE
@@ -391,7 +392,7 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
         return Documented
 
 
-def dify_body_is_optional(result: dict, generator: object, request: object, public: bool) -> dict:
+def dify_body_is_optional(result: dict[str, Any], generator: object, request: object, public: bool) -> dict[str, Any]:
     """drf-spectacular post-processing hook: Dify's older registration probe POSTs no body at all, which the
     endpoint answers like the blank probe (``retrieval.dify.is_registration_probe``), so its body is optional."""
     for path, item in result.get("paths", {}).items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -33,7 +34,7 @@ AGREEMENT_DEPTH = 5  # the legs agree when their first this-many hits share one
 FACTS = ("best_relevance", "legs_disagree")  # what a cache entry's summary keeps for the log (answer_facts)
 
 
-def answer_facts(response: SearchResponse) -> dict:
+def answer_facts(response: SearchResponse) -> dict[str, Any]:
     """What the analytics read of an answer besides its hit count: the best hit's ``relevance``
     (None: no hit) and whether BM25 and dense shared no hit among their first ``AGREEMENT_DEPTH``
     (None: not both legs answered). Judged on the hits returned, each carrying its rank in every
@@ -55,7 +56,7 @@ def normalized_query(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def record_search(tenant: Tenant, request: SearchRequest, hits: int, facts: dict) -> None:
+def record_search(tenant: Tenant, request: SearchRequest, hits: int, facts: dict[str, Any]) -> None:
     """Queue one searched query for the analytics (unless the tenant opted out, or the service:
     ``SEARCH_LOG_ENABLED``); never blocks."""
     if not (tenant.record_searches and settings.SEARCH_LOG_ENABLED):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 from django.db import connection
@@ -155,7 +156,7 @@ def passage_with_context(
     *,
     reachable: Collection[int] | None = None,
     reader: tuple[str, ...] | None = None,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """A chunk of one of the tenant's KBs' active versions, with its document, its parent passage (a
     parent_child version) and the chunks before and after it in its document. None: no such passage here
     (another tenant's chunk, one of a version no longer searched, one outside the key's ``reachable``
@@ -189,7 +190,7 @@ def passage_with_context(
     }
 
 
-def _passage(chunk: Chunk) -> dict:
+def _passage(chunk: Chunk) -> dict[str, Any]:
     metadata = chunk.metadata or {}
     return {
         "chunk_id": chunk.pk,

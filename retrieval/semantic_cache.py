@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -60,7 +61,7 @@ class SemanticHit:
     key: str
     cosine: float
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The response's ``cache`` object."""
         return {"kind": KIND, "query": self.query, "cosine": round(self.cosine, 4)}
 
@@ -91,7 +92,9 @@ def prepare(
     return Lookup(scope, signature(request.query, analyzer), vector)
 
 
-def find(tenant: Tenant, lookup: Lookup, timings: StageTimings) -> tuple[SemanticHit, tuple[dict, bytes]] | None:
+def find(
+    tenant: Tenant, lookup: Lookup, timings: StageTimings
+) -> tuple[SemanticHit, tuple[dict[str, Any], bytes]] | None:
     """The nearest cached query of the scope with the same signature, if close enough and its answer is
     still in the result cache, with that answer; counts a hit or a miss."""
     with timings.stage("semantic_cache"):

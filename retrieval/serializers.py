@@ -1,3 +1,5 @@
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -92,7 +94,7 @@ CANDIDATES_HELP = (
         "description": CANDIDATES_HELP,
     }
 )
-class CandidatesField(serializers.Field):
+class CandidatesField(serializers.Field[Any, Any, Any, Any]):
     """An integer depth for every leg, or an object of depths per leg."""
 
     depth = StrictIntegerField(min_value=1, max_value=MAX_CANDIDATES)
@@ -293,12 +295,12 @@ class ModeSearchInput(SearchInput):
     mode = serializers.ChoiceField(choices=MODES, default="hybrid")
 
 
-class BridgeOutput(serializers.Serializer):
+class BridgeOutput(serializers.Serializer[Any]):
     via = serializers.IntegerField(help_text="chunk id of the passage of the fused top ranks it is one passage on from")
     entity = serializers.CharField(help_text="the entity both passages mention")
 
 
-class ContributionOutput(serializers.Serializer):
+class ContributionOutput(serializers.Serializer[Any]):
     rank = serializers.IntegerField(help_text="in the retriever's list; 0: a graph bridge the list did not rank")
     score = serializers.FloatField()
     query = serializers.CharField()
@@ -321,25 +323,25 @@ class ContributionOutput(serializers.Serializer):
     )
 
 
-class PassageOutput(serializers.Serializer):
+class PassageOutput(serializers.Serializer[Any]):
     chunk_id = serializers.IntegerField()
     content = serializers.CharField()
     ordinal = serializers.IntegerField()
     fused_score = serializers.FloatField()
 
 
-class ChildRankOutput(serializers.Serializer):
+class ChildRankOutput(serializers.Serializer[Any]):
     rank = serializers.IntegerField(help_text="its best rank in this retriever's lists")
     score = serializers.FloatField()
 
 
-class MatchedChildOutput(serializers.Serializer):
+class MatchedChildOutput(serializers.Serializer[Any]):
     chunk_id = serializers.IntegerField()
     ordinal = serializers.IntegerField(help_text="its place among its document's child chunks")
     retrievers = serializers.DictField(child=ChildRankOutput(), help_text="retriever -> its own rank and score")
 
 
-class SearchHitOutput(serializers.Serializer):
+class SearchHitOutput(serializers.Serializer[Any]):
     chunk_id = serializers.IntegerField(
         help_text="the chunk found; in a parent_child knowledge base, the best-ranked child of the passage returned"
     )
@@ -389,13 +391,13 @@ class SearchHitOutput(serializers.Serializer):
     )
 
 
-class QueryOutput(serializers.Serializer):
+class QueryOutput(serializers.Serializer[Any]):
     text = serializers.CharField()
     weight = serializers.FloatField()
     origin = serializers.CharField()
 
 
-class DegradationOutput(serializers.Serializer):
+class DegradationOutput(serializers.Serializer[Any]):
     stage = serializers.CharField()
     cause = serializers.CharField()
     message = serializers.CharField()
@@ -414,7 +416,7 @@ class DegradationOutput(serializers.Serializer):
         "enough earlier query (named in cache) of a KB with the semantic cache on; false: computed",
     }
 )
-class CachedField(serializers.Field):
+class CachedField(serializers.Field[Any, Any, Any, Any]):
     def to_representation(self, value):
         return value
 
@@ -424,13 +426,13 @@ class CachedField(serializers.Field):
         raise serializers.ValidationError('true, false or "semantic"')
 
 
-class SemanticCacheOutput(serializers.Serializer):
+class SemanticCacheOutput(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=["semantic"])  # CacheKindEnum (ENUM_NAME_OVERRIDES)
     query = serializers.CharField(help_text="the cached query whose answer this is (its queries, weights, hits)")
     cosine = serializers.FloatField(help_text="of the two queries' embeddings, at least SEMANTIC_CACHE_MIN_COSINE")
 
 
-class NoticeOutput(serializers.Serializer):
+class NoticeOutput(serializers.Serializer[Any]):
     stage = serializers.CharField(help_text="the retriever or stage adjusted, as in degraded")
     code = serializers.ChoiceField(
         choices=[DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE],
@@ -440,7 +442,7 @@ class NoticeOutput(serializers.Serializer):
     message = serializers.CharField(help_text="the same sentence as in notes")
 
 
-class SearchOutput(serializers.Serializer):
+class SearchOutput(serializers.Serializer[Any]):
     results = SearchHitOutput(many=True)
     total = serializers.IntegerField()
     mode = serializers.CharField()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from django.conf import settings
 
@@ -30,7 +32,7 @@ def evaluate_knowledge_base(run_id: int) -> str | None:
 
 
 @shared_task(name="retrieval.tasks.gate_version")
-def gate_version(version_id: int) -> dict | None:
+def gate_version(version_id: int) -> dict[str, Any] | None:
     """A version built with ``activate: "gated"``: compared with the active one, switched if it passes."""
     gate_record = gate.gate_version(version_id)
     return None if gate_record is None else {"passes": gate_record.passes, "activated": gate_record.activated}

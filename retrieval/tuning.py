@@ -9,6 +9,7 @@ note says so. The request's own values win over all of them. The result is part 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -49,7 +50,7 @@ class FusionSettings:
     notes: tuple[str, ...] = ()
     leg_depths: dict[str, int] = field(default_factory=dict)  # the request's per-leg candidates; else ``candidates``
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def depth(self, retriever: str) -> int:
@@ -61,7 +62,7 @@ class FusionSettings:
         return Feedback(self.feedback_docs, self.feedback_terms, self.feedback_query_weight)
 
 
-def service_defaults(mode: str) -> dict:
+def service_defaults(mode: str) -> dict[str, Any]:
     """The service's settings; three-way hybrid weighs the graph list by its own default, as a third
     voice beside BM25 and dense, not the graph mode's full weight."""
     weights = dict(settings.SEARCH_WEIGHTS)
@@ -83,7 +84,7 @@ def service_defaults(mode: str) -> dict:
     }
 
 
-def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSettings:
+def effective_settings(request: SearchRequest, per_kb: list[dict[str, Any]]) -> FusionSettings:
     """``per_kb``: each searched KB's search settings, in any order."""
     defaults = service_defaults(request.mode)
     notes: list[str] = []
@@ -93,7 +94,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict]) -> FusionSett
             notes.append(f"the searched knowledge bases set different {label}: the service setting applies")
         return values.pop() if len(values) == 1 else default
 
-    resolved: dict = {
+    resolved: dict[str, Any] = {
         key: agreed(f"{key} values", {kb.get(key, default) for kb in per_kb}, default)
         for key, default in defaults.items()
         if key != "weights"

@@ -7,6 +7,7 @@ use them without importing the pipeline (``retrieval.services.search``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class SearchRequest:
     mode: str = "hybrid"
     top_k: int = 10
     kb_ids: list[int] | None = None
-    filters: dict | None = None
+    filters: dict[str, Any] | None = None
     weights: dict[str, float] | None = None
     candidates: int | dict[str, int] | None = None  # one depth for every leg, or per leg ({"vector": 80})
     fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
@@ -77,39 +78,39 @@ class SearchHit:
     title: str
     source_uri: str
     doc_type: str
-    metadata: dict
+    metadata: dict[str, Any]
     relevance: float = 0.0  # in [0, 1], comparable across queries of a KB (retrieval.relevance)
     section: str | None = None  # the heading path to the chunk ("Setup > Wi-Fi"); None: no headings above it
     fused_score: float | None = None
     rerank_score: float | None = None
-    retrievers: dict = field(default_factory=dict)
+    retrievers: dict[str, Any] = field(default_factory=dict)
     matched_queries: list[str] = field(default_factory=list)
     document_score: float | None = None  # its document's aggregated score (retrieval.grouping); None: not aggregated
-    passages: list[dict] | None = None  # group_by "document": the document's other matched chunks; else None
+    passages: list[dict[str, Any]] | None = None  # group_by "document": the document's other matched chunks; else None
     parent_id: int | None = None  # a parent_child version's hit: its parent passage (the content shown); else None
     # parent_child: the children of that parent that matched ({"chunk_id", "ordinal", "retrievers"}); else None
-    children: list[dict] | None = None
+    children: list[dict[str, Any]] | None = None
 
 
 @dataclass
 class SearchResponse:
     results: list[SearchHit]
     mode: str
-    queries: list[dict]
+    queries: list[dict[str, Any]]
     weights: dict[str, float]
     reranked: bool
-    degraded: list[dict]
+    degraded: list[dict[str, Any]]
     notes: list[str]
     candidates: dict[str, int]
     timings_ms: dict[str, float]
     # Adjustments a client or the console acts on, by a stable ``code`` (``Notice``); each one's message
     # is in ``notes`` too.
-    notices: list[dict] = field(default_factory=list)
+    notices: list[dict[str, Any]] = field(default_factory=list)
     # Where the request thread's time went (retrieval.services.timings.StageTimings.critical_path):
     # stages run concurrently, so timings_ms no longer add up to the total; these do.
     critical_path_ms: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Shallow: fields and hits are shared, not copied (``asdict`` deep-copies some 600 objects
         a response, a quarter of the cost of answering from the cache)."""
         return {**vars(self), "results": [dict(vars(hit)) for hit in self.results]}
@@ -138,7 +139,7 @@ class Degradation:
     message: str
     fallback: str | None = None  # rerank: the order answered instead ("fused" or "dense", RERANK_FALLBACK_ORDER)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         entry = {"stage": self.stage, "cause": self.cause, "message": self.message}
         return entry if self.fallback is None else {**entry, "fallback": self.fallback}
 
@@ -146,7 +147,7 @@ class Degradation:
 @dataclass(frozen=True)
 class Expansion:
     variants: list[QueryVariant]  # the original query first
-    degraded: list[dict]
+    degraded: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class Notice:
     code: str  # e.g. "dense_skipped_language", "dense_weighted_language"
     message: str  # the note's text, the same sentence as in ``notes``
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "code": self.code, "message": self.message}
 
 
@@ -203,7 +204,9 @@ class LegResult:
     ceilings: dict[tuple[str, int], float] = field(default_factory=dict)  # (query, version id) -> max BM25
     graph_ceilings: dict[str, float] = field(default_factory=dict)  # graph: query -> its ranking's ceiling
     notes: list[str] = field(default_factory=list)
-    explanations: dict[int, dict] = field(default_factory=dict)  # chunk id -> why it was found (graph: the path)
+    explanations: dict[int, dict[str, Any]] = field(
+        default_factory=dict
+    )  # chunk id -> why it was found (graph: the path)
     bridges: list[GraphBridge] = field(default_factory=list)  # graph: passages one passage on from the query's
     degraded: list[Degradation] = field(default_factory=list)  # optional parts it answered without (feedback)
     failure: Degradation | None = None
@@ -214,7 +217,7 @@ class LegResult:
 class Reranked:
     candidates: list  # FusedCandidate, the reranked head first
     scores: dict[int, float] | None  # chunk id -> rerank score; None: not reranked
-    degraded: list[dict]
+    degraded: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 import json
 import time
+from typing import Any
 
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
@@ -49,7 +50,7 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         started = time.perf_counter()
         return self.respond(request, validated_body(request, self.input_serializer), started)
 
-    def respond(self, request, data: dict, started: float) -> HttpResponse:
+    def respond(self, request, data: dict[str, Any], started: float) -> HttpResponse:
         """The answer to a validated body: SearchOutput's shape (the documented schema; tests hold the body
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
         mode = data.pop("mode", self.mode)
@@ -107,7 +108,7 @@ class GraphSearchView(SearchView):
     input_serializer = GraphSearchInput
     mode = "graph"
 
-    def respond(self, request, data: dict, started: float) -> HttpResponse:
+    def respond(self, request, data: dict[str, Any], started: float) -> HttpResponse:
         scope, level = data.pop("scope"), data.pop("level")
         if scope == "local":
             return super().respond(request, data, started)
@@ -131,7 +132,7 @@ class GraphSearchView(SearchView):
         return answer
 
 
-def search_request_of(data: dict, mode: str, api_key: ApiKey) -> SearchRequest:
+def search_request_of(data: dict[str, Any], mode: str, api_key: ApiKey) -> SearchRequest:
     """The search a validated ``SearchInput`` body asks for (``mode`` popped from it), read as ``api_key``'s
     reader and within its knowledge bases (``key_access``): the REST endpoints', the MCP ``search`` tool's
     and the OpenAI-compatible search's one way from a body to ``cached_search``."""

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -16,7 +18,7 @@ from tenants.selectors import tenants_visible_to
 DASHBOARD_COST_DAYS = 14
 
 
-def dashboard_view(request, context: dict, tenant_id: int) -> TemplateResponse:
+def dashboard_view(request, context: dict[str, Any], tenant_id: int) -> TemplateResponse:
     tenant = get_object_or_404(tenants_visible_to(request.user).select_related("rate_tier"), pk=tenant_id)
     usage = query_usage(tenant.pk)
     tier = tenant.rate_tier
@@ -40,7 +42,7 @@ def dashboard_view(request, context: dict, tenant_id: int) -> TemplateResponse:
     return TemplateResponse(request, "admin/tenants/dashboard.html", context)
 
 
-def _trend_charts(daily: list[dict]) -> dict:
+def _trend_charts(daily: list[dict[str, Any]]) -> dict[str, Any]:
     """The daily rows as SVG line charts: queries per day, and the share answered from the cache (days
     with searches only). x is the day's position, oldest first; its date is the tick."""
     ticks = [(float(i), row["date"][5:]) for i, row in enumerate(daily) if i % max(len(daily) // 7, 1) == 0]

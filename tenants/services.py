@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Q
 from django.utils import timezone
@@ -106,7 +107,7 @@ def create_api_key(
     return redrawn_on_collision(API_KEY_PREFIX_UNIQUE, lambda: _insert_api_key(tenant, name, expires_at, fields))
 
 
-def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, fields: dict) -> IssuedKey:
+def _insert_api_key(tenant: Tenant, name: str, expires_at: datetime | None, fields: dict[str, Any]) -> IssuedKey:
     prefix = secrets.token_hex(KEY_PREFIX_BYTES)
     raw_key = f"{KEY_SCHEME}_{prefix}_{secrets.token_urlsafe(KEY_SECRET_BYTES)}"
     api_key = ApiKey.objects.create(

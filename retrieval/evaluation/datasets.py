@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 from django.conf import settings
@@ -53,7 +54,7 @@ class BeirDataset:
         )
 
 
-def _read_jsonl(path: Path) -> Iterable[dict]:
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():

@@ -9,6 +9,7 @@ be read before any manual switch."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -55,7 +56,7 @@ def _top_documents(kb: KnowledgeBase, query: str, knowledge: SearchedKnowledge) 
     return list(dict.fromkeys(hit.source_uri for hit in response.results))
 
 
-def overlap_on_recent(kb: KnowledgeBase, active: SearchedKnowledge, candidate: SearchedKnowledge) -> dict:
+def overlap_on_recent(kb: KnowledgeBase, active: SearchedKnowledge, candidate: SearchedKnowledge) -> dict[str, Any]:
     """Per recent query (the tenant's most frequent): the share of top-10 documents both versions
     return; the mean, and the queries answered differently."""
     rows = []
@@ -72,12 +73,12 @@ def overlap_on_recent(kb: KnowledgeBase, active: SearchedKnowledge, candidate: S
     }
 
 
-def gate_report(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> dict:
+def gate_report(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> dict[str, Any]:
     """The comparison of ``version`` with the KB's active version (the module's docstring)."""
     active_version = kb.active_version
     active, candidate = searched_knowledge(kb.tenant, [kb.pk]), version_knowledge(kb, version)
     margin = float(settings.KB_VERSION_GATE_NDCG)
-    report: dict = {
+    report: dict[str, Any] = {
         "active_version": active_version.number,
         "version": version.number,
         "margin": margin,

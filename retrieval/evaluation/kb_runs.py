@@ -6,6 +6,8 @@ settings it searched with and the version and revision it scored."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import current_app
 from django.db import transaction
 from django.db.models import F, QuerySet
@@ -51,7 +53,7 @@ def relevance_threshold_of(kb: KnowledgeBase) -> float:
     return float(value) if isinstance(value, int | float) else FALLBACK_THRESHOLD
 
 
-def clean_settings(settings: dict) -> dict:
+def clean_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The candidate settings a run searches with (blank keys: the KB's and service defaults)."""
     unknown = sorted(set(settings) - set(SETTING_KEYS))
     if unknown:
@@ -91,7 +93,7 @@ def clean_settings(settings: dict) -> dict:
     }
 
 
-def variant_of(settings: dict) -> Variant:
+def variant_of(settings: dict[str, Any]) -> Variant:
     weights = tuple(sorted(settings["weights"].items())) if settings.get("weights") else None
     return Variant(
         settings["mode"],
@@ -123,7 +125,7 @@ def ndcg_history(kb: KnowledgeBase, limit: int = 50) -> list[EvaluationRun]:
     return list(reversed(runs_of(kb).filter(status=EvaluationRun.Status.DONE)[:limit]))
 
 
-def wins_and_losses(before: EvaluationRun, after: EvaluationRun) -> list[dict]:
+def wins_and_losses(before: EvaluationRun, after: EvaluationRun) -> list[dict[str, Any]]:
     """Per query both runs scored: nDCG@10 before and after and the change, largest loss first; the
     query's text as the set holds it now (a query removed since: its id)."""
     shared = [qid for qid in after.per_query if qid in before.per_query]
@@ -156,7 +158,7 @@ def make_threshold_default(run: EvaluationRun) -> float:
 # --- writes ---------------------------------------------------------------------------------------
 
 
-def start_evaluation(kb: KnowledgeBase, settings: dict) -> EvaluationRun:
+def start_evaluation(kb: KnowledgeBase, settings: dict[str, Any]) -> EvaluationRun:
     """Record a run of the KB's active version (or of ``settings["version"]``, a ready or retired one) on
     its query set and queue it once the row commits."""
     cleaned = clean_settings(settings)

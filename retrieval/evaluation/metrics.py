@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def zero_relevance(judged_scores: Sequence[tuple[float, bool]]) -> dict[str, int
     return {"hits": len(at_zero), "judged_relevant": sum(at_zero)}
 
 
-def threshold_curve(judged_scores: Sequence[tuple[float, bool]], steps: int = 20) -> dict:
+def threshold_curve(judged_scores: Sequence[tuple[float, bool]], steps: int = 20) -> dict[str, Any]:
     """How a ``relevance`` threshold splits hits judged relevant (True) and not: the share of relevant hits
     kept and of the others dropped at thresholds 0, 1/steps, ..., 1, and the share of relevant hits kept
     at the threshold that drops half of the others (their median score); the threshold that keeps 90 %

@@ -21,6 +21,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -163,12 +164,12 @@ def set_scores(
 
 def whole_splits(
     runs: Mapping[str, Mapping[str, RunResult]], query_halves: Mapping[str, dict[str, list[str]]], reference: str
-) -> dict[str, dict[str, dict]]:
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Per set and run, over the whole split: nDCG@10, the threshold share (candidates; the reference
     set's threshold for the whole split) and the hits at relevance 0 (issue 28, item 2's figures)."""
     every = {name: {"all": [qid for ids in split.values() for qid in ids]} for name, split in query_halves.items()}
     thresholds = reference_thresholds(runs[reference], every[reference])
-    table: dict[str, dict[str, dict]] = {}
+    table: dict[str, dict[str, dict[str, Any]]] = {}
     for name, results in runs.items():
         scores = set_scores(results, every[name], thresholds)
         table[name] = {
@@ -190,7 +191,7 @@ def decision_report(
     decision: Decision,
     *,
     commit: str | None,
-) -> dict:
+) -> dict[str, Any]:
     """The protocol's run as JSON: the table it decided on and the decision."""
     return {
         "created_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

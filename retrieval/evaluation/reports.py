@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -52,7 +53,7 @@ def build_report(
     *,
     command: str | None,
     commit: str | None,
-) -> dict:
+) -> dict[str, Any]:
     """Everything needed to reproduce and compare a run: settings, model, analyzer, commit (read when
     the run started: the code it imported), scores."""
     embedder = get_embedder(kb.embedding_model)
@@ -105,7 +106,7 @@ def build_report(
     }
 
 
-def _paired_runs(before: dict, after: dict) -> list[tuple[dict, dict]]:
+def _paired_runs(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Runs with the same label; then a mode's one leftover run before against each leftover run of
     that mode after (a baseline against a sweep, or reports labelled before and after a change of
     defaults)."""
@@ -119,7 +120,7 @@ def _paired_runs(before: dict, after: dict) -> list[tuple[dict, dict]]:
     return pairs
 
 
-def compare_reports(before: dict, after: dict) -> list[dict]:
+def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     """Per pair of runs, each metric's mean over the queries both runs scored and its delta (after -
     before), and how many of those queries got a better or worse nDCG@10."""
     rows = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class RunResult:
         ids = self.judged_relevance.keys() if query_ids is None else query_ids
         return [pair for qid in ids for pair in self.judged_relevance.get(qid, [])]
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         threshold = threshold_curve(self.judged())
         if self.reference_threshold is not None:
             relevant = [score for score, judged in self.judged() if judged]
@@ -61,7 +62,7 @@ class RunResult:
             "relevance_threshold": threshold,
         }
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.summary(), "per_query": self.per_query}
 
 

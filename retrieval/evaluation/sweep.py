@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from knowledge.knowledge_bases import update_search_settings
 from knowledge.models import KnowledgeBase
@@ -28,9 +29,9 @@ def best_run(results: Sequence[RunResult]) -> RunResult:
     return max(hybrid, key=merit)
 
 
-def suggested_settings(variant: Variant) -> dict:
+def suggested_settings(variant: Variant) -> dict[str, Any]:
     """A run's fusion settings as KB search settings (``knowledge.search_settings``): what it set."""
-    suggested: dict = {"candidates": variant.candidates}
+    suggested: dict[str, Any] = {"candidates": variant.candidates}
     if variant.weights is not None:
         suggested["weights"] = dict(variant.weights)
     if variant.fusion is not None:
@@ -51,7 +52,7 @@ def suggested_settings(variant: Variant) -> dict:
     return suggested
 
 
-def write_suggested_settings(kb: KnowledgeBase, suggested: dict) -> dict:
+def write_suggested_settings(kb: KnowledgeBase, suggested: dict[str, Any]) -> dict[str, Any]:
     """Onto the KB's active version (the index they were measured on), over its other settings."""
     version = kb.active_version
     return update_search_settings(kb, merged_search_settings(version.search_settings, suggested), version=version)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.expansion import ExpansionOptions
 from retrieval.tuning import DEFAULT_FEEDBACK
@@ -80,7 +81,7 @@ class Variant:
             expand=ExpansionOptions(**{name: name in self.expand for name in EXPANDERS}),
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
             "mode": self.mode,

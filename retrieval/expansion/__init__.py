@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from knowledge.selectors import SynonymRule
 from retrieval.expansion.base import ExpansionContext, ExpansionError, QueryExpander, QueryVariant
@@ -48,11 +49,11 @@ class ExpansionOptions:
 @dataclass
 class ExpansionResult:
     variants: list[QueryVariant]  # the original first (weight 1.0, origin "original"), then expansions
-    degraded: list[dict]  # {"stage": "expand", "component", "cause", "message"}
+    degraded: list[dict[str, Any]]  # {"stage": "expand", "component", "cause", "message"}
     timings_ms: dict[str, float]  # per expander that ran
 
 
-def _degraded(component: str, cause: str, message: str) -> dict:
+def _degraded(component: str, cause: str, message: str) -> dict[str, Any]:
     return {"stage": "expand", "component": component, "cause": cause, "message": message}
 
 

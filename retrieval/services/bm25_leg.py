@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import replace
+from typing import Any
 
 from cachetools import TTLCache
 from django.conf import settings
@@ -79,7 +80,7 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
     notes = _lexical_index_notes(index, context.version_ids, query.analyzer)
     version_ids = context.version_ids
 
-    def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict]:
+    def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict[str, Any]]:
         tokens = query.analyzer.tokens(variant.text)
         hits = bm25_hits(
             index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed, None, query.field_filter
@@ -101,7 +102,7 @@ def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) 
     index = get_lexical_index()
     weight = context.weights["bm25"]
 
-    def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict]:
+    def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict[str, Any]]:
         variant, hits, tokens = searched
         hashes: dict[int, str] = {}
         if query.allowed is None:
@@ -130,7 +131,9 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
     top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
     texts = selectors.indexed_texts(context.tenant, list(top))
 
-    def feed_back(first_pass: tuple[RankedList, ListQuery]) -> tuple[RankedList, ListQuery, dict, dict]:
+    def feed_back(
+        first_pass: tuple[RankedList, ListQuery],
+    ) -> tuple[RankedList, ListQuery, dict[str, Any], dict[str, Any]]:
         ranked, first = first_pass
         passages = [
             (query.analyzer.tokens(texts[chunk_id]), score)

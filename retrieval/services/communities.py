@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -43,7 +44,7 @@ class GlobalGraphRequest:
     top_k: int = 5
     kb_ids: list[int] | None = None
     level: int | None = 0
-    filters: dict | None = None
+    filters: dict[str, Any] | None = None
     chunks_per_community: int = 3
     reader: tuple[str, ...] = ("*",)  # the reader's principals (retrieval.access.key_access)
     reachable_kb_ids: tuple[int, ...] | None = None
@@ -51,12 +52,12 @@ class GlobalGraphRequest:
 
 @dataclass
 class GlobalGraphResponse:
-    communities: list[dict]
+    communities: list[dict[str, Any]]
     degraded: list[Degradation] = field(default_factory=list)
     candidates: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "scope": "global",
             "communities": self.communities,
@@ -160,7 +161,7 @@ def _cosine(query: str, communities: list[tuple[str, Community]]) -> list[tuple[
     return sorted(scores, key=lambda hit: (-hit[1], hit[0]))
 
 
-def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community: int) -> list[dict]:
+def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community: int) -> list[dict[str, Any]]:
     chosen = [communities[candidate.chunk_id][1] for candidate in fused]
     wanted = [chunk_id for community in chosen for chunk_id in community.chunk_ids]
     passing = selectors.hashes_of_chunks_passing(tenant, wanted, compiled)

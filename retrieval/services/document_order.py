@@ -4,6 +4,7 @@ counted together before reranking, and ``top_k`` cut as chunks or as one hit per
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval import selectors
 from retrieval.fusion import FusedCandidate
@@ -19,7 +20,7 @@ class DocumentOrder:
     candidates: list[FusedCandidate]
     scores: dict[int, float]  # chunk id -> its document's aggregated score; empty: not aggregated
     document_of: dict[int, int]  # chunk id -> document id; empty: not looked up
-    degraded: list[dict]
+    degraded: list[dict[str, Any]]
 
 
 def order_by_document(

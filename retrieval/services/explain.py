@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.fusion import FusedCandidate
 from retrieval.services.document_order import DocumentOrder
@@ -14,10 +15,10 @@ from retrieval.types import RETRIEVERS, Expansion, Reranked, Weights
 
 @dataclass(frozen=True)
 class Explanation:
-    queries: list[dict]  # the variants searched, the original first
-    degraded: list[dict]  # the optional stages that failed, in the pipeline's order
+    queries: list[dict[str, Any]]  # the variants searched, the original first
+    degraded: list[dict[str, Any]]  # the optional stages that failed, in the pipeline's order
     notes: list[str]
-    notices: list[dict]  # the adjustments named by a code (``retrieval.types.Notice``)
+    notices: list[dict[str, Any]]  # the adjustments named by a code (``retrieval.types.Notice``)
     candidates: dict[str, int]  # retriever -> distinct chunks it found; "fused": after deduplication
 
 

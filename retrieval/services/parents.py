@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval import selectors
 from retrieval.fusion import RankedList
@@ -42,10 +43,10 @@ class Parents:
         """Child chunk id -> dedup key, over the content hashes fusion reads."""
         return {chunk_id: child.key for chunk_id, child in self.children.items()}
 
-    def matched(self, lists: list[RankedList], key: str) -> list[dict]:
+    def matched(self, lists: list[RankedList], key: str) -> list[dict[str, Any]]:
         """The children of the parent ``key`` that the lists found, each with its best rank and score
         per retriever (over the query variants), in the order they were first found."""
-        found: dict[int, dict[str, dict]] = {}
+        found: dict[int, dict[str, dict[str, Any]]] = {}
         for ranked in lists:
             for rank, (chunk_id, score) in enumerate(ranked.hits, start=1):
                 child = self.children.get(chunk_id)

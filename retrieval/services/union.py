@@ -4,6 +4,7 @@ would have scored them, so fusion by rank does not treat "not in this leg's list
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from engines import get_lexical_index
 from knowledge.stores import vector_index
@@ -24,7 +25,7 @@ UNION_HEAD = 10
 @dataclass(frozen=True)
 class UnionScored:
     legs: list[LegResult]
-    degraded: list[dict]
+    degraded: list[dict[str, Any]]
 
 
 def score_union(context: SearchContext, legs: list[LegResult], leg_candidates: str) -> UnionScored:

@@ -2,6 +2,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -41,14 +42,14 @@ def _ints(spec: str) -> list[int]:
         raise CommandError(f"expected comma-separated integers, got {spec!r}") from None
 
 
-def _relevant_kept(curve: dict) -> str:
+def _relevant_kept(curve: dict[str, Any]) -> str:
     """Share of relevant top-10 hits a ``relevance`` threshold keeps where it drops half of the others."""
     if "relevant_kept_there" not in curve:
         return "-"
     return f"{curve['relevant_kept_there']:.3f} at {curve['threshold_dropping_half_of_others']:.3f}"
 
 
-def _threshold_columns(curve: dict) -> list[str]:
+def _threshold_columns(curve: dict[str, Any]) -> list[str]:
     """The threshold keeping 90 % of the relevant top-10 hits, the share a reference threshold keeps, and
     how many of the hits at relevance 0 are judged relevant (of all hits at 0)."""
     keeping = curve.get("threshold_keeping_90")
@@ -320,7 +321,7 @@ class Command(BaseCommand):
         self.stdout.write(f"selected on the even halves: {decision.selected or 'none'}")
         self.stdout.write(f"winner: {decision.winner} (current default: {decision.default})")
 
-    def _print_whole(self, whole: dict) -> None:
+    def _print_whole(self, whole: dict[str, Any]) -> None:
         names = list(whole)
         self.stdout.write(
             "whole splits: nDCG@10, the share of relevant top-10 hits kept at the threshold keeping 90 % on "
@@ -380,7 +381,7 @@ class Command(BaseCommand):
         )
         return kb, ingestion
 
-    def _sweep_outcome(self, kb, results, *, write: bool) -> dict:
+    def _sweep_outcome(self, kb, results, *, write: bool) -> dict[str, Any]:
         best = best_run(results)
         suggested = suggested_settings(best.variant)
         ndcg = best.summary()["metrics"]["ndcg@10"]
@@ -393,7 +394,7 @@ class Command(BaseCommand):
             self.stdout.write("not written: add --write to store them on the knowledge base's active version")
         return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
-    def _print_runs(self, dataset, runs: list[dict]) -> None:
+    def _print_runs(self, dataset, runs: list[dict[str, Any]]) -> None:
         header = [
             "run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept",
             "keeps 90 %", "kept at threshold", "relevant at 0",

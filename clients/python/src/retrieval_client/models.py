@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
-def _known(cls, data: dict) -> dict:
+def _known(cls, data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {key: value for key, value in data.items() if key in names}
 
@@ -50,7 +50,7 @@ class SearchHit:
     children: list[dict[str, Any]] | None = None
 
     @classmethod
-    def from_dict(cls, data: dict) -> SearchHit:
+    def from_dict(cls, data: dict[str, Any]) -> SearchHit:
         values = _known(cls, data)
         values["retrievers"] = {
             name: Contribution(
@@ -133,7 +133,7 @@ class SearchResult:
     request_id: str = ""
 
     @classmethod
-    def from_dict(cls, data: dict) -> SearchResult:
+    def from_dict(cls, data: dict[str, Any]) -> SearchResult:
         values = _known(cls, data)
         values["results"] = [SearchHit.from_dict(hit) for hit in data.get("results") or []]
         values["queries"] = [QueryVariant(**_known(QueryVariant, q)) for q in data.get("queries") or []]
