@@ -19,7 +19,7 @@ keepalive = 5  # seconds an idle keep-alive connection (or the next request's he
 control_socket_disable = True
 
 
-def post_worker_init(worker):
+def post_worker_init(worker: object) -> None:
     # Each worker loads the model before it takes requests, so no request pays for it.
     from retrieval.warmup import warm_up
 

@@ -1,6 +1,12 @@
+from collections.abc import Sequence
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
-from django.urls import path, reverse
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils.html import format_html
 
 from core.admin import ConflictsAnsweredAdmin
@@ -10,7 +16,7 @@ from tenants.models import ApiKey, RateTier, Scope, Tenant
 from tenants.services import create_api_key, revoke_api_key
 
 
-class ApiKeyForm(forms.ModelForm):
+class ApiKeyForm(forms.ModelForm[ApiKey]):
     """Scopes as checkboxes rather than the array field's comma-separated text."""
 
     scopes = forms.MultipleChoiceField(choices=Scope.choices, widget=forms.CheckboxSelectMultiple)
@@ -23,7 +29,7 @@ class ApiKeyForm(forms.ModelForm):
         ]  # fmt: skip
 
 
-class ApiKeyInline(admin.TabularInline):
+class ApiKeyInline(admin.TabularInline[ApiKey, Tenant]):
     model = ApiKey
     form = ApiKeyForm
     extra = 0
@@ -31,11 +37,11 @@ class ApiKeyInline(admin.TabularInline):
     readonly_fields = ["prefix", "created_at", "last_used_at"]
     can_delete = False
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # keys are issued by create_api_key (API keys > Add, or `manage.py create_api_key`)
 
 
-class TenantForm(forms.ModelForm):
+class TenantForm(forms.ModelForm[Tenant]):
     class Meta:
         model = Tenant
         fields = "__all__"  # noqa: DJ007  # the admin picks the fields; this form only cleans the name
@@ -52,11 +58,11 @@ class TenantAdmin(ConflictsAnsweredAdmin):
     search_fields = ["name"]
     inlines = [ApiKeyInline]
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern | URLResolver]:
         view = self.admin_site.admin_view(self.dashboard_view)
         return [path("<int:tenant_id>/dashboard/", view, name="tenants_tenant_dashboard"), *super().get_urls()]
 
-    def dashboard_view(self, request, tenant_id: int):
+    def dashboard_view(self, request: HttpRequest, tenant_id: int) -> TemplateResponse:
         context = {**self.admin_site.each_context(request), "opts": self.opts}
         return console.dashboard_view(request, context, tenant_id)
 
@@ -72,7 +78,7 @@ class RateTierAdmin(ConflictsAnsweredAdmin):
     search_fields = ["name"]
 
 
-class ApiKeyCreationForm(forms.ModelForm):
+class ApiKeyCreationForm(forms.ModelForm[ApiKey]):
     """The arguments of ``create_api_key``, which makes the secret."""
 
     scopes = forms.MultipleChoiceField(choices=Scope.choices, widget=forms.CheckboxSelectMultiple, initial=["search"])
@@ -113,36 +119,41 @@ class ApiKeyAdmin(ConflictsAnsweredAdmin):
     readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
     actions = ["revoke"]
 
-    def get_form(self, request, obj=None, **kwargs):
+    def get_form(
+        self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[ApiKey]]:
         if obj is None:
             kwargs["form"] = self.add_form
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
-    def get_fields(self, request, obj=None):
-        return self.add_form._meta.fields if obj is None else super().get_fields(request, obj)
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Sequence[str | Sequence[str]]:
+        return ApiKeyCreationForm.Meta.fields if obj is None else super().get_fields(request, obj)
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Sequence[str]:
         return [] if obj is None else self.readonly_fields
 
-    def save_form(self, request, form, change):
+    def save_form(self, request: HttpRequest, form: forms.ModelForm[ApiKey], change: bool) -> ApiKey:
         if change:
             return super().save_form(request, form, change)
+        assert isinstance(form, ApiKeyCreationForm)  # get_form's form for an added key
         api_key = form.create()
         messages.warning(
             request, f"The key {api_key.prefix}'s secret, shown this once (copy it now): {form.issued.raw_key}"
         )
         return api_key
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm[ApiKey], change: bool) -> None:
         if change:  # an added key was saved by create_api_key
             super().save_model(request, obj, form, change)
 
-    def save_related(self, request, form, formsets, change):
+    def save_related(
+        self, request: HttpRequest, form: forms.ModelForm[ApiKey], formsets: Any, change: bool
+    ) -> None:
         if change:  # an added key has nothing more to save
             super().save_related(request, form, formsets, change)
 
     @admin.action(description="Revoke selected API keys", permissions=["change"])
-    def revoke(self, request, queryset):
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         revoked = 0
         for api_key in queryset.filter(revoked_at__isnull=True):
             revoke_api_key(api_key)

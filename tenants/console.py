@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 
@@ -18,7 +19,7 @@ from tenants.selectors import tenants_visible_to
 DASHBOARD_COST_DAYS = 14
 
 
-def dashboard_view(request, context: dict[str, Any], tenant_id: int) -> TemplateResponse:
+def dashboard_view(request: HttpRequest, context: dict[str, Any], tenant_id: int) -> TemplateResponse:
     tenant = get_object_or_404(tenants_visible_to(request.user).select_related("rate_tier"), pk=tenant_id)
     usage = query_usage(tenant.pk)
     tier = tenant.rate_tier

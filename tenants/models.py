@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
@@ -40,7 +42,7 @@ class RateTier(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def clean(self):
+    def clean(self) -> None:
         limits = self.endpoint_limits
         if not isinstance(limits, dict) or not all(
             name in RATE_LIMITED_ENDPOINTS and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
@@ -148,7 +150,7 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.tenant})"
 
-    def is_usable(self, now=None) -> bool:
+    def is_usable(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
         if self.revoked_at is not None and self.revoked_at <= now:
             return False

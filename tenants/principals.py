@@ -55,7 +55,7 @@ def reader_of(principals: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({EVERYONE, *principals}))
 
 
-def validate_principals(value) -> None:
+def validate_principals(value: object) -> None:
     """A model field's validator: a ``ValidationError`` naming what is wrong."""
     try:
         clean_principals(value)

@@ -3,6 +3,8 @@ tenant and the key typed, so views annotate ``request: TenantRequest`` instead o
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework.request import Request
 
 from tenants.models import ApiKey, Tenant
@@ -13,3 +15,5 @@ class TenantRequest(Request):
 
     tenant: Tenant
     auth: ApiKey
+    # The rows of the view's ``read_along()``, read with the key's check; None when the key was read in full.
+    read_along: list[tuple[Any, ...]] | None

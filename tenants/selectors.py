@@ -6,9 +6,12 @@ import hmac
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cachetools import TTLCache
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -33,8 +36,8 @@ class ReadAlong:
     then: ``statement`` maps the tenant id to (SQL, parameters); ``rows`` stays None when the key had
     to be looked up in full (the caller reads on its own then)."""
 
-    statement: Callable[[int], tuple[str, list]]
-    rows: list[tuple] | None = None
+    statement: Callable[[int], tuple[str, list[Any]]]
+    rows: list[tuple[Any, ...]] | None = None
 
 
 def api_key_for(raw_key: str, along: ReadAlong | None = None) -> ApiKey | None:
@@ -85,7 +88,7 @@ def _access_unchanged(api_key: ApiKey, along: ReadAlong | None) -> bool:
         statement, params = f"{statement}; {other}", [*params, *other_params]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        row = cursor.fetchone()
+        row: tuple[Any, ...] | None = cursor.fetchone()
         if along is not None:
             cursor.nextset()
             along.rows = cursor.fetchall()
@@ -103,11 +106,11 @@ _ACCESS_SQL = (
     f"SELECT k.revoked_at, k.expires_at, k.scopes, k.principals, k.knowledge_base_ids, t.is_active FROM {ApiKey._meta.db_table} k "
     f"JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id WHERE k.id = %s"
 )
-_usable_keys: TTLCache = TTLCache(maxsize=10_000, ttl=max(settings.API_KEY_CACHE_TTL_S, 1))
+_usable_keys: TTLCache[str, ApiKey] = TTLCache(maxsize=10_000, ttl=max(settings.API_KEY_CACHE_TTL_S, 1))
 _usable_keys_lock = threading.Lock()
 
 
-def tenants_visible_to(user) -> QuerySet[Tenant]:
+def tenants_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Tenant]:
     """The tenants a console user may search and inspect: every tenant for a superuser or for staff
     granted the ``tenants.view_tenant`` model permission, none for other staff."""
     if user.is_active and user.is_staff and user.has_perm("tenants.view_tenant"):

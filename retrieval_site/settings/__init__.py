@@ -9,7 +9,10 @@ Importing this module starts no server (see ``environment``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import dj_database_url
+import django_stubs_ext
 
 from core.embedded_postgres import EMBEDDED_DATABASE, EMBEDDED_USER
 from core.faults import refuse_in_production
@@ -22,6 +25,7 @@ from retrieval_site.settings.environment import Environment
 from retrieval_site.settings.variables import *  # noqa: F403
 from retrieval_site.settings.variables import env
 
+django_stubs_ext.monkeypatch()  # ModelForm[M], ModelAdmin[M] and the like: subscriptable at run time
 refuse_in_production(env.CRASH_TEST_PAUSE_AT, debug=env.DEBUG, fault_injection=env.FAULT_INJECTION)
 
 INSTALLED_APPS = [
@@ -84,7 +88,7 @@ WSGI_APPLICATION = "retrieval_site.wsgi.application"
 
 # --- Database -------------------------------------------------------------------------------
 if env.DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(env.DATABASE_URL, conn_max_age=env.DB_CONN_MAX_AGE)}
+    DATABASES: dict[str, Any] = {"default": dj_database_url.parse(env.DATABASE_URL, conn_max_age=env.DB_CONN_MAX_AGE)}
 else:  # the backend starts (or attaches to) the server under EMBEDDED_PG_DIR and finds its socket
     DATABASES = {
         "default": {
@@ -113,7 +117,7 @@ DATABASE_ROUTERS = ["retrieval_site.db_router.ReplicaRouter"]
 
 # --- Redis: result cache, rate-limit counters, idempotency records ----------------------------
 REDIS_URL = env.REDIS_URL or embedded_redis_location(env.EMBEDDED_REDIS_DIR)
-CACHES = {
+CACHES: dict[str, Any] = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
@@ -142,12 +146,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.VAR_DIR / "static"
-STORAGES = {
+STORAGES: dict[str, Any] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-REST_FRAMEWORK = {
+REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.authentication.HasTenant"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
@@ -159,7 +163,7 @@ REST_FRAMEWORK = {
 }
 
 # --- OpenAPI (/api/schema/, Swagger UI at /api/docs/ with assets served locally) -------------
-SPECTACULAR_SETTINGS = {
+SPECTACULAR_SETTINGS: dict[str, Any] = {
     "TITLE": "Retrieval service API",
     "DESCRIPTION": (
         "Ranked passages from a tenant's knowledge bases for RAG engines and agents. Every response carries "
@@ -201,7 +205,7 @@ SEARCH_WEIGHTS = {  # default retriever weights
 RANKING_SETTINGS = (*Environment.ranking(), "SEARCH_WEIGHTS")
 
 # Every log line carries the request id; retrieval.access logs one line per request.
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "core.logging.RequestIdFilter"}},

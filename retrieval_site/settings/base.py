@@ -13,6 +13,7 @@ from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -53,6 +54,11 @@ Lowercase = BeforeValidator(lambda value: value.strip().lower())
 Uppercase = BeforeValidator(lambda value: value.strip().upper())
 
 
+def _variable(name: str, field: FieldInfo) -> str:
+    """The environment variable of a field: its alias (a plain name here) or its own name."""
+    return field.validation_alias if isinstance(field.validation_alias, str) else name
+
+
 class Section(BaseSettings):
     """One concern's variables. The sections are read together, once, as ``environment.Environment``,
     so a default may be made from a variable of a section read before (``data["VAR_DIR"]``)."""
@@ -65,13 +71,13 @@ class Section(BaseSettings):
     @classmethod
     def variables(cls) -> list[str]:
         """The names of the environment variables read, in order."""
-        return [field.validation_alias or name for name, field in cls.model_fields.items()]
+        return [_variable(name, field) for name, field in cls.model_fields.items()]
 
     @classmethod
     def own_variables(cls) -> list[str]:
         """The variables this section adds to the sections it is made from."""
         inherited = {name for base in cls.__bases__ if issubclass(base, Section) for name in base.model_fields}
-        return [field.validation_alias or name for name, field in cls.model_fields.items() if name not in inherited]
+        return [_variable(name, field) for name, field in cls.model_fields.items() if name not in inherited]
 
     @classmethod
     def ranking(cls) -> tuple[str, ...]:

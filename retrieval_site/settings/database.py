@@ -25,7 +25,7 @@ def _database_url(value: str) -> str:
     return value
 
 
-def pooled_database(database: dict[str, Any]) -> dict[str, Any]:
+def pooled_database(database: Mapping[str, Any]) -> dict[str, Any]:
     """A Django database's settings for a connection through a transaction-mode pooler: each transaction
     (each statement in autocommit) may run on another server connection, so nothing may live in a session.
     Startup options are refused by pgbouncer (the vector engine sets its planner settings per query),

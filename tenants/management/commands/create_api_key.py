@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from tenants.models import Scope
@@ -11,7 +11,7 @@ from tenants.services import create_api_key, validate_scopes
 class Command(BaseCommand):
     help = "Issue an API key for a tenant. The key is printed once, alone on the last line."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--name", default="")
         parser.add_argument("--expires-in-days", type=int, default=None)
@@ -41,15 +41,15 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args,
+        *args: object,
         tenant: str,
         name: str,
         expires_in_days: int | None,
         scopes: str,
         kb_ids: list[int],
         principals: list[str],
-        **options,
-    ):
+        **options: object,
+    ) -> None:
         if expires_in_days is not None and expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1")
         try:

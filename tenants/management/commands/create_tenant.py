@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.names import InvalidName
 from tenants.errors import TenantExists
@@ -8,10 +8,10 @@ from tenants.services import create_tenant
 class Command(BaseCommand):
     help = "Create a tenant."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
 
-    def handle(self, *args, name: str, **options):
+    def handle(self, *args: object, name: str, **options: object) -> None:
         try:
             tenant = create_tenant(name)
         except (TenantExists, InvalidName) as refused:
