@@ -15,8 +15,8 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-@app.on_after_configure.connect
-def start_embedded_broker(sender, **kwargs) -> None:
+@app.on_after_configure.connect  # type: ignore[untyped-decorator]  # Celery ships no type information
+def start_embedded_broker(sender: object, **kwargs: object) -> None:
     """With no ``REDIS_URL`` the broker is the embedded Redis, which starts on first use: a worker, beat
     or a web process sending its first task may be that first use (the cache starts it otherwise)."""
     from core.redis import start_embedded_redis

@@ -1,4 +1,3 @@
-from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -6,7 +5,7 @@ from django.contrib import admin, messages
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from core.admin import ConflictsAnsweredAdmin
@@ -58,7 +57,7 @@ class TenantAdmin(ConflictsAnsweredAdmin):
     search_fields = ["name"]
     inlines = [ApiKeyInline]
 
-    def get_urls(self) -> list[URLPattern | URLResolver]:
+    def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.dashboard_view)
         return [path("<int:tenant_id>/dashboard/", view, name="tenants_tenant_dashboard"), *super().get_urls()]
 
@@ -126,15 +125,16 @@ class ApiKeyAdmin(ConflictsAnsweredAdmin):
             kwargs["form"] = self.add_form
         return super().get_form(request, obj, change, **kwargs)
 
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Sequence[str | Sequence[str]]:
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[Any] | tuple[Any, ...]:
         return ApiKeyCreationForm.Meta.fields if obj is None else super().get_fields(request, obj)
 
-    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Sequence[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str] | tuple[str, ...]:
         return [] if obj is None else self.readonly_fields
 
     def save_form(self, request: HttpRequest, form: forms.ModelForm[ApiKey], change: bool) -> ApiKey:
         if change:
-            return super().save_form(request, form, change)
+            saved: ApiKey = super().save_form(request, form, change)
+            return saved
         assert isinstance(form, ApiKeyCreationForm)  # get_form's form for an added key
         api_key = form.create()
         messages.warning(
@@ -146,9 +146,7 @@ class ApiKeyAdmin(ConflictsAnsweredAdmin):
         if change:  # an added key was saved by create_api_key
             super().save_model(request, obj, form, change)
 
-    def save_related(
-        self, request: HttpRequest, form: forms.ModelForm[ApiKey], formsets: Any, change: bool
-    ) -> None:
+    def save_related(self, request: HttpRequest, form: forms.ModelForm[ApiKey], formsets: Any, change: bool) -> None:
         if change:  # an added key has nothing more to save
             super().save_related(request, form, formsets, change)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rest_framework import authentication, permissions
 
 from core.errors import InvalidApiKey
 from tenants.models import ApiKey, Tenant
+from tenants.requests import TenantRequest
 from tenants.selectors import ReadAlong, api_key_for
 from tenants.services import record_api_key_use
 
@@ -31,8 +32,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if api_key is None:
             raise InvalidApiKey("The API key is invalid, expired or revoked.")
         record_api_key_use(api_key)
-        request.tenant = api_key.tenant
-        request.read_along = along.rows if along is not None else None
+        authenticated = cast(TenantRequest, request)  # what HasTenant's views receive
+        authenticated.tenant = api_key.tenant
+        authenticated.read_along = along.rows if along is not None else None
         return (api_key.tenant, api_key)
 
     def authenticate_header(self, request: Request) -> str:
@@ -45,7 +47,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             if scheme.lower() != self.keyword.lower() or not value.strip():
                 raise InvalidApiKey("The Authorization header must be 'Bearer <api key>'.")
             return value.strip()
-        value: str = request.META.get("HTTP_X_API_KEY", "").strip()
+        value = request.META.get("HTTP_X_API_KEY", "").strip()
         return value or None
 
 

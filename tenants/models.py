@@ -52,7 +52,8 @@ class RateTier(models.Model):
             raise ValidationError({"endpoint_limits": message})
 
     def limit_for(self, endpoint: str) -> int:
-        return self.endpoint_limits.get(endpoint, self.requests_per_window)
+        limit: int = self.endpoint_limits.get(endpoint, self.requests_per_window)
+        return limit
 
 
 def default_rate_tier() -> int:

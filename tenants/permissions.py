@@ -4,9 +4,14 @@ carry it."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from rest_framework import permissions, status
+from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from core.errors import DomainError
+from tenants.requests import TenantRequest
 
 
 class InsufficientScope(DomainError):
@@ -20,9 +25,14 @@ class HasScope(permissions.BasePermission):
     """Use after ``HasTenant``: the key must carry ``view.required_scope`` or one of ``view.scopes_for(request)``;
     ``details.required_scope`` names the first of those."""
 
-    def has_permission(self, request, view) -> bool:
-        scopes = view.scopes_for(request) if hasattr(view, "scopes_for") else [view.required_scope]
-        if not any(request.auth.has_scope(scope) for scope in scopes):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        api_key = cast(TenantRequest, request).auth  # HasTenant ran first
+        if hasattr(view, "scopes_for"):
+            scopes: list[str] = view.scopes_for(request)
+        else:
+            assert hasattr(view, "required_scope"), f"{type(view).__name__} names no required_scope"
+            scopes = [view.required_scope]
+        if not any(api_key.has_scope(scope) for scope in scopes):
             names = " or ".join(f"'{scope}'" for scope in scopes)
             raise InsufficientScope(f"This API key lacks the {names} scope.", details={"required_scope": scopes[0]})
         return True

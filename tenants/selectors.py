@@ -10,8 +10,7 @@ from typing import Any
 
 from cachetools import TTLCache
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -110,7 +109,7 @@ _usable_keys: TTLCache[str, ApiKey] = TTLCache(maxsize=10_000, ttl=max(settings.
 _usable_keys_lock = threading.Lock()
 
 
-def tenants_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Tenant]:
+def tenants_visible_to(user: User | AnonymousUser) -> QuerySet[Tenant]:
     """The tenants a console user may search and inspect: every tenant for a superuser or for staff
     granted the ``tenants.view_tenant`` model permission, none for other staff."""
     if user.is_active and user.is_staff and user.has_perm("tenants.view_tenant"):

@@ -27,7 +27,9 @@ class HttpFront(Section):
         validation_alias="DJANGO_SECRET_KEY", default_factory=lambda data: _local_secret_key(data["VAR_DIR"])
     )
     DEBUG: bool = Field(default=False, validation_alias="DJANGO_DEBUG")
-    ALLOWED_HOSTS: CommaList = Field(default=["127.0.0.1", "localhost", "testserver"], validation_alias="DJANGO_ALLOWED_HOSTS")
+    ALLOWED_HOSTS: CommaList = Field(
+        default=["127.0.0.1", "localhost", "testserver"], validation_alias="DJANGO_ALLOWED_HOSTS"
+    )
     CSRF_TRUSTED_ORIGINS: CommaList = Field(default=[], validation_alias="DJANGO_CSRF_TRUSTED_ORIGINS")
     # Search requests are small; anything larger is refused with 413 before it is parsed.
     DATA_UPLOAD_MAX_MEMORY_SIZE: PositiveInt = Field(default=256 * 1024, validation_alias="MAX_REQUEST_BYTES")

@@ -44,11 +44,13 @@ class _BaseClient:
         body = {"query": query, **{key: value for key, value in options.items() if value is not None}}
         return SEARCH_PATH + (mode or "search"), body
 
-    def _settle(self, answer: httpx.Response | httpx.TransportError, attempt: int, deadline: float):
+    def _settle(
+        self, answer: httpx.Response | httpx.TransportError, attempt: int, deadline: float
+    ) -> tuple[SearchResult | None, float]:
         """The result of a successful answer, or the delay before the next attempt; raises when final."""
         if isinstance(answer, httpx.Response) and answer.status_code < 400:
             try:
-                return SearchResult.from_dict(answer.json()), None
+                return SearchResult.from_dict(answer.json()), 0.0
             except (ValueError, TypeError, KeyError) as exc:
                 raise ServerError(
                     f"unexpected answer: {exc}", code="malformed_response", status=answer.status_code
@@ -90,6 +92,7 @@ class RetrievalClient(_BaseClient):
     def _search(self, mode: str | None, query: str, options: dict[str, Any]) -> SearchResult:
         path, body = self._request(mode, query, options)
         deadline = time.monotonic() + self.timeout
+        answer: httpx.Response | httpx.TransportError
         for attempt in itertools.count():
             try:
                 answer = self._http.post(path, json=body, timeout=max(deadline - time.monotonic(), 0.001))
@@ -99,6 +102,7 @@ class RetrievalClient(_BaseClient):
             if result is not None:
                 return result
             time.sleep(delay)
+        raise AssertionError("itertools.count() does not end")
 
     def close(self) -> None:
         self._http.close()
@@ -135,6 +139,7 @@ class AsyncRetrievalClient(_BaseClient):
     async def _search(self, mode: str | None, query: str, options: dict[str, Any]) -> SearchResult:
         path, body = self._request(mode, query, options)
         deadline = time.monotonic() + self.timeout
+        answer: httpx.Response | httpx.TransportError
         for attempt in itertools.count():
             try:
                 answer = await self._http.post(path, json=body, timeout=max(deadline - time.monotonic(), 0.001))
@@ -144,6 +149,7 @@ class AsyncRetrievalClient(_BaseClient):
             if result is not None:
                 return result
             await asyncio.sleep(delay)
+        raise AssertionError("itertools.count() does not end")
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -64,7 +65,7 @@ def document(hit: SearchHit) -> Document:
     return Document(page_content=hit.content, metadata=hit.citation_metadata(), id=str(hit.chunk_id))
 
 
-def format_context(hits: list[SearchHit] | list[Document], max_tokens: int = 2000) -> str:
+def format_context(hits: Sequence[SearchHit | Document], max_tokens: int = 2000) -> str:
     """Passages as numbered sources (``[1] title (source)`` then the text), in order, within about
     ``max_tokens`` (estimated, no tokenizer); the last passage that does not fit is cut at a word."""
     blocks, budget = [], max_tokens

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
-def _known(cls, data: dict[str, Any]) -> dict[str, Any]:
+def _known(cls: type[Any], data: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {key: value for key, value in data.items() if key in names}
 
