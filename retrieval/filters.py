@@ -41,7 +41,19 @@ from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import BooleanField, CharField, ExpressionWrapper, F, Func, JSONField, Q, TextField, Value
+from django.db.models import (
+    BooleanField,
+    CharField,
+    ExpressionWrapper,
+    F,
+    Field,
+    Func,
+    JSONField,
+    Q,
+    QuerySet,
+    TextField,
+    Value,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -91,7 +103,7 @@ class CompiledFilter:
             q=self.q & Q(acl__overlap=list(reader)), aliases=self.aliases, source=self.source, reader=reader
         )
 
-    def apply(self, queryset):
+    def apply(self, queryset: QuerySet[Chunk]) -> QuerySet[Chunk]:
         return queryset.alias(**self.aliases).filter(self.q) if self.aliases else queryset.filter(self.q)
 
     @cached_property
@@ -118,7 +130,7 @@ def compile_filters(filters: Any, reader: tuple[str, ...] | None = None) -> Comp
 
 
 class _Compiler:
-    def __init__(self):
+    def __init__(self) -> None:
         self.aliases: dict[str, Any] = {}
         self._clauses = 0
         self._alias_ids = itertools.count()
@@ -235,7 +247,7 @@ class _Compiler:
         self.aliases[alias] = Coalesce(ExpressionWrapper(condition, output_field=BooleanField()), Value(False))
         return Q(**{alias: True})
 
-    def _metadata_string_match(self, segments: list[str], alias: str, value, op: str, operand: str) -> Q:
+    def _metadata_string_match(self, segments: list[str], alias: str, value: Any, op: str, operand: str) -> Q:
         """Substring / prefix / suffix of a string value (Django's LIKE lookups escape ``%`` and ``_``).
         Coalesce makes a missing key or another type false rather than NULL, so ``not`` is the exact complement."""
         condition = Q(**{f"{alias}_text__{_STRING_MATCH_LOOKUPS[op]}": operand, f"{alias}_type": "string"})
@@ -248,7 +260,7 @@ class _Compiler:
         return matched
 
 
-def _metadata_path(segments: list[str], operator: str, output_field) -> Func:
+def _metadata_path(segments: list[str], operator: str, output_field: Field[Any, Any]) -> Func:
     """``metadata #> '{a,b}'`` (JSON) or ``#>>`` (text): reads object keys even when they look like numbers
     (``->`` would index arrays)."""
     return Func(
@@ -264,7 +276,7 @@ def _nest(segments: list[str], value: Any) -> dict[str, Any]:
     nested: Any = value
     for segment in reversed(segments):
         nested = {segment: nested}
-    return nested
+    return dict(nested)
 
 
 def _json_type(value: Any) -> str:
@@ -275,7 +287,7 @@ def _json_type(value: Any) -> str:
     )
 
 
-def _list(value: Any, path: str) -> list:
+def _list(value: Any, path: str) -> list[Any]:
     if not isinstance(value, list) or not value:
         raise InvalidFilter(f"{path}: expected a non-empty list")
     if len(value) > MAX_LIST_ITEMS:

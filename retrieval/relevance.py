@@ -55,7 +55,7 @@ CALIBRATED = ("vector", "bm25")
 
 # version id -> (revision, unit vectors of its sample, monotonic time read): ~0.4 MB each at 384
 # dimensions, so the versions searched most recently only; another is read again (one query).
-_samples: LRUCache = LRUCache(maxsize=SAMPLES_KEPT)
+_samples: LRUCache[int, tuple[int, np.ndarray, float]] = LRUCache(maxsize=SAMPLES_KEPT)
 _lock = threading.Lock()
 
 
@@ -109,7 +109,9 @@ def dense_backgrounds(
         for ranked, query in zip(leg.lists, leg.queries, strict=True):
             for group in groups:
                 vector = (query.vectors or {}).get(group.model_name)
-                for version_id in group.version_ids if vector is not None else ():
+                if vector is None:
+                    continue
+                for version_id in group.version_ids:
                     sample = passage_sample(version_id, revisions[version_id])
                     backgrounds[(ranked.query, version_id)] = query_background(vector, sample)
     return backgrounds

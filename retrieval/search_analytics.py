@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
@@ -79,7 +80,7 @@ def searches_of(tenant: Tenant, kb: KnowledgeBase | None) -> QuerySet[SearchLog]
     return rows
 
 
-def _grouped(rows: QuerySet[SearchLog], since: datetime) -> QuerySet:
+def _grouped(rows: QuerySet[SearchLog], since: datetime) -> QuerySet[Any, Any]:
     return rows.values("query", "mode").annotate(
         volume=Count("id", filter=Q(created_at__gte=since)),
         previous=Count("id", filter=Q(created_at__lt=since)),
@@ -87,6 +88,6 @@ def _grouped(rows: QuerySet[SearchLog], since: datetime) -> QuerySet:
     )
 
 
-def _listed(rows: QuerySet[SearchLog], **extra) -> list[QueryStats]:
+def _listed(rows: QuerySet[SearchLog], **extra: Any) -> list[QueryStats]:
     grouped = rows.values("query", "mode").annotate(volume=Count("id"), last_seen=Max("created_at"), **extra)
     return [QueryStats(**row) for row in grouped.order_by("-volume", "-last_seen", "query")[:ROWS_SHOWN]]

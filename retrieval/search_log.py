@@ -80,7 +80,7 @@ def purge_old_search_logs(days: int) -> int:
 # --- the writer ------------------------------------------------------------------------------------
 
 
-def _write(batch: list[tuple]) -> int:
+def _write(batch: list[tuple[Any, ...]]) -> int:
     fields = ("tenant_id", "query", "mode", "kb_ids", "hits", "best_relevance", "legs_disagree", "created_at")
     try:
         SearchLog.objects.bulk_create([SearchLog(**dict(zip(fields, row))) for row in batch])
@@ -91,4 +91,6 @@ def _write(batch: list[tuple]) -> int:
     return len(batch)
 
 
-writer: BackgroundWriter[tuple] = BackgroundWriter("search-log", "SEARCH_LOG", _write, record_search_log_dropped)
+writer: BackgroundWriter[tuple[Any, ...]] = BackgroundWriter(
+    "search-log", "SEARCH_LOG", _write, record_search_log_dropped
+)

@@ -6,6 +6,7 @@ from collections.abc import Collection
 from typing import Any
 
 import numpy as np
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import F, TextField
 from django.db.models.functions import MD5, Cast
@@ -53,7 +54,7 @@ def hashes_of_chunks_passing(tenant: Tenant, chunk_ids: list[int], compiled: Com
     return _id_hash_rows(statement, params)
 
 
-def _id_hash_rows(statement: str, params: list) -> dict[int, str]:
+def _id_hash_rows(statement: str, params: list[Any]) -> dict[int, str]:
     # Raw SQL (parameterized): on every search's hot path compiling the ORM query for a hundred ids
     # cost more than running it.
     with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
@@ -85,7 +86,8 @@ def parents_of_chunks(tenant: Tenant, chunk_ids: set[int]) -> list[tuple[int, in
         return []
     with read_connection().cursor() as cursor:  # a search's reads: maybe a replica's
         cursor.execute(_PARENTS_OF_CHUNKS_SQL, [tenant.pk, list(chunk_ids)])
-        return cursor.fetchall()
+        rows: list[tuple[int, int, str, int]] = cursor.fetchall()
+        return rows
 
 
 _PARENTS_OF_CHUNKS_SQL = (
@@ -127,7 +129,7 @@ def chunks_with_documents(tenant: Tenant, chunk_ids: list[int], *, parents: bool
     return {chunk.pk: chunk for chunk in chunks}
 
 
-def recent_runs(user, limit: int = 20) -> list[RetrievalRun]:
+def recent_runs(user: User, limit: int = 20) -> list[RetrievalRun]:
     """The user's latest retrieval tests in the console, newest first."""
     return list(RetrievalRun.objects.filter(user=user).select_related("tenant")[:limit])
 

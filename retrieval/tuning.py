@@ -89,7 +89,7 @@ def effective_settings(request: SearchRequest, per_kb: list[dict[str, Any]]) -> 
     defaults = service_defaults(request.mode)
     notes: list[str] = []
 
-    def agreed(label: str, values: set, default):
+    def agreed(label: str, values: set[Any], default: Any) -> Any:
         if len(values) > 1:
             notes.append(f"the searched knowledge bases set different {label}: the service setting applies")
         return values.pop() if len(values) == 1 else default

@@ -17,7 +17,7 @@ from engines.base import LexicalHit
 from engines.lexical_filter import LexicalFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
-from retrieval.fusion import RankedList
+from retrieval.fusion import FusedCandidate, RankedList
 
 MODES = ("vector", "bm25", "hybrid", "graph")
 RETRIEVERS = ("vector", "bm25", "graph")
@@ -215,7 +215,7 @@ class LegResult:
 
 @dataclass(frozen=True)
 class Reranked:
-    candidates: list  # FusedCandidate, the reranked head first
+    candidates: list[FusedCandidate]  # the reranked head first
     scores: dict[int, float] | None  # chunk id -> rerank score; None: not reranked
     degraded: list[dict[str, Any]]
 

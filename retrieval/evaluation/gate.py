@@ -59,7 +59,7 @@ def _top_documents(kb: KnowledgeBase, query: str, knowledge: SearchedKnowledge) 
 def overlap_on_recent(kb: KnowledgeBase, active: SearchedKnowledge, candidate: SearchedKnowledge) -> dict[str, Any]:
     """Per recent query (the tenant's most frequent): the share of top-10 documents both versions
     return; the mean, and the queries answered differently."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for query in frequent_queries(kb.tenant_id, VALIDATION_QUERIES):
         before, after = _top_documents(kb, query, active), _top_documents(kb, query, candidate)
         shared = len(set(before) & set(after)) / max(len(before), len(after), 1)
@@ -76,6 +76,7 @@ def overlap_on_recent(kb: KnowledgeBase, active: SearchedKnowledge, candidate: S
 def gate_report(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> dict[str, Any]:
     """The comparison of ``version`` with the KB's active version (the module's docstring)."""
     active_version = kb.active_version
+    assert active_version is not None, "a gated version is compared with an active one"
     active, candidate = searched_knowledge(kb.tenant, [kb.pk]), version_knowledge(kb, version)
     margin = float(settings.KB_VERSION_GATE_NDCG)
     report: dict[str, Any] = {
@@ -98,7 +99,7 @@ def gate_report(kb: KnowledgeBase, version: KnowledgeBaseVersion) -> dict[str, A
     ndcg_before = float(np.mean([before.per_query[qid]["ndcg@10"] for qid in ids]))
     ndcg_after = float(np.mean([after.per_query[qid]["ndcg@10"] for qid in ids]))
     texts = dict(JudgedQuery.objects.filter(pk__in=[int(qid) for qid in ids]).values_list("pk", "query"))
-    changes = [
+    changes: list[dict[str, Any]] = [
         {"query_id": qid, "query": texts.get(int(qid), qid), "active": before.per_query[qid]["ndcg@10"],
          "version": after.per_query[qid]["ndcg@10"],
          "delta": round(after.per_query[qid]["ndcg@10"] - before.per_query[qid]["ndcg@10"], 6)}

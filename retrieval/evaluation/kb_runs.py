@@ -170,7 +170,7 @@ def start_evaluation(kb: KnowledgeBase, settings: dict[str, Any]) -> EvaluationR
             details={"kb_id": kb.pk},
         )
     version = kb.active_version
-    if cleaned["version"] is not None and cleaned["version"] != version.number:
+    if cleaned["version"] is not None and (version is None or cleaned["version"] != version.number):
         version = kb.versions.filter(number=cleaned["version"]).first()
         if version is None or version.status not in SCORABLE:
             raise InvalidQuerySet(
@@ -211,7 +211,9 @@ def execute_evaluation(run_id: int) -> EvaluationRun | None:
             EvaluationRun.objects.filter(pk=run.pk).update(done=F("done") + done)
 
         knowledge = None  # the active version
-        if run.version_number is not None and run.version_number != kb.active_version.number:
+        if run.version_number is not None and (
+            kb.active_version is None or run.version_number != kb.active_version.number
+        ):
             knowledge = version_knowledge(kb, kb.versions.get(number=run.version_number))
         result = run_variant(kb.tenant, kb, dataset, variant_of(run.settings), query_ids, progress, knowledge)
         summary = result.summary()

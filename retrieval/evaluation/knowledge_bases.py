@@ -84,11 +84,13 @@ def ingest_corpus(kb: KnowledgeBase, files: list[SourceFile], on_progress: Calla
     then rebuild the keyword index if the analyzer changed since it was built."""
     report = Ingester(kb, on_progress=on_progress).ingest(files)
     analyzer = analyzer_for_tenant(kb.tenant_id)
-    state = get_lexical_index().state(kb.active_version_id)
+    version_id = kb.active_version_id
+    state = get_lexical_index().state(version_id) if version_id is not None else None
     if state is not None and (state.analyzer_version, state.dictionary_fingerprint) != (
         analyzer.version,
         analyzer.dictionary_fingerprint,
     ):
+        assert kb.active_version is not None  # its index has a state
         rebuild_lexical_index(kb.active_version)
     return report
 

@@ -64,7 +64,7 @@ def score_query(ranking: Sequence[str], judgments: Judgments) -> dict[str, float
 KEPT_ON_REFERENCE = 0.9
 
 
-def threshold_keeping(relevant_scores: Sequence[float], share: float = KEPT_ON_REFERENCE) -> float | None:
+def threshold_keeping(relevant_scores: Sequence[float] | np.ndarray, share: float = KEPT_ON_REFERENCE) -> float | None:
     """The highest ``relevance`` threshold that keeps at least ``share`` of these relevant hits; None without any."""
     if not len(relevant_scores):
         return None

@@ -86,7 +86,7 @@ def run_variant(
         response = search(tenant, variant.request(dataset.queries[qid], kb.pk), knowledge)
         latency_ms = (time.perf_counter() - started) * 1000
         ranking = [corpus_id_from_uri(hit.source_uri) for hit in response.results]
-        best = {}  # each document of the top 10 at its best chunk, as the metrics rank it
+        best: dict[str, float] = {}  # each document of the top 10 at its best chunk, as the metrics rank it
         for corpus_id, hit in zip(ranking, response.results):
             best.setdefault(corpus_id, hit.relevance)
         judgments = dataset.qrels[qid]

@@ -55,4 +55,5 @@ def suggested_settings(variant: Variant) -> dict[str, Any]:
 def write_suggested_settings(kb: KnowledgeBase, suggested: dict[str, Any]) -> dict[str, Any]:
     """Onto the KB's active version (the index they were measured on), over its other settings."""
     version = kb.active_version
+    assert version is not None, "a swept knowledge base has an active version"
     return update_search_settings(kb, merged_search_settings(version.search_settings, suggested), version=version)

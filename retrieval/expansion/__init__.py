@@ -17,6 +17,7 @@ from retrieval.expansion.common import top_variants
 from retrieval.expansion.llm import LLMExpander
 from retrieval.expansion.spelling import SpellingExpander
 from retrieval.expansion.synonyms import SynonymExpander
+from tenants.models import Tenant
 
 __all__ = [
     "ExpansionContext",
@@ -58,7 +59,12 @@ def _degraded(component: str, cause: str, message: str) -> dict[str, Any]:
 
 
 def expand_query(
-    query: str, *, tenant, version_ids: tuple[int, ...], synonyms: tuple[SynonymRule, ...], options: ExpansionOptions
+    query: str,
+    *,
+    tenant: Tenant,
+    version_ids: tuple[int, ...],
+    synonyms: tuple[SynonymRule, ...],
+    options: ExpansionOptions,
 ) -> ExpansionResult:
     """The variants to search for ``query`` in ``version_ids`` with the tenant's ``synonyms``; failing
     expanders are reported, not raised."""

@@ -14,7 +14,7 @@ feedback").
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 
@@ -38,7 +38,7 @@ class WeightedQuery:
 def relevance_model(passages: list[tuple[list[str], float]], terms: int) -> dict[str, float]:
     """The ``terms`` heaviest words of the passages (tokens, first-pass score), weights summing to 1."""
     total_score = sum(max(score, 0.0) for _, score in passages)
-    weights: Counter[str] = Counter()
+    weights: defaultdict[str, float] = defaultdict(float)
     for tokens, score in passages:
         if not tokens or total_score <= 0:
             continue

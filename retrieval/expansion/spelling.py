@@ -50,7 +50,8 @@ def _vocabulary(tenant_id: int, version_ids: list[int]) -> list[tuple[str, int]]
     limit = settings.SPELLING_MAX_VOCABULARY
     with connection.cursor() as cursor:
         cursor.execute(sql, [tenant_id, version_ids, limit])
-        return cursor.fetchall()
+        rows: list[tuple[str, int]] = cursor.fetchall()
+        return rows
 
 
 class _DictionaryCache:

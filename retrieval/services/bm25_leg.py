@@ -33,7 +33,7 @@ FILTERED_DEPTH_LIMIT = 1000
 
 # Whether a version's keyword index carries the business fields (it gains them with a rebuild, never
 # loses them): read at most once a minute per version, since Elasticsearch answers with two requests.
-_filters_in_index: TTLCache = TTLCache(maxsize=10_000, ttl=60)
+_filters_in_index: TTLCache[Any, Any] = TTLCache(maxsize=10_000, ttl=60)
 _filters_in_index_lock = threading.Lock()
 
 
@@ -80,7 +80,7 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
     notes = _lexical_index_notes(index, context.version_ids, query.analyzer)
     version_ids = context.version_ids
 
-    def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict[str, Any]]:
+    def search_variant(variant: QueryVariant) -> tuple[list[LexicalHit], list[str], dict[tuple[str, int], float]]:
         tokens = query.analyzer.tokens(variant.text)
         hits = bm25_hits(
             index, context.tenant.pk, version_ids, tokens, query.depth, query.allowed, None, query.field_filter
@@ -102,7 +102,7 @@ def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) 
     index = get_lexical_index()
     weight = context.weights["bm25"]
 
-    def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict[str, Any]]:
+    def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict[int, str]]:
         variant, hits, tokens = searched
         hashes: dict[int, str] = {}
         if query.allowed is None:
@@ -133,13 +133,14 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
 
     def feed_back(
         first_pass: tuple[RankedList, ListQuery],
-    ) -> tuple[RankedList, ListQuery, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[RankedList, ListQuery, dict[int, str], dict[tuple[str, int], float]]:
         ranked, first = first_pass
         passages = [
             (query.analyzer.tokens(texts[chunk_id]), score)
             for chunk_id, score in ranked.hits[: feedback.docs]
             if chunk_id in texts
         ]
+        assert first.tokens is not None  # a BM25 list's query
         weighted = feedback_query(first.tokens, passages, feedback)
         hits = bm25_hits(
             index, context.tenant.pk, version_ids, weighted.tokens, query.depth, query.allowed, weighted.weights,

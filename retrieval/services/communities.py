@@ -27,8 +27,8 @@ from knowledge.stores import graph_store
 from retrieval import selectors
 from retrieval.access import reader_check
 from retrieval.errors import GraphUnavailable
-from retrieval.filters import compile_filters
-from retrieval.fusion import RankedList, reciprocal_rank_fusion
+from retrieval.filters import CompiledFilter, compile_filters
+from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.services.degradation import degradation_of
 from retrieval.services.planning import model_groups
 from retrieval.services.timings import StageTimings
@@ -114,7 +114,9 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
     return GlobalGraphResponse(results, degraded, len(communities), timings.milliseconds)
 
 
-def _readable(tenant: Tenant, communities: list[tuple[str, Community]], check) -> list[tuple[str, Community]]:
+def _readable(
+    tenant: Tenant, communities: list[tuple[str, Community]], check: CompiledFilter
+) -> list[tuple[str, Community]]:
     """The communities whose summary the reader may see: every passage it was built from passes the
     reader's ACL check (a summary quotes them; docs/permissions.md). Left out before ranking, so their
     count and scores tell nothing either."""
@@ -161,7 +163,14 @@ def _cosine(query: str, communities: list[tuple[str, Community]]) -> list[tuple[
     return sorted(scores, key=lambda hit: (-hit[1], hit[0]))
 
 
-def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community: int) -> list[dict[str, Any]]:
+def _hydrate(
+    tenant: Tenant,
+    fused: list[FusedCandidate],
+    communities: list[tuple[str, Community]],
+    kb_of_version: dict[int, int],
+    compiled: CompiledFilter,
+    per_community: int,
+) -> list[dict[str, Any]]:
     chosen = [communities[candidate.chunk_id][1] for candidate in fused]
     wanted = [chunk_id for community in chosen for chunk_id in community.chunk_ids]
     passing = selectors.hashes_of_chunks_passing(tenant, wanted, compiled)
@@ -188,7 +197,7 @@ def _hydrate(tenant, fused, communities, kb_of_version, compiled, per_community:
             "chunks": [
                 {"chunk_id": chunk.pk, "doc_id": chunk.document_id, "title": chunk.document.title,
                  "source_uri": chunk.document.source_uri, "parent_id": chunk.parent_id,
-                 "content": chunk.content if chunk.parent_id is None else chunk.parent.content}
+                 "content": chunk.content if chunk.parent is None else chunk.parent.content}
                 for chunk in supporting
             ],
         })  # fmt: skip

@@ -34,7 +34,7 @@ def hydrate(
     by_id = selectors.chunks_with_documents(tenant, head_ids, parents=bool(parents.children))
     passages = selectors.passages(tenant, [chunk_id for ids in head.passages.values() for chunk_id in ids])
     lists = [ranked for leg in legs for ranked in leg.lists]
-    results = []
+    results: list[SearchHit] = []
     for candidate in head.candidates:
         chunk = by_id.get(candidate.chunk_id)
         if chunk is None:  # replaced by a concurrent re-ingest between two reads
@@ -54,7 +54,7 @@ def hydrate(
                 chunk_id=chunk.pk,
                 doc_id=chunk.document_id,
                 kb_id=chunk.knowledge_base_id,
-                content=chunk.content if chunk.parent_id is None else chunk.parent.content,
+                content=chunk.content if chunk.parent is None else chunk.parent.content,
                 score=round(float(score), 6),
                 source=request.mode,
                 rank=len(results) + 1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
+from typing import Any
 
 from core.errors import DomainError
 from retrieval import selectors
@@ -17,7 +18,7 @@ from retrieval.services.degradation import degradation_of
 from retrieval.services.graph_leg import retrieve_graph
 from retrieval.services.pools import embedding_pool, in_pool, lexical_pool
 from retrieval.services.vector_leg import embed, plan_vector, retrieve_vector
-from retrieval.types import LegResult, LexicalQuery
+from retrieval.types import LegResult, LexicalHits, LexicalQuery
 
 LEG_ORDER = ("bm25", "graph", "vector")
 
@@ -32,7 +33,8 @@ def retrieve(context: SearchContext) -> Retrieved:
     """Every leg with a weight, each a list per query variant or its failure. Raises the last failed
     leg's error when no leg answers."""
     timings, weights = context.timings, context.weights
-    embedding = lexical = None
+    embedding: Future[Any] | None = None
+    lexical: Future[LexicalHits] | None = None
     embedding_stage = "embed"
     texts = [variant.text for variant in context.variants]
     if weights["vector"] > 0 and context.query_vector is not None and len(texts) == 1:
@@ -77,18 +79,20 @@ def retrieve(context: SearchContext) -> Retrieved:
         stage = pending.pop(future)
         timings.waited(stage, since)
         if stage == "bm25":
+            assert query is not None  # the keyword search was sent with it
             legs["bm25"] = _finish_bm25(context, query, future)
         else:
             legs["vector"] = _finish_vector(context, plans, plan_error, future)
     ran = [legs[name] for name in LEG_ORDER if name in legs]
     if ran and all(leg.failure for leg in ran):
+        assert ran[-1].unavailable is not None  # a failed leg's error
         raise ran[-1].unavailable
     for leg in ran:
         known_hashes.update(leg.content_hashes)
     return Retrieved(ran, known_hashes)
 
 
-def _finish_bm25(context: SearchContext, query: LexicalQuery, searched: Future) -> LegResult:
+def _finish_bm25(context: SearchContext, query: LexicalQuery, searched: Future[LexicalHits]) -> LegResult:
     """The BM25 leg once the keyword index answered: its hits checked, or its failure; then its feedback
     pass when asked (whose failure leaves the first pass's lists, degraded)."""
     with context.timings.stage("bm25"):
@@ -106,7 +110,7 @@ def _finish_bm25(context: SearchContext, query: LexicalQuery, searched: Future) 
 
 
 def _finish_vector(
-    context: SearchContext, plans: list[object | None], plan_error: Exception | None, embedding: Future
+    context: SearchContext, plans: list[object | None], plan_error: Exception | None, embedding: Future[Any]
 ) -> LegResult:
     """The vector leg once the query embedded: pgvector searched, or the embedding's (or the plan's) failure."""
     try:

@@ -67,7 +67,8 @@ def caller_vector(request: SearchRequest, groups: list[ModelGroup]) -> np.ndarra
                 details={"expected_dimension": group.dimension, "dimension": len(vector)},
             )
     vector = vector / np.abs(vector).max()  # first, so that no square overflows (the serializer refused zeros)
-    return (vector / np.linalg.norm(vector)).astype(np.float32)
+    unit: np.ndarray = (vector / np.linalg.norm(vector)).astype(np.float32)
+    return unit
 
 
 def expand(

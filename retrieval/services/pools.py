@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -32,11 +32,13 @@ lexical_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lexical")
 variant_pool = ThreadPoolExecutor(max_workers=settings.SEARCH_VARIANT_THREADS, thread_name_prefix="variant")
 
 
-def in_pool(pool: ThreadPoolExecutor, timings: StageTimings, stage: str, function: Callable, *args) -> Future:
+def in_pool(
+    pool: ThreadPoolExecutor, timings: StageTimings, stage: str, function: Callable[..., T], *args: Any
+) -> Future[T]:
     """``function(*args)`` on ``pool``, timed as ``stage``, in a copy of the request's context (so its
     log lines carry the request id and its span is the request's child), its CPU time the request's."""
 
-    def staged():
+    def staged() -> T:
         with timings.stage(stage):
             return function(*args)
 

@@ -52,6 +52,8 @@ def unreranked(fused: list[FusedCandidate], failure: Degradation) -> Reranked:
     order = settings.RERANK_FALLBACK_ORDER
     if order == "dense":
         dense = [candidate for candidate in fused if candidate.vector_similarity is not None]
-        dense.sort(key=lambda candidate: -candidate.vector_similarity)  # stable: ties keep the fused order
+        dense.sort(
+            key=lambda candidate: -(candidate.vector_similarity or 0.0)
+        )  # all set; stable: ties keep the fused order
         fused = dense + [candidate for candidate in fused if candidate.vector_similarity is None]
     return Reranked(fused, None, [replace(failure, fallback=order).as_dict()])

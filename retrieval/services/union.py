@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines import get_lexical_index
+from engines.base import LexicalIndex
 from knowledge.stores import vector_index
 from retrieval.fusion import RankedList
 from retrieval.relevance import CALIBRATED
@@ -59,12 +60,14 @@ def _leg_over(context: SearchContext, leg: LegResult, union: set[int]) -> LegRes
         ranked, query = list_and_query
         missing = sorted(union - {chunk_id for chunk_id, _ in ranked.hits})
         if dense:
+            assert not isinstance(index, LexicalIndex) and query.vectors is not None  # the vector leg's
             scored = [
                 (hit.chunk_id, hit.score)
                 for group in context.groups
                 for hit in index.similarities(scope_of(context.tenant, group), query.vectors[group.model_name], missing)
             ]
         else:
+            assert isinstance(index, LexicalIndex) and query.tokens is not None  # the BM25 leg's
             hits = bm25_hits(
                 index, context.tenant.pk, context.version_ids, query.tokens, len(missing), missing, query.token_weights
             )

@@ -5,6 +5,7 @@ they embed, and pgvector searched per embedding model, the variants beside each 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 from cachetools import TTLCache
@@ -21,7 +22,7 @@ from tenants.models import Tenant
 # Plans per tenant, versions at their revisions, dimension and filters: a version's rows change only
 # with its revision. Only plans that found rows are kept (a stale one only steers exact scan vs HNSW,
 # a stale "none" would hide new rows); the TTL follows the index's re-read of its size.
-_vector_plans: TTLCache = TTLCache(maxsize=10_000, ttl=60)
+_vector_plans: TTLCache[Any, Any] = TTLCache(maxsize=10_000, ttl=60)
 _vector_plans_lock = threading.Lock()
 
 
@@ -71,7 +72,7 @@ def retrieve_vector(context: SearchContext, vectors: dict[str, np.ndarray], plan
         return hits
 
     found = per_variant(search_variant, range(len(context.variants)), database=True)
-    lists, queries, hashes = [], [], {}
+    lists, queries, hashes = [], [], dict[int, str]()
     for i, (variant, hits) in enumerate(zip(context.variants, found, strict=True)):
         hashes.update((hit.chunk_id, hit.content_hash) for hit in hits if hit.content_hash is not None)
         ranked = [(hit.chunk_id, hit.score) for hit in hits[:candidates]]

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import DomainError
 
@@ -16,13 +16,13 @@ from core.errors import DomainError
 class Command(BaseCommand):
     help = "Serve the MCP tools (search, list_knowledge_bases, get_passage, get_document) over stdio."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--key", default=os.environ.get("RETRIEVAL_API_KEY", ""),
             help="the API key (scope search) the tools act as; default: $RETRIEVAL_API_KEY",
         )  # fmt: skip
 
-    def handle(self, *args, key: str, **options) -> None:
+    def handle(self, *args: object, key: str, **options: object) -> None:
         from retrieval import mcp_tools
         from retrieval.mcp_server import server
 
