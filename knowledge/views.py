@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -131,7 +131,7 @@ class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.Generi
     A POST with an ``Idempotency-Key`` runs once; its retries get the first answer (``core.idempotency``)."""
 
     permission_classes = [HasTenant, HasScope]
-    pagination_class = KnowledgePagination
+    pagination_class: type[BasePagination] | None = KnowledgePagination
     lookup_value_regex = ID_PATTERN
 
     def scopes_for(self, request) -> list[str]:

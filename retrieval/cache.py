@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.cache import cache
@@ -39,6 +39,7 @@ from django.core.signals import setting_changed
 from django.db import DatabaseError
 from django.dispatch import receiver
 from django_redis import get_redis_connection
+from django_redis.cache import RedisCache
 from rest_framework.renderers import JSONRenderer
 
 from core.background import BackgroundWriter
@@ -84,6 +85,7 @@ class CachedSearch:
 
     @functools.cached_property
     def response(self) -> SearchResponse:
+        assert self._stored is not None  # a computed answer's response was set
         return _load(self._stored[1], elapsed_ms=self._elapsed_ms)
 
     @functools.cached_property
@@ -107,14 +109,16 @@ class CachedSearch:
     @property
     def total(self) -> int:
         """The number of hits (read from what is stored, so a hit is not decoded for it)."""
-        return self.stored[0]["total"]
+        total: int = self.stored[0]["total"]
+        return total
 
     @property
     def query(self) -> str:
         """The searched text, as the response's first query names it."""
-        return self.stored[0]["query"]
+        query: str = self.stored[0]["query"]
+        return query
 
-    def rendered(self, **fields) -> bytes:
+    def rendered(self, **fields: Any) -> bytes:
         """The answer as the API renders it (DRF's ``JSONRenderer``), ``fields`` after the response's own:
         a hit's bytes as stored with its timings and ``fields`` joined on, never decoded and re-encoded."""
         if self._stored is not None:
@@ -174,8 +178,8 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
     outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
         kept = not response.degraded
-        semantic = semantic_cache.entry(tenant, lookup, request.query, key) if lookup and kept else None
-        _quietly(_queue_store, key, outcome.stored if kept else None, lock_key if holds_lock else None, semantic)
+        entry = semantic_cache.entry(tenant, lookup, request.query, key) if lookup and kept else None
+        _quietly(_queue_store, key, outcome.stored if kept else None, lock_key if holds_lock else None, entry)
     return outcome
 
 
@@ -240,7 +244,7 @@ def _service_material() -> str:
 
 
 @receiver(setting_changed)
-def _forget_service_material(**kwargs) -> None:
+def _forget_service_material(**kwargs: object) -> None:
     _service_material.cache_clear()
 
 
@@ -256,10 +260,10 @@ def _get_or_lock(key: str, lock_key: str) -> tuple[tuple[dict[str, Any], bytes] 
     """(cached value, False), or (None, True) holding the lock, or (None, False): compute without it."""
     redis = get_redis_connection("default")
     hit, locked = redis.eval(
-        _GET_OR_LOCK, 2, cache.make_key(key), cache.make_key(lock_key), cache.client.encode(1), _LOCK_TTL_S
+        _GET_OR_LOCK, 2, cache.make_key(key), cache.make_key(lock_key), _redis_cache().client.encode(1), _LOCK_TTL_S
     )
     if hit is not None:
-        return cache.client.decode(hit), False
+        return _redis_cache().client.decode(hit), False
     if locked:
         return None, True
     deadline = time.monotonic() + settings.SEARCH_CACHE_WAIT_S
@@ -297,7 +301,7 @@ def _queue_store(
     row (unless None) to the writer. Dropped (a full queue), the lock is released here, so that identical
     searches compute rather than wait."""
     queued = writer.put(
-        _Store(get_redis_connection("default"), cache.client.encode, cache.make_key(key), value,
+        _Store(get_redis_connection("default"), _redis_cache().client.encode, cache.make_key(key), value,
                cache.make_key(lock_key) if lock_key else None, settings.SEARCH_CACHE_TTL_S, semantic)
     )  # fmt: skip
     if not queued and lock_key:
@@ -351,7 +355,12 @@ def _load(value: bytes, *, elapsed_ms: float) -> SearchResponse:
     return SearchResponse(**data)
 
 
-def _quietly(operation, *args) -> None:
+def _redis_cache() -> RedisCache:
+    """The default cache as what it is (settings.CACHES), which Django's type of ``cache`` does not know."""
+    return cast(RedisCache, cache)
+
+
+def _quietly(operation: Callable[..., object], *args: Any) -> None:
     try:
         operation(*args)
     except REDIS_ERRORS as exc:

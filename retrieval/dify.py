@@ -25,11 +25,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.core.cache import cache
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions, serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -47,6 +49,7 @@ from retrieval.types import SearchHit, SearchRequest
 from tenants.authentication import ApiKeyAuthentication, HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
+from tenants.requests import TenantRequest
 
 MAX_TOP_K = 100
 MAX_CONDITIONS = 32
@@ -169,8 +172,9 @@ class MalformedAuthorization(exceptions.PermissionDenied):
 class DifyApiKeyAuthentication(ApiKeyAuthentication):
     """Dify always sends ``Authorization: Bearer <key>``: anything else is error 1001."""
 
-    def _raw_key(self, request) -> str:
-        scheme, _, value = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    def _raw_key(self, request: Request) -> str:
+        header: str = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _, value = header.partition(" ")
         if scheme.lower() != self.keyword.lower() or not value.strip():
             raise MalformedAuthorization("Invalid Authorization header format. Expected 'Bearer <api-key>' format.")
         return value.strip()
@@ -184,16 +188,16 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "hybrid"
 
-    def counts_against_limit(self, request) -> bool:
-        return not is_dify_retry(request)
+    def counts_against_limit(self, request: Request) -> bool:
+        return not is_dify_retry(cast(TenantRequest, request))  # limits count authenticated calls
 
-    def get_exception_handler(self):
+    def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         return dify_exception_handler
 
-    def post(self, request):
+    def post(self, request: TenantRequest) -> Response:
         if is_registration_probe(request):
             return Response({"records": []})  # the key was checked: Dify registers the endpoint
         params = DifyRetrievalInput(data=request.data)
@@ -213,13 +217,15 @@ class DifyRetrievalView(RateLimitedMixin, APIView):
             **key_access(request.auth),  # Dify sends no user: a key bound to principals reads as them
         )
         hits = cached_search(request.tenant, search_request).response.results
-        answer = {"records": [record(hit, score) for hit, score in zip(hits, scores_in_fused_order(hits))]}
+        answer: dict[str, Any] = {
+            "records": [record(hit, score) for hit, score in zip(hits, scores_in_fused_order(hits))]
+        }
         if notes := skipped_condition_notes(condition):
             answer["notes"] = notes
         return Response(answer)
 
 
-def is_registration_probe(request) -> bool:
+def is_registration_probe(request: Request) -> bool:
     """Dify checks a new endpoint with ``{"knowledge_id": "", "query": "", ...}`` (before 1.x: an empty
     POST) and refuses it on 403, 404 or 502: after the key's check, answered with no records."""
     if not request.body:
@@ -228,7 +234,7 @@ def is_registration_probe(request) -> bool:
     return isinstance(data, dict) and data.get("knowledge_id") == "" and data.get("query") == ""
 
 
-def is_dify_retry(request) -> bool:
+def is_dify_retry(request: TenantRequest) -> bool:
     """The same key and body again within ``RETRY_WINDOW_S`` of the first, at most ``DIFY_MAX_RETRIES``
     times: Dify retrying a call (it ignores ``Retry-After``), which counts once against the limit."""
     key = f"dify:retry:{request.auth.pk}:{hashlib.sha256(request.body).hexdigest()}"
@@ -239,7 +245,7 @@ def is_dify_retry(request) -> bool:
         return False
 
 
-def dify_exception_handler(exc, context):
+def dify_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """The service's handler decides status and message; the body becomes Dify's shape."""
     response = api_exception_handler(exc, context)
     if response is None:
@@ -300,7 +306,7 @@ def filters_from_metadata_condition(condition: dict[str, Any] | None) -> dict[st
         for i, item in enumerate((condition or {}).get("conditions") or [])
         if _has_value(item)
     ]
-    return {condition.get("logical_operator") or "and": clauses} if clauses else None
+    return {(condition or {}).get("logical_operator") or "and": clauses} if clauses else None
 
 
 def skipped_condition_notes(condition: dict[str, Any] | None) -> list[str]:
@@ -358,7 +364,7 @@ def _field_clause(name: str, operator: str, value: Any, *, path: str) -> dict[st
     return {name: {filter_operator: value}}
 
 
-def _values(value: Any, path: str) -> list:
+def _values(value: Any, path: str) -> list[Any]:
     """A list, or a comma-separated string (Dify's UI sends ``in`` values either way)."""
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]

@@ -46,7 +46,7 @@ class CommunityOutput(serializers.Serializer[Any]):
     kb_id = serializers.IntegerField()
     level = serializers.IntegerField()
     number = serializers.IntegerField(help_text="unique per KB version and level")
-    parent = serializers.IntegerField(allow_null=True, help_text="the number of the community one level up")
+    parent = serializers.IntegerField(allow_null=True, help_text="the number of the community one level up")  # type: ignore[assignment]  # a declared field: DRF's serializer metaclass takes it off the class
     rank = serializers.IntegerField()
     score = serializers.FloatField(help_text="fused score (weighted RRF of BM25 and cosine over summaries)")
     summary = serializers.CharField()

@@ -25,7 +25,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
+from starlette.applications import Starlette
 
+from core.asgi import Message, Receive, Scope, Send
 from core.errors import DomainError, error_document
 from core.request_id import REQUEST_ID_HEADER, accepted_request_id
 from retrieval import mcp_tools
@@ -196,7 +198,7 @@ async def get_document(
     return await run_tool(ctx, mcp_tools.get_document, kb_id, document_id, max_passages)
 
 
-def streamable_http_app():
+def streamable_http_app() -> Starlette:
     """The SDK's Starlette app serving ``/mcp``: stateless, JSON answers. Its DNS-rebinding guard is off:
     it protects servers trusting whoever reaches them, and every request here must carry an API key,
     which a page in a browser does not have."""
@@ -216,9 +218,10 @@ class AuthenticatedMCP:
     def __init__(self, app: Any):
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         headers = {name.lower(): value.decode("latin-1") for name, value in scope["headers"]}
         raw_key = key_from_headers(headers.get(b"authorization", ""), headers.get(b"x-api-key", ""))
         request_id = accepted_request_id(headers.get(REQUEST_ID_HEADER.lower().encode(), ""))
@@ -237,17 +240,18 @@ class AuthenticatedMCP:
         try:
             await anyio.to_thread.run_sync(check)
         except DomainError as exc:
-            return await refuse(send, exc, request_id)
+            await refuse(send, exc, request_id)
+            return
 
-        async def send_with_request_id(message: dict[str, Any]) -> None:
+        async def send_with_request_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)
 
-        return await self.app(scope, receive, send_with_request_id)
+        await self.app(scope, receive, send_with_request_id)
 
 
-async def refuse(send: Callable, exc: DomainError, request_id: str) -> None:
+async def refuse(send: Send, exc: DomainError, request_id: str) -> None:
     body = json.dumps(error_document(exc.code, exc.message, request_id, exc.details)).encode()
     headers = [
         (b"content-type", b"application/json"),

@@ -17,10 +17,12 @@ reads into its exceptions (``NotFoundError``, ``BadRequestError``, ``PermissionD
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -40,13 +42,14 @@ from retrieval.types import SearchHit, SearchRequest
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
+from tenants.requests import TenantRequest
 
 MAX_RESULTS = 50
 SEARCH_FIELDS = {"query", "filters", "max_num_results", "ranking_options", "rewrite_query"}
 COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
 MAX_FILTER_DEPTH = 8
 _BUSINESS_FIELDS = ("doc_type", "doc_id", "created_at")
-_TAG_OPERATORS = {"eq": lambda v: v, "in": lambda v: {"any": v}}
+_TAG_OPERATORS: dict[str, Callable[[Any], Any]] = {"eq": lambda v: v, "in": lambda v: {"any": v}}
 _ID = re.compile(r"[1-9][0-9]{0,18}")
 
 
@@ -131,7 +134,7 @@ class SearchResultOutput(serializers.Serializer[Any]):
 class SearchPageOutput(serializers.Serializer[Any]):
     object = serializers.CharField(default="vector_store.search_results.page")
     search_query = serializers.ListField(child=serializers.CharField())
-    data = SearchResultOutput(many=True)
+    data = SearchResultOutput(many=True)  # type: ignore[assignment]  # a declared field: DRF's serializer metaclass takes it off the class
     has_more = serializers.BooleanField()
     next_page = serializers.CharField(allow_null=True)
 
@@ -160,7 +163,7 @@ class VectorStoreOutput(serializers.Serializer[Any]):
 
 class VectorStoreListOutput(serializers.Serializer[Any]):
     object = serializers.CharField(default="list")
-    data = VectorStoreOutput(many=True)
+    data = VectorStoreOutput(many=True)  # type: ignore[assignment]  # a declared field: DRF's serializer metaclass takes it off the class
     first_id = serializers.CharField(allow_null=True)
     last_id = serializers.CharField(allow_null=True)
     has_more = serializers.BooleanField()
@@ -226,7 +229,7 @@ class VectorStoreApiView(RateLimitedMixin, APIView):
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "knowledge"
 
 
@@ -246,7 +249,7 @@ class VectorStoreListView(VectorStoreApiView):
         responses={200: VectorStoreListOutput, **error_responses(400, 401, 403, 429)},
         tags=["openai"],
     )
-    def get(self, request):
+    def get(self, request: TenantRequest) -> Response:
         params = request.query_params
         try:
             limit = int(params.get("limit", 20))
@@ -286,7 +289,7 @@ class VectorStoreDetailView(VectorStoreApiView):
         responses={200: VectorStoreOutput, **error_responses(401, 403, 404, 429)},
         tags=["openai"],
     )
-    def get(self, request, vector_store_id: str):
+    def get(self, request: TenantRequest, vector_store_id: str) -> Response:
         kb = knowledge_base_of(
             request.tenant, store_id(vector_store_id), request.auth.reachable_kb_ids, request.auth.listing_reader()
         )
@@ -296,7 +299,7 @@ class VectorStoreDetailView(VectorStoreApiView):
 class VectorStoreSearchView(VectorStoreApiView):
     """``POST /v1/vector_stores/{id}/search``: a hybrid search of that knowledge base in OpenAI's shape."""
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "hybrid"
 
     @extend_schema(
@@ -306,7 +309,7 @@ class VectorStoreSearchView(VectorStoreApiView):
         responses={200: SearchPageOutput, **error_responses(400, 401, 403, 404, 429, 503)},
         tags=["openai"],
     )
-    def post(self, request, vector_store_id: str):
+    def post(self, request: TenantRequest, vector_store_id: str) -> Response:
         body = request.data
         if not isinstance(body, dict):
             raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})

@@ -12,17 +12,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.parsers import JSONParser, MultiPartParser
-from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import NotFoundError
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
+from knowledge.models import KnowledgeBase
 from knowledge.selectors import knowledge_base_of, version_of
 from knowledge.views import KnowledgeApiViewSet
 from retrieval import query_sets
 from retrieval.errors import InvalidQuerySet
 from retrieval.evaluation import gate, kb_runs
 from retrieval.models import EvaluationRun, JudgedQuery, VersionGate
+from tenants.requests import TenantRequest
 
 EMPTY_QUERY_SET = OpenApiResponse(
     response=ErrorOutput,
@@ -118,7 +119,7 @@ class ThresholdOutput(serializers.Serializer[Any]):
     score_threshold = serializers.FloatField(help_text="the KB's default score_threshold now")
 
 
-def _kb(request: Request, kb_id: int):
+def _kb(request: TenantRequest, kb_id: int) -> KnowledgeBase:
     """The caller's KB ``kb_id``: one outside a KB-limited key's list is as missing as another tenant's."""
     return knowledge_base_of(request.tenant, kb_id, request.auth.reachable_kb_ids)
 
@@ -141,7 +142,7 @@ class QuerySetViewSet(KnowledgeApiViewSet):
             **error_responses(401, 403, 404, 429),
         },
     )
-    def whole_set(self, request: Request, kb_id: int) -> Response | HttpResponse:
+    def whole_set(self, request: TenantRequest, kb_id: int) -> Response | HttpResponse:
         """One object (not DRF's list action, which the schema would describe as an array)."""
         kb = _kb(request, kb_id)
         export = request.query_params.get("export")
@@ -164,7 +165,7 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={200: JudgedQueryOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     )
-    def judge(self, request: Request, kb_id: int) -> Response:
+    def judge(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         params = JudgeInput(data=request.data)
         params.is_valid(raise_exception=True)
@@ -178,7 +179,7 @@ class QuerySetViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={200: ImportOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     )
-    def import_file(self, request: Request, kb_id: int) -> Response:
+    def import_file(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         params = ImportInput(data=request.data)
         params.is_valid(raise_exception=True)
@@ -196,14 +197,14 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         summary="The knowledge base's evaluation runs, newest first",
         responses={200: EvaluationOutput(many=True), **error_responses(401, 403, 404, 429)},
     )
-    def list(self, request: Request, kb_id: int) -> Response:
+    def list(self, request: TenantRequest, kb_id: int) -> Response:
         return self.paginated(kb_runs.runs_of(_kb(request, kb_id)), EvaluationOutput)
 
     @extend_schema(
         summary="One evaluation run, with its progress (done/total) while it runs",
         responses={200: EvaluationOutput, **error_responses(401, 403, 404, 429)},
     )
-    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+    def retrieve(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         return Response(EvaluationOutput(kb_runs.run_of(_kb(request, kb_id), pk)).data)
 
     @extend_schema(
@@ -214,7 +215,7 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={200: ThresholdOutput, **error_responses(400, 401, 403, 404, 422, 429)},
     )
-    def threshold(self, request: Request, kb_id: int, pk: int) -> Response:
+    def threshold(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         run = kb_runs.run_of(_kb(request, kb_id), pk)
         return Response(ThresholdOutput({"score_threshold": kb_runs.make_threshold_default(run)}).data)
 
@@ -228,7 +229,7 @@ class EvaluationViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={202: EvaluationOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: EMPTY_QUERY_SET},
     )
-    def create(self, request: Request, kb_id: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         params = EvaluationInput(data=request.data)
         params.is_valid(raise_exception=True)
@@ -253,7 +254,7 @@ class VersionGateViewSet(KnowledgeApiViewSet):
         "KB's query set, the per-query losses, the overlap of their top 10s on recent real queries.",
         responses={200: VersionGateOutput, **error_responses(401, 403, 404, 429)},
     )
-    def retrieve(self, request: Request, kb_id: int, number: int) -> Response:
+    def retrieve(self, request: TenantRequest, kb_id: int, number: int) -> Response:
         kb = _kb(request, kb_id)
         version_of(kb, number, counted=False)
         record = gate.latest_gate(kb, number)
@@ -269,7 +270,7 @@ class VersionGateViewSet(KnowledgeApiViewSet):
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={200: VersionGateOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_NOT_READY},
     )
-    def create(self, request: Request, kb_id: int, number: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int, number: int) -> Response:
         kb = _kb(request, kb_id)
         record = gate.check_version(kb, version_of(kb, number, counted=False), activate=False)
         return Response(VersionGateOutput(record).data)

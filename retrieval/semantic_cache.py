@@ -106,7 +106,7 @@ def find(
             except REDIS_ERRORS as exc:
                 warn_redis_unavailable("search cache", exc)
     record_semantic_cache(stored is not None)
-    return None if stored is None else (found, stored)
+    return None if found is None or stored is None else (found, stored)
 
 
 def entry(tenant: Tenant, lookup: Lookup, query: str, key: str) -> SemanticCacheEntry:

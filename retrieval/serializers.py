@@ -61,7 +61,7 @@ class QueryField(StrictCharField):
 class WeightsField(serializers.DictField):
     child = StrictFloatField(min_value=0, max_value=MAX_WEIGHT)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> dict[str, float]:
         weights = super().to_internal_value(data)
         unknown = sorted(set(weights) - set(RETRIEVERS))
         if unknown:
@@ -99,15 +99,17 @@ class CandidatesField(serializers.Field[Any, Any, Any, Any]):
 
     depth = StrictIntegerField(min_value=1, max_value=MAX_CANDIDATES)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> int | dict[str, int]:
         if not isinstance(data, dict):
-            return self.depth.run_validation(data)
+            depth: int = self.depth.run_validation(data)
+            return depth
         unknown = sorted(set(data) - set(RETRIEVERS))
         if unknown:
             raise serializers.ValidationError(f"unknown retriever(s) {', '.join(unknown)}; use {', '.join(RETRIEVERS)}")
         if not data:
             raise serializers.ValidationError("name at least one retriever's depth, or give one integer")
-        depths, errors = {}, {}
+        depths: dict[str, int] = {}
+        errors: dict[str, Any] = {}
         for retriever, value in data.items():
             try:
                 depths[retriever] = self.depth.run_validation(value)
@@ -117,7 +119,7 @@ class CandidatesField(serializers.Field[Any, Any, Any, Any]):
             raise serializers.ValidationError(errors)
         return depths
 
-    def to_representation(self, value):
+    def to_representation(self, value: Any) -> Any:
         return value
 
 
@@ -136,7 +138,7 @@ class PrincipalsField(serializers.ListField):
     """The end user a search runs for (docs/permissions.md): only a key with the ``act_as`` scope may
     send it (else 403 ``act_as_not_allowed``); a key bound to principals searches as those instead."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault(
             "help_text",
             "the end user's principals ('user:<id>', 'group:<id>'; '*' is always added): documents whose ACL "
@@ -145,7 +147,7 @@ class PrincipalsField(serializers.ListField):
         child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
         super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> list[str]:
         values = super().to_internal_value(data)
         try:
             return clean_principals(values)
@@ -183,7 +185,7 @@ class QueryVectorInput(ShallowFieldsSerializer):
         "scaled to unit length before the cosine search, so it may not be all zeros",
     )
 
-    def validate_values(self, values):
+    def validate_values(self, values: list[float]) -> list[float]:
         if not any(values):
             raise serializers.ValidationError("a zero vector has no direction to search")
         return values
@@ -282,7 +284,7 @@ class SearchInput(ShallowFieldsSerializer):
         "highlighting",
     )
 
-    def validate(self, data):
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         candidates = data.get("candidates")  # fusing fewer than top_k candidates could not fill the answer
         if isinstance(candidates, dict):
             data["candidates"] = {leg: max(depth, data["top_k"]) for leg, depth in candidates.items()}
@@ -349,7 +351,7 @@ class SearchHitOutput(serializers.Serializer[Any]):
     kb_id = serializers.IntegerField()
     content = serializers.CharField()
     score = serializers.FloatField(help_text="rerank score if reranked, else fused score; a single list's raw score")
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # a declared field: DRF's serializer metaclass takes it off the class
     rank = serializers.IntegerField()
     title = serializers.CharField()
     source_uri = serializers.CharField()
@@ -417,12 +419,14 @@ class DegradationOutput(serializers.Serializer[Any]):
     }
 )
 class CachedField(serializers.Field[Any, Any, Any, Any]):
-    def to_representation(self, value):
+    def to_representation(self, value: Any) -> Any:
         return value
 
-    def to_internal_value(self, data):
-        if data is True or data is False or data == "semantic":
-            return data
+    def to_internal_value(self, data: Any) -> bool | str:
+        if data is True or data is False:
+            return bool(data)
+        if data == "semantic":
+            return "semantic"
         raise serializers.ValidationError('true, false or "semantic"')
 
 

@@ -4,6 +4,8 @@ from typing import Any
 
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from core.cost import request_cost
@@ -23,15 +25,22 @@ from retrieval.types import MODES, QueryVector, SearchRequest
 from tenants.authentication import HasTenant
 from tenants.models import ApiKey, Scope
 from tenants.permissions import HasScope
+from tenants.requests import TenantRequest
 from tenants.selectors import ReadAlong
 
 DEFAULT_MODE = "hybrid"  # of /search when the body names none (ModeSearchInput's default)
 
 
+class AnsweredSearch(HttpResponse):
+    """A search's rendered answer, with ``data``: what middleware reads of it (core.metrics)."""
+
+    data: dict[str, Any]
+
+
 class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
     """``POST /api/v1/retrieval/search``: one endpoint, ``mode`` = vector | bm25 | hybrid | graph."""
 
-    input_serializer = ModeSearchInput
+    input_serializer: type[Serializer[Any]] = ModeSearchInput
     mode: str | None = None
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
@@ -42,15 +51,15 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         then costs one query, a search one fewer."""
         return ReadAlong(searched_knowledge_statement)
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         """Limits count per search mode, whichever endpoint carries it: ``/search`` in hybrid mode is hybrid."""
         return self.mode or _requested_mode(request.body)
 
-    def post(self, request):
+    def post(self, request: TenantRequest) -> HttpResponse:
         started = time.perf_counter()
         return self.respond(request, validated_body(request, self.input_serializer), started)
 
-    def respond(self, request, data: dict[str, Any], started: float) -> HttpResponse:
+    def respond(self, request: TenantRequest, data: dict[str, Any], started: float) -> HttpResponse:
         """The answer to a validated body: SearchOutput's shape (the documented schema; tests hold the body
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
         mode = data.pop("mode", self.mode)
@@ -71,7 +80,7 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
             "latency_ms": round((time.perf_counter() - started) * 1000, 2),
             "request_id": request_id_of(request),
         }
-        response = HttpResponse(outcome.rendered(**fields), content_type="application/json")
+        response = AnsweredSearch(outcome.rendered(**fields), content_type="application/json")
         # What middleware reads of a search's answer (core.metrics: the served query's counters).
         degraded = [] if outcome.cached else outcome.response.degraded
         served = search_request.query if outcome.semantic else outcome.query  # a semantic hit's is another's
@@ -108,7 +117,7 @@ class GraphSearchView(SearchView):
     input_serializer = GraphSearchInput
     mode = "graph"
 
-    def respond(self, request, data: dict[str, Any], started: float) -> HttpResponse:
+    def respond(self, request: TenantRequest, data: dict[str, Any], started: float) -> HttpResponse:
         scope, level = data.pop("scope"), data.pop("level")
         if scope == "local":
             return super().respond(request, data, started)
@@ -125,10 +134,10 @@ class GraphSearchView(SearchView):
         )
         latency_ms = round((time.perf_counter() - started) * 1000, 2)
         body = {**response.as_dict(), "cost": request_cost(), "latency_ms": latency_ms}
-        answer = HttpResponse(JSONRenderer().render({**body, "request_id": request_id_of(request)}))
+        answer = AnsweredSearch(JSONRenderer().render({**body, "request_id": request_id_of(request)}))
         answer["Content-Type"] = "application/json"
         # What middleware reads of a search's answer (core.metrics: counted as a graph query served).
-        answer.data = {**body, "mode": self.mode, "queries": [{"text": data["query"]}]}  # type: ignore[attr-defined]
+        answer.data = {**body, "mode": self.mode, "queries": [{"text": data["query"]}]}
         return answer
 
 

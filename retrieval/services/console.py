@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
+
 from retrieval.models import RetrievalRun
 from retrieval.types import SearchResponse
 from tenants.models import Tenant
@@ -10,7 +12,7 @@ HISTORY_PER_USER = 50  # runs kept per user; older ones are deleted as new ones 
 TOP_HITS_KEPT = 5
 
 
-def record_run(user, tenant: Tenant, params: dict[str, list[str]], response: SearchResponse) -> RetrievalRun:
+def record_run(user: User, tenant: Tenant, params: dict[str, list[str]], response: SearchResponse) -> RetrievalRun:
     """Keep a run in the user's history (its form fields re-run it), trimming the oldest."""
     run = RetrievalRun.objects.create(
         user=user,
