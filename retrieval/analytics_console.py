@@ -8,13 +8,15 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.db.models import QuerySet
 from django.template.response import TemplateResponse
 
 from knowledge.models import KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant
 from retrieval.console import curation_links, testing_link
-from retrieval.search_analytics import search_analytics
+from retrieval.search_analytics import QueryStats, search_analytics
 from tenants.models import Tenant
+from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to
 
 # Best ``relevance`` under this is a weak answer: the off-topic bound relevance is calibrated to
@@ -34,23 +36,25 @@ class AnalyticsForm(forms.Form):
         min_value=0, max_value=1, initial=DEFAULT_THRESHOLD, help_text="best relevance under it is low"
     )
 
-    def __init__(self, *args, tenants, **kwargs):
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].queryset = tenants
-        self.fields["knowledge_base"].queryset = (
+        tenant_field, kb_field = self.fields["tenant"], self.fields["knowledge_base"]
+        assert isinstance(tenant_field, forms.ModelChoiceField) and isinstance(kb_field, forms.ModelChoiceField)
+        tenant_field.queryset = tenants
+        kb_field.queryset = (
             KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
         )
-        self.fields["knowledge_base"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
+        kb_field.label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"  # type: ignore[method-assign, assignment]  # an instance's label, as Django allows (its stubs: a method)
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         tenant, kb = data.get("tenant"), data.get("knowledge_base")
         if tenant and kb and kb.tenant_id != tenant.pk:
             self.add_error("knowledge_base", f"not a knowledge base of {tenant.name}")
         return data
 
 
-def analytics_view(request, context: dict[str, Any]) -> TemplateResponse:
+def analytics_view(request: ConsoleRequest, context: dict[str, Any]) -> TemplateResponse:
     """GET: the form; with a tenant chosen, its lists (the first visible tenant when there is one only)."""
     tenants = tenants_visible_to(request.user)
     params = request.GET.copy()
@@ -67,7 +71,7 @@ def analytics_view(request, context: dict[str, Any]) -> TemplateResponse:
         analyzer = analyzer_for_tenant(tenant.pk)
         kb_ids = [kb.pk] if kb else []
 
-        def rows(stats):
+        def rows(stats: list[QueryStats]) -> list[dict[str, Any]]:
             return [
                 {
                     "stats": item,

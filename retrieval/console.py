@@ -11,7 +11,8 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
-from django.http import Http404
+from django.db.models import QuerySet
+from django.http import Http404, QueryDict
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -20,8 +21,9 @@ from django.utils.datastructures import MultiValueDict
 from core.errors import DomainError
 from engines.analysis import Analyzer
 from knowledge.models import KnowledgeBase
+from knowledge.search_settings import MAX_CANDIDATES
 from knowledge.selectors import analyzer_for_tenant
-from retrieval.cache import cached_search
+from retrieval.cache import CachedSearch, cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.filters import compile_filters
@@ -30,13 +32,14 @@ from retrieval.highlight import highlight, meaningful_terms
 from retrieval.models import GRADES
 from retrieval.query_sets import document_key, grades_for
 from retrieval.selectors import recent_runs
-from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
+from retrieval.serializers import MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.communities import GlobalGraphRequest, global_graph_search
 from retrieval.services.console import record_run
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 from tenants.principals import InvalidPrincipals, clean_principals, reader_of
+from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to
 
 
@@ -61,8 +64,8 @@ class SearchSettingsForm(forms.Form):
     max_expansions = forms.IntegerField(min_value=0, max_value=10, initial=3)
     rerank = forms.BooleanField(required=False)
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         top_k, candidates = data.get("top_k"), data.get("candidates")
         if top_k and candidates and candidates < top_k:
             self.add_error("candidates", f"must be at least top k ({top_k})")
@@ -126,30 +129,30 @@ class RetrievalTestForm(SearchSettingsForm):
 
     field_order = ["tenant", "query", "knowledge_bases", "filters", "read_as"]
 
-    def __init__(self, *args, tenants, **kwargs):
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].queryset = tenants
-        self.fields["knowledge_bases"].queryset = (
+        tenant_field, kb_field = self.fields["tenant"], self.fields["knowledge_bases"]
+        assert isinstance(tenant_field, forms.ModelChoiceField) and isinstance(kb_field, forms.ModelChoiceField)
+        tenant_field.queryset = tenants
+        kb_field.queryset = (
             KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
         )
-        self.fields["knowledge_bases"].label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"
+        kb_field.label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"  # type: ignore[method-assign, assignment]  # an instance's label, as Django allows (its stubs: a method)
         # Validation takes any visible tenant's KB (``clean`` names a foreign one); the boxes offered are the
         # chosen tenant's only (choosing another hides them until the form runs for it: _tenant_switch.html).
         chosen = self.chosen_tenant_id(tenants)
         self.fields["knowledge_bases"].widget.choices = [
-            (kb.pk, f"{kb.tenant.name} / {kb.name}")
-            for kb in self.fields["knowledge_bases"].queryset
-            if kb.tenant_id == chosen
+            (kb.pk, f"{kb.tenant.name} / {kb.name}") for kb in kb_field.queryset if kb.tenant_id == chosen
         ]
         if len(tenants) == 1:
             self.fields["tenant"].widget = forms.HiddenInput()
             self.fields["tenant"].initial = tenants[0].pk
 
-    def chosen_tenant_id(self, tenants) -> int | None:
+    def chosen_tenant_id(self, tenants: QuerySet[Tenant]) -> int | None:
         """The tenant the form is for: the submitted one, else the link's, else the first visible."""
-        given = self.data.get("tenant") if self.is_bound else self.initial.get("tenant")
+        given = str(self.data.get("tenant") if self.is_bound else self.initial.get("tenant"))
         ids = [tenant.pk for tenant in tenants]
-        if str(given).isdigit() and int(given) in ids:
+        if given.isdigit() and int(given) in ids:
             return int(given)
         return ids[0] if ids else None
 
@@ -158,7 +161,7 @@ class RetrievalTestForm(SearchSettingsForm):
         if not text:
             return None
         try:
-            filters = json.loads(text)
+            filters: dict[str, Any] | None = json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"not valid JSON: {exc}") from None
         try:
@@ -173,11 +176,11 @@ class RetrievalTestForm(SearchSettingsForm):
         except InvalidPrincipals as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         tenant, kbs = data.get("tenant"), data.get("knowledge_bases") or []
-        foreign = [kb.name for kb in kbs if tenant and kb.tenant_id != tenant.pk]
-        if foreign:
+        foreign = [kb.name for kb in kbs if kb.tenant_id != tenant.pk] if tenant else []
+        if foreign and tenant:
             self.add_error("knowledge_bases", f"not knowledge bases of {tenant.name}: {', '.join(foreign)}")
         if data.get("graph_scope") == "global" and data.get("mode") != "graph":
             self.add_error("graph_scope", "the global scope is a graph search: choose mode graph")
@@ -207,7 +210,9 @@ class RetrievalTestForm(SearchSettingsForm):
 
     def submitted(self) -> dict[str, list[str]]:
         """The submitted values of this form's fields, as a run's ``params`` keeps them."""
-        return {name: self.data.getlist(name) for name in self.fields if name in self.data}
+        data = self.data
+        assert isinstance(data, MultiValueDict)  # a bound form's POST (or a run's params)
+        return {name: data.getlist(name) for name in self.fields if name in data}
 
 
 # --- presentation ---------------------------------------------------------------------------------
@@ -278,7 +283,7 @@ def movements(before: SearchResponse, after: SearchResponse) -> tuple[dict[int, 
     return moved, set(ranks) - {hit.chunk_id for hit in after.results}
 
 
-def _prefilled(url_name: str, **initial) -> str:
+def _prefilled(url_name: str, **initial: Any) -> str:
     return f"{reverse(url_name)}?{urlencode(initial, doseq=True)}"
 
 
@@ -288,7 +293,7 @@ def testing_link(tenant_id: int, query: str, mode: str, kb_ids: list[int]) -> st
                       knowledge_bases=kb_ids)  # fmt: skip
 
 
-def prefilled_test(params) -> dict[str, Any]:
+def prefilled_test(params: QueryDict) -> dict[str, Any]:
     """The testing form's initial values from a link's query string (``testing_link``); the form
     checks them when it is submitted."""
     initial = {name: params.get(name) for name in ("tenant", "query", "mode") if params.get(name)}
@@ -322,25 +327,27 @@ def dense_language_note(response: SearchResponse) -> str | None:
 # --- views ----------------------------------------------------------------------------------------
 
 
-def testing_view(request, context: dict[str, Any]) -> TemplateResponse:
+def testing_view(request: ConsoleRequest, context: dict[str, Any]) -> TemplateResponse:
     """Run a retrieval test (POST), re-run one from the history (POST ``rerun``), or show the form."""
     tenants = tenants_visible_to(request.user)
-    data = request.POST if request.method == "POST" else None
+    data: MultiValueDict[str, Any] | None = request.POST if request.method == "POST" else None
     if data is not None and "rerun" in data:
-        if not data["rerun"].isdigit():
+        rerun = str(data["rerun"])
+        if not rerun.isdigit():
             raise Http404("no such run")
-        run = get_object_or_404(request.user.retrieval_runs, pk=int(data["rerun"]))
+        run = get_object_or_404(request.user.retrieval_runs, pk=int(rerun))
         data = MultiValueDict(run.params)
     form = RetrievalTestForm(data, tenants=tenants, initial=prefilled_test(request.GET))
     if data is not None and form.is_valid() and form.is_global():
         context.update(form=form, communities=_run_global(request, form), runs=recent_runs(request.user),
                        has_tenants=True, compare_url=reverse("admin:retrieval_retrievalrun_compare"))  # fmt: skip
         return TemplateResponse(request, "admin/retrieval/testing.html", context)
-    outcome = _run(request, form) if data is not None else None
-    if outcome is not None:
+    searched = _run(request, form) if data is not None else None
+    outcome: dict[str, Any] | None = None
+    if searched is not None:
         tenant = form.cleaned_data["tenant"]
-        record_run(request.user, tenant, form.submitted(), outcome.response)
-        outcome = _outcome_context(tenant, outcome)
+        record_run(request.user, tenant, form.submitted(), searched.response)
+        outcome = _outcome_context(tenant, searched)
         outcome["curation"] = curation_links(tenant, form.cleaned_data["query"])
         mark_judgments(tenant, form.cleaned_data["query"], outcome["hits"])
         outcome.update(query=form.cleaned_data["query"], judge_url=reverse("admin:retrieval_retrievalrun_judge"),
@@ -352,7 +359,7 @@ def testing_view(request, context: dict[str, Any]) -> TemplateResponse:
     return TemplateResponse(request, "admin/retrieval/testing.html", context)
 
 
-def compare_view(request, context: dict[str, Any]) -> TemplateResponse:
+def compare_view(request: ConsoleRequest, context: dict[str, Any]) -> TemplateResponse:
     """One query under two settings side by side; the right column marks how each hit moved."""
     tenants = tenants_visible_to(request.user)
     data = request.POST if request.method == "POST" else None
@@ -374,7 +381,9 @@ def compare_view(request, context: dict[str, Any]) -> TemplateResponse:
     return TemplateResponse(request, "admin/retrieval/compare.html", context)
 
 
-def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None = None):
+def _run(
+    request: ConsoleRequest, form: RetrievalTestForm, search_request: SearchRequest | None = None
+) -> CachedSearch | None:
     """The cached search of the form's request (or ``search_request``), or None with the reason shown:
     invalid input stays on the form, a failed search (all legs down) becomes a form error."""
     if not form.is_valid():
@@ -387,7 +396,7 @@ def _run(request, form: RetrievalTestForm, search_request: SearchRequest | None 
         return None
 
 
-def _run_global(request, form: RetrievalTestForm) -> dict[str, Any] | None:
+def _run_global(request: ConsoleRequest, form: RetrievalTestForm) -> dict[str, Any] | None:
     """The communities a global graph search ranks (as the API answers them; not kept in the history),
     or None with the reason shown as a form error."""
     try:
@@ -398,7 +407,7 @@ def _run_global(request, form: RetrievalTestForm) -> dict[str, Any] | None:
         return None
 
 
-def _outcome_context(tenant: Tenant, outcome) -> dict[str, Any]:
+def _outcome_context(tenant: Tenant, outcome: CachedSearch) -> dict[str, Any]:
     response = outcome.response
     return {
         "response": response,

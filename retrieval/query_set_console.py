@@ -8,10 +8,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.http import Http404, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString
 
 from core.charts import Series, bar_chart, line_chart
 from core.errors import DomainError
@@ -22,18 +25,20 @@ from retrieval import query_sets
 from retrieval.evaluation import gate, kb_runs
 from retrieval.models import EvaluationRun
 from retrieval.types import MODES
+from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to
 
 
-def visible_kbs(user):
+def visible_kbs(user: User) -> QuerySet[KnowledgeBase]:
     return KnowledgeBase.objects.filter(tenant__in=tenants_visible_to(user)).select_related("tenant")
 
 
-def _kb(request, value) -> KnowledgeBase:
+def _kb(request: ConsoleRequest, value: str | None) -> KnowledgeBase:
     """A KB the user may see; any other id is a 404, as a missing one."""
-    if not str(value or "").isdigit():
+    digits = str(value or "")
+    if not digits.isdigit():
         raise Http404("no such knowledge base")
-    kb = visible_kbs(request.user).filter(pk=int(value)).first()
+    kb = visible_kbs(request.user).filter(pk=int(digits)).first()
     if kb is None:
         raise Http404("no such knowledge base")
     return kb
@@ -43,14 +48,14 @@ def query_set_url(kb_id: int) -> str:
     return f"{reverse('admin:retrieval_retrievalrun_query_set')}?{urlencode({'kb': kb_id})}"
 
 
-def _back(request, fallback: str) -> HttpResponseRedirect:
+def _back(request: ConsoleRequest, fallback: str) -> HttpResponseRedirect:
     target = request.POST.get("next") or ""
     if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         target = fallback
     return HttpResponseRedirect(target)
 
 
-def judge_view(request) -> HttpResponse:
+def judge_view(request: ConsoleRequest) -> HttpResponse:
     """POST kb, query, document, grade: the grade joins the KB's set. JSON for the testing page's
     buttons (``Accept: application/json``); else back to the KB's set."""
     if request.method != "POST":
@@ -74,7 +79,7 @@ def judge_view(request) -> HttpResponse:
     return _back(request, query_set_url(kb.pk))
 
 
-def add_query_view(request) -> HttpResponse:
+def add_query_view(request: ConsoleRequest) -> HttpResponse:
     """POST kb, query (from the search analytics): the query joins the KB's set, to be judged."""
     if request.method != "POST":
         return HttpResponse(status=405)
@@ -90,7 +95,7 @@ def add_query_view(request) -> HttpResponse:
     return _back(request, query_set_url(kb.pk))
 
 
-def query_set_view(request, context: dict[str, Any]) -> HttpResponse:
+def query_set_view(request: ConsoleRequest, context: dict[str, Any]) -> HttpResponse:
     """GET ?kb=: the KB's set, runs and export links (``export=csv|beir``); POST: import a file, remove a
     query, or start an evaluation run."""
     kbs = visible_kbs(request.user).order_by("tenant__name", "name")
@@ -136,7 +141,7 @@ def _export(kb: KnowledgeBase, kind: str) -> HttpResponse:
     return response
 
 
-def _query_set_post(request, kb: KnowledgeBase) -> HttpResponse:
+def _query_set_post(request: ConsoleRequest, kb: KnowledgeBase) -> HttpResponse:
     here = query_set_url(kb.pk)
     try:
         if "remove" in request.POST:
@@ -147,7 +152,7 @@ def _query_set_post(request, kb: KnowledgeBase) -> HttpResponse:
             if upload is None:
                 messages.error(request, "Choose a .zip (BEIR layout) or .csv file to import.")
             else:
-                counts = query_sets.import_query_set(kb, upload.name, upload.read())
+                counts = query_sets.import_query_set(kb, upload.name or "", upload.read())
                 messages.success(request, f"Imported {counts.queries} queries and {counts.judgments} judgments.")
         elif "gate" in request.POST or "switch" in request.POST:
             number = request.POST.get("gate") or request.POST.get("switch") or ""
@@ -177,7 +182,7 @@ def _query_set_post(request, kb: KnowledgeBase) -> HttpResponse:
     return HttpResponseRedirect(here)
 
 
-def evaluation_status_view(request, run_id: int) -> JsonResponse:
+def evaluation_status_view(request: ConsoleRequest, run_id: int) -> JsonResponse:
     """A run's progress, polled by its page while it runs."""
     run = _run(request, run_id)
     finished = run.status in (EvaluationRun.Status.DONE, EvaluationRun.Status.FAILED)
@@ -185,7 +190,7 @@ def evaluation_status_view(request, run_id: int) -> JsonResponse:
                          "error": run.error})  # fmt: skip
 
 
-def _run(request, run_id: int) -> EvaluationRun:
+def _run(request: ConsoleRequest, run_id: int) -> EvaluationRun:
     run = (
         EvaluationRun.objects.filter(pk=run_id, knowledge_base__tenant__in=tenants_visible_to(request.user))
         .select_related("knowledge_base__tenant")
@@ -196,7 +201,7 @@ def _run(request, run_id: int) -> EvaluationRun:
     return run
 
 
-def evaluation_view(request, run_id: int, context: dict[str, Any]) -> HttpResponse:
+def evaluation_view(request: ConsoleRequest, run_id: int, context: dict[str, Any]) -> HttpResponse:
     """One run: its figures, the KB's nDCG@10 history, wins and losses against another run (``?against=``,
     by default the run before it) and the relevance-threshold curve with the recommended threshold."""
     run = _run(request, run_id)
@@ -225,7 +230,7 @@ def evaluation_view(request, run_id: int, context: dict[str, Any]) -> HttpRespon
         comparison=rows,
         wins=sum(row["delta"] > 0 for row in rows),
         losses=sum(row["delta"] < 0 for row in rows),
-        comparison_chart=_comparison_chart(kb, run, base, rows) if rows else None,
+        comparison_chart=_comparison_chart(kb, run, base, rows) if rows and base is not None else None,
         history_chart=_history_chart(kb_runs.ndcg_history(kb), current=run.pk),
         curve=curve,
         curve_chart=_curve_chart(curve) if curve.get("curve") else None,
@@ -239,7 +244,7 @@ def evaluation_view(request, run_id: int, context: dict[str, Any]) -> HttpRespon
 # --- charts ---------------------------------------------------------------------------------------
 
 
-def _history_chart(runs: list[EvaluationRun], current: int | None = None):
+def _history_chart(runs: list[EvaluationRun], current: int | None = None) -> SafeString:
     points = [(float(run.pk), float(run.summary["metrics"]["ndcg@10"])) for run in runs if run.summary]
     ticks = [(float(run.pk), f"#{run.pk}") for run in runs if run.summary]
     return line_chart(
@@ -256,7 +261,9 @@ def _compare_link(kb: KnowledgeBase, query: str, run: EvaluationRun, base: Evalu
     return f"{reverse('admin:retrieval_retrievalrun_compare')}?{urlencode(params)}"
 
 
-def _comparison_chart(kb, run, base, rows):
+def _comparison_chart(
+    kb: KnowledgeBase, run: EvaluationRun, base: EvaluationRun, rows: list[dict[str, Any]]
+) -> SafeString | None:
     changed = [row for row in rows if row["delta"]]
     bars = [(row["query"], row["delta"], _compare_link(kb, row["query"], run, base)) for row in changed]
     for row in rows:
@@ -266,7 +273,7 @@ def _comparison_chart(kb, run, base, rows):
     ) if bars else None  # fmt: skip
 
 
-def _curve_chart(curve: dict[str, Any]):
+def _curve_chart(curve: dict[str, Any]) -> SafeString:
     points = curve["curve"]
     kept = Series("judged relevant kept", [(p["threshold"], p["relevant_kept"]) for p in points], "kept")
     dropped = Series("others dropped", [(p["threshold"], p["others_dropped"]) for p in points], "dropped")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiViewExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
@@ -18,10 +20,13 @@ from drf_spectacular.utils import (
     PolymorphicProxySerializer,
     extend_schema,
 )
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, cost_example, error_responses
 from retrieval.graph_serializers import GlobalGraphOutput
 from retrieval.serializers import SearchOutput
+from tenants.requests import TenantRequest
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [
@@ -35,7 +40,7 @@ SEARCH_HEADERS = [
     ),
 ]
 
-HIT_EXAMPLE = {
+HIT_EXAMPLE: dict[str, Any] = {
     "chunk_id": 101,
     "doc_id": 17,
     "kb_id": 1,
@@ -59,7 +64,7 @@ HIT_EXAMPLE = {
     "parent_id": None,
     "children": None,
 }
-RESPONSE_EXAMPLE = {
+RESPONSE_EXAMPLE: dict[str, Any] = {
     "results": [HIT_EXAMPLE],
     "total": 1,
     "mode": "hybrid",
@@ -182,7 +187,7 @@ DEGRADED_EXAMPLE = {
 # values as the documented model makes, none of them real.
 EXAMPLE_QUERY_VECTOR = [round(math.sin(0.7 * i) / 13.86, 4) for i in range(384)]
 
-REQUEST_EXAMPLES = {
+REQUEST_EXAMPLES: dict[str | None, list[tuple[str, dict[str, Any]]]] = {
     "vector": [
         ("Dense search", {"query": "How should I store the lithium battery pack?", "top_k": 3}),
         (
@@ -238,7 +243,7 @@ class SearchViewSchema(OpenApiViewExtension):
     target_class = "retrieval.views.SearchView"
     match_subclasses = True
 
-    def view_replacement(self):
+    def view_replacement(self) -> type[APIView]:
         view = self.target
         mode = view.mode
         examples = [OpenApiExample(name, value=value, request_only=True) for name, value in REQUEST_EXAMPLES[mode]]
@@ -258,7 +263,7 @@ class SearchViewSchema(OpenApiViewExtension):
                 OpenApiExample("Global: communities", value=GLOBAL_EXAMPLE, response_only=True, status_codes=["200"])
             )
 
-        class Documented(view):
+        class Documented(view):  # type: ignore[misc, valid-type]  # the extension's target view, known at run time
             @extend_schema(
                 operation_id=f"retrieval_{mode or 'search'}",
                 summary=SUMMARIES[mode],
@@ -269,8 +274,9 @@ class SearchViewSchema(OpenApiViewExtension):
                 responses={200: GRAPH_OUTPUT if mode == "graph" else SearchOutput, **error_responses(*SEARCH_ERRORS)},
                 examples=examples,
             )
-            def post(self, request):
-                return super().post(request)
+            def post(self, request: TenantRequest) -> HttpResponse:
+                response: HttpResponse = super().post(request)
+                return response
 
         return Documented
 
@@ -335,14 +341,14 @@ class DifyAuthenticationScheme(OpenApiAuthenticationExtension):
     target_class = "retrieval.dify.DifyApiKeyAuthentication"
     name = "DifyBearerApiKey"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
         return BEARER_SCHEME
 
 
 class DifyRetrievalViewSchema(OpenApiViewExtension):
     target_class = "retrieval.dify.DifyRetrievalView"
 
-    def view_replacement(self):
+    def view_replacement(self) -> type[APIView]:
         from retrieval.dify import DifyErrorOutput, DifyRetrievalInput, DifyRetrievalOutput
 
         errors = {
@@ -361,7 +367,9 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
             for status, (description, code, message) in DIFY_ERRORS.items()
         }
 
-        class Documented(self.target):
+        view = self.target
+
+        class Documented(view):  # type: ignore[misc, valid-type]  # the extension's target view, known at run time
             @extend_schema(
                 operation_id="dify_retrieval",
                 summary="Dify External Knowledge API: hybrid search of one knowledge base",
@@ -386,8 +394,9 @@ class DifyRetrievalViewSchema(OpenApiViewExtension):
                     OpenApiExample("Records", value=DIFY_RESPONSE_EXAMPLE, response_only=True, status_codes=["200"]),
                 ],
             )
-            def post(self, request):
-                return super().post(request)
+            def post(self, request: TenantRequest) -> Response:
+                response: Response = super().post(request)
+                return response
 
         return Documented
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
+from django.http import HttpRequest
 from rest_framework.request import Request
 
 from tenants.models import ApiKey, Tenant
@@ -17,3 +19,10 @@ class TenantRequest(Request):
     auth: ApiKey
     # The rows of the view's ``read_along()``, read with the key's check; None when the key was read in full.
     read_along: list[tuple[Any, ...]] | None
+
+
+class ConsoleRequest(HttpRequest):
+    """Never built: a type for ``request`` in the console's admin views, which ``admin_site.admin_view``
+    lets in only for a logged-in staff user."""
+
+    user: User

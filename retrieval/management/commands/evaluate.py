@@ -5,14 +5,15 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from knowledge.errors import InvalidChunking
+from knowledge.ingestion.pipeline import IngestReport
 from knowledge.models import PARENT_CHILD, PLAIN, KnowledgeBase
 from knowledge.search_settings import AGGREGATES, FUSIONS, LEG_CANDIDATES, LEG_WEIGHTS
 from retrieval.evaluation import protocol
-from retrieval.evaluation.datasets import corpus_files, load_dataset
+from retrieval.evaluation.datasets import BeirDataset, corpus_files, load_dataset
 from retrieval.evaluation.knowledge_bases import (
     KbSettings,
     eval_knowledge_base,
@@ -21,7 +22,7 @@ from retrieval.evaluation.knowledge_bases import (
 )
 from retrieval.evaluation.metrics import METRICS
 from retrieval.evaluation.reports import build_report, compare_reports, git_commit
-from retrieval.evaluation.runs import run_variant
+from retrieval.evaluation.runs import RunResult, run_variant
 from retrieval.evaluation.sweep import (
     SWEEP_CANDIDATES,
     SWEEP_RRF_KS,
@@ -32,6 +33,7 @@ from retrieval.evaluation.sweep import (
 )
 from retrieval.evaluation.variants import DEPTH, EXPANDERS, build_variants, parse_feedback, parse_weight_grid
 from retrieval.types import MODES
+from tenants.models import Tenant
 from tenants.selectors import TenantNotFound
 
 
@@ -73,7 +75,7 @@ class Command(BaseCommand):
         "through the service's search pipeline, or compare two reports with --compare."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv")
         parser.add_argument("--split", default="dev")
         parser.add_argument("--modes", default="vector,bm25,hybrid")
@@ -159,7 +161,7 @@ class Command(BaseCommand):
         parser.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE.json", "AFTER.json"))
         parser.add_argument("--no-progress", action="store_true")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["compare"]:
             self._compare(*options["compare"])
         elif options["choose_default"] and options["dataset"]:
@@ -169,7 +171,7 @@ class Command(BaseCommand):
         else:
             raise CommandError("give --dataset DIR to evaluate, or --compare A.json B.json")
 
-    def _evaluate(self, options) -> None:
+    def _evaluate(self, options: dict[str, Any]) -> None:
         commit = git_commit()
         if options["write"] and not options["sweep"]:
             raise CommandError("--write stores what --sweep found: give --sweep too")
@@ -199,8 +201,10 @@ class Command(BaseCommand):
             )
         try:
             weights = parse_weight_grid(options["weights"]) if options["weights"] else [None]
-            floors = [float(value) for value in _names(options["dense_floor"])] or [None]
-            feedbacks = [parse_feedback(value) for value in _names(options["feedback"])] or [None]
+            floors: list[float | None] = [float(value) for value in _names(options["dense_floor"])] or [None]
+            feedbacks: list[tuple[int, int, float] | None] = [
+                parse_feedback(value) for value in _names(options["feedback"])
+            ] or [None]
             dataset = load_dataset(options["dataset"], options["split"], with_corpus=not options["tenant"])
         except (ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
@@ -245,7 +249,7 @@ class Command(BaseCommand):
         self._print_runs(dataset, [result.summary() for result in results])
         self.stdout.write(f"report: {output}")
 
-    def _choose_default(self, options) -> None:
+    def _choose_default(self, options: dict[str, Any]) -> None:
         """Every candidate and both legs on every shared split under the folder, then the decision."""
         commit = git_commit()
         splits = [
@@ -261,7 +265,8 @@ class Command(BaseCommand):
                 f"{options['dataset']} has no {protocol.REFERENCE_SET} dataset with a train or dev split"
             )
         variants = {**protocol.leg_variants(), **{name: protocol.variant_of(name) for name in protocol.CANDIDATES}}
-        runs, query_halves = {}, {}
+        runs: dict[str, dict[str, RunResult]] = {}
+        query_halves: dict[str, dict[str, list[str]]] = {}
         for name, (folder, split) in zip(names, splits, strict=True):
             dataset = load_dataset(folder, split)
             kb, _ = self._ingested_kb(dataset, options)
@@ -289,7 +294,13 @@ class Command(BaseCommand):
         output.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         self.stdout.write(f"report: {output}")
 
-    def _print_protocol(self, sets, query_halves, thresholds, decision) -> None:
+    def _print_protocol(
+        self,
+        sets: dict[str, protocol.SetScores],
+        query_halves: dict[str, dict[str, list[str]]],
+        thresholds: dict[str, dict[str, float]],
+        decision: protocol.Decision,
+    ) -> None:
         names = list(sets)
         header = ["run", *(f"{name} {half}" for name in names for half in protocol.HALVES)]
         self.stdout.write("nDCG@10 per half (queries: " + ", ".join(
@@ -347,15 +358,16 @@ class Command(BaseCommand):
             ],
         )
 
-    def _labelled_kb(self, tenant_name: str, kb_name: str):
+    def _labelled_kb(self, tenant_name: str, kb_name: str) -> tuple[Tenant, KnowledgeBase]:
         try:
             tenant, kb = labelled_knowledge_base(tenant_name, kb_name)
         except (TenantNotFound, KnowledgeBase.DoesNotExist):
             raise CommandError(f"tenant {tenant_name!r} has no knowledge base named {kb_name!r}") from None
-        self.stdout.write(f"evaluating knowledge base {tenant.name}/{kb.name} (version {kb.active_version.number})")
+        version = kb.active_version.number if kb.active_version else "none active"
+        self.stdout.write(f"evaluating knowledge base {tenant.name}/{kb.name} (version {version})")
         return tenant, kb
 
-    def _ingested_kb(self, dataset, options):
+    def _ingested_kb(self, dataset: BeirDataset, options: dict[str, Any]) -> tuple[KnowledgeBase, IngestReport]:
         kb_settings = KbSettings(
             model=options["model"] or settings.EMBEDDING_MODEL,
             languages=tuple(_names(options["languages"])) if options["languages"] else None,
@@ -381,20 +393,21 @@ class Command(BaseCommand):
         )
         return kb, ingestion
 
-    def _sweep_outcome(self, kb, results, *, write: bool) -> dict[str, Any]:
+    def _sweep_outcome(self, kb: KnowledgeBase, results: list[RunResult], *, write: bool) -> dict[str, Any]:
         best = best_run(results)
         suggested = suggested_settings(best.variant)
         ndcg = best.summary()["metrics"]["ndcg@10"]
         self.stdout.write(f"best: {best.variant.label} (nDCG@10 {ndcg:.4f}); search settings {json.dumps(suggested)}")
         if write:
             stored = write_suggested_settings(kb, suggested)
-            where = f"{kb.tenant.name}/{kb.name} version {kb.active_version.number}"
+            version = kb.active_version.number if kb.active_version else "none active"
+            where = f"{kb.tenant.name}/{kb.name} version {version}"
             self.stdout.write(f"written to {where}: {json.dumps(stored)}")
         else:
             self.stdout.write("not written: add --write to store them on the knowledge base's active version")
         return {"best": best.variant.label, "search_settings": suggested, "written": write}
 
-    def _print_runs(self, dataset, runs: list[dict[str, Any]]) -> None:
+    def _print_runs(self, dataset: BeirDataset, runs: list[dict[str, Any]]) -> None:
         header = [
             "run", *METRICS, "p50 ms", "p95 ms", "dense skipped", "relevant kept",
             "keeps 90 %", "kept at threshold", "relevant at 0",
