@@ -26,7 +26,7 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class ConflictsAnsweredAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ConflictsAnsweredAdmin(admin.ModelAdmin[Any]):
     """An add or change form that loses a uniqueness race says so instead of a 500.
 
     The admin's form checks uniqueness before it saves; two saves at once both pass that check, and

@@ -71,6 +71,19 @@ def test_an_empty_set_or_unknown_settings_are_refused(db):
     assert not EvaluationRun.objects.exists()
 
 
+def test_a_named_version_of_a_kb_without_an_active_one_is_refused_not_a_crash(db):
+    """Found by the type check: the active version was read unchecked (an AttributeError, a 500). A KB has
+    none once its active version's row is deleted (``on_delete=SET_NULL``)."""
+    kb = KnowledgeBaseFactory()
+    kb.active_version.delete()
+    kb.refresh_from_db()
+    assert kb.active_version is None
+    query_sets.judge(kb, "where is the manual", {"manual.md": 2}, "console")
+    with pytest.raises(kb_runs.InvalidQuerySet, match="version 3 is not"):
+        kb_runs.start_evaluation(kb, {"version": 3})
+    assert not EvaluationRun.objects.exists()
+
+
 def test_the_run_page_draws_history_wins_and_losses_and_the_threshold_curve(admin_client, judged_sample):
     kb = judged_sample
     first = kb_runs.execute_evaluation(kb_runs.start_evaluation(kb, {"mode": "vector"}).pk)
