@@ -356,7 +356,7 @@ def _load(value: bytes, *, elapsed_ms: float) -> SearchResponse:
 
 
 def _redis_cache() -> RedisCache:
-    """The default cache as what it is (settings.CACHES), which Django's type of ``cache`` does not know."""
+    """The default cache as what it is (django-redis, by the CACHES setting), which Django's type of ``cache`` does not know."""
     return cast(RedisCache, cache)
 
 
