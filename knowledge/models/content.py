@@ -75,6 +75,13 @@ class KnowledgeBase(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}"
 
+    def require_active_version(self) -> "KnowledgeBaseVersion":
+        """The version searches read. A KB has one from its creation (``activate_first_version``) on, so
+        None is a bug: it raises here rather than as an AttributeError further on."""
+        if self.active_version is None:
+            raise KnowledgeBaseVersion.DoesNotExist(f"knowledge base {self.pk} has no active version")
+        return self.active_version
+
 
 def current_graph_extractor() -> str:
     """The version of the entity extraction this service runs (``engines.graph_extraction``)."""
