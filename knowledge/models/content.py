@@ -1,5 +1,7 @@
 """Knowledge bases, their versions, documents, passages and the work done on them."""
 
+from typing import Any
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.core.files.storage import Storage, storages
@@ -143,6 +145,10 @@ class KnowledgeBaseVersion(models.Model):
         ]
         ordering = ["knowledge_base_id", "number"]
 
+    # Not columns: what the version holds, counted when read (knowledge.selectors.versions_of, version_of).
+    chunk_count: int
+    document_count: int
+
     def __str__(self) -> str:
         return f"{self.knowledge_base} v{self.number}"
 
@@ -213,6 +219,9 @@ class Document(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")]
+
+    # Not a column: its last parse report in words, set for the console's documents (knowledge.console).
+    parse_summary: str
 
     def __str__(self) -> str:
         return self.title or self.source_uri
@@ -321,6 +330,9 @@ class KnowledgeTask(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    # Not a column: its state and progress, set for the console's progress bars (knowledge.console).
+    status: dict[str, Any]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.task_id}"
