@@ -191,8 +191,7 @@ def update_document_labels(
         stored.metadata = stored.metadata if metadata is None else metadata
         with connection.cursor() as cursor:
             relabel = [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk]
-            # django-stubs lists only the parameter types Django adapts; psycopg adapts Jsonb too
-            cursor.execute(_RELABEL_CHUNKS_SQL, relabel)  # type: ignore[arg-type]
+            cursor.execute(_RELABEL_CHUNKS_SQL, relabel)  # type: ignore[arg-type]  # the stubs lack psycopg's Jsonb
         stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
         versions = _versions_holding(stored)
         for version_id in versions:

@@ -414,13 +414,12 @@ class SourceOutput(serializers.Serializer[Any]):
 
     @extend_schema_field(SourceRunOutput(many=True))
     def get_runs(self, source: KnowledgeSource) -> list[Any]:
-        # djangorestframework-stubs type ``.data`` as a dict, also of a ``many=True`` serializer (a list)
-        return SourceRunOutput(latest_runs(source), many=True).data  # type: ignore[return-value]
+        runs = SourceRunOutput(latest_runs(source), many=True)
+        return runs.data  # type: ignore[return-value]  # the stubs: a dict, also of many=True (a list)
 
 
 class SourceSyncOutput(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     status_url = serializers.CharField(help_text="GET it to follow the sync")
-    # A field named like Field.source: djangorestframework-stubs see the attribute, which the serializer's
-    # metaclass takes out of the class (declared fields are collected, not kept as attributes).
-    source = serializers.IntegerField()  # type: ignore[assignment]
+    # Named like Field.source, which the stubs see; the serializer's metaclass takes declared fields out of the class.
+    source = serializers.IntegerField()  # type: ignore[assignment]  # the stubs: Field.source, a str
