@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 from pathlib import Path
 
 import pypdf
@@ -15,6 +14,7 @@ import pytest
 from knowledge.parsing import parse_file
 from retrieval.evaluation.datasets import load_dataset
 from tests.fixtures.format_set import make_documents
+from tests.fixtures.format_set.answer_hits import holds_answer, squeezed
 from tests.fixtures.format_set.content import DOCUMENTS
 from tests.fixtures.format_set.questions import QUESTIONS
 from tests.knowledge import formats
@@ -25,13 +25,9 @@ OCR_KINDS = {"scan-pdf", "png", "jpeg"}
 OCR_MISREADS = {"fs45": 'Tesseract reads the inspector\'s name 周敏 as "Flax"'}
 
 
-def squeezed(text: str) -> str:
-    """Spaces left out and case folded: OCR and the parsers space CJK text and units differently."""
-    return re.sub(r"\s+", "", text).casefold()
-
-
 def lines_with(text: str, key: str, answer: str) -> list[str]:
-    """The lines of ``text`` holding both the row's key and the answer: a reader kept them together."""
+    """The lines of ``text`` holding both the row's key and the answer: a reader kept them together.
+    Spaces and case aside: OCR and the parsers space CJK text and units differently."""
     key, answer = squeezed(key), squeezed(answer)
     return [line for line in text.splitlines() if key in squeezed(line) and answer in squeezed(line)]
 
@@ -80,6 +76,13 @@ def test_the_committed_judgments_are_the_questions_and_load_as_a_beir_folder(doc
     assert all((documents / doc).is_file() for judged in dataset.qrels.values() for doc in judged)
     rows = [json.loads(line) for line in queries.splitlines()]
     assert all(row["answer"] and row["where"] for row in rows)
+
+
+def test_lines_with_agrees_with_answer_hits():
+    text = "| SKY-80942 | 24 months | US$39 |\nSKY-80942\nUS$39"
+    assert lines_with(text, "sky-80942", "US$ 39") == ["| SKY-80942 | 24 months | US$39 |"]
+    assert holds_answer(text, "sky-80942", "US$ 39")
+    assert not holds_answer("SKY-80942\nUS$39", "SKY-80942", "US$39")
 
 
 def test_the_pypdf_check_catches_a_table_written_row_by_row(tmp_path):
