@@ -47,6 +47,12 @@ def documents(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def parsed_texts() -> dict[str, str]:
+    """Each document's extracted text, parsed once for all its questions (OCR takes seconds a page)."""
+    return {}
+
+
 def test_the_set_is_big_enough_and_spans_every_format(documents):
     files = sorted(path.name for path in documents.iterdir())
     assert files == sorted(DOCUMENTS)
@@ -107,8 +113,10 @@ def test_no_pdf_question_is_answerable_from_pypdf_text(documents, question):
         for q in QUESTIONS
     ],
 )
-def test_the_parsers_read_each_answer_beside_its_row(documents, question):
+def test_the_parsers_read_each_answer_beside_its_row(documents, parsed_texts, question):
     if DOCUMENTS[question.doc][0] in OCR_KINDS and (reason := formats.ocr_missing()):
         pytest.skip(reason)
-    parsed = parse_file(documents / question.doc)
-    assert lines_with(parsed.text, question.key, question.answer), parsed.text
+    if question.doc not in parsed_texts:
+        parsed_texts[question.doc] = parse_file(documents / question.doc).text
+    text = parsed_texts[question.doc]
+    assert lines_with(text, question.key, question.answer), text
