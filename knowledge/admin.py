@@ -1,11 +1,19 @@
 """The knowledge console. Writes go through the knowledge write modules, so versions, chunks, lexical indexes
 and cached answers follow every change; what only a rebuild may change is read-only here."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import InlineModelAdmin
 from django.core.exceptions import ValidationError
-from django.urls import path, re_path
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, re_path
 from django_celery_beat.validators import crontab_validator
 
 from core.admin import ConflictsAnsweredAdmin, ReadOnlyAdminMixin
@@ -41,52 +49,66 @@ from knowledge.views import ID_PATTERN
 from tenants.admin import TenantAdmin
 from tenants.models import Tenant
 
+# The mixins below extend a ModelAdmin: typed as one, they are plain classes at run time.
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldGroups  # stub-only aliases
+    from django.utils.datastructures import _ListOrTuple
 
-class VersionInline(admin.TabularInline):
+    _AdminMixin = admin.ModelAdmin[Any]
+else:
+    _AdminMixin = object
+
+
+class VersionInline(admin.TabularInline):  # type: ignore[type-arg]  # not generic at run time
     model = KnowledgeBaseVersion
     extra = 0
-    fields = [
+    # a version's search settings are measured: manage.py evaluate --sweep --write
+    readonly_fields = [
         "number", "status", "embedding_model", "embedding_dim", "analyzer_version", "graph_extractor", "revision",
         "search_settings", "created_at",
     ]  # fmt: skip
-    readonly_fields = fields  # a version's search settings are measured: manage.py evaluate --sweep --write
+    fields = [*readonly_fields]
     can_delete = False
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # versions are made by the services (creation, rebuilds)
 
 
-class ChunksGoWithTheirDocuments:
+class ChunksGoWithTheirDocuments(_AdminMixin):
     """For admins whose deletes take chunks (and the graph made of them) along through a service: the
     read-only chunk, entity and community admins refuse to delete one alone, which must not refuse
     deleting its document, knowledge base or tenant."""
 
-    def get_deleted_objects(self, objs, request):
+    def get_deleted_objects(
+        self, objs: Sequence[Any] | QuerySet[Any], request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         made_from_documents = {model._meta.verbose_name for model in (Chunk, GraphEntity, GraphCommunity)}
         return deleted, counts, perms_needed - made_from_documents, protected
 
 
-class MadeAndDeletedByServices:
+class MadeAndDeletedByServices(_AdminMixin):
     """For admins whose add form's ``create()`` makes the object through a service (which saves all it
     has, so no inline follows an add) and whose deletes go through ``delete_with_service``."""
 
-    def save_form(self, request, form, change):
+    delete_with_service: Any  # the service that deletes one object (a static method of the admin)
+
+    def save_form(self, request: HttpRequest, form: Any, change: bool) -> Any:
         return super().save_form(request, form, change) if change else form.create()
 
-    def save_related(self, request, form, formsets, change):
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         if change:
             super().save_related(request, form, formsets, change)
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self.delete_with_service(obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         for obj in queryset:
             self.delete_with_service(obj)
 
 
-class KnowledgeBaseCreationForm(forms.ModelForm):
+class KnowledgeBaseCreationForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
     """The arguments of ``create_knowledge_base``; a blank one takes the service's default."""
 
     class Meta:
@@ -96,7 +118,7 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
             "parent_chunk_size", "languages",
         ]  # fmt: skip
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         defaults = {
             "embedding_model": f"Blank: {settings.EMBEDDING_MODEL}. A model folder, or remote:<name>.",
@@ -116,15 +138,16 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
         return form_name(self.cleaned_data["name"])
 
     def clean_embedding_model(self) -> str:
-        name = self.cleaned_data["embedding_model"].strip()
+        name: str = self.cleaned_data["embedding_model"].strip()
         try:
             get_embedder(name or None)
         except EmbeddingError as exc:
             raise ValidationError(str(exc)) from None
         return name
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         try:
             check_chunking(data.get("chunking") or PLAIN, data.get("chunk_size"), data.get("parent_chunk_size"))
         except InvalidChunking as exc:
@@ -146,7 +169,7 @@ class KnowledgeBaseCreationForm(forms.ModelForm):
         )
 
 
-class KnowledgeBaseChangeForm(forms.ModelForm):
+class KnowledgeBaseChangeForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
     # The search settings' one switch, as a checkbox beside their JSON (which then leaves it out).
     semantic_cache = forms.BooleanField(
         required=False,
@@ -155,7 +178,7 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
         "terms; cosine at least SEMANTIC_CACHE_MIN_COSINE) from the cache. Dense and hybrid searches only.",
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if "default_acl" in self.fields:  # blank keeps it: a KB's default names at least one principal
             self.fields["default_acl"].required = False
@@ -166,14 +189,15 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
     def clean_default_acl(self) -> list[str]:
         return self.cleaned_data.get("default_acl") or list(self.instance.default_acl)
 
-    def clean_search_settings(self) -> dict:
+    def clean_search_settings(self) -> dict[str, Any]:
         try:
             return clean_search_settings(self.cleaned_data["search_settings"])
         except ValidationError as exc:
             raise ValidationError(exc.messages) from None
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if isinstance(data.get("search_settings"), dict):  # it validated: the checkbox's value goes in
             search_settings = {k: v for k, v in data["search_settings"].items() if k != "semantic_cache"}
             data["search_settings"] = {
@@ -184,7 +208,7 @@ class KnowledgeBaseChangeForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         # The tenant is read-only here, so Django skips the (tenant, name) constraint: check it.
-        name = self.cleaned_data["name"]
+        name: str = self.cleaned_data["name"]
         taken = KnowledgeBase.objects.filter(tenant_id=self.instance.tenant_id, name=name).exclude(pk=self.instance.pk)
         if taken.exists():
             raise ValidationError("This tenant already has a knowledge base with this name.")
@@ -208,7 +232,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
         "created_at",
     ]  # fmt: skip
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         view, name = self.admin_site.admin_view, "knowledge_knowledgebase"
         return [
             path("glance/", view(self.glance_view), name=f"{name}_glance"),
@@ -217,35 +241,37 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
             *super().get_urls(),
         ]
 
-    def glance_view(self, request):
+    def glance_view(self, request: HttpRequest) -> HttpResponse:
         title = "Knowledge bases at a glance"
         return console.glance_view(
             request, {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
         )
 
-    def lifecycle_view(self, request, kb_id: str):
+    def lifecycle_view(self, request: HttpRequest, kb_id: str) -> HttpResponse:
         context = {**self.admin_site.each_context(request), "opts": self.opts}
         return console.knowledge_base_view(request, context, model_admin=self, kb_id=int(kb_id))
 
-    def get_form(self, request, obj=None, **kwargs):
+    def get_form(
+        self, request: HttpRequest, obj: KnowledgeBase | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[KnowledgeBase]]:
         if obj is None:
             kwargs["form"] = self.add_form
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
-    def get_fields(self, request, obj=None):
+    def get_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> _FieldGroups:
         editable = ["name", "description", "default_acl", "search_settings", "semantic_cache"]
-        return self.add_form._meta.fields if obj is None else [*editable, *self.fixed_after_creation]
+        return [*self.add_form.Meta.fields] if obj is None else [*editable, *self.fixed_after_creation]
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> list[str]:
         return [] if obj is None else self.fixed_after_creation
 
-    def get_inlines(self, request, obj):
+    def get_inlines(self, request: HttpRequest, obj: KnowledgeBase | None) -> list[type[InlineModelAdmin[Any, Any]]]:
         return [] if obj is None else [VersionInline]
 
     # A new KB is made by the service (its first version, sized for its model), not by the form.
     delete_with_service = staticmethod(delete_knowledge_base)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         if change:  # name, description and search settings; an added KB was saved by save_form
             default_acl = obj.default_acl
             if "default_acl" in form.changed_data:
@@ -255,8 +281,8 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
                 set_default_acl(obj, default_acl)
 
 
-class DocumentForm(forms.ModelForm):
-    def clean_metadata(self):
+class DocumentForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
+    def clean_metadata(self) -> dict[str, Any]:
         metadata = self.cleaned_data["metadata"]
         if not isinstance(metadata, dict):
             raise ValidationError("Metadata must be a JSON object.")
@@ -279,7 +305,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
     ]  # fmt: skip
     fields = ["title", "tags", "metadata", "acl", *readonly_fields]
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     @admin.display(description="What was read")
@@ -287,21 +313,21 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
         """The last parse report in words: counts that are not 0, then each warning."""
         return parse_report_summary(obj.parse_report)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
         labels = form.cleaned_data
         update_document_labels(
             obj, title=labels["title"], tags=labels["tags"], metadata=labels["metadata"], acl=labels["acl"]
         )
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Document) -> None:
         delete_document(obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset:
             delete_document(document)
 
     @admin.action(description="Re-ingest selected documents from their stored files", permissions=["change"])
-    def reingest(self, request, queryset):
+    def reingest(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         by_kb: dict[KnowledgeBase, list[Document]] = {}
         for document in queryset.select_related("knowledge_base"):
             by_kb.setdefault(document.knowledge_base, []).append(document)
@@ -309,24 +335,24 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
             console.report_reingest(request, kb, documents)
 
 
-class SourceRunInline(admin.TabularInline):
+class SourceRunInline(admin.TabularInline):  # type: ignore[type-arg]  # not generic at run time
     """A source's syncs, the newest first (each sync keeps the latest ``RUNS_KEPT``)."""
 
     model = SourceRun
     extra = 0
-    fields = [
+    readonly_fields = [
         "started_at", "finished_at", "trigger", "status", "added", "replaced", "unchanged", "removed", "failed",
         "failures", "error",
     ]  # fmt: skip
-    readonly_fields = fields
+    fields = [*readonly_fields]
     can_delete = False
     ordering = ["-started_at", "-id"]
 
-    def has_add_permission(self, request, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # runs are recorded by the syncs
 
 
-class KnowledgeSourceForm(forms.ModelForm):
+class KnowledgeSourceForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
     """The arguments of ``create_source``; afterwards those of ``update_source`` (a URL source's list,
     the schedule, paused or not)."""
 
@@ -344,14 +370,15 @@ class KnowledgeSourceForm(forms.ModelForm):
             "urls": "URL sources: comma-separated http(s) URLs.",
         }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.initial.update(source_schedule(self.instance))
             self.initial["enabled"] = self.instance.periodic_task is None or self.instance.periodic_task.enabled
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if bool(data.get("interval_seconds")) == bool(data.get("crontab")):
             raise ValidationError("Give an interval or a crontab (one of them).")
         if self.instance.pk is None:
@@ -369,7 +396,7 @@ class KnowledgeSourceForm(forms.ModelForm):
             raise ValidationError({"urls": "A URL source needs URLs (delete the source to stop syncing)."})
         return data
 
-    def schedule(self) -> dict:
+    def schedule(self) -> dict[str, Any]:
         return {
             "interval_seconds": self.cleaned_data.get("interval_seconds"),
             "crontab": self.cleaned_data.get("crontab"),
@@ -399,19 +426,21 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, ConflictsAnsweredAdmin):
     actions = ["sync_now"]
     fixed_after_creation = ["knowledge_base", "kind", "path", "urls", "created_at"]
 
-    def get_fields(self, request, obj=None):
+    def get_fields(self, request: HttpRequest, obj: KnowledgeSource | None = None) -> _FieldGroups:
         schedule = ["interval_seconds", "crontab"]
         return (
-            [*self.form._meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
+            [*self.form.Meta.fields, *schedule] if obj is None else [*self.fixed_after_creation, *schedule, "enabled"]
         )
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: KnowledgeSource | None = None) -> list[str]:
         if obj is None:
             return []
         editable = ["urls"] if obj.kind == KnowledgeSource.Kind.URLS else []
         return [name for name in self.fixed_after_creation if name not in editable]
 
-    def get_inlines(self, request, obj):
+    def get_inlines(
+        self, request: HttpRequest, obj: KnowledgeSource | None
+    ) -> _ListOrTuple[type[InlineModelAdmin[Any, Any]]]:
         return [] if obj is None else self.inlines
 
     @admin.display(description="schedule")
@@ -433,13 +462,13 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, ConflictsAnsweredAdmin):
     # A new source is made by the service (with its beat entry), not by the form.
     delete_with_service = staticmethod(delete_source)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: KnowledgeSource, form: Any, change: bool) -> None:
         if change:  # an added source was saved by save_form
             urls = form.cleaned_data["urls"] if "urls" in form.changed_data else None
             update_source(obj, urls=urls, enabled=form.cleaned_data["enabled"], **form.schedule())
 
     @admin.action(description="Sync selected sources now", permissions=["change"])
-    def sync_now(self, request, queryset):
+    def sync_now(self, request: HttpRequest, queryset: QuerySet[KnowledgeSource]) -> None:
         for source in queryset:
             queue_sync(source)
         self.message_user(
@@ -448,7 +477,7 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, ConflictsAnsweredAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
     """Read-only: a chunk's text, vector and index entry come from its document. Edit the document's
     labels, re-ingest its file, or delete the document."""
 
@@ -468,10 +497,10 @@ class TenantWithKnowledgeAdmin(ChunksGoWithTheirDocuments, TenantAdmin):
     """The tenants console, deleting a tenant's knowledge through the services (``tenants`` may not
     import ``knowledge``, so the knowledge app extends it)."""
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Tenant) -> None:
         delete_tenant(obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
             delete_tenant(tenant)
 

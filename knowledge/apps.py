@@ -6,7 +6,7 @@ class KnowledgeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "knowledge"
 
-    def ready(self):
+    def ready(self) -> None:
         # signals connects the receivers; tasks registers the tasks that knowledge.queue sends.
         from knowledge import monitoring, signals, tasks  # noqa: F401
         from knowledge.stores import apply_vector_column_storage

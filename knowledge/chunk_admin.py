@@ -5,12 +5,14 @@ as the chunk API does."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import URLPattern, path
 
 from core.admin import ReadOnlyAdminMixin
 from core.errors import DomainError
@@ -20,11 +22,11 @@ from knowledge.models import ChunkEdit, Document
 from tenants.selectors import tenants_visible_to
 
 
-def _editor(request) -> str:
+def _editor(request: HttpRequest) -> str:
     return f"user {request.user.get_username()}"
 
 
-def chunks_view(request, context: dict, document_id: int) -> TemplateResponse:
+def chunks_view(request: HttpRequest, context: dict[str, Any], document_id: int) -> HttpResponse:
     """GET: the document's chunks, each in a form. POST ``action`` ``save`` (``chunk``, ``content``,
     ``enabled``) or ``add`` (``content``), then back here with a message."""
     if not request.user.has_perm("knowledge.view_document"):
@@ -60,7 +62,7 @@ def chunks_view(request, context: dict, document_id: int) -> TemplateResponse:
 
 
 @admin.register(ChunkEdit)
-class ChunkEditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ChunkEditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
     """Read-only: an edit is applied to every store by the chunk API, never by saving a row here."""
 
     ordering = ["-edited_at"]
@@ -73,11 +75,11 @@ class ChunkEditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "metadata", "edited_by", "edited_at",
     ]  # fmt: skip
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.chunks_view)
         return [path("document/<int:document_id>/", view, name="knowledge_chunkedit_document"), *super().get_urls()]
 
-    def chunks_view(self, request, document_id: int):
+    def chunks_view(self, request: HttpRequest, document_id: int) -> HttpResponse:
         return chunks_view(request, {**self.admin_site.each_context(request), "opts": self.opts}, document_id)
 
     @admin.display(description="change")

@@ -53,7 +53,8 @@ def edit_chunk(
     version = _active_version(document)
     chunk = Chunk.objects.filter(document=document, kb_version=version, pk=chunk_id).first()
     if chunk is not None:
-        edit = ChunkEdit.objects.filter(pk=edit_of(chunk), document=document).first() if edit_of(chunk) else None
+        edit_id = edit_of(chunk)
+        edit = ChunkEdit.objects.filter(pk=edit_id, document=document).first() if edit_id else None
         if edit is None:
             edit = ChunkEdit(
                 tenant_id=document.tenant_id, document=document, original_hash=chunk.content_hash,
@@ -112,7 +113,7 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
         if chunk is not None:  # while the row exists: the graph forgets what only it mentioned
             graph_store().replace_chunks(document.tenant_id, version.pk, [chunk.pk], {})
             chunk.delete()
-        if edit.enabled:
+        if vector is not None:  # the edit is enabled (embedded above)
             metadata[CURATED] = {"edit": edit.pk, "manual": edit.manual}
             row = Chunk(
                 id=edit.chunk_id, document=document, kb_version=version, tenant_id=document.tenant_id,

@@ -3,11 +3,15 @@ the edits a changed file left for review."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from knowledge.chunk_curation import CURATED, edit_of
 from knowledge.models import Chunk, ChunkEdit, Document
 
 
-def _entry(chunk_id: int | None, ordinal: int, content: str, enabled: bool, edit: ChunkEdit | None, **extra) -> dict:
+def _entry(
+    chunk_id: int | None, ordinal: int, content: str, enabled: bool, edit: ChunkEdit | None, **extra: object
+) -> dict[str, Any]:
     return {
         "id": chunk_id,
         "ordinal": ordinal,
@@ -23,7 +27,7 @@ def _entry(chunk_id: int | None, ordinal: int, content: str, enabled: bool, edit
     }
 
 
-def document_chunks(document: Document) -> dict:
+def document_chunks(document: Document) -> dict[str, list[dict[str, Any]]]:
     """``chunks``: the active version's chunks and the disabled ones, by ordinal; ``needs_review``: the
     edits not applied because the file changed (their original text is no longer cut)."""
     version = document.knowledge_base.active_version

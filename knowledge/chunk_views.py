@@ -4,19 +4,22 @@ re-embedded and re-indexed in every store before the answer (``knowledge.chunk_c
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers, status
-from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from knowledge.chunk_curation import add_chunk, edit_chunk
 from knowledge.chunk_selectors import document_chunks
+from knowledge.models import Document
 from knowledge.selectors import document_of, knowledge_base_of
 from knowledge.views import KnowledgeApiViewSet
+from tenants.requests import TenantRequest
 
 
-class ChunkOutput(serializers.Serializer):
+class ChunkOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField(allow_null=True, help_text="null only for an added chunk awaiting review")
     ordinal = serializers.IntegerField(help_text="its place in the document")
     content = serializers.CharField()
@@ -33,7 +36,7 @@ class ChunkOutput(serializers.Serializer):
     metadata = serializers.DictField(help_text="with `locator`, where the chunk lies in the document")
 
 
-class ChunkListOutput(serializers.Serializer):
+class ChunkListOutput(serializers.Serializer[Any]):
     chunks = ChunkOutput(many=True)
     needs_review = ChunkOutput(many=True, help_text="edits a changed file left unapplied")
 
@@ -43,20 +46,20 @@ class ChunkListOutput(serializers.Serializer):
 CHUNK_TEXT = r"[^\s\x1c-\x1f\x85]"
 
 
-def chunk_text(**options) -> serializers.RegexField:
+def chunk_text(**options: Any) -> serializers.RegexField:
     return serializers.RegexField(CHUNK_TEXT, max_length=20000, trim_whitespace=True, **options)
 
 
-class ChunkPatchInput(serializers.Serializer):
+class ChunkPatchInput(serializers.Serializer[Any]):
     content = chunk_text(required=False)
     enabled = serializers.BooleanField(required=False)
 
 
-class ChunkCreateInput(serializers.Serializer):
+class ChunkCreateInput(serializers.Serializer[Any]):
     content = chunk_text()
 
 
-def editor_of(request: Request) -> str:
+def editor_of(request: TenantRequest) -> str:
     key = request.auth
     return f"api key {getattr(key, 'name', '') or getattr(key, 'prefix', '')}".strip()
 
@@ -88,22 +91,22 @@ def editor_of(request: Request) -> str:
     ),
 )
 class ChunkViewSet(KnowledgeApiViewSet):
-    def _document(self, request: Request, kb_id: int, doc_id: int):
+    def _document(self, request: TenantRequest, kb_id: int, doc_id: int) -> Document:
         key = request.auth  # a KB outside a KB-limited key's list, or a document it may not read, is missing
         reader = key.listing_reader()
         return document_of(knowledge_base_of(request.tenant, kb_id, key.reachable_kb_ids, reader), doc_id, reader)
 
-    def list(self, request: Request, kb_id: int, doc_id: int) -> Response:
+    def list(self, request: TenantRequest, kb_id: int, doc_id: int) -> Response:
         return Response(ChunkListOutput(document_chunks(self._document(request, kb_id, doc_id))).data)
 
-    def create(self, request: Request, kb_id: int, doc_id: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int, doc_id: int) -> Response:
         body = ChunkCreateInput(data=request.data)
         body.is_valid(raise_exception=True)
         document = self._document(request, kb_id, doc_id)
         add_chunk(document, body.validated_data["content"], editor=editor_of(request))
         return Response(ChunkListOutput(document_chunks(document)).data, status=status.HTTP_201_CREATED)
 
-    def partial_update(self, request: Request, kb_id: int, doc_id: int, pk: int) -> Response:
+    def partial_update(self, request: TenantRequest, kb_id: int, doc_id: int, pk: int) -> Response:
         body = ChunkPatchInput(data=request.data)
         body.is_valid(raise_exception=True)
         document = self._document(request, kb_id, doc_id)

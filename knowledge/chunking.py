@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
@@ -42,7 +43,7 @@ DEFAULT_PARENT_TOKENS = 512
 class ChunkDraft:
     text: str
     token_count: int
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     parent: int | None = None  # parent_child: the index of its parent passage in its document's parents
 
     @property
@@ -126,14 +127,14 @@ def chunk_sections(
 
 def _row_chunks(
     section: Section, splitter: RecursiveCharacterTextSplitter, count_tokens: Callable[[str], int], size: int
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, dict[str, Any]]]:
     """A rows-section (``Section.rows``) packed into chunks of whole rows, without overlap, each led by
     the section's header, with the first and last row it holds (``metadata["rows"]``). Only a row
     longer than a chunk on its own is cut, by the splitter, each piece without the header. A chunk's
     character offsets span its rows (the header stands once, before the section's text)."""
     header = section.header
     room = size - (count_tokens(header) + 1 if header else 0)
-    chunks: list[tuple[str, dict]] = []
+    chunks: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
     numbers: list[int] = []
     starts: list[int] = []  # where each of ``lines`` starts in the section's text
@@ -223,11 +224,11 @@ def _spans(text: str, pieces: list[str]) -> list[tuple[str, int, int]]:
 _LOCATED_KEYS = ("section", "sheet", "rows", "slide", "table", "caption")
 
 
-def _with_locator(section: Section, start: int, end: int) -> dict:
+def _with_locator(section: Section, start: int, end: int) -> dict[str, Any]:
     """The section's metadata and the chunk's locator: where a citation points (its page range, heading
     path, sheet and rows or slide, table, and character offsets in the document's extracted text)."""
     metadata = dict(section.metadata)
-    locator: dict = {key: metadata[key] for key in _LOCATED_KEYS if key in metadata}
+    locator: dict[str, Any] = {key: metadata[key] for key in _LOCATED_KEYS if key in metadata}
     if "page" in metadata:
         locator["pages"] = [metadata["page"], metadata["page"]]
     locator["chars"] = [section.offset + start, section.offset + end]

@@ -7,13 +7,17 @@ apply). Registered as admin views by ``knowledge.admin``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
-from django.contrib import messages
+from django.contrib import admin, messages
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -23,7 +27,7 @@ from core.redis import REDIS_ERRORS
 from engines.embedders import EmbeddingError
 from knowledge.documents import check_upload_sizes, queue_uploads, reingest_documents
 from knowledge.errors import InvalidChunking, VocabularyChanged
-from knowledge.models import CHUNKINGS, Document, KnowledgeBase, KnowledgeTask
+from knowledge.models import CHUNKINGS, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES, parse_report_summary
 from knowledge.selectors import (
     documents_of,
@@ -52,13 +56,14 @@ class VocabularyImportForm(forms.Form):
     file = forms.FileField(required=False, help_text="UTF-8; or paste the lines below")
     text = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 10, "cols": 80}), label="Lines")
 
-    def __init__(self, *args, tenants, formats: list[str], **kwargs):
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], formats: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].queryset = tenants
-        self.fields["format"].choices = [(name, FORMATS[name]) for name in formats]
+        cast("forms.ModelChoiceField[Tenant]", self.fields["tenant"]).queryset = tenants
+        cast(forms.ChoiceField, self.fields["format"]).choices = [(name, FORMATS[name]) for name in formats]
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         upload = data.get("file")
         if upload is not None:
             if upload.size > MAX_IMPORT_BYTES:
@@ -72,7 +77,9 @@ class VocabularyImportForm(forms.Form):
         return data
 
 
-def import_view(request, context: dict, *, model_admin, formats: list[str]) -> TemplateResponse:
+def import_view(
+    request: HttpRequest, context: dict[str, Any], *, model_admin: admin.ModelAdmin[Any], formats: list[str]
+) -> HttpResponse:
     """GET: the form. POST: the preview; POST with ``apply``: the import, when the preview has no errors."""
     if not (model_admin.has_add_permission(request) and model_admin.has_change_permission(request)):
         raise PermissionDenied
@@ -102,7 +109,7 @@ def import_view(request, context: dict, *, model_admin, formats: list[str]) -> T
     return TemplateResponse(request, "admin/knowledge/import.html", context)
 
 
-def glance_view(request, context: dict) -> TemplateResponse:
+def glance_view(request: HttpRequest, context: dict[str, Any]) -> TemplateResponse:
     """Per knowledge base of the tenants the user sees: documents by status, chunks, the active
     version's model and chunking, versions in build with their progress, the latest failures."""
     glances = knowledge_bases_at_a_glance(tenants_visible_to(request.user))
@@ -136,7 +143,7 @@ class VersionBuildForm(forms.Form):
         initial="manual",
     )
 
-    def __init__(self, *args, kb: KnowledgeBase, **kwargs):
+    def __init__(self, *args: Any, kb: KnowledgeBase, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         active = {**{name: getattr(kb, name) for name in ("embedding_model", "chunk_size", "chunk_overlap")},
                   "languages": ",".join(kb.languages)}  # fmt: skip
@@ -149,10 +156,10 @@ class VersionBuildForm(forms.Form):
             raise forms.ValidationError("at most 20 language codes of at most 8 characters each")
         return ",".join(codes)
 
-    def build_options(self) -> dict:
+    def build_options(self) -> dict[str, Any]:
         data = self.cleaned_data
         sizes = ("chunk_size", "chunk_overlap", "parent_chunk_size")
-        options = {name: data[name] for name in sizes if data[name] is not None}
+        options: dict[str, Any] = {name: data[name] for name in sizes if data[name] is not None}
         if data["chunking"]:
             options["chunking"] = data["chunking"]
         if data["embedding_model"].strip():
@@ -162,7 +169,9 @@ class VersionBuildForm(forms.Form):
         return options
 
 
-def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> TemplateResponse:
+def knowledge_base_view(
+    request: HttpRequest, context: dict[str, Any], *, model_admin: admin.ModelAdmin[Any], kb_id: int
+) -> HttpResponse:
     """GET: one KB's lifecycle page. POST ``action``: upload, build, activate, retire or reingest, then
     back here with a message (an upload sent by the page's script follows the same redirect)."""
     if not model_admin.has_view_or_change_permission(request):
@@ -191,7 +200,7 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
     documents = documents_of(kb).order_by("-updated_at", "-id")
     shown = list(documents[:DOCUMENTS_SHOWN])
     for document in shown:  # what its last parse read, in words (the "Read" column)
-        document.parse_summary = parse_report_summary(document.parse_report)  # type: ignore[attr-defined]
+        document.parse_summary = parse_report_summary(document.parse_report)
     context.update(
         kb=kb,
         glance=glance,
@@ -210,7 +219,7 @@ def knowledge_base_view(request, context: dict, *, model_admin, kb_id: int) -> T
     return TemplateResponse(request, "admin/knowledge/knowledge_base.html", context)
 
 
-def task_view(request, task_id: str) -> JsonResponse:
+def task_view(request: HttpRequest, task_id: str) -> JsonResponse:
     """``GET /api/v1/tasks/{id}``'s answer for the console's progress bars: a task of a tenant the user sees."""
     record = KnowledgeTask.objects.filter(task_id=task_id, tenant__in=tenants_visible_to(request.user)).first()
     if record is None:
@@ -223,7 +232,7 @@ def _ids(values: list[str]) -> list[int]:
     return [int(value) for value in values if re.fullmatch(ID_PATTERN, value)]
 
 
-def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
+def _visible_knowledge_base(user: User | AnonymousUser, kb_id: int) -> KnowledgeBase:
     kb = (
         KnowledgeBase.objects.filter(pk=kb_id, tenant__in=tenants_visible_to(user))
         .select_related("tenant", "active_version").first()
@@ -233,7 +242,7 @@ def _visible_knowledge_base(user, kb_id: int) -> KnowledgeBase:
     return kb
 
 
-def _status_of(task: KnowledgeTask) -> dict:
+def _status_of(task: KnowledgeTask) -> dict[str, Any]:
     """The task's status as ``task_status`` reads it, with ``finished``, ``percent`` done and its result
     in words (``summary``); state ``UNKNOWN`` while Redis (the result backend) cannot be read, ``EXPIRED``
     for a task older than its state is kept (``TASK_RESULT_TTL_S``: Celery then says PENDING forever)."""
@@ -255,7 +264,7 @@ _RESULT_WORDS = {"communities_task": "graph communities rebuilt by a follow-up t
 _RESULT_LEFT_OUT = {"failures", "progress"}
 
 
-def _summary(result: dict) -> str:
+def _summary(result: dict[str, Any]) -> str:
     """A task's result in words: its counts (``added 3, unchanged 1``), never a raw id or nested dict."""
     parts = []
     for name, value in result.items():
@@ -271,7 +280,7 @@ def _with_status(tasks: list[KnowledgeTask]) -> list[KnowledgeTask]:
     return tasks
 
 
-def _upload(request, kb: KnowledgeBase) -> None:
+def _upload(request: HttpRequest, kb: KnowledgeBase) -> None:
     params = UploadInput(data={"files": request.FILES.getlist("files")})
     if not params.is_valid():
         messages.error(request, "; ".join(str(error) for errors in params.errors.values() for error in errors))
@@ -289,7 +298,7 @@ def _upload(request, kb: KnowledgeBase) -> None:
         messages.warning(request, "Not accepted: " + "; ".join(refused))
 
 
-def _build(request, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
+def _build(request: HttpRequest, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
     try:
         version, task = start_version_build(
             kb, activate=form.cleaned_data["activate"] == "auto", **form.build_options()
@@ -307,8 +316,10 @@ def _build(request, kb: KnowledgeBase, form: VersionBuildForm) -> bool:
     return True
 
 
-def _version_action(change, done: str):
-    def act(request, kb: KnowledgeBase) -> None:
+def _version_action(
+    change: Callable[[KnowledgeBaseVersion], KnowledgeBaseVersion], done: str
+) -> Callable[[HttpRequest, KnowledgeBase], None]:
+    def act(request: HttpRequest, kb: KnowledgeBase) -> None:
         try:
             (number,) = _ids([request.POST.get("version", "")])
             version = change(version_of(kb, number))
@@ -322,7 +333,7 @@ def _version_action(change, done: str):
     return act
 
 
-def _sync(request, kb: KnowledgeBase) -> None:
+def _sync(request: HttpRequest, kb: KnowledgeBase) -> None:
     try:
         (source_id,) = _ids([request.POST.get("source", "")])
         task = queue_sync(source_of(kb, source_id))
@@ -332,7 +343,7 @@ def _sync(request, kb: KnowledgeBase) -> None:
         messages.success(request, f"Syncing source {source_id} (task {task.task_id}).")
 
 
-def _reingest(request, kb: KnowledgeBase) -> None:
+def _reingest(request: HttpRequest, kb: KnowledgeBase) -> None:
     documents = list(documents_of(kb).filter(pk__in=_ids(request.POST.getlist("documents"))))
     if not documents:
         messages.error(request, "Select the documents to re-ingest.")
@@ -340,7 +351,7 @@ def _reingest(request, kb: KnowledgeBase) -> None:
     report_reingest(request, kb, documents)
 
 
-def report_reingest(request, kb: KnowledgeBase, documents: list[Document]) -> None:
+def report_reingest(request: HttpRequest, kb: KnowledgeBase, documents: list[Document]) -> None:
     """Re-ingest a KB's documents and say what was queued (this page, and the documents' change list)."""
     task, skipped = reingest_documents(kb, documents)
     if task is not None:

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.files.base import File
@@ -32,16 +33,16 @@ def check_upload_size(size: int, limit: int, what: str) -> None:
         raise UploadTooLarge(f"{what} is larger than the allowed maximum of {limit} bytes", details={"limit": limit})
 
 
-def check_upload_sizes(uploads: Sequence[File]) -> None:
+def check_upload_sizes(uploads: Sequence[File[bytes]]) -> None:
     """The upload limits: ``UploadTooLarge`` (413) for a file above ``UPLOAD_MAX_FILE_BYTES``, or files
     together above ``UPLOAD_MAX_REQUEST_BYTES``."""
     for upload in uploads:
-        check_upload_size(upload.size, settings.UPLOAD_MAX_FILE_BYTES, upload.name)
+        check_upload_size(upload.size, settings.UPLOAD_MAX_FILE_BYTES, upload.name or "a file")
     check_upload_size(sum(upload.size for upload in uploads), settings.UPLOAD_MAX_REQUEST_BYTES, "the files together")
 
 
 def queue_uploads(
-    kb: KnowledgeBase, uploads: Sequence[File], labels: Labels | None
+    kb: KnowledgeBase, uploads: Sequence[File[bytes]], labels: Labels | None
 ) -> tuple[KnowledgeTask, list[Document]]:
     """Keep each uploaded file and queue one ingestion task for them. A new file's document is
     ``pending`` until the task ingests it; a replaced one stays as it is (searchable) until then; a
@@ -54,6 +55,8 @@ def queue_uploads(
         }
         for upload in uploads:
             name = upload.name
+            if name is None:  # a multipart upload always has one (Django skips a part without)
+                raise ValueError("an uploaded file has no name")
             try:
                 doc_type = doc_type_for(Path(name))
             except ParseError as exc:
@@ -153,7 +156,7 @@ def purge_document_rows(document_ids: Sequence[int]) -> int:
         kept = set(Document.objects.filter(original__in=originals).values_list("original", flat=True))
         storage = originals_storage()
         for name in originals - kept:
-            transaction.on_commit(lambda name=name: storage.delete(name), robust=True)
+            transaction.on_commit(functools.partial(storage.delete, name), robust=True)
     return len(purged)
 
 
@@ -170,7 +173,7 @@ def update_document_labels(
     *,
     title: str | None = None,
     tags: list[str] | None = None,
-    metadata: dict | None = None,
+    metadata: dict[str, Any] | None = None,
     acl: list[str] | None = None,
 ) -> None:
     """Set a document's title, tags, metadata or ACL (None keeps one) and copy them onto every chunk of it,
@@ -187,7 +190,8 @@ def update_document_labels(
         stored.tags = stored.tags if tags is None else tags
         stored.metadata = stored.metadata if metadata is None else metadata
         with connection.cursor() as cursor:
-            cursor.execute(_RELABEL_CHUNKS_SQL, [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk])
+            relabel = [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk]
+            cursor.execute(_RELABEL_CHUNKS_SQL, relabel)  # type: ignore[arg-type]  # the stubs lack psycopg's Jsonb
         stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
         versions = _versions_holding(stored)
         for version_id in versions:

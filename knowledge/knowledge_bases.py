@@ -3,6 +3,8 @@ KB, or a tenant with all its KBs)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
 from core.names import checked_name
@@ -42,8 +44,8 @@ def create_knowledge_base(
 
 
 def update_search_settings(
-    kb: KnowledgeBase, search_settings: dict, *, version: KnowledgeBaseVersion | None = None
-) -> dict:
+    kb: KnowledgeBase, search_settings: dict[str, Any], *, version: KnowledgeBaseVersion | None = None
+) -> dict[str, Any]:
     """Replace the KB's search settings, or ``version``'s (one of the KB's); returns them as stored.
     Validated here (``ValidationError``), so the admin, the API and commands store the same thing.
     Cached answers need no purge: the search cache key holds the settings a search used."""
@@ -85,7 +87,7 @@ def _drop_version_indexes(tenant_id: int, version_ids: list[int]) -> None:
         get_lexical_index().drop(version_id)
 
 
-def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options) -> tuple[KnowledgeBase, bool]:
+def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options: Any) -> tuple[KnowledgeBase, bool]:
     """Of two processes creating it at once, the one that loses the insert reads the winner's KB."""
     existing = KnowledgeBase.objects.filter(tenant=tenant, name=name).select_related("active_version")
     kb = existing.first()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -37,13 +38,13 @@ def _lock_lexical_index(version_id: int) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LEXICAL_LOCK_CLASS, version_id & 0x7FFFFFFF])
 
 
-def _analyzed(analyzer: Analyzer, row: tuple) -> str:
+def _analyzed(analyzer: Analyzer, row: tuple[Any, ...]) -> str:
     """The analyzed text of a row of ``_ENTRY_COLUMNS``."""
     _, _, context, content, _, _, _, metadata, _ = row
     return analyzer.analyze(contextual_text(context, content, (metadata or {}).get("section")))
 
 
-def _entry(row: tuple, tenant_id: int, text: str) -> LexicalDocument:
+def _entry(row: tuple[Any, ...], tenant_id: int, text: str) -> LexicalDocument:
     """The index entry of a row of ``_ENTRY_COLUMNS`` with its analyzed ``text``."""
     chunk_id, doc_id, _, _, doc_type, created_at, tags, metadata, acl = row
     fields = filter_fields(doc_type, created_at, tags, metadata, acl)
@@ -171,7 +172,7 @@ def check_version(version: KnowledgeBaseVersion, *, repair: bool = False) -> Ver
     return check
 
 
-def _rows_and_entries(version: KnowledgeBaseVersion) -> tuple[set[int], Counter]:
+def _rows_and_entries(version: KnowledgeBaseVersion) -> tuple[set[int], Counter[int]]:
     """The version's chunk ids in the database, and its keyword-index entries counted by chunk id."""
     in_db = set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
     return in_db, Counter(get_lexical_index().chunk_ids(version.pk))

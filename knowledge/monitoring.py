@@ -36,7 +36,7 @@ def consecutive_sync_failures() -> dict[tuple[str, ...], float]:
         .order_by("source_id", "-started_at", "-id")
         .values_list("source__knowledge_base_id", "source_id", "status")
     )
-    streaks = {}
+    streaks: dict[tuple[str, ...], float] = {}
     for (kb_id, source_id), rows in groupby(runs, key=lambda row: row[:2]):
         failed = 0
         for *_, status in rows:

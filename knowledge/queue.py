@@ -7,23 +7,33 @@ writes that queue work never import the tasks that call them.
 from __future__ import annotations
 
 import uuid
+from typing import Protocol
 
 from django.db import transaction
 
 from core.uniqueness import redrawn_on_collision
 from knowledge.models import KnowledgeBase, KnowledgeTask
 
-_TASKS: list = []
+
+class _Task(Protocol):
+    """What queueing uses of a Celery task (``celery.Task``; Celery ships no types)."""
+
+    name: str
+
+    def apply_async(self, args: tuple[object, ...], *, task_id: str | None = None) -> object: ...
+
+
+_TASKS: list[_Task] = []
 TASK_ID_UNIQUE = "knowledge_knowledgetask_task_id_key"  # PostgreSQL's name for the column's UNIQUE
 
 
-def register(*tasks) -> None:
+def register(*tasks: _Task) -> None:
     """Make Celery tasks queueable by their names (``knowledge.tasks.ingest_documents``). Their names are
     read when one is sent: reading one binds the Celery app, which would start the embedded broker."""
     _TASKS.extend(tasks)
 
 
-def enqueue(name: str, args: tuple, *, task_id: str | None = None, robust: bool = False) -> None:
+def enqueue(name: str, args: tuple[object, ...], *, task_id: str | None = None, robust: bool = False) -> None:
     """Send task ``name`` once the transaction commits (at once outside one). ``robust``: a failure to
     send (the broker down) is logged, not raised, and the work is left to a periodic task."""
     task = next((task for task in _TASKS if task.name == name), None)
@@ -32,7 +42,7 @@ def enqueue(name: str, args: tuple, *, task_id: str | None = None, robust: bool 
     transaction.on_commit(lambda: task.apply_async(args, task_id=task_id), robust=robust)
 
 
-def queue_task(kb: KnowledgeBase, kind: str, name: str, args: tuple) -> KnowledgeTask:
+def queue_task(kb: KnowledgeBase, kind: str, name: str, args: tuple[object, ...]) -> KnowledgeTask:
     """Record task ``name`` for the KB's tenant, who can follow it, then send it once the transaction commits."""
     record = redrawn_on_collision(
         TASK_ID_UNIQUE,

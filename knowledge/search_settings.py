@@ -26,6 +26,8 @@ Dify sends no threshold, as recommended by an evaluation run, ``retrieval.evalua
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 
 RETRIEVERS = ("vector", "bm25", "graph")
@@ -41,7 +43,8 @@ AGGREGATES = ("none", "max", "sum")
 GROUP_BY = ("chunk", "document")
 
 # key -> (type, minimum, maximum) of the numeric keys
-_NUMBERS = {
+_Bounds = tuple[type[int] | type[float], float, float]
+_NUMBERS: dict[str, _Bounds] = {
     "rrf_k": (int, 1, MAX_RRF_K),
     "candidates": (int, 1, MAX_CANDIDATES),
     "dense_weight_floor": (float, 0, MAX_WEIGHT),
@@ -61,7 +64,7 @@ _SWITCHES = ("semantic_cache",)
 KEYS = ("weights", *_NUMBERS, *_CHOICES, *_SWITCHES)
 
 
-def clean_search_settings(value: object) -> dict:
+def clean_search_settings(value: object) -> dict[str, Any]:
     """The settings as stored (numbers typed, keys in a fixed order); ``ValidationError`` naming each
     bad key otherwise."""
     if value in (None, ""):
@@ -69,7 +72,7 @@ def clean_search_settings(value: object) -> dict:
     if not isinstance(value, dict):
         raise ValidationError('search settings must be a JSON object, e.g. {"weights": {"vector": 0.5}}')
     errors = [f"unknown key {key!r}; use {', '.join(KEYS)}" for key in value if key not in KEYS]
-    cleaned: dict = {}
+    cleaned: dict[str, Any] = {}
     for key in KEYS:
         if key not in value:
             continue
@@ -90,19 +93,20 @@ def clean_search_settings(value: object) -> dict:
     return cleaned
 
 
-def merged_search_settings(*layers: dict) -> dict:
+def merged_search_settings(*layers: dict[str, Any]) -> dict[str, Any]:
     """Later layers win, key by key (weights retriever by retriever)."""
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in (layer or {}).items():
             merged[key] = {**merged.get(key, {}), **value} if key == "weights" else value
     return merged
 
 
-def _clean_weights(weights: object) -> tuple[dict, list[str]]:
+def _clean_weights(weights: object) -> tuple[dict[str, float | int | None], list[str]]:
     if not isinstance(weights, dict):
         return {}, ['weights must be an object such as {"vector": 0.5, "bm25": 1}']
-    cleaned, errors = {}, []
+    cleaned: dict[str, float | int | None] = {}
+    errors: list[str] = []
     for name, weight in weights.items():
         if name not in RETRIEVERS:
             errors.append(f"unknown retriever {name!r} in weights; use {', '.join(RETRIEVERS)}")
@@ -112,10 +116,15 @@ def _clean_weights(weights: object) -> tuple[dict, list[str]]:
     return cleaned, errors
 
 
-def _clean_number(name: str, value: object, bounds: tuple | None = None) -> tuple[float | int | None, list[str]]:
+def _clean_number(name: str, value: object, bounds: _Bounds | None = None) -> tuple[float | int | None, list[str]]:
     kind, low, high = bounds or _NUMBERS[name]
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or (kind is int and value != int(value)) or not low <= value <= high:
+    if (
+        not numeric
+        or not isinstance(value, (int, float))  # (numeric says it; this narrows it for the type checker)
+        or (kind is int and value != int(value))
+        or not low <= value <= high
+    ):
         noun = "an integer" if kind is int else "a number"
         return None, [f"{name} must be {noun} from {low} to {high}"]
     return kind(value), []

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
 from celery.result import AsyncResult
@@ -51,7 +51,7 @@ class SearchedVersion:
     embedding_model: str
     embedding_dim: int
     languages: tuple[str, ...]  # the KB's
-    search_settings: dict  # the KB's merged with its version's, key by key
+    search_settings: dict[str, Any]  # the KB's merged with its version's, key by key
     chunking: str = PLAIN  # parent_child: its hits are child chunks, returned as their parent passages
     graph_extractor: str = ""  # the extractor that built its graph (``graph_selectors.graph_setup_of``)
 
@@ -80,7 +80,7 @@ def searched_knowledge(
         return _searched_knowledge_of(_reachable_rows(cursor.fetchall(), reachable), kb_ids)
 
 
-def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
+def searched_knowledge_statement(tenant_id: int) -> tuple[str, list[int | None]]:
     """:func:`searched_knowledge`'s query over all the tenant's KBs, for another app to send in its
     round trip (the API key's check: ``tenants.selectors.ReadAlong``); :func:`searched_knowledge_in`
     reads its rows."""
@@ -88,7 +88,7 @@ def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
 
 
 def searched_knowledge_in(
-    rows: list[tuple], kb_ids: list[int] | None, reachable: Collection[int] | None = None
+    rows: list[tuple[Any, ...]], kb_ids: list[int] | None, reachable: Collection[int] | None = None
 ) -> SearchedKnowledge:
     """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``
     (and to ``reachable``)."""
@@ -97,7 +97,7 @@ def searched_knowledge_in(
     return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
 
 
-def _reachable_rows(rows: list[tuple], reachable: Collection[int] | None) -> list[tuple]:
+def _reachable_rows(rows: list[tuple[Any, ...]], reachable: Collection[int] | None) -> list[tuple[Any, ...]]:
     """The rows of the KBs a key may reach; with none left, the vocabulary stamp's row of NULLs."""
     if reachable is None:
         return rows
@@ -105,7 +105,7 @@ def _reachable_rows(rows: list[tuple], reachable: Collection[int] | None) -> lis
     return kept or [(rows[0][0], *([None] * (len(rows[0]) - 1)))] if rows else kept
 
 
-def _searched_knowledge_of(rows: list[tuple], kb_ids: list[int] | None) -> SearchedKnowledge:
+def _searched_knowledge_of(rows: list[tuple[Any, ...]], kb_ids: list[int] | None) -> SearchedKnowledge:
     versions = tuple(
         SearchedVersion(
             kb_id, version_id, revision, model, dim, tuple(languages),
@@ -149,13 +149,13 @@ _RESTRICTED_SQL = (
     f"SELECT v FROM unnest(%s::bigint[]) v WHERE EXISTS (SELECT 1 FROM {Chunk._meta.db_table} c "
     "WHERE c.kb_version_id = v AND NOT (c.acl @> ARRAY['*']::varchar(200)[]))"
 )
-_restricted: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
+_restricted: TTLCache[tuple[int, int], bool] = TTLCache(maxsize=10_000, ttl=3600)
 _restricted_lock = threading.Lock()
 
 
-def search_settings_of(kb: KnowledgeBase) -> dict:
+def search_settings_of(kb: KnowledgeBase) -> dict[str, Any]:
     """The KB's search settings with its active version's over them, key by key."""
-    return merged_search_settings(kb.search_settings, kb.active_version.search_settings)
+    return merged_search_settings(kb.search_settings, kb.require_active_version().search_settings)
 
 
 # One row per KB searched, or one row of NULLs after the tenant's vocabulary stamp when none is.
@@ -299,7 +299,7 @@ def source_of(kb: KnowledgeBase, source_id: int) -> KnowledgeSource:
     return source
 
 
-def source_schedule(source: KnowledgeSource) -> dict:
+def source_schedule(source: KnowledgeSource) -> dict[str, Any]:
     """``{"interval_seconds": n}`` or ``{"crontab": "m h dom mon dow"}``, as the API takes it."""
     task = source.periodic_task
     if task is None:
@@ -337,7 +337,7 @@ def _count_contents(version: KnowledgeBaseVersion, reader: tuple[str, ...] | Non
     return version
 
 
-def task_status(tenant: Tenant, task_id: str, reachable: Collection[int] | None = None) -> dict:
+def task_status(tenant: Tenant, task_id: str, reachable: Collection[int] | None = None) -> dict[str, Any]:
     """State, progress, result and error of a task the tenant started (``GET /api/v1/tasks/{id}``);
     another tenant's task, or one of a KB outside ``reachable``, is reported exactly like one that does not exist."""
     records = KnowledgeTask.objects.filter(tenant=tenant, task_id=task_id)
@@ -404,7 +404,7 @@ def tenant_vocabulary(tenant_id: int, stamp: int) -> Vocabulary:
 
 def tenant_stats(
     tenant: Tenant, reachable: Collection[int] | None = None, reader: tuple[str, ...] | None = None
-) -> dict:
+) -> dict[str, Any]:
     """What the tenant holds, how many queries it was served and what it consumed (``GET /api/v1/stats``);
     of a KB-limited key, only its KBs (``reachable``); of a reader, only the documents and chunks it may read."""
     kbs = KnowledgeBase.objects.filter(tenant=tenant)
@@ -437,14 +437,16 @@ class KnowledgeBaseGlance:
     chunks: int  # in the active version
     last_errors: list[Document]  # failed documents, the latest first
     building: list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]  # versions in build, with their task
-    sources: list[tuple[KnowledgeSource, dict, SourceRun | None]]  # with their schedule and last run
+    sources: list[tuple[KnowledgeSource, dict[str, Any], SourceRun | None]]  # with their schedule and last run
 
 
-def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None = None) -> list[KnowledgeBaseGlance]:
+def knowledge_bases_at_a_glance(
+    tenants: Iterable[Tenant], errors_shown: int = 5, only: int | None = None
+) -> list[KnowledgeBaseGlance]:
     """The tenants' KBs (or the one of id ``only``) with their documents by status, active chunks,
     latest failures, versions in build and sources."""
-    kbs = KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
-    kbs = list((kbs if only is None else kbs.filter(pk=only)).order_by("tenant__name", "name"))
+    found = KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant", "active_version")
+    kbs = list((found if only is None else found.filter(pk=only)).order_by("tenant__name", "name"))
     statuses: dict[int, dict[str, int]] = {kb.pk: dict.fromkeys(Document.Status.values, 0) for kb in kbs}
     rows = Document.objects.filter(knowledge_base__in=kbs).order_by().values_list("knowledge_base", "status")
     for kb_id, status, count in rows.annotate(Count("id")):
@@ -472,14 +474,16 @@ def knowledge_bases_at_a_glance(tenants, errors_shown: int = 5, only: int | None
     ]
 
 
-def _sources_with_last_run(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[KnowledgeSource, dict, SourceRun | None]]]:
+def _sources_with_last_run(
+    kbs: list[KnowledgeBase],
+) -> dict[int, list[tuple[KnowledgeSource, dict[str, Any], SourceRun | None]]]:
     """Each KB's sources with their schedule and latest run (one query for the runs of all of them)."""
     sources = list(_sources_with_schedule(KnowledgeSource.objects.filter(knowledge_base__in=kbs)))
     runs = (
         SourceRun.objects.filter(source__in=sources).order_by("source_id", "-started_at", "-id").distinct("source_id")
     )
     last = {run.source_id: run for run in runs}
-    by_kb: dict[int, list] = {}
+    by_kb: dict[int, list[tuple[KnowledgeSource, dict[str, Any], SourceRun | None]]] = {}
     for source in sources:
         by_kb.setdefault(source.knowledge_base_id, []).append((source, source_schedule(source), last.get(source.pk)))
     return by_kb
@@ -493,7 +497,7 @@ def _versions_in_build(kbs: list[KnowledgeBase]) -> dict[int, list[tuple[Knowled
         for task in KnowledgeTask.objects.filter(knowledge_base__in=kbs, kind=KnowledgeTask.Kind.BUILD_VERSION)
         .select_related("tenant").order_by("knowledge_base_id", "-created_at").distinct("knowledge_base_id")
     }  # fmt: skip
-    building: dict[int, list] = {}
+    building: dict[int, list[tuple[KnowledgeBaseVersion, KnowledgeTask | None]]] = {}
     for version in versions.order_by("number"):
         building.setdefault(version.knowledge_base_id, []).append((version, tasks.get(version.knowledge_base_id)))
     return building
@@ -505,7 +509,7 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
     return list(tasks.order_by("-created_at")[:count])
 
 
-def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
+def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict[str, Any]]:
     """An entity's strongest neighbours in its own tenant and version: label, kind, summed weight, passages
     relating them and the typed relations, each read from the entity to the neighbour ("made_by", or
     "makes" when the neighbour is made by it; co-occurrence is left out). An edge is stored once per

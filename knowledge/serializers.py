@@ -1,8 +1,10 @@
 """Input and output shapes of the knowledge endpoints."""
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django_celery_beat.validators import crontab_validator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -17,12 +19,12 @@ from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN,
 LANGUAGE_TAG = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$"
 
 
-class DocumentCountsOutput(serializers.Serializer):
+class DocumentCountsOutput(serializers.Serializer[Any]):
     total = serializers.IntegerField()
     by_status = serializers.DictField(child=serializers.IntegerField(), help_text="every document status, 0 when none")
 
 
-class QueryCountsOutput(serializers.Serializer):
+class QueryCountsOutput(serializers.Serializer[Any]):
     served = serializers.IntegerField(help_text="successful searches since the counter started")
     cache_hits = serializers.IntegerField()
     cache_hit_ratio = serializers.FloatField(allow_null=True, help_text="null before the first query")
@@ -36,7 +38,7 @@ CostUnitsOutput = type(
 )
 
 
-class CostOutput(serializers.Serializer):
+class CostOutput(serializers.Serializer[Any]):
     """What was consumed, priced by the COST_PRICE_* settings (core.cost)."""
 
     units = CostUnitsOutput()
@@ -51,13 +53,13 @@ class DailyCostOutput(CostOutput):
     date = serializers.DateField(help_text="UTC")
 
 
-class TenantCostsOutput(serializers.Serializer):
+class TenantCostsOutput(serializers.Serializer[Any]):
     days = serializers.IntegerField(help_text="how many days are summed, today the last")
     daily = DailyCostOutput(many=True, help_text="the days with any use, oldest first")
     total = CostOutput(help_text="the days above together")
 
 
-class StatsOutput(serializers.Serializer):
+class StatsOutput(serializers.Serializer[Any]):
     tenant = serializers.CharField()
     knowledge_bases = serializers.IntegerField()
     documents = DocumentCountsOutput()
@@ -73,7 +75,7 @@ class StatsOutput(serializers.Serializer):
 # --- knowledge bases, documents, tasks (the knowledge REST API) ------------------------------------
 
 
-class IndexSettingsInput(serializers.Serializer):
+class IndexSettingsInput(serializers.Serializer[Any]):
     """How a KB or a new version is built; omitted: the service defaults (a KB) or the active version's."""
 
     embedding_model = serializers.CharField(
@@ -110,18 +112,18 @@ class IndexSettingsInput(serializers.Serializer):
 class AclField(serializers.ListField):
     """An ACL: principals 'user:<id>', 'group:<id>' or '*' (docs/permissions.md)."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         child = serializers.RegexField(PRINCIPAL_PATTERN, max_length=MAX_PRINCIPAL, trim_whitespace=False)
         super().__init__(child=child, max_length=MAX_PRINCIPALS, **kwargs)
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: Any) -> list[str]:
         try:
             return clean_principals(super().to_internal_value(data), where="acl")
         except InvalidPrincipals as error:
             raise serializers.ValidationError(str(error)) from None
 
 
-class KnowledgeBaseUpdateInput(serializers.Serializer):
+class KnowledgeBaseUpdateInput(serializers.Serializer[Any]):
     """``PATCH /knowledge-bases/{id}``: who may read its documents that set no ACL of their own."""
 
     default_acl = AclField(
@@ -129,7 +131,7 @@ class KnowledgeBaseUpdateInput(serializers.Serializer):
     )
 
 
-class DocumentUpdateInput(serializers.Serializer):
+class DocumentUpdateInput(serializers.Serializer[Any]):
     """``PATCH .../documents/{id}``: any of its labels; the change holds at the next search."""
 
     title = serializers.CharField(required=False, max_length=500, allow_blank=True)
@@ -137,7 +139,7 @@ class DocumentUpdateInput(serializers.Serializer):
     metadata = serializers.DictField(required=False)
     acl = AclField(required=False, help_text="who may read it (principals); []: its knowledge base's default_acl")
 
-    def validate(self, data):
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if not data:
             raise serializers.ValidationError("give at least one of title, tags, metadata, acl")
         return data
@@ -148,7 +150,7 @@ class KnowledgeBaseInput(IndexSettingsInput):
     description = serializers.CharField(required=False, allow_blank=True, default="")
 
 
-class IndexSettingsOutput(serializers.Serializer):
+class IndexSettingsOutput(serializers.Serializer[Any]):
     embedding_model = serializers.CharField()
     embedding_dim = serializers.IntegerField()
     chunk_size = serializers.IntegerField()
@@ -172,7 +174,7 @@ class KnowledgeBaseOutput(IndexSettingsOutput):
     created_at = serializers.DateTimeField()
 
 
-class ParseReportOutput(serializers.Serializer):
+class ParseReportOutput(serializers.Serializer[Any]):
     """What the last successful parse of the file read (knowledge.parsing.ParseReport); all 0 and empty
     before the first, or for a document ingested before reports were kept."""
 
@@ -190,7 +192,7 @@ class ParseReportOutput(serializers.Serializer):
     )
 
 
-class DocumentOutput(serializers.Serializer):
+class DocumentOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     name = serializers.CharField(source="source_uri")
     title = serializers.CharField()
@@ -208,7 +210,7 @@ class DocumentOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class DocumentTextOutput(serializers.Serializer):
+class DocumentTextOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     knowledge_base = serializers.IntegerField(source="knowledge_base_id")
     title = serializers.CharField()
@@ -220,7 +222,7 @@ class DocumentTextOutput(serializers.Serializer):
         return len(document.extracted_text)
 
 
-class UploadInput(serializers.Serializer):
+class UploadInput(serializers.Serializer[Any]):
     files = serializers.ListField(child=serializers.FileField(), allow_empty=False, max_length=100)
     metadata = serializers.JSONField(
         required=False,
@@ -228,15 +230,15 @@ class UploadInput(serializers.Serializer):
         help_text='labels for every file, as a sidecar file sets them: {"title", "tags": [..], "metadata": {..}}',
     )
 
-    def validate_files(self, files):
-        names = [upload.name for upload in files]
+    def validate_files(self, files: "list[UploadedFile[bytes]]") -> "list[UploadedFile[bytes]]":
+        names = [upload.name or "" for upload in files]  # each has one: FileField refuses a file without
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise serializers.ValidationError(f"file names must be unique in a request: {', '.join(duplicates)}")
         return files
 
 
-class UploadedDocumentOutput(serializers.Serializer):
+class UploadedDocumentOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     name = serializers.CharField(source="source_uri")
     status = serializers.ChoiceField(
@@ -247,19 +249,19 @@ class UploadedDocumentOutput(serializers.Serializer):
     error = serializers.CharField()
 
 
-class UploadOutput(serializers.Serializer):
+class UploadOutput(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     status_url = serializers.CharField(help_text="GET it to follow the task")
     documents = UploadedDocumentOutput(many=True)
 
 
-class TaskProgressOutput(serializers.Serializer):
+class TaskProgressOutput(serializers.Serializer[Any]):
     done = serializers.IntegerField()
     total = serializers.IntegerField()
     unit = serializers.CharField(help_text="what is counted, e.g. documents")
 
 
-class TaskOutput(serializers.Serializer):
+class TaskOutput(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     kind = serializers.CharField(help_text="ingest, build_version or sync_source")
     knowledge_base = serializers.IntegerField()
@@ -290,7 +292,7 @@ class VersionOutput(IndexSettingsOutput):
     activated_at = serializers.DateTimeField(allow_null=True, help_text="when searches last switched to it")
 
 
-class VersionBuildOutput(serializers.Serializer):
+class VersionBuildOutput(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     status_url = serializers.CharField(help_text="GET it to follow the build")
     version = VersionOutput()
@@ -299,7 +301,7 @@ class VersionBuildOutput(serializers.Serializer):
 # --- sources (folders or URLs kept in sync on a schedule) ----------------------------------------------
 
 
-class SourceSettingsInput(serializers.Serializer):
+class SourceSettingsInput(serializers.Serializer[Any]):
     """What registering and changing a source share: the URL list and the schedule."""
 
     urls = serializers.ListField(
@@ -322,13 +324,13 @@ class SourceSettingsInput(serializers.Serializer):
         "wins over it (docs/permissions.md)",
     )
 
-    def validate_urls(self, urls):
+    def validate_urls(self, urls: list[str]) -> list[str]:
         for url in urls:
             if urlsplit(url).scheme not in ("http", "https"):
                 raise serializers.ValidationError(f"{url}: only http and https URLs")
         return urls
 
-    def validate_crontab(self, value):
+    def validate_crontab(self, value: str) -> str:
         try:
             crontab_validator(value)
         except DjangoValidationError as exc:
@@ -344,7 +346,7 @@ class SourceInput(SourceSettingsInput):
         help_text="folder sources: absolute, or relative to the first of KNOWLEDGE_SOURCE_ROOTS, and under one of them",
     )
 
-    def validate(self, data):
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         folder = data["kind"] == KnowledgeSource.Kind.FOLDER
         if folder and ("path" not in data or "urls" in data):
             raise serializers.ValidationError({"path": ["a folder source needs a path (and no urls)"]})
@@ -360,7 +362,7 @@ class SourceUpdateInput(SourceSettingsInput):
 
     enabled = serializers.BooleanField(required=False, help_text="false pauses the scheduled syncs; true resumes them")
 
-    def validate(self, data):
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if not data:
             raise serializers.ValidationError("give at least one of urls, interval_seconds, crontab, enabled, acl")
         if "urls" in data and self.context["kind"] != KnowledgeSource.Kind.URLS:
@@ -370,7 +372,7 @@ class SourceUpdateInput(SourceSettingsInput):
         return data
 
 
-class SourceRunOutput(serializers.Serializer):
+class SourceRunOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     trigger = serializers.ChoiceField(choices=SourceRun.Trigger.choices)
     status = serializers.ChoiceField(choices=SourceRun.Status.choices)
@@ -387,12 +389,12 @@ class SourceRunOutput(serializers.Serializer):
     error = serializers.CharField(help_text="why the whole sync failed; empty when it did not")
 
 
-class SourceScheduleOutput(serializers.Serializer):
+class SourceScheduleOutput(serializers.Serializer[Any]):
     interval_seconds = serializers.IntegerField(required=False)
     crontab = serializers.CharField(required=False)
 
 
-class SourceOutput(serializers.Serializer):
+class SourceOutput(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=KnowledgeSource.Kind.choices)
     path = serializers.CharField(help_text="folder sources: the absolute folder; empty otherwise")
@@ -407,15 +409,17 @@ class SourceOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
     @extend_schema_field(SourceScheduleOutput)
-    def get_schedule(self, source) -> dict:
+    def get_schedule(self, source: KnowledgeSource) -> dict[str, Any]:
         return source_schedule(source)
 
     @extend_schema_field(SourceRunOutput(many=True))
-    def get_runs(self, source) -> list:
-        return SourceRunOutput(latest_runs(source), many=True).data
+    def get_runs(self, source: KnowledgeSource) -> list[Any]:
+        runs = SourceRunOutput(latest_runs(source), many=True)
+        return runs.data  # type: ignore[return-value]  # the stubs: a dict, also of many=True (a list)
 
 
-class SourceSyncOutput(serializers.Serializer):
+class SourceSyncOutput(serializers.Serializer[Any]):
     task_id = serializers.CharField()
     status_url = serializers.CharField(help_text="GET it to follow the sync")
-    source = serializers.IntegerField()
+    # Named like Field.source, which the stubs see; the serializer's metaclass takes declared fields out of the class.
+    source = serializers.IntegerField()  # type: ignore[assignment]  # the stubs: Field.source, a str

@@ -10,14 +10,14 @@ from knowledge.revisions import bump_revisions, expire_cached_answers
 
 @receiver([post_save, post_delete], sender=Synonym)
 @receiver([post_save, post_delete], sender=DictionaryTerm)
-def expire_answers_on_expansion_change(instance, **kwargs) -> None:
+def expire_answers_on_expansion_change(instance: Synonym | DictionaryTerm, **kwargs: object) -> None:
     """Synonyms and protected terms change answers without changing chunks: an edit (admin or code)
     must not be hidden behind cached answers."""
     expire_cached_answers(instance.tenant_id)
 
 
 @receiver([post_save, post_delete], sender=GraphEntityRule)
-def expire_answers_on_graph_curation(instance, **kwargs) -> None:
+def expire_answers_on_graph_curation(instance: GraphEntityRule, **kwargs: object) -> None:
     """A curator's edit changes which entity a query's name finds and every path through it, in each
     version of its KB: their cached answers and cached curation (``graph_query_setup``) expire."""
     bump_revisions(
@@ -26,7 +26,7 @@ def expire_answers_on_graph_curation(instance, **kwargs) -> None:
 
 
 @receiver(post_delete, sender=KnowledgeSource)
-def delete_schedule_with_source(instance, **kwargs) -> None:
+def delete_schedule_with_source(instance: KnowledgeSource, **kwargs: object) -> None:
     """A source's beat entry goes with it, however it is deleted (its KB or tenant deleted too)."""
     if instance.periodic_task_id is not None:
         PeriodicTask.objects.filter(pk=instance.periodic_task_id).delete()

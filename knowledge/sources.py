@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
@@ -125,7 +126,7 @@ def set_schedule(source: KnowledgeSource, *, interval_seconds: int | None = None
     """Create or change the source's beat entry (beat notices the change on its next tick). Its schedule
     row is shared by the entries of the same interval or crontab; django-celery-beat's tables have no
     unique constraint on them, so concurrent creators take turns (``get_or_create_serialized``)."""
-    schedule: dict = {"interval": None, "crontab": None}
+    schedule: dict[str, CrontabSchedule | IntervalSchedule | None] = {"interval": None, "crontab": None}
     if crontab:
         minute, hour, day_of_month, month_of_year, day_of_week = crontab.split()
         schedule["crontab"] = get_or_create_serialized(
@@ -195,11 +196,11 @@ class _Collected:
     """What walking a source found: task files to ingest, the URIs it still holds, what failed or was
     unchanged before ingestion (a 304), and the URL validators to keep once it is done."""
 
-    files: list[dict] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)
     failures: list[tuple[str, str]] = field(default_factory=list)
     unchanged: int = 0
-    fetch_state: dict = field(default_factory=dict)
+    fetch_state: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def sync(

@@ -14,6 +14,7 @@ from knowledge.serializers import StatsOutput
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
+from tenants.requests import TenantRequest
 
 
 class StatsView(RateLimitedMixin, APIView):
@@ -22,7 +23,7 @@ class StatsView(RateLimitedMixin, APIView):
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "stats"
 
     @extend_schema(
@@ -49,7 +50,7 @@ class StatsView(RateLimitedMixin, APIView):
             )
         ],
     )
-    def get(self, request: Request) -> Response:
+    def get(self, request: TenantRequest) -> Response:
         return Response(
             StatsOutput(tenant_stats(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader())).data
         )

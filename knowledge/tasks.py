@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from celery import Task, current_app, shared_task
 from django.conf import settings
@@ -51,7 +52,7 @@ class Progress:
         self.done += count
         self._report()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | str]:
         return {"done": self.done, "total": self.total, "unit": self.unit}
 
     def _report(self) -> None:
@@ -70,7 +71,10 @@ def when_giving_up(task: Task, record: Callable[[Exception], None]) -> Iterator[
         raise
 
 
-RETRIES = {
+# Celery ships no types: ``shared_task`` typed as what it is, a decorator factory giving a Task.
+celery_task: Callable[..., Callable[[Callable[..., object]], Task]] = shared_task
+
+RETRIES: dict[str, Any] = {
     "autoretry_for": TRANSIENT_ERRORS,
     "retry_backoff": True,
     "retry_backoff_max": settings.TASK_RETRY_BACKOFF_MAX_S,
@@ -79,8 +83,8 @@ RETRIES = {
 }
 
 
-@shared_task(bind=True, **RETRIES)
-def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
+@celery_task(bind=True, **RETRIES)
+def ingest_documents(self: Task, kb_id: int, files: list[dict[str, Any]]) -> dict[str, object]:
     """Parse, chunk, embed and write stored files into a KB's active version; progress in documents.
     Given up, its documents still pending are failed, so none waits forever. When anything changed,
     the version's graph communities are rebuilt by a task of their own (``communities_task``)."""
@@ -93,8 +97,8 @@ def ingest_documents(self, kb_id: int, files: list[dict]) -> dict:
     return {**report.as_dict(), "failures": failures, "progress": progress.as_dict(), "communities_task": communities}
 
 
-@shared_task(bind=True, **RETRIES)
-def build_version(self, version_id: int, activate: bool | str) -> dict:
+@celery_task(bind=True, **RETRIES)
+def build_version(self: Task, version_id: int, activate: bool | str) -> dict[str, object]:
     """Build a new KB version from the stored originals while searches read the active one; with
     ``activate``, switch to it once it validates (``"gated"``: once it also measures no worse than the
     active one, ``retrieval.evaluation.gate``). Progress in documents. Given up, the version is
@@ -117,8 +121,8 @@ def build_version(self, version_id: int, activate: bool | str) -> dict:
     return _build_result(version, progress)
 
 
-@shared_task(**RETRIES)
-def detect_communities(version_id: int) -> dict:
+@celery_task(**RETRIES)
+def detect_communities(version_id: int) -> dict[str, int | None]:
     """The version's graph communities and their summaries, after an ingestion or a build (a version
     purged meanwhile has none to compute)."""
     version = KnowledgeBaseVersion.objects.select_related("knowledge_base").filter(pk=version_id).first()
@@ -127,14 +131,14 @@ def detect_communities(version_id: int) -> dict:
     return {"version_id": version_id, "communities": rebuild_communities(version)}
 
 
-@shared_task(**RETRIES)
+@celery_task(**RETRIES)
 def purge_versions() -> int:
     """Beat runs it hourly: versions retired or failed more than KB_VERSION_RETENTION_DAYS ago go."""
     return purge_old_versions(settings.KB_VERSION_RETENTION_DAYS)
 
 
-@shared_task(bind=True, **RETRIES)
-def sync_source(self, source_id: int, trigger: str = SourceRun.Trigger.SCHEDULE) -> dict:
+@celery_task(bind=True, **RETRIES)
+def sync_source(self: Task, source_id: int, trigger: str = SourceRun.Trigger.SCHEDULE) -> dict[str, object]:
     """Beat sends it on the source's schedule (``POST .../sync`` and the admin with ``manual``): the KB
     made equal to its source, recorded as a run. Progress in documents (known once the source is walked).
     A source deleted meanwhile, or one another sync is running for, is skipped."""
@@ -143,7 +147,7 @@ def sync_source(self, source_id: int, trigger: str = SourceRun.Trigger.SCHEDULE)
         return {"skipped": "the source was deleted"}
     progress: list[Progress] = []
 
-    def start_progress(total: int):
+    def start_progress(total: int) -> Callable[[int], None]:
         progress.append(Progress(self, total=total, unit="documents"))
         return progress[0].advance
 
@@ -154,19 +158,19 @@ def sync_source(self, source_id: int, trigger: str = SourceRun.Trigger.SCHEDULE)
     return {"run": run.pk, **counts, "failures": run.failures, "progress": progress[0].as_dict() if progress else None}
 
 
-@shared_task(**RETRIES)
+@celery_task(**RETRIES)
 def purge_documents(document_ids: list[int]) -> int:
     """After a delete: the documents' rows and stored originals (their chunks left search already)."""
     return purge_document_rows(document_ids)
 
 
-@shared_task(**RETRIES)
+@celery_task(**RETRIES)
 def purge_removed_documents() -> int:
     """Beat runs it hourly: documents gone from their source more than SOURCE_REMOVAL_GRACE_HOURS ago."""
     return purge_documents_removed_before(settings.SOURCE_REMOVAL_GRACE_HOURS)
 
 
-def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict:
+def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict[str, object]:
     done = progress.as_dict() if progress else None
     return {"version": version.number, "status": version.status, "error": version.error, "progress": done}
 

@@ -15,6 +15,7 @@ from knowledge.serializers import DocumentTextOutput
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope
+from tenants.requests import TenantRequest
 
 
 class DocumentTextView(RateLimitedMixin, APIView):
@@ -22,10 +23,10 @@ class DocumentTextView(RateLimitedMixin, APIView):
 
     permission_classes = [HasTenant, HasScope]
 
-    def scopes_for(self, request) -> list[str]:
+    def scopes_for(self, request: Request) -> list[str]:
         return [Scope.SEARCH, Scope.INGEST]
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "knowledge"
 
     @extend_schema(
@@ -52,7 +53,7 @@ class DocumentTextView(RateLimitedMixin, APIView):
             )
         ],
     )
-    def get(self, request: Request, pk: int) -> Response:
+    def get(self, request: TenantRequest, pk: int) -> Response:
         # A KB-limited key's other KBs, and a document its reader may not read, are as missing.
         key = request.auth
         document = document_of_tenant(request.tenant, pk, key.reachable_kb_ids, key.listing_reader())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -36,7 +37,7 @@ def index_settings(
     languages: list[str] | None,
     chunking: str | None = None,
     parent_chunk_size: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Model, dimension, chunking (capped for the model) and languages of a KB or version; omitted
     values take the service defaults (``parent_child``: ``chunk_size`` is the children's, 128 tokens
     by default, and parents take at most ``parent_chunk_size``, 512). Loads the model:
@@ -116,7 +117,7 @@ def start_version_build(
     changes; sizes: the new chunking's defaults when the chunking changes), built by a task from the
     stored originals while searches keep reading the active version; ``activate``: switch to it once it
     validates (``GATED``: once it also measures no worse on the KB's query set). One version builds at a time."""
-    active = kb.active_version
+    active = kb.require_active_version()
     if embedding_model is None:
         embedding_model, languages = active.embedding_model, active.languages if languages is None else languages
     if chunking is None or chunking == active.chunking:
@@ -148,7 +149,7 @@ def start_version_build(
     return version, task
 
 
-def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
+def version_build_files(version: KnowledgeBaseVersion) -> list[dict[str, Any]]:
     """What a build re-ingests: every ready document of the KB, from its stored original and labels."""
     documents = Document.objects.filter(knowledge_base_id=version.knowledge_base_id, status=Document.Status.READY)
     return [
@@ -158,7 +159,7 @@ def version_build_files(version: KnowledgeBaseVersion) -> list[dict]:
 
 
 def fill_version(
-    version: KnowledgeBaseVersion, files: list[dict], *, on_progress: Callable[[int], None]
+    version: KnowledgeBaseVersion, files: list[dict[str, Any]], *, on_progress: Callable[[int], None]
 ) -> KnowledgeBaseVersion:
     """Fill a building version (re-parse, re-chunk, re-embed, new keyword index), then validate it:
     ``ready`` when every ready document of the KB has chunks in it and a sample of the tenant's recent
@@ -169,7 +170,7 @@ def fill_version(
 
 
 def _fill_version(
-    kb: KnowledgeBase, version: KnowledgeBaseVersion, files: list[dict], on_progress: Callable[[int], None]
+    kb: KnowledgeBase, version: KnowledgeBaseVersion, files: list[dict[str, Any]], on_progress: Callable[[int], None]
 ) -> KnowledgeBaseVersion:
     with stored_sources(files) as sources:
         report = Ingester(kb, version=version, on_progress=on_progress, raise_embedding_errors=True).ingest(sources)
@@ -240,7 +241,7 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
     return version
 
 
-def _switch_versions(previous_id: int, version: KnowledgeBaseVersion) -> None:
+def _switch_versions(previous_id: int | None, version: KnowledgeBaseVersion) -> None:
     """In one statement (each is a round trip inside the switch's transaction): ``version`` active, the
     previous one retired, both revisions moved on."""
     now, active = timezone.now(), KnowledgeBaseVersion.Status.ACTIVE

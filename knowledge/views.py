@@ -3,16 +3,21 @@ sources. Thin: selectors read, services write, the exception handler maps errors
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import permissions, status, viewsets
+from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.idempotency import IdempotentPostMixin
 from core.parsers import StrictJSONParser
@@ -28,8 +33,9 @@ from knowledge.documents import (
     update_document_labels,
 )
 from knowledge.errors import InvalidEmbeddingModel
-from knowledge.ingestion.files import labels_from
+from knowledge.ingestion.files import Labels, labels_from
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.parsing import ParseError
 from knowledge.selectors import (
     document_of,
@@ -64,6 +70,7 @@ from knowledge.versions import GATED, activate_version, retire_version, start_ve
 from tenants.authentication import HasTenant
 from tenants.models import Scope
 from tenants.permissions import HasScope, InsufficientScope
+from tenants.requests import TenantRequest
 
 ID_PATTERN = "[0-9]{1,18}"  # fits a bigint: a longer id is an unknown path, never a database error
 
@@ -76,7 +83,7 @@ VERSION_CONFLICT = OpenApiResponse(
 
 
 # A POST changing one version: no body; the version as it is afterwards.
-VERSION_CHANGE = {
+VERSION_CHANGE: dict[str, Any] = {
     "request": None,
     "parameters": [IDEMPOTENCY_KEY_HEADER],
     "responses": {200: VersionOutput, **error_responses(400, 401, 403, 404, 422, 429), 409: VERSION_CONFLICT},
@@ -90,17 +97,17 @@ class KnowledgePagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
 
-    def get_limit(self, request) -> int:
+    def get_limit(self, request: Request) -> int:
         given = request.query_params.get(self.limit_query_param)
         if given is None:
             return self.default_limit
         return min(_paging_integer(self.limit_query_param, given, minimum=1, clamp=self.max_limit), self.max_limit)
 
-    def get_offset(self, request) -> int:
+    def get_offset(self, request: Request) -> int:
         given = request.query_params.get(self.offset_query_param)
         return 0 if given is None else _paging_integer(self.offset_query_param, given, minimum=0)
 
-    def get_schema_operation_parameters(self, view) -> list[dict]:
+    def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             if parameter["name"] == self.limit_query_param:
@@ -125,7 +132,7 @@ def _paging_integer(name: str, given: str, *, minimum: int, clamp: int | None = 
     raise ValidationError({name: [f"must be an integer from {minimum} to {MAX_OFFSET}, not {given[:40]!r}"]})
 
 
-class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet):
+class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.GenericViewSet[Any]):
     """Reads need the ``search`` or ``ingest`` scope and count as ``knowledge`` requests; writes need
     ``ingest`` and count as ``ingest`` requests (a rate tier may limit each in ``endpoint_limits``).
     A POST with an ``Idempotency-Key`` runs once; its retries get the first answer (``core.idempotency``)."""
@@ -134,15 +141,17 @@ class KnowledgeApiViewSet(RateLimitedMixin, IdempotentPostMixin, viewsets.Generi
     pagination_class: type[BasePagination] | None = KnowledgePagination
     lookup_value_regex = ID_PATTERN
 
-    def scopes_for(self, request) -> list[str]:
+    def scopes_for(self, request: Request) -> list[str]:
         if request.method in permissions.SAFE_METHODS:
             return [Scope.SEARCH, Scope.INGEST]
         return [Scope.INGEST]
 
-    def rate_limit_endpoint(self, request) -> str:
+    def rate_limit_endpoint(self, request: Request) -> str:
         return "knowledge" if request.method in permissions.SAFE_METHODS else "ingest"
 
-    def paginated(self, queryset, output) -> Response:
+    def paginated(
+        self, queryset: QuerySet[Any] | Sequence[Any], output: type[serializers.BaseSerializer[Any]]
+    ) -> Response:
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(output(page, many=True).data)
 
@@ -202,23 +211,23 @@ KB_EXAMPLE = {
 class KnowledgeBaseViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases``: list, read and create the tenant's knowledge bases."""
 
-    def list(self, request: Request) -> Response:
+    def list(self, request: TenantRequest) -> Response:
         return self.paginated(
             knowledge_bases_of(request.tenant, request.auth.reachable_kb_ids, request.auth.listing_reader()),
             KnowledgeBaseOutput,
         )
 
-    def retrieve(self, request: Request, pk: int) -> Response:
+    def retrieve(self, request: TenantRequest, pk: int) -> Response:
         return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
 
-    def partial_update(self, request: Request, pk: int) -> Response:
+    def partial_update(self, request: TenantRequest, pk: int) -> Response:
         kb = _kb(request, pk)
         params = KnowledgeBaseUpdateInput(data=request.data)
         params.is_valid(raise_exception=True)
         set_default_acl(kb, params.validated_data["default_acl"])
         return Response(KnowledgeBaseOutput(_kb(request, pk)).data)
 
-    def create(self, request: Request) -> Response:
+    def create(self, request: TenantRequest) -> Response:
         if request.auth.reachable_kb_ids is not None:
             raise InsufficientScope(
                 "A key limited to knowledge bases cannot create one: it could not reach it.",
@@ -305,13 +314,13 @@ class DocumentViewSet(KnowledgeApiViewSet):
             int(request.META.get("CONTENT_LENGTH") or 0), settings.UPLOAD_MAX_REQUEST_BYTES, "the request"
         )
 
-    def list(self, request: Request, kb_id: int) -> Response:
+    def list(self, request: TenantRequest, kb_id: int) -> Response:
         return self.paginated(documents_of(_kb(request, kb_id), request.auth.listing_reader()), DocumentOutput)
 
-    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+    def retrieve(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         return Response(DocumentOutput(document_of(_kb(request, kb_id), pk, request.auth.listing_reader())).data)
 
-    def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
+    def partial_update(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         kb = _kb(request, kb_id)
         document = document_of(kb, pk)
         params = DocumentUpdateInput(data=request.data)
@@ -319,11 +328,11 @@ class DocumentViewSet(KnowledgeApiViewSet):
         update_document_labels(document, **params.validated_data)
         return Response(DocumentOutput(document_of(kb, pk)).data)
 
-    def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
+    def destroy(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         delete_document(document_of(_kb(request, kb_id), pk, request.auth.listing_reader()))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    def create(self, request: Request, kb_id: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         self.before_idempotency(request)
         params = UploadInput(data=request.data)
@@ -384,15 +393,16 @@ class VersionViewSet(KnowledgeApiViewSet):
 
     lookup_field = "number"
 
-    def list(self, request: Request, kb_id: int) -> Response:
+    def list(self, request: TenantRequest, kb_id: int) -> Response:
         return self.paginated(versions_of(_kb(request, kb_id), request.auth.listing_reader()), VersionOutput)
 
-    def create(self, request: Request, kb_id: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         params = VersionInput(data=request.data)
         params.is_valid(raise_exception=True)
         options = dict(params.validated_data)
-        activate = {"auto": True, "manual": False, "gated": GATED}[options.pop("activate")]
+        activations: dict[str, bool | str] = {"auto": True, "manual": False, "gated": GATED}
+        activate = activations[options.pop("activate")]
         try:
             version, task = start_version_build(kb, activate=activate, **options)
         except EmbeddingError as exc:
@@ -405,14 +415,16 @@ class VersionViewSet(KnowledgeApiViewSet):
         return Response(VersionBuildOutput(body).data, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"])
-    def activate(self, request: Request, kb_id: int, number: int) -> Response:
+    def activate(self, request: TenantRequest, kb_id: int, number: int) -> Response:
         return self._change(request, kb_id, number, activate_version)
 
     @action(detail=True, methods=["post"])
-    def retire(self, request: Request, kb_id: int, number: int) -> Response:
+    def retire(self, request: TenantRequest, kb_id: int, number: int) -> Response:
         return self._change(request, kb_id, number, retire_version)
 
-    def _change(self, request: Request, kb_id: int, number: int, change) -> Response:
+    def _change(
+        self, request: TenantRequest, kb_id: int, number: int, change: Callable[[KnowledgeBaseVersion], object]
+    ) -> Response:
         """Apply a version service to one of the tenant's versions; the version as it is afterwards."""
         kb = _kb(request, kb_id)
         change(version_of(kb, number, counted=False))
@@ -449,7 +461,7 @@ class TaskViewSet(KnowledgeApiViewSet):
 
     lookup_value_regex = "[0-9a-f-]{1,64}"
 
-    def retrieve(self, request: Request, pk: str) -> Response:
+    def retrieve(self, request: TenantRequest, pk: str) -> Response:
         return Response(TaskOutput(task_status(request.tenant, pk, request.auth.reachable_kb_ids)).data)
 
 
@@ -534,23 +546,23 @@ class SourceViewSet(KnowledgeApiViewSet):
     """``/api/v1/knowledge-bases/{kb_id}/sources``: folders and URL lists kept in sync by beat; every
     method needs the ``admin`` scope (a folder source reads the server's disk)."""
 
-    def scopes_for(self, request) -> list[str]:
+    def scopes_for(self, request: Request) -> list[str]:
         return [Scope.ADMIN]
 
-    def list(self, request: Request, kb_id: int) -> Response:
+    def list(self, request: TenantRequest, kb_id: int) -> Response:
         return self.paginated(sources_of(_kb(request, kb_id)), SourceOutput)
 
-    def retrieve(self, request: Request, kb_id: int, pk: int) -> Response:
+    def retrieve(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         return Response(SourceOutput(source_of(_kb(request, kb_id), pk)).data)
 
-    def create(self, request: Request, kb_id: int) -> Response:
+    def create(self, request: TenantRequest, kb_id: int) -> Response:
         kb = _kb(request, kb_id)
         params = SourceInput(data=request.data)
         params.is_valid(raise_exception=True)
         source = create_source(kb, **params.validated_data)
         return Response(SourceOutput(source_of(kb, source.pk)).data, status=status.HTTP_201_CREATED)
 
-    def partial_update(self, request: Request, kb_id: int, pk: int) -> Response:
+    def partial_update(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         kb = _kb(request, kb_id)
         source = source_of(kb, pk)
         params = SourceUpdateInput(data=request.data, context={"kind": source.kind})
@@ -558,28 +570,28 @@ class SourceViewSet(KnowledgeApiViewSet):
         update_source(source, **params.validated_data)
         return Response(SourceOutput(source_of(kb, pk)).data)
 
-    def destroy(self, request: Request, kb_id: int, pk: int) -> Response:
+    def destroy(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         delete_source(source_of(_kb(request, kb_id), pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @action(detail=True, methods=["post"])
-    def sync(self, request: Request, kb_id: int, pk: int) -> Response:
+    def sync(self, request: TenantRequest, kb_id: int, pk: int) -> Response:
         source = source_of(_kb(request, kb_id), pk)
         task = queue_sync(source)
         body = {"task_id": task.task_id, "status_url": status_url(task), "source": source.pk}
         return Response(SourceSyncOutput(body).data, status=status.HTTP_202_ACCEPTED)
 
 
-def _kb(request: Request, kb_id: int):
+def _kb(request: TenantRequest, kb_id: int) -> KnowledgeBase:
     """The caller's KB ``kb_id``: one outside a KB-limited key's list is as missing as another tenant's."""
     return knowledge_base_of(request.tenant, kb_id, request.auth.reachable_kb_ids, request.auth.listing_reader())
 
 
-def status_url(task) -> str:
+def status_url(task: KnowledgeTask) -> str:
     return reverse("task-detail", kwargs={"pk": task.task_id})
 
 
-def _labels(data):
+def _labels(data: object) -> Labels | None:
     """The upload's ``metadata`` field as labels; a 400 naming what is wrong."""
     if data is None:
         return None

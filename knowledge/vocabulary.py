@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -36,24 +37,28 @@ VOCABULARY_FILES = {"protected-terms.csv": TERMS_CSV, "synonyms.csv": SYNONYMS_C
 SYNONYM_COLUMNS = ["terms", "replacements", "weight", "active"]
 TERM_COLUMNS = ["value", "kind", "note"]
 _TRUE, _FALSE = {"", "1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+_Row = TypeVar("_Row", Synonym, DictionaryTerm)
 
 
 @dataclass
-class Plan:
+class Plan(Generic[_Row]):
     """What an import would do; ``errors`` are (line number, message)."""
 
-    model: type
-    add: list = field(default_factory=list)
-    update: list = field(default_factory=list)  # existing rows with the file's values set, unsaved
-    unchanged: list = field(default_factory=list)
+    model: type[_Row]
+    add: list[_Row] = field(default_factory=list)
+    update: list[_Row] = field(default_factory=list)  # existing rows with the file's values set, unsaved
+    unchanged: list[_Row] = field(default_factory=list)
     errors: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def changes(self) -> int:
         return len(self.add) + len(self.update)
 
+    def create_added(self) -> None:
+        self.model.objects.bulk_create(self.add)
 
-def plan_import(tenant: Tenant, file_format: str, text: str) -> Plan:
+
+def plan_import(tenant: Tenant, file_format: str, text: str) -> Plan[Synonym] | Plan[DictionaryTerm]:
     """Parse ``text`` and compare it with what the tenant has; nothing is written."""
     if file_format == TERMS_CSV:
         return _plan(tenant, DictionaryTerm, _csv_rows(text, TERM_COLUMNS, _term), _term_key, ["note"])
@@ -62,13 +67,13 @@ def plan_import(tenant: Tenant, file_format: str, text: str) -> Plan:
 
 
 @transaction.atomic
-def apply_import(tenant: Tenant, plan: Plan) -> None:
+def apply_import(tenant: Tenant, plan: Plan[Synonym] | Plan[DictionaryTerm]) -> None:
     """Write a plan without errors; cached answers of the tenant expire once, after the writes."""
     if plan.errors:
         raise ValueError("a plan with errors is not applied: fix the lines it names")
     changed = VocabularyChanged("another import added some of these terms meanwhile: preview the import again")
     with conflict_on("unique_dictionary_term", changed):
-        plan.model.objects.bulk_create(plan.add)
+        plan.create_added()
     for row in plan.update:
         row.save()
     expire_cached_answers(tenant.pk)
@@ -103,7 +108,7 @@ def seed_vocabulary(tenant: Tenant, folder: Path) -> int | None:
     return import_vocabulary_files(tenant, read_vocabulary_folder(folder), str(folder))
 
 
-def export_synonyms_csv(synonyms) -> str:
+def export_synonyms_csv(synonyms: Iterable[Synonym]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(SYNONYM_COLUMNS)
@@ -113,12 +118,12 @@ def export_synonyms_csv(synonyms) -> str:
     return out.getvalue()
 
 
-def export_synonyms_solr(synonyms) -> str:
+def export_synonyms_solr(synonyms: Iterable[Synonym]) -> str:
     """Solr's format has no weights nor switches: active rules only, as ``str(rule)`` writes them."""
     return "".join(f"{synonym}\n" for synonym in synonyms if synonym.is_active)
 
 
-def export_terms_csv(terms) -> str:
+def export_terms_csv(terms: Iterable[DictionaryTerm]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(TERM_COLUMNS)
@@ -129,12 +134,14 @@ def export_terms_csv(terms) -> str:
 # --- parsing: (line number, unsaved instance or error message) ----------------------------------------
 
 
-def _csv_rows(text: str, columns: list[str], build) -> list[tuple[int, object]]:
+def _csv_rows(
+    text: str, columns: list[str], build: Callable[[dict[str, str]], _Row | str]
+) -> list[tuple[int, _Row | str]]:
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     missing = [name for name in columns[:1] if name not in (reader.fieldnames or [])]
     if missing:
         return [(1, f"the header must name the columns {', '.join(columns)}")]
-    rows = []
+    rows: list[tuple[int, _Row | str]] = []
     for record in reader:
         values = {name: (record.get(name) or "").strip() for name in columns}
         if any(values.values()):
@@ -142,8 +149,8 @@ def _csv_rows(text: str, columns: list[str], build) -> list[tuple[int, object]]:
     return rows
 
 
-def _solr_rows(text: str) -> list[tuple[int, object]]:
-    rows = []
+def _solr_rows(text: str) -> list[tuple[int, Synonym | str]]:
+    rows: list[tuple[int, Synonym | str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -156,7 +163,7 @@ def _solr_rows(text: str) -> list[tuple[int, object]]:
     return rows
 
 
-def _synonym(values: dict) -> Synonym | str:
+def _synonym(values: dict[str, str]) -> Synonym | str:
     replacements = _split(values["replacements"])
     active = values.get("active", "").lower()
     if active not in _TRUE | _FALSE:
@@ -170,7 +177,7 @@ def _synonym(values: dict) -> Synonym | str:
                    is_active=active in _TRUE)  # fmt: skip
 
 
-def _term(values: dict) -> DictionaryTerm:
+def _term(values: dict[str, str]) -> DictionaryTerm:
     return DictionaryTerm(value=values["value"], kind=values["kind"] or DictionaryTerm.Kind.TERM, note=values["note"])
 
 
@@ -178,18 +185,24 @@ def _split(cell: str) -> list[str]:
     return [term.strip() for term in cell.split(",") if term.strip()]
 
 
-def _synonym_key(synonym: Synonym) -> tuple:
+def _synonym_key(synonym: Synonym) -> tuple[object, ...]:
     return synonym.kind, tuple(sorted(synonym.terms)), tuple(sorted(synonym.replacements))
 
 
-def _term_key(term: DictionaryTerm) -> tuple:
+def _term_key(term: DictionaryTerm) -> tuple[object, ...]:
     return term.kind, term.value
 
 
-def _plan(tenant: Tenant, model: type, rows: list[tuple[int, object]], key, updatable: list[str]) -> Plan:
+def _plan(
+    tenant: Tenant,
+    model: type[_Row],
+    rows: list[tuple[int, _Row | str]],
+    key: Callable[[_Row], tuple[object, ...]],
+    updatable: list[str],
+) -> Plan[_Row]:
     plan = Plan(model)
     existing = {key(row): row for row in model.objects.filter(tenant=tenant)}
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[object, ...], int] = {}
     for number, row in rows:
         if isinstance(row, str):
             plan.errors.append((number, row))

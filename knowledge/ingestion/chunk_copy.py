@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
 from django.db import connection
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -43,7 +44,7 @@ class ChunkBatch:
 
     document: Document
     drafts: list[ChunkDraft]
-    vectors: Sequence
+    vectors: np.ndarray
     labels: Labels
     parent_ids: list[int] = field(
         default_factory=list

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from django.core.files.base import File
 from django.core.files.storage import Storage
@@ -33,7 +34,7 @@ class Labels:
 
     title: str | None = None
     tags: list[str] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     acl: list[str] | None = field(default_factory=list)
 
 
@@ -125,7 +126,7 @@ def labels_from(data: object, *, where: str = "metadata") -> Labels:
     return Labels(title=title, tags=tags, metadata=metadata, acl=_acl(data.get("acl", []), where))
 
 
-def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File) -> str:
+def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File[bytes]) -> str:
     """Store a file's bytes for rebuilds; returns its storage name. Addressed by KB and content, so
     storing the same file again (a retried upload, an unchanged re-ingest) writes nothing."""
     storage = originals_storage()
@@ -133,7 +134,7 @@ def keep_original(kb: KnowledgeBase, name: str, md5: str, content: File) -> str:
     return path if storage.exists(path) else storage.save(path, content)
 
 
-def md5_of(upload: File) -> str:
+def md5_of(upload: File[bytes]) -> str:
     digest = hashlib.md5()
     for block in upload.chunks():
         digest.update(block)
@@ -141,13 +142,13 @@ def md5_of(upload: File) -> str:
     return digest.hexdigest()
 
 
-def task_file(source_uri: str, original: str, labels: Labels | None) -> dict:
+def task_file(source_uri: str, original: str, labels: Labels | None) -> dict[str, Any]:
     """A stored file as an ingestion task's JSON gets it (``"force": true`` added for a re-ingest)."""
     return {"source_uri": source_uri, "original": original, "labels": asdict(labels) if labels else None}
 
 
 @contextmanager
-def stored_sources(files: list[dict]) -> Iterator[list[SourceFile]]:
+def stored_sources(files: list[dict[str, Any]]) -> Iterator[list[SourceFile]]:
     """Task files as local sources (copies in a scratch folder when the storage has no local paths)."""
     storage = originals_storage()
     with tempfile.TemporaryDirectory(prefix="ingest-") as scratch:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from django.core.files.base import ContentFile
@@ -69,7 +70,7 @@ class IngestReport:
     def outcomes(self) -> dict[str, int]:
         return {"added": self.added, "unchanged": self.unchanged, "replaced": self.replaced, "failed": self.failed}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | float]:
         return {
             "added": self.added,
             "unchanged": self.unchanged,
@@ -92,7 +93,7 @@ class _PendingDocument:
     drafts: list[ChunkDraft]
     analyzed: list[str]  # each draft's text as the lexical index stores it
     original: str  # its stored copy, or "" when none is kept
-    parse_report: dict  # knowledge.parsing.ParseReport.as_dict()
+    parse_report: dict[str, Any]  # knowledge.parsing.ParseReport.as_dict()
     text: str  # knowledge.parsing.ParsedDocument.text
     parents: list[ChunkDraft] = field(default_factory=list)  # parent_child: the passages its drafts are children of
     extractions: list[Extraction] = field(default_factory=list)  # each draft's graph entities and relations
@@ -120,7 +121,7 @@ class Ingester:
         raise_embedding_errors: bool = False,
     ):
         self.kb = kb
-        self.version = version or kb.active_version
+        self.version = version or kb.require_active_version()
         self._fills_new_version = self.version.pk != kb.active_version_id
         self.report = IngestReport()
         self._on_progress = on_progress or (lambda done: None)
@@ -128,7 +129,7 @@ class Ingester:
         self._raise_embedding_errors = raise_embedding_errors
         self._pending: list[_PendingDocument] = []
         # The group being embedded, with its vectors and its graph extraction to come.
-        self._embedding: tuple[list[_PendingDocument], Future, Future] | None = None
+        self._embedding: tuple[list[_PendingDocument], Future[np.ndarray], Future[None]] | None = None
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
         self.extractor = entity_extractor_for_tenant(kb.tenant_id, kb.pk)
@@ -244,6 +245,8 @@ class Ingester:
     def _typed(self, source_uri: str, drafts: list[ChunkDraft], extractions: list[Extraction]) -> list[Extraction]:
         """The passages' relations typed by the LLM (one bounded call per document); whatever fails,
         the co-occurrence relations stay, and the ingestion goes on."""
+        if self.triples is None:
+            return extractions
         try:
             with span("ingest.triples", document=source_uri):
                 found = self.triples.triples([draft.text for draft in drafts])
@@ -368,8 +371,11 @@ class Ingester:
     def _lock_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """The existing rows, locked like an upsert locks them: two writers of one document's chunks in
         a version (a build and an upload landing in it) take turns, so it never gets two chunk sets."""
-        locked = Document.objects.select_for_update().in_bulk([doc.existing.pk for doc in pending])
-        return [locked[doc.existing.pk] for doc in pending]
+        existing = [doc.existing for doc in pending if doc.existing is not None]
+        if len(existing) != len(pending):  # a new version is filled with the KB's documents only
+            raise ValueError("a document to lock has no row")
+        locked = Document.objects.select_for_update().in_bulk([document.pk for document in existing])
+        return [locked[document.pk] for document in existing]
 
     def _upsert_documents(self, pending: list[_PendingDocument]) -> list[Document]:
         """One INSERT .. ON CONFLICT for the group (a concurrent ingester of the same file updates

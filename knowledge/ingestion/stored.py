@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.core.files.base import ContentFile
 from django.db import transaction
@@ -25,7 +26,7 @@ from knowledge.queue import queue_task
 INGEST_TASK = "knowledge.tasks.ingest_documents"
 
 
-def queue_ingestion(kb: KnowledgeBase, files: list[dict]) -> KnowledgeTask:
+def queue_ingestion(kb: KnowledgeBase, files: list[dict[str, Any]]) -> KnowledgeTask:
     return queue_task(kb, KnowledgeTask.Kind.INGEST, INGEST_TASK, (kb.pk, files))
 
 
@@ -39,7 +40,7 @@ def queue_files(kb: KnowledgeBase, sources: Sequence[SourceFile]) -> KnowledgeTa
 
 def store_local_files(
     kb: KnowledgeBase, sources: Sequence[SourceFile], default_acl: Sequence[str] = ()
-) -> tuple[list[dict], list[tuple[str, str]]]:
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """Keep local files in the originals storage, as task files with their sidecar labels (``default_acl``:
     their source's ACL, under a folder ACL file's); a file that cannot be read, or whose sidecar is
     invalid, is recorded failed. Returns (task files, failures)."""
@@ -57,7 +58,9 @@ def store_local_files(
     return files, failures
 
 
-def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Callable[[int], None]) -> IngestReport:
+def ingest_stored_files(
+    kb: KnowledgeBase, files: list[dict[str, Any]], *, on_progress: Callable[[int], None]
+) -> IngestReport:
     """What an ingestion task runs: the stored originals through the Ingester into the active version,
     then into any version being built (so it does not miss them). An embedder failure raises so the
     task retries (documents written before it are then unchanged by MD5)."""
@@ -68,7 +71,7 @@ def ingest_stored_files(kb: KnowledgeBase, files: list[dict], *, on_progress: Ca
     return report
 
 
-def fail_pending_documents(kb_id: int, files: list[dict], reason: str) -> None:
+def fail_pending_documents(kb_id: int, files: list[dict[str, Any]], reason: str) -> None:
     """After a task gave up: its documents still ``pending`` are failed, so none waits forever."""
     Document.objects.filter(
         knowledge_base_id=kb_id, source_uri__in=[item["source_uri"] for item in files], status=Document.Status.PENDING

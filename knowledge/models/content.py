@@ -1,5 +1,7 @@
 """Knowledge bases, their versions, documents, passages and the work done on them."""
 
+from typing import Any
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.core.files.storage import Storage, storages
@@ -75,6 +77,13 @@ class KnowledgeBase(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant}/{self.name}"
 
+    def require_active_version(self) -> "KnowledgeBaseVersion":
+        """The version searches read. A KB has one from its creation (``activate_first_version``) on, so
+        None is a bug: it raises here rather than as an AttributeError further on."""
+        if self.active_version is None:
+            raise KnowledgeBaseVersion.DoesNotExist(f"knowledge base {self.pk} has no active version")
+        return self.active_version
+
 
 def current_graph_extractor() -> str:
     """The version of the entity extraction this service runs (``engines.graph_extraction``)."""
@@ -135,6 +144,10 @@ class KnowledgeBaseVersion(models.Model):
             models.UniqueConstraint(fields=["knowledge_base", "number"], name="unique_version_number_per_kb")
         ]
         ordering = ["knowledge_base_id", "number"]
+
+    # Not columns: what the version holds, counted when read (knowledge.selectors.versions_of, version_of).
+    chunk_count: int
+    document_count: int
 
     def __str__(self) -> str:
         return f"{self.knowledge_base} v{self.number}"
@@ -206,6 +219,9 @@ class Document(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["knowledge_base", "source_uri"], name="unique_source_per_kb")]
+
+    # Not a column: its last parse report in words, set for the console's documents (knowledge.console).
+    parse_summary: str
 
     def __str__(self) -> str:
         return self.title or self.source_uri
@@ -314,6 +330,9 @@ class KnowledgeTask(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    # Not a column: its state and progress, set for the console's progress bars (knowledge.console).
+    status: dict[str, Any]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.task_id}"

@@ -1,12 +1,16 @@
 """A KB version's knowledge graph: entities, mentions, edges, relations, curator rules, communities; read
 and written by ``engines.postgres_graph`` through ``knowledge.stores.graph_store``."""
 
+from typing import TypeVar
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
 from knowledge.models.content import Chunk, KnowledgeBase, KnowledgeBaseVersion
 from tenants.models import Tenant
+
+_M = TypeVar("_M", bound=models.Model)
 
 
 class GraphEntity(models.Model):
@@ -29,7 +33,7 @@ class GraphEntity(models.Model):
         return self.label
 
 
-def _unchecked_key(to: type[models.Model], related_name: str = "+") -> models.ForeignKey:
+def _unchecked_key(to: type[_M], related_name: str = "+") -> "models.ForeignKey[_M, _M]":
     """A key of the graph's bulk rows that the database does not check (see ``GraphEdge``); Django's
     deletions still cascade through it."""
     return models.ForeignKey(

@@ -26,7 +26,7 @@ class DictionaryTerm(models.Model):
     def __str__(self) -> str:
         return self.value
 
-    def clean(self):
+    def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
         self.value = self.value.strip()
@@ -67,7 +67,7 @@ class Synonym(models.Model):
         arrow = " => " + ", ".join(self.replacements) if self.kind == self.Kind.EXPLICIT else ""
         return ", ".join(self.terms) + arrow
 
-    def clean(self):
+    def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
         self.terms = [term.strip() for term in self.terms if term.strip()]

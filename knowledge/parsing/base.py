@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Any
 
 import charset_normalizer
 
@@ -19,7 +20,7 @@ class Section:
     sections are never merged. ``metadata["section"]``: the heading path to it ("Setup > Wi-Fi")."""
 
     text: str
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     # ``rows``: when set, each line of ``text`` is one record (a table or sheet row) and this is its row
     # number; a chunk then takes whole lines only, each chunk led by ``header`` (a Markdown table's
     # header and rule), so no row is cut or loses its columns.
@@ -58,7 +59,7 @@ class ParseReport:
     warnings: list[str] = field(default_factory=list)
     doc_type: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "pages": self.pages,
             "slides": self.slides,
@@ -74,7 +75,7 @@ class ParseReport:
 _COUNTED = [("pages", "page"), ("slides", "slide"), ("sheets", "sheet"), ("rows", "row"), ("tables", "table")]
 
 
-def parse_report_summary(report: dict) -> str:
+def parse_report_summary(report: dict[str, Any]) -> str:
     """A stored report (``ParseReport.as_dict``) in words, for the console: "2 pages, 1 table, 1 page read
     by OCR (tesseract). Warnings: page 3 ..."; empty before the first parse."""
     counts = [f"{report[key]} {noun}{'' if report[key] == 1 else 's'}" for key, noun in _COUNTED if report.get(key)]

@@ -7,13 +7,18 @@ import io
 import re
 import zipfile
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import docx
 import pptx
 from docx.document import Document as DocxDocument
 from docx.table import Table, _Cell
 from docx.text.paragraph import Paragraph
-from pptx.enum.shapes import MSO_SHAPE_TYPE
+from pptx.shapes.autoshape import Shape
+from pptx.shapes.base import BaseShape
+from pptx.shapes.graphfrm import GraphicFrame
+from pptx.shapes.group import GroupShape
+from pptx.slide import Slide
 
 from knowledge.parsing.base import ParseError, ParseReport, Section, clean_text, describe, one_line
 
@@ -29,7 +34,9 @@ def _markdown_cell(text: str) -> str:
     return " ".join(clean_text(text).split()).replace("|", "\\|")
 
 
-def markdown_table(rows: list[list[str]], caption: str, metadata: dict, report: ParseReport) -> Section | None:
+def markdown_table(
+    rows: list[list[str]], caption: str, metadata: dict[str, Any], report: ParseReport
+) -> Section | None:
     """A table as a rows-section of Markdown: its caption and header row (with the rule under it) lead
     every chunk of it, and each body row is one line, so a chunk never cuts a row nor loses the header.
     Rows are padded to the widest; blank rows are dropped. None for a table with no text."""
@@ -92,7 +99,7 @@ def _docx_sections(document: DocxDocument, title: str, report: ParseReport) -> I
     path: list[tuple[int, str]] = []
     body: list[Paragraph] = []
 
-    def located() -> dict:
+    def located() -> dict[str, str]:
         names = [name for _, name in path if name]
         if names and names[0] == title:
             names = names[1:]
@@ -135,30 +142,32 @@ def parse_docx(raw: bytes, report: ParseReport) -> tuple[str, list[Section]]:
 # --- PPTX ---------------------------------------------------------------------------------
 
 
-def _shapes_in_order(shapes: Iterable) -> Iterator:
+def _shapes_in_order(shapes: Iterable[BaseShape]) -> Iterator[BaseShape]:
     """Shapes top to bottom, left to right, group shapes opened."""
     ordered = sorted(shapes, key=lambda shape: (shape.top or 0, shape.left or 0))
     for shape in ordered:
-        if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
+        if isinstance(shape, GroupShape):
             yield from _shapes_in_order(shape.shapes)
         else:
             yield shape
 
 
-def _slide_section(slide, number: int, report: ParseReport) -> Section | None:
+def _slide_section(slide: Slide, number: int, report: ParseReport) -> Section | None:
     title_shape = slide.shapes.title
     title = one_line(title_shape.text_frame.text) if title_shape is not None else ""
     parts = [title] if title else []
     for shape in _shapes_in_order(slide.shapes):
         if title_shape is not None and shape.shape_id == title_shape.shape_id:
             continue
-        if shape.has_text_frame:
+        if isinstance(shape, Shape) and shape.has_text_frame:
             parts.append(shape.text_frame.text)
-        elif getattr(shape, "has_table", False) and shape.has_table:
+        elif isinstance(shape, GraphicFrame) and shape.has_table:
             rows = [[cell.text for cell in row.cells] for row in shape.table.rows]
             if (table := markdown_table(rows, "", {}, report)) is not None:
                 parts.append("\n".join(part for part in (table.header, table.text) if part))
-    if slide.has_notes_slide and (notes := clean_text(slide.notes_slide.notes_text_frame.text or "")):
+    # A notes page can lack its body placeholder (deleted in PowerPoint): then it holds no notes.
+    notes_frame = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
+    if notes_frame is not None and (notes := clean_text(notes_frame.text or "")):
         parts.append(f"Speaker notes: {notes}")
     text = clean_text("\n\n".join(parts))
     if not text:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 import pdfplumber
 import pypdf
@@ -25,8 +26,8 @@ def _read_by_ocr(image: Image.Image, report: ParseReport) -> str:
     return clean_text(text)
 
 
-def _outside(boxes: list[tuple[float, float, float, float]]) -> Callable[[dict], bool]:
-    def keep(obj: dict) -> bool:
+def _outside(boxes: list[tuple[float, float, float, float]]) -> Callable[[dict[str, Any]], bool]:
+    def keep(obj: dict[str, Any]) -> bool:
         if obj.get("object_type") != "char":
             return True
         x, y = (obj["x0"] + obj["x1"]) / 2, (obj["top"] + obj["bottom"]) / 2
@@ -99,7 +100,7 @@ def parse_pdf(raw: bytes, report: ParseReport) -> tuple[str, list[Section]]:
 def parse_image(raw: bytes, report: ParseReport) -> tuple[str, list[Section]]:
     """A scan or a photo of a page (PNG, JPEG): its text by OCR, upright as its EXIF orientation says."""
     try:
-        image = Image.open(io.BytesIO(raw))
+        image: Image.Image = Image.open(io.BytesIO(raw))
         image.load()
         image = ImageOps.exif_transpose(image)
     except UnidentifiedImageError as exc:

@@ -8,7 +8,8 @@ import datetime
 import io
 import json
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import openpyxl
 
@@ -22,7 +23,7 @@ def _match_key(keys: list[str], aliases: set[str]) -> str | None:
     return next((key for key in keys if clean_text(key).casefold() in aliases), None)
 
 
-def _faq_section(question: str, answer: str, where: str, metadata: dict) -> Section | None:
+def _faq_section(question: str, answer: str, where: str, metadata: dict[str, Any]) -> Section | None:
     """One question/answer section; None for a blank entry, ParseError for a half-filled one."""
     question, answer = clean_text(question), clean_text(answer)
     if not question and not answer:
@@ -51,7 +52,10 @@ def _cell_text(value: object) -> str:
 
 
 def table_records(
-    rows: Iterable[tuple[int, list[object]]], sheet: str, report: ParseReport, metadata: dict | None = None
+    rows: Iterable[tuple[int, Sequence[object]]],
+    sheet: str,
+    report: ParseReport,
+    metadata: dict[str, Any] | None = None,
 ) -> Section | None:
     """A table's rows (numbered as the file numbers them) as one rows-section: the first non-blank row is
     the header, each later row one "Header: value | ..." line (blank cells left out). Columns without a
@@ -120,7 +124,7 @@ def parse_csv(raw: bytes, report: ParseReport) -> tuple[str, list[Section]]:
     answer_col = _match_key(header, _ANSWER_KEYS)
     if question_col is None or answer_col is None:
         report.doc_type = "csv"
-        section = table_records(enumerate(rows, start=1), "", report)  # type: ignore[arg-type]
+        section = table_records(enumerate(rows, start=1), "", report)
         return "", [section] if section is not None else []
     sections = []
     for number, row in enumerate(rows[1:], start=1):

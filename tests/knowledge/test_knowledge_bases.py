@@ -5,7 +5,14 @@ from django.db import connection, transaction
 
 from engines import get_lexical_index
 from knowledge.knowledge_bases import delete_knowledge_base, delete_tenant
-from knowledge.models import GraphEdge, GraphEntity, GraphMention, GraphPassageRelations, KnowledgeBase
+from knowledge.models import (
+    GraphEdge,
+    GraphEntity,
+    GraphMention,
+    GraphPassageRelations,
+    KnowledgeBase,
+    KnowledgeBaseVersion,
+)
 from tests.factories import KnowledgeBaseFactory
 from tests.knowledge.helpers import ingest
 
@@ -57,3 +64,12 @@ def test_deleting_a_kb_or_its_tenant_leaves_no_graph_rows(kb, tmp_path, django_c
     with django_capture_on_commit_callbacks(execute=True):
         delete_tenant(other.tenant)
     assert not any(model.objects.filter(tenant=other.tenant_id).exists() for model in graph_rows)
+
+
+def test_the_active_version_is_required_where_none_would_be_a_bug():
+    kb = KnowledgeBaseFactory()
+    assert kb.require_active_version() == kb.active_version
+
+    KnowledgeBase.objects.filter(pk=kb.pk).update(active_version=None)
+    with pytest.raises(KnowledgeBaseVersion.DoesNotExist, match=f"knowledge base {kb.pk} has no active version"):
+        KnowledgeBase.objects.get(pk=kb.pk).require_active_version()

@@ -3,6 +3,7 @@ report; the files are made in tmp_path (tests/knowledge/formats.py)."""
 
 from __future__ import annotations
 
+import pptx
 import pytest
 from fpdf import FPDF
 from PIL import Image
@@ -68,6 +69,21 @@ def test_pptx_slides_with_title_text_table_and_notes(tmp_path):
     report = parsed.report.as_dict()
     assert (report["slides"], report["tables"]) == (3, 1)
     assert report["warnings"] == ["slide 3 has no text"]
+
+
+def test_pptx_notes_page_without_its_body_placeholder_is_read_as_no_notes(tmp_path):
+    """PowerPoint lets a user delete the notes page's body box; python-pptx then gives no notes frame."""
+    presentation = pptx.Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Wiring the SKY-100"
+    body = slide.notes_slide.notes_placeholder
+    body._element.getparent().remove(body._element)
+    path = tmp_path / "no-notes-body.pptx"
+    presentation.save(str(path))
+
+    parsed = parse_file(path)
+
+    assert parsed.sections == [Section("Wiring the SKY-100", {"slide": 1, "slide_title": "Wiring the SKY-100"})]
 
 
 def test_pdf_table_becomes_a_markdown_table_between_the_text_around_it(tmp_path):

@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from knowledge.lexical import VersionCheck, check_version
 from knowledge.models import KnowledgeBaseVersion
@@ -15,12 +15,12 @@ class Command(BaseCommand):
         "rows than it holds gets a rebuild hint (manage.py rebuild_vector_index)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--kb", help="knowledge base name")
         parser.add_argument("--tenant", help="tenant name")
         parser.add_argument("--repair", action="store_true", help="fix the keyword index from the rows")
 
-    def handle(self, *args, kb: str | None, tenant: str | None, repair: bool, **options):
+    def handle(self, *args: object, kb: str | None, tenant: str | None, repair: bool, **options: object) -> None:
         versions = KnowledgeBaseVersion.objects.select_related("knowledge_base__tenant").order_by(
             "knowledge_base_id", "number"
         )

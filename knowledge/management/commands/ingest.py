@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from engines.embedders import EmbeddingError
@@ -17,7 +17,7 @@ from tenants.selectors import TenantNotFound, tenant_by_name
 class Command(BaseCommand):
     help = "Ingest files and folders (recursively) into a knowledge base, skipping unchanged files."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("paths", nargs="+", type=Path)
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--kb", required=True, help="knowledge base name; created when missing")
@@ -42,7 +42,17 @@ class Command(BaseCommand):
             help="queue the files for a Celery worker and print the task id instead of ingesting here",
         )
 
-    def handle(self, *args, paths, tenant, kb, languages, no_progress, run_async, **options):
+    def handle(
+        self,
+        *args: object,
+        paths: list[Path],
+        tenant: str,
+        kb: str,
+        languages: str | None,
+        no_progress: bool,
+        run_async: bool,
+        **options: object,
+    ) -> None:
         try:
             owner = tenant_by_name(tenant)
             files = discover_files(paths)
@@ -72,7 +82,7 @@ class Command(BaseCommand):
         for source_uri, reason in report.failures:
             self.stderr.write(f"failed: {source_uri}: {reason}")
         if report.added or report.replaced:
-            count = rebuild_communities(knowledge_base.active_version)
+            count = rebuild_communities(knowledge_base.require_active_version())
             self.stdout.write(f"graph: {count} communities")
         summary = report.as_dict()
         self.stdout.write(  # last, so a script can read it from the final line

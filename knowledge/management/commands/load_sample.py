@@ -4,7 +4,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from knowledge.vocabulary import seed_vocabulary
 from tenants.models import Scope
@@ -21,14 +21,14 @@ class Command(BaseCommand):
         "Passwords and keys are stored hashed, so each run issues fresh ones and revokes the previous demo key."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", default="demo")
         parser.add_argument("--kb", default="sample")
         parser.add_argument(
             "--base-url", default="http://127.0.0.1:8000", help="where the service listens, for the printed admin link"
         )
 
-    def handle(self, *args, tenant: str, kb: str, base_url: str, **options):
+    def handle(self, *args: object, tenant: str, kb: str, base_url: str, **options: object) -> None:
         owner = get_or_create_tenant(tenant)
         # The sample's curated vocabulary first: its terms shape tokenization and the graph's entities.
         if (added := seed_vocabulary(owner, SAMPLE_DIR / VOCABULARY_FOLDER)) is not None:

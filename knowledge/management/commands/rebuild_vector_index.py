@@ -1,4 +1,4 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from knowledge.stores import rebuild_vector_indexes, vector_index
 
@@ -10,10 +10,10 @@ class Command(BaseCommand):
         "(every dimension in use by default). An index already built with them is left alone."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dimension", type=int, help="only the index of this embedding dimension")
 
-    def handle(self, *args, dimension: int | None, **options):
+    def handle(self, *args: object, dimension: int | None, **options: object) -> None:
         index = vector_index()
         try:
             rebuilt = rebuild_vector_indexes(dimension)
