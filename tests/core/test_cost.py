@@ -9,7 +9,7 @@ import pytest
 
 from core.cost import charged_to, price_setting, priced, tenant_costs
 from engines.metering import KINDS, Meter, metered, record
-from knowledge.communities import rebuild_communities
+from graph.community_build import rebuild_communities
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base

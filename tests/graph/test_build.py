@@ -1,11 +1,11 @@
-"""Rebuilding a version's graph (``knowledge.graph_build``): the current extractor with the vocabulary
+"""Rebuilding a version's graph (``graph.build``): the current extractor with the vocabulary
 an admin curates in the console, and without the names in a large share of the version's passages. The
 expected entities are written by hand."""
 
 import pytest
 
 from engines import graph_extraction
-from knowledge.graph_build import rebuild_graph
+from graph.build import rebuild_graph
 from knowledge.models import GraphMention
 from tests.knowledge.helpers import graph_names, ingest
 
