@@ -2,13 +2,16 @@
 curator merges, renames or deletes an entity on its curate page, through ``graph.curation``
 (the edit is kept as a rule that every later extraction applies)."""
 
+from collections.abc import Iterable
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import re_path, reverse
+from django.urls import URLPattern, re_path, reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
@@ -16,7 +19,7 @@ from core.admin import ReadOnlyAdminMixin
 from core.errors import DomainError
 from engines.analysis import normalize
 from graph import curation, selectors
-from knowledge.models import GraphCommunity, GraphEntity, GraphEntityRule
+from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphEntityRule
 from knowledge.views import ID_PATTERN
 from tenants.selectors import tenants_visible_to
 
@@ -30,7 +33,7 @@ class CurateForm(forms.Form):
 
 
 @admin.register(GraphEntity)
-class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Search an entity; its page lists the passages mentioning it and its neighbours, all within its
     own tenant and KB version. (With ``NEO4J_URL`` the graph lives in Neo4j: browse it there.)"""
 
@@ -40,17 +43,17 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["name", "label"]
     list_select_related = ["tenant", "kb_version__knowledge_base"]
     ordering = ["-chunk_count", "id"]
-    fields = ["label", "name", "kind", "chunk_count", "tenant", "kb_version", "neighbours", "passages"]
-    readonly_fields = fields
+    readonly_fields = ["label", "name", "kind", "chunk_count", "tenant", "kb_version", "neighbours", "passages"]
+    fields = list(readonly_fields)
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         curate = self.admin_site.admin_view(self.curate_view)
         return [
             re_path(rf"^(?P<entity_id>{ID_PATTERN})/curate/$", curate, name="knowledge_graphentity_curate"),
             *super().get_urls(),
         ]
 
-    def curate_view(self, request, entity_id: str):
+    def curate_view(self, request: HttpRequest, entity_id: str) -> HttpResponse:
         """Merge, rename or delete an entity (its tenant must be one the user may see)."""
         if not request.user.has_perm(CURATE_PERMISSION):
             raise PermissionDenied
@@ -74,7 +77,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         }  # fmt: skip
         return TemplateResponse(request, "admin/graph/graphentity/curate.html", context)
 
-    def _curate(self, request, entity: GraphEntity, data: dict):
+    def _curate(self, request: HttpRequest, entity: GraphEntity, data: dict[str, Any]) -> HttpResponse:
         action = data["action"]
         if action == GraphEntityRule.Action.DELETE:
             curation.delete_entity(entity)
@@ -93,7 +96,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         self.message_user(request, f"{entity.label} was merged into {into.label}.", messages.SUCCESS)
         return self._to_entity(entity, into.name)
 
-    def _to_entity(self, entity: GraphEntity, name: str):
+    def _to_entity(self, entity: GraphEntity, name: str) -> HttpResponse:
         found = GraphEntity.objects.filter(kb_version_id=entity.kb_version_id, name=name).values_list("pk", flat=True)
         if not found:
             return redirect("admin:knowledge_graphentity_changelist")
@@ -118,7 +121,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(GraphEntityRule)
-class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """The curators' edits of each KB's graph, applied by every extraction (made on an entity's curate page)."""
 
     list_display = ["name", "action", "target", "label", "knowledge_base", "tenant", "updated_at"]
@@ -129,7 +132,7 @@ class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(GraphCommunity)
-class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """The communities of each KB version with their summaries, key entities and supporting passages."""
 
     list_display = ["__str__", "level", "number", "parent", "size", "tenant", "kb_version"]
@@ -137,8 +140,9 @@ class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["summary"]
     list_select_related = ["tenant", "kb_version__knowledge_base"]
     ordering = ["kb_version", "level", "number"]
-    fields = ["tenant", "kb_version", "level", "number", "parent", "size", "key_entities", "summary", "passages"]
-    readonly_fields = fields
+    readonly_fields = ["tenant", "kb_version", "level", "number", "parent", "size", "key_entities", "summary"]
+    readonly_fields += ["passages"]
+    fields = list(readonly_fields)
 
     @admin.display(description="entities")
     def size(self, community: GraphCommunity) -> int:
@@ -149,7 +153,7 @@ class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return _passage_list((chunk, "") for chunk in selectors.community_chunks(community))
 
 
-def _passage_list(rows) -> str:
+def _passage_list(rows: Iterable[tuple[Chunk, str]]) -> str:
     return format_html_join(
         mark_safe("<br>"),
         '<a href="{}">{}</a> #{} {}: {}',

@@ -13,11 +13,13 @@ communities in one write.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import numpy as np
 from django.conf import settings
 
 from core.cost import charged_to
-from engines.base import Community, GraphScope
+from engines.base import Community, GraphNode, GraphScope
 from engines.community_detection import Partition, detect_communities, extractive_summary
 from engines.embedders import get_embedder
 from engines.llm import LLMError, chat_client
@@ -79,7 +81,9 @@ def _rebuild_communities(version: KnowledgeBaseVersion, tenant_id: int) -> int:
     if settings.GRAPH_LLM_SUMMARIES and settings.LLM_URL:
         summaries = _llm_summaries(partitions, supporting, texts, nodes, summaries)
     analyzer = analyzer_for_tenant(tenant_id)
-    vectors = get_embedder(version.embedding_model).embed_documents(summaries) if summaries else []
+    vectors: np.ndarray | list[Any] = (
+        get_embedder(version.embedding_model).embed_documents(summaries) if summaries else []
+    )
     communities = [
         Community(
             version_id=version.pk,
@@ -99,7 +103,13 @@ def _rebuild_communities(version: KnowledgeBaseVersion, tenant_id: int) -> int:
     return len(communities)
 
 
-def _llm_summaries(partitions, supporting, texts, nodes, extractive: list[str]) -> list[str]:
+def _llm_summaries(
+    partitions: list[Partition],
+    supporting: list[list[int]],
+    texts: dict[int, str],
+    nodes: dict[int, GraphNode],
+    extractive: list[str],
+) -> list[str]:
     """The chat model's summaries of the first ``GRAPH_LLM_MAX_SUMMARIES`` communities (the key entities
     named first, as the extractive ones do); the others, and every one after a failure, stay extractive."""
     summaries = list(extractive)

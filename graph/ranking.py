@@ -25,6 +25,7 @@ import math
 import threading
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 from cachetools import TTLCache, cached
 from django.conf import settings
@@ -59,7 +60,7 @@ class GraphRanking:
     anchors: list[int] = field(default_factory=list)  # passages naming a query entity, the best first
     ceiling: float = 0.0  # the score of a passage naming each query entity once (0.0: no query entity)
 
-    def explanation(self, chunk_id: int) -> dict:
+    def explanation(self, chunk_id: int) -> dict[str, Any]:
         """How the graph found a hit: ``{"entities": matched query entities, "path", "hops"}`` (built for
         the hits a leg keeps only: a 2-hop ranking at 100k passages holds hundreds)."""
         reached = self.reached[chunk_id]

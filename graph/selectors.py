@@ -3,6 +3,8 @@ within the row's own tenant and KB version)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Case, F, Q, Sum, Value, When
 
@@ -10,7 +12,7 @@ from engines.graph_relations import relation_name
 from knowledge.models import Chunk, GraphCommunity, GraphEdge, GraphEntity, GraphMention
 
 
-def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict]:
+def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict[str, Any]]:
     """An entity's strongest neighbours in its own tenant and version: label, kind, summed weight, passages
     relating them and the typed relations, each read from the entity to the neighbour ("made_by", or
     "makes" when the neighbour is made by it; co-occurrence is left out). An edge is stored once per

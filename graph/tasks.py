@@ -4,6 +4,8 @@ tasks send it by name, ``knowledge.tasks.COMMUNITIES_TASK``; the graph's writes 
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from graph.community_build import rebuild_communities
@@ -12,8 +14,8 @@ from knowledge.queue import register
 from knowledge.tasks import RETRIES
 
 
-@shared_task(**RETRIES)
-def detect_communities(version_id: int) -> dict:
+@shared_task(**RETRIES)  # type: ignore[untyped-decorator]  # Celery ships no types
+def detect_communities(version_id: int) -> dict[str, Any]:
     """The version's graph communities and their summaries, after an ingestion or a build (a version
     purged meanwhile has none to compute)."""
     version = KnowledgeBaseVersion.objects.select_related("knowledge_base").filter(pk=version_id).first()

@@ -1,5 +1,6 @@
 from graph.community_build import rebuild_communities
 from knowledge.management.maintenance import ActiveVersionsCommand
+from knowledge.models import KnowledgeBaseVersion
 
 
 class Command(ActiveVersionsCommand):
@@ -8,5 +9,5 @@ class Command(ActiveVersionsCommand):
         "task does it after each ingestion and build); all KBs by default."
     )
 
-    def work(self, version) -> str:
+    def work(self, version: KnowledgeBaseVersion) -> str:
         return f"{rebuild_communities(version)} communities"

@@ -1,6 +1,7 @@
 from graph.build import rebuild_graph
 from graph.community_build import rebuild_communities
 from knowledge.management.maintenance import ActiveVersionsCommand
+from knowledge.models import KnowledgeBaseVersion
 
 
 class Command(ActiveVersionsCommand):
@@ -9,6 +10,6 @@ class Command(ActiveVersionsCommand):
         "an extractor change; all KBs by default), then recompute their communities."
     )
 
-    def work(self, version) -> str:
+    def work(self, version: KnowledgeBaseVersion) -> str:
         chunks = rebuild_graph(version)
         return f"{chunks} chunks extracted, {rebuild_communities(version)} communities"
