@@ -17,7 +17,7 @@ from knowledge.versions import fill_version, start_version_build, version_build_
 from tests.conftest import client_for, scraped_metrics
 from tests.engines.test_llm_triples import GOOD, ChatServer
 from tests.factories import TenantFactory
-from tests.knowledge.test_communities import DISHES, LOCKS
+from tests.graph.test_community_build import DISHES, LOCKS
 from tests.peers import Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
