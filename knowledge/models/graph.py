@@ -116,7 +116,7 @@ class GraphPassageRelations(models.Model):
 class GraphEntityRule(models.Model):
     """A curator's edit of a knowledge base's graph, kept as a rule: every extraction of the KB's
     passages (ingestion, a new version's build, ``rebuild_graph``) applies it, so the edit holds through
-    re-ingestion (``graph.curation`` writes them; ``selectors.graph_curation`` reads them)."""
+    re-ingestion (``graph.curation`` writes them; ``graph.extraction.graph_curation`` reads them)."""
 
     class Action(models.TextChoices):
         MERGE = "merge", "merge into another entity"
