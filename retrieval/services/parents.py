@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from graph.ranking import GraphBridge
 from retrieval import selectors
 from retrieval.fusion import RankedList
-from retrieval.types import GraphBridge
 from tenants.models import Tenant
 
 PARENT_KEY = "parent:"  # a child's dedup key: this, then its parent's content hash
