@@ -46,7 +46,7 @@ def main() -> None:
 
         texts = [section.text for f in discover_files([Path("sample_kb")]) for section in parse_file(f.path).sections]
     if options.tenant:
-        from knowledge.graph_selectors import entity_extractor_for_tenant
+        from graph.extraction import entity_extractor_for_tenant
         from tenants.selectors import tenant_by_name
 
         extractor = entity_extractor_for_tenant(tenant_by_name(options.tenant).pk)

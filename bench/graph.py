@@ -39,7 +39,7 @@ def main() -> None:
     _common.setup_django()
     from django.conf import settings
 
-    from knowledge.graph_selectors import entity_extractor_for_tenant
+    from graph.extraction import entity_extractor_for_tenant
     from knowledge.ingestion.files import discover_files
     from knowledge.ingestion.pipeline import Ingester
     from knowledge.knowledge_bases import create_knowledge_base, delete_tenant

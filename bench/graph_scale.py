@@ -185,7 +185,7 @@ def build(chunks: int, vocabulary: int):
 
 def communities(tenant) -> None:
     """Reading the version's edges and Leiden on them, timed (the community task's two big steps)."""
-    from engines.graph_communities import detect_communities
+    from engines.community_detection import detect_communities
     from knowledge.stores import graph_store
 
     version = tenant.knowledge_bases.get().active_version
@@ -206,8 +206,8 @@ def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
     (the machine's load drifts). The tenant's knowledge is read once: a search reads it for every leg."""
     from django.conf import settings
 
+    from graph.ranking import bridges_from, rank_by_graph
     from knowledge.selectors import searched_knowledge
-    from retrieval.services.graph import bridges_from, rank_by_graph
 
     version = tenant.knowledge_bases.get().active_version
     knowledge = searched_knowledge(tenant)
@@ -240,7 +240,7 @@ def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
 def _search_setup(tenant, knowledge) -> dict:
     """``rank_by_graph``'s ``setup`` as a search builds it (none before it took one: ``--code``)."""
     try:
-        from knowledge.graph_selectors import graph_setup_of
+        from graph.query_setup import graph_setup_of
     except ImportError:
         return {}
     return {"setup": graph_setup_of(tenant.pk, knowledge)}

@@ -293,7 +293,7 @@ def entity_score(strength: float, hops: int, chunk_count: int, total: int, hop_d
 
 @dataclass(frozen=True)
 class Community:
-    """A community of a KB version's entity graph (``engines.graph_communities``) with its summary.
+    """A community of a KB version's entity graph (``engines.community_detection``) with its summary.
 
     ``number`` is unique per version and level; ``parent`` is the number of the community one level up
     that holds it (None at level 0). ``analyzed``: the summary as the analyzer tokenizes it (BM25 over

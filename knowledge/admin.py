@@ -21,7 +21,6 @@ from core.names import form_name
 from engines.embedders import EmbeddingError, get_embedder
 from knowledge import (
     console,
-    graph_admin,  # noqa: F401 - registers the graph browsers
     vocabulary_admin,  # noqa: F401 - registers the vocabulary pages
 )
 from knowledge.acls import set_default_acl

@@ -21,7 +21,7 @@ from django.db.models import Max
 from engines.embedders import get_embedder
 from knowledge.chunking import ChunkDraft, contextual_text
 from knowledge.errors import ChunkNotFound, InvalidChunkEdit
-from knowledge.graph_selectors import entity_extractor_for_tenant
+from knowledge.graph_extraction import graph_extraction
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
 from knowledge.models import Chunk, ChunkEdit, Document, KnowledgeBaseVersion
 from knowledge.parsing import clean_text
@@ -106,7 +106,8 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
         section = metadata.get("section")
         (vector,) = embedder.embed_documents([contextual_text(document.context, edit.content, section)])
         token_count = embedder.count_tokens(edit.content)
-        extraction = entity_extractor_for_tenant(document.tenant_id, document.knowledge_base_id).extract(edit.content)
+        extractor = graph_extraction().entity_extractor(document.tenant_id, document.knowledge_base_id)
+        extraction = extractor.extract(edit.content)
     with transaction.atomic():
         Document.objects.select_for_update().filter(pk=document.pk).first()  # one change of a document at a time
         edit.save()

@@ -1,7 +1,7 @@
 """Queueing knowledge tasks by name once the transaction commits (the worker must see the rows).
 
-``knowledge.tasks`` registers its tasks here when it is imported (``KnowledgeConfig.ready``), so the
-writes that queue work never import the tasks that call them.
+``knowledge.tasks`` (and the graph app's ``graph.tasks``) register their tasks here when imported (the
+apps' ``ready``), so the writes that queue work never import the tasks that call them.
 """
 
 from __future__ import annotations

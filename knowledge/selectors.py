@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
 from celery.result import AsyncResult
-from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
+from django.db.models import Count, Q, QuerySet
 
 from core.cost import tenant_costs
 from core.usage import query_counts
@@ -23,10 +22,6 @@ from knowledge.models import (
     Chunk,
     DictionaryTerm,
     Document,
-    GraphCommunity,
-    GraphEdge,
-    GraphEntity,
-    GraphMention,
     KnowledgeBase,
     KnowledgeBaseVersion,
     KnowledgeSource,
@@ -53,7 +48,7 @@ class SearchedVersion:
     languages: tuple[str, ...]  # the KB's
     search_settings: dict[str, Any]  # the KB's merged with its version's, key by key
     chunking: str = PLAIN  # parent_child: its hits are child chunks, returned as their parent passages
-    graph_extractor: str = ""  # the extractor that built its graph (``graph_selectors.graph_setup_of``)
+    graph_extractor: str = ""  # the extractor that built its graph (``graph.query_setup.graph_setup_of``)
 
 
 @dataclass(frozen=True)
@@ -507,57 +502,3 @@ def recent_tasks_of(kb: KnowledgeBase, count: int = 10) -> list[KnowledgeTask]:
     """The KB's latest ingestion and build tasks, newest first."""
     tasks = KnowledgeTask.objects.filter(knowledge_base=kb).select_related("tenant")
     return list(tasks.order_by("-created_at")[:count])
-
-
-def entity_neighbours(entity: GraphEntity, limit: int = 30) -> list[dict[str, Any]]:
-    """An entity's strongest neighbours in its own tenant and version: label, kind, summed weight, passages
-    relating them and the typed relations, each read from the entity to the neighbour ("made_by", or
-    "makes" when the neighbour is made by it; co-occurrence is left out). An edge is stored once per
-    pair and kind, so the entity is either end."""
-    from engines.graph_relations import relation_name
-
-    edges = GraphEdge.objects.filter(tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id).filter(
-        Q(source=entity) | Q(target=entity)
-    )
-    rows = list(
-        edges.annotate(
-            neighbour=Case(When(source=entity, then=F("target_id")), default=F("source_id")),
-            backward=Case(When(source=entity, then=Value(False)), default=Value(True)),
-        )
-        .values("neighbour")
-        .annotate(
-            weight=Sum("weight"), passages=Sum("passages"),
-            kinds=ArrayAgg("kind", ordering=("kind", "backward")),
-            backwards=ArrayAgg("backward", ordering=("kind", "backward")),
-        )
-        .order_by("-weight", "neighbour")[:limit]
-    )  # fmt: skip
-    found = GraphEntity.objects.filter(pk__in=[row["neighbour"] for row in rows]).values_list("pk", "label", "kind")
-    labels = {pk: (label, kind) for pk, label, kind in found}
-    return [
-        {"entity_id": row["neighbour"], "label": labels[row["neighbour"]][0], "kind": labels[row["neighbour"]][1],
-         "weight": row["weight"],
-         "passages": row["passages"],
-         "kinds": list(dict.fromkeys(
-             relation_name(kind, reversed_=backward) for kind, backward in zip(row["kinds"], row["backwards"],
-                                                                               strict=True) if kind
-         ))}
-        for row in rows
-    ]  # fmt: skip
-
-
-def entity_mentions(entity: GraphEntity, limit: int = 30) -> list[GraphMention]:
-    """The passages mentioning an entity most, with their documents (its own tenant and version)."""
-    mentions = GraphMention.objects.filter(
-        tenant_id=entity.tenant_id, kb_version_id=entity.kb_version_id, entity=entity
-    )
-    return list(mentions.select_related("chunk__document").order_by("-count", "chunk_id")[:limit])
-
-
-def community_chunks(community: GraphCommunity) -> list[Chunk]:
-    """A community's supporting passages with their documents, in its order (its own tenant and version)."""
-    chunks = Chunk.objects.filter(
-        tenant_id=community.tenant_id, kb_version_id=community.kb_version_id, pk__in=community.chunk_ids
-    ).select_related("document")
-    by_id = {chunk.pk: chunk for chunk in chunks}
-    return [by_id[chunk_id] for chunk_id in community.chunk_ids if chunk_id in by_id]

@@ -4,8 +4,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django_celery_beat.models import PeriodicTask
 
-from knowledge.models import DictionaryTerm, GraphEntityRule, KnowledgeBaseVersion, KnowledgeSource, Synonym
-from knowledge.revisions import bump_revisions, expire_cached_answers
+from knowledge.models import DictionaryTerm, KnowledgeSource, Synonym
+from knowledge.revisions import expire_cached_answers
 
 
 @receiver([post_save, post_delete], sender=Synonym)
@@ -14,15 +14,6 @@ def expire_answers_on_expansion_change(instance: Synonym | DictionaryTerm, **kwa
     """Synonyms and protected terms change answers without changing chunks: an edit (admin or code)
     must not be hidden behind cached answers."""
     expire_cached_answers(instance.tenant_id)
-
-
-@receiver([post_save, post_delete], sender=GraphEntityRule)
-def expire_answers_on_graph_curation(instance: GraphEntityRule, **kwargs: object) -> None:
-    """A curator's edit changes which entity a query's name finds and every path through it, in each
-    version of its KB: their cached answers and cached curation (``graph_query_setup``) expire."""
-    bump_revisions(
-        KnowledgeBaseVersion.objects.filter(knowledge_base_id=instance.knowledge_base_id).values_list("pk", flat=True)
-    )
 
 
 @receiver(post_delete, sender=KnowledgeSource)

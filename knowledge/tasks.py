@@ -21,7 +21,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from engines.base import LexicalIndexError
 from engines.embedders import EmbeddingError
 from knowledge import sources
-from knowledge.communities import rebuild_communities
 from knowledge.documents import purge_document_rows, purge_documents_removed_before
 from knowledge.ingestion.stored import fail_pending_documents, ingest_stored_files
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeSource, KnowledgeTask, SourceRun
@@ -36,6 +35,7 @@ from knowledge.versions import (
     version_build_files,
 )
 
+COMMUNITIES_TASK = "graph.tasks.detect_communities"  # a version's graph communities (the graph app's task)
 TRANSIENT_ERRORS = (
     OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError, EmbeddingError, LexicalIndexError,
 )  # fmt: skip
@@ -92,7 +92,7 @@ def ingest_documents(self: Task, kb_id: int, files: list[dict[str, Any]]) -> dic
         kb = KnowledgeBase.objects.select_related("active_version").get(pk=kb_id)
         progress = Progress(self, total=len(files), unit="documents")
         report = ingest_stored_files(kb, files, on_progress=progress.advance)
-    communities = detect_communities.delay(kb.active_version_id).id if report.added or report.replaced else None
+    communities = queue_communities(kb.require_active_version().pk) if report.added or report.replaced else None
     failures = [{"name": name, "error": error} for name, error in report.failures]
     return {**report.as_dict(), "failures": failures, "progress": progress.as_dict(), "communities_task": communities}
 
@@ -111,7 +111,7 @@ def build_version(self: Task, version_id: int, activate: bool | str) -> dict[str
         progress = Progress(self, total=len(files), unit="documents")
         version = fill_version(version, files, on_progress=progress.advance)
         if version.status == KnowledgeBaseVersion.Status.READY:
-            detect_communities.delay(version.pk)
+            queue_communities(version.pk)
         if activate == GATED and version.status == KnowledgeBaseVersion.Status.READY:
             # the search side compares it with the active version on the KB's query set, then switches or not;
             # sent by name, so this app imports nothing of retrieval's
@@ -119,16 +119,6 @@ def build_version(self: Task, version_id: int, activate: bool | str) -> dict[str
         elif activate and version.status == KnowledgeBaseVersion.Status.READY:
             version = activate_version(version)
     return _build_result(version, progress)
-
-
-@celery_task(**RETRIES)
-def detect_communities(version_id: int) -> dict[str, int | None]:
-    """The version's graph communities and their summaries, after an ingestion or a build (a version
-    purged meanwhile has none to compute)."""
-    version = KnowledgeBaseVersion.objects.select_related("knowledge_base").filter(pk=version_id).first()
-    if version is None:
-        return {"version_id": version_id, "communities": None}
-    return {"version_id": version_id, "communities": rebuild_communities(version)}
 
 
 @celery_task(**RETRIES)
@@ -170,11 +160,16 @@ def purge_removed_documents() -> int:
     return purge_documents_removed_before(settings.SOURCE_REMOVAL_GRACE_HOURS)
 
 
+def queue_communities(version_id: int) -> str:
+    """Send the graph's task that computes the version's communities; returns its id. Sent by name, so
+    this app imports nothing of the graph's."""
+    task_id: str = current_app.send_task(COMMUNITIES_TASK, (version_id,)).id
+    return task_id
+
+
 def _build_result(version: KnowledgeBaseVersion, progress: Progress | None) -> dict[str, object]:
     done = progress.as_dict() if progress else None
     return {"version": version.number, "status": version.status, "error": version.error, "progress": done}
 
 
-register(
-    ingest_documents, build_version, sync_source, purge_documents, detect_communities
-)  # queued by name (knowledge.queue)
+register(ingest_documents, build_version, sync_source, purge_documents)  # queued by name (knowledge.queue)

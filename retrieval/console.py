@@ -33,7 +33,7 @@ from retrieval.models import GRADES
 from retrieval.query_sets import document_key, grades_for
 from retrieval.selectors import recent_runs
 from retrieval.serializers import MAX_HOPS, MAX_QUERY_CHARS
-from retrieval.services.communities import GlobalGraphRequest, global_graph_search
+from retrieval.services.community_search import GlobalGraphRequest, global_graph_search
 from retrieval.services.console import record_run
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse

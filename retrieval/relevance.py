@@ -20,7 +20,7 @@ depend on the other hits of the query:
   "Dense relevance against the query's own background"). A query no passage is close to keeps its
   best hits near 0, a query with a clear match scores it well above.
 
-- **graph**: the hit's graph score divided by the ranking's ceiling (``retrieval.services.graph``): what a
+- **graph**: the hit's graph score divided by the ranking's ceiling (``graph.ranking``): what a
   passage naming each query entity once would score, a name the query writes like one but no entity
   matched exactly counting as the rarest possible entity. 1.0 for a passage naming every query entity,
   less for one naming some of them or reached through a neighbour (decayed per hop).

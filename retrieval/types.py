@@ -7,7 +7,7 @@ use them without importing the pipeline (``retrieval.services.search``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from engines.lexical_filter import LexicalFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
 from retrieval.fusion import FusedCandidate, RankedList
+
+if TYPE_CHECKING:
+    from graph.ranking import GraphBridge
 
 MODES = ("vector", "bm25", "hybrid", "graph")
 RETRIEVERS = ("vector", "bm25", "graph")
@@ -178,17 +181,6 @@ class ListQuery:
     tokens: list[str] | None = None
     token_weights: list[float] | None = None
     vectors: dict[str, np.ndarray] | None = None
-
-
-@dataclass(frozen=True)
-class GraphBridge:
-    """A passage the graph reaches from ``via``, a passage naming a query entity, through an entity both
-    mention (``entity``, its label); ``weight``: that entity's idf, ln(1 + N / passages mentioning it)."""
-
-    via: int
-    chunk_id: int
-    weight: float
-    entity: str
 
 
 @dataclass(frozen=True)

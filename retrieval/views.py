@@ -20,7 +20,7 @@ from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
 from retrieval.graph_serializers import GraphSearchInput
 from retrieval.serializers import ModeSearchInput, SearchInput
-from retrieval.services.communities import GlobalGraphRequest, global_graph_search
+from retrieval.services.community_search import GlobalGraphRequest, global_graph_search
 from retrieval.types import MODES, QueryVector, SearchRequest
 from tenants.authentication import HasTenant
 from tenants.models import ApiKey, Scope

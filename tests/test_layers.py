@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Top to bottom; a package may import its own floor's packages (without a cycle) and lower floors.
 FLOORS: list[set[str]] = [
     {"retrieval_site"},  # wiring: settings, URLs, WSGI/ASGI, the Celery app
-    {"retrieval", "knowledge"},  # domain: search; knowledge bases and ingestion
+    {"retrieval", "graph", "knowledge"},  # domain: search; the knowledge graph; knowledge bases and ingestion
     {"tenants"},  # tenants, API keys, rate tiers
     {"core"},  # HTTP platform: errors, middleware, Redis, limits, idempotency, health
     {"engines"},  # analyzer, embedders, vector / lexical indexes, rerankers: plain data in and out

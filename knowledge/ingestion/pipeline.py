@@ -38,7 +38,7 @@ from knowledge.chunking import (
     contextual_text,
     document_context,
 )
-from knowledge.graph_selectors import entity_extractor_for_tenant, triple_extractor
+from knowledge.graph_extraction import graph_extraction
 from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
 from knowledge.ingestion.files import Labels, SourceFile, keep_original, read_sidecar, record_failure
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
@@ -132,8 +132,8 @@ class Ingester:
         self._embedding: tuple[list[_PendingDocument], Future[np.ndarray], Future[None]] | None = None
         self._embedder: Embedder | None = None
         self.analyzer = analyzer_for_tenant(kb.tenant_id)
-        self.extractor = entity_extractor_for_tenant(kb.tenant_id, kb.pk)
-        self.triples = triple_extractor()  # None unless GRAPH_LLM_TRIPLES and LLM_URL are set
+        self.extractor = graph_extraction().entity_extractor(kb.tenant_id, kb.pk)
+        self.triples = graph_extraction().triple_extractor()  # None unless GRAPH_LLM_TRIPLES and LLM_URL are set
 
     @property
     def embedder(self) -> Embedder:

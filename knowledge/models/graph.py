@@ -120,7 +120,7 @@ class GraphPassageRelations(models.Model):
 class GraphEntityRule(models.Model):
     """A curator's edit of a knowledge base's graph, kept as a rule: every extraction of the KB's
     passages (ingestion, a new version's build, ``rebuild_graph``) applies it, so the edit holds through
-    re-ingestion (``knowledge.graph_curation`` writes them; ``selectors.graph_curation`` reads them)."""
+    re-ingestion (``graph.curation`` writes them; ``graph.extraction.graph_curation`` reads them)."""
 
     class Action(models.TextChoices):
         MERGE = "merge", "merge into another entity"
@@ -146,8 +146,8 @@ class GraphEntityRule(models.Model):
 
 
 class GraphCommunity(models.Model):
-    """A community of a KB version's entity graph with its summary (``knowledge.communities`` builds
-    them, ``engines.graph_communities`` finds them); global graph search ranks these."""
+    """A community of a KB version's entity graph with its summary (``graph.community_build`` builds
+    them, ``engines.community_detection`` finds them); global graph search ranks these."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     kb_version = models.ForeignKey(KnowledgeBaseVersion, on_delete=models.CASCADE, related_name="graph_communities")

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from graph.ranking import GraphBridge
 from retrieval.fusion import Contribution, FusedCandidate
-from retrieval.types import GraphBridge
 
 
 @dataclass(frozen=True)

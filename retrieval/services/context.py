@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.analysis import Analyzer
-from knowledge.graph_selectors import GraphQuerySetup
+from graph.query_setup import GraphQuerySetup
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import Feedback
 from retrieval.filters import CompiledFilter

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 
+from graph.ranking import GraphBridge
 from retrieval import selectors
 from retrieval.fusion import (
     FusedCandidate,
@@ -20,7 +21,6 @@ from retrieval.fusion import (
 from retrieval.relevance import CALIBRATED, RelevanceScales
 from retrieval.services.bridges import BridgeSlots, place_bridges
 from retrieval.tuning import FusionSettings
-from retrieval.types import GraphBridge
 from tenants.models import Tenant
 
 

@@ -1,13 +1,13 @@
-"""The graph leg as a ranked list: the graph's ranking (``retrieval.services.graph``) filtered and cut."""
+"""The graph leg as a ranked list: the graph's ranking (``graph.ranking``) filtered and cut."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
+from graph.ranking import bridges_from, rank_by_graph
 from retrieval import selectors
 from retrieval.fusion import RankedList
 from retrieval.services.context import SearchContext
-from retrieval.services.graph import bridges_from, rank_by_graph
 from retrieval.types import LegResult
 
 

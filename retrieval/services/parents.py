@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graph.ranking import GraphBridge
 from retrieval import selectors
 from retrieval.fusion import RankedList
-from retrieval.types import GraphBridge
 from tenants.models import Tenant
 
 PARENT_KEY = "parent:"  # a child's dedup key: this, then its parent's content hash

@@ -15,7 +15,7 @@ from django.conf import settings
 
 from core.metrics import record_search
 from engines.database import read_notes
-from knowledge.graph_selectors import graph_setup_of
+from graph.query_setup import graph_setup_of
 from knowledge.models import PARENT_CHILD
 from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
 from retrieval.access import reader_check

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "core",
     "tenants",
     "knowledge",
+    "graph",
     "retrieval",
 ]
 

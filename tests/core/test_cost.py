@@ -9,7 +9,7 @@ import pytest
 
 from core.cost import charged_to, price_setting, priced, tenant_costs
 from engines.metering import KINDS, Meter, metered, record
-from knowledge.communities import rebuild_communities
+from graph.community_build import rebuild_communities
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
@@ -17,7 +17,7 @@ from knowledge.versions import fill_version, start_version_build, version_build_
 from tests.conftest import client_for, scraped_metrics
 from tests.engines.test_llm_triples import GOOD, ChatServer
 from tests.factories import TenantFactory
-from tests.knowledge.test_communities import DISHES, LOCKS
+from tests.graph.test_community_build import DISHES, LOCKS
 from tests.peers import Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -148,21 +148,6 @@ def test_check_kb_reports_ready_documents_without_chunks_even_after_repair(check
     assert f"{report} (document ids [{lost.pk}])" in out.getvalue()
 
 
-def test_rebuild_graph_re_extracts_each_chunk_then_its_communities(checked_kb):
-    from knowledge.models import GraphMention, KnowledgeBaseVersion
-
-    version = checked_kb.active_version
-    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(graph_extractor="0")
-    mentions = set(GraphMention.objects.filter(kb_version=version).values_list("entity__name", "chunk_id"))
-    assert mentions
-    out = io.StringIO()
-    call_command("rebuild_graph", kb="checked", stdout=out)
-    assert re.search(rf"{version.chunks.count()} chunks extracted, \d+ communities", out.getvalue())
-    assert set(GraphMention.objects.filter(kb_version=version).values_list("entity__name", "chunk_id")) == mentions
-    version.refresh_from_db()
-    assert version.graph_extractor == KnowledgeBaseVersion._meta.get_field("graph_extractor").get_default()
-
-
 def test_check_kb_without_a_match_is_an_error(db):
     with pytest.raises(CommandError, match="no matching knowledge base"):
         call_command("check_kb", kb="nowhere", stdout=io.StringIO())

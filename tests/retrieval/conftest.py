@@ -134,7 +134,7 @@ def pipeline_runs(monkeypatch) -> list:
 def two_levels(curated_sample_kb, settings):
     """The curated sample KB's communities split down to level 1 (its graph of names and curated terms has
     no community above the default split size), for this test only (its transaction is undone)."""
-    from knowledge.communities import rebuild_communities
+    from graph.community_build import rebuild_communities
     from knowledge.models import GraphCommunity
 
     settings.GRAPH_COMMUNITY_SPLIT_SIZE = 5

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from knowledge.communities import rebuild_communities
+from graph.community_build import rebuild_communities
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base

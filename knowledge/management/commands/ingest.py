@@ -1,10 +1,10 @@
 from pathlib import Path
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from engines.embedders import EmbeddingError
-from knowledge.communities import rebuild_communities
 from knowledge.errors import InvalidChunking
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
@@ -82,8 +82,8 @@ class Command(BaseCommand):
         for source_uri, reason in report.failures:
             self.stderr.write(f"failed: {source_uri}: {reason}")
         if report.added or report.replaced:
-            count = rebuild_communities(knowledge_base.require_active_version())
-            self.stdout.write(f"graph: {count} communities")
+            # the graph app's command (knowledge imports nothing of the graph): "<kb>: N communities in S s"
+            call_command("graph_communities", kb=knowledge_base.name, tenant=owner.name, stdout=self.stdout)
         summary = report.as_dict()
         self.stdout.write(  # last, so a script can read it from the final line
             "documents: {added} added, {unchanged} unchanged, {replaced} replaced, {failed} failed; "

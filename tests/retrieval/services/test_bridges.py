@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from graph.ranking import GraphBridge
 from retrieval.fusion import Contribution, FusedCandidate
 from retrieval.services.bridges import BridgeSlots, place_bridges
-from retrieval.types import GraphBridge
 from tests.retrieval.services.conftest import names, run, small_kb
 
 

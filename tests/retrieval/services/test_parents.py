@@ -8,13 +8,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from graph.ranking import GraphBridge
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import Chunk, ParentChunk
 from retrieval.fusion import RankedList
 from retrieval.services.parents import PARENT_KEY, parents_of
-from retrieval.types import GraphBridge
 from tests.conftest import client_for
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import run

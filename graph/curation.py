@@ -1,10 +1,10 @@
 """A curator's edits of a knowledge base's graph: merge, rename or delete an entity.
 
 An edit is kept as a rule (``GraphEntityRule``, one per KB and entity name) that every extraction of
-the KB's passages applies (``selectors.entity_extractor_for_tenant``): ingestion, a new version's
+the KB's passages applies (``graph.extraction.entity_extractor_for_tenant``): ingestion, a new version's
 build and ``rebuild_graph``, so it holds through re-ingestion. It is applied at once, too: the passages
 that mention the entity, in every version of the KB, are re-extracted with the rules and their graph
-replaced (``graph_build.reextract_chunks``); the versions' communities are recomputed after.
+replaced (``graph.build.reextract_chunks``); the versions' communities are recomputed after.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from django.db import transaction
 
 from engines.analysis import normalize
 from engines.base import GraphScope
+from graph.build import reextract_chunks
+from graph.extraction import graph_curation, triple_extractor
 from knowledge.errors import VersionConflict
-from knowledge.graph_build import reextract_chunks
-from knowledge.graph_selectors import graph_curation, triple_extractor
 from knowledge.models import GraphEntity, GraphEntityRule, KnowledgeBaseVersion
 from knowledge.queue import enqueue
 from knowledge.stores import graph_store
@@ -74,5 +74,5 @@ def _apply(entity: GraphEntity, action: str, *, names: list[str], target: str = 
             chunk_ids = sorted({chunk_id for _, chunk_id, _ in mentions})
             if chunk_ids:
                 reextract_chunks(version, chunk_ids)
-                enqueue("knowledge.tasks.detect_communities", (version.pk,), robust=True)
+                enqueue("graph.tasks.detect_communities", (version.pk,), robust=True)
     return rule

@@ -33,12 +33,22 @@ from django.conf import settings
 from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity, entity_score
 from engines.graph_extraction import EXTRACTOR_VERSION
 from engines.graph_relations import relation_name
-from knowledge.graph_selectors import GraphQuerySetup, graph_query_setup
+from graph.query_setup import GraphQuerySetup, graph_query_setup
 from knowledge.stores import graph_store
-from retrieval.types import GraphBridge
 
 CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (untyped)
 PASSAGE_COUNT_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class GraphBridge:
+    """A passage the graph reaches from ``via``, a passage naming a query entity, through an entity both
+    mention (``entity``, its label); ``weight``: that entity's idf, ln(1 + N / passages mentioning it)."""
+
+    via: int
+    chunk_id: int
+    weight: float
+    entity: str
 
 
 @dataclass(frozen=True)

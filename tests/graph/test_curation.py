@@ -8,15 +8,15 @@ from dataclasses import replace
 import pytest
 from django.db.models import Q
 
+from graph.build import rebuild_graph
+from graph.curation import delete_entity, merge_entity, rename_entity
+from graph.ranking import rank_by_graph
 from knowledge.errors import VersionConflict
-from knowledge.graph_build import rebuild_graph
-from knowledge.graph_curation import delete_entity, merge_entity, rename_entity
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import GraphEdge, GraphEntity, GraphEntityRule
 from knowledge.versions import fill_version, start_version_build, version_build_files
-from retrieval.services.graph import rank_by_graph
 from tests.factories import TenantFactory
 from tests.knowledge.helpers import graph_names
 

@@ -10,8 +10,8 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from engines.graph_extraction import common_names
+from graph.extraction import entity_extractor_for_tenant, triple_extractor
 from knowledge.errors import VersionConflict
-from knowledge.graph_selectors import entity_extractor_for_tenant, triple_extractor
 from knowledge.models import Chunk, KnowledgeBaseVersion, current_graph_extractor
 from knowledge.stores import graph_store
 
@@ -23,7 +23,7 @@ def rebuild_graph(version: KnowledgeBaseVersion) -> int:
     ``EXTRACTOR_VERSION`` changed, or to repair it), ``GRAPH_REBUILD_BATCH`` chunks per transaction,
     then record the extractor on the version; returns the number of chunks. The names in a large share
     of the version's passages are no entities of it (``version_common_names``: one more extraction
-    pass). Its communities are the caller's next step (``knowledge.communities.rebuild_communities``).
+    pass). Its communities are the caller's next step (``graph.community_build.rebuild_communities``).
 
     With ``GRAPH_LLM_TRIPLES`` on it refuses: the LLM's typed relations come from ingestion, and a
     rebuild would replace them by co-occurrence; build a new version instead."""
@@ -41,7 +41,7 @@ def rebuild_graph(version: KnowledgeBaseVersion) -> int:
 
 
 def reextract_chunks(version: KnowledgeBaseVersion, chunk_ids: list[int]) -> int:
-    """Re-extract the graph of these chunks of a version (a curator's edit: ``knowledge.graph_curation``)
+    """Re-extract the graph of these chunks of a version (a curator's edit: ``graph.curation``)
     in one transaction. Their graph is forgotten first, then written anew, so an entity only they
     mentioned is written again with its curated label."""
     tenant_id = version.knowledge_base.tenant_id

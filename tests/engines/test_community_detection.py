@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from engines.graph_communities import _louvain, _partition, detect_communities, extractive_summary, split_sentences
+from engines.community_detection import _louvain, _partition, detect_communities, extractive_summary, split_sentences
 
 
 def clique(members: range, weight: float = 1.0) -> list[tuple[int, int, float]]:

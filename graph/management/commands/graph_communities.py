@@ -1,4 +1,4 @@
-from knowledge.communities import rebuild_communities
+from graph.community_build import rebuild_communities
 from knowledge.management.maintenance import ActiveVersionsCommand
 from knowledge.models import KnowledgeBaseVersion
 

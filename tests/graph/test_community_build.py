@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from engines.base import GraphScope
-from knowledge.communities import rebuild_communities
+from graph.community_build import rebuild_communities
 from knowledge.documents import delete_document
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester

@@ -52,7 +52,7 @@ def test_the_community_browser_lists_summaries_and_shows_supporting_passages(adm
         assert f"/admin/knowledge/chunk/{chunk_id}/change/" in page
 
 
-# --- curating: merge, rename, delete (knowledge.graph_curation) ---------------------------------------
+# --- curating: merge, rename, delete (graph.curation) ---------------------------------------
 
 
 @pytest.fixture

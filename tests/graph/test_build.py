@@ -1,12 +1,16 @@
-"""Rebuilding a version's graph (``knowledge.graph_build``): the current extractor with the vocabulary
+"""Rebuilding a version's graph (``graph.build``): the current extractor with the vocabulary
 an admin curates in the console, and without the names in a large share of the version's passages. The
 expected entities are written by hand."""
 
+import io
+import re
+
 import pytest
+from django.core.management import call_command
 
 from engines import graph_extraction
-from knowledge.graph_build import rebuild_graph
-from knowledge.models import GraphMention
+from graph.build import rebuild_graph
+from knowledge.models import GraphMention, KnowledgeBaseVersion
 from tests.knowledge.helpers import graph_names, ingest
 
 pytestmark = pytest.mark.django_db
@@ -40,3 +44,19 @@ def test_a_rebuild_drops_the_names_in_a_large_share_of_the_versions_passages(kb,
     names = graph_names(kb)
     assert "harbor noodle house" not in names  # in 9 of 10 passages
     assert names["skyline home"] == names["ord-0003"] == 1  # in a tenth of them: not more
+
+
+def test_the_command_re_extracts_each_chunk_then_its_communities(kb, tmp_path):
+    (tmp_path / "a.txt").write_text("The zeppelin ZR-3 departs at dawn.\n\nIt lands at Lake Constance at dusk.")
+    (tmp_path / "b.txt").write_text("The submarine NX-1 dives at noon.")
+    ingest(kb, tmp_path)
+    version = kb.active_version
+    KnowledgeBaseVersion.objects.filter(pk=version.pk).update(graph_extractor="0")
+    mentions = set(GraphMention.objects.filter(kb_version=version).values_list("entity__name", "chunk_id"))
+    assert mentions
+    out = io.StringIO()
+    call_command("rebuild_graph", kb=kb.name, tenant=kb.tenant.name, stdout=out)
+    assert re.search(rf"{version.chunks.count()} chunks extracted, \d+ communities", out.getvalue())
+    assert set(GraphMention.objects.filter(kb_version=version).values_list("entity__name", "chunk_id")) == mentions
+    version.refresh_from_db()
+    assert version.graph_extractor == KnowledgeBaseVersion._meta.get_field("graph_extractor").get_default()

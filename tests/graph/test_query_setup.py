@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge.graph_curation import merge_entity
-from knowledge.graph_selectors import graph_query_setup, graph_setup_of
+from graph.curation import merge_entity
+from graph.query_setup import graph_query_setup, graph_setup_of
+from graph.ranking import rank_by_graph
 from knowledge.models import GraphEntity, KnowledgeBaseVersion, Synonym
 from knowledge.selectors import searched_knowledge
-from retrieval.services.graph import rank_by_graph
 from tests.factories import TenantFactory
-from tests.knowledge.test_graph_curation import FILES, new_kb
+from tests.graph.test_curation import FILES, new_kb
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

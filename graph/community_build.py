@@ -1,8 +1,8 @@
 """Service: the communities of a KB version's entity graph, each with a summary (GraphRAG's global side).
 
-A task runs it after each ingestion and version build (``knowledge.tasks.detect_communities``), and
+A task runs it after each ingestion and version build (``graph.tasks.detect_communities``), and
 ``manage.py graph_communities [--tenant T] [--kb K]`` on demand. It reads the version's graph from the graph store, finds the
-Leiden hierarchy (``engines.graph_communities``), picks each community's supporting passages (those
+Leiden hierarchy (``engines.community_detection``), picks each community's supporting passages (those
 that mention its most central entities most), summarizes it (extractive: its key entities and the
 passages' sentences covering the most of them; with ``GRAPH_LLM_SUMMARIES`` the chat model at
 ``LLM_URL`` writes it instead, for at most ``GRAPH_LLM_MAX_SUMMARIES`` communities, and the first
@@ -19,8 +19,8 @@ from django.conf import settings
 
 from core.cost import charged_to
 from engines.base import Community, GraphNode, GraphScope
+from engines.community_detection import Partition, detect_communities, extractive_summary
 from engines.embedders import get_embedder
-from engines.graph_communities import Partition, detect_communities, extractive_summary
 from engines.llm import LLMError, chat_client
 from knowledge.models import Chunk, KnowledgeBaseVersion
 from knowledge.selectors import analyzer_for_tenant

@@ -1,5 +1,5 @@
-from knowledge.communities import rebuild_communities
-from knowledge.graph_build import rebuild_graph
+from graph.build import rebuild_graph
+from graph.community_build import rebuild_communities
 from knowledge.management.maintenance import ActiveVersionsCommand
 from knowledge.models import KnowledgeBaseVersion
 

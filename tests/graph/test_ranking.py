@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from engines.base import Entity, Extraction
+from graph.ranking import CO_OCCURRENCE, rank_by_graph
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
-from retrieval.services.graph import CO_OCCURRENCE, rank_by_graph
 from tests.factories import TenantFactory
 from tests.retrieval.services.conftest import small_kb
 
@@ -118,7 +118,7 @@ def test_codes_never_match_fuzzily(kb):
 
 def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_graph(kb):
     from engines.graph_extraction import EXTRACTOR_VERSION
-    from knowledge.graph_build import rebuild_graph
+    from graph.build import rebuild_graph
     from knowledge.models import Chunk, KnowledgeBaseVersion
     from knowledge.stores import graph_store
 
@@ -138,8 +138,8 @@ def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_grap
 
 
 def test_rebuild_graph_refuses_to_replace_typed_relations(kb, settings):
+    from graph.build import rebuild_graph
     from knowledge.errors import VersionConflict
-    from knowledge.graph_build import rebuild_graph
 
     settings.GRAPH_LLM_TRIPLES, settings.LLM_URL = True, "http://127.0.0.1:9/v1"
     with pytest.raises(VersionConflict, match="GRAPH_LLM_TRIPLES"):

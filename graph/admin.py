@@ -1,5 +1,5 @@
 """The graph browsers of the knowledge console. Ingestion and the communities task write the graph; a
-curator merges, renames or deletes an entity on its curate page, through ``knowledge.graph_curation``
+curator merges, renames or deletes an entity on its curate page, through ``graph.curation``
 (the edit is kept as a rule that every later extraction applies)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.utils.safestring import mark_safe
 from core.admin import ReadOnlyAdminMixin
 from core.errors import DomainError
 from engines.analysis import normalize
-from knowledge import graph_curation, selectors
+from graph import curation, selectors
 from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphEntityRule
 from knowledge.views import ID_PATTERN
 from tenants.selectors import tenants_visible_to
@@ -40,13 +40,13 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[ty
     own tenant and KB version. (With ``NEO4J_URL`` the graph lives in Neo4j: browse it there.)"""
 
     list_display = ["label", "name", "kind", "chunk_count", "tenant", "kb_version"]
-    change_form_template = "admin/knowledge/graphentity/change_form.html"
+    change_form_template = "admin/graph/graphentity/change_form.html"
     list_filter = ["tenant", "kind"]
     search_fields = ["name", "label"]
     list_select_related = ["tenant", "kb_version__knowledge_base"]
     ordering = ["-chunk_count", "id"]
     readonly_fields = ["label", "name", "kind", "chunk_count", "tenant", "kb_version", "neighbours", "passages"]
-    fields = [*readonly_fields]
+    fields = list(readonly_fields)
 
     def get_urls(self) -> list[URLPattern]:
         curate = self.admin_site.admin_view(self.curate_view)
@@ -77,16 +77,16 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[ty
             "rules": GraphEntityRule.objects.filter(knowledge_base_id=entity.kb_version.knowledge_base_id)
             .order_by("-updated_at")[:50],
         }  # fmt: skip
-        return TemplateResponse(request, "admin/knowledge/graphentity/curate.html", context)
+        return TemplateResponse(request, "admin/graph/graphentity/curate.html", context)
 
     def _curate(self, request: HttpRequest, entity: GraphEntity, data: dict[str, Any]) -> HttpResponseRedirect:
         action = data["action"]
         if action == GraphEntityRule.Action.DELETE:
-            graph_curation.delete_entity(entity)
+            curation.delete_entity(entity)
             self.message_user(request, f"{entity.label} was deleted; later ingestions keep it out.", messages.SUCCESS)
             return redirect("admin:knowledge_graphentity_changelist")
         if action == GraphEntityRule.Action.RENAME:
-            rule = graph_curation.rename_entity(entity, data["label"])
+            rule = curation.rename_entity(entity, data["label"])
             self.message_user(request, f"{entity.label} is now {rule.label}.", messages.SUCCESS)
             return self._to_entity(entity, rule.target)
         into = GraphEntity.objects.filter(
@@ -94,7 +94,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[ty
         ).first()
         if into is None:
             raise DomainError(f"no entity named {data['into']!r} in this version")
-        graph_curation.merge_entity(entity, into)
+        curation.merge_entity(entity, into)
         self.message_user(request, f"{entity.label} was merged into {into.label}.", messages.SUCCESS)
         return self._to_entity(entity, into.name)
 
