@@ -35,7 +35,7 @@ class CurateForm(forms.Form):
 
 
 @admin.register(GraphEntity)
-class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
+class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[GraphEntity]):
     """Search an entity; its page lists the passages mentioning it and its neighbours, all within its
     own tenant and KB version. (With ``NEO4J_URL`` the graph lives in Neo4j: browse it there.)"""
 
@@ -123,7 +123,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[ty
 
 
 @admin.register(GraphEntityRule)
-class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
+class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[GraphEntityRule]):
     """The curators' edits of each KB's graph, applied by every extraction (made on an entity's curate page)."""
 
     list_display = ["name", "action", "target", "label", "knowledge_base", "tenant", "updated_at"]
@@ -134,7 +134,7 @@ class GraphEntityRuleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignor
 
 
 @admin.register(GraphCommunity)
-class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
+class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[GraphCommunity]):
     """The communities of each KB version with their summaries, key entities and supporting passages."""
 
     list_display = ["__str__", "level", "number", "parent", "size", "tenant", "kb_version"]

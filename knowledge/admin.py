@@ -58,7 +58,7 @@ else:
     _AdminMixin = object
 
 
-class VersionInline(admin.TabularInline):  # type: ignore[type-arg]  # not generic at run time
+class VersionInline(admin.TabularInline[KnowledgeBaseVersion, KnowledgeBase]):
     model = KnowledgeBaseVersion
     extra = 0
     # a version's search settings are measured: manage.py evaluate --sweep --write
@@ -107,7 +107,7 @@ class MadeAndDeletedByServices(_AdminMixin):
             self.delete_with_service(obj)
 
 
-class KnowledgeBaseCreationForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
+class KnowledgeBaseCreationForm(forms.ModelForm[KnowledgeBase]):
     """The arguments of ``create_knowledge_base``; a blank one takes the service's default."""
 
     class Meta:
@@ -168,7 +168,7 @@ class KnowledgeBaseCreationForm(forms.ModelForm):  # type: ignore[type-arg]  # n
         )
 
 
-class KnowledgeBaseChangeForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
+class KnowledgeBaseChangeForm(forms.ModelForm[KnowledgeBase]):
     # The search settings' one switch, as a checkbox beside their JSON (which then leaves it out).
     semantic_cache = forms.BooleanField(
         required=False,
@@ -280,7 +280,7 @@ class KnowledgeBaseAdmin(ChunksGoWithTheirDocuments, MadeAndDeletedByServices, C
                 set_default_acl(obj, default_acl)
 
 
-class DocumentForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
+class DocumentForm(forms.ModelForm[Document]):
     def clean_metadata(self) -> dict[str, Any]:
         metadata = self.cleaned_data["metadata"]
         if not isinstance(metadata, dict):
@@ -334,7 +334,7 @@ class DocumentAdmin(ChunksGoWithTheirDocuments, ConflictsAnsweredAdmin):
             console.report_reingest(request, kb, documents)
 
 
-class SourceRunInline(admin.TabularInline):  # type: ignore[type-arg]  # not generic at run time
+class SourceRunInline(admin.TabularInline[SourceRun, KnowledgeSource]):
     """A source's syncs, the newest first (each sync keeps the latest ``RUNS_KEPT``)."""
 
     model = SourceRun
@@ -351,7 +351,7 @@ class SourceRunInline(admin.TabularInline):  # type: ignore[type-arg]  # not gen
         return False  # runs are recorded by the syncs
 
 
-class KnowledgeSourceForm(forms.ModelForm):  # type: ignore[type-arg]  # not generic at run time
+class KnowledgeSourceForm(forms.ModelForm):  # type: ignore[type-arg]  # its unsaved instance's pk is None, which the stubs type as int
     """The arguments of ``create_source``; afterwards those of ``update_source`` (a URL source's list,
     the schedule, paused or not)."""
 
@@ -476,7 +476,7 @@ class KnowledgeSourceAdmin(MadeAndDeletedByServices, ConflictsAnsweredAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
+class ChunkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Chunk]):
     """Read-only: a chunk's text, vector and index entry come from its document. Edit the document's
     labels, re-ingest its file, or delete the document."""
 

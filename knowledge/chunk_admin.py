@@ -62,7 +62,7 @@ def chunks_view(request: HttpRequest, context: dict[str, Any], document_id: int)
 
 
 @admin.register(ChunkEdit)
-class ChunkEditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]  # not generic at run time
+class ChunkEditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ChunkEdit]):
     """Read-only: an edit is applied to every store by the chunk API, never by saving a row here."""
 
     ordering = ["-edited_at"]
