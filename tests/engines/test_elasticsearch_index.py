@@ -185,7 +185,9 @@ def test_es_an_existing_alias_is_written_without_touching_its_state(fake):
     fake.route("DELETE", "/_search/scroll", body={"succeeded": True})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
-    es_index(fake.url).write(3, [doc(42, "a", doc_id=10)], replacing=[10], analyzer_version="new", dictionary_fingerprint="new")
+    es_index(fake.url).write(
+        3, [doc(42, "a", doc_id=10)], replacing=[10], analyzer_version="new", dictionary_fingerprint="new"
+    )
     assert not any(call.startswith("PUT /unit-kbv-3") for call in fake.calls())
 
 

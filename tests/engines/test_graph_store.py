@@ -133,7 +133,9 @@ def test_bridges_stay_in_their_tenant_and_version(store, kb):
     other = KnowledgeBaseFactory()
     (mine,), (theirs, their_other) = chunks_of(kb, 1), chunks_of(other, 2)
     store.write(kb.tenant_id, kb.active_version_id, {mine: mentioning("sky-1")})
-    store.write(other.tenant_id, other.active_version_id, {theirs: mentioning("sky-1"), their_other: mentioning("sky-1")})
+    store.write(
+        other.tenant_id, other.active_version_id, {theirs: mentioning("sky-1"), their_other: mentioning("sky-1")}
+    )
     assert store.bridges(scope_of(kb), [mine], 10, 10) == []  # sky-1 is in one passage of this version
     assert store.bridges(scope_of(kb), [theirs], 10, 10) == []
     assert [s.chunk_id for s in store.bridges(scope_of(other), [theirs], 10, 10)] == [their_other]

@@ -17,7 +17,6 @@ from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.stores import graph_store
 from tests.conftest import client_for
 from tests.servers import elasticsearch, neo4j, process
 
