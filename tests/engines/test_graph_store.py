@@ -9,6 +9,7 @@ import math
 import pytest
 
 from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, entity_score
+from knowledge.models import KnowledgeBaseVersion
 from knowledge.stores import graph_store
 from tests.concurrency import race
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
@@ -72,6 +73,11 @@ def reached(store, kb, seeds: list[int], **options) -> dict:
     """entity id -> what ``reach`` says of it"""
     steps = store.reach(scope_of(kb), seeds, walk(**options), store.chunk_total(scope_of(kb)))
     return {entity.node.entity_id: entity for entity in steps}
+
+
+def names_in(store, kb, *names: str) -> set[str]:
+    """Which of ``names`` the KB's active version has as entities."""
+    return {node.name for node in store.find_entities(scope_of(kb), list(names))}
 
 
 def ids_by_name(store, kb, *names) -> dict[str, int]:
@@ -332,6 +338,40 @@ def test_dropping_versions_forgets_their_graph(store, kb):
     assert store.find_entities(scope_of(kb), ["a", "b"]) == []
     assert reached(store, kb, [a]) == {} and store.mentions(scope_of(kb), [a], per_entity=5) == []
     assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
+
+
+def test_building_a_version_rewrites_each_batch_of_passages(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("old", "b"), second: chain("b", "c")})
+    batches = iter([{first: chain("new", "b")}, {second: chain("c", "d")}])
+    assert store.build_version(kb.tenant_id, kb.active_version_id, batches) == 2
+    assert names_in(store, kb, "old", "new", "b", "c", "d") == {"new", "b", "c", "d"}
+    ids = ids_by_name(store, kb, "b", "c")
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [ids["b"]], per_entity=5)} == {first}
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [ids["c"]], per_entity=5)} == {second}
+
+
+def test_a_deleted_passage_takes_only_what_no_other_mentions(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("a", "b"), second: chain("b", "c")})
+    store.delete(kb.tenant_id, kb.active_version_id, [first])
+    store.delete(kb.tenant_id, kb.active_version_id, [])  # nothing named: nothing changes
+    assert names_in(store, kb, "a", "b", "c") == {"b", "c"}
+    assert store.chunk_total(scope_of(kb)) == 1
+
+
+def test_a_switch_leaves_both_versions_readable(store, kb):
+    following = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb, number=2, embedding_model=kb.active_version.embedding_model, embedding_dim=kb.embedding_dim
+    )
+    (old,), new = chunks_of(kb, 1), ChunkFactory(document=DocumentFactory(knowledge_base=kb), kb_version=following).pk
+    store.write(kb.tenant_id, kb.active_version_id, {old: chain("old", "shared")})
+    store.write(kb.tenant_id, following.pk, {new: chain("new", "shared")})
+    store.switch_version(kb.tenant_id, kb.active_version_id, following.pk)
+    assert names_in(store, kb, "old", "new", "shared") == {"old", "shared"}
+    assert {node.name for node in store.find_entities(GraphScope(kb.tenant_id, (following.pk,)), ["old", "new"])} == {
+        "new"
+    }
 
 
 # --- communities ----------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def test_no_tokens_or_no_room_returns_nothing(index, backend, request):
 # --- writes -------------------------------------------------------------------------------------
 
 
-def test_replace_documents_swaps_a_documents_chunks(index):
+def test_a_write_replaces_the_chunks_of_the_documents_it_names(index):
     write(index, [doc(1, "old words", doc_id=10), doc(2, "old text", doc_id=10), doc(3, "old kept", doc_id=11)])
     write(index, [doc(4, "new words", doc_id=10)])
     assert ids(search(index, "old")) == [3]
@@ -142,7 +142,7 @@ def test_replace_documents_swaps_a_documents_chunks(index):
     assert index.state(VERSION).num_docs == 2
 
 
-def test_rebuild_replaces_everything(index):
+def test_building_a_version_replaces_everything(index):
     write(index, [doc(1, "before"), doc(2, "before too")])
     assert index.build_version(VERSION, iter([doc(3, "after"), doc(4, "after all")]), **STATE) == 2
     assert search(index, "before") == []
@@ -150,13 +150,40 @@ def test_rebuild_replaces_everything(index):
     assert index.state(VERSION).num_docs == 2
 
 
-def test_drop_removes_the_index_and_missing_indexes_search_empty(index):
+def test_a_dropped_version_has_no_index_and_missing_indexes_search_empty(index):
     assert search(index, "anything", version=VERSION + 5) == []
     write(index, [doc(1, "gone soon")])
     index.drop_version(VERSION)
     assert search(index, "gone") == []
     assert index.state(VERSION) is None
     index.drop_version(VERSION)  # absent: no-op
+
+
+def test_a_delete_forgets_the_documents_entries_and_keeps_the_rest(index):
+    index.delete(VERSION, [10])  # no index yet: nothing to do
+    assert index.state(VERSION) is None
+    write(index, [doc(1, "red apple", doc_id=10), doc(2, "green apple", doc_id=10), doc(3, "apple pie", doc_id=11)])
+    index.delete(VERSION, [10, 99])
+    assert ids(search(index, "apple")) == [3]
+    assert sorted(index.chunk_ids(VERSION)) == [3]
+    assert index.state(VERSION).num_docs == 1
+    index.delete(VERSION, [])
+    assert ids(search(index, "apple")) == [3]
+
+
+def test_a_switch_leaves_both_versions_searchable(index):
+    write(index, [doc(1, "old words")])
+    write(index, [doc(2, "new words")], version=VERSION + 1)
+    index.switch_version(VERSION, VERSION + 1)
+    assert ids(search(index, "words", version=VERSION + 1)) == [2]
+    assert ids(search(index, "words")) == [1]  # the rollback needs nothing rebuilt
+
+
+def test_a_dropped_version_leaves_the_others(index):
+    write(index, [doc(1, "kept words")], version=VERSION + 1)
+    write(index, [doc(2, "dropped words")])
+    index.drop_version(VERSION)
+    assert ids(search(index, "words", version=VERSION + 1)) == [1]
 
 
 def test_state_records_what_built_the_index(index):
