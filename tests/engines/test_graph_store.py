@@ -357,12 +357,18 @@ def test_a_deleted_passage_takes_only_what_no_other_mentions(store, kb):
     store.delete(kb.tenant_id, kb.active_version_id, [first])
     store.delete(kb.tenant_id, kb.active_version_id, [])  # nothing named: nothing changes
     assert names_in(store, kb, "a", "b", "c") == {"b", "c"}
-    assert store.chunk_total(scope_of(kb)) == 1
+    b = ids_by_name(store, kb, "b")["b"]
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [b], per_entity=5)} == {second}
 
 
 def test_a_switch_leaves_both_versions_readable(store, kb):
     following = KnowledgeBaseVersion.objects.create(
-        knowledge_base=kb, number=2, embedding_model=kb.active_version.embedding_model, embedding_dim=kb.embedding_dim
+        knowledge_base=kb,
+        number=2,
+        embedding_model=kb.embedding_model,
+        embedding_dim=kb.embedding_dim,
+        chunk_size=kb.chunk_size,
+        chunk_overlap=0,
     )
     (old,), new = chunks_of(kb, 1), ChunkFactory(document=DocumentFactory(knowledge_base=kb), kb_version=following).pk
     store.write(kb.tenant_id, kb.active_version_id, {old: chain("old", "shared")})

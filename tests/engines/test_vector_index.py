@@ -110,7 +110,12 @@ def test_a_switch_leaves_both_versions_searchable_by_scope(index):
     kb = KnowledgeBaseFactory()
     previous = kb.active_version
     following = KnowledgeBaseVersion.objects.create(
-        knowledge_base=kb, number=2, embedding_model=previous.embedding_model, embedding_dim=DIMENSION
+        knowledge_base=kb,
+        number=2,
+        embedding_model=previous.embedding_model,
+        embedding_dim=DIMENSION,
+        chunk_size=kb.chunk_size,
+        chunk_overlap=0,
     )
     index.build_version(following.pk, dimension=DIMENSION)
     given = vectors(11)
