@@ -308,9 +308,9 @@ class Ingester:
             replaced = Chunk.objects.filter(document__in=[doc.pk for doc in documents], kb_version=self.version)
             # while the replaced chunks exist: the graph forgets what only they mentioned
             replaced_ids = list(replaced.values_list("id", flat=True))
-            graph, vectors_index = graph_store(), vector_index()
+            graph, index = graph_store(), vector_index()
             graph.delete(self.kb.tenant_id, self.version.pk, replaced_ids)
-            vectors_index.delete(self.version.pk, replaced_ids)
+            index.delete(self.version.pk, replaced_ids)
             replaced.delete()
             parent_ids = self._replace_parents(documents, pending)
             batches, offset = [], 0
@@ -320,7 +320,7 @@ class Ingester:
                     ChunkBatch(document, doc.drafts, vectors_of, doc.labels, parent_ids.get(document.pk, []))
                 )
                 offset += len(doc.drafts)
-            vectors_index.write(chunk_rows(self.kb, self.version, batches))
+            index.write(chunk_rows(self.kb, self.version, batches))
             if not self._fills_new_version:
                 sync_edited_chunk_ids([document.pk for document in documents], self.version)
             rows = list(
