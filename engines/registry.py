@@ -30,6 +30,8 @@ class StoreTables:
     graph_communities: str
 
 
+NO_TABLES = StoreTables("", "", "", "", "", "")  # what a store outside the database is built with
+
 StoreT = TypeVar("StoreT")
 
 
@@ -117,9 +119,6 @@ def lexical_index() -> LexicalIndex:
 def graph_store(tables: StoreTables) -> GraphStore:
     """Entities, relations and mentions: Neo4j when ``NEO4J_URL`` is set, else the graph tables."""
     return chosen(GRAPH_STORES).build(tables)
-
-
-NO_TABLES = StoreTables("", "", "", "", "", "")
 
 
 def clear() -> None:
