@@ -234,7 +234,7 @@ def clean_up(result: dict, tenant, tier, *, tenant_prefix: str, then=None) -> di
             versions = KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list("pk", flat=True)
             for version_id in versions:
                 try:
-                    get_lexical_index().drop(version_id)
+                    get_lexical_index().drop_version(version_id)
                 except Exception as exc:  # the tenant is deleted anyway
                     cleanup["lexical_drop_error"] = repr(exc)
             started = time.perf_counter()

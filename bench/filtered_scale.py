@@ -97,7 +97,7 @@ def load_rows(kb, texts: list[str], vectors: np.ndarray, first: int) -> None:
     from django.db import transaction
 
     from knowledge.chunking import ChunkDraft
-    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.chunk_rows import ChunkBatch, write_chunks
     from knowledge.ingestion.files import Labels
     from knowledge.models import Document
 
@@ -127,7 +127,7 @@ def load_rows(kb, texts: list[str], vectors: np.ndarray, first: int) -> None:
         batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels(tags=tags)))
     with transaction.atomic():
         Document.objects.bulk_update(docs, ["created_at"])
-        copy_chunks(kb, kb.active_version, batches)
+        write_chunks(kb, kb.active_version, batches)
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ a fresh tenant (removed afterwards). Each chunk mentions ``ENTITIES_PER_CHUNK`` 
 of codes (``ent-00042``: the extractor finds them in a query as it would product codes) with density
 1 / rank (Zipf-like, s = 1), each related to the next draw, so hubs and rare entities both exist. The
 graph is written by SQL statements over ``generate_series`` (seconds, not the ingestion path's
-``replace_chunks``: this measures reads).
+``GraphStore.write``: this measures reads).
 
 Before / after on one build: ``--keep`` builds and keeps the tenant (its id is printed), ``--tenant
 ID`` measures a kept build, ``--code DIR`` imports the project from another checkout (e.g. an older

@@ -129,7 +129,7 @@ def drop_lexical_indexes(tenant) -> None:
         for version_id in KnowledgeBaseVersion.objects.filter(knowledge_base__tenant=tenant).values_list(
             "pk", flat=True
         ):
-            index.drop(version_id)
+            index.drop_version(version_id)
     except Exception as exc:  # cleanup must go on to delete the tenant
         print(f"WARNING: could not drop the bench's lexical indexes: {exc}", file=sys.stderr)
 
@@ -226,7 +226,7 @@ def main() -> int:
         result["code"] = _common.code_fingerprint(
             [
                 "knowledge/ingestion/pipeline.py",
-                "knowledge/ingestion/chunk_copy.py",
+                "knowledge/ingestion/chunk_rows.py",
                 "knowledge/chunking.py",
                 "knowledge/parsing.py",
                 "engines/embedders/sentence_transformers_embedder.py",

@@ -41,7 +41,6 @@ _CLASS_STAGES = [
 _MODULE_STAGES = [
     ("parse_file", "parse"),
     ("chunk_sections", "chunk"),
-    ("copy_chunks", "copy"),
     ("apply_pending_lexical_changes", "lexical"),
     ("bump_revisions", "bump_revision"),
 ]
@@ -65,7 +64,8 @@ def instrumented(embedder, timings: Timings, groups: list[list[str]]):
         patch(getattr(pipeline, owner_name), attribute, label)
     for attribute, label in _MODULE_STAGES:
         patch(pipeline, attribute, label)
-    patch(type(pipeline.graph_store()), "replace_chunks", "graph_writes")
+    patch(type(pipeline.vector_index()), "write", "copy")
+    patch(type(pipeline.graph_store()), "write", "graph_writes")
 
     embed = embedder.embed_documents
 
@@ -118,7 +118,10 @@ def graph_stage_off():
     from knowledge.ingestion import pipeline
 
     class NoGraph:
-        def replace_chunks(self, *args, **kwargs) -> None:
+        def write(self, *args, **kwargs) -> None:
+            pass
+
+        def delete(self, *args, **kwargs) -> None:
             pass
 
     def no_extraction(self, pending) -> None:
@@ -143,10 +146,10 @@ STAGE_LABELS = [
     ("flush", "_flush per EMBED_FLUSH_CHUNKS chunks (start embedding it, write the group before)"),
     ("write", "  _write_embedded (wait for the group's vectors, then write it)"),
     ("upsert", "    _upsert_documents (one INSERT .. ON CONFLICT)"),
-    ("copy", "    copy_chunks (one COPY per flush)"),
+    ("copy", "    VectorIndex.write (one COPY per flush)"),
     ("lexical", "    apply_pending_lexical_changes (tantivy, after the commit)"),
     ("bump_revision", "    bump_revisions"),
-    ("graph_writes", "    graph_store().replace_chunks (the old passages' graph out, the new ones' in)"),
+    ("graph_writes", "    GraphStore.delete / write (the old passages' graph out, the new ones' in)"),
     ("embed", "embed_documents (in the embedding thread: overlaps the stages above)"),
     ("extract", "extractor.extract (graph entities and relations, in the extraction thread: overlaps too)"),
 ]

@@ -65,11 +65,11 @@ def compare(name: str, split: str, url: str) -> dict:
     ]
     state = {"analyzer_version": analyzer.version, "dictionary_fingerprint": analyzer.dictionary_fingerprint}
     es = ElasticsearchLexicalIndex(url, prefix=f"parity-{name}", search_deadline_s=30)
-    es.drop(1)
+    es.drop_version(1)
     with tempfile.TemporaryDirectory() as folder:
         tantivy = TantivyLexicalIndex(Path(folder))
         for index in (tantivy, es):
-            index.rebuild(1, iter(documents), **state)
+            index.build_version(1, iter(documents), **state)
         ndcg = {"tantivy": [], "elasticsearch": []}
         identical = 0
         for query_id, judgments in dataset.qrels.items():
@@ -80,7 +80,7 @@ def compare(name: str, split: str, url: str) -> dict:
                 tops[engine] = [ids[hit.chunk_id] for hit in hits]
                 ndcg[engine].append(ndcg_at_k(tops[engine], judgments))
             identical += tops["tantivy"] == tops["elasticsearch"]
-    es.drop(1)
+    es.drop_version(1)
     count = len(dataset.qrels)
     return {
         "set": f"{name} ({split})",

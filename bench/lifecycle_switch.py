@@ -189,7 +189,7 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
     from django.utils import timezone
 
     from knowledge.chunking import ChunkDraft
-    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.chunk_rows import ChunkBatch, write_chunks
     from knowledge.ingestion.files import Labels
     from knowledge.knowledge_bases import create_knowledge_base
     from knowledge.lexical import rebuild_lexical_index
@@ -236,7 +236,7 @@ def build_synthetic_kb(tenant, name: str, rows: list[dict], chunks_per_doc: tupl
             batches.append(ChunkBatch(document, drafts, vectors, Labels()))
             written += len(texts)
         with transaction.atomic():
-            copy_chunks(kb, version, batches)
+            write_chunks(kb, version, batches)
         rebuild_lexical_index(version)
     return kb.pk, written
 

@@ -124,7 +124,7 @@ def build_keyword_index(version) -> int:
             chunk_size=5000
         )
     )  # fmt: skip
-    return get_lexical_index().rebuild(
+    return get_lexical_index().build_version(
         version.pk, documents, analyzer_version=analyzer.version, dictionary_fingerprint=analyzer.dictionary_fingerprint
     )
 

@@ -7,7 +7,7 @@ The rows are synthetic because embedding 100k real passages takes too long on a 
 SciFact passages are embedded once (cached under bench/results/cache/), and each row's vector is
 ``normalize(a + 0.35 b + 0.1 g)`` for random real vectors a, b and Gaussian noise g. Its text is the
 passage of a plus a unique suffix (the service dedups hits by content hash). 1,000 documents x 100 chunks
-go in by the production binary COPY (``knowledge.ingestion.chunk_copy.copy_chunks``), with ``doc_type`` and metadata fields to filter on 20 %, 5 % and
+go in by the production binary COPY (``knowledge.ingestion.chunk_rows.write_chunks``), with ``doc_type`` and metadata fields to filter on 20 %, 5 % and
 0.5 % of the rows. The HNSW index is dropped before the load and rebuilt after it.
 
 Measured: query embedding alone, ``PgVectorIndex.search`` per filter (exact vs forced HNSW), HTTP
@@ -92,7 +92,7 @@ def load_synthetic_documents(
     from django.db import transaction
 
     from knowledge.chunking import ChunkDraft
-    from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+    from knowledge.ingestion.chunk_rows import ChunkBatch, write_chunks
     from knowledge.ingestion.files import Labels
     from knowledge.models import Document
 
@@ -126,7 +126,7 @@ def load_synthetic_documents(
         ]
         batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels()))
     with transaction.atomic():
-        copy_chunks(kb, kb.active_version, batches)
+        write_chunks(kb, kb.active_version, batches)
 
 
 def main() -> int:
@@ -199,7 +199,7 @@ def main() -> int:
                 "retrieval/views.py",
                 "engines/pgvector_index.py",
                 "engines/embedders/sentence_transformers_embedder.py",
-                "knowledge/ingestion/chunk_copy.py",
+                "knowledge/ingestion/chunk_rows.py",
                 "retrieval_site/settings",
             ]
         ),

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from django.db import transaction
 
-from engines import get_lexical_index
 from knowledge.ingestion.files import SourceFile
 from knowledge.ingestion.pipeline import Ingester, IngestReport
 from knowledge.knowledge_bases import get_or_create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import PLAIN, KnowledgeBase
 from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of
+from knowledge.stores import lexical_index
 from knowledge.vocabulary import import_vocabulary_files
 from retrieval.evaluation.datasets import CORPUS_LAYOUT, VOCABULARY_FOLDER, BeirDataset
 from tenants.models import Tenant
@@ -84,7 +84,7 @@ def ingest_corpus(kb: KnowledgeBase, files: list[SourceFile], on_progress: Calla
     then rebuild the keyword index if the analyzer changed since it was built."""
     report = Ingester(kb, on_progress=on_progress).ingest(files)
     analyzer = analyzer_for_tenant(kb.tenant_id)
-    state = get_lexical_index().state(kb.active_version_id)
+    state = lexical_index().state(kb.active_version_id)
     if state is not None and (state.analyzer_version, state.dictionary_fingerprint) != (
         analyzer.version,
         analyzer.dictionary_fingerprint,
