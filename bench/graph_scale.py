@@ -206,7 +206,7 @@ def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
     (the machine's load drifts). The tenant's knowledge is read once: a search reads it for every leg."""
     from django.conf import settings
 
-    from knowledge.selectors import searched_knowledge
+    from knowledge.selectors.search import searched_knowledge
     from retrieval.services.graph import bridges_from, rank_by_graph
 
     version = tenant.knowledge_bases.get().active_version

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from knowledge.chunk_curation import add_chunk, edit_chunk
 from knowledge.chunk_selectors import document_chunks
-from knowledge.selectors import document_of, knowledge_base_of
+from knowledge.selectors.api import document_of, knowledge_base_of
 from knowledge.views import KnowledgeApiViewSet
 
 

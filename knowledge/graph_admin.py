@@ -15,8 +15,9 @@ from django.utils.safestring import mark_safe
 from core.admin import ReadOnlyAdminMixin
 from core.errors import DomainError
 from engines.analysis import normalize
-from knowledge import graph_curation, selectors
+from knowledge import graph_curation
 from knowledge.models import GraphCommunity, GraphEntity, GraphEntityRule
+from knowledge.selectors import graph_pages
 from knowledge.views import ID_PATTERN
 from tenants.selectors import tenants_visible_to
 
@@ -68,7 +69,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 form.add_error(None, str(exc))
         context = {
             **self.admin_site.each_context(request), "opts": self.opts, "title": f"Curate {entity.label}",
-            "entity": entity, "form": form, "neighbours": selectors.entity_neighbours(entity),
+            "entity": entity, "form": form, "neighbours": graph_pages.entity_neighbours(entity),
             "rules": GraphEntityRule.objects.filter(knowledge_base_id=entity.kb_version.knowledge_base_id)
             .order_by("-updated_at")[:50],
         }  # fmt: skip
@@ -101,7 +102,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="neighbours (strongest first)")
     def neighbours(self, entity: GraphEntity) -> str:
-        rows = selectors.entity_neighbours(entity)
+        rows = graph_pages.entity_neighbours(entity)
         return format_html_join(
             mark_safe("<br>"),
             '<a href="{}">{}</a> · weight {} · {} passage(s){}',
@@ -114,7 +115,7 @@ class GraphEntityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="passages mentioning it")
     def passages(self, entity: GraphEntity) -> str:
-        return _passage_list((mention.chunk, f"× {mention.count}") for mention in selectors.entity_mentions(entity))
+        return _passage_list((mention.chunk, f"× {mention.count}") for mention in graph_pages.entity_mentions(entity))
 
 
 @admin.register(GraphEntityRule)
@@ -146,7 +147,7 @@ class GraphCommunityAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="supporting passages")
     def passages(self, community: GraphCommunity) -> str:
-        return _passage_list((chunk, "") for chunk in selectors.community_chunks(community))
+        return _passage_list((chunk, "") for chunk in graph_pages.community_chunks(community))
 
 
 def _passage_list(rows) -> str:

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 
 from engines.database import read_connection
 from knowledge.models import GraphEntityRule, KnowledgeBase, KnowledgeBaseVersion, Synonym, current_graph_extractor
-from knowledge.selectors import SearchedKnowledge, analyzer_for_tenant, tenant_vocabulary
+from knowledge.selectors.search import SearchedKnowledge, analyzer_for_tenant, tenant_vocabulary
 from tenants.models import Tenant
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from knowledge.errors import InvalidEmbeddingModel
 from knowledge.ingestion.files import labels_from
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.parsing import ParseError
-from knowledge.selectors import (
+from knowledge.selectors.api import (
     document_of,
     documents_of,
     knowledge_base_of,

@@ -11,7 +11,7 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.replicas import search_reads
 from core.request_id import request_id_of
-from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from knowledge.selectors.search import searched_knowledge_in, searched_knowledge_statement
 from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions

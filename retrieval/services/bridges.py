@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from retrieval.fusion import Contribution, FusedCandidate
+from retrieval.fusion_functions import Contribution, FusedCandidate
 from retrieval.types import GraphBridge
 
 

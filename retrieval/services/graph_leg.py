@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from retrieval import selectors
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.services.context import SearchContext
 from retrieval.services.graph import bridges_from, rank_by_graph
 from retrieval.types import LegResult

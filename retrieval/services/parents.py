@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retrieval import selectors
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.types import GraphBridge
 from tenants.models import Tenant
 

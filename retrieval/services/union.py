@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from engines import get_lexical_index
 from knowledge.stores import vector_index
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.relevance import CALIBRATED
 from retrieval.services.bm25_leg import bm25_hits
 from retrieval.services.context import SearchContext

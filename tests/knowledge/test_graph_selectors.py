@@ -9,7 +9,7 @@ import pytest
 from knowledge.graph_curation import merge_entity
 from knowledge.graph_selectors import graph_query_setup, graph_setup_of
 from knowledge.models import GraphEntity, KnowledgeBaseVersion, Synonym
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from retrieval.services.graph import rank_by_graph
 from tests.factories import TenantFactory
 from tests.knowledge.test_graph_curation import FILES, new_kb

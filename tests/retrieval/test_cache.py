@@ -21,7 +21,7 @@ from rest_framework.renderers import JSONRenderer
 
 from knowledge.knowledge_bases import update_search_settings
 from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
