@@ -130,7 +130,7 @@ def cached_search(
     tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None, *, logged: bool = True
 ) -> CachedSearch:
     """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
-    the caller read it already (the API reads it with the key's check). ``logged``: the answer goes to
+    the caller read it already (the API's view reads it first). ``logged``: the answer goes to
     the search analytics (``retrieval.search_log``; not the console's own tests)."""
     outcome = _cached_search(tenant, request, knowledge)
     if logged:

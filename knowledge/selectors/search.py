@@ -69,23 +69,6 @@ def searched_knowledge(
         return _searched_knowledge_of(_reachable_rows(cursor.fetchall(), reachable), kb_ids)
 
 
-def searched_knowledge_statement(tenant_id: int) -> tuple[str, list]:
-    """:func:`searched_knowledge`'s query over all the tenant's KBs, for another app to send in its
-    round trip (the API key's check: ``tenants.selectors.ReadAlong``); :func:`searched_knowledge_in`
-    reads its rows."""
-    return _SEARCHED_KNOWLEDGE_SQL, [None, None, tenant_id]
-
-
-def searched_knowledge_in(
-    rows: list[tuple], kb_ids: list[int] | None, reachable: Collection[int] | None = None
-) -> SearchedKnowledge:
-    """:func:`searched_knowledge` from the rows of :func:`searched_knowledge_statement`, narrowed to ``kb_ids``
-    (and to ``reachable``)."""
-    wanted = set(kb_ids or ())
-    rows = _reachable_rows(rows, reachable)
-    return _searched_knowledge_of([row for row in rows if not wanted or row[1] in wanted], kb_ids)
-
-
 def _reachable_rows(rows: list[tuple], reachable: Collection[int] | None) -> list[tuple]:
     """The rows of the KBs a key may reach; with none left, the vocabulary stamp's row of NULLs."""
     if reachable is None:
