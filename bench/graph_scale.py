@@ -207,7 +207,7 @@ def measure(tenant, vocabulary: int, queries: int, rounds: int) -> None:
     from django.conf import settings
 
     from graph.ranking import bridges_from, rank_by_graph
-    from knowledge.selectors import searched_knowledge
+    from knowledge.selectors.search import searched_knowledge
 
     version = tenant.knowledge_bases.get().active_version
     knowledge = searched_knowledge(tenant)

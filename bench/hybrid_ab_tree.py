@@ -93,10 +93,10 @@ def floor(tree: Path, state: dict, count: int) -> dict:
     from engines.base import SearchScope
     from engines.embedders import get_embedder
     from knowledge.models import KnowledgeBase
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
-    from retrieval.fusion import RankedList, reciprocal_rank_fusion
+    from retrieval.fusion_functions import RankedList, reciprocal_rank_fusion
 
     version = KnowledgeBase.objects.get(tenant_id=state["tenant"]).active_version
     scope = SearchScope(state["tenant"], (version.pk,), version.embedding_dim)

@@ -94,7 +94,7 @@ def build_keyword_index(version) -> int:
     from engines.lexical_filter import filter_fields
     from knowledge.chunking import contextual_text
     from knowledge.models import Chunk
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
 
     tenant_id = version.knowledge_base.tenant_id
     analyzer = analyzer_for_tenant(tenant_id)

@@ -104,7 +104,7 @@ def keyword_filter_cost(tenant, version, filters: dict, compiled: dict, queries:
     from django.test import override_settings
 
     from engines import get_lexical_index
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
     from retrieval import selectors
     from retrieval.services.search import search
     from retrieval.types import SearchRequest

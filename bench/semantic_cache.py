@@ -128,7 +128,7 @@ def main() -> None:
 
     from knowledge.knowledge_bases import update_search_settings
     from knowledge.models import DictionaryTerm, KnowledgeBase
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
     from tenants.services import create_tenant
 
     sets = {

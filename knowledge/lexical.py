@@ -23,7 +23,7 @@ from engines.base import LexicalDocument
 from engines.lexical_filter import filter_fields
 from knowledge.chunking import contextual_text
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, PendingLexicalChange
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import lexical_index
 
 # pg_advisory_xact_lock(class, version id): one process at a time turns rows into index entries.

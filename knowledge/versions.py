@@ -25,7 +25,7 @@ from knowledge.ingestion.files import Labels, stored_sources, task_file
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.models import PARENT_CHILD, PLAIN, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.queue import queue_task
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import graph_store, lexical_index, vector_index
 
 BUILD_TASK = "knowledge.tasks.build_version"

@@ -8,7 +8,7 @@ what everyone in the tenant may read.
 
 from __future__ import annotations
 
-from knowledge.selectors import SearchedKnowledge, restricted_versions
+from knowledge.selectors.search import SearchedKnowledge, restricted_versions
 from retrieval.errors import AccessCheckUnavailable
 from tenants.models import ApiKey
 

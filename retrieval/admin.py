@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.urls import path
 
 from core.admin import ReadOnlyAdminMixin
-from retrieval import analytics_console, console, query_set_console
+from retrieval import analytics_console, query_set_console, search_console
 from retrieval.models import RetrievalRun
 
 
@@ -41,10 +41,10 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ]
 
     def changelist_view(self, request, extra_context=None):
-        return console.testing_view(request, self._context(request, "Retrieval testing"))
+        return search_console.testing_view(request, self._context(request, "Retrieval testing"))
 
     def compare_view(self, request):
-        return console.compare_view(request, self._context(request, "Compare retrieval settings"))
+        return search_console.compare_view(request, self._context(request, "Compare retrieval settings"))
 
     def analytics_view(self, request):
         return analytics_console.analytics_view(request, self._context(request, "Search analytics"))

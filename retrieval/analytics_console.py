@@ -9,9 +9,9 @@ from django.conf import settings
 from django.template.response import TemplateResponse
 
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant
-from retrieval.console import curation_links, testing_link
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.search_analytics import search_analytics
+from retrieval.search_console import curation_links, testing_link
 from tenants.models import Tenant
 from tenants.selectors import tenants_visible_to
 

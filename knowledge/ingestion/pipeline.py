@@ -47,7 +47,7 @@ from knowledge.lexical import apply_pending_lexical_changes, record_lexical_chan
 from knowledge.models import PARENT_CHILD, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, ParentChunk
 from knowledge.parsing import ParseError, Section, parse_file
 from knowledge.revisions import bump_revisions
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import graph_store, vector_index
 
 logger = logging.getLogger(__name__)

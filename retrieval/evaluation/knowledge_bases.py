@@ -16,7 +16,8 @@ from knowledge.ingestion.pipeline import Ingester, IngestReport
 from knowledge.knowledge_bases import get_or_create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import PLAIN, KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of
+from knowledge.selectors.api import knowledge_bases_of
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import lexical_index
 from knowledge.vocabulary import import_vocabulary_files
 from retrieval.evaluation.datasets import CORPUS_LAYOUT, VOCABULARY_FOLDER, BeirDataset

@@ -18,7 +18,7 @@ from knowledge.stores import lexical_index
 from retrieval import selectors
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import feedback_query
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.keyword_filter import keyword_filter
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
@@ -95,7 +95,7 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
     return LexicalHits([hits for hits, _, _ in searched], [tokens for _, tokens, _ in searched], ceilings, notes)
 
 
-def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
+def confirm_bm25_hits(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
     """One BM25 list per query variant, of the index's hits the chunk table confirms (they exist and
     pass the filters; searched inside the allowed ids, they need no check)."""
     index = lexical_index()

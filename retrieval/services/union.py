@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from knowledge.stores import lexical_index, vector_index
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.relevance import CALIBRATED
 from retrieval.services.bm25_leg import bm25_hits
 from retrieval.services.context import SearchContext

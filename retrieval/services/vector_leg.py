@@ -12,7 +12,7 @@ from cachetools import TTLCache
 from engines.base import SearchScope, VectorHit, VectorIndex
 from engines.embedders import get_embedder
 from knowledge.stores import vector_index
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, ListQuery, ModelGroup

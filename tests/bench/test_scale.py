@@ -77,7 +77,7 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
     service's rebuild indexes: the same hits with the same scores."""
     from engines import get_lexical_index
     from knowledge.lexical import rebuild_lexical_index
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
     from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
     passages = ["Warranty claims need the receipt.", "The battery lasts 12 hours; charge it overnight."]

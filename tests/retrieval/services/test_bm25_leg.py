@@ -17,7 +17,7 @@ from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import Chunk, DictionaryTerm
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.filters import compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 from tests.retrieval.services.conftest import names, run

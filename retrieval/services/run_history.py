@@ -1,4 +1,5 @@
-"""Writes of the admin console's retrieval testing."""
+"""The console's run history: each retrieval-testing run kept per user, the oldest trimmed
+(``retrieval.selectors.recent_runs`` reads it)."""
 
 from __future__ import annotations
 

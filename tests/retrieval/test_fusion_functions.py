@@ -1,6 +1,6 @@
 import pytest
 
-from retrieval.fusion import (
+from retrieval.fusion_functions import (
     EVIDENCE_FLOOR,
     RankedList,
     min_max,

@@ -13,8 +13,8 @@ from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.versions import activate_version, fill_version, start_version_build, version_build_files
-from retrieval.console import dense_language_note
 from retrieval.models import RetrievalRun
+from retrieval.search_console import dense_language_note
 from retrieval.types import SearchResponse
 from tenants.models import Tenant
 from tests.factories import ChunkFactory, KnowledgeBaseFactory, TenantFactory
@@ -273,9 +273,9 @@ def test_a_parent_child_hit_shows_its_parent_passage_and_matched_children(admin_
 
 def test_the_curate_links_and_highlights_skip_function_words_letters_and_small_numbers(sample_kb):
     """Issue 51: "+ synonym / + protected term" were offered for "How", "I" and "1", and "I" was marked in hits."""
-    from knowledge.selectors import analyzer_for_tenant
-    from retrieval.console import curation_links
+    from knowledge.selectors.search import analyzer_for_tenant
     from retrieval.highlight import highlight, meaningful_terms
+    from retrieval.search_console import curation_links
 
     query = "How do I reset the PPR-9087 lock in 1 minute?"
     offered = [link["term"] for link in curation_links(sample_kb.tenant, query)]

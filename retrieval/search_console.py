@@ -19,7 +19,7 @@ from django.utils.datastructures import MultiValueDict
 from core.errors import DomainError
 from engines.analysis import Analyzer
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.cache import cached_search
 from retrieval.errors import InvalidFilter
 from retrieval.expansion import ExpansionOptions
@@ -31,8 +31,8 @@ from retrieval.query_sets import document_key, grades_for
 from retrieval.selectors import recent_runs
 from retrieval.serializers import MAX_CANDIDATES, MAX_HOPS, MAX_QUERY_CHARS
 from retrieval.services.community_search import GlobalGraphRequest, global_graph_search
-from retrieval.services.console import record_run
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
+from retrieval.services.run_history import record_run
 from retrieval.types import MODES, RETRIEVERS, SearchRequest, SearchResponse
 from tenants.models import Tenant
 from tenants.principals import InvalidPrincipals, clean_principals, reader_of
@@ -313,7 +313,7 @@ DENSE_LANGUAGE_CODES = (DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE)
 
 def dense_language_note(response: SearchResponse) -> str | None:
     """The message of the search's notice that the dense leg was skipped (or turned down) because no
-    searched model covers the query's language, if it has one (``retrieval.services.planning.weigh``),
+    searched model covers the query's language, if it has one (``retrieval.services.planning.retriever_weights``),
     found by its code."""
     return next((n["message"] for n in response.notices if n["code"] in DENSE_LANGUAGE_CODES), None)
 

@@ -1,4 +1,4 @@
-"""The fusion stage: the legs' lists deduplicated by content and fused (the math is ``retrieval.fusion``),
+"""The fusion stage: the legs' lists deduplicated by content and fused (the math is ``retrieval.fusion_functions``),
 with the graph's list gated below the other legs' heads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.conf import settings
 
 from graph.ranking import GraphBridge
 from retrieval import selectors
-from retrieval.fusion import (
+from retrieval.fusion_functions import (
     FusedCandidate,
     RankedList,
     min_max,

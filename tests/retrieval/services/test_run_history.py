@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from retrieval.models import RetrievalRun
-from retrieval.services import console
+from retrieval.services import run_history
 from retrieval.types import SearchHit, SearchResponse
 
 pytestmark = pytest.mark.django_db
@@ -21,21 +21,21 @@ def response(hits: int) -> SearchResponse:
 
 def test_a_run_keeps_its_form_its_top_hits_and_timings(tenant):
     user = User.objects.create_user("a")
-    run = console.record_run(user, tenant, {"query": ["kettle"], "mode": ["bm25"]}, response(8))
+    run = run_history.record_run(user, tenant, {"query": ["kettle"], "mode": ["bm25"]}, response(8))
     run.refresh_from_db()
     assert (run.query, run.params, run.timings_ms) == (
         "kettle",
         {"query": ["kettle"], "mode": ["bm25"]},
         {"total": 1.5},
     )
-    assert [hit["chunk_id"] for hit in run.top_hits] == list(range(1, console.TOP_HITS_KEPT + 1))
+    assert [hit["chunk_id"] for hit in run.top_hits] == list(range(1, run_history.TOP_HITS_KEPT + 1))
 
 
 def test_the_history_keeps_the_newest_runs_per_user(tenant, monkeypatch):
-    monkeypatch.setattr(console, "HISTORY_PER_USER", 3)
+    monkeypatch.setattr(run_history, "HISTORY_PER_USER", 3)
     user, other = User.objects.create_user("a"), User.objects.create_user("b")
-    console.record_run(other, tenant, {"query": ["theirs"]}, response(0))
+    run_history.record_run(other, tenant, {"query": ["theirs"]}, response(0))
     for i in range(5):
-        console.record_run(user, tenant, {"query": [f"q{i}"]}, response(0))
+        run_history.record_run(user, tenant, {"query": [f"q{i}"]}, response(0))
     assert list(RetrievalRun.objects.filter(user=user).values_list("query", flat=True)) == ["q4", "q3", "q2"]
     assert RetrievalRun.objects.filter(user=other).count() == 1

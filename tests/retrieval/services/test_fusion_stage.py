@@ -1,4 +1,4 @@
-"""The fusion stage (retrieval.services.fuse): deduplication by content, RRF with per-query leg
+"""The fusion stage (retrieval.services.fusion_stage): deduplication by content, RRF with per-query leg
 weights, score fusions, and the graph gate."""
 
 import re
@@ -12,10 +12,10 @@ from engines.embedders import get_embedder
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.selectors import analyzer_for_tenant
-from retrieval.fusion import RankedList
+from knowledge.selectors.search import analyzer_for_tenant
+from retrieval.fusion_functions import RankedList
 from retrieval.relevance import dense_relevance, lexical_relevance, passage_sample, query_background
-from retrieval.services.fuse import fuse, gate_graph
+from retrieval.services.fusion_stage import fuse, gate_graph
 from tests.retrieval.services.conftest import fusion_settings, names, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
