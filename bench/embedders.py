@@ -1,8 +1,8 @@
 """Query latency, passages/s and agreement of the embedding runtimes, interleaved in one process.
 
-    .venv/bin/python bench/embedders.py                       # torch vs ONNX fp32 vs ONNX int8, 1 thread
-    .venv/bin/python bench/embedders.py --threads 2 --queries 300 --batches 20
-    .venv/bin/python bench/embedders.py --graphs-from before=/tmp/before-onnx/<hash>   # + another checkout's graphs
+    .venv/bin/python -m bench.embedders                       # torch vs ONNX fp32 vs ONNX int8, 1 thread
+    .venv/bin/python -m bench.embedders --threads 2 --queries 300 --batches 20
+    .venv/bin/python -m bench.embedders --graphs-from before=/tmp/before-onnx/<hash>   # + another checkout's graphs
 
 Loads all-MiniLM-L6-v2 three times (``:torch``, ``:onnx``, ``:onnx-int8``) with the same thread count
 (TORCH_THREADS = ONNX_THREADS = --threads), warms each up, then:

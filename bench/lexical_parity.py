@@ -5,7 +5,7 @@ Each corpus document is analyzed once by the service's analyzer (``engines.analy
 one entry, to a tantivy index and to an index on a real Elasticsearch node; each judged query's
 tokens are searched in both. No embedding, no fusion: the engines alone.
 
-    .venv/bin/python bench/lexical_parity.py [--datasets scifact:train,xquad-en:dev,...] [--es URL]
+    .venv/bin/python -m bench.lexical_parity [--datasets scifact:train,xquad-en:dev,...] [--es URL]
 
 Without ``--es`` it starts the tests' Elasticsearch node (tests/servers) and stops it after."""
 

@@ -1,8 +1,8 @@
 """Loopback load test of the service: throughput and p50/p95/p99 for vector, BM25 and hybrid at 1, 4 and
 16 concurrent clients, cache-hit latency, error rate.
 
-    .venv/bin/python bench/load.py
-    .venv/bin/python bench/load.py --concurrency 1,4,16 --max-requests 200 --max-seconds 20
+    .venv/bin/python -m bench.load
+    .venv/bin/python -m bench.load --concurrency 1,4,16 --max-requests 200 --max-seconds 20
 
 Small KB: the repo's ``sample_kb/`` ingested with ``call_command("ingest", ...)`` into a throwaway
 bench tenant (on its own rate tier with a huge limit, so no 429s). One gunicorn on 127.0.0.1, free

@@ -1,25 +1,25 @@
-"""Filtered search at 100k-1M chunks, side by side with the engines a user would pick instead (issue 27).
+"""Filtered search at 100k-1M chunks, side by side with the engines a user would pick instead.
 How to run it and what it costs: docs/BENCHMARKS.md, "How to run the 1M benchmark". One command:
 
-    LC_ALL=C.UTF-8 .venv/bin/python bench/filtered_scale.py --rows 1000000 --peers lancedb,faiss
+    LC_ALL=C.UTF-8 .venv/bin/python -m bench.filtered_scale --rows 1000000 --peers lancedb,faiss
 
 One throwaway tenant with ``--rows`` chunks, loaded by the production binary COPY, then its HNSW index
 and keyword index built. ``--data synthetic`` (default): each row is ``normalize(a + 0.35 b + 0.1 g)`` of
-two random SciFact passage vectors a, b and Gaussian noise g, its text a's passage (bench/vector_search.py).
+two random SciFact passage vectors a, b and Gaussian noise g, its text a's passage (``bench.synthetic``).
 Unlike real chunks, the rows are clusters of near-copies (about 190 per passage at 1M, HNSW's hard case)
 whose texts repeat, and the filter fields are independent of the content. ``--data real``: SciFact's
 passages and their sentences (about 49,000 real texts, the largest English set here), embedded once with
 ``--real-model`` (the int8 MiniLM; cached), the KB recorded with that model; ``--rows`` is capped there.
 
-The filters (bench/peers.py): a business field at 10 %, 1 % and 0.1 %, a date range (5 %) and a tag
-``in`` (2 %), plus none. For each:
+The filters (``bench.filtered_scale.peers``): a business field at 10 %, 1 % and 0.1 %, a date range (5 %)
+and a tag ``in`` (2 %), plus none. For each:
 
 * the vector engine (``PgVectorIndex.search`` at the service's depth, top 10 kept): p50/p95 and recall@10
   against the exact top-10 computed in numpy from the same vectors, for the defaults and each
   ``--variant`` (the levers: ``filter_sizing=estimate``, ``iterative_scan=strict_order``,
   ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``;
 * rows touched: ``EXPLAIN (ANALYZE, BUFFERS)`` of the engine's count and nearest-rows statements (one query);
-* where the time goes (bench/postgres.py): per query, the nearest-rows statement's planning and
+* where the time goes (``bench.harness.postgres``): per query, the nearest-rows statement's planning and
   execution in PostgreSQL against the whole engine call, and over HTTP each response's critical path by
   stage and the time outside the pipeline;
 * ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -160,9 +159,14 @@ def main() -> int:
     from tenants.services import create_api_key, create_tenant
 
     started_at, started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.perf_counter()
-    command = "LC_ALL=C.UTF-8 .venv/bin/python " + " ".join(["bench/filtered_scale.py", *sys.argv[1:]])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result: dict = {"command": command, "commit": commit, "started": started_at, "machine": results.machine_info()}
+    run = results.run_info()
+    command = "LC_ALL=C.UTF-8 " + run["command"]
+    result: dict = {
+        "command": command,
+        "commit": run["commit"],
+        "started": started_at,
+        "machine": results.machine_info(),
+    }
     result["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     workdir = Path(tempfile.mkdtemp(prefix="bench-filtered-", dir=project.REPO_ROOT / "var"))
     tenant = tier = None

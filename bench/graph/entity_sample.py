@@ -4,7 +4,7 @@ passage of a BEIR corpus (``--corpus``), with no curated vocabulary (``--tenant`
 without the names in a large share of the passages (``engines.graph_extraction.common_names``, as
 ``rebuild_graph`` drops them), printed as ``name/kind``.
 
-    .venv/bin/python bench/entity_sample.py [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
+    .venv/bin/python -m bench.graph.entity_sample [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
 
 ``--tagger cutword`` (tried, not shipped: ``pip install cutword==0.1.1``) takes the Chinese names from
 cutword's BiLSTM-CRF tagger instead (its person, place, organisation, brand, food, work and event spans

@@ -1,10 +1,10 @@
 """Two-way vs three-way hybrid search in-process on an evaluation KB, interleaved query by query: the
 whole search's p50 / p95 and the graph leg's own, and what the graph leg found (query entities, passages).
 
-    .venv/bin/python bench/graph_latency.py --kb scifact-all-minilm-l6-v2:onnx-5a582d78 --dataset scifact \
+    .venv/bin/python -m bench.graph.latency --kb scifact-all-minilm-l6-v2:onnx-5a582d78 --dataset scifact \
         --split train --queries 200
-    .venv/bin/python bench/graph_latency.py ... --code var/before      # another checkout on the same KB
-    .venv/bin/python bench/graph_latency.py ... --setting GRAPH_BRIDGE_SLOTS=0 --setting GRAPH_BRIDGE_PER_ENTITY=10
+    .venv/bin/python -m bench.graph.latency ... --code var/before      # another checkout on the same KB
+    .venv/bin/python -m bench.graph.latency ... --setting GRAPH_BRIDGE_SLOTS=0 --setting GRAPH_BRIDGE_PER_ENTITY=10
 
 The KB is one ``manage.py evaluate`` built (it prints ``reusing knowledge base ...``); the queries are the
 split's judged ones, in file order. Each query runs two-way (graph weight 0) and three-way (``"graph":

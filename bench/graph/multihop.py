@@ -2,11 +2,11 @@
 of two-way vs three-way hybrid on a small multi-hop set (questions whose answer document is named
 only through an entity one or two hops from the question's entities).
 
-    .venv/bin/python bench/graph.py
+    .venv/bin/python -m bench.graph.multihop
 
 Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/BENCHMARKS.md,
 "Graph retrieval".
-``GRAPH_FUSION_HEAD=0 .venv/bin/python bench/graph.py`` measures three-way hybrid without the graph gate.
+``GRAPH_FUSION_HEAD=0 .venv/bin/python -m bench.graph.multihop`` measures three-way hybrid without the graph gate.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 PostgreSQL graph tables, then the graph leg's latency (``rank_by_graph``, in-process, hops 1 and 2, and hops 2 with the bridge read) and
 the time to read the version's edges and find its communities.
 
-    .venv/bin/python bench/graph_scale.py [--chunks 100000] [--queries 100]
+    .venv/bin/python -m bench.graph.scale [--chunks 100000] [--queries 100]
 
 Chunks are rows with a 3-dimension placeholder vector (no HNSW index covers them) in one KB version of
 a fresh tenant (removed afterwards). Each chunk mentions ``ENTITIES_PER_CHUNK`` draws from a vocabulary

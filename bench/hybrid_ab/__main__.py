@@ -2,7 +2,7 @@
 so both share the machine's load minute by minute. Current figures and the command: docs/BENCHMARKS.md,
 "Latency at 100k chunks".
 
-    LC_ALL=C.UTF-8 .venv/bin/python bench/hybrid_ab.py --tree before=../before --tree after=. --requests 120
+    LC_ALL=C.UTF-8 .venv/bin/python -m bench.hybrid_ab --tree before=../before --tree after=. --requests 120
 
 Each ``--tree`` is a checkout with its own ``.venv`` (another commit's ``git worktree add --detach`` or
 ``git archive``), or this one twice. For each, a subprocess running that tree's code loads the data of

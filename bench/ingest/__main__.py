@@ -1,9 +1,9 @@
 """Ingestion throughput end to end against the raw embedding rate (``embed_documents``) of the same texts.
 Current figures and the commands: docs/BENCHMARKS.md, "Ingestion pipeline".
 
-    .venv/bin/python bench/ingest.py                       # 1,000 SciFact abstracts (title + text)
-    .venv/bin/python bench/ingest.py --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
-    .venv/bin/python bench/ingest.py --model all-MiniLM-L6-v2:torch \
+    .venv/bin/python -m bench.ingest                       # 1,000 SciFact abstracts (title + text)
+    .venv/bin/python -m bench.ingest --dataset cmrc2018    # 1,000 CMRC 2018 paragraphs (Chinese)
+    .venv/bin/python -m bench.ingest --model all-MiniLM-L6-v2:torch \
         --compare-models all-MiniLM-L6-v2:onnx,all-MiniLM-L6-v2:onnx-int8   # runtimes, same run
 
 N corpus documents are written as .txt files in blocks of --block-docs; every model is loaded and

@@ -1,4 +1,4 @@
-"""bench/ingest.py's figures from its passes' totals: the summary in its result (rates, ratios to the raw
+"""bench/ingest/'s figures from its passes' totals: the summary in its result (rates, ratios to the raw
 encode on wall and CPU seconds, the graph stage's share, where ingestion's time goes) and the printed
 tables."""
 

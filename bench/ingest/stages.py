@@ -1,4 +1,4 @@
-"""The stages of an ingestion, timed for bench/ingest.py (and bench/lifecycle.py's in-process pass) by
+"""The stages of an ingestion, timed for bench/ingest/ (and bench/lifecycle/'s in-process pass) by
 wrappers installed for the bench only and restored after, and the graph stage switched off."""
 
 from __future__ import annotations

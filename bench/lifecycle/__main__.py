@@ -2,8 +2,8 @@
 latency while a new version builds, and the time to switch and roll back. Current figures and the
 commands: docs/BENCHMARKS.md, "Knowledge lifecycle".
 
-    .venv/bin/python bench/lifecycle.py --docs 400 --block-docs 100      # all three parts
-    .venv/bin/python bench/lifecycle.py --parts switch --synthetic-docs 400 --bystander-chunks 10000
+    .venv/bin/python -m bench.lifecycle --docs 400 --block-docs 100      # all three parts
+    .venv/bin/python -m bench.lifecycle --parts switch --synthetic-docs 400 --bystander-chunks 10000
 
 One gunicorn and one Celery worker as ``./run serve`` starts them, on this checkout's embedded PostgreSQL
 and Redis, and a throwaway tenant on an unlimited rate tier. Passes that are compared run in an order
@@ -24,7 +24,7 @@ rotating block by block, so a burst of other people's load hits each alike.
 
 Cleanup (always): servers stopped, indexes, tenant, tier and files deleted. Writes
 bench/results/lifecycle-<date>.json. The servers, worker and search load are driven by
-bench/lifecycle_drive.py; the switch part is bench/lifecycle_switch.py.
+bench/lifecycle/drive.py; the switch part is bench/lifecycle/switch.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The switch part of bench/lifecycle.py: versions activated in turn through the API (and in process)
+"""The switch part of bench/lifecycle/: versions activated in turn through the API (and in process)
 while searches run, through this checkout's server and another's (``--before-tree``), and the written KB
 that ``--synthetic-docs`` switches on its own."""
 

@@ -2,7 +2,7 @@
 a semantic hit against an exact hit and a miss, in one run. Results: docs/BENCHMARKS.md, "The semantic
 cache"; the decision: docs/benchmarks/decisions.md, "The semantic cache's threshold".
 
-    LC_ALL=C.UTF-8 .venv/bin/python bench/semantic_cache.py [--pairs 40] [--threshold 0.9] [--repeat 1]
+    LC_ALL=C.UTF-8 .venv/bin/python -m bench.semantic_cache [--pairs 40] [--threshold 0.9] [--repeat 1]
 
 Sets: hand-written paraphrase pairs over the sample KB's topics (``bench/semantic_cache/paraphrases.jsonl``,
 English and Chinese), pairs of questions the shared datasets judge against the same passage (XQuAD-en
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.harness import datasets, project, results, stats, tables, throwaway
 
-HERE = Path(__file__).resolve().parent / "semantic_cache"
+HERE = Path(__file__).resolve().parent  # the paraphrase and near-miss sets beside this module
 THRESHOLDS = (0.80, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 0.96)
 PROTECTED = ("GuardCam", "AirSense", "HubPro", "LockMate")  # the near misses' product names
 
