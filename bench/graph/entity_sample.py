@@ -1,15 +1,10 @@
-"""A random sample of the entities the current extractor finds, for judging their precision by hand
-(issue 29): distinct names drawn with a fixed seed from every parsed section of ``sample_kb/`` or every
-passage of a BEIR corpus (``--corpus``), with no curated vocabulary (``--tenant``: that tenant's) and
+"""A random sample of the entities the current extractor finds, for judging their precision by hand:
+distinct names drawn with a fixed seed from every parsed section of ``sample_kb/`` or every passage of a
+BEIR corpus (``--corpus``), with no curated vocabulary (``--tenant``: that tenant's) and
 without the names in a large share of the passages (``engines.graph_extraction.common_names``, as
 ``rebuild_graph`` drops them), printed as ``name/kind``.
 
     .venv/bin/python -m bench.graph.entity_sample [--size 100] [--seed 29] [--corpus ../shared/datasets/cmrc2018]
-
-``--tagger cutword`` (tried, not shipped: ``pip install cutword==0.1.1``) takes the Chinese names from
-cutword's BiLSTM-CRF tagger instead (its person, place, organisation, brand, food, work and event spans
-of two characters or more, unless jieba's dictionary has the word as anything but a proper noun), the
-Latin ones from the extractor, and prints the tagger's time per passage.
 
 Judged samples and results: docs/benchmarks/entity-precision.md and docs/BENCHMARKS.md, "Graph retrieval".
 """
@@ -30,7 +25,6 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--corpus", type=Path, help="a BEIR dataset's folder (its corpus.jsonl) instead of sample_kb/")
-    parser.add_argument("--tagger", choices=["extractor", "cutword"], default="extractor")
     parser.add_argument("--tenant", help="extract with this tenant's curated vocabulary (e.g. load_sample's demo)")
     options = parser.parse_args()
     project.setup_django()
@@ -57,55 +51,11 @@ def main() -> None:
     kinds: dict[str, str] = {}
     for entities in extractions:
         for entity in entities:
-            if (entity.name not in common or entity.kind == "term") and (
-                options.tagger == "extractor" or not _has_han(entity.name)
-            ):
+            if entity.name not in common or entity.kind == "term":
                 kinds.setdefault(entity.name, entity.kind)
-    if options.tagger == "cutword":
-        kinds.update(_tagged_names(texts))
     picked = sorted(random.Random(options.seed).sample(sorted(kinds), min(options.size, len(kinds))))
     print(f"extractor {EXTRACTOR_VERSION}: {len(texts)} passages, {len(kinds)} distinct entities, {len(common)} common")
     print(" | ".join(f"{name}/{kinds[name]}" for name in picked))
-
-
-def _has_han(name: str) -> bool:
-    from engines.analysis import han_runs
-
-    return next(han_runs(name), None) is not None
-
-
-# cutword's span types kept, as entity kinds
-_CUTWORD_KINDS = {
-    "PERSON": "person", "LOC": "place", "ORG": "organisation", "COMMERCIAL": "brand", "FOOD": "dish",
-    "CREATION": "work", "INCIDENT": "event",
-}  # fmt: skip
-
-
-def _tagged_names(texts: list[str]) -> dict[str, str]:
-    """Chinese names by cutword's tagger; a word jieba's dictionary has as a common word is none."""
-    import time
-    import warnings
-
-    from cutword import NER
-
-    from engines.analysis import OUT_OF_DICTIONARY, dictionary_tag
-
-    warnings.filterwarnings("ignore", module="cutword")  # its tensors' deprecation warnings
-    tagger = NER()
-    started = time.perf_counter()
-    spans = tagger.predict(texts)
-    elapsed = time.perf_counter() - started
-    characters = sum(map(len, texts))
-    print(f"cutword: {elapsed / len(texts) * 1000:.1f} ms a passage ({characters / len(texts):.0f} characters)")
-    names: dict[str, str] = {}
-    for passage in spans:
-        for span in passage:
-            name, kind = span.entity.strip().lower(), _CUTWORD_KINDS.get(span.ner_type_en)
-            tag = dictionary_tag(name)
-            proper = tag == OUT_OF_DICTIONARY or tag[:2] in ("nr", "ns", "nt", "nz")
-            if kind and len(name) >= 2 and _has_han(name) and proper:
-                names.setdefault(name, kind)
-    return names
 
 
 if __name__ == "__main__":
