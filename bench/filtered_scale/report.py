@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from bench.filtered_scale import peers
@@ -226,7 +226,9 @@ def _growth_lines(growth: dict, modes: tuple[str, ...]) -> list[str]:
 
 
 def main() -> None:
-    print(render_markdown(json.loads(Path(sys.argv[1]).read_text())))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("result", type=Path, help="a run's bench/results/filtered_scale-<rows>-<data>-<date>.json")
+    print(render_markdown(json.loads(parser.parse_args().result.read_text())))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Ingests ``sample_kb/`` into a fresh tenant (removed afterwards); results: docs/B
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ GRAPH_WEIGHTS = (0.3, 1.0, 2.0)  # besides the default (SEARCH_WEIGHT_GRAPH_HYBR
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     project.setup_django()
     from django.conf import settings
 

@@ -6,8 +6,8 @@ again from its JSON).
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from bench.harness import tables
@@ -106,5 +106,11 @@ def print_report(result: dict) -> None:
     )
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("result", type=Path, help="a run's bench/results/vector_search-<date>.json")
+    print_report(json.loads(parser.parse_args().result.read_text()))
+
+
 if __name__ == "__main__":
-    print_report(json.loads(Path(sys.argv[1]).read_text()))
+    main()

@@ -1,21 +1,18 @@
-"""``bench/scale_profile.py``: what its profile reads of PostgreSQL's plans and of the API's responses
+"""``bench.harness.postgres`` and ``bench.harness.http``'s stage profile: what they read of PostgreSQL's plans and of the API's responses
 (no timing is asserted, only which statements and stages are read and how they are summed up)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import filtered_scale  # bench/ is not a package; its scripts import their siblings
-import filtered_scale_report
-import peers
-import scale_profile
+from bench.filtered_scale import peers
+from bench.filtered_scale import report as filtered_scale_report
+from bench.filtered_scale.rows import load_rows
+from bench.harness import postgres
+from bench.harness.http import StageProfile
 
-OUTSIDE = scale_profile.StageProfile.OUTSIDE
+OUTSIDE = StageProfile.OUTSIDE
 
 
 def _response(total: float, path: dict) -> dict:
@@ -23,7 +20,7 @@ def _response(total: float, path: dict) -> dict:
 
 
 def test_the_stage_profile_gives_each_stage_its_median_and_the_client_time_outside_the_pipeline():
-    profile = scale_profile.StageProfile()
+    profile = StageProfile()
     profile.add("vector | none", 0.030, _response(20.0, {"embed": 8.0, "vector": 6.0, "rest": 6.0}))
     profile.add("vector | none", 0.050, _response(41.0, {"embed": 10.0, "vector": 25.0, "rest": 6.0}))
     profile.add("vector | none", 0.024, _response(18.0, {"embed": 9.0, "vector": 4.0, "rest": 5.0}))
@@ -95,22 +92,22 @@ def test_the_service_path_runs_only_the_nearest_rows_statement_and_rows_touched_
 
     kb = KnowledgeBaseFactory()
     vectors = np.random.default_rng(7).standard_normal((1_000, 8)).astype(np.float32)
-    filtered_scale.load_rows(kb, [f"passage {i}" for i in range(1_000)], vectors, 14_500)
+    load_rows(kb, [f"passage {i}" for i in range(1_000)], vectors, 14_500)
     date_range = next(flt for flt in peers.FILTERS if flt.name.startswith("date range"))
     matching = int(date_range.mask(peers.Fields.of(np.arange(14_500, 15_500))).sum())
     assert 0 < matching < 1_000
     scope = SearchScope(tenant_id=kb.tenant_id, version_ids=(kb.active_version.pk,), embedding_dim=8)
     engine, spec = PgVectorIndex(Chunk._meta.db_table), compile_filters(date_range.service)
 
-    touched = scale_profile.rows_touched(engine, scope, spec, vectors[0], 10)
+    touched = postgres.rows_touched(engine, scope, spec, vectors[0], 10)
     assert [(s["statement"], s["rows_scanned"]) for s in touched["statements"]] == [
         ("count", matching),
         ("nearest", matching),
     ]
     assert touched["buffers"] == sum(s["buffers"] for s in touched["statements"]) > 0
 
-    told = scale_profile._statements(engine, scope, spec, vectors[0], 10, plan=matching)
+    told = postgres._statements(engine, scope, spec, vectors[0], 10, plan=matching)
     assert len(told) == 1 and "<=>" in told[0][1] and told[0][0].startswith("SELECT set_config")
-    times = scale_profile.statement_times(engine, scope, spec, vectors[:3], 10, matching)
+    times = postgres.statement_times(engine, scope, spec, vectors[:3], 10, matching)
     assert set(times) == {"call_ms", "planning_ms", "execution_ms", "outside_sql_ms"}
     assert times["planning_ms"] > 0 and times["execution_ms"] > 0 and times["outside_sql_ms"] >= 0
