@@ -60,3 +60,9 @@ def test_each_benchmark_answers_help_without_running(name):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+def test_the_micro_benchmarks_are_never_test_files():
+    """``bench/micro`` holds benchmarks, never timed tests: no file a test run would collect by its name."""
+    names = [path.name for path in (BENCH / "micro").glob("*.py") if path.name not in ("__init__.py", "conftest.py")]
+    assert names and all(name.startswith("bench_") for name in names)
