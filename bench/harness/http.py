@@ -4,6 +4,7 @@ what each answer says of itself (its server-side stages, cache flag, a short res
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from collections import defaultdict
@@ -63,6 +64,7 @@ def http_run(
     pipeline stage; ``stages``: the critical path's medians (:class:`StageProfile`)."""
     import httpx
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     times: dict = {s.name: [] for s in scenarios}
     server_s: dict = {name: [] for name in times}
     short = dict.fromkeys(times, 0)
