@@ -37,14 +37,14 @@ def main() -> None:
         help="one more three-way variant with these settings: NAME=INT[,NAME=INT] (e.g. GRAPH_BRIDGE_SLOTS=0)",
     )
     args = parser.parse_args()
-    project.setup_django(args.code)
+    code = project.setup_django(args.code)
     from django.test import override_settings
 
     from knowledge.models import KnowledgeBase
     from retrieval.services.search import search
     from retrieval.types import SearchRequest
 
-    print("load average:", os.getloadavg(), "code:", project.REPO_ROOT)
+    print("load average:", os.getloadavg(), "code:", code)
     folder = datasets.DATASETS_DIR / args.dataset
     judged = {line.split("\t")[0] for line in (folder / "qrels" / f"{args.split}.tsv").read_text().splitlines()[1:]}
     queries = [row["text"] for row in datasets.read_jsonl(folder / "queries.jsonl") if row["_id"] in judged]

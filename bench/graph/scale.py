@@ -42,13 +42,13 @@ def main() -> None:
     parser.add_argument("--delete", action="store_true", help="with --tenant: remove it after measuring")
     parser.add_argument("--code", type=Path, default=None, help="import the project from this checkout")
     args = parser.parse_args()
-    project.setup_django(args.code)
+    code = project.setup_django(args.code)
     from django.db import connection
 
     from knowledge.knowledge_bases import delete_tenant
     from tenants.models import Tenant
 
-    print("load average:", os.getloadavg(), "code:", project.REPO_ROOT)
+    print("load average:", os.getloadavg(), "code:", code)
     vocabulary = max(int(args.chunks * VOCABULARY_PER_CHUNK), 100)
     if args.tenant is None:
         tenant = build(args.chunks, vocabulary)
