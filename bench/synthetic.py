@@ -33,13 +33,14 @@ def synthesize(real: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.n
 
 
 def load_synthetic_documents(
-    kb, contents: list[str], vectors, main_component, n_docs: int, *, first_row: int = 0, metadata=None
+    kb, contents: list[str], vectors, main_component, n_docs: int, *, first_row: int = 0, metadata=None, labels=None
 ) -> None:
     """``n_docs`` documents sharing the rows equally, written with the production COPY in one
     transaction; row ``g`` holds the text of its main component plus a unique suffix (the service
     dedups fused hits by content hash) and ``metadata(g)``, by default ``{"shop_id": g % 20,
-    "campaign_id": g % 200}``. ``first_row`` numbers rows and documents after an earlier call's
-    (``vectors[i]`` is row ``first_row + i``), so a KB can grow in slices."""
+    "campaign_id": g % 200}``; document ``n`` the creation time and tags ``labels(n)`` gives, if given.
+    ``first_row`` numbers rows and documents after an earlier call's (``vectors[i]`` is row
+    ``first_row + i``), so a KB can grow in slices."""
     from django.db import transaction
 
     from knowledge.chunking import ChunkDraft
@@ -66,6 +67,9 @@ def load_synthetic_documents(
     )
     batches = []
     for d, doc in enumerate(docs):
+        tags: list[str] = []
+        if labels is not None:
+            doc.created_at, tags = labels(first_doc + d)
         rows = range(d * per_doc, (d + 1) * per_doc)
         drafts = [
             ChunkDraft(
@@ -75,8 +79,10 @@ def load_synthetic_documents(
             )
             for i in rows
         ]
-        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels()))
+        batches.append(ChunkBatch(doc, drafts, vectors[rows.start : rows.stop], Labels(tags=tags)))
     with transaction.atomic():
+        if labels is not None:
+            Document.objects.bulk_update(docs, ["created_at"])
         copy_chunks(kb, kb.active_version, batches)
 
 

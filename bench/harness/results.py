@@ -87,6 +87,17 @@ def machine_info() -> dict:
     return info
 
 
+def add_wait_quiet(parser) -> None:
+    """``--wait-quiet SECONDS``: a benchmark's option to start only once the machine is quiet."""
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5",
+    )
+
+
 def wait_for_quiet(max_wait_s: float, threshold: float = 1.5) -> float:
     """Wait (up to max_wait_s) until the 1-minute load average drops below threshold; returns the load.
     Other people's jobs on a shared 2-core machine swing the numbers by 2x or more."""

@@ -30,31 +30,9 @@ def start_gunicorn(
     """gunicorn on ``port`` (TORCH_THREADS=1 unless the environment says otherwise); ``extra_args``
     come first and override the config (another app or worker class of an older tree). ``tree``: the
     checkout whose code it serves (with its own ``.venv``)."""
-    log = open(log_path, "ab")  # noqa: SIM115  # the server writes to it for as long as it runs
-    return subprocess.Popen(
-        [
-            str(tree / ".venv" / "bin" / "gunicorn"),
-            *extra_args,
-            "--config",
-            "retrieval_site/gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--timeout",
-            "120",
-        ],
-        cwd=tree,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "retrieval_site.settings",
-            "OPENBLAS_NUM_THREADS": "1",
-            **extra_env,
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    command = [str(tree / ".venv" / "bin" / "gunicorn"), *extra_args, "--config", "retrieval_site/gunicorn.conf.py"]
+    command += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--timeout", "120"]
+    return _spawn(command, tree, log_path, {"OPENBLAS_NUM_THREADS": "1", **extra_env})
 
 
 def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float = 90) -> None:
@@ -92,22 +70,19 @@ def gunicorn(log_path: Path, extra_env: dict[str, str], **options) -> Iterator[t
 
 def start_worker(log_path: Path, concurrency: int) -> subprocess.Popen:
     """A Celery worker like ``./run serve``'s."""
-    log = open(log_path, "ab")  # noqa: SIM115  # the worker writes to it for as long as it runs
+    command = [str(REPO_ROOT / ".venv" / "bin" / "celery"), "-A", "retrieval_site", "worker"]
+    command += ["--concurrency", str(concurrency), "--loglevel", "warning", "--without-mingle", "--without-gossip"]
+    return _spawn(command, REPO_ROOT, log_path, {})
+
+
+def _spawn(command: list[str], cwd: Path, log_path: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+    """``command`` in its own process group (so stopping it never touches anything else), its output
+    appended to ``log_path``."""
+    log = open(log_path, "ab")  # noqa: SIM115  # the process writes to it for as long as it runs
     return subprocess.Popen(
-        [
-            str(REPO_ROOT / ".venv" / "bin" / "celery"),
-            "-A",
-            "retrieval_site",
-            "worker",
-            "--concurrency",
-            str(concurrency),
-            "--loglevel",
-            "warning",
-            "--without-mingle",
-            "--without-gossip",
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings"},
+        command,
+        cwd=cwd,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "retrieval_site.settings", **extra_env},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

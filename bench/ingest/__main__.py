@@ -124,13 +124,7 @@ def main() -> int:
         help="cProfile one extra, untimed ingestion of all docs (outside --budget-min)",
     )
     parser.add_argument("--profile-top", type=int, default=30)
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=0,
-        metavar="SECONDS",
-        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5",
-    )
+    results.add_wait_quiet(parser)
     args = parser.parse_args()
     load_at_start = results.wait_for_quiet(args.wait_quiet)
     script_started = time.perf_counter()

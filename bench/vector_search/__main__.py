@@ -63,13 +63,7 @@ def main() -> int:
     parser.add_argument("--maintenance-work-mem", default="1GB", help="session setting for the HNSW build")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--no-cache", action="store_true", help="do not read/write the real-vector cache")
-    parser.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=0,
-        metavar="SECONDS",
-        help="first wait up to SECONDS for the 1-minute load average to drop below 1.5",
-    )
+    results.add_wait_quiet(parser)
     args = parser.parse_args()
     load_at_start = results.wait_for_quiet(args.wait_quiet)
     ef_values = [int(x) for x in args.ef.split(",") if x.strip()]
