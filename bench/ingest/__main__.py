@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from bench.harness import datasets, project, results
+from bench.ingest import report as ingest_report
 from bench.ingest.encode import flush_groups, padded_tokens, raw_encode, raw_encode_groups
 from bench.ingest.stages import Timings, graph_stage_off, instrumented
 
@@ -393,8 +394,8 @@ def main() -> int:
             rounds_detail=round_rows,
         )
         measured = {"totals": totals, "cpu_s": cpu_s, "timings": timings, "passes": passes, "replays": replays}
-        report.summarize(result, **measured)
-        report.print_report(
+        ingest_report.summarize(result, **measured)
+        ingest_report.print_report(
             result,
             **measured,
             title=(

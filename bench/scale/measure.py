@@ -135,11 +135,3 @@ def keyword_filter_cost(tenant, version, filters: dict, compiled: dict, queries:
             **{part: stats.summarize_ms(seconds)["p50_ms"] for part, seconds in times.items()},
         }
     return out
-
-
-def print_http(http: dict) -> None:
-    print(
-        "  HTTP p50 (p95) ms: "
-        + ", ".join(f"{name} {v['p50_ms']} ({v['p95_ms']}) short {v['short']}" for name, v in http.items()),
-        flush=True,
-    )
