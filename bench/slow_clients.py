@@ -1,4 +1,4 @@
-"""Slow clients: the threaded WSGI worker (before issue 15) against the asyncio worker that ``./run serve``
+"""Slow clients: the threaded WSGI worker (the server before its asyncio worker) against the asyncio worker that ``./run serve``
 starts, both up at once and measured in alternation. Current figures: docs/BENCHMARKS.md, "Slow clients".
 
     .venv/bin/python -m bench.slow_clients --rounds 5 --requests 40

@@ -127,7 +127,7 @@ def main() -> int:
     parser.add_argument(
         "--growth",
         action="store_true",
-        help="issue 27 item 5: HTTP also at --growth-at rows during the load, ingestion into an empty KB and the big one",
+        help="HTTP also at --growth-at rows during the load, ingestion into an empty KB and the big one",
     )
     parser.add_argument("--growth-at", type=int, default=100_000, help="the smaller size of --growth (rows)")
     parser.add_argument(

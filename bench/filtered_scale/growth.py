@@ -1,6 +1,6 @@
-"""Issue 27's growth figures for bench/filtered_scale/ ``--growth``: ingestion end to end (parse, chunk,
+"""The growth figures of ``bench.filtered_scale --growth``: ingestion end to end (parse, chunk,
 embed, COPY with the HNSW index live, keyword index, graph) of the same SciFact documents into an empty
-knowledge base and into the big tenant's (bench/filtered_scale/report.py renders them with the HTTP
+knowledge base and into the big tenant's (``bench.filtered_scale.report`` renders them with the HTTP
 figures taken at a smaller size in the same run).
 
 The documents and the model are the same both times, so the embedding's share is equal and what differs

@@ -1,5 +1,5 @@
 """The filters of ``bench.filtered_scale`` and the engines a user would pick instead of this service,
-searched with the same vectors, the same filters and the same k on the same machine (issue 27).
+searched with the same vectors, the same filters and the same k on the same machine.
 
 Each filter is written once per engine: the service's filter JSON, a numpy mask over the rows (the
 exact top-10 and FAISS's prefilter), LanceDB's SQL and Qdrant's filter. The fields are functions of the

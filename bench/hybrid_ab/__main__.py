@@ -6,7 +6,7 @@ so both share the machine's load minute by minute. Current figures and the comma
 
 Each ``--tree`` is a checkout with its own ``.venv`` (another commit's ``git worktree add --detach`` or
 ``git archive``), or this one twice. For each, a subprocess running that tree's code loads the data of
-``vector_search.load_synthetic_documents`` (real SciFact passages and vectors mixed into ``--chunks``
+``bench.synthetic.load_synthetic_documents`` (real SciFact passages and vectors mixed into ``--chunks``
 synthetic rows) into a throwaway tenant, unless ``--prepared NAME=state.json`` names data already loaded
 with ``--in-tree <tree> --step prepare > state.json``. Both trees' gunicorns then serve at once, each query
 going to each in turn. ``--server-cache`` also measures cache hits (give each tree its own Redis database
