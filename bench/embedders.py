@@ -1,8 +1,8 @@
 """Query latency, passages/s and agreement of the embedding runtimes, interleaved in one process.
 
-    .venv/bin/python bench/embedders.py                       # torch vs ONNX fp32 vs ONNX int8, 1 thread
-    .venv/bin/python bench/embedders.py --threads 2 --queries 300 --batches 20
-    .venv/bin/python bench/embedders.py --graphs-from before=/tmp/before-onnx/<hash>   # + another checkout's graphs
+    .venv/bin/python -m bench.embedders                       # torch vs ONNX fp32 vs ONNX int8, 1 thread
+    .venv/bin/python -m bench.embedders --threads 2 --queries 300 --batches 20
+    .venv/bin/python -m bench.embedders --graphs-from before=/tmp/before-onnx/<hash>   # + another checkout's graphs
 
 Loads all-MiniLM-L6-v2 three times (``:torch``, ``:onnx``, ``:onnx-int8``) with the same thread count
 (TORCH_THREADS = ONNX_THREADS = --threads), warms each up, then:
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-import _common
+from bench.harness import datasets, project, results, stats, tables
 
 RUNTIMES = ["torch", "onnx", "onnx-int8"]
 BATCH = 32
@@ -41,15 +41,15 @@ def main() -> int:
     parser.add_argument("--graphs-from", metavar="NAME=DIR", help="also time the ONNX graphs another checkout exported")
     args = parser.parse_args()
     os.environ["TORCH_THREADS"] = os.environ["ONNX_THREADS"] = str(args.threads)
-    _common.setup_django()
+    project.setup_django()
     import numpy as np
 
     from engines.embedders import get_embedder
 
-    passages, queries = _common.scifact_passages_and_queries()
+    passages, queries = datasets.scifact_passages_and_queries()
     queries = queries[: args.queries]
     batches = [passages[i * BATCH : (i + 1) * BATCH] for i in range(args.batches)]
-    result: dict = {"machine": _common.machine_info(), "threads": args.threads, "loadavg_at_start": os.getloadavg()}
+    result: dict = {"machine": results.machine_info(), "threads": args.threads, "loadavg_at_start": os.getloadavg()}
     embedders = {}
     for runtime in RUNTIMES:
         started = time.perf_counter()
@@ -83,7 +83,7 @@ def main() -> int:
 
     rows = []
     for runtime in runtimes:
-        latency = _common.summarize_ms(query_s[runtime])
+        latency = stats.summarize_ms(query_s[runtime])
         cosine_queries = np.sum(np.vstack(query_vectors[runtime]) * np.vstack(query_vectors["torch"]), axis=1)
         cosine_passages = np.sum(np.vstack(passage_vectors[runtime]) * np.vstack(passage_vectors["torch"]), axis=1)
         summary = {
@@ -105,7 +105,7 @@ def main() -> int:
             ]
         )
     result["loadavg_at_end"] = os.getloadavg()
-    _common.print_table(
+    tables.print_table(
         [
             "runtime",
             "query p50 ms",
@@ -121,7 +121,7 @@ def main() -> int:
             f"load {result['loadavg_at_start'][0]:.2f} -> {result['loadavg_at_end'][0]:.2f}"
         ),
     )
-    print(f"\nwrote {_common.write_result('embedders', result, key=f'threads-{args.threads}')}")
+    print(f"\nwrote {results.write_result('embedders', result, key=f'threads-{args.threads}')}")
     return 0
 
 

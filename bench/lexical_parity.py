@@ -5,7 +5,7 @@ Each corpus document is analyzed once by the service's analyzer (``engines.analy
 one entry, to a tantivy index and to an index on a real Elasticsearch node; each judged query's
 tokens are searched in both. No embedding, no fusion: the engines alone.
 
-    .venv/bin/python bench/lexical_parity.py [--datasets scifact:train,xquad-en:dev,...] [--es URL]
+    .venv/bin/python -m bench.lexical_parity [--datasets scifact:train,xquad-en:dev,...] [--es URL]
 
 Without ``--es`` it starts the tests' Elasticsearch node (tests/servers) and stops it after."""
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
+from bench.harness import datasets, project, results
 
 DEFAULT_SETS = "scifact:train,xquad-en:dev,xquad-zh:dev,cmrc2018:dev,drcd:dev"
 
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--datasets", default=DEFAULT_SETS)
     parser.add_argument("--es", default="", help="an Elasticsearch URL (default: start the tests' node)")
     args = parser.parse_args()
-    _common.setup_django()
+    project.setup_django()
 
     from tests.servers import elasticsearch
 
@@ -42,7 +42,7 @@ def main() -> None:
         if server is not None:
             server.stop()
     print(table(rows))
-    out = _common.RESULTS_DIR / "lexical_parity.json"
+    out = results.RESULTS_DIR / "lexical_parity.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}, indent=1))
     print(f"written: {out}", file=sys.stderr)
@@ -56,7 +56,7 @@ def compare(name: str, split: str, url: str) -> dict:
     from retrieval.evaluation.datasets import load_dataset
     from retrieval.evaluation.metrics import ndcg_at_k
 
-    dataset = load_dataset(_common.DATASETS_DIR / name, split)
+    dataset = load_dataset(datasets.DATASETS_DIR / name, split)
     analyzer = analyzer_for([])
     ids = list(dataset.corpus)
     documents = [
@@ -65,11 +65,11 @@ def compare(name: str, split: str, url: str) -> dict:
     ]
     state = {"analyzer_version": analyzer.version, "dictionary_fingerprint": analyzer.dictionary_fingerprint}
     es = ElasticsearchLexicalIndex(url, prefix=f"parity-{name}", search_deadline_s=30)
-    es.drop(1)
+    es.drop_version(1)
     with tempfile.TemporaryDirectory() as folder:
         tantivy = TantivyLexicalIndex(Path(folder))
         for index in (tantivy, es):
-            index.rebuild(1, iter(documents), **state)
+            index.build_version(1, iter(documents), **state)
         ndcg = {"tantivy": [], "elasticsearch": []}
         identical = 0
         for query_id, judgments in dataset.qrels.items():
@@ -80,7 +80,7 @@ def compare(name: str, split: str, url: str) -> dict:
                 tops[engine] = [ids[hit.chunk_id] for hit in hits]
                 ndcg[engine].append(ndcg_at_k(tops[engine], judgments))
             identical += tops["tantivy"] == tops["elasticsearch"]
-    es.drop(1)
+    es.drop_version(1)
     count = len(dataset.qrels)
     return {
         "set": f"{name} ({split})",

@@ -1,8 +1,8 @@
 """Loopback load test of the service: throughput and p50/p95/p99 for vector, BM25 and hybrid at 1, 4 and
 16 concurrent clients, cache-hit latency, error rate.
 
-    .venv/bin/python bench/load.py
-    .venv/bin/python bench/load.py --concurrency 1,4,16 --max-requests 200 --max-seconds 20
+    .venv/bin/python -m bench.load
+    .venv/bin/python -m bench.load --concurrency 1,4,16 --max-requests 200 --max-seconds 20
 
 Small KB: the repo's ``sample_kb/`` ingested with ``call_command("ingest", ...)`` into a throwaway
 bench tenant (on its own rate tier with a huge limit, so no 429s). One gunicorn on 127.0.0.1, free
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
+from bench.harness import datasets, project, results, server, stats, throwaway
 
 
 async def run_scenario(base, headers, endpoint, bodies, concurrency, max_requests, max_seconds):
@@ -66,9 +66,9 @@ async def run_scenario(base, headers, endpoint, bodies, concurrency, max_request
         "requests": n,
         "wall_s": round(wall, 2),
         "rps": round(n / wall, 1),
-        "p50_ms": round(_common.percentile(ms, 50), 1),
-        "p95_ms": round(_common.percentile(ms, 95), 1),
-        "p99_ms": round(_common.percentile(ms, 99), 1),
+        "p50_ms": round(stats.percentile(ms, 50), 1),
+        "p95_ms": round(stats.percentile(ms, 95), 1),
+        "p99_ms": round(stats.percentile(ms, 99), 1),
         "max_ms": round(max(ms), 1) if ms else None,
         "errors": errors,
         "error_rate": round(errors / n, 4) if n else None,
@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--torch-threads", default=None, help="TORCH_THREADS for the server (default: unset = nproc)")
     parser.add_argument("--top-k", type=int, default=10)
     args = parser.parse_args()
-    _common.setup_django()
+    project.setup_django()
     import logging
 
     from django.core.management import call_command
@@ -103,17 +103,17 @@ def main() -> int:
     endpoints = {m: reverse(f"retrieval-{m}") for m in modes}
     result = {
         "config": vars(args),
-        "machine": _common.machine_info(),
+        "machine": results.machine_info(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     tenant = tier = proc = None
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     try:
-        tenant = create_tenant(_common.unique_name("bench-load"))
-        tier = _common.unlimited_rate_tier(tenant)
+        tenant = create_tenant(results.unique_name("bench-load"))
+        tier = throwaway.unlimited_rate_tier(tenant)
         t0 = time.perf_counter()
         call_command(
-            "ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="load-bench", no_progress=True
+            "ingest", str(project.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="load-bench", no_progress=True
         )
         kb = KnowledgeBase.objects.get(tenant=tenant, name="load-bench")
         result["kb"] = {
@@ -124,10 +124,10 @@ def main() -> int:
         }
         print(f"ingested sample_kb: {result['kb']}", flush=True)
         headers = {"Authorization": f"Bearer {create_api_key(tenant=tenant, name='bench').raw_key}"}
-        _, queries = _common.scifact_passages_and_queries()
+        _, queries = datasets.scifact_passages_and_queries()
         qiter = iter([f"{q}" for q in queries] + [f"{q} ({i})" for i, q in enumerate(queries * 10)])
 
-        port = _common.free_port()
+        port = server.free_port()
         base = f"http://127.0.0.1:{port}"
         env = {}
         if args.torch_threads:
@@ -135,8 +135,8 @@ def main() -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(workdir / "prom")
         (workdir / "prom").mkdir()
         t0 = time.perf_counter()
-        proc = _common.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers)
-        _common.wait_ready(proc, base)
+        proc = server.start_gunicorn(port, workdir / "gunicorn.log", env, workers=args.workers)
+        server.wait_ready(proc, base)
         result["gunicorn_ready_s"] = round(time.perf_counter() - t0, 1)
 
         def bodies():
@@ -180,9 +180,9 @@ def main() -> int:
         return 0
     finally:
         if proc is not None:
-            _common.stop_process(proc)
-        cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-load")
-        path = _common.write_result("load", result)
+            server.stop_process(proc)
+        cleanup = throwaway.clean_up(result, tenant, tier, tenant_prefix="bench-load")
+        path = results.write_result("load", result)
         print(f"cleanup {cleanup}; wrote {path}")
         import shutil
 

@@ -2,36 +2,26 @@
 parser (pdfplumber, tables) against pypdf's plain text, a scanned PDF through OCR (Tesseract), and an
 image. Figures: docs/BENCHMARKS.md, "Ingestion pipeline" (parsing and OCR per page).
 
-    .venv/bin/python bench/parse_formats.py                # 20 text pages, 3 scanned pages
-    .venv/bin/python bench/parse_formats.py --scanned 5
+    .venv/bin/python -m bench.parse_formats                # 20 text pages, 3 scanned pages
+    .venv/bin/python -m bench.parse_formats --scanned 5
 
 Files are made in a temporary folder (fpdf2 and Pillow, as the tests make them) and deleted.
+Writes bench/results/parse_formats-<date>.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retrieval_site.settings")
-
-import django
-
-django.setup()
-
-import pypdf  # noqa: E402
-from fpdf import FPDF  # noqa: E402
-
-from knowledge.parsing import parse_file  # noqa: E402
-from tests.knowledge.formats import SCAN_LINES, scanned_page  # noqa: E402
+from bench.harness import project, results
 
 
 def _text_pdf(path: Path, pages: int) -> None:
+    from fpdf import FPDF
+
     pdf = FPDF()
     pdf.set_font("Helvetica", size=10)
     for page in range(pages):
@@ -43,6 +33,10 @@ def _text_pdf(path: Path, pages: int) -> None:
 
 
 def _scanned_pdf(path: Path, image: Path, pages: int) -> None:
+    from fpdf import FPDF
+
+    from tests.knowledge.formats import SCAN_LINES, scanned_page
+
     scanned_page(SCAN_LINES * 8).save(image)
     pdf = FPDF()
     for _ in range(pages):
@@ -62,6 +56,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=20, help="text PDF pages")
     parser.add_argument("--scanned", type=int, default=3, help="scanned PDF pages (OCR)")
     args = parser.parse_args()
+    project.setup_django()
+    import pypdf
+
+    from knowledge.parsing import parse_file
+
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         _text_pdf(tmp / "text.pdf", args.pages)
@@ -74,7 +73,17 @@ def main() -> None:
         print(f"scanned PDF, {args.scanned} pages: {ocr / args.scanned:.2f} s/page (OCR at the OCR_DPI setting)")
         image = _timed(lambda: parse_file(tmp / "scan.png"))
         print(f"PNG, 1240 px wide: {image:.2f} s")
-        print(f"load average: {os.getloadavg()[0]:.1f}")
+    result = {
+        "config": vars(args),
+        "machine": results.machine_info(),
+        "text_pdf_ms_per_page": {
+            "pypdf": round(plain / args.pages * 1000),
+            "parser": round(parsed / args.pages * 1000),
+        },
+        "scanned_pdf_s_per_page": round(ocr / args.scanned, 2),
+        "png_s": round(image, 2),
+    }
+    print(f"wrote {results.write_result('parse_formats', result)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Slow clients: the threaded WSGI worker (before issue 15) against the asyncio worker that ``./run serve``
+"""Slow clients: the threaded WSGI worker (the server before its asyncio worker) against the asyncio worker that ``./run serve``
 starts, both up at once and measured in alternation. Current figures: docs/BENCHMARKS.md, "Slow clients".
 
-    .venv/bin/python bench/slow_clients.py --rounds 5 --requests 40
+    .venv/bin/python -m bench.slow_clients --rounds 5 --requests 40
 
 The sample KB in a throwaway tenant; one worker per server, result cache off. Per round and server:
 ``quiet`` sends sequential ``GET /health`` and ``POST /hybrid`` requests on new connections; ``slow`` sends
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
+from bench.harness import datasets, project, results, server, stats, tables, throwaway
 
 GIVE_UP_AFTER_TIMEOUTS = 3  # a stuck server is stuck: stop the scenario there
 SERVERS = {
@@ -100,7 +100,7 @@ def main() -> int:
     parser.add_argument("--drippers", type=int, default=50)
     parser.add_argument("--request-timeout-s", type=float, default=5.0)
     args = parser.parse_args()
-    _common.setup_django()
+    project.setup_django()
     import logging
 
     from django.core.management import call_command
@@ -110,7 +110,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     result = {
         "config": vars(args),
-        "machine": _common.machine_info(),
+        "machine": results.machine_info(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "runs": [],
     }
@@ -118,22 +118,22 @@ def main() -> int:
     procs = {}
     workdir = Path(tempfile.mkdtemp(prefix="bench-slow-"))
     try:
-        tenant = create_tenant(_common.unique_name("bench-slow"))
-        tier = _common.unlimited_rate_tier(tenant)
+        tenant = create_tenant(results.unique_name("bench-slow"))
+        tier = throwaway.unlimited_rate_tier(tenant)
         call_command(
-            "ingest", str(_common.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="slow-bench", no_progress=True
+            "ingest", str(project.REPO_ROOT / "sample_kb"), tenant=tenant.name, kb="slow-bench", no_progress=True
         )
         key = create_api_key(tenant=tenant, name="bench").raw_key
-        _, texts = _common.scifact_passages_and_queries()
+        _, texts = datasets.scifact_passages_and_queries()
         queries = iter([f"{q} ({i})" for i, q in enumerate(texts * 20)])
         ports = {}
         for name, (server_args, env) in SERVERS.items():
-            ports[name] = _common.free_port()
-            procs[name] = _common.start_gunicorn(
+            ports[name] = server.free_port()
+            procs[name] = server.start_gunicorn(
                 ports[name], workdir / f"{len(procs)}.log", {"SEARCH_CACHE_TTL_S": "0", **env}, extra_args=server_args
             )
         for name, proc in procs.items():
-            _common.wait_ready(proc, f"http://127.0.0.1:{ports[name]}")
+            server.wait_ready(proc, f"http://127.0.0.1:{ports[name]}")
             asyncio.run(timed_requests(ports[name], key, queries, 5, 30))  # warm-up
         for round_ in range(args.rounds):
             for kind, drippers in (("quiet", 0), ("slow", args.drippers)):
@@ -164,7 +164,7 @@ def main() -> int:
                 timeouts = sum(sum(r["timeouts"].values()) for r in runs)
                 rows.append([name, kind, _median(health), _median(health99), _median(hybrid), timeouts])
         result["summary"] = rows
-        _common.print_table(
+        tables.print_table(
             ["server", "scenario", "health p50", "health p99", "hybrid p50", "timeouts"],
             rows,
             title="median over rounds, ms",
@@ -172,9 +172,9 @@ def main() -> int:
         return 0
     finally:
         for proc in procs.values():
-            _common.stop_process(proc)
-        cleanup = _common.clean_up(result, tenant, tier, tenant_prefix="bench-slow")
-        path = _common.write_result("slow_clients", result)
+            server.stop_process(proc)
+        cleanup = throwaway.clean_up(result, tenant, tier, tenant_prefix="bench-slow")
+        path = results.write_result("slow_clients", result)
         print(f"cleanup {cleanup}; wrote {path}")
         import shutil
 
@@ -184,7 +184,7 @@ def main() -> int:
 def _summary(seconds: list[float]) -> dict | None:
     ms = [s * 1000 for s in seconds]
     return (
-        {"n": len(ms), "p50": round(_common.percentile(ms, 50), 1), "p99": round(_common.percentile(ms, 99), 1)}
+        {"n": len(ms), "p50": round(stats.percentile(ms, 50), 1), "p99": round(stats.percentile(ms, 99), 1)}
         if ms
         else None
     )

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
-from engines import get_lexical_index
 from engines.embedders import EmbeddingError, get_embedder, loaded_embedders
+from engines.registry import lexical_index
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_cache() -> str:
 
 
 def check_lexical_index() -> str:
-    return get_lexical_index().ping()
+    return lexical_index().ping()
 
 
 def check_embedder() -> str:

@@ -1,25 +1,8 @@
-"""The configured lexical engine, built once per process: Elasticsearch when ``ELASTICSEARCH_URL`` is
-set, else the embedded tantivy index. (The vector index lives in the chunk table: ``knowledge.stores``.)"""
+"""The retrieval engines: the store protocols (``engines.base``), their implementations (one module each)
+and the registry that picks them from settings (``engines.registry``)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from engines.registry import lexical_index as get_lexical_index  # the name tests and bench scripts use
 
-from django.conf import settings
-
-from engines.base import LexicalIndex
-
-
-@lru_cache(maxsize=1)
-def get_lexical_index() -> LexicalIndex:
-    if settings.ELASTICSEARCH_URL:
-        from engines.elasticsearch_index import ElasticsearchLexicalIndex
-
-        return ElasticsearchLexicalIndex(
-            settings.ELASTICSEARCH_URL,
-            prefix=settings.ELASTICSEARCH_INDEX_PREFIX,
-            search_deadline_s=settings.SEARCH_DEADLINE_MS / 1000,
-        )
-    from engines.tantivy_index import TantivyLexicalIndex
-
-    return TantivyLexicalIndex(settings.LEXICAL_INDEX_DIR)
+__all__ = ["get_lexical_index"]

@@ -1,11 +1,20 @@
-"""Interfaces of the retrieval engines; one module per implementation beside this one."""
+"""The three store protocols (``VectorIndex``, ``LexicalIndex``, ``GraphStore``) with the plain data they
+take and give; one module per implementation beside this one, picked from settings by ``engines.registry``.
+
+Every store answers the same verbs, as Haystack's document stores do: ``write`` (add, replacing what the
+named documents or chunks held), ``delete``, ``search`` (the graph's reads are its walk: ``find_entities``,
+``reach``, ``bridges``...), and the version lifecycle: ``build_version`` (make or remake a KB version's
+part of the store), ``switch_version`` (searches move from one version to another) and ``drop_version``
+(forget a version). A store for which one of them has nothing to do says so in its implementation."""
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -41,8 +50,59 @@ class VectorHit:
     content_hash: str | None = None  # when the index has it at hand; fusion dedups on it
 
 
-class VectorIndex(ABC):
-    def plan(self, scope: SearchScope, filters: SqlFilter) -> object | None:
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One passage as the vector index stores it: its vector, the columns searches filter on and the
+    passage itself (pgvector keeps them in one row of the chunk table; an index elsewhere keeps the
+    vector and the filter fields). Plain values: ``metadata`` a JSON-able dict."""
+
+    document_id: int
+    version_id: int
+    tenant_id: int
+    knowledge_base_id: int
+    ordinal: int
+    content: str
+    content_hash: str
+    token_count: int
+    embedding: Any  # a sequence of floats (a numpy vector)
+    doc_type: str
+    created_at: datetime
+    tags: list[str]
+    metadata: dict[str, Any]
+    acl: list[str]
+    parent_id: int | None = None
+
+
+PlanT = TypeVar("PlanT")
+
+
+class VectorIndex(ABC, Generic[PlanT]):
+    """Dense search over passages' vectors, per tenant and KB version; ``PlanT`` is what ``plan`` hands
+    to ``search`` (pgvector: the number of rows in scope)."""
+
+    name: str
+
+    @abstractmethod
+    def write(self, rows: Iterable[ChunkRow]) -> None:
+        """Add these passages (inside the caller's transaction where the index is in the database)."""
+
+    @abstractmethod
+    def delete(self, version_id: int, chunk_ids: list[int]) -> None:
+        """Forget these passages of a version (no-op for ids it does not hold)."""
+
+    @abstractmethod
+    def build_version(self, version_id: int, *, dimension: int) -> None:
+        """Make the index ready to take and search a version's vectors of ``dimension`` (idempotent)."""
+
+    @abstractmethod
+    def switch_version(self, previous_id: int | None, version_id: int) -> None:
+        """Searches of a KB move from ``previous_id`` to ``version_id`` (inside the switch's transaction)."""
+
+    @abstractmethod
+    def drop_version(self, version_id: int) -> None:
+        """Forget a version's vectors (no-op for a version without any)."""
+
+    def plan(self, scope: SearchScope, filters: SqlFilter) -> PlanT | None:
         """Work that needs no query vector, done while the query embeds and handed to ``search``
         (pgvector sizes the filtered scope to choose between the graph and an exact scan)."""
         return None
@@ -54,7 +114,7 @@ class VectorIndex(ABC):
         query_vector: np.ndarray,
         top_k: int,
         filters: SqlFilter,
-        plan: object | None = None,
+        plan: PlanT | None = None,
     ) -> list[VectorHit]:
         """The ``top_k`` nearest chunks in scope that pass ``filters``, best first; ``plan`` is what
         ``plan()`` returned for the same scope and filters (None: the search works it out)."""
@@ -121,25 +181,35 @@ class LexicalIndex(ABC):
     name: str
 
     @abstractmethod
-    def replace_documents(
+    def write(
         self,
         version_id: int,
-        doc_ids: list[int],
-        chunks: list[LexicalDocument],
+        entries: list[LexicalDocument],
         *,
+        replacing: Sequence[int] = (),
         analyzer_version: str,
         dictionary_fingerprint: str,
     ) -> None:
-        """Drop every entry of ``doc_ids`` and add ``chunks``, committed together."""
+        """Drop every entry of the documents ``replacing`` names and add ``entries``, committed together
+        (the analyzer's version and fingerprint are recorded when this write creates the index)."""
 
     @abstractmethod
-    def rebuild(
-        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    def delete(self, version_id: int, doc_ids: Sequence[int]) -> None:
+        """Drop every entry of these documents (no-op without an index)."""
+
+    @abstractmethod
+    def build_version(
+        self, version_id: int, entries: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
     ) -> int:
-        """Replace the whole index of a version with ``chunks`` (an iterable); returns the count."""
+        """Replace the whole index of a version with ``entries`` (an iterable, read once); searches read
+        the previous index until the new one is complete. Returns the count."""
 
     @abstractmethod
-    def drop(self, version_id: int) -> None:
+    def switch_version(self, previous_id: int | None, version_id: int) -> None:
+        """Searches of a KB move from ``previous_id`` to ``version_id`` (inside the switch's transaction)."""
+
+    @abstractmethod
+    def drop_version(self, version_id: int) -> None:
         """Delete a version's index (no-op when absent)."""
 
     @abstractmethod
@@ -333,15 +403,33 @@ class GraphStore(ABC):
     name: str
 
     @abstractmethod
-    def replace_chunks(
-        self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
+    def write(
+        self, tenant_id: int, version_id: int, graphs: dict[int, Extraction], *, replacing: Sequence[int] = ()
     ) -> None:
-        """Forget what ``removed_chunk_ids`` added (entities no passage mentions any more go too) and add
+        """Forget what the ``replacing`` chunks added (entities no passage mentions any more go too) and add
         each chunk's extraction in ``graphs`` (chunk id -> extraction)."""
 
+    def delete(self, tenant_id: int, version_id: int, chunk_ids: Sequence[int]) -> None:
+        """Forget what these chunks added (entities no passage mentions any more go too)."""
+        if chunk_ids:
+            self.write(tenant_id, version_id, {}, replacing=chunk_ids)
+
+    def build_version(self, tenant_id: int, version_id: int, batches: Iterable[dict[int, Extraction]]) -> int:
+        """Rewrite a version's graph batch by batch, each batch replacing what its chunks held (searches
+        read the rest of the graph meanwhile); returns the chunks written."""
+        count = 0
+        for graphs in batches:
+            self.write(tenant_id, version_id, graphs, replacing=list(graphs))
+            count += len(graphs)
+        return count
+
     @abstractmethod
-    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
-        """Forget the whole graph of these KB versions (no-op for versions without one)."""
+    def switch_version(self, tenant_id: int, previous_id: int | None, version_id: int) -> None:
+        """Searches of a KB move from ``previous_id`` to ``version_id`` (inside the switch's transaction)."""
+
+    @abstractmethod
+    def drop_version(self, tenant_id: int, version_id: int) -> None:
+        """Forget the whole graph of a KB version (no-op for a version without one)."""
 
     @abstractmethod
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:

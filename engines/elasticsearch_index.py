@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from elasticsearch import (
@@ -159,25 +159,31 @@ class ElasticsearchLexicalIndex(LexicalIndex):
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def replace_documents(
+    def write(
         self,
         version_id: int,
-        doc_ids: list[int],
-        chunks: list[LexicalDocument],
+        entries: list[LexicalDocument],
         *,
+        replacing: Sequence[int] = (),
         analyzer_version: str,
         dictionary_fingerprint: str,
     ) -> None:
         alias = self._alias(version_id)
         with self._version_lock(version_id), _translated_errors("replace documents"):
             created = self._ensure_index(version_id, _state_of(analyzer_version, dictionary_fingerprint))
-            if doc_ids:
-                self._delete(alias, doc_ids, refresh=False)
-            self._bulk_index(alias, chunks, with_filters=created or _level(self._meta(alias)) >= 1)
+            if replacing:
+                self._delete(alias, replacing, refresh=False)
+            self._bulk_index(alias, entries, with_filters=created or _level(self._meta(alias)) >= 1)
             self._writer().indices.refresh(index=alias)
 
-    def rebuild(
-        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    def delete(self, version_id: int, doc_ids: Sequence[int]) -> None:
+        alias = self._alias(version_id)
+        with self._version_lock(version_id), _translated_errors("delete documents"):
+            if doc_ids and self._writer().indices.exists_alias(name=alias):
+                self._delete(alias, doc_ids, refresh=True)
+
+    def build_version(
+        self, version_id: int, entries: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
     ) -> int:
         alias = self._alias(version_id)
         target = f"{alias}-{time.time_ns()}"
@@ -185,18 +191,21 @@ class ElasticsearchLexicalIndex(LexicalIndex):
             writer = self._writer()
             _index_definition(target, _state_of(analyzer_version, dictionary_fingerprint)).create(using=writer)
             try:
-                count = self._bulk_index(target, chunks, with_filters=True)
+                count = self._bulk_index(target, entries, with_filters=True)
                 writer.indices.refresh(index=target)
                 swap = [{"add": {"index": target, "alias": alias}}]
                 swap += [{"remove_index": {"index": old}} for old in self._indices_behind(alias)]
                 writer.indices.update_aliases(actions=swap)
             except BaseException:
-                with contextlib.suppress(ApiError, TransportError):  # best effort; drop() also removes orphans
+                with contextlib.suppress(ApiError, TransportError):  # best effort; drop_version() also removes orphans
                     writer.options(ignore_status=404).indices.delete(index=target)
                 raise
         return count
 
-    def drop(self, version_id: int) -> None:
+    def switch_version(self, previous_id: int | None, version_id: int) -> None:
+        """No-op: each version has its own alias, and a search names its version."""
+
+    def drop_version(self, version_id: int) -> None:
         with self._version_lock(version_id), _translated_errors("drop"):
             writer = self._writer()
             # Every generation, including orphans of an interrupted rebuild; names, since
@@ -345,7 +354,7 @@ class ElasticsearchLexicalIndex(LexicalIndex):
                 raise
         return True
 
-    def _delete(self, alias: str, doc_ids: list[int], *, refresh: bool) -> None:
+    def _delete(self, alias: str, doc_ids: Sequence[int], *, refresh: bool) -> None:
         """Deletes the documents' chunks by id: a scroll finds them, one bulk request deletes them.
         ``_delete_by_query`` would be one call, but it lives in the ``reindex`` module, which a minimal
         node (the tests' ``integ-test-zip``) lacks; this needs only the server itself."""

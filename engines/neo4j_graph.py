@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -93,14 +94,14 @@ class Neo4jGraphStore(GraphStore):
         except (DriverError, Neo4jError, OSError) as exc:
             raise GraphStoreError("graph_unavailable", f"Neo4j at {address} did not answer: {exc}") from exc
 
-    def replace_chunks(
-        self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
+    def write(
+        self, tenant_id: int, version_id: int, graphs: dict[int, Extraction], *, replacing: Sequence[int] = ()
     ) -> None:
         scope = {"tenant": tenant_id, "version": version_id}
         touched: set[int] = set()
-        if removed_chunk_ids:
-            self._write(_DELETE_RELATIONS, {**scope, "chunks": removed_chunk_ids})
-            rows = self._write(_DELETE_PASSAGES, {**scope, "chunks": removed_chunk_ids})
+        if replacing:
+            self._write(_DELETE_RELATIONS, {**scope, "chunks": list(replacing)})
+            rows = self._write(_DELETE_PASSAGES, {**scope, "chunks": list(replacing)})
             touched.update(rows[0][0] if rows else [])
         if graphs:
             passages: list[dict[str, Any]] = [
@@ -239,8 +240,11 @@ class Neo4jGraphStore(GraphStore):
         self._run("RETURN 1", {})
         return f"neo4j at {self.address}"
 
-    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
-        self._write(_DROP_VERSIONS, {"tenant": tenant_id, "versions": version_ids})
+    def switch_version(self, tenant_id: int, previous_id: int | None, version_id: int) -> None:
+        """No-op: a graph query names its versions (``GraphScope``); every version's graph stays."""
+
+    def drop_version(self, tenant_id: int, version_id: int) -> None:
+        self._write(_DROP_VERSIONS, {"tenant": tenant_id, "versions": [version_id]})
 
     def _write(self, cypher: str, params: dict[str, Any]) -> list[list[Any]]:
         return self._run(cypher, params, timeout_s=self.write_timeout_s)

@@ -16,7 +16,7 @@ scoped by tenant and KB version and parameterized.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from functools import cache
 from itertools import chain, repeat
@@ -63,24 +63,29 @@ class PostgresGraphStore(GraphStore):
             "chunks": sql.Identifier(chunks),
         }
 
-    def replace_chunks(
-        self, tenant_id: int, version_id: int, removed_chunk_ids: list[int], graphs: dict[int, Extraction]
+    def write(
+        self, tenant_id: int, version_id: int, graphs: dict[int, Extraction], *, replacing: Sequence[int] = ()
     ) -> None:
+        """In one transaction (the caller's, when it has one), one writer of a version's graph at a time."""
         with transaction.atomic(), connection.cursor() as cursor:
             _lock_version_graph(cursor, version_id)
             touched: set[int] = set()
-            if removed_chunk_ids:
-                touched.update(self._remove(cursor, tenant_id, version_id, removed_chunk_ids))
+            if replacing:
+                touched.update(self._remove(cursor, tenant_id, version_id, list(replacing)))
             if graphs:
                 touched.update(self._add(cursor, tenant_id, version_id, graphs))
             if touched:
                 self._execute(cursor, _RECOUNT, [tenant_id, version_id, list(touched)])
                 self._execute(cursor, _DROP_UNMENTIONED, [tenant_id, version_id, list(touched)])
 
-    def drop_versions(self, tenant_id: int, version_ids: list[int]) -> None:
+    def switch_version(self, tenant_id: int, previous_id: int | None, version_id: int) -> None:
+        """No-op: a graph query names its versions (``GraphScope``); every version's graph stays."""
+
+    def drop_version(self, tenant_id: int, version_id: int) -> None:
+        """The rows go with the version's chunk rows too; this forgets them before (or without) those."""
         with transaction.atomic(), connection.cursor() as cursor:
             for statement in (_DROP_COMMUNITIES, _DROP_EDGES, _DROP_PASSAGE_RELATIONS, _DROP_MENTIONS, _DROP_ENTITIES):
-                self._execute(cursor, statement, [tenant_id, version_ids])
+                self._execute(cursor, statement, [tenant_id, [version_id]])
 
     def find_entities(self, scope: GraphScope, names: list[str]) -> list[GraphNode]:
         return self._nodes(_FIND_BY_NAME, [scope.tenant_id, list(scope.version_ids), names])

@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -79,12 +79,12 @@ class TantivyLexicalIndex(LexicalIndex):
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def replace_documents(
+    def write(
         self,
         version_id: int,
-        doc_ids: list[int],
-        chunks: list[LexicalDocument],
+        entries: list[LexicalDocument],
         *,
+        replacing: Sequence[int] = (),
         analyzer_version: str,
         dictionary_fingerprint: str,
     ) -> None:
@@ -92,8 +92,8 @@ class TantivyLexicalIndex(LexicalIndex):
             generation = self._generation(version_id) or self._new_generation(version_id)
             with_filters = not (generation / STATE_FILE).exists() or self._has_filters(generation)
             with self._writer(generation) as writer:
-                self._delete(writer, doc_ids)
-                for chunk in chunks:
+                self._delete(writer, replacing)
+                for chunk in entries:
                     writer.add_document(self._document(chunk, with_filters))
             # The state records what built the index: incremental writes keep it, so an index
             # built by an older analyzer stays visibly stale until it is rebuilt.
@@ -101,15 +101,24 @@ class TantivyLexicalIndex(LexicalIndex):
                 self._write_state(generation, analyzer_version, dictionary_fingerprint)
             self._publish(version_id, generation)
 
-    def rebuild(
-        self, version_id: int, chunks: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
+    def delete(self, version_id: int, doc_ids: Sequence[int]) -> None:
+        with self._version_lock(version_id):
+            generation = self._generation(version_id)
+            if generation is None or not doc_ids:
+                return
+            with self._writer(generation) as writer:
+                self._delete(writer, doc_ids)
+            self._publish(version_id, generation)
+
+    def build_version(
+        self, version_id: int, entries: Iterable[LexicalDocument], *, analyzer_version: str, dictionary_fingerprint: str
     ) -> int:
         with self._version_lock(version_id):
             generation = self._new_generation(version_id)
             count = 0
             try:
                 with self._writer(generation) as writer:
-                    for chunk in chunks:
+                    for chunk in entries:
                         writer.add_document(self._document(chunk, True))
                         count += 1
                 self._write_state(generation, analyzer_version, dictionary_fingerprint)
@@ -122,7 +131,10 @@ class TantivyLexicalIndex(LexicalIndex):
                     self._forget(stale)
             return count
 
-    def drop(self, version_id: int) -> None:
+    def switch_version(self, previous_id: int | None, version_id: int) -> None:
+        """No-op: each version has its own index, and a search names its version."""
+
+    def drop_version(self, version_id: int) -> None:
         with self._version_lock(version_id):
             for generation in self._version_dir(version_id).glob("gen-*"):
                 self._forget(generation)
@@ -329,7 +341,7 @@ class TantivyLexicalIndex(LexicalIndex):
             document.add_integer("created_at", chunk.fields.created_at_us)
         return document
 
-    def _delete(self, writer: tantivy.IndexWriter, doc_ids: list[int]) -> None:
+    def _delete(self, writer: tantivy.IndexWriter, doc_ids: Sequence[int]) -> None:
         for doc_id in doc_ids:
             writer.delete_documents_by_query(tantivy.Query.term_query(self.schema, "doc_id", doc_id))
 

@@ -46,7 +46,7 @@ def reextract_chunks(version: KnowledgeBaseVersion, chunk_ids: list[int]) -> int
     mentioned is written again with its curated label."""
     tenant_id = version.knowledge_base.tenant_id
     with transaction.atomic():
-        graph_store().replace_chunks(tenant_id, version.pk, chunk_ids, {})
+        graph_store().delete(tenant_id, version.pk, chunk_ids)
         return _reextract(version, Chunk.objects.filter(kb_version=version, tenant_id=tenant_id, pk__in=chunk_ids),
                           replace=False)  # fmt: skip
 
@@ -78,9 +78,15 @@ def _reextract(
     tenant_id = version.knowledge_base.tenant_id
     extractor = entity_extractor_for_tenant(tenant_id, version.knowledge_base_id, common)
     rows = chunks.order_by("id").values_list("id", "content").iterator(chunk_size=2000)
+    batches = (
+        {chunk_id: extractor.extract(content) for chunk_id, content in batch}
+        for batch in iter(lambda: list(islice(rows, GRAPH_REBUILD_BATCH)), [])
+    )
+    store = graph_store()
+    if replace:
+        return store.build_version(tenant_id, version.pk, batches)
     count = 0
-    while batch := list(islice(rows, GRAPH_REBUILD_BATCH)):
-        graphs = {chunk_id: extractor.extract(content) for chunk_id, content in batch}
-        graph_store().replace_chunks(tenant_id, version.pk, list(graphs) if replace else [], graphs)
+    for graphs in batches:
+        store.write(tenant_id, version.pk, graphs)
         count += len(graphs)
     return count

@@ -23,7 +23,7 @@ from engines.community_detection import Partition, detect_communities, extractiv
 from engines.embedders import get_embedder
 from engines.llm import LLMError, chat_client
 from knowledge.models import Chunk, KnowledgeBaseVersion
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import graph_store
 
 KEY_ENTITIES = 8  # the most central entities named in a summary and used to pick its passages

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from knowledge.models import GraphEntityRule, Synonym
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 
 if TYPE_CHECKING:
     from engines.graph_extraction import Curation, EntityExtractor

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from engines.database import read_connection
 from graph.extraction import aliases_of, curation_of
 from knowledge.models import GraphEntityRule, KnowledgeBase, KnowledgeBaseVersion, Synonym, current_graph_extractor
-from knowledge.selectors import SearchedKnowledge, tenant_vocabulary
+from knowledge.selectors.search import SearchedKnowledge, tenant_vocabulary
 from tenants.models import Tenant
 
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ from knowledge.models import (
 )
 from knowledge.parsing import parse_report_summary
 from knowledge.search_settings import clean_search_settings
-from knowledge.selectors import latest_runs, source_schedule
+from knowledge.selectors.api import latest_runs, source_schedule
 from knowledge.sources import checked_folder, create_source, delete_source, queue_sync, update_source
 from knowledge.versions import check_chunking
 from knowledge.views import ID_PATTERN

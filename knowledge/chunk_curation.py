@@ -112,7 +112,7 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
         Document.objects.select_for_update().filter(pk=document.pk).first()  # one change of a document at a time
         edit.save()
         if chunk is not None:  # while the row exists: the graph forgets what only it mentioned
-            graph_store().replace_chunks(document.tenant_id, version.pk, [chunk.pk], {})
+            graph_store().delete(document.tenant_id, version.pk, [chunk.pk])
             chunk.delete()
         if vector is not None:  # the edit is enabled (embedded above)
             metadata[CURATED] = {"edit": edit.pk, "manual": edit.manual}
@@ -131,7 +131,7 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
             if edit.chunk_id is None:
                 ChunkEdit.objects.filter(pk=edit.pk).update(chunk_id=row.pk)
                 edit.chunk_id = row.pk
-            graph_store().replace_chunks(document.tenant_id, version.pk, [], {row.pk: extraction})
+            graph_store().write(document.tenant_id, version.pk, {row.pk: extraction})
         record_lexical_change(version.pk, [document.pk])
         Document.objects.filter(pk=document.pk).update(
             chunk_count=Chunk.objects.filter(document=document, kb_version=version).count()

@@ -14,7 +14,7 @@ from core.schema import IDEMPOTENCY_KEY_HEADER, error_responses
 from knowledge.chunk_curation import add_chunk, edit_chunk
 from knowledge.chunk_selectors import document_chunks
 from knowledge.models import Document
-from knowledge.selectors import document_of, knowledge_base_of
+from knowledge.selectors.api import document_of, knowledge_base_of
 from knowledge.views import KnowledgeApiViewSet
 from tenants.requests import TenantRequest
 

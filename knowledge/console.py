@@ -29,15 +29,8 @@ from knowledge.documents import check_upload_sizes, queue_uploads, reingest_docu
 from knowledge.errors import InvalidChunking, VocabularyChanged
 from knowledge.models import CHUNKINGS, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.parsing import SUPPORTED_SUFFIXES, parse_report_summary
-from knowledge.selectors import (
-    documents_of,
-    knowledge_bases_at_a_glance,
-    recent_tasks_of,
-    source_of,
-    task_status,
-    version_of,
-    versions_of,
-)
+from knowledge.selectors.api import documents_of, source_of, task_status, version_of, versions_of
+from knowledge.selectors.console_pages import knowledge_bases_at_a_glance, recent_tasks_of
 from knowledge.serializers import UploadInput
 from knowledge.sources import queue_sync
 from knowledge.stores import vector_rebuild_advice

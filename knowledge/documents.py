@@ -23,7 +23,7 @@ from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeTask, Pare
 from knowledge.parsing import ParseError, doc_type_for
 from knowledge.queue import enqueue
 from knowledge.revisions import bump_revisions
-from knowledge.stores import graph_store
+from knowledge.stores import graph_store, vector_index
 
 PURGE_TASK = "knowledge.tasks.purge_documents"
 
@@ -125,7 +125,8 @@ def remove_from_search(kb: KnowledgeBase, document_ids: Sequence[int], *, purge:
             chunk_ids = list(
                 Chunk.objects.filter(kb_version_id=version_id, document_id__in=holding).values_list("id", flat=True)
             )
-            graph_store().replace_chunks(kb.tenant_id, version_id, chunk_ids, {})
+            graph_store().delete(kb.tenant_id, version_id, chunk_ids)
+            vector_index().delete(version_id, chunk_ids)
         Chunk.objects.filter(document_id__in=ids).delete()
         ParentChunk.objects.filter(document_id__in=ids).delete()  # parent_child versions' passages
         Document.objects.filter(pk__in=ids).update(

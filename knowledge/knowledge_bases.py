@@ -9,11 +9,10 @@ from django.db import transaction
 
 from core.names import checked_name
 from core.uniqueness import conflict_on
-from engines import get_lexical_index
 from knowledge.errors import KnowledgeBaseExists
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import clean_search_settings
-from knowledge.stores import graph_store
+from knowledge.stores import graph_store, lexical_index, vector_index
 from knowledge.versions import activate_first_version, index_settings
 from tenants.models import Tenant
 
@@ -80,11 +79,13 @@ def delete_tenant(tenant: Tenant) -> None:
 
 
 def _drop_version_indexes(tenant_id: int, version_ids: list[int]) -> None:
-    """The versions' graphs (the PostgreSQL one went with the rows; Neo4j keeps it until told), then
-    their lexical indexes."""
-    graph_store().drop_versions(tenant_id, version_ids)
+    """Each version's graph (the PostgreSQL one went with the rows; Neo4j keeps it until told), vectors
+    (pgvector's went with the rows) and lexical index."""
+    graph, vectors, lexical = graph_store(), vector_index(), lexical_index()
     for version_id in version_ids:
-        get_lexical_index().drop(version_id)
+        graph.drop_version(tenant_id, version_id)
+        vectors.drop_version(version_id)
+        lexical.drop_version(version_id)
 
 
 def get_or_create_knowledge_base(*, tenant: Tenant, name: str, **options: Any) -> tuple[KnowledgeBase, bool]:

@@ -1,7 +1,8 @@
 """The keyword index of a version kept equal to its chunk rows: the commit protocol, rebuilds, checks.
 
-A change to chunks records the documents it touched (``PendingLexicalChange``) in its own transaction;
-after the COMMIT their index entries are rewritten from the committed rows and the record is deleted.
+A change to chunks records the documents it touched (``PendingLexicalChange``, an outbox) in its own
+transaction; after the COMMIT their index entries are rewritten from the committed rows
+(``LexicalIndex.write``) and the record is deleted.
 A rollback or a kill before the COMMIT leaves the index untouched; a kill after it leaves the record,
 which the next write to the version (or ``check_kb --repair``) applies. Searches drop index entries
 whose chunk is gone, so the short lag after a kill never returns a missing chunk.
@@ -17,13 +18,13 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from core.faults import pause_at
-from engines import get_lexical_index
 from engines.analysis import Analyzer
 from engines.base import LexicalDocument
 from engines.lexical_filter import filter_fields
 from knowledge.chunking import contextual_text
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, PendingLexicalChange
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
+from knowledge.stores import lexical_index
 
 # pg_advisory_xact_lock(class, version id): one process at a time turns rows into index entries.
 _LEXICAL_LOCK_CLASS = 15_001
@@ -75,10 +76,10 @@ def apply_pending_lexical_changes(version_id: int, analyzed: dict[int, str] | No
             _entry(row, tenant_id, analyzed.get(row[0]) or _analyzed(analyzer, row))
             for row in rows.values_list(*_ENTRY_COLUMNS)
         ]
-        get_lexical_index().replace_documents(
+        lexical_index().write(
             version_id,
-            document_ids,
             entries,
+            replacing=document_ids,
             analyzer_version=analyzer.version,
             dictionary_fingerprint=analyzer.dictionary_fingerprint,
         )
@@ -103,7 +104,7 @@ def rebuild_lexical_index(version: KnowledgeBaseVersion) -> int:
             .values_list(*_ENTRY_COLUMNS)
             .iterator(chunk_size=2000)
         )
-        count = get_lexical_index().rebuild(
+        count = lexical_index().build_version(
             version.pk,
             (_entry(row, tenant_id, _analyzed(analyzer, row)) for row in rows),
             analyzer_version=analyzer.version,
@@ -175,4 +176,4 @@ def check_version(version: KnowledgeBaseVersion, *, repair: bool = False) -> Ver
 def _rows_and_entries(version: KnowledgeBaseVersion) -> tuple[set[int], Counter[int]]:
     """The version's chunk ids in the database, and its keyword-index entries counted by chunk id."""
     in_db = set(Chunk.objects.filter(kb_version=version).values_list("id", flat=True))
-    return in_db, Counter(get_lexical_index().chunk_ids(version.pk))
+    return in_db, Counter(lexical_index().chunk_ids(version.pk))

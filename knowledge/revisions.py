@@ -24,6 +24,6 @@ def bump_revisions(version_ids: Iterable[int]) -> None:
 
 def expire_cached_answers(tenant_id: int) -> None:
     """After a change to how a tenant's queries are answered that leaves its chunks alone: every process
-    reads the new vocabulary (``knowledge.selectors.tenant_vocabulary``) and no cached answer is reused."""
+    reads the new vocabulary (``knowledge.selectors.search.tenant_vocabulary``) and no cached answer is reused."""
     stamp_vocabulary_change(tenant_id)
     record_write(tenant_id)

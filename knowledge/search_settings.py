@@ -8,7 +8,7 @@ active version's, else the KB's, else the service setting (``retrieval.tuning``)
 
 Keys: ``weights`` (``{"vector"|"bm25"|"graph": 0..100}``, per retriever; the graph's replaces both
 ``SEARCH_WEIGHT_GRAPH_HYBRID`` in three-way hybrid and ``SEARCH_WEIGHT_GRAPH`` in graph mode), ``fusion``
-(``rrf``, ``relevance`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion``),
+(``rrf``, ``relevance`` or ``minmax``: how the retrievers' lists become one, see ``retrieval.fusion_functions``),
 ``leg_weights`` (``evidence`` or ``fixed``: RRF's weights per query by each leg's first hit, or as configured),
 ``leg_candidates`` (``union`` or ``own``: BM25 and dense each rank both legs' candidates, or only their own),
 ``rrf_k`` (1..1000),

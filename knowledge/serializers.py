@@ -12,7 +12,7 @@ from rest_framework import serializers
 from core.fields import NameField
 from engines.metering import KINDS
 from knowledge.models import PARENT_CHILD, PLAIN, Document, KnowledgeBaseVersion, KnowledgeSource, SourceRun
-from knowledge.selectors import latest_runs, source_schedule
+from knowledge.selectors.api import latest_runs, source_schedule
 from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
 # A BCP 47 language tag's common shapes: a 2-3 letter language, then subtags (script, region, variant).

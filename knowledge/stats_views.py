@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from core.ratelimit import RateLimitedMixin
 from core.schema import STATS_COST_EXAMPLE, error_responses
-from knowledge.selectors import tenant_stats
+from knowledge.selectors.api import tenant_stats
 from knowledge.serializers import StatsOutput
 from tenants.authentication import HasTenant
 from tenants.models import Scope

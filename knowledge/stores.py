@@ -1,15 +1,18 @@
-"""The engines over this app's tables, configured once per process."""
+"""The three stores over this app's tables (``engines.registry`` picks and builds them from settings,
+once per process; this names the tables), and the pgvector index's upkeep. The Ingester, the version
+lifecycle and the search call the stores only through these accessors and their protocols
+(``engines.base``)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
-from engines.base import GraphStore
+from engines import registry
+from engines.base import GraphStore, LexicalIndex, VectorIndex
 from engines.pgvector_index import PgVectorIndex, RebuildAdvice
-from engines.postgres_graph import PostgresGraphStore
 from knowledge.models import (
     Chunk,
     GraphCommunity,
@@ -21,10 +24,36 @@ from knowledge.models import (
 )
 
 
-@lru_cache(maxsize=1)
-def vector_index() -> PgVectorIndex:
-    """Dense search over the chunk table (pgvector)."""
-    return PgVectorIndex(Chunk._meta.db_table)
+def store_tables() -> registry.StoreTables:
+    return registry.StoreTables(
+        chunks=Chunk._meta.db_table,
+        graph_entities=GraphEntity._meta.db_table,
+        graph_mentions=GraphMention._meta.db_table,
+        graph_edges=GraphEdge._meta.db_table,
+        graph_passage_relations=GraphPassageRelations._meta.db_table,
+        graph_communities=GraphCommunity._meta.db_table,
+    )
+
+
+def vector_index() -> VectorIndex[Any]:
+    """Dense search over passages' vectors (pgvector: the chunk table)."""
+    return registry.vector_index(store_tables())
+
+
+def lexical_index() -> LexicalIndex:
+    """BM25 over passages' analyzed text, one index per KB version."""
+    return registry.lexical_index()
+
+
+def graph_store() -> GraphStore:
+    """Entities, relations and mentions: in Neo4j when ``NEO4J_URL`` is set, else in this app's tables."""
+    return registry.graph_store(store_tables())
+
+
+def pgvector_index() -> PgVectorIndex | None:
+    """The vector index when it is pgvector's (its HNSW graphs and column storage have upkeep), else None."""
+    index = vector_index()
+    return index if isinstance(index, PgVectorIndex) else None
 
 
 def apply_vector_column_storage(**kwargs: object) -> None:
@@ -32,8 +61,9 @@ def apply_vector_column_storage(**kwargs: object) -> None:
     ``VECTOR_COLUMN_STORAGE`` back, since a migration that alters the column's type resets its storage to
     the type's default. A catalog change only, and none when the storage is already that (or the table is
     gone: migrated back to zero)."""
-    if Chunk._meta.db_table in connection.introspection.table_names():
-        vector_index().set_column_storage(settings.VECTOR_COLUMN_STORAGE)
+    index = pgvector_index()
+    if index is not None and Chunk._meta.db_table in connection.introspection.table_names():
+        index.set_column_storage(settings.VECTOR_COLUMN_STORAGE)
 
 
 def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
@@ -42,8 +72,8 @@ def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
     dimension -> whether it was rebuilt (False: it had them already). For an index grown past what its
     build recalls well (:func:`vector_rebuild_advice`, docs/operations.md)."""
     dimensions = [dimension] if dimension is not None else dimensions_in_use()
-    index = vector_index()
-    return {dim: index.rebuild_index(dim) for dim in dimensions}
+    index = pgvector_index()
+    return {dim: index.rebuild_index(dim) for dim in dimensions} if index is not None else {}
 
 
 def dimensions_in_use() -> list[int]:
@@ -53,23 +83,8 @@ def dimensions_in_use() -> list[int]:
 def vector_rebuild_advice(dimensions: list[int] | None = None) -> list[RebuildAdvice]:
     """The HNSW indexes (of ``dimensions``, default every one in use) built for fewer rows than they now
     hold: recall@10 falls short of 0.95 until ``manage.py rebuild_vector_index``."""
-    index = vector_index()
+    index = pgvector_index()
+    if index is None:
+        return []
     advice = (index.rebuild_advice(dim) for dim in (dimensions_in_use() if dimensions is None else dimensions))
     return [item for item in advice if item is not None]
-
-
-@lru_cache(maxsize=1)
-def graph_store() -> GraphStore:
-    """Entities, relations and mentions: in Neo4j when ``NEO4J_URL`` is set, else in this app's tables."""
-    if settings.NEO4J_URL:
-        from engines.neo4j_graph import Neo4jGraphStore  # neomodel loads only where it is used
-
-        return Neo4jGraphStore(settings.NEO4J_URL, timeout_s=settings.NEO4J_TIMEOUT_S)
-    return PostgresGraphStore(
-        entities=GraphEntity._meta.db_table,
-        mentions=GraphMention._meta.db_table,
-        edges=GraphEdge._meta.db_table,
-        passage_relations=GraphPassageRelations._meta.db_table,
-        communities=GraphCommunity._meta.db_table,
-        chunks=Chunk._meta.db_table,
-    )

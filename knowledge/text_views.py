@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
-from knowledge.selectors import document_of_tenant
+from knowledge.selectors.api import document_of_tenant
 from knowledge.serializers import DocumentTextOutput
 from tenants.authentication import HasTenant
 from tenants.models import Scope

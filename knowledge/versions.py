@@ -1,5 +1,7 @@
 """Versions of a knowledge base (blue-green): build one beside the active version, validate it,
-activate it (the previous one is retired, so activating that again is the rollback), retire, purge."""
+activate it (the previous one is retired, so activating that again is the rollback), retire, purge.
+Each step tells the three stores through their protocols (``build_version``, ``switch_version``,
+``drop_version``: ``engines.base``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from django.utils import timezone
 from core.cost import charged_to
 from core.replicas import record_write
 from core.usage import frequent_queries
-from engines import get_lexical_index
 from engines.base import SearchScope, SqlFilter
 from engines.embedders import get_embedder
 from knowledge.chunking import DEFAULT_CHILD_TOKENS, DEFAULT_PARENT_TOKENS
@@ -24,8 +25,8 @@ from knowledge.ingestion.files import Labels, stored_sources, task_file
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.models import PARENT_CHILD, PLAIN, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.queue import queue_task
-from knowledge.selectors import analyzer_for_tenant
-from knowledge.stores import vector_index
+from knowledge.selectors.search import analyzer_for_tenant
+from knowledge.stores import graph_store, lexical_index, vector_index
 
 BUILD_TASK = "knowledge.tasks.build_version"
 
@@ -94,7 +95,7 @@ def activate_first_version(kb: KnowledgeBase) -> KnowledgeBaseVersion:
     )
     kb.active_version = version
     kb.save(update_fields=["active_version"])
-    vector_index().ensure_index(kb.embedding_dim)
+    vector_index().build_version(version.pk, dimension=kb.embedding_dim)
     return version
 
 
@@ -132,7 +133,6 @@ def start_version_build(
         chunking,
         parent_chunk_size,
     )
-    vector_index().ensure_index(index["embedding_dim"])
     with transaction.atomic():
         KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()  # version numbers one at a time
         building = kb.versions.filter(status=KnowledgeBaseVersion.Status.BUILDING).first()
@@ -145,6 +145,7 @@ def start_version_build(
         version = KnowledgeBaseVersion.objects.create(
             knowledge_base=kb, number=number, search_settings=search_settings, **index
         )
+        vector_index().build_version(version.pk, dimension=version.embedding_dim)
         task = queue_task(kb, KnowledgeTask.Kind.BUILD_VERSION, BUILD_TASK, (version.pk, activate))
     return version, task
 
@@ -205,7 +206,7 @@ def _sample_queries_failure(kb: KnowledgeBase, version: KnowledgeBaseVersion) ->
     for query in queries:
         try:
             vector_index().search(scope, embedder.embed_query(query), 10, SqlFilter())
-            get_lexical_index().search(version.pk, kb.tenant_id, analyzer.tokens(query), 10, None)
+            lexical_index().search(version.pk, kb.tenant_id, analyzer.tokens(query), 10, None)
         except Exception as exc:  # any failure of the new version keeps it from searches
             return f"the recent query {query!r} failed on this version: {type(exc).__name__}: {exc}"
     return ""
@@ -231,7 +232,11 @@ def activate_version(version: KnowledgeBaseVersion) -> KnowledgeBaseVersion:
             raise VersionConflict(
                 f"version {version.number} is {version.status}: only a ready or retired one can be activated"
             )
-        _switch_versions(kb.active_version_id, version)
+        previous_id = kb.active_version_id
+        _switch_versions(previous_id, version)
+        vector_index().switch_version(previous_id, version.pk)
+        lexical_index().switch_version(previous_id, version.pk)
+        graph_store().switch_version(kb.tenant_id, previous_id, version.pk)
         for name in VERSION_SETTINGS:
             setattr(kb, name, getattr(version, name))
         kb.active_version = version
@@ -311,9 +316,11 @@ def purge_old_versions(retention_days: int) -> int:
         | Q(status=KnowledgeBaseVersion.Status.FAILED, finished_at__lt=cutoff)
     )
     purged = 0
-    for version in old:
+    for version in old.select_related("knowledge_base"):
         with transaction.atomic():
-            get_lexical_index().drop(version.pk)
+            lexical_index().drop_version(version.pk)
+            graph_store().drop_version(version.knowledge_base.tenant_id, version.pk)
+            vector_index().drop_version(version.pk)
             version.delete()  # its chunks cascade
         purged += 1
     return purged

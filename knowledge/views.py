@@ -37,7 +37,7 @@ from knowledge.ingestion.files import Labels, labels_from
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion, KnowledgeTask
 from knowledge.parsing import ParseError
-from knowledge.selectors import (
+from knowledge.selectors.api import (
     document_of,
     documents_of,
     knowledge_base_of,

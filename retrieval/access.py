@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from knowledge.selectors import SearchedKnowledge, restricted_versions
+from knowledge.selectors.search import SearchedKnowledge, restricted_versions
 from retrieval.errors import AccessCheckUnavailable
 from tenants.models import ApiKey
 

@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from core.admin import ReadOnlyAdminMixin
-from retrieval import analytics_console, console, query_set_console
+from retrieval import analytics_console, query_set_console, search_console
 from retrieval.models import RetrievalRun
 from tenants.requests import ConsoleRequest
 
@@ -47,10 +47,10 @@ class RetrievalTestingAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RetrievalRun]):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         request = cast(ConsoleRequest, request)  # admin_view let in a staff user
-        return console.testing_view(request, self._context(request, "Retrieval testing"))
+        return search_console.testing_view(request, self._context(request, "Retrieval testing"))
 
     def compare_view(self, request: ConsoleRequest) -> TemplateResponse:
-        return console.compare_view(request, self._context(request, "Compare retrieval settings"))
+        return search_console.compare_view(request, self._context(request, "Compare retrieval settings"))
 
     def analytics_view(self, request: ConsoleRequest) -> TemplateResponse:
         return analytics_console.analytics_view(request, self._context(request, "Search analytics"))

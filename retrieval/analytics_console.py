@@ -12,9 +12,9 @@ from django.db.models import QuerySet
 from django.template.response import TemplateResponse
 
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant
-from retrieval.console import curation_links, testing_link
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.search_analytics import QueryStats, search_analytics
+from retrieval.search_console import curation_links, testing_link
 from tenants.models import Tenant
 from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to

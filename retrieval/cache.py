@@ -45,7 +45,7 @@ from rest_framework.renderers import JSONRenderer
 from core.background import BackgroundWriter
 from core.metrics import record_search_cache_write_dropped
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
-from knowledge.selectors import SearchedKnowledge, searched_knowledge
+from knowledge.selectors.search import SearchedKnowledge, searched_knowledge
 from retrieval import semantic_cache
 from retrieval.models import SemanticCacheEntry
 from retrieval.search_log import FACTS, answer_facts, record_search
@@ -134,7 +134,7 @@ def cached_search(
     tenant: Tenant, request: SearchRequest, knowledge: SearchedKnowledge | None = None, *, logged: bool = True
 ) -> CachedSearch:
     """``search()`` through the result cache; ``knowledge``: ``searched_knowledge`` for this request if
-    the caller read it already (the API reads it with the key's check). ``logged``: the answer goes to
+    the caller read it already (the API's view reads it first). ``logged``: the answer goes to
     the search analytics (``retrieval.search_log``; not the console's own tests)."""
     outcome = _cached_search(tenant, request, knowledge)
     if logged:
@@ -165,7 +165,7 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         found = None if lookup is None else semantic_cache.find(tenant, lookup, timings)
         if found is not None:
             if holds_lock:
-                _quietly(cache.delete, lock_key)
+                _tolerating_redis_errors(cache.delete, lock_key)
             semantic, stored = found
             elapsed_ms = (time.perf_counter() - started) * 1000
             return CachedSearch(cached=semantic_cache.KIND, stored=stored, elapsed_ms=elapsed_ms, semantic=semantic)
@@ -173,13 +173,15 @@ def _cached_search(tenant: Tenant, request: SearchRequest, knowledge: SearchedKn
         response = search(tenant, request, knowledge, embedded=embedded, timings=timings)
     except BaseException:
         if holds_lock:
-            _quietly(cache.delete, lock_key)
+            _tolerating_redis_errors(cache.delete, lock_key)
         raise
     outcome = CachedSearch(response)
     if holds_lock or not response.degraded:
         kept = not response.degraded
         entry = semantic_cache.entry(tenant, lookup, request.query, key) if lookup and kept else None
-        _quietly(_queue_store, key, outcome.stored if kept else None, lock_key if holds_lock else None, entry)
+        _tolerating_redis_errors(
+            _queue_store, key, outcome.stored if kept else None, lock_key if holds_lock else None, entry
+        )
     return outcome
 
 
@@ -360,7 +362,7 @@ def _redis_cache() -> RedisCache:
     return cast(RedisCache, cache)
 
 
-def _quietly(operation: Callable[..., object], *args: Any) -> None:
+def _tolerating_redis_errors(operation: Callable[..., object], *args: Any) -> None:
     try:
         operation(*args)
     except REDIS_ERRORS as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 
 DAMPING = 0.5
 MAX_PASSAGES = 3  # other chunks shown with a document's hit

@@ -19,7 +19,7 @@ from rest_framework import status
 
 from core.errors import DomainError, _validation_message
 from core.ratelimit import ANONYMOUS, RateLimitUsage, count_call
-from knowledge.selectors import document_of, knowledge_base_of, knowledge_bases_of
+from knowledge.selectors.api import document_of, knowledge_base_of, knowledge_bases_of
 from knowledge.serializers import DocumentOutput, KnowledgeBaseOutput
 from retrieval.cache import cached_search
 from retrieval.errors import PassageNotFound

@@ -30,7 +30,7 @@ from core.errors import DomainError
 from core.ratelimit import RateLimitedMixin
 from core.schema import error_responses
 from knowledge.errors import KnowledgeBaseNotFound
-from knowledge.selectors import document_counts_by_status, knowledge_base_of, knowledge_bases_of
+from knowledge.selectors.api import document_counts_by_status, knowledge_base_of, knowledge_bases_of
 from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.dify import scores_in_fused_order

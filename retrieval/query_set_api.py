@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from core.errors import NotFoundError
 from core.schema import IDEMPOTENCY_KEY_HEADER, ErrorOutput, error_responses
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import knowledge_base_of, version_of
+from knowledge.selectors.api import knowledge_base_of, version_of
 from knowledge.views import KnowledgeApiViewSet
 from retrieval import query_sets
 from retrieval.errors import InvalidQuerySet

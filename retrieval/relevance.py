@@ -40,7 +40,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from retrieval import selectors
-from retrieval.fusion import FusedCandidate, RankedList
+from retrieval.fusion_functions import FusedCandidate, RankedList
 from retrieval.types import LegResult, ModelGroup
 
 BACKGROUND_QUANTILE = 0.95

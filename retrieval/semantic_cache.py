@@ -32,10 +32,10 @@ from pgvector.django import CosineDistance
 from core.metrics import record_semantic_cache
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from engines.analysis import detect_language
-from knowledge.selectors import SearchedKnowledge, tenant_vocabulary
+from knowledge.selectors.search import SearchedKnowledge, tenant_vocabulary
 from retrieval.models import SemanticCacheEntry
 from retrieval.query_signature import signature
-from retrieval.services.planning import caller_vector, model_groups, searched_settings, weigh
+from retrieval.services.planning import caller_vector, model_groups, retriever_weights, searched_settings
 from retrieval.services.timings import StageTimings
 from retrieval.services.vector_leg import embed
 from retrieval.types import SearchRequest
@@ -84,7 +84,7 @@ def prepare(
     (group,) = groups
     if group.languages and detect_language(request.query) not in group.languages:
         return None
-    if weigh(request, groups, searched_settings(request, knowledge)).by_retriever["vector"] <= 0:
+    if retriever_weights(request, groups, searched_settings(request, knowledge)).by_retriever["vector"] <= 0:
         return None
     analyzer = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp).analyzer
     with timings.stage("embed"):

@@ -17,13 +17,13 @@ from retrieval.expansion.rm3 import Feedback
 from retrieval.types import SearchRequest
 
 # What a search does when neither the request nor any KB sets them (not environment variables).
-# How the lists become one (``retrieval.fusion``), and what each leg ranks before fusion ("own": what it
+# How the lists become one (``retrieval.fusion_functions``), and what each leg ranks before fusion ("own": what it
 # found; "union": also the other leg's first hits, scored without searching again, ``retrieval.services.union``):
 # chosen by ``evaluate --choose-default`` (docs/benchmarks/decisions.md, "The protocol for defaults").
 # RRF and "own" stay options per KB and request.
 DEFAULT_FUSION = "minmax"
 # RRF's leg weights per query: "evidence" scales each leg's weight by its first hit's calibrated relevance
-# (``retrieval.fusion.weighted_by_evidence``; docs/benchmarks/decisions.md, "Per-query leg weights");
+# (``retrieval.fusion_functions.weighted_by_evidence``; docs/benchmarks/decisions.md, "Per-query leg weights");
 # "fixed" keeps the configured weights for every query.
 DEFAULT_LEG_WEIGHTS = "evidence"
 DEFAULT_LEG_CANDIDATES = "union"

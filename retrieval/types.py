@@ -17,7 +17,7 @@ from engines.base import LexicalHit
 from engines.lexical_filter import LexicalFilter
 from retrieval.expansion import ExpansionOptions
 from retrieval.expansion.base import QueryVariant
-from retrieval.fusion import FusedCandidate, RankedList
+from retrieval.fusion_functions import FusedCandidate, RankedList
 
 if TYPE_CHECKING:
     from graph.ranking import GraphBridge
@@ -43,8 +43,10 @@ class SearchRequest:
     filters: dict[str, Any] | None = None
     weights: dict[str, float] | None = None
     candidates: int | dict[str, int] | None = None  # one depth for every leg, or per leg ({"vector": 80})
-    fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion)
-    leg_weights: str | None = None  # RRF: "evidence" (per query, retrieval.fusion.weighted_by_evidence) or "fixed"
+    fusion: str | None = None  # "rrf", "relevance" or "minmax" (retrieval.fusion_functions)
+    leg_weights: str | None = (
+        None  # RRF: "evidence" (per query, retrieval.fusion_functions.weighted_by_evidence) or "fixed"
+    )
     leg_candidates: str | None = None  # "union" (each leg ranks every leg's candidates) or "own"
     rrf_k: int | None = None
     rerank: bool = False

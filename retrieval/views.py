@@ -14,7 +14,7 @@ from core.idempotency import IdempotentPostMixin
 from core.ratelimit import RateLimitedMixin
 from core.replicas import search_reads
 from core.request_id import request_id_of
-from knowledge.selectors import searched_knowledge_in, searched_knowledge_statement
+from knowledge.selectors.search import searched_knowledge
 from retrieval.access import key_access
 from retrieval.cache import cached_search
 from retrieval.expansion import ExpansionOptions
@@ -26,7 +26,6 @@ from tenants.authentication import HasTenant
 from tenants.models import ApiKey, Scope
 from tenants.permissions import HasScope
 from tenants.requests import TenantRequest
-from tenants.selectors import ReadAlong
 
 DEFAULT_MODE = "hybrid"  # of /search when the body names none (ModeSearchInput's default)
 
@@ -45,12 +44,6 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
     permission_classes = [HasTenant, HasScope]
     required_scope = Scope.SEARCH
 
-    def read_along(self) -> ReadAlong:
-        """With the API key's check, in its round trip when the process remembers the key: the tenant's
-        searched versions and vocabulary stamp (``searched_knowledge`` over all its KBs). A cached answer
-        then costs one query, a search one fewer."""
-        return ReadAlong(searched_knowledge_statement)
-
     def rate_limit_endpoint(self, request: Request) -> str:
         """Limits count per search mode, whichever endpoint carries it: ``/search`` in hybrid mode is hybrid."""
         return self.mode or _requested_mode(request.body)
@@ -64,13 +57,9 @@ class SearchView(IdempotentPostMixin, RateLimitedMixin, APIView):
         to it), rendered by the cache's entry (a hit's bytes are sent as stored, its fields joined on)."""
         mode = data.pop("mode", self.mode)
         search_request = search_request_of(data, mode, request.auth)
-        rows = request.read_along
-        knowledge = (
-            None
-            if rows is None
-            else searched_knowledge_in(rows, search_request.kb_ids, search_request.reachable_kb_ids)
-        )
         with search_reads(request.tenant.pk):  # a read replica that has the tenant's last write, or the primary
+            # What the search reads first (its versions, the vocabulary stamp): the cache key and the search's.
+            knowledge = searched_knowledge(request.tenant, search_request.kb_ids, search_request.reachable_kb_ids)
             outcome = cached_search(request.tenant, search_request, knowledge)
         fields = {
             "cached": outcome.cached,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from rest_framework import authentication, permissions
@@ -10,7 +9,7 @@ from rest_framework import authentication, permissions
 from core.errors import InvalidApiKey
 from tenants.models import ApiKey, Tenant
 from tenants.requests import TenantRequest
-from tenants.selectors import ReadAlong, api_key_for
+from tenants.selectors import api_key_for
 from tenants.services import record_api_key_use
 
 if TYPE_CHECKING:  # DRF's views import this module (DEFAULT_AUTHENTICATION_CLASSES)
@@ -27,14 +26,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         raw_key = self._raw_key(request)
         if raw_key is None:
             return None
-        along = _read_along(request)
-        api_key = api_key_for(raw_key, along)
+        api_key = api_key_for(raw_key)
         if api_key is None:
             raise InvalidApiKey("The API key is invalid, expired or revoked.")
         record_api_key_use(api_key)
         authenticated = cast(TenantRequest, request)  # what HasTenant's views receive
         authenticated.tenant = api_key.tenant
-        authenticated.read_along = along.rows if along is not None else None
         return (api_key.tenant, api_key)
 
     def authenticate_header(self, request: Request) -> str:
@@ -49,13 +46,6 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return value.strip()
         value = request.META.get("HTTP_X_API_KEY", "").strip()
         return value or None
-
-
-def _read_along(request: Request) -> ReadAlong | None:
-    """What the endpoint reads of the tenant on every request (its view's ``read_along()``), sent with
-    the key's check; ``request.read_along`` gets the rows (None when the key was read in full)."""
-    read_along: Callable[[], ReadAlong] | None = getattr(request.parser_context.get("view"), "read_along", None)
-    return read_along() if read_along is not None else None
 
 
 class HasTenant(permissions.BasePermission):

@@ -3,8 +3,6 @@ tenant and the key typed, so views annotate ``request: TenantRequest`` instead o
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from rest_framework.request import Request
@@ -17,8 +15,6 @@ class TenantRequest(Request):
 
     tenant: Tenant
     auth: ApiKey
-    # The rows of the view's ``read_along()``, read with the key's check; None when the key was read in full.
-    read_along: list[tuple[Any, ...]] | None
 
 
 class ConsoleRequest(HttpRequest):

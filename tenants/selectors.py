@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hmac
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from cachetools import TTLCache
@@ -29,27 +27,17 @@ def tenant_by_name(name: str) -> Tenant:
         raise TenantNotFound(f"no tenant named {name!r}") from None
 
 
-@dataclass
-class ReadAlong:
-    """A read of an upper app sent in the same round trip as a remembered key's check, its tenant known
-    then: ``statement`` maps the tenant id to (SQL, parameters); ``rows`` stays None when the key had
-    to be looked up in full (the caller reads on its own then)."""
-
-    statement: Callable[[int], tuple[str, list[Any]]]
-    rows: list[tuple[Any, ...]] | None = None
-
-
-def api_key_for(raw_key: str, along: ReadAlong | None = None) -> ApiKey | None:
+def api_key_for(raw_key: str) -> ApiKey | None:
     """The usable key matching ``raw_key``: looked up by prefix, compared in constant time.
 
     Keys are remembered per process (by their hash) for ``API_KEY_CACHE_TTL_S``; a remembered key
     is re-checked with one small query for what gates access (revocation, expiry, scopes, bound principals,
     knowledge-base limits, the tenant's ``is_active``), so those changes apply at once everywhere, while a tenant's new rate
-    tier or expansion switches reach other processes within that time. ``along`` rides on that query."""
+    tier or expansion switches reach other processes within that time."""
     key_hash = hash_api_key(raw_key)
     with _usable_keys_lock:
         api_key = _usable_keys.get(key_hash)
-    if api_key is not None and _access_unchanged(api_key, along):
+    if api_key is not None and _access_unchanged(api_key):
         return api_key if api_key.is_usable() else None
     api_key = _usable_key_from_db(raw_key, key_hash)
     with _usable_keys_lock:
@@ -78,19 +66,11 @@ def _usable_key_from_db(raw_key: str, key_hash: str) -> ApiKey | None:
     return api_key
 
 
-def _access_unchanged(api_key: ApiKey, along: ReadAlong | None) -> bool:
-    """Whether the database still has what the remembered key decided access with; ``along``'s rows
-    come in the same round trip (two statements in one string: Django's client-side binding)."""
-    statement, params = _ACCESS_SQL, [api_key.pk]
-    if along is not None:
-        other, other_params = along.statement(api_key.tenant_id)
-        statement, params = f"{statement}; {other}", [*params, *other_params]
+def _access_unchanged(api_key: ApiKey) -> bool:
+    """Whether the database still has what the remembered key decided access with."""
     with connection.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(_ACCESS_SQL, [api_key.pk])
         row: tuple[Any, ...] | None = cursor.fetchone()
-        if along is not None:
-            cursor.nextset()
-            along.rows = cursor.fetchall()
     return row == (
         api_key.revoked_at,
         api_key.expires_at,

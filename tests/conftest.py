@@ -150,7 +150,7 @@ def redis_round_trips(monkeypatch) -> list[int]:
 def forget_restricted_versions():
     """What a process remembers of versions holding restricted chunks (knowledge.selectors) is keyed by
     revision, which a test's rolled-back transaction hands out again."""
-    from knowledge.selectors import forget_restricted_versions
+    from knowledge.selectors.search import forget_restricted_versions
 
     forget_restricted_versions()
 

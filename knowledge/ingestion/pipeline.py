@@ -1,4 +1,6 @@
-"""The Ingester: files into one KB version, parse -> chunk -> embed -> write (COPY) -> keyword index.
+"""The Ingester: files into one KB version, parse -> chunk -> embed -> write the stores: the vectors with
+the chunk rows (``VectorIndex.write``) and the graph (``GraphStore.write``) in one transaction, the keyword
+index (``LexicalIndex.write``) from the committed rows through its outbox (``knowledge.lexical``).
 
 Groups of documents are embedded in one background thread and their graphs extracted in another while
 this thread prepares the next group and writes the previous one (the model releases the GIL).
@@ -39,14 +41,14 @@ from knowledge.chunking import (
     document_context,
 )
 from knowledge.graph_extraction import graph_extraction
-from knowledge.ingestion.chunk_copy import ChunkBatch, copy_chunks
+from knowledge.ingestion.chunk_rows import ChunkBatch, chunk_rows
 from knowledge.ingestion.files import Labels, SourceFile, keep_original, read_sidecar, record_failure
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
 from knowledge.models import PARENT_CHILD, Chunk, Document, KnowledgeBase, KnowledgeBaseVersion, ParentChunk
 from knowledge.parsing import ParseError, Section, parse_file
 from knowledge.revisions import bump_revisions
-from knowledge.selectors import analyzer_for_tenant
-from knowledge.stores import graph_store
+from knowledge.selectors.search import analyzer_for_tenant
+from knowledge.stores import graph_store, vector_index
 
 logger = logging.getLogger(__name__)
 
@@ -309,7 +311,9 @@ class Ingester:
             replaced = Chunk.objects.filter(document__in=[doc.pk for doc in documents], kb_version=self.version)
             # while the replaced chunks exist: the graph forgets what only they mentioned
             replaced_ids = list(replaced.values_list("id", flat=True))
-            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, replaced_ids, {})
+            graph, index = graph_store(), vector_index()
+            graph.delete(self.kb.tenant_id, self.version.pk, replaced_ids)
+            index.delete(self.version.pk, replaced_ids)
             replaced.delete()
             parent_ids = self._replace_parents(documents, pending)
             batches, offset = [], 0
@@ -319,7 +323,7 @@ class Ingester:
                     ChunkBatch(document, doc.drafts, vectors_of, doc.labels, parent_ids.get(document.pk, []))
                 )
                 offset += len(doc.drafts)
-            copy_chunks(self.kb, self.version, batches)
+            index.write(chunk_rows(self.kb, self.version, batches))
             if not self._fills_new_version:
                 sync_edited_chunk_ids([document.pk for document in documents], self.version)
             rows = list(
@@ -329,7 +333,7 @@ class Ingester:
             )
             analyzed = self._analyzed_by_chunk_id(documents, pending, rows)
             by_document = dict(zip((document.pk for document in documents), pending, strict=True))
-            graph_store().replace_chunks(self.kb.tenant_id, self.version.pk, [], {
+            graph.write(self.kb.tenant_id, self.version.pk, {
                 chunk_id: by_document[doc_id].extractions[ordinal] for chunk_id, doc_id, ordinal in rows
             })  # fmt: skip
             record_lexical_change(self.version.pk, [document.pk for document in documents])

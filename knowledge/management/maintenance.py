@@ -5,7 +5,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from knowledge.models import KnowledgeBaseVersion
-from knowledge.selectors import active_knowledge_bases
+from knowledge.selectors.api import active_knowledge_bases
 
 
 class ActiveVersionsCommand(BaseCommand):

@@ -298,7 +298,7 @@ class Chunk(models.Model):
             GinIndex(fields=["tags"], name="chunk_tags_gin", fastupdate=False),
             GinIndex(fields=["acl"], name="chunk_acl_gin", fastupdate=False),
             # The few chunks not open to everyone: a search learns from it at once whether its versions
-            # hold any (none: the ACL check is a no-op and is left out; knowledge.selectors.restricted_versions).
+            # hold any (none: the ACL check is a no-op and is left out; knowledge.selectors.search.restricted_versions).
             models.Index(
                 fields=["kb_version"], name="chunk_version_restricted", condition=~models.Q(acl__contains=["*"])
             ),

@@ -19,7 +19,7 @@ from core.usage import frequent_queries
 from knowledge.errors import VersionConflict
 from knowledge.models import KnowledgeBase, KnowledgeBaseVersion
 from knowledge.search_settings import merged_search_settings
-from knowledge.selectors import SearchedKnowledge, searched_knowledge
+from knowledge.selectors.search import SearchedKnowledge, searched_knowledge
 from knowledge.versions import VALIDATION_QUERIES, activate_version
 from retrieval.evaluation.runs import run_variant
 from retrieval.evaluation.variants import DEPTH, Variant

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from django.db import transaction
 
-from engines import get_lexical_index
 from knowledge.ingestion.files import SourceFile
 from knowledge.ingestion.pipeline import Ingester, IngestReport
 from knowledge.knowledge_bases import get_or_create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import PLAIN, KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, knowledge_bases_of
+from knowledge.selectors.api import knowledge_bases_of
+from knowledge.selectors.search import analyzer_for_tenant
+from knowledge.stores import lexical_index
 from knowledge.vocabulary import import_vocabulary_files
 from retrieval.evaluation.datasets import CORPUS_LAYOUT, VOCABULARY_FOLDER, BeirDataset
 from tenants.models import Tenant
@@ -85,7 +86,7 @@ def ingest_corpus(kb: KnowledgeBase, files: list[SourceFile], on_progress: Calla
     report = Ingester(kb, on_progress=on_progress).ingest(files)
     analyzer = analyzer_for_tenant(kb.tenant_id)
     version_id = kb.active_version_id
-    state = get_lexical_index().state(version_id) if version_id is not None else None
+    state = lexical_index().state(version_id) if version_id is not None else None
     if state is not None and (state.analyzer_version, state.dictionary_fingerprint) != (
         analyzer.version,
         analyzer.dictionary_fingerprint,

@@ -14,7 +14,8 @@ from django.conf import settings
 from engines.embedders import get_embedder
 from knowledge.ingestion.pipeline import IngestReport
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import analyzer_for_tenant, search_settings_of
+from knowledge.selectors.api import search_settings_of
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.evaluation.datasets import BeirDataset
 from retrieval.evaluation.metrics import METRICS
 from retrieval.evaluation.runs import RunResult

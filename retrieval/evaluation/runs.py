@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import SearchedKnowledge
+from knowledge.selectors.search import SearchedKnowledge
 from retrieval.evaluation.datasets import BeirDataset, corpus_id_from_uri
 from retrieval.evaluation.metrics import METRICS, distinct, kept_share, score_query, threshold_curve
 from retrieval.evaluation.variants import Variant

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge.selectors import SynonymRule
+from knowledge.selectors.search import SynonymRule
 from retrieval.expansion.base import ExpansionContext, ExpansionError, QueryExpander, QueryVariant
 from retrieval.expansion.common import top_variants
 from retrieval.expansion.llm import LLMExpander

@@ -4,7 +4,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from engines.errors import ComponentError
-from knowledge.selectors import SynonymRule
+from knowledge.selectors.search import SynonymRule
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class QueryVariant:
 class ExpansionContext:
     tenant_id: int
     version_ids: tuple[int, ...]  # the active KB versions being searched (spelling uses their vocabulary)
-    synonyms: tuple[SynonymRule, ...]  # the tenant's active rules (``knowledge.selectors.tenant_vocabulary``)
+    synonyms: tuple[SynonymRule, ...]  # the tenant's active rules (``knowledge.selectors.search.tenant_vocabulary``)
     max_expansions: int
 
 

@@ -12,14 +12,14 @@ from typing import Any
 from cachetools import TTLCache
 from django.conf import settings
 
-from engines import get_lexical_index
 from engines.analysis import Analyzer
 from engines.base import LexicalHit, LexicalIndex, LexicalIndexError
 from engines.lexical_filter import LexicalFilter
+from knowledge.stores import lexical_index
 from retrieval import selectors
 from retrieval.expansion.base import QueryVariant
 from retrieval.expansion.rm3 import feedback_query
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.keyword_filter import keyword_filter
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
@@ -59,7 +59,7 @@ def prepare_bm25(context: SearchContext) -> LexicalQuery:
 def _index_filters(version_ids: tuple[int, ...]) -> int:
     """What the keyword index of every version carries: 0, no filter fields; 1, the business fields; 2,
     their ACL terms too (``engines.lexical_filter.FILTER_FIELDS_LEVEL``)."""
-    index = get_lexical_index()
+    index = lexical_index()
     lowest = 2
     for version_id in version_ids:
         with _filters_in_index_lock:
@@ -76,7 +76,7 @@ def _index_filters(version_ids: tuple[int, ...]) -> int:
 def search_keyword_index(context: SearchContext, query: LexicalQuery) -> LexicalHits:
     """The keyword index's hits and BM25 ceilings per query variant. No database: it runs on the
     lexical pool, beside the embedding and the request thread's database work."""
-    index = get_lexical_index()
+    index = lexical_index()
     notes = _lexical_index_notes(index, context.version_ids, query.analyzer)
     version_ids = context.version_ids
 
@@ -96,10 +96,10 @@ def search_keyword_index(context: SearchContext, query: LexicalQuery) -> Lexical
     return LexicalHits([hits for hits, _, _ in searched], [tokens for _, tokens, _ in searched], ceilings, notes)
 
 
-def check_bm25(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
+def confirm_bm25_hits(context: SearchContext, query: LexicalQuery, found: LexicalHits) -> LegResult:
     """One BM25 list per query variant, of the index's hits the chunk table confirms (they exist and
     pass the filters; searched inside the allowed ids, they need no check)."""
-    index = get_lexical_index()
+    index = lexical_index()
     weight = context.weights["bm25"]
 
     def check_variant(searched: tuple[QueryVariant, list[LexicalHit], list[str]]) -> tuple[RankedList, dict[int, str]]:
@@ -126,7 +126,7 @@ def feed_back_bm25(context: SearchContext, leg: LegResult, query: LexicalQuery) 
     """The leg searched again with each variant's RM3 query (``retrieval.expansion.rm3``), built from
     its first list's top passages as indexed. The lists keep their variant's text; its BM25 ceiling
     becomes the weighted query's, so ``relevance`` stays a share of the most the query could score."""
-    index = get_lexical_index()
+    index = lexical_index()
     feedback, version_ids = context.feedback, context.version_ids
     top = {chunk_id for ranked in leg.lists for chunk_id, _ in ranked.hits[: feedback.docs]}
     texts = selectors.indexed_texts(context.tenant, list(top))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from graph.ranking import GraphBridge
-from retrieval.fusion import Contribution, FusedCandidate
+from retrieval.fusion_functions import Contribution, FusedCandidate
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ from engines.analysis import Analyzer
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
 from knowledge.models import Chunk
-from knowledge.selectors import searched_knowledge, tenant_vocabulary
+from knowledge.selectors.search import searched_knowledge, tenant_vocabulary
 from knowledge.stores import graph_store
 from retrieval import selectors
 from retrieval.access import reader_check
 from retrieval.errors import GraphUnavailable
 from retrieval.filters import CompiledFilter, compile_filters
-from retrieval.fusion import FusedCandidate, RankedList, reciprocal_rank_fusion
+from retrieval.fusion_functions import FusedCandidate, RankedList, reciprocal_rank_fusion
 from retrieval.services.degradation import degradation_of
 from retrieval.services.planning import model_groups
 from retrieval.services.timings import StageTimings

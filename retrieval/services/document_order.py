@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval import selectors
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 from retrieval.grouping import Grouped, aggregate, group_by_document
 from retrieval.services.degradation import degradation_of
 from retrieval.services.timings import StageTimings
@@ -39,7 +39,7 @@ def order_by_document(
     return DocumentOrder(ranked, scores, document_of, [])
 
 
-def cut(candidates: list[FusedCandidate], top_k: int, group_by: str, document_of: dict[int, int]) -> Grouped:
+def top_k_hits(candidates: list[FusedCandidate], top_k: int, group_by: str, document_of: dict[int, int]) -> Grouped:
     """The ``top_k`` hits: chunks, or (``group_by`` document) each document's best chunk and its passages."""
     if group_by == "document":
         grouped = group_by_document(candidates, document_of)

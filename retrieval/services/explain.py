@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 from retrieval.services.document_order import DocumentOrder
 from retrieval.services.legs import Retrieved
 from retrieval.services.union import UnionScored

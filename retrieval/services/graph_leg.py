@@ -6,7 +6,7 @@ from django.conf import settings
 
 from graph.ranking import bridges_from, rank_by_graph
 from retrieval import selectors
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.services.context import SearchContext
 from retrieval.types import LegResult
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from retrieval import selectors
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 from retrieval.grouping import Grouped
 from retrieval.relevance import RelevanceScales
 from retrieval.services.parents import Parents

@@ -12,7 +12,7 @@ from typing import Any
 from core.errors import DomainError
 from retrieval import selectors
 from retrieval.errors import EmbedderUnavailable, GraphUnavailable, LexicalIndexUnavailable, VectorIndexUnavailable
-from retrieval.services.bm25_leg import check_bm25, feed_back_bm25, prepare_bm25, search_keyword_index
+from retrieval.services.bm25_leg import confirm_bm25_hits, feed_back_bm25, prepare_bm25, search_keyword_index
 from retrieval.services.context import SearchContext
 from retrieval.services.degradation import degradation_of
 from retrieval.services.graph_leg import retrieve_graph
@@ -97,7 +97,7 @@ def _finish_bm25(context: SearchContext, query: LexicalQuery, searched: Future[L
     pass when asked (whose failure leaves the first pass's lists, degraded)."""
     with context.timings.stage("bm25"):
         try:
-            leg = check_bm25(context, query, searched.result())
+            leg = confirm_bm25_hits(context, query, searched.result())
         except Exception as exc:
             return _failed_leg("bm25", exc, LexicalIndexUnavailable, "keyword search is unavailable")
     if not context.feedback.enabled:

@@ -17,7 +17,7 @@ from typing import Any
 
 from graph.ranking import GraphBridge
 from retrieval import selectors
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from tenants.models import Tenant
 
 PARENT_KEY = "parent:"  # a child's dedup key: this, then its parent's content hash

@@ -8,14 +8,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from engines.analysis import detect_language
-from knowledge.selectors import SearchedKnowledge, SearchedVersion, SynonymRule
+from knowledge.selectors.search import SearchedKnowledge, SearchedVersion, SynonymRule
 from retrieval.errors import QueryVectorMismatch, QueryVectorNotApplicable
 from retrieval.expansion import expand_query
 from retrieval.tuning import FusionSettings, effective_settings
 from retrieval.types import RETRIEVERS, Expansion, ModelGroup, Notice, SearchRequest, Weights
 from tenants.models import Tenant
 
-# The codes of ``weigh``'s notice on the query's language (``notices`` of a response; docs/api.md).
+# The codes of ``retriever_weights``'s notice on the query's language (``notices`` of a response; docs/api.md).
 DENSE_SKIPPED_LANGUAGE = "dense_skipped_language"  # DENSE_WEIGHT_FLOOR 0: the dense leg does not run
 DENSE_WEIGHTED_LANGUAGE = "dense_weighted_language"  # turned down to DENSE_WEIGHT_FLOOR
 
@@ -82,7 +82,7 @@ def expand(
     return Expansion(expansion.variants, expansion.degraded)
 
 
-def weigh(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettings) -> Weights:
+def retriever_weights(request: SearchRequest, groups: list[ModelGroup], fusion: FusionSettings) -> Weights:
     """Each retriever's weight (0: it does not run); dense retrieval is turned down to the floor when
     the query's language is one no searched model covers."""
     mode = request.mode

@@ -11,7 +11,7 @@ from core.metrics import record_circuit
 from engines.rerankers import get_reranker
 from retrieval import selectors
 from retrieval.errors import RerankerUnavailable
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 from retrieval.services.degradation import degradation, degradation_of
 from retrieval.services.timings import StageTimings
 from retrieval.types import Degradation, Reranked

@@ -17,18 +17,18 @@ from core.metrics import record_search
 from engines.database import read_notes
 from graph.query_setup import graph_setup_of
 from knowledge.models import PARENT_CHILD
-from knowledge.selectors import SearchedKnowledge, searched_knowledge, tenant_vocabulary
+from knowledge.selectors.search import SearchedKnowledge, searched_knowledge, tenant_vocabulary
 from retrieval.access import reader_check
 from retrieval.filters import compile_filters
 from retrieval.relevance import RelevanceScales, dense_backgrounds
 from retrieval.services.context import SearchContext
-from retrieval.services.document_order import cut, order_by_document
+from retrieval.services.document_order import order_by_document, top_k_hits
 from retrieval.services.explain import explain
-from retrieval.services.fuse import fuse
+from retrieval.services.fusion_stage import fuse
 from retrieval.services.hydrate import hydrate
 from retrieval.services.legs import retrieve
 from retrieval.services.parents import parents_of
-from retrieval.services.planning import caller_vector, expand, model_groups, searched_settings, weigh
+from retrieval.services.planning import caller_vector, expand, model_groups, retriever_weights, searched_settings
 from retrieval.services.rerank import rerank
 from retrieval.services.timings import StageTimings
 from retrieval.services.union import score_union
@@ -63,7 +63,7 @@ def search(
         vocabulary = tenant_vocabulary(tenant.pk, knowledge.vocabulary_stamp)
         with timings.stage("expand"):
             expansion = expand(tenant, request, version_ids, vocabulary.synonyms)
-        weights = weigh(request, groups, fusion)
+        weights = retriever_weights(request, groups, fusion)
         context = SearchContext(
             tenant=tenant, groups=tuple(groups), version_ids=version_ids, variants=tuple(expansion.variants),
             weights=weights.by_retriever, compiled=compiled, analyzer=vocabulary.analyzer,
@@ -87,7 +87,7 @@ def search(
             fused = fuse(tenant, lists, {**retrieved.content_hashes, **parents.keys}, fusion, scales, bridges)
         documents = order_by_document(tenant, fused, fusion, timings)
         reranked = rerank(tenant, request.query, documents.candidates, requested=request.rerank, timings=timings)
-        head = cut(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
+        head = top_k_hits(reranked.candidates, request.top_k, fusion.group_by, documents.document_of)
         results = hydrate(
             tenant, request, head, reranked.scores, scales,
             legs=union.legs, document_scores=documents.scores, fused=fused, parents=parents,

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engines import get_lexical_index
 from engines.base import LexicalIndex
-from knowledge.stores import vector_index
-from retrieval.fusion import RankedList
+from knowledge.stores import lexical_index, vector_index
+from retrieval.fusion_functions import RankedList
 from retrieval.relevance import CALIBRATED
 from retrieval.services.bm25_leg import bm25_hits
 from retrieval.services.context import SearchContext
@@ -54,7 +53,7 @@ def _leg_over(context: SearchContext, leg: LegResult, union: set[int]) -> LegRes
     """The leg with each list extended to the ``union``'s passages it scores, best first; the lists of
     the query variants beside each other (``pools.per_variant``)."""
     dense = leg.retriever == "vector"
-    index = vector_index() if dense else get_lexical_index()
+    index = vector_index() if dense else lexical_index()
 
     def extend(list_and_query: tuple[RankedList, ListQuery]) -> RankedList:
         ranked, query = list_and_query

@@ -13,7 +13,7 @@ from cachetools import TTLCache
 from engines.base import SearchScope, VectorHit, VectorIndex
 from engines.embedders import get_embedder
 from knowledge.stores import vector_index
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, ListQuery, ModelGroup
@@ -45,7 +45,7 @@ def plan_vector(context: SearchContext) -> list[object | None]:
     return [_vector_plan(index, context, group) for group in context.groups]
 
 
-def _vector_plan(index: VectorIndex, context: SearchContext, group: ModelGroup) -> object | None:
+def _vector_plan(index: VectorIndex[Any], context: SearchContext, group: ModelGroup) -> object | None:
     filters = context.compiled.sql
     key = (context.tenant.pk, group.version_ids, group.revisions, group.dimension, filters.sql, repr(filters.params))
     with _vector_plans_lock:

@@ -1,18 +1,14 @@
-"""Smoke tests of ``bench/filtered_scale.py`` and ``bench/peers.py``: each filter means the same rows in
+"""Smoke tests of ``bench.filtered_scale`` and its ``peers``: each filter means the same rows in
 the service's filter language as in the numpy mask the ground truth and FAISS use (no timing, no peer
 engine: those are bench/requirements.txt's, not the tests')."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import filtered_scale  # bench/ is not a package; its scripts import their siblings
-import peers
+from bench.filtered_scale import peers
+from bench.filtered_scale.rows import load_rows
 
 SHARES = {"none": 1.0, "segment 10 %": 0.10, "campaign 1 %": 0.01, "cohort 0.1 %": 0.001}
 SHARES |= {"date range 5 %": 0.05, "tag in 2 %": 0.02}
@@ -36,7 +32,7 @@ def test_the_service_filters_select_the_rows_of_the_numpy_masks():
     slices = [(14_500, 1_000), (30_000, 500)]
     for first, rows in slices:
         vectors = rng.standard_normal((rows, 8)).astype(np.float32)
-        filtered_scale.load_rows(kb, [f"passage {i}" for i in range(rows)], vectors, first)
+        load_rows(kb, [f"passage {i}" for i in range(rows)], vectors, first)
     numbers = np.concatenate([np.arange(first, first + rows) for first, rows in slices])
     fields = peers.Fields.of(numbers)
 

@@ -1,14 +1,13 @@
-"""``bench/hybrid_ab.py`` names the code each tree holds, also a tree that is not a git checkout."""
+"""``bench.hybrid_ab`` names the code each tree holds, also a tree that is not a git checkout."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+from bench.hybrid_ab import __main__ as hybrid_ab
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-import hybrid_ab  # noqa: E402  (bench/ is not a package)
 
 
 def test_a_git_checkout_is_named_by_its_commit():

@@ -1,17 +1,14 @@
-"""``bench/ingest_report.py``: the summary of bench/ingest.py's passes and its table, from totals written
+"""``bench.ingest.report``: the summary of ``bench.ingest``'s passes and its table, from totals written
 by hand (no timing is measured)."""
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import ingest_report  # bench/ is not a package; its scripts import their siblings
-from ingest_stages import Timings
+from bench.ingest import report as ingest_report
+from bench.ingest.stages import Timings
 
 
 def test_the_summary_and_the_table_give_each_pass_its_rate_and_its_ratio_to_the_raw_encode(capsys):

@@ -1,18 +1,14 @@
-"""Smoke tests of ``bench/scale.py``'s data generator and ground truth (no timing, no large data)."""
+"""Smoke tests of ``bench.scale`` and ``bench.synthetic``: the data generator and ground truth (no timing, no large data)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from django.db import connection, transaction
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import scale  # bench/ is not a package; its scripts import _common as a sibling
-import scale_measure
-import vector_search
+from bench import synthetic
+from bench.harness.postgres import plan_shape
+from bench.scale import __main__ as scale
 
 
 def test_filters_select_the_rows_whose_business_fields_match():
@@ -31,11 +27,11 @@ def test_exact_top_k_is_the_cosine_ranking_within_the_mask():
     rng = np.random.default_rng(7)
     real = rng.standard_normal((50, 16)).astype(np.float32)
     real /= np.linalg.norm(real, axis=1, keepdims=True)
-    vectors, _ = vector_search.synthesize(real, 3_000, rng)
+    vectors, _ = synthetic.synthesize(real, 3_000, rng)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     queries = vectors[rng.integers(0, len(vectors), 40)]
     mask = scale.filter_mask("10 %", len(vectors))
-    for query, top in zip(queries, scale.exact_top_k(vectors, queries, 10, mask)):
+    for query, top in zip(queries, synthetic.exact_top_k(vectors, queries, 10, mask)):
         allowed = np.flatnonzero(mask)
         brute = allowed[np.argsort(-(vectors[allowed] @ query), kind="stable")[:10]]
         assert mask[top].all()
@@ -48,7 +44,7 @@ def test_the_exact_top_k_of_a_filter_smaller_than_k_is_all_of_it_best_first():
     queries = rng.standard_normal((3, 16)).astype(np.float32)
     mask = np.zeros(200, dtype=bool)
     mask[[4, 50, 120]] = True
-    for query, top in zip(queries, scale.exact_top_k(vectors, queries, 10, mask)):
+    for query, top in zip(queries, synthetic.exact_top_k(vectors, queries, 10, mask)):
         assert sorted(top.tolist()) == [4, 50, 120]
         assert (np.diff(vectors[top] @ query) <= 0).all()
 
@@ -62,7 +58,7 @@ def test_variant_ddl_builds_an_hnsw_index_with_its_storage_and_parameters(storag
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [variant.name])
         (definition,) = cursor.fetchone()
         transaction.set_rollback(True)
-    assert f"{storage}_cosine_ops" in definition and f"{storage}({scale.DIM})" in definition
+    assert f"{storage}_cosine_ops" in definition and f"{storage}({synthetic.DIM})" in definition
     assert "m='8'" in definition and "ef_construction='32'" in definition
 
 
@@ -77,13 +73,13 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
     service's rebuild indexes: the same hits with the same scores."""
     from engines import get_lexical_index
     from knowledge.lexical import rebuild_lexical_index
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
     from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 
     passages = ["Warranty claims need the receipt.", "The battery lasts 12 hours; charge it overnight."]
     document = DocumentFactory(knowledge_base=KnowledgeBaseFactory())
     for g in range(40):
-        ChunkFactory(document=document, content=f"{passages[g % 2]}{scale.SYNTHETIC_TAG}{g}]")
+        ChunkFactory(document=document, content=f"{passages[g % 2]}{synthetic.SYNTHETIC_TAG}{g}]")
     version, tenant_id = document.knowledge_base.active_version, document.tenant_id
     analyzer, index = analyzer_for_tenant(tenant_id), get_lexical_index()
 
@@ -92,7 +88,7 @@ def test_keyword_index_of_passages_analyzed_once_is_the_services_rebuild(lexical
         return [(hit.chunk_id, hit.score) for hit in found]
 
     queries = ["warranty receipt", "battery hours", "synthetic chunk 17"]
-    assert scale.build_keyword_index(version) == 40
+    assert synthetic.build_keyword_index(version) == 40
     shortcut = [hits(query) for query in queries]
     rebuild_lexical_index(version)
     assert shortcut == [hits(query) for query in queries] and all(shortcut)
@@ -107,4 +103,4 @@ def test_plan_shape_names_each_node_down_the_first_children():
             }
         }
     ]
-    assert scale_measure.plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"
+    assert plan_shape(explain) == "Limit > Index Scan (chunk_embedding_hnsw_384)"

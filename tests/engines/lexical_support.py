@@ -41,7 +41,7 @@ def doc(chunk_id: int, text: str, *, doc_id: int | None = None, tenant_id: int =
 
 def write(index: LexicalIndex, chunks: list[LexicalDocument], *, version: int = VERSION, **state: str) -> None:
     """Replaces the documents of ``chunks`` (ingestion's unit of work)."""
-    index.replace_documents(version, sorted({c.doc_id for c in chunks}), chunks, **(STATE | state))
+    index.write(version, chunks, replacing=sorted({c.doc_id for c in chunks}), **(STATE | state))
 
 
 def search(

@@ -135,7 +135,7 @@ def test_es_first_write_creates_generation_zero_behind_the_alias(fake):
     fake.route("DELETE", "/_search/scroll", body={"succeeded": True})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
-    es_index(fake.url).replace_documents(3, [10], [doc(42, "a b", doc_id=10)], **STATE)
+    es_index(fake.url).write(3, [doc(42, "a b", doc_id=10)], replacing=[10], **STATE)
 
     assert fake.calls() == [
         "HEAD /_alias/unit-kbv-3",
@@ -160,7 +160,7 @@ def test_es_index_definition(fake):
     fake.route("PUT", "/unit-kbv-3-0")
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
-    es_index(fake.url).replace_documents(3, [], [doc(1, "x")], **STATE)
+    es_index(fake.url).write(3, [doc(1, "x")], **STATE)
 
     definition = fake.requests[1].json()
     assert definition["settings"] == {
@@ -185,8 +185,8 @@ def test_es_an_existing_alias_is_written_without_touching_its_state(fake):
     fake.route("DELETE", "/_search/scroll", body={"succeeded": True})
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
-    es_index(fake.url).replace_documents(
-        3, [10], [doc(42, "a", doc_id=10)], analyzer_version="new", dictionary_fingerprint="new"
+    es_index(fake.url).write(
+        3, [doc(42, "a", doc_id=10)], replacing=[10], analyzer_version="new", dictionary_fingerprint="new"
     )
     assert not any(call.startswith("PUT /unit-kbv-3") for call in fake.calls())
 
@@ -197,7 +197,7 @@ def test_es_rebuild_fills_a_new_generation_then_swaps_atomically(fake):
     fake.route("POST", r"/unit-kbv-3-\d+/_refresh", body={})
     fake.route("GET", "/_alias/unit-kbv-3", body={"unit-kbv-3-0": {"aliases": {"unit-kbv-3": {}}}})
     fake.route("POST", "/_aliases")
-    count = es_index(fake.url).rebuild(
+    count = es_index(fake.url).build_version(
         3, iter([doc(1, "a"), doc(2, "b")]), analyzer_version="a2", dictionary_fingerprint="f2"
     )
 
@@ -227,7 +227,7 @@ def test_es_failed_rebuild_deletes_the_new_generation_and_keeps_the_alias(fake):
         raise RuntimeError("the analyzer crashed")
 
     with pytest.raises(RuntimeError):
-        es_index(fake.url).rebuild(3, failing_chunks(), **STATE)
+        es_index(fake.url).build_version(3, failing_chunks(), **STATE)
     assert fake.calls()[-1] == f"DELETE {fake.requests[0].path}"
     assert not any("_aliases" in call for call in fake.calls())
 
@@ -244,7 +244,7 @@ def test_es_rejected_documents_are_a_lexical_index_error(fake):
         },
     )
     with pytest.raises(LexicalIndexError) as caught:
-        es_index(fake.url).replace_documents(3, [], [doc(1, "x")], **STATE)
+        es_index(fake.url).write(3, [doc(1, "x")], **STATE)
     assert caught.value.cause == "request_error"
 
 
@@ -255,7 +255,7 @@ def test_es_drop_deletes_every_generation_by_name(fake):
         body={"unit-kbv-3-0": {"aliases": {"unit-kbv-3": {}}}, "unit-kbv-3-17": {"aliases": {}}},
     )
     fake.route("DELETE", "/unit-kbv-3-0,unit-kbv-3-17")
-    es_index(fake.url).drop(3)
+    es_index(fake.url).drop_version(3)
     assert fake.calls()[-1] == "DELETE /unit-kbv-3-0,unit-kbv-3-17"
 
 

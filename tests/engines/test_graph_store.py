@@ -9,6 +9,7 @@ import math
 import pytest
 
 from engines.base import Community, Entity, Extraction, GraphScope, GraphStore, GraphWalk, entity_score
+from knowledge.models import KnowledgeBaseVersion
 from knowledge.stores import graph_store
 from tests.concurrency import race
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
@@ -27,7 +28,7 @@ def store(request, db) -> GraphStore:
     yield neo4j
     # test databases reuse ids: forget what this test wrote
     for tenant_id, version_id in KnowledgeBaseVersion.objects.values_list("knowledge_base__tenant_id", "pk"):
-        neo4j.drop_versions(tenant_id, [version_id])
+        neo4j.drop_version(tenant_id, version_id)
 
 
 def chain(*names: str, weight: float = 1.0) -> Extraction:
@@ -74,13 +75,18 @@ def reached(store, kb, seeds: list[int], **options) -> dict:
     return {entity.node.entity_id: entity for entity in steps}
 
 
+def names_in(store, kb, *names: str) -> set[str]:
+    """Which of ``names`` the KB's active version has as entities."""
+    return {node.name for node in store.find_entities(scope_of(kb), list(names))}
+
+
 def ids_by_name(store, kb, *names) -> dict[str, int]:
     return {node.name: node.entity_id for node in store.find_entities(scope_of(kb), list(names))}
 
 
 def test_entities_are_one_per_name_with_their_passage_counts(store, kb):
     first, second = chunks_of(kb, 2)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("a", "b"), second: chain("b", "c")})
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("a", "b"), second: chain("b", "c")})
     nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "missing"])}
     assert {name: node.chunk_count for name, node in nodes.items()} == {"a": 1, "b": 2, "c": 1}
     assert nodes["b"].label == "B" and nodes["b"].version_id == kb.active_version_id
@@ -91,7 +97,7 @@ def test_entities_are_one_per_name_with_their_passage_counts(store, kb):
 def test_reached_entities_map_back_to_the_passages_mentioning_them_most(store, kb):
     first, second = chunks_of(kb, 2)
     extraction = Extraction((Entity("a", "a", "noun", 3),))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: extraction, second: chain("a")})
+    store.write(kb.tenant_id, kb.active_version_id, {first: extraction, second: chain("a")})
     a = ids_by_name(store, kb, "a")["a"]
     assert store.mentions(scope_of(kb), [a], per_entity=5) == [(a, first, 3), (a, second, 1)]
     assert store.mentions(scope_of(kb), [a], per_entity=1) == [(a, first, 3)]
@@ -106,7 +112,7 @@ def mentioning(*names: str, counts: dict[str, int] | None = None) -> Extraction:
 
 def test_a_bridge_leads_from_a_passage_through_an_entity_it_shares_to_the_other_passages(store, kb):
     menu, monitor, offer, spare, noise = chunks_of(kb, 5)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {
+    store.write(kb.tenant_id, kb.active_version_id, {
         menu: mentioning("dish", "sky-1", "only-here"),  # "dish" and "only-here": in no other passage
         monitor: mentioning("sky-1", "airsense"),
         offer: mentioning("airsense", "common"),
@@ -132,9 +138,9 @@ def test_a_bridge_leads_from_a_passage_through_an_entity_it_shares_to_the_other_
 def test_bridges_stay_in_their_tenant_and_version(store, kb):
     other = KnowledgeBaseFactory()
     (mine,), (theirs, their_other) = chunks_of(kb, 1), chunks_of(other, 2)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: mentioning("sky-1")})
-    store.replace_chunks(
-        other.tenant_id, other.active_version_id, [], {theirs: mentioning("sky-1"), their_other: mentioning("sky-1")}
+    store.write(kb.tenant_id, kb.active_version_id, {mine: mentioning("sky-1")})
+    store.write(
+        other.tenant_id, other.active_version_id, {theirs: mentioning("sky-1"), their_other: mentioning("sky-1")}
     )
     assert store.bridges(scope_of(kb), [mine], 10, 10) == []  # sky-1 is in one passage of this version
     assert store.bridges(scope_of(kb), [theirs], 10, 10) == []
@@ -146,7 +152,7 @@ def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
     # a - b - c - d, and a weaker shortcut a - c
     extraction = chain("a", "b", "c", "d", weight=3.0)
     extraction = with_relations(extraction, *extraction.named_relations(), ("a", "c", 0.5, ""))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: extraction})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk: extraction})
     ids = ids_by_name(store, kb, "a", "b", "c", "d")
     steps = reached(store, kb, [ids["a"]])
     assert set(steps) == {ids["a"], ids["b"], ids["c"], ids["d"]}
@@ -166,7 +172,7 @@ def test_reach_walks_up_to_hops_with_the_strongest_path(store, kb):
 def test_reached_entities_are_scored_and_the_best_kept(store, kb):
     first, second, third = chunks_of(kb, 3)
     graphs = {first: chain("a", "b", weight=3.0), second: chain("b", "c", weight=1.0), third: chain("c")}
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    store.write(kb.tenant_id, kb.active_version_id, graphs)
     ids = ids_by_name(store, kb, "a", "b", "c")
     assert store.chunk_total(scope_of(kb)) == 3
     steps = store.reach(scope_of(kb), [ids["a"]], walk(), 3)
@@ -185,7 +191,7 @@ def test_reached_entities_are_scored_and_the_best_kept(store, kb):
 def test_a_walk_does_not_go_on_from_a_hub(store, kb):
     chunk_ids = chunks_of(kb, 3)
     graphs = {chunk_ids[0]: chain("a", "hub", "b"), chunk_ids[1]: chain("hub"), chunk_ids[2]: chain("hub")}
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    store.write(kb.tenant_id, kb.active_version_id, graphs)
     ids = ids_by_name(store, kb, "a", "hub", "b")
     assert set(reached(store, kb, [ids["a"]], hub_passages=3)) == {ids["a"], ids["hub"], ids["b"]}
     assert set(reached(store, kb, [ids["a"]], hub_passages=2)) == {ids["a"], ids["hub"]}  # reached, not walked
@@ -196,13 +202,13 @@ def test_each_step_names_its_relation_kind(store, kb):
     first, second = chunks_of(kb, 2)
     typed = with_relations(chain("lock", "maker"), ("lock", "maker", 1.0, "made_by"))
     graphs = {first: typed, second: chain("maker", "city")}
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    store.write(kb.tenant_id, kb.active_version_id, graphs)
     ids = ids_by_name(store, kb, "lock", "maker", "city")
     city = reached(store, kb, [ids["lock"]])[ids["city"]]
     assert city.labels == ("LOCK", "MAKER", "CITY") and city.relations == ("made_by", "")
     # a pair related both ways (typed in one passage, by co-occurrence in another) names the typed kind
     (third,) = chunks_of(kb, 1)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {third: chain("lock", "maker", weight=5.0)})
+    store.write(kb.tenant_id, kb.active_version_id, {third: chain("lock", "maker", weight=5.0)})
     assert reached(store, kb, [ids["lock"]])[ids["maker"]].relations == ("made_by",)
 
 
@@ -212,7 +218,7 @@ def test_a_typed_relation_keeps_its_direction_and_a_walk_says_which_way_it_went(
     typed = with_relations(
         chain("lock", "maker", "city"), ("lock", "maker", 1.0, "made_by"), ("maker", "city", 1.0, "")
     )
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: typed})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk: typed})
     ids = ids_by_name(store, kb, "lock", "maker", "city")
     forward = reached(store, kb, [ids["lock"]])[ids["maker"]]
     assert forward.relations == ("made_by",) and forward.reversed == (False,)
@@ -223,9 +229,9 @@ def test_a_typed_relation_keeps_its_direction_and_a_walk_says_which_way_it_went(
     # the same statement with the ends swapped is another relation; removing the passage forgets both ways
     (other,) = chunks_of(kb, 1)
     swapped = with_relations(chain("maker", "lock"), ("maker", "lock", 3.0, "made_by"))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {other: swapped})
+    store.write(kb.tenant_id, kb.active_version_id, {other: swapped})
     assert reached(store, kb, [ids["lock"]])[ids["maker"]].reversed == (True,)  # the heavier one now
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [other], {})
+    store.delete(kb.tenant_id, kb.active_version_id, [other])
     assert reached(store, kb, [ids["lock"]])[ids["maker"]].reversed == (False,)
     assert store.edges(kb.tenant_id, kb.active_version_id) == sorted(
         [(*sorted((ids["lock"], ids["maker"])), 1.0), (*sorted((ids["maker"], ids["city"])), 1.0)]
@@ -235,16 +241,16 @@ def test_a_typed_relation_keeps_its_direction_and_a_walk_says_which_way_it_went(
 def test_relation_weights_add_up_over_passages(store, kb):
     first, second = chunks_of(kb, 2)
     graphs = {first: chain("a", "b", weight=1.0), second: chain("a", "b", weight=1.0)}
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    store.write(kb.tenant_id, kb.active_version_id, graphs)
     ids = ids_by_name(store, kb, "a", "b")
     assert math.isclose(reached(store, kb, [ids["a"]], hops=1)[ids["b"]].strength, 2 / 3)
 
 
 def test_replacing_passages_replaces_their_part_of_the_graph(store, kb):
     first, second = chunks_of(kb, 2)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("a", "b"), second: chain("b", "c")})
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("a", "b"), second: chain("b", "c")})
     (third,) = chunks_of(kb, 1)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [first], {third: chain("b", "d")})
+    store.write(kb.tenant_id, kb.active_version_id, {third: chain("b", "d")}, replacing=[first])
     nodes = {node.name: node for node in store.find_entities(scope_of(kb), ["a", "b", "c", "d"])}
     assert set(nodes) == {"b", "c", "d"}  # nothing mentions a any more
     assert nodes["b"].chunk_count == 2
@@ -264,30 +270,28 @@ def test_removing_passages_subtracts_exactly_their_relations(store, kb):
     passages = {"p1": chain("a", "b", "c", weight=1.0), "p2": typed, "p3": chain("b", "c", "d", weight=0.5),
                 "p4": chain("a", "b", weight=0.25)}  # fmt: skip
     chunk_of = dict(zip(passages, chunks_of(kb, 4), strict=True))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk_of[p]: passages[p] for p in passages})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk_of[p]: passages[p] for p in passages})
 
     def expected(*kept: str) -> dict[tuple[str, str], float]:
         """What a fresh version holding only ``kept`` has."""
         fresh = KnowledgeBaseFactory()
         fresh_chunks = chunks_of(fresh, len(kept))
-        store.replace_chunks(fresh.tenant_id, fresh.active_version_id, [],
-                             {chunk: passages[p] for chunk, p in zip(fresh_chunks, kept, strict=True)})  # fmt: skip
+        store.write(fresh.tenant_id, fresh.active_version_id, {chunk: passages[p] for chunk, p in zip(fresh_chunks, kept, strict=True)})  # fmt: skip
         return named_edges(store, fresh)
 
     assert named_edges(store, kb) == pytest.approx(expected("p1", "p2", "p3", "p4"))
     # a typed relation and a co-occurrence of the same pair go separately
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of["p2"], chunk_of["p3"]], {})
+    store.delete(kb.tenant_id, kb.active_version_id, [chunk_of["p2"], chunk_of["p3"]])
     assert named_edges(store, kb) == pytest.approx(expected("p1", "p4"))
     assert {node.name for node in store.find_entities(scope_of(kb), list("abcd"))} == {"a", "b", "c"}
     ids = ids_by_name(store, kb, "a", "b")
     assert reached(store, kb, [ids["a"]], hops=1)[ids["b"]].relations == ("",)
     # re-extracting passages in place (a graph rebuild) changes nothing; re-ingesting one adds it back
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of["p1"], chunk_of["p4"]],
-                         {chunk_of["p1"]: passages["p1"], chunk_of["p4"]: passages["p4"]})  # fmt: skip
+    store.write(kb.tenant_id, kb.active_version_id, {chunk_of["p1"]: passages["p1"], chunk_of["p4"]: passages["p4"]}, replacing=[chunk_of["p1"], chunk_of["p4"]])  # fmt: skip
     assert named_edges(store, kb) == pytest.approx(expected("p1", "p4"))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk_of["p3"]: passages["p3"]})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk_of["p3"]: passages["p3"]})
     assert named_edges(store, kb) == pytest.approx(expected("p1", "p3", "p4"))
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [chunk_of[p] for p in ("p1", "p3", "p4")], {})
+    store.delete(kb.tenant_id, kb.active_version_id, [chunk_of[p] for p in ("p1", "p3", "p4")])
     assert store.edges(kb.tenant_id, kb.active_version_id) == []
     assert store.find_entities(scope_of(kb), list("abcd")) == []
 
@@ -297,7 +301,7 @@ def test_a_hop_goes_on_only_from_the_best_scored_entities_of_the_hop_before(stor
     # a - b (strong) - d and a - c (weak) - e: b's path is stronger, so with a frontier of 1 only b walks on
     relations = (("a", "b", 3.0, ""), ("a", "c", 1.0, ""), ("b", "d", 1.0, ""), ("c", "e", 1.0, ""))
     graph = with_relations(chain(*"abcde"), *relations)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: graph})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk: graph})
     ids = ids_by_name(store, kb, *"abcde")
     assert set(reached(store, kb, [ids["a"]], frontier=2)) == {ids[name] for name in "abcde"}
     assert set(reached(store, kb, [ids["a"]], frontier=1)) == {ids[name] for name in "abcd"}
@@ -310,8 +314,8 @@ def test_a_hop_goes_on_only_from_the_best_scored_entities_of_the_hop_before(stor
 def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
     other = KnowledgeBaseFactory()
     (mine,), (theirs,) = chunks_of(kb, 1), chunks_of(other, 1)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: chain("a", "b")})
-    store.replace_chunks(other.tenant_id, other.active_version_id, [], {theirs: chain("a", "c")})
+    store.write(kb.tenant_id, kb.active_version_id, {mine: chain("a", "b")})
+    store.write(other.tenant_id, other.active_version_id, {theirs: chain("a", "c")})
     ids = ids_by_name(store, kb, "a", "b", "c")
     assert set(ids) == {"a", "b"}
     their_ids = ids_by_name(store, other, "a", "c")
@@ -327,13 +331,53 @@ def test_every_read_is_scoped_to_the_tenant_and_version(store, kb):
 def test_dropping_versions_forgets_their_graph(store, kb):
     other = KnowledgeBaseFactory()
     (mine,), (theirs,) = chunks_of(kb, 1), chunks_of(other, 1)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {mine: chain("a", "b")})
-    store.replace_chunks(other.tenant_id, other.active_version_id, [], {theirs: chain("a", "b")})
+    store.write(kb.tenant_id, kb.active_version_id, {mine: chain("a", "b")})
+    store.write(other.tenant_id, other.active_version_id, {theirs: chain("a", "b")})
     a = ids_by_name(store, kb, "a")["a"]
-    store.drop_versions(kb.tenant_id, [kb.active_version_id])
+    store.drop_version(kb.tenant_id, kb.active_version_id)
     assert store.find_entities(scope_of(kb), ["a", "b"]) == []
     assert reached(store, kb, [a]) == {} and store.mentions(scope_of(kb), [a], per_entity=5) == []
     assert len(store.find_entities(scope_of(other), ["a", "b"])) == 2
+
+
+def test_building_a_version_rewrites_each_batch_of_passages(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("old", "b"), second: chain("b", "c")})
+    batches = iter([{first: chain("new", "b")}, {second: chain("c", "d")}])
+    assert store.build_version(kb.tenant_id, kb.active_version_id, batches) == 2
+    assert names_in(store, kb, "old", "new", "b", "c", "d") == {"new", "b", "c", "d"}
+    ids = ids_by_name(store, kb, "b", "c")
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [ids["b"]], per_entity=5)} == {first}
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [ids["c"]], per_entity=5)} == {second}
+
+
+def test_a_deleted_passage_takes_only_what_no_other_mentions(store, kb):
+    first, second = chunks_of(kb, 2)
+    store.write(kb.tenant_id, kb.active_version_id, {first: chain("a", "b"), second: chain("b", "c")})
+    store.delete(kb.tenant_id, kb.active_version_id, [first])
+    store.delete(kb.tenant_id, kb.active_version_id, [])  # nothing named: nothing changes
+    assert names_in(store, kb, "a", "b", "c") == {"b", "c"}
+    b = ids_by_name(store, kb, "b")["b"]
+    assert {chunk for _, chunk, _ in store.mentions(scope_of(kb), [b], per_entity=5)} == {second}
+
+
+def test_a_switch_leaves_both_versions_readable(store, kb):
+    following = KnowledgeBaseVersion.objects.create(
+        knowledge_base=kb,
+        number=2,
+        embedding_model=kb.embedding_model,
+        embedding_dim=kb.embedding_dim,
+        chunk_size=kb.chunk_size,
+        chunk_overlap=0,
+    )
+    (old,), new = chunks_of(kb, 1), ChunkFactory(document=DocumentFactory(knowledge_base=kb), kb_version=following).pk
+    store.write(kb.tenant_id, kb.active_version_id, {old: chain("old", "shared")})
+    store.write(kb.tenant_id, following.pk, {new: chain("new", "shared")})
+    store.switch_version(kb.tenant_id, kb.active_version_id, following.pk)
+    assert names_in(store, kb, "old", "new", "shared") == {"old", "shared"}
+    assert {node.name for node in store.find_entities(GraphScope(kb.tenant_id, (following.pk,)), ["old", "new"])} == {
+        "new"
+    }
 
 
 # --- communities ----------------------------------------------------------------------------------
@@ -342,7 +386,7 @@ def test_dropping_versions_forgets_their_graph(store, kb):
 def test_edges_are_the_undirected_graph_with_weights_summed_over_passages(store, kb):
     first, second = chunks_of(kb, 2)
     graphs = {first: chain("a", "b", "c", weight=1.0), second: chain("a", "b", weight=0.5)}
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], graphs)
+    store.write(kb.tenant_id, kb.active_version_id, graphs)
     ids = ids_by_name(store, kb, "a", "b", "c")
     expected = sorted([(*sorted((ids["a"], ids["b"])), 1.5), (*sorted((ids["b"], ids["c"])), 1.0)])
     assert store.edges(kb.tenant_id, kb.active_version_id) == expected
@@ -381,7 +425,7 @@ def test_communities_are_scoped_to_the_tenant_and_version_and_dropped_with_it(st
     store.replace_communities(other.tenant_id, other.active_version_id, [community(other, 0, 0, summary="Theirs")])
     assert [c.summary for c in store.communities(scope_of(kb))] == ["Mine"]
     assert store.communities(GraphScope(other.tenant_id, (kb.active_version_id,))) == []
-    store.drop_versions(kb.tenant_id, [kb.active_version_id])
+    store.drop_version(kb.tenant_id, kb.active_version_id)
     assert store.communities(scope_of(kb)) == []
     assert [c.summary for c in store.communities(scope_of(other))] == ["Theirs"]
 
@@ -392,7 +436,7 @@ def test_ping_names_the_backend(store):
 
 def test_a_misspelt_name_finds_the_most_similar_entity_in_scope(store, kb):
     (chunk,) = chunks_of(kb, 1)
-    store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {chunk: chain("portalock pro", "skyline home")})
+    store.write(kb.tenant_id, kb.active_version_id, {chunk: chain("portalock pro", "skyline home")})
     ids = ids_by_name(store, kb, "portalock pro", "skyline home")
     found = store.find_similar(scope_of(kb), ["portalok pro", "skyline hom", "tomato seedlings"], 0.6)
     assert {node.entity_id for node in found} == {ids["portalock pro"], ids["skyline home"]}
@@ -410,8 +454,8 @@ def test_a_misspelt_name_finds_the_most_similar_entity_in_scope(store, kb):
 def test_concurrent_writers_of_one_versions_entities_share_one_row_per_name(kb):
     store, (first, second) = graph_store(), chunks_of(kb, 2)
     outcomes = race(
-        lambda: store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {first: chain("lock", "door")}),
-        lambda: store.replace_chunks(kb.tenant_id, kb.active_version_id, [], {second: chain("door", "lock")}),
+        lambda: store.write(kb.tenant_id, kb.active_version_id, {first: chain("lock", "door")}),
+        lambda: store.write(kb.tenant_id, kb.active_version_id, {second: chain("door", "lock")}),
     )
     assert outcomes == [None, None]
     nodes = store.find_entities(scope_of(kb), ["lock", "door"])

@@ -105,7 +105,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_field_filter_keeps_exactly_the_matching_entries_with_unfiltered_scores(index, case):
-    index.rebuild(VERSION, [entry(**row) for row in ROWS], **STATE)
+    index.build_version(VERSION, [entry(**row) for row in ROWS], **STATE)
     node, keep = CASES[case]
     unfiltered = {hit.chunk_id: hit.score for hit in index.search(VERSION, TENANT, ["warranty"], 100, None)}
     hits = index.search(VERSION, TENANT, ["warranty"], 100, None, None, node)
@@ -129,14 +129,14 @@ def test_tantivy_index_built_before_the_fields_serves_without_them_until_rebuilt
     (generation.parent / "CURRENT").write_text("gen-1")
 
     engine = TantivyLexicalIndex(tmp_path)
-    engine.replace_documents(VERSION, [100], [entry(**row) for row in ROWS[:4]], **STATE)
+    engine.write(VERSION, [entry(**row) for row in ROWS[:4]], replacing=[100], **STATE)
     assert [hit.chunk_id for hit in engine.search(VERSION, TENANT, ["item3"], 10, None)] == [3]
     assert not engine.state(VERSION).filters
     with pytest.raises(LexicalIndexError) as caught:
         engine.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.DocIds((100,)))
     assert caught.value.cause == "no_filter_fields"
 
-    engine.rebuild(VERSION, [entry(**row) for row in ROWS[:4]], **STATE)
+    engine.build_version(VERSION, [entry(**row) for row in ROWS[:4]], **STATE)
     assert engine.state(VERSION).filters
     hits = engine.search(VERSION, TENANT, ["warranty"], 10, None, None, lf.Terms((lf.doc_type_term("pdf"),)))
     assert sorted(hit.chunk_id for hit in hits) == [1, 3]
@@ -178,7 +178,7 @@ def test_es_writes_the_fields_only_into_a_generation_whose_mapping_has_them(fake
     fake.route("PUT|POST", "/_bulk", body=bulk_ok)
     fake.route("POST", "/unit-kbv-3/_refresh", body={})
     row = ROWS[0]
-    es_index(fake.url).replace_documents(3, [], [entry(**row)], **STATE)
+    es_index(fake.url).write(3, [entry(**row)], **STATE)
     (load,) = [request for request in fake.requests if request.path == "/_bulk"]
     source = ndjson(load)[1]
     assert ("filters" in source and "created_at" in source) is sent

@@ -134,7 +134,7 @@ def test_no_tokens_or_no_room_returns_nothing(index, backend, request):
 # --- writes -------------------------------------------------------------------------------------
 
 
-def test_replace_documents_swaps_a_documents_chunks(index):
+def test_a_write_replaces_the_chunks_of_the_documents_it_names(index):
     write(index, [doc(1, "old words", doc_id=10), doc(2, "old text", doc_id=10), doc(3, "old kept", doc_id=11)])
     write(index, [doc(4, "new words", doc_id=10)])
     assert ids(search(index, "old")) == [3]
@@ -142,21 +142,48 @@ def test_replace_documents_swaps_a_documents_chunks(index):
     assert index.state(VERSION).num_docs == 2
 
 
-def test_rebuild_replaces_everything(index):
+def test_building_a_version_replaces_everything(index):
     write(index, [doc(1, "before"), doc(2, "before too")])
-    assert index.rebuild(VERSION, iter([doc(3, "after"), doc(4, "after all")]), **STATE) == 2
+    assert index.build_version(VERSION, iter([doc(3, "after"), doc(4, "after all")]), **STATE) == 2
     assert search(index, "before") == []
     assert ids(search(index, "all")) == [4]
     assert index.state(VERSION).num_docs == 2
 
 
-def test_drop_removes_the_index_and_missing_indexes_search_empty(index):
+def test_a_dropped_version_has_no_index_and_missing_indexes_search_empty(index):
     assert search(index, "anything", version=VERSION + 5) == []
     write(index, [doc(1, "gone soon")])
-    index.drop(VERSION)
+    index.drop_version(VERSION)
     assert search(index, "gone") == []
     assert index.state(VERSION) is None
-    index.drop(VERSION)  # absent: no-op
+    index.drop_version(VERSION)  # absent: no-op
+
+
+def test_a_delete_forgets_the_documents_entries_and_keeps_the_rest(index):
+    index.delete(VERSION, [10])  # no index yet: nothing to do
+    assert index.state(VERSION) is None
+    write(index, [doc(1, "red apple", doc_id=10), doc(2, "green apple", doc_id=10), doc(3, "apple pie", doc_id=11)])
+    index.delete(VERSION, [10, 99])
+    assert ids(search(index, "apple")) == [3]
+    assert sorted(index.chunk_ids(VERSION)) == [3]
+    assert index.state(VERSION).num_docs == 1
+    index.delete(VERSION, [])
+    assert ids(search(index, "apple")) == [3]
+
+
+def test_a_switch_leaves_both_versions_searchable(index):
+    write(index, [doc(1, "old words")])
+    write(index, [doc(2, "new words")], version=VERSION + 1)
+    index.switch_version(VERSION, VERSION + 1)
+    assert ids(search(index, "words", version=VERSION + 1)) == [2]
+    assert ids(search(index, "words")) == [1]  # the rollback needs nothing rebuilt
+
+
+def test_a_dropped_version_leaves_the_others(index):
+    write(index, [doc(1, "kept words")], version=VERSION + 1)
+    write(index, [doc(2, "dropped words")])
+    index.drop_version(VERSION)
+    assert ids(search(index, "words", version=VERSION + 1)) == [1]
 
 
 def test_state_records_what_built_the_index(index):
@@ -169,7 +196,7 @@ def test_state_records_what_built_the_index(index):
     state = index.state(VERSION)
     assert (state.analyzer_version, state.dictionary_fingerprint, state.num_docs) == ("a1", "f1", 3)  # stays stale
 
-    index.rebuild(VERSION, [doc(3, "three")], analyzer_version="a2", dictionary_fingerprint="f2")
+    index.build_version(VERSION, [doc(3, "three")], analyzer_version="a2", dictionary_fingerprint="f2")
     state = index.state(VERSION)
     assert (state.analyzer_version, state.dictionary_fingerprint, state.num_docs) == ("a2", "f2", 1)
 
@@ -182,7 +209,7 @@ def test_a_failed_rebuild_keeps_the_old_index(index, backend, request):
         raise RuntimeError("the analyzer crashed")
 
     with pytest.raises(RuntimeError):
-        index.rebuild(VERSION, failing_chunks(), analyzer_version="a2", dictionary_fingerprint="f2")
+        index.build_version(VERSION, failing_chunks(), analyzer_version="a2", dictionary_fingerprint="f2")
     assert ids(search(index, "precious")) == [1]
     assert index.state(VERSION).analyzer_version == "a1"
 
@@ -196,7 +223,7 @@ def test_readers_see_the_old_index_until_a_rebuild_completes(index, backend, req
         yield doc(2, "replacement")
         seen_during_rebuild.append(ids(search(reader, "precious")))
 
-    index.rebuild(VERSION, chunks(), **STATE)
+    index.build_version(VERSION, chunks(), **STATE)
     assert seen_during_rebuild == [[1]]
     assert ids(search(reader, "replacement")) == [2]
 
@@ -232,14 +259,14 @@ def test_another_instance_sees_commits(index, backend):
     write(index, [doc(1, "fresh words")])
     assert ids(search(reader, "fresh")) == [1]
     assert reader.state(VERSION).num_docs == 1
-    index.rebuild(VERSION, [doc(2, "rebuilt words")], **STATE)
+    index.build_version(VERSION, [doc(2, "rebuilt words")], **STATE)
     assert ids(search(reader, "words")) == [2]
 
 
 def test_another_instance_can_write_after_a_drop(index, backend, request):
     other = backend.open()
     write(other, [doc(1, "first")])
-    index.drop(VERSION)
+    index.drop_version(VERSION)
     write(other, [doc(2, "second")])
     assert ids(search(index, "second")) == [2]
 
@@ -305,7 +332,7 @@ def test_tantivy_failed_rebuild_keeps_the_old_index_serving(tmp_path):
         raise RuntimeError("database went away")
 
     with pytest.raises(RuntimeError):
-        index.rebuild(VERSION, broken_chunks(), **STATE)
+        index.build_version(VERSION, broken_chunks(), **STATE)
     assert ids(search(index, "keep")) == [1]
     assert ids(search(index, "half")) == []
     assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
@@ -316,7 +343,7 @@ def test_tantivy_rebuild_removes_generations_a_killed_rebuild_left(tmp_path):
     write(index, [doc(1, "kept")])
     leftover = tmp_path / f"kbv-{VERSION}" / "gen-1"  # as a process killed while filling it leaves it
     leftover.mkdir()
-    index.rebuild(VERSION, [doc(2, "rebuilt")], **STATE)
+    index.build_version(VERSION, [doc(2, "rebuilt")], **STATE)
     assert len(list((tmp_path / f"kbv-{VERSION}").glob("gen-*"))) == 1
     assert ids(search(index, "rebuilt")) == [2]
 
@@ -325,7 +352,7 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
     reader, writer = TantivyLexicalIndex(tmp_path), TantivyLexicalIndex(tmp_path)
     write(writer, [doc(1, "old words")])
     assert ids(search(reader, "old")) == [1]
-    writer.rebuild(VERSION, [doc(2, "new words")], **STATE)
+    writer.build_version(VERSION, [doc(2, "new words")], **STATE)
     assert ids(search(reader, "old")) == []
     assert ids(search(reader, "new")) == [2]
     write(reader, [doc(3, "more words")])  # the reader's cached handle follows the switch for writes too
@@ -335,10 +362,10 @@ def test_tantivy_reader_switches_to_a_rebuild_made_by_another_instance(tmp_path)
 def test_chunk_ids_lists_every_entry(index, backend):
     assert index.chunk_ids(VERSION) == []
     write(index, [doc(1, "one", doc_id=10), doc(2, "two", doc_id=10), doc(3, "three", doc_id=11)])
-    index.replace_documents(VERSION, [11], [], **STATE)
+    index.write(VERSION, [], replacing=[11], **STATE)
     assert sorted(index.chunk_ids(VERSION)) == [1, 2]
     # A duplicate shows twice (check_kb repairs it); Elasticsearch's _id is the chunk id, so it cannot have one.
-    index.replace_documents(VERSION, [], [doc(1, "one again", doc_id=12)], **STATE)
+    index.write(VERSION, [doc(1, "one again", doc_id=12)], **STATE)
     assert sorted(index.chunk_ids(VERSION)) == ([1, 2] if backend.overwrites_ids else [1, 1, 2])
 
 

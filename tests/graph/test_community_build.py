@@ -15,7 +15,7 @@ from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import Chunk, Document, GraphEntity
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import graph_store
 from tests.peers import Reply
 

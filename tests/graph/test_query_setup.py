@@ -10,7 +10,7 @@ from graph.curation import merge_entity
 from graph.query_setup import graph_query_setup, graph_setup_of
 from graph.ranking import rank_by_graph
 from knowledge.models import GraphEntity, KnowledgeBaseVersion, Synonym
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from tests.factories import TenantFactory
 from tests.graph.test_curation import FILES, new_kb
 

@@ -86,7 +86,7 @@ def test_a_path_names_the_llm_relation_kind(kb):
     lock = Chunk.objects.get(kb_version=kb.active_version, document__source_uri__endswith="lock.txt")
     entities = (Entity("ppr-9087", "PPR-9087", "code", 1), Entity("skyline home", "Skyline Home", "name", 1))
     typed = Extraction.by_name(entities, [("ppr-9087", "skyline home", 1.0, "manufactured_by")])
-    graph_store().replace_chunks(kb.tenant_id, kb.active_version_id, [lock.pk], {lock.pk: typed})
+    graph_store().write(kb.tenant_id, kb.active_version_id, {lock.pk: typed}, replacing=[lock.pk])
     ranking = rank_by_graph(kb.tenant_id, (kb.active_version_id,), "PPR-9087", hops=2)
     paths = [path["path"] for path in explanations(ranking) if path["hops"] >= 1]
     assert paths and all(path[:3] == ["PPR-9087", "manufactured_by", "Skyline Home"] for path in paths)
@@ -126,7 +126,7 @@ def test_a_graph_of_another_extractor_is_searched_with_a_note_until_rebuild_grap
     assert version.graph_extractor == EXTRACTOR_VERSION  # a new version is built by the current extractor
     assert rank_by_graph(kb.tenant_id, (version.pk,), "PPR-9087", hops=1).notes == []
     lock = Chunk.objects.get(kb_version=version, document__source_uri__endswith="lock.txt")
-    graph_store().replace_chunks(kb.tenant_id, version.pk, [lock.pk], {})  # an older graph without its entities
+    graph_store().delete(kb.tenant_id, version.pk, [lock.pk])  # an older graph without its entities
     KnowledgeBaseVersion.objects.filter(pk=version.pk).update(graph_extractor="0")
     stale = rank_by_graph(kb.tenant_id, (version.pk,), "PPR-9087", hops=1)
     assert stale.hits == [] and len(stale.notes) == 1 and "rebuild_graph" in stale.notes[0]

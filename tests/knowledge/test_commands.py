@@ -111,7 +111,7 @@ def test_check_kb_finds_index_drift_and_repair_fixes_it(checked_kb):
     zeppelin = Document.objects.get(knowledge_base=checked_kb, source_uri__endswith="/a.txt")
     orphan = LexicalDocument(chunk_id=10**12, doc_id=10**12, tenant_id=checked_kb.tenant_id, text="ghost")
     # zeppelin's chunks go missing, an entry without a row appears
-    index.replace_documents(version.pk, [zeppelin.pk], [orphan], analyzer_version="", dictionary_fingerprint="")
+    index.write(version.pk, [orphan], replacing=[zeppelin.pk], analyzer_version="", dictionary_fingerprint="")
     missing = zeppelin.chunks.count()
     with pytest.raises(CommandError, match="1 knowledge base version.s. drift: run with --repair"):
         check_kb(checked_kb)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines import get_lexical_index
+from engines import get_lexical_index, registry
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from knowledge.stores import graph_store
 
@@ -21,7 +21,7 @@ def production_engines(settings, elasticsearch_url, neo4j_url) -> Iterator[None]
     settings.ELASTICSEARCH_INDEX_PREFIX = f"test-prod-{uuid.uuid4().hex[:10]}"
     settings.NEO4J_URL = neo4j_url
     get_lexical_index.cache_clear()
-    graph_store.cache_clear()
+    registry.graph_store.cache_clear()
     assert isinstance(get_lexical_index(), ElasticsearchLexicalIndex)
     assert type(graph_store()).__name__ == "Neo4jGraphStore"
     yield
@@ -36,6 +36,6 @@ def production_engines(settings, elasticsearch_url, neo4j_url) -> Iterator[None]
         index.client.options(ignore_status=404).indices.delete(index=",".join(names))
     store = graph_store()
     for tenant_id, version_id in KnowledgeBaseVersion.objects.values_list("knowledge_base__tenant_id", "pk"):
-        store.drop_versions(tenant_id, [version_id])
+        store.drop_version(tenant_id, version_id)
     get_lexical_index.cache_clear()
-    graph_store.cache_clear()
+    registry.graph_store.cache_clear()

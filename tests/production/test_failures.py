@@ -12,12 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines import get_lexical_index
+from engines import get_lexical_index, registry
 from engines.elasticsearch_index import ElasticsearchLexicalIndex
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.stores import graph_store
 from tests.conftest import client_for
 from tests.servers import elasticsearch, neo4j, process
 
@@ -53,7 +52,7 @@ def kb(settings, tenant, embedder, own_elasticsearch, own_neo4j, tmp_path):
     settings.NEO4J_URL = own_neo4j[1]
     settings.SEARCH_CACHE_TTL_S = 0
     get_lexical_index.cache_clear()
-    graph_store.cache_clear()
+    registry.graph_store.cache_clear()
     try:  # the engines built on this module's servers are forgotten, also when the setup fails
         kb = create_knowledge_base(tenant=tenant, name="faults", chunk_size=120, chunk_overlap=16)
         (tmp_path / "lock.md").write_text("# PPR-9087 lock\n\nThe PPR-9087 smart lock fits doors 35 to 80 mm thick.")
@@ -62,7 +61,7 @@ def kb(settings, tenant, embedder, own_elasticsearch, own_neo4j, tmp_path):
         yield kb
     finally:
         get_lexical_index.cache_clear()
-        graph_store.cache_clear()
+        registry.graph_store.cache_clear()
 
 
 def post(kb, mode: str, **body):

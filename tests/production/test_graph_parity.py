@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from engines import get_lexical_index
+from engines import get_lexical_index, registry
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
@@ -56,7 +56,7 @@ def answers(files, queries: list[str], vocabulary: Path | None) -> dict[str, lis
 
 def on_neo4j(settings, neo4j_url: str) -> None:
     settings.NEO4J_URL = neo4j_url
-    graph_store.cache_clear()
+    registry.graph_store.cache_clear()
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def stores(settings, neo4j_url, embedder):
     """Runs ``answers`` on PostgreSQL's tables, then on Neo4j; Neo4j's data of this test dropped after."""
 
     def both(files, queries, vocabulary=None):
-        graph_store.cache_clear()
+        registry.graph_store.cache_clear()
         postgres = answers(files, queries, vocabulary)
         on_neo4j(settings, neo4j_url)
         neo4j = answers(files, queries, vocabulary)
@@ -75,9 +75,9 @@ def stores(settings, neo4j_url, embedder):
 
     if settings.NEO4J_URL:
         for tenant_id, version_id in KnowledgeBaseVersion.objects.values_list("knowledge_base__tenant_id", "pk"):
-            graph_store().drop_versions(tenant_id, [version_id])
+            graph_store().drop_version(tenant_id, version_id)
     settings.NEO4J_URL = ""
-    graph_store.cache_clear()
+    registry.graph_store.cache_clear()
     get_lexical_index.cache_clear()
 
 

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.expansion import ExpansionOptions
 from retrieval.search_log import flush

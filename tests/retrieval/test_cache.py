@@ -21,7 +21,7 @@ from rest_framework.renderers import JSONRenderer
 
 from knowledge.knowledge_bases import update_search_settings
 from knowledge.models import DictionaryTerm, KnowledgeBase, KnowledgeBaseVersion, Synonym
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.services.search import search
@@ -421,12 +421,12 @@ def sql_of(captured) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.django_db
-def test_a_miss_reads_the_database_four_times_and_a_hit_once(client, redis_round_trips, settings):
-    """Over HTTP, hybrid, with a key the process remembers: a miss checks the API key and reads the
-    searched KB versions with the tenant's vocabulary stamp in one round trip (once, for the cache key
-    and the search), runs pgvector, checks the BM25 hits and hydrates; the vocabulary (per stamp) and
-    the dense leg's plan (per revision) are kept, not read per search. A hit makes the first round trip
-    only. Redis: the rate limit's two commands, the cache's lookup (and on a miss its store); the usage
+def test_a_miss_reads_the_database_five_times_and_a_hit_twice(client, redis_round_trips, settings):
+    """Over HTTP, hybrid, with a key the process remembers: a miss checks the API key, reads the
+    searched KB versions with the tenant's vocabulary stamp (once, for the cache key and the search),
+    runs pgvector, checks the BM25 hits and hydrates; the vocabulary (per stamp) and the dense leg's
+    plan (per revision) are kept, not read per search. A hit makes the first two round trips only.
+    Redis: the rate limit's two commands, the cache's lookup (and on a miss its store); the usage
     counters are summed in the process and sent every USAGE_COUNTERS_FLUSH_S, not per search."""
     settings.USAGE_COUNTERS_FLUSH_S = 3600  # no flush by the timer while counting
     post(client, QUERY, path="hybrid")  # connections, the vocabulary, the plan
@@ -438,7 +438,7 @@ def test_a_miss_reads_the_database_four_times_and_a_hit_once(client, redis_round
         before = redis_round_trips[0]
         assert post(client, {**QUERY, "query": "boiling water"}, path="hybrid")["cached"] is True
         hit_redis = redis_round_trips[0] - before
-    assert (len(sql_of(miss)), miss_redis, len(sql_of(hit)), hit_redis) == (4, 4, 1, 3), sql_of(miss) + sql_of(hit)
+    assert (len(sql_of(miss)), miss_redis, len(sql_of(hit)), hit_redis) == (5, 4, 2, 3), sql_of(miss) + sql_of(hit)
     tables = " ".join(sql_of(miss))
     assert Synonym._meta.db_table not in tables and DictionaryTerm._meta.db_table not in tables
 

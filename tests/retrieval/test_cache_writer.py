@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from knowledge.knowledge_bases import update_search_settings
 from knowledge.models import KnowledgeBase
-from knowledge.selectors import searched_knowledge
+from knowledge.selectors.search import searched_knowledge
 from retrieval import cache
 from retrieval.cache import cached_search, search_cache_key
 from retrieval.models import SemanticCacheEntry

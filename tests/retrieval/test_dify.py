@@ -14,7 +14,7 @@ import pytest
 
 from engines import get_lexical_index
 from knowledge.models import Chunk, Document
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval import tuning
 from retrieval.dify import OPERATORS, filters_from_metadata_condition
 from retrieval.errors import InvalidFilter

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from knowledge.models import KnowledgeBaseVersion, Synonym
-from knowledge.selectors import SynonymRule, searched_knowledge, tenant_vocabulary
+from knowledge.selectors.search import SynonymRule, searched_knowledge, tenant_vocabulary
 from retrieval import expansion
 from retrieval.expansion import ExpansionOptions, ExpansionResult, QueryVariant, expand_query, rm3
 from retrieval.expansion.base import ExpansionContext

@@ -2,7 +2,7 @@
 
 import pytest
 
-from retrieval.fusion import FusedCandidate
+from retrieval.fusion_functions import FusedCandidate
 from retrieval.grouping import DAMPING, MAX_PASSAGES, aggregate, group_by_document
 
 

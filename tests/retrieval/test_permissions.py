@@ -320,7 +320,7 @@ def test_a_kb_limited_key_creates_no_knowledge_base_and_reads_no_task_of_another
 
 def test_the_semantic_cache_scope_holds_the_reader(db):
     """The semantic cache answers only within a scope: its key's material but the query, readers included."""
-    from knowledge.selectors import SearchedKnowledge
+    from knowledge.selectors.search import SearchedKnowledge
     from retrieval.cache import _key_material, _scope
     from retrieval.types import SearchRequest
 
@@ -358,7 +358,7 @@ def test_the_keyword_index_filters_by_acl_itself(corpus):
     from engines import get_lexical_index
     from engines import lexical_filter as lf
     from knowledge.models import Chunk
-    from knowledge.selectors import analyzer_for_tenant
+    from knowledge.selectors.search import analyzer_for_tenant
 
     tenant, kbs = corpus
     kb = kbs["plain"]

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from knowledge.stores import rebuild_vector_indexes, vector_index
+from knowledge.stores import pgvector_index, rebuild_vector_indexes
 
 
 class Command(BaseCommand):
@@ -14,7 +14,9 @@ class Command(BaseCommand):
         parser.add_argument("--dimension", type=int, help="only the index of this embedding dimension")
 
     def handle(self, *args: object, dimension: int | None, **options: object) -> None:
-        index = vector_index()
+        index = pgvector_index()
+        if index is None:
+            raise CommandError("the vector index is not pgvector's: it has no HNSW index to rebuild")
         try:
             rebuilt = rebuild_vector_indexes(dimension)
         except ValueError as error:

@@ -15,6 +15,7 @@ from knowledge.ingestion import pipeline
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import Chunk, Document
+from knowledge.stores import vector_index
 from retrieval.services.search import search
 from retrieval.types import SearchRequest
 from tests.factories import TenantFactory
@@ -119,13 +120,14 @@ def test_a_failed_write_leaves_the_previous_chunks(kb, tmp_path, monkeypatch):
     ingest(kb, tmp_path)
     before = chunk_texts(Document.objects.get(knowledge_base=kb))
 
-    real_copy = pipeline.copy_chunks
+    index = vector_index()
+    real_write = index.write
 
-    def copy_then_crash(*args, **kwargs):
-        real_copy(*args, **kwargs)  # rows are written inside the document's transaction...
+    def write_then_crash(*args, **kwargs):
+        real_write(*args, **kwargs)  # rows are written inside the document's transaction...
         raise RuntimeError("disk full")  # ...which then fails before it commits
 
-    monkeypatch.setattr(pipeline, "copy_chunks", copy_then_crash)
+    monkeypatch.setattr(index, "write", write_then_crash)
     path.write_text("Version two of the guide, much longer than before.")
     with pytest.raises(RuntimeError):
         ingest(kb, tmp_path)
@@ -168,22 +170,22 @@ def test_a_group_embeds_in_the_background_while_the_next_is_read_and_each_chunk_
     for i, topic in enumerate(topics):
         (tmp_path / f"doc{i}.txt").write_text(f"Document {i} explains {topic}.")
     events: list[tuple[str, str]] = []
-    real_parse, real_copy, real_embed = pipeline.parse_file, pipeline.copy_chunks, embedder.embed_documents
+    real_parse, real_rows, real_embed = pipeline.parse_file, pipeline.chunk_rows, embedder.embed_documents
 
     def parse(path):
         events.append(("parse", path.name))
         return real_parse(path)
 
-    def copy(kb, version, batches):
+    def rows(kb, version, batches):
         events.append(("write", ",".join(batch.document.source_uri.rsplit("/", 1)[-1] for batch in batches)))
-        return real_copy(kb, version, batches)
+        return real_rows(kb, version, batches)
 
     def embed(texts):
         events.append(("embed in " + threading.current_thread().name.split("_")[0], str(len(texts))))
         return real_embed(texts)
 
     monkeypatch.setattr(pipeline, "parse_file", parse)
-    monkeypatch.setattr(pipeline, "copy_chunks", copy)
+    monkeypatch.setattr(pipeline, "chunk_rows", rows)
     monkeypatch.setattr(embedder, "embed_documents", embed)
     report = ingest(kb, tmp_path)
 

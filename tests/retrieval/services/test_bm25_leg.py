@@ -17,7 +17,7 @@ from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base, update_search_settings
 from knowledge.lexical import rebuild_lexical_index
 from knowledge.models import Chunk, DictionaryTerm
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.filters import compile_filters
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory
 from tests.retrieval.services.conftest import names, run
@@ -139,7 +139,7 @@ def test_an_orphan_keyword_entry_never_takes_a_real_chunks_place(tenant, embedde
     Ingester(kb).ingest(discover_files([tmp_path]))
     orphan = LexicalDocument(chunk_id=10**12, doc_id=10**12, tenant_id=tenant.pk, text="zeppelin zeppelin zeppelin")
     state = {"analyzer_version": "", "dictionary_fingerprint": ""}
-    get_lexical_index().replace_documents(kb.active_version.pk, [], [orphan], **state)
+    get_lexical_index().write(kb.active_version.pk, [orphan], **state)
     assert get_lexical_index().search(kb.active_version.pk, tenant.pk, ["zeppelin"], 1, None)[0].chunk_id == 10**12
     response = run(kb, "zeppelin", mode="bm25", top_k=1, candidates=1)
     assert names(response) == ["note.txt"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from graph.ranking import GraphBridge
-from retrieval.fusion import Contribution, FusedCandidate
+from retrieval.fusion_functions import Contribution, FusedCandidate
 from retrieval.services.bridges import BridgeSlots, place_bridges
 from tests.retrieval.services.conftest import names, run, small_kb
 

@@ -10,7 +10,7 @@ from django.db import connection
 from engines.base import Community
 from engines.embedders import get_embedder
 from knowledge.models import Chunk, GraphCommunity, KnowledgeBaseVersion
-from knowledge.selectors import analyzer_for_tenant
+from knowledge.selectors.search import analyzer_for_tenant
 from knowledge.stores import graph_store
 from retrieval.graph_serializers import GlobalGraphOutput
 from tests.conftest import client_for

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from retrieval.expansion.base import QueryVariant
-from retrieval.fusion import FusedCandidate, RankedList
+from retrieval.fusion_functions import FusedCandidate, RankedList
 from retrieval.services.document_order import DocumentOrder
 from retrieval.services.explain import explain
 from retrieval.services.legs import Retrieved

@@ -13,7 +13,7 @@ from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.models import Chunk, ParentChunk
-from retrieval.fusion import RankedList
+from retrieval.fusion_functions import RankedList
 from retrieval.services.parents import PARENT_KEY, parents_of
 from tests.conftest import client_for
 from tests.factories import TenantFactory

@@ -1,0 +1,1 @@
+"""Ingestion throughput against the raw embedding rate: ``python -m bench.ingest``."""

@@ -1,0 +1,1 @@
+"""The knowledge lifecycle through the real service (API, Celery, versions): ``python -m bench.lifecycle``."""

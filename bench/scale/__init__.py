@@ -1,0 +1,1 @@
+"""HNSW build cost, storage, recall and latency up to 1M chunks: ``python -m bench.scale``."""
