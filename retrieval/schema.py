@@ -21,6 +21,7 @@ from drf_spectacular.utils import (
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, cost_example, error_responses
 from retrieval.graph_serializers import GlobalGraphOutput
 from retrieval.serializers import SearchOutput
+from retrieval.tuning import DEFAULT_FUSION
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 SEARCH_HEADERS = [
@@ -219,7 +220,8 @@ REQUEST_EXAMPLES = {
 SUMMARIES = {
     "vector": "Dense (vector) search",
     "bm25": "Keyword (BM25) search; never embeds the query",
-    "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused by weighted RRF",
+    "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused into one "
+    f"(`fusion`; default: the KB's, else {DEFAULT_FUSION})",
     "graph": "Graph search: passages mentioning the query's entities and their neighbours (never embeds); "
     "`scope: global`: communities ranked by their summaries (BM25 and cosine: that one embeds the query)",
     None: "Search in the mode the body names (vector, bm25, hybrid or graph; default hybrid)",
