@@ -40,7 +40,7 @@ HIT_EXAMPLE = {
     "doc_id": 17,
     "kb_id": 1,
     "content": "Storage: keep the PPR-9087-BAT pack between 10 and 25 °C, charged to about 50 % ...",
-    "score": 0.032522,
+    "score": 1.912871,
     "source": "hybrid",
     "rank": 1,
     "title": "PPR-9087 battery safety datasheet",
@@ -49,7 +49,7 @@ HIT_EXAMPLE = {
     "metadata": {"page": 1, "shop_id": 102, "lang": "en", "tags": ["safety", "en"], "ordinal": 0},
     "section": None,
     "relevance": 0.562,
-    "fused_score": 0.032522,
+    "fused_score": 1.912871,
     "rerank_score": None,
     "retrievers": {
         "vector": {"rank": 1, "score": 0.613, "query": "How should I store the lithium battery pack?"},

@@ -202,6 +202,29 @@ def test_the_schema_states_the_codes_defaults(schema):
     assert f"else {tuning.DEFAULT_FUSION}" in hybrid
 
 
+def on_the_default_fusions_scale(hit: dict, weights: dict) -> bool:
+    """Whether a fused hybrid hit's score could come from the default fusion: RRF's sum of w / (k + rank)
+    is below 2 / 61 for two legs at k 60, a sum of scores scaled to 0-1 (``minmax``, ``relevance``) lies
+    between the best leg's weight and all of them when the hit heads a list."""
+    legs = [weights[leg] for leg in hit["retrievers"]]
+    if tuning.DEFAULT_FUSION == "rrf":
+        ceiling = sum(weight / (environment_defaults()["RRF_K"] + 1) for weight in legs)
+        return ceiling / 2 < hit["score"] <= ceiling
+    return max(legs) <= hit["score"] <= sum(legs)
+
+
+def test_the_example_answers_are_on_the_default_fusions_scale(schema):
+    """The README's response and the schema's hybrid example show a score as today's fusion makes it."""
+    from tests.test_docs import documented_response
+
+    readme = documented_response()
+    assert on_the_default_fusions_scale(readme["results"][0], readme["weights"])
+    example = schema["paths"]["/api/v1/retrieval/hybrid"]["post"]["responses"]["200"]["content"]["application/json"]
+    [answer] = [value["value"] for value in example["examples"].values() if value["value"]["mode"] == "hybrid"][:1]
+    assert on_the_default_fusions_scale(answer["results"][0], answer["weights"])
+    assert answer["results"][0]["fused_score"] == answer["results"][0]["score"]
+
+
 # --- docs/api.md's request body -----------------------------------------------------------------------
 
 API = ROOT / "docs" / "api.md"
