@@ -1,6 +1,6 @@
 """Fusion of ranked lists: weighted Reciprocal Rank Fusion, or a weighted sum of normalized scores.
 
-- ``rrf`` (the default, ``retrieval.tuning``): ``score(d) = Σ_i w_i / (k + rank_i(d))``; only ranks count, raw
+- ``rrf`` (the default is ``retrieval.tuning.DEFAULT_FUSION``): ``score(d) = Σ_i w_i / (k + rank_i(d))``; only ranks count, raw
   scores are never compared across lists.
 - ``relevance`` and ``minmax``: ``score(d) = Σ_i w_i · s_i(d)``,
   where ``s_i`` is the list's own score mapped onto [0, 1] (a convex combination, as in Bruch et al.,

@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 from core.schema import BEARER_SCHEME, IDEMPOTENCY_KEY_HEADER, REQUEST_ID, cost_example, error_responses
 from retrieval.graph_serializers import GlobalGraphOutput
 from retrieval.serializers import SearchOutput
+from retrieval.tuning import DEFAULT_FUSION
 from tenants.requests import TenantRequest
 
 SEARCH_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
@@ -45,7 +46,7 @@ HIT_EXAMPLE: dict[str, Any] = {
     "doc_id": 17,
     "kb_id": 1,
     "content": "Storage: keep the PPR-9087-BAT pack between 10 and 25 °C, charged to about 50 % ...",
-    "score": 0.032522,
+    "score": 1.912871,
     "source": "hybrid",
     "rank": 1,
     "title": "PPR-9087 battery safety datasheet",
@@ -54,7 +55,7 @@ HIT_EXAMPLE: dict[str, Any] = {
     "metadata": {"page": 1, "shop_id": 102, "lang": "en", "tags": ["safety", "en"], "ordinal": 0},
     "section": None,
     "relevance": 0.562,
-    "fused_score": 0.032522,
+    "fused_score": 1.912871,
     "rerank_score": None,
     "retrievers": {
         "vector": {"rank": 1, "score": 0.613, "query": "How should I store the lithium battery pack?"},
@@ -225,7 +226,8 @@ REQUEST_EXAMPLES: dict[str | None, list[tuple[str, dict[str, Any]]]] = {
 SUMMARIES = {
     "vector": "Dense (vector) search",
     "bm25": "Keyword (BM25) search; never embeds the query",
-    "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused by weighted RRF",
+    "hybrid": "Hybrid search: BM25 and dense lists (with `graph`, the graph's too) fused into one "
+    f"(`fusion`; default: the KB's, else {DEFAULT_FUSION})",
     "graph": "Graph search: passages mentioning the query's entities and their neighbours (never embeds); "
     "`scope: global`: communities ranked by their summaries (BM25 and cosine: that one embeds the query)",
     None: "Search in the mode the body names (vector, bm25, hybrid or graph; default hybrid)",

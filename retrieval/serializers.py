@@ -24,7 +24,14 @@ from knowledge.search_settings import (
 )
 from knowledge.serializers import CostOutput
 from retrieval.services.planning import DENSE_SKIPPED_LANGUAGE, DENSE_WEIGHTED_LANGUAGE
-from retrieval.tuning import DEFAULT_FUSION, DEFAULT_LEG_CANDIDATES
+from retrieval.tuning import (
+    DEFAULT_AGGREGATE,
+    DEFAULT_FEEDBACK,
+    DEFAULT_FUSION,
+    DEFAULT_GROUP_BY,
+    DEFAULT_LEG_CANDIDATES,
+    DEFAULT_LEG_WEIGHTS,
+)
 from retrieval.types import MODES, RETRIEVERS
 from tenants.principals import MAX_PRINCIPAL, MAX_PRINCIPALS, PRINCIPAL_PATTERN, InvalidPrincipals, clean_principals
 
@@ -213,7 +220,7 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="rrf: evidence (each leg's weight scaled for this query by the square of its first hit's "
         "relevance, the legs' weights keeping their sum) or fixed (the weights as given, for every query); "
-        "default: the KB's, else evidence",
+        f"default: the KB's, else {DEFAULT_LEG_WEIGHTS}",
     )
     leg_candidates = serializers.ChoiceField(
         choices=LEG_CANDIDATES,
@@ -246,13 +253,13 @@ class SearchInput(ShallowFieldsSerializer):
         required=False,
         help_text="how the matched chunks of one document add up before top_k is cut: none (each chunk on its "
         "own), max (the best chunk's score), sum (the best plus a damped sum of the next); default: the KB's, "
-        "else none",
+        f"else {DEFAULT_AGGREGATE}",
     )
     group_by = serializers.ChoiceField(
         choices=GROUP_BY,
         required=False,
         help_text="document: one hit per document (its best chunk, the others in passages); default: the KB's, "
-        "else chunk",
+        f"else {DEFAULT_GROUP_BY}",
     )
     score_threshold = StrictFloatField(
         min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
@@ -262,19 +269,20 @@ class SearchInput(ShallowFieldsSerializer):
         max_value=MAX_FEEDBACK_DOCS,
         required=False,
         help_text="BM25 leg: RM3 pseudo-relevance feedback from this many top passages of a first pass, "
-        "0 for none (default: the KB's, else 0)",
+        f"0 for none (default: the KB's, else {DEFAULT_FEEDBACK.docs})",
     )
     feedback_terms = StrictIntegerField(
         min_value=1,
         max_value=MAX_FEEDBACK_TERMS,
         required=False,
-        help_text="RM3: the feedback passages' words added to the query (default: the KB's, else 10)",
+        help_text=f"RM3: the feedback passages' words added to the query (default: the KB's, else {DEFAULT_FEEDBACK.terms})",
     )
     feedback_query_weight = StrictFloatField(
         min_value=0,
         max_value=1,
         required=False,
-        help_text="RM3: the original query's share of the expanded query's weights (default: the KB's, else 0.5)",
+        help_text="RM3: the original query's share of the expanded query's weights (default: the KB's, else "
+        f"{DEFAULT_FEEDBACK.query_weight})",
     )
     expand = ExpandInput(required=False)
     query_vector = QueryVectorInput(

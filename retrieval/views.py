@@ -92,7 +92,8 @@ class Bm25SearchView(SearchView):
 
 
 class HybridSearchView(SearchView):
-    """``POST /api/v1/retrieval/hybrid``: BM25 and dense lists (and the graph's) fused by weighted RRF."""
+    """``POST /api/v1/retrieval/hybrid``: BM25 and dense lists (and the graph's) fused as the request, its
+    knowledge bases or the service's defaults say (``retrieval.tuning``)."""
 
     input_serializer = SearchInput
     mode = "hybrid"

@@ -71,6 +71,35 @@ def test_the_readme_maps_every_document():
     assert [path.name for path in sorted((ROOT / "docs").glob("*.md")) if path.resolve() not in linked] == []
 
 
+# This project's own history is no reference a reader can follow: "session 12", "issue 27", "items 2 and 3",
+# "#27". Say the thing instead (a date, a section, the setting). Another project's tracker may be cited with
+# the project named right before it ("Dify #1234", "RAGFlow issue 5452") or as a link to its issue.
+HISTORY = re.compile(r"\b(?:sessions?|issues?|items?)\s+#?\d+|(?<![\w&/])#\d+\b", re.I)
+PEER_ISSUE = re.compile(r"\b[A-Z][\w.-]+\s+(?:(?:issue|PR|pull request)\s+#?\d+|#\d+)|https?://\S+")
+
+
+def history_references(text: str) -> list[str]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        cited = [match.span() for match in PEER_ISSUE.finditer(line)]
+        for match in HISTORY.finditer(line):
+            if not any(start <= match.start() and match.end() <= end for start, end in cited):
+                found.append(f"{number}: {match.group()}")
+    return found
+
+
+def test_the_history_rule_tells_ours_from_peers():
+    assert history_references("since session 12; issue 27's goal; items 2 and 3; see #27") == [
+        "1: session 12", "1: issue 27", "1: items 2", "1: #27",
+    ]  # fmt: skip
+    assert history_references("Dify #1234, RAGFlow issue 5452, https://github.com/x/y/issues/9, &#39;") == []
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_user_doc_refers_to_sessions_issues_or_items(path):
+    assert history_references(path.read_text(encoding="utf-8")) == []
+
+
 def test_the_readme_starts_with_the_two_commands():
     first_block = re.search(r"```bash\n(.*?)```", README.read_text(), re.S).group(1)
     assert [line.split()[0:2] for line in first_block.splitlines()] == [["./run", "serve"], ["./run", "test"]]
