@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from knowledge.models import KnowledgeBase
 from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.search_analytics import QueryStats, search_analytics
-from retrieval.search_console import curation_links, testing_link
+from retrieval.search_console import curation_links, offer_knowledge_bases, testing_link
 from tenants.models import Tenant
 from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to
@@ -38,13 +38,7 @@ class AnalyticsForm(forms.Form):
 
     def __init__(self, *args: Any, tenants: QuerySet[Tenant], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        tenant_field, kb_field = self.fields["tenant"], self.fields["knowledge_base"]
-        assert isinstance(tenant_field, forms.ModelChoiceField) and isinstance(kb_field, forms.ModelChoiceField)
-        tenant_field.queryset = tenants
-        kb_field.queryset = (
-            KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
-        )
-        kb_field.label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"  # type: ignore[method-assign, assignment]  # an instance's label, as Django allows (its stubs: a method)
+        offer_knowledge_bases(self, tenants, "knowledge_base")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -131,18 +131,12 @@ class RetrievalTestForm(SearchSettingsForm):
 
     def __init__(self, *args: Any, tenants: QuerySet[Tenant], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        tenant_field, kb_field = self.fields["tenant"], self.fields["knowledge_bases"]
-        assert isinstance(tenant_field, forms.ModelChoiceField) and isinstance(kb_field, forms.ModelChoiceField)
-        tenant_field.queryset = tenants
-        kb_field.queryset = (
-            KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
-        )
-        kb_field.label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"  # type: ignore[method-assign, assignment]  # an instance's label, as Django allows (its stubs: a method)
+        kbs = offer_knowledge_bases(self, tenants, "knowledge_bases")
         # Validation takes any visible tenant's KB (``clean`` names a foreign one); the boxes offered are the
         # chosen tenant's only (choosing another hides them until the form runs for it: _tenant_switch.html).
         chosen = self.chosen_tenant_id(tenants)
         self.fields["knowledge_bases"].widget.choices = [
-            (kb.pk, f"{kb.tenant.name} / {kb.name}") for kb in kb_field.queryset if kb.tenant_id == chosen
+            (kb.pk, f"{kb.tenant.name} / {kb.name}") for kb in kbs if kb.tenant_id == chosen
         ]
         if len(tenants) == 1:
             self.fields["tenant"].widget = forms.HiddenInput()
@@ -417,3 +411,16 @@ def _outcome_context(tenant: Tenant, outcome: CachedSearch) -> dict[str, Any]:
         "timings": sorted(response.timings_ms.items(), key=lambda item: item[0] == "total"),
         "dense_language": dense_language_note(response),
     }
+
+
+def offer_knowledge_bases(form: forms.Form, tenants: QuerySet[Tenant], kb_field_name: str) -> QuerySet[KnowledgeBase]:
+    """A console form's tenant box offers ``tenants`` and its KB box (``kb_field_name``) their KBs, each
+    labelled "tenant / KB"; returns the KBs offered."""
+    tenant_field, kb_field = form.fields["tenant"], form.fields[kb_field_name]
+    assert isinstance(tenant_field, forms.ModelChoiceField) and isinstance(kb_field, forms.ModelChoiceField)
+    tenant_field.queryset = tenants
+    kb_field.queryset = kbs = (
+        KnowledgeBase.objects.filter(tenant__in=tenants).select_related("tenant").order_by("tenant__name", "name")
+    )
+    kb_field.label_from_instance = lambda kb: f"{kb.tenant.name} / {kb.name}"  # type: ignore[method-assign, assignment]  # an instance's label, as Django allows (its stubs: a method)
+    return kbs
