@@ -34,6 +34,7 @@ from engines.base import GraphScope, GraphStore, GraphWalk, ReachedEntity, entit
 from engines.graph_extraction import EXTRACTOR_VERSION
 from engines.graph_relations import relation_name
 from graph.query_setup import GraphQuerySetup, graph_query_setup
+from graph.readable import ReadableChunks, ReadableGraph
 from knowledge.stores import graph_store
 
 CO_OCCURRENCE = "co_occurs"  # the kind a path names for relations found by co-occurrence (untyped)
@@ -68,10 +69,18 @@ class GraphRanking:
 
 
 def rank_by_graph(
-    tenant_id: int, version_ids: tuple[int, ...], query: str, *, hops: int, setup: GraphQuerySetup | None = None
+    tenant_id: int,
+    version_ids: tuple[int, ...],
+    query: str,
+    *,
+    hops: int,
+    setup: GraphQuerySetup | None = None,
+    readable: ReadableChunks | None = None,
 ) -> GraphRanking:
     """Passages of the KB versions ranked by the entities the query names and their neighbours.
-    ``setup``: a search's (``SearchContext.graph_setup``), else read for these versions."""
+    ``setup``: a search's (``SearchContext.graph_setup``), else read for these versions. ``readable``:
+    the reader's check when it may not read every passage; then only entities and steps learned from
+    passages it may read are matched, walked and named (``graph.readable``)."""
     store = graph_store()
     scope = GraphScope(tenant_id, version_ids)
     setup = setup or graph_query_setup(tenant_id, version_ids)
@@ -89,6 +98,9 @@ def rank_by_graph(
         known = {seed.entity_id for seed in seeds}
         similar = store.find_similar(scope, unresolved, settings.GRAPH_FUZZY_SIMILARITY) if unresolved else []
         seeds += [node for node in similar if node.entity_id not in known]
+    if readable is not None and seeds:  # a query entity known only from hidden passages is absent to the reader
+        named = ReadableGraph(store, scope, [seed.entity_id for seed in seeds], readable)
+        seeds = [seed for seed in seeds if named.named(seed.entity_id)]
     if not seeds:
         return GraphRanking([], notes=notes)
     walk = GraphWalk(
@@ -100,7 +112,11 @@ def rank_by_graph(
     best: dict[int, tuple[float, ReachedEntity]] = {}
     total = _passages_in(store, scope)
     ceiling = len(unresolved) * entity_score(1.0, 0, 1, total, settings.GRAPH_HOP_DECAY)
-    for reached in store.reach(scope, [seed.entity_id for seed in seeds], walk, total):
+    walked = store.reach(scope, [seed.entity_id for seed in seeds], walk, total)
+    if readable is not None:  # nor walked through, nor named on a path
+        shown = ReadableGraph(store, scope, (entity for r in walked for entity in r.path), readable)
+        walked = [reached for reached in walked if shown.walk(reached)]
+    for reached in walked:
         if reached.hops == 0:
             ceiling += reached.score
         for chunk_id, count in reached.passages:

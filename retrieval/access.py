@@ -8,11 +8,15 @@ what everyone in the tenant may read.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
+from graph.readable import ReadableChunks
 from knowledge.selectors.search import SearchedKnowledge, restricted_versions
+from retrieval import selectors
 from retrieval.errors import AccessCheckUnavailable
-from tenants.models import ApiKey
+from retrieval.filters import compile_filters
+from tenants.models import ApiKey, Tenant
 
 
 def key_access(api_key: ApiKey, principals: list[str] | None = None) -> dict[str, Any]:
@@ -35,3 +39,16 @@ def reader_check(principals: tuple[str, ...], knowledge: SearchedKnowledge) -> t
             "The permission check could not run; the search is refused rather than answered unfiltered."
         ) from error
     return principals if restricted else None
+
+
+def readable_to_reader(tenant: Tenant, reader: tuple[str, ...] | None) -> ReadableChunks | None:
+    """The graph's check of a reader (``graph.readable``): chunk ids -> those it may read; None when the
+    search checks no reader (it may read every passage)."""
+    if reader is None:
+        return None
+    check = compile_filters(None, reader)
+
+    def readable(chunk_ids: list[int]) -> Collection[int]:
+        return selectors.hashes_of_chunks_passing(tenant, chunk_ids, check).keys()
+
+    return readable

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from django.conf import settings
@@ -21,11 +21,12 @@ from django.conf import settings
 from engines.analysis import Analyzer
 from engines.base import Community, GraphScope
 from engines.embedders import get_embedder
+from graph.readable import ReadableChunks, ReadableGraph
 from knowledge.models import Chunk
 from knowledge.selectors.search import searched_knowledge, tenant_vocabulary
 from knowledge.stores import graph_store
 from retrieval import selectors
-from retrieval.access import reader_check
+from retrieval.access import readable_to_reader, reader_check
 from retrieval.errors import GraphUnavailable
 from retrieval.filters import CompiledFilter, compile_filters
 from retrieval.fusion_functions import FusedCandidate, RankedList, reciprocal_rank_fusion
@@ -93,7 +94,7 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
                 failure = degradation_of("graph", exc)
                 raise GraphUnavailable(f"graph search is unavailable: {failure.message}") from exc
             if reader is not None:
-                communities = _readable(tenant, communities, compile_filters(None, reader))
+                communities = _readable(tenant, communities, reader)
         lists = []
         with timings.stage("bm25"):
             try:
@@ -115,17 +116,31 @@ def global_graph_search(tenant: Tenant, request: GlobalGraphRequest) -> GlobalGr
 
 
 def _readable(
-    tenant: Tenant, communities: list[tuple[str, Community]], check: CompiledFilter
+    tenant: Tenant, communities: list[tuple[str, Community]], reader: tuple[str, ...]
 ) -> list[tuple[str, Community]]:
     """The communities whose summary the reader may see: every passage it was built from passes the
-    reader's ACL check (a summary quotes them; docs/permissions.md). Left out before ranking, so their
+    reader's ACL check (a summary quotes them), and each key entity it names is mentioned by a passage
+    the reader may read (``graph.readable``; docs/permissions.md). Left out before ranking, so their
     count and scores tell nothing either."""
+    check = compile_filters(None, reader)
     wanted = list({chunk_id for _, community in communities for chunk_id in community.chunk_ids})
     readable = selectors.hashes_of_chunks_passing(tenant, wanted, check) if wanted else {}
-    return [
+    kept = [
         (model, community)
         for model, community in communities
         if community.chunk_ids and all(chunk_id in readable for chunk_id in community.chunk_ids)
+    ]
+    if not kept:
+        return kept
+    scope = GraphScope(tenant.pk, tuple(sorted({community.version_id for _, community in kept})))
+    named = ReadableGraph(
+        graph_store(), scope, (e for _, c in kept for e in c.entity_ids[: len(c.key_entities)]),
+        cast(ReadableChunks, readable_to_reader(tenant, reader)),
+    )  # fmt: skip
+    return [
+        (model, community)
+        for model, community in kept
+        if all(map(named.named, community.entity_ids[: len(community.key_entities)]))
     ]
 
 

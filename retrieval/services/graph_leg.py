@@ -6,6 +6,7 @@ from django.conf import settings
 
 from graph.ranking import bridges_from, rank_by_graph
 from retrieval import selectors
+from retrieval.access import readable_to_reader
 from retrieval.fusion_functions import RankedList
 from retrieval.services.context import SearchContext
 from retrieval.types import LegResult
@@ -15,7 +16,10 @@ def retrieve_graph(context: SearchContext) -> LegResult:
     """One list for the original query only (synonym groups are already entity aliases); each hit
     keeps the path that found it."""
     query = context.variants[0].text
-    ranking = rank_by_graph(context.tenant.pk, context.version_ids, query, hops=context.hops, setup=context.graph_setup)
+    ranking = rank_by_graph(
+        context.tenant.pk, context.version_ids, query, hops=context.hops, setup=context.graph_setup,
+        readable=readable_to_reader(context.tenant, context.compiled.reader),
+    )  # fmt: skip
     hits, passing = ranking.hits, {}
     if context.compiled.q and hits:
         passing = selectors.hashes_of_chunks_passing(
@@ -26,7 +30,10 @@ def retrieve_graph(context: SearchContext) -> LegResult:
     explanations = {chunk_id: ranking.explanation(chunk_id) for chunk_id, _ in hits}
     bridges = []
     if settings.GRAPH_BRIDGE_SLOTS and any(weight > 0 for name, weight in context.weights.items() if name != "graph"):
-        anchors = ranking.anchors[: settings.GRAPH_BRIDGE_ANCHORS]
+        anchors = ranking.anchors  # a bridge names its anchor ("via"): one the search may return
+        if context.compiled.q:
+            anchors = [chunk_id for chunk_id in anchors if chunk_id in passing]
+        anchors = anchors[: settings.GRAPH_BRIDGE_ANCHORS]
         bridges = bridges_from(context.tenant.pk, context.version_ids, anchors)
         if context.compiled.q and bridges:
             allowed = selectors.hashes_of_chunks_passing(

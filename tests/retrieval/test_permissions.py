@@ -17,6 +17,7 @@ import pytest
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
+from knowledge.models import Chunk
 from tenants.services import create_api_key
 from tests.conftest import client_with_key
 from tests.factories import TenantFactory, give_unlimited_rate_tier
@@ -59,6 +60,11 @@ def _write_corpus(folder: Path) -> Path:
 @pytest.fixture
 def corpus(db, tmp_path):
     """Two KBs of one tenant, plain and parent-child chunks, holding the same documents."""
+    return build_corpus(tmp_path)
+
+
+def build_corpus(tmp_path: Path):
+    """The tenant and its two KBs (``corpus``), ingested into whichever engines the settings name."""
     tenant = TenantFactory()
     give_unlimited_rate_tier(tenant)
     kbs = {
@@ -111,8 +117,19 @@ def _assert_nothing_hidden_leaks(raw: bytes, visible: set[str]) -> None:
 @pytest.mark.parametrize("cache", ["cache on", "cache off"])
 def test_the_leak_matrix(corpus, settings, cache):
     """Every reader x mode x chunking x graph x filter: exactly its visible documents, nothing of others."""
-    tenant, kbs = corpus
     settings.SEARCH_CACHE_TTL_S = 300 if cache == "cache on" else 0
+    assert leak_matrix(corpus) == 6 * 2 * 5 * 3 * 2
+
+
+def leak_matrix(corpus) -> int:
+    """Runs the matrix on ``corpus`` (on the engines the settings name) and returns its cell count."""
+    tenant, kbs = corpus
+    chunk_ids = {}
+    for kb in kbs.values():
+        for chunk_id, uri in Chunk.objects.filter(kb_version=kb.active_version).values_list(
+            "id", "document__source_uri"
+        ):
+            chunk_ids.setdefault(Path(uri).name, set()).add(chunk_id)
     doc_ids = {}
     for kb in kbs.values():
         for document in kb.documents.all():
@@ -148,8 +165,21 @@ def test_the_leak_matrix(corpus, settings, cache):
                         hidden_ids = set().union(*(doc_ids[name] for name in DOCS.keys() - visible))
                         assert not returned_ids & hidden_ids, where
                         _assert_nothing_hidden_leaks(response.content, visible)
+                        if mode in ("graph", "hybrid"):  # nor a hidden passage's id, e.g. as a bridge's "via"
+                            hidden_chunks = set().union(*(chunk_ids[name] for name in DOCS.keys() - visible))
+                            _assert_no_hidden_chunk_id(response.json(), hidden_chunks, where)
+                        if mode == "graph":  # the graph leg ran (not a vacuous pass): its entity names them all
+                            assert results, where
                         cells += 1
-    assert cells == 6 * 2 * 5 * 3 * 2
+    return cells
+
+
+def _assert_no_hidden_chunk_id(answer: dict, hidden: set[int], where) -> None:
+    for hit in answer["results"]:
+        assert hit["chunk_id"] not in hidden, where
+        bridge = hit.get("retrievers", {}).get("graph", {}).get("bridge")
+        if bridge:
+            assert bridge["via"] not in hidden, (where, bridge)
 
 
 def test_a_reader_sees_the_same_answer_cached_as_fresh_and_never_anothers(corpus, settings):
