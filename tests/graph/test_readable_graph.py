@@ -4,8 +4,7 @@ on both graph stores: PostgreSQL's tables and a real Neo4j (``tests.servers``).
 A hidden passage relates the PPR-9087 lock to the KT-2210 kettle through the Zephyr Labs chip; two
 public passages name the lock and the kettle apart. To a reader who may not read the hidden passage,
 the graph holds no Zephyr Labs and no relation between the lock and the kettle: a graph search for the
-lock finds its public passage only, its path names nothing else, and no bridge starts from the hidden
-passage. A reader who may read it is walked from the lock to the kettle. The expected answers are
+lock finds its public passage only and its path names nothing else. A reader who may read it is walked from the lock to the kettle. The expected answers are
 written here by hand.
 """
 
@@ -21,7 +20,6 @@ from engines import registry
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
 from knowledge.knowledge_bases import create_knowledge_base
-from knowledge.models import Chunk
 from knowledge.stores import graph_store
 from tenants.services import create_api_key
 from tests.conftest import client_with_key
@@ -101,16 +99,3 @@ def test_a_query_entity_known_only_from_hidden_passages_is_absent(kb):
     plain = _graph_search(kb, None, "Zephyr Labs")
     assert plain["results"] == []
     assert "Zephyr" not in json.dumps(plain["results"])
-
-
-def test_a_bridge_never_starts_from_a_hidden_passage(kb, settings):
-    """Three-way hybrid's bridges name their anchor passage (``via``) and the entity they cross."""
-    settings.GRAPH_BRIDGE_SLOTS = 3
-    hidden = set(Chunk.objects.filter(kb_version=kb.active_version, document__source_uri__endswith="secret.txt")
-                 .values_list("pk", flat=True))  # fmt: skip
-    answer = _graph_search(kb, None, "Zephyr Labs chip", mode="hybrid", graph=True)
-    assert _names(answer) <= {"lock.txt", "kettle.txt"}
-    for hit in answer["results"]:
-        graph = hit["retrievers"].get("graph", {})
-        assert graph.get("bridge", {}).get("via") not in hidden, hit
-        assert "Zephyr" not in json.dumps(graph), hit

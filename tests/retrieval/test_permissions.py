@@ -216,7 +216,7 @@ def test_global_graph_search_hides_summaries_built_from_unreadable_passages(db, 
     """A community summary quotes its supporting passages: one built from a passage the reader may not
     read is not shown, nor counted among the candidates."""
     from knowledge.acls import set_document_acl
-    from knowledge.models import Chunk, GraphCommunity
+    from knowledge.models import Chunk, GraphCommunity, GraphMention
 
     kb, query = curated_sample_kb, "鱼香肉丝 川菜 招牌菜"
     give_unlimited_rate_tier(kb.tenant)
@@ -233,12 +233,19 @@ def test_global_graph_search_hides_summaries_built_from_unreadable_passages(db, 
     secret = Chunk.objects.get(pk=best.chunk_ids[0]).document
     set_document_acl(secret, ["group:chefs"])
     secret_chunks = set(secret.chunks.values_list("pk", flat=True))
-    # By hand: the level-0 communities none of whose supporting passages is the restricted document's.
+    # By hand: the level-0 communities none of whose supporting passages is the restricted document's,
+    # and each of whose key entities another passage mentions (a name known only from it is hidden too).
+    mentioned = set(GraphMention.objects.exclude(chunk_id__in=secret_chunks).values_list("entity_id", flat=True))
+    communities = GraphCommunity.objects.filter(kb_version=kb.active_version, level=0)
     readable = {
         c.number
-        for c in GraphCommunity.objects.filter(kb_version=kb.active_version, level=0)
-        if not secret_chunks & set(c.chunk_ids)
+        for c in communities
+        if not secret_chunks & set(c.chunk_ids) and set(c.entity_ids[: len(c.key_entities)]) <= mentioned
     }
+    named_only_in_secret = [
+        c.number for c in communities if not secret_chunks & set(c.chunk_ids) and c.number not in readable
+    ]
+    assert named_only_in_secret  # the corpus has a community whose passages pass but whose names do not
     after = global_search(plain)
     assert {c["number"] for c in after["communities"]} <= readable
     assert best.number not in {c["number"] for c in after["communities"]}
