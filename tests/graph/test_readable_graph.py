@@ -99,3 +99,29 @@ def test_a_query_entity_known_only_from_hidden_passages_is_absent(kb):
     plain = _graph_search(kb, None, "Zephyr Labs")
     assert plain["results"] == []
     assert "Zephyr" not in json.dumps(plain["results"])
+
+
+def test_a_community_naming_an_entity_known_only_from_hidden_passages_is_not_shown(kb, monkeypatch, settings):
+    """Global search: a community is shown only if its supporting passages are readable and each key
+    entity it names is mentioned by a readable passage. With one supporting passage per community, the
+    community holding the lock, the kettle and Zephyr Labs may be supported by a public passage alone,
+    yet names Zephyr Labs."""
+    from graph import community_build
+
+    monkeypatch.setattr(community_build, "SUPPORTING_CHUNKS", 1)
+    settings.GRAPH_COMMUNITY_MIN_SIZE = 2  # a corpus of three passages makes small communities
+    assert community_build.rebuild_communities(kb.active_version) > 0
+
+    def global_search(principals: list[str] | None) -> dict:
+        key = create_api_key(tenant=kb.tenant, principals=principals or [])
+        body = {"query": "PPR-9087 KT-2210 Zephyr Labs door lock kettle chip", "scope": "global", "top_k": 50}
+        response = client_with_key(key.raw_key).post(
+            "/api/v1/retrieval/graph", data=json.dumps(body), content_type="application/json"
+        )
+        assert response.status_code == 200, response.content
+        return response.json()
+
+    member = global_search(["group:hr"])
+    assert any("Zephyr Labs" in c["key_entities"] for c in member["communities"]), member
+    plain = global_search(None)
+    assert "Zephyr" not in json.dumps(plain), plain
