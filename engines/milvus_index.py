@@ -114,7 +114,7 @@ class MilvusVectorIndex(VectorIndex[None]):
         if not rows:
             return
         keys = sorted({(row.version_id, row.document_id) for row in rows})
-        before = set(self._ids_of(keys))
+        before = {chunk for chunk, _, _ in self._ids_of(keys)}
         self.rows.write(rows)
         ids = {(document, ordinal): chunk for chunk, document, ordinal in self._ids_of(keys) if chunk not in before}
         by_dimension: dict[int, list[dict[str, Any]]] = {}
