@@ -33,6 +33,7 @@ MAX_TERMS = 4096  # Milvus's largest ARRAY capacity; a chunk's terms past it are
 MAX_TERM_BYTES = 4096
 HNSW_M, HNSW_EF_CONSTRUCTION = 24, 128  # the build pgvector chooses from 300k rows (engines.hnsw_parameters)
 MIN_EF = 200
+REWRITE_BATCH = 1000
 
 
 class VectorIndexError(ComponentError):
@@ -122,8 +123,7 @@ class MilvusVectorIndex(VectorIndex[None]):
             vector = np.asarray(row.embedding, dtype=np.float32)
             by_dimension.setdefault(len(vector), []).append(_entity(ids[row.document_id, row.ordinal], row, vector))
         for dimension, entities in by_dimension.items():
-            name = self.ensure_collection(dimension)
-            self._call("upsert", self.client.upsert, name, entities)
+            self._upsert(dimension, entities)
 
     def _ids_of(self, keys: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
         statement = sql.SQL(
@@ -151,20 +151,24 @@ class MilvusVectorIndex(VectorIndex[None]):
         for name in self._collections():
             self._call("delete", self.client.delete, name, filter=f"version_id == {int(version_id)}")
 
-    def rebuild(self, dimension: int, rows: Iterable[tuple[ChunkRow, int]]) -> int:
-        """Write again the vectors of (row, chunk id) pairs read from the chunk table (a Milvus that
-        lost them, or a move from pgvector); the count written."""
-        name = self.ensure_collection(dimension)
-        batch: list[dict[str, Any]] = []
+    def rewrite(self, rows: Iterable[tuple[ChunkRow, int]]) -> int:
+        """Write again the vectors and filter fields of (row, chunk id) pairs read from the chunk table:
+        a rebuild (a Milvus that lost them, a move from pgvector) or a relabel or ACL change of their
+        rows. The count written."""
+        batches: dict[int, list[dict[str, Any]]] = {}
         count = 0
         for row, chunk_id in rows:
-            batch.append(_entity(chunk_id, row, np.asarray(row.embedding, dtype=np.float32)))
-            if len(batch) >= 1000:
-                self._call("upsert", self.client.upsert, name, batch)
-                count, batch = count + len(batch), []
-        if batch:
-            self._call("upsert", self.client.upsert, name, batch)
-        return count + len(batch)
+            vector = np.asarray(row.embedding, dtype=np.float32)
+            batch = batches.setdefault(len(vector), [])
+            batch.append(_entity(chunk_id, row, vector))
+            if len(batch) >= REWRITE_BATCH:
+                count += self._upsert(len(vector), batch)
+                batch.clear()
+        return count + sum(self._upsert(dimension, batch) for dimension, batch in batches.items() if batch)
+
+    def _upsert(self, dimension: int, entities: list[dict[str, Any]]) -> int:
+        self._call("upsert", self.client.upsert, self.ensure_collection(dimension), entities)
+        return len(entities)
 
     def _collections(self) -> list[str]:
         names = self._call("list_collections", self.client.list_collections)

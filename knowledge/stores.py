@@ -81,10 +81,20 @@ def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
         from engines.milvus_index import MilvusVectorIndex  # pymilvus loads only where it is used
 
         assert isinstance(index, MilvusVectorIndex)
-        chunks = Chunk.objects.filter(embedding_dim__in=dimensions)
-        return {dim: index.rebuild(dim, chunk_rows_of(chunks.filter(embedding_dim=dim))) > 0 for dim in dimensions}
+        return {dim: index.rewrite(chunk_rows_of(Chunk.objects.filter(embedding_dim=dim))) > 0 for dim in dimensions}
     pg = pgvector_index()
     return {dim: pg.rebuild_index(dim) for dim in dimensions} if pg is not None else {}
+
+
+def refresh_vector_fields(chunks: QuerySet[Chunk]) -> None:
+    """After a relabel or an ACL change of these chunk rows, in the same transaction: an index that keeps
+    their filter fields apart from the rows (Milvus) is given them again; pgvector reads the rows."""
+    index = vector_index()
+    if index.name == "milvus":
+        from engines.milvus_index import MilvusVectorIndex
+
+        assert isinstance(index, MilvusVectorIndex)
+        index.rewrite(chunk_rows_of(chunks))
 
 
 def chunk_rows_of(chunks: QuerySet[Chunk]) -> Iterator[tuple[ChunkRow, int]]:

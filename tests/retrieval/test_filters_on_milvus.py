@@ -54,7 +54,7 @@ class MilvusDataset(Dataset):
 @pytest.fixture
 def on_milvus(filter_rows, milvus) -> MilvusDataset:
     """The rows (and the other tenant's noise row) written to Milvus."""
-    milvus.rebuild(DIMENSION, chunk_rows_of(Chunk.objects.all()))
+    milvus.rewrite(chunk_rows_of(Chunk.objects.all()))
     data = MilvusDataset(filter_rows.ids, filter_rows.docs, filter_rows.base)
     data.index = milvus
     return data
@@ -87,7 +87,7 @@ def test_a_readers_acl_check_selects_inside_milvus(filter_rows, on_milvus):
     hr = Chunk.objects.get(pk=filter_rows.ids["r1"])
     hr.acl = ["group:hr"]
     hr.save(update_fields=["acl"])
-    on_milvus.index.rebuild(DIMENSION, chunk_rows_of(Chunk.objects.filter(pk=hr.pk)))
+    on_milvus.index.rewrite(chunk_rows_of(Chunk.objects.filter(pk=hr.pk)))
     everything = set(filter_rows.ids.values())
     on_milvus.reader = ("*", "user:1")
     assert on_milvus.select(None) == {pk for pk in everything if pk != hr.pk}  # public rows only
