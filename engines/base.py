@@ -123,6 +123,11 @@ class VectorIndex(ABC, Generic[PlanT]):
         (``engines.lexical_filter``), for an index outside the database, which cannot run SQL (it refuses
         ``filters`` without it); pgvector reads ``filters``."""
 
+    def ping(self) -> str:
+        """A short description of the index when it can serve (``/ready``); raises when it cannot. The
+        database's index needs no check of its own (``/ready`` checks the database and pgvector)."""
+        return self.name
+
     @abstractmethod
     def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:
         """The chunks of ``chunk_ids`` in scope, each with its cosine to ``query_vector``, in no order: the

@@ -67,6 +67,10 @@ class MilvusVectorIndex(VectorIndex[None]):
                     raise VectorIndexError("vector_index_unavailable", f"Milvus at {self.uri}: {error}") from error
             return self._client
 
+    def ping(self) -> str:
+        """The server's version when it answers within the deadline (``/ready``)."""
+        return f"Milvus {self._call('get_server_version', self.client.get_server_version)}"
+
     def collection(self, dimension: int) -> str:
         return f"{self.prefix}_d{dimension}"
 
