@@ -3,7 +3,8 @@ Milvus, one collection per embedding dimension with the tenant as its partition 
 (text, filters for hydration, and the vectors too, the source a rebuild reads) stay in PostgreSQL.
 
 ``MILVUS_URI`` names the server (``http://host:19530``) or a local file, which opens Milvus Lite, the
-embedded Milvus the tests run. Every call carries the deadline ``MILVUS_TIMEOUT_S``.
+embedded Milvus the tests run: it serves the one process that opened the file, so a service with web
+workers and a Celery worker needs a server. Every call carries the deadline ``MILVUS_TIMEOUT_S``.
 
 Filters: Milvus cannot run SQL, so a filtered search needs the filter as plain data
 (``engines.lexical_filter``, the tree the keyword index applies), given exactly; each entity carries the
@@ -64,7 +65,10 @@ class MilvusVectorIndex(VectorIndex[None]):
                 try:
                     self._client = MilvusClient(self.uri, timeout=self.timeout_s)
                 except MilvusException as error:
-                    raise VectorIndexError("vector_index_unavailable", f"Milvus at {self.uri}: {error}") from error
+                    # Milvus Lite serves the process that opened its file first, and no other.
+                    lite = "" if "://" in self.uri else " (a Milvus Lite file serves one process only)"
+                    message = f"Milvus at {self.uri}{lite}: {error}"
+                    raise VectorIndexError("vector_index_unavailable", message) from error
             return self._client
 
     def ping(self) -> str:
