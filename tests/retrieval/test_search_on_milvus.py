@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from engines import registry
+from knowledge.chunk_curation import edit_chunk
 from knowledge.documents import delete_document, update_document_labels
 from knowledge.ingestion.files import discover_files
 from knowledge.ingestion.pipeline import Ingester
@@ -88,6 +89,17 @@ def test_a_relabel_reaches_the_filter_fields_in_milvus(on_milvus, kb, api_client
     assert documents_found(api_client, kb, "gears", filters={"tags": "sport"}) == {"bicycle.txt"}
     assert documents_found(api_client, kb, "gears", filters={"metadata.shop": {"in": [7, 8]}}) == {"bicycle.txt"}
     assert documents_found(api_client, kb, "gears", filters={"not": {"tags": "sport"}}) == {"kettle.txt"}
+
+
+def test_a_curated_chunk_is_searched_by_its_new_text_and_a_disabled_one_not_at_all(on_milvus, kb, api_client):
+    kettle = kb.documents.get(source_uri__endswith="kettle.txt")
+    (chunk_id,) = Chunk.objects.filter(document=kettle, kb_version=kb.active_version).values_list("pk", flat=True)
+    edit_chunk(kettle, chunk_id, content="Emperor penguins huddle together on the Antarctic sea ice.")
+    body = {"query": "penguins on the ice", "mode": "vector", "kb_ids": [kb.pk], "top_k": 1}
+    (hit,) = search(api_client, body)["results"]
+    assert hit["chunk_id"] == chunk_id and hit["score"] > 0.5  # the new text's vector, under the same id
+    edit_chunk(kettle, chunk_id, enabled=False)
+    assert chunk_id not in in_milvus(on_milvus, kb)
 
 
 def test_a_filter_milvus_cannot_apply_exactly_degrades_the_vector_leg(on_milvus, kb, api_client):
