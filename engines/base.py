@@ -115,9 +115,18 @@ class VectorIndex(ABC, Generic[PlanT]):
         top_k: int,
         filters: SqlFilter,
         plan: PlanT | None = None,
+        field_filter: LexicalFilter | None = None,
     ) -> list[VectorHit]:
         """The ``top_k`` nearest chunks in scope that pass ``filters``, best first; ``plan`` is what
-        ``plan()`` returned for the same scope and filters (None: the search works it out)."""
+        ``plan()`` returned for the same scope and filters (None: the search works it out).
+        ``field_filter``: the same filter as plain data when it translates exactly
+        (``engines.lexical_filter``), for an index outside the database, which cannot run SQL (it refuses
+        ``filters`` without it); pgvector reads ``filters``."""
+
+    def ping(self) -> str:
+        """A short description of the index when it can serve (``/ready``); raises when it cannot. The
+        database's index needs no check of its own (``/ready`` checks the database and pgvector)."""
+        return self.name
 
     @abstractmethod
     def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:

@@ -48,6 +48,7 @@ from engines.hnsw_parameters import (
     ef_search_for,
     needs_rebuild,
 )
+from engines.lexical_filter import LexicalFilter
 
 MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
 # VECTOR_EXACT_SCAN_THRESHOLD is the break-even at this many rows in the HNSW index (see exact_scan_limit).
@@ -332,7 +333,13 @@ class PgVectorIndex(VectorIndex[int]):
         return exact_scan_limit(self.exact_scan_threshold, _rows_in_index(scope.embedding_dim))
 
     def search(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, plan: int | None = None
+        self,
+        scope: SearchScope,
+        query_vector: np.ndarray,
+        top_k: int,
+        filters: SqlFilter,
+        plan: int | None = None,
+        field_filter: LexicalFilter | None = None,  # the same as ``filters``, which this index reads
     ) -> list[VectorHit]:
         matching = plan if plan is not None else self.plan(scope, filters)
         if matching == 0:

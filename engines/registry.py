@@ -48,6 +48,12 @@ def _pgvector(tables: StoreTables) -> VectorIndex[Any]:
     return PgVectorIndex(tables.chunks)
 
 
+def _milvus(tables: StoreTables) -> VectorIndex[Any]:
+    from engines.milvus_index import MilvusVectorIndex  # pymilvus loads only where it is used
+
+    return MilvusVectorIndex(tables.chunks, settings.MILVUS_URI, timeout_s=settings.MILVUS_TIMEOUT_S)
+
+
 def _elasticsearch(tables: StoreTables) -> LexicalIndex:
     from engines.elasticsearch_index import ElasticsearchLexicalIndex
 
@@ -87,7 +93,10 @@ def _always() -> bool:
     return True
 
 
-VECTOR_INDEXES: list[Backend[VectorIndex[Any]]] = [Backend("pgvector", _always, _pgvector)]
+VECTOR_INDEXES: list[Backend[VectorIndex[Any]]] = [
+    Backend("milvus", lambda: settings.VECTOR_BACKEND == "milvus", _milvus),
+    Backend("pgvector", _always, _pgvector),
+]
 LEXICAL_INDEXES: list[Backend[LexicalIndex]] = [
     Backend("elasticsearch", lambda: bool(settings.ELASTICSEARCH_URL), _elasticsearch),
     Backend("tantivy", _always, _tantivy),
@@ -105,7 +114,7 @@ def chosen(backends: list[Backend[StoreT]]) -> Backend[StoreT]:
 
 @lru_cache(maxsize=1)
 def vector_index(tables: StoreTables) -> VectorIndex[Any]:
-    """Dense search: pgvector over the chunk table."""
+    """Dense search: Milvus when ``VECTOR_BACKEND`` is milvus, else pgvector over the chunk table."""
     return chosen(VECTOR_INDEXES).build(tables)
 
 

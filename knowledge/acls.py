@@ -17,6 +17,7 @@ from django.utils import timezone
 from knowledge.lexical import apply_pending_lexical_changes, record_lexical_change
 from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeSource
 from knowledge.revisions import bump_revisions
+from knowledge.stores import refresh_vector_fields
 from tenants.principals import clean_principals
 
 
@@ -67,6 +68,7 @@ def _apply(chunks: Q, acl: list[str]) -> list[int]:
     for version_id, document_id in selected.order_by().values_list("kb_version_id", "document_id").distinct():
         held.setdefault(version_id, set()).add(document_id)
     selected.update(acl=acl)  # rows of every version: a rollback finds them changed too
+    refresh_vector_fields(selected)  # Milvus keeps the ACL beside the vectors
     for version_id, document_ids in held.items():
         record_lexical_change(version_id, sorted(document_ids))
         # After the outermost commit; a failure there leaves the change pending for the next writer or

@@ -26,7 +26,7 @@ from knowledge.lexical import apply_pending_lexical_changes, record_lexical_chan
 from knowledge.models import Chunk, ChunkEdit, Document, KnowledgeBaseVersion
 from knowledge.parsing import clean_text
 from knowledge.revisions import bump_revisions
-from knowledge.stores import graph_store
+from knowledge.stores import graph_store, refresh_vector_fields, vector_index
 
 CURATED = "curated"  # the chunk metadata key naming the edit applied to it: {"edit": id, "manual": bool}
 
@@ -113,6 +113,7 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
         edit.save()
         if chunk is not None:  # while the row exists: the graph forgets what only it mentioned
             graph_store().delete(document.tenant_id, version.pk, [chunk.pk])
+            vector_index().delete(version.pk, [chunk.pk])
             chunk.delete()
         if vector is not None:  # the edit is enabled (embedded above)
             metadata[CURATED] = {"edit": edit.pk, "manual": edit.manual}
@@ -132,6 +133,7 @@ def _apply(document: Document, version: KnowledgeBaseVersion, edit: ChunkEdit, c
                 ChunkEdit.objects.filter(pk=edit.pk).update(chunk_id=row.pk)
                 edit.chunk_id = row.pk
             graph_store().write(document.tenant_id, version.pk, {row.pk: extraction})
+            refresh_vector_fields(Chunk.objects.filter(pk=row.pk))  # Milvus: the row's vector and fields
         record_lexical_change(version.pk, [document.pk])
         Document.objects.filter(pk=document.pk).update(
             chunk_count=Chunk.objects.filter(document=document, kb_version=version).count()

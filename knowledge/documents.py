@@ -23,7 +23,7 @@ from knowledge.models import Chunk, Document, KnowledgeBase, KnowledgeTask, Pare
 from knowledge.parsing import ParseError, doc_type_for
 from knowledge.queue import enqueue
 from knowledge.revisions import bump_revisions
-from knowledge.stores import graph_store, vector_index
+from knowledge.stores import graph_store, refresh_vector_fields, vector_index
 
 PURGE_TASK = "knowledge.tasks.purge_documents"
 
@@ -194,6 +194,7 @@ def update_document_labels(
             relabel = [stored.tags, previous_keys, Jsonb(stored.metadata), stored.pk]
             cursor.execute(_RELABEL_CHUNKS_SQL, relabel)  # type: ignore[arg-type]  # the stubs lack psycopg's Jsonb
         stored.save(update_fields=["title", "tags", "metadata", "updated_at"])
+        refresh_vector_fields(Chunk.objects.filter(document_id=stored.pk))  # Milvus keeps them beside the vectors
         versions = _versions_holding(stored)
         for version_id in versions:
             record_lexical_change(version_id, [stored.pk])

@@ -5,13 +5,15 @@ lifecycle and the search call the stores only through these accessors and their 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import QuerySet
 
 from engines import registry
-from engines.base import GraphStore, LexicalIndex, VectorIndex
+from engines.base import ChunkRow, GraphStore, LexicalIndex, VectorIndex
 from engines.pgvector_index import PgVectorIndex, RebuildAdvice
 from knowledge.models import (
     Chunk,
@@ -70,10 +72,42 @@ def rebuild_vector_indexes(dimension: int | None = None) -> dict[int, bool]:
     """Give the HNSW index of ``dimension`` (default: every dimension a KB version uses) the build
     parameters ``HNSW_M`` and ``HNSW_EF_CONSTRUCTION`` name (unset: chosen from its rows), online;
     dimension -> whether it was rebuilt (False: it had them already). For an index grown past what its
-    build recalls well (:func:`vector_rebuild_advice`, docs/operations.md)."""
+    build recalls well (:func:`vector_rebuild_advice`, docs/operations.md). On Milvus: every chunk row's
+    vector and filter fields written to Milvus again from the chunk table (a Milvus that lost them, a
+    move from pgvector, or filter fields a relabel changed)."""
     dimensions = [dimension] if dimension is not None else dimensions_in_use()
-    index = pgvector_index()
-    return {dim: index.rebuild_index(dim) for dim in dimensions} if index is not None else {}
+    index = vector_index()
+    if index.name == "milvus":
+        from engines.milvus_index import MilvusVectorIndex  # pymilvus loads only where it is used
+
+        assert isinstance(index, MilvusVectorIndex)
+        return {dim: index.rewrite(chunk_rows_of(Chunk.objects.filter(embedding_dim=dim))) > 0 for dim in dimensions}
+    pg = pgvector_index()
+    return {dim: pg.rebuild_index(dim) for dim in dimensions} if pg is not None else {}
+
+
+def refresh_vector_fields(chunks: QuerySet[Chunk]) -> None:
+    """After a relabel or an ACL change of these chunk rows, in the same transaction: an index that keeps
+    their filter fields apart from the rows (Milvus) is given them again; pgvector reads the rows."""
+    index = vector_index()
+    if index.name == "milvus":
+        from engines.milvus_index import MilvusVectorIndex
+
+        assert isinstance(index, MilvusVectorIndex)
+        index.rewrite(chunk_rows_of(chunks))
+
+
+def chunk_rows_of(chunks: QuerySet[Chunk]) -> Iterator[tuple[ChunkRow, int]]:
+    """Stored chunks as the vector index takes them, each with its id (read in batches, by id)."""
+    for chunk in chunks.order_by("pk").iterator(chunk_size=2000):
+        row = ChunkRow(
+            document_id=chunk.document_id, version_id=chunk.kb_version_id, tenant_id=chunk.tenant_id,
+            knowledge_base_id=chunk.knowledge_base_id, ordinal=chunk.ordinal, content=chunk.content,
+            content_hash=chunk.content_hash, token_count=chunk.token_count, embedding=chunk.embedding,
+            doc_type=chunk.doc_type, created_at=chunk.created_at, tags=list(chunk.tags), metadata=chunk.metadata,
+            acl=list(chunk.acl), parent_id=chunk.parent_id,
+        )  # fmt: skip
+        yield row, chunk.pk
 
 
 def dimensions_in_use() -> list[int]:

@@ -41,6 +41,22 @@ def keyword_filter(compiled: CompiledFilter, *, acl_terms: bool = False) -> lf.L
     return node
 
 
+def exact_field_filter(compiled: CompiledFilter) -> lf.LexicalFilter | None:
+    """The filter (with its reader's ACL check) as a tree that selects exactly the rows the SQL filter
+    does, for an index that filters itself without a check against SQL after (the vector index outside
+    the database); None when there is no filter or it does not translate exactly (metadata ranges,
+    ``exists`` and string matches). A filter that translates to no restriction is an empty ``And``."""
+    if not compiled.q:
+        return None
+    translated = _object(compiled.source) if compiled.source else _Translated(None, True)
+    if not translated.exact:
+        return None
+    parts = [] if translated.node is None else [translated.node]
+    if compiled.reader is not None:
+        parts.append(lf.Terms(tuple(lf.acl_term(principal) for principal in compiled.reader)))
+    return parts[0] if len(parts) == 1 else lf.And(tuple(parts))
+
+
 def _object(filters: dict[str, Any]) -> _Translated:
     return _all([_entry(key, value) for key, value in filters.items()])
 

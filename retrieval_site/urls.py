@@ -7,7 +7,7 @@ from core.metrics import metrics_view
 from core.swagger import SwaggerUIView
 from core.views import favicon_view, health_view, ready_view
 from knowledge.stats_views import StatsView
-from knowledge.stores import graph_store
+from knowledge.stores import graph_store, vector_index
 from knowledge.views import ID_PATTERN
 from retrieval.dify import DifyRetrievalView
 from retrieval.openai_vector_stores import VectorStoreDetailView, VectorStoreListView, VectorStoreSearchView
@@ -15,6 +15,8 @@ from retrieval.query_set_api import EvaluationViewSet, QuerySetViewSet, VersionG
 
 # The graph leg is opt-in per request: a graph store that cannot serve makes /ready "degraded".
 register_check("graph_store", lambda: graph_store().ping(), required=False)
+# The vector index (Milvus answers within MILVUS_TIMEOUT_S; pgvector's is the "pgvector" check).
+register_check("vector_index", lambda: vector_index().ping(), required=True)
 
 KB = rf"api/v1/knowledge-bases/(?P<kb_id>{ID_PATTERN})"  # a KB's query set and evaluation runs
 

@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,18 @@ def lexical_index_dir(tmp_path_factory):
     get_lexical_index.cache_clear()
     yield settings.LEXICAL_INDEX_DIR
     get_lexical_index.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def milvus_uri(tmp_path_factory):
+    """Each test run gets its own Milvus Lite file (when a test builds the Milvus index): test databases
+    reuse chunk and version ids."""
+    from django.conf import settings
+
+    settings.MILVUS_URI = str(tmp_path_factory.mktemp("milvus") / "milvus.db")
+    yield settings.MILVUS_URI
+    if "milvus_lite.server_manager" in sys.modules:  # stopped while pytest's log streams are open
+        sys.modules["milvus_lite.server_manager"].server_manager_instance.release_all()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -133,6 +133,12 @@ def main() -> int:
     parser.add_argument(
         "--growth-docs", type=int, default=4_150, help="SciFact documents --growth ingests (~10k chunks)"
     )
+    parser.add_argument(
+        "--milvus",
+        default="",
+        help="also Milvus at this URI (a server for the HTTP part; a file: Milvus Lite, engine calls only): the "
+        "rows written to it from the chunk table, searched by the engine and over HTTP with VECTOR_BACKEND=milvus",
+    )
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--keep", action="store_true", help="leave the tenant (prints its id); delete it by hand")
     args = parser.parse_args()
@@ -155,6 +161,7 @@ def main() -> int:
     from knowledge.models import Chunk
     from knowledge.stores import vector_index
     from retrieval.filters import compile_filters
+    from retrieval.keyword_filter import exact_field_filter
     from retrieval.types import SearchRequest
     from tenants.services import create_api_key, create_tenant
 
@@ -268,6 +275,7 @@ def main() -> int:
             [r[0] for r in execute("SELECT id FROM knowledge_chunk WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
         )
         compiled = {flt.name: compile_filters(flt.service) for flt in peers.FILTERS}
+        exact = {name: exact_field_filter(filters) for name, filters in compiled.items()}  # Milvus's filters
         for flt in peers.FILTERS:  # the numpy masks and PostgreSQL agree on every filter
             where, params = PgVectorIndex._where(scope, compiled[flt.name].sql)
             with connection.cursor() as cursor:
@@ -284,7 +292,10 @@ def main() -> int:
             for flt in peers.FILTERS:
                 sql_filter = compiled[flt.name].sql
                 stats, hits = timed(
-                    lambda q: [ids.searchsorted(h.chunk_id) for h in engine.search(scope, q, depth, sql_filter)[:10]],
+                    lambda q, name=flt.name: [
+                        ids.searchsorted(h.chunk_id)
+                        for h in engine.search(scope, q, depth, sql_filter, None, exact[name])[:10]
+                    ],
                     list(queries),
                 )
                 out[flt.name] = {**stats, "recall_at_10": recall(hits, truth[flt.name], 10)}
@@ -371,6 +382,10 @@ def main() -> int:
         if builds:
             result["service_index_rebuilt"] = build_service_index(engine_default)
 
+        if args.milvus:
+            result["milvus"] = milvus_run(args, tenant, scope, measure_engine, key, http_queries, workdir)
+            print(f"  milvus: {result['milvus']}", flush=True)
+
         result["peers"] = {}
         for name in filter(None, args.peers.split(",")):
             if name == "qdrant" and args.rows > args.qdrant_max_rows:
@@ -436,7 +451,31 @@ def main() -> int:
             print(f"wrote {path} and {path.with_suffix('.md').name} (total {result['total_s']} s)")
 
 
-def http_search(args, key: str, queries: list[str], workdir: Path) -> dict:
+def milvus_run(args, tenant, scope, measure_engine, key: str, queries: list[str], workdir: Path) -> dict:
+    """The tenant's rows written to Milvus from the chunk table (as ``rebuild_vector_index`` does), the
+    engine's p50 and recall@10 per filter as pgvector's above, and (a server URI) every mode x filter over
+    HTTP with ``VECTOR_BACKEND=milvus``; the vectors deleted after."""
+    from engines.milvus_index import MilvusVectorIndex
+    from knowledge.models import Chunk
+    from knowledge.stores import chunk_rows_of
+
+    milvus = MilvusVectorIndex(Chunk._meta.db_table, args.milvus, timeout_s=3600)
+    try:
+        t0 = time.perf_counter()
+        written = milvus.rewrite(chunk_rows_of(Chunk.objects.filter(tenant_id=tenant.pk)))
+        out: dict = {"uri": args.milvus, "rows": written, "write_s": round(time.perf_counter() - t0, 1)}
+        measure_engine(milvus)  # untimed: loads the collection's segments
+        out["search"] = measure_engine(milvus)
+        if "://" in args.milvus and not args.no_http and not args.no_keyword:
+            environment = {"VECTOR_BACKEND": "milvus", "MILVUS_URI": args.milvus}
+            out["http"] = http_search(args, key, queries, workdir, environment)
+        return out
+    finally:
+        for version_id in scope.version_ids:
+            milvus.drop_version(version_id)
+
+
+def http_search(args, key: str, queries: list[str], workdir: Path, environment: dict[str, str] | None = None) -> dict:
     """Every mode x filter over HTTP on one gunicorn as ``./run serve`` starts it (result cache off)."""
     from django.urls import reverse
 
@@ -449,7 +488,10 @@ def http_search(args, key: str, queries: list[str], workdir: Path) -> dict:
         for flt in peers.FILTERS
         for mode in MODES
     ]
-    with server.gunicorn(workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0"}) as (base_url, proc):
+    with server.gunicorn(workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0", **(environment or {})}) as (
+        base_url,
+        proc,
+    ):
         out = http.http_run(base_url, key, scenarios, queries[: args.warmup + args.requests], warmup=args.warmup)
         out["gunicorn_rss_mb"] = round(server.tree_rss(proc.pid) / 2**20)
     return out

@@ -14,6 +14,7 @@ from engines.base import SearchScope, VectorHit, VectorIndex
 from engines.embedders import get_embedder
 from knowledge.stores import vector_index
 from retrieval.fusion_functions import RankedList
+from retrieval.keyword_filter import exact_field_filter
 from retrieval.services.context import SearchContext
 from retrieval.services.pools import per_variant
 from retrieval.types import LegResult, ListQuery, ModelGroup
@@ -62,12 +63,17 @@ def retrieve_vector(context: SearchContext, vectors: dict[str, np.ndarray], plan
     """One dense list per query variant, over every model group; keeps the content hashes pgvector returns."""
     index = vector_index()
     weight, candidates, groups = context.weights["vector"], context.depths["vector"], context.groups
+    # The filter as plain data too, when exact, for an index that cannot read SQL (Milvus refuses a
+    # filter without it: docs/operations.md, "Where one machine ends").
+    field_filter = exact_field_filter(context.compiled)
 
     def search_variant(i: int) -> list[VectorHit]:
         hits = []
         for group, plan in zip(groups, plans, strict=True):
             scope = scope_of(context.tenant, group)
-            hits += index.search(scope, vectors[group.model_name][i], candidates, context.compiled.sql, plan)
+            hits += index.search(
+                scope, vectors[group.model_name][i], candidates, context.compiled.sql, plan, field_filter
+            )
         hits.sort(key=lambda hit: -hit.score)
         return hits
 

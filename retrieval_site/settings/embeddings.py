@@ -63,3 +63,9 @@ class Embeddings(Section):
     # ~1,900 dims). Applied after every migrate; rows already written keep theirs until the table is
     # rewritten (knowledge 0023 does it once for main or plain: VACUUM FULL knowledge_chunk).
     VECTOR_COLUMN_STORAGE: Annotated[Literal["external", "extended", "main", "plain"], Lowercase] = "main"
+    # Where the vectors are searched: pgvector (the chunk table) or Milvus (engines/milvus_index.py), at
+    # MILVUS_URI: a server (http://host:19530) or a local file, which opens the embedded Milvus Lite (it serves
+    # the one process that opened the file: the tests; a service with workers needs a server).
+    VECTOR_BACKEND: Annotated[Literal["pgvector", "milvus"], Lowercase, Ranks] = "pgvector"
+    MILVUS_URI: str = Field(default_factory=lambda data: str(data["VAR_DIR"] / "milvus.db"))
+    MILVUS_TIMEOUT_S: PositiveFloat = 5.0  # the deadline of every Milvus call

@@ -18,7 +18,7 @@ from tests.concurrency import wait_until
 from tests.conftest import client_for
 from tests.factories import ChunkFactory, DocumentFactory, KnowledgeBaseFactory, TenantFactory
 
-CHECK_NAMES = {"database", "pgvector", "cache", "lexical_index", "embedder", "graph_store"}
+CHECK_NAMES = {"database", "pgvector", "cache", "lexical_index", "embedder", "graph_store", "vector_index"}
 
 
 def failed(message: str) -> dict:
@@ -61,6 +61,7 @@ def test_ready_when_every_check_passes(client, embedder):
     assert body["checks"]["pgvector"]["message"].startswith("pgvector 0.")
     assert body["checks"]["embedder"]["message"] == "all-MiniLM-L6-v2 loaded"
     assert body["checks"]["graph_store"] == {"ok": True, "required": False, "message": "postgres graph tables"}
+    assert body["checks"]["vector_index"] == {"ok": True, "required": True, "message": "pgvector"}
 
 
 @pytest.mark.django_db
@@ -275,3 +276,21 @@ def test_graph_searches_are_counted_like_every_other_mode(tenant):
     assert client.get("/api/v1/stats").json()["queries"]["served"] == 3
     numbers = query_usage(tenant.pk, days=1)
     assert numbers["daily"][-1]["modes"] == {"graph": 3} and numbers["top_queries"] == [("kettle", 3)]
+
+
+@pytest.mark.django_db
+def test_milvus_answering_is_ready_and_milvus_unreachable_is_not(client, embedder, settings):
+    from engines import registry
+
+    settings.VECTOR_BACKEND = "milvus"
+    registry.clear()
+    try:
+        status, body = ready(client)
+        assert status == 200 and body["checks"]["vector_index"]["message"].startswith("Milvus "), body
+        settings.MILVUS_URI, settings.MILVUS_TIMEOUT_S = "http://127.0.0.1:1", 1.0
+        registry.clear()
+        status, body = ready(client)
+        check = body["checks"]["vector_index"]
+        assert status == 503 and check["ok"] is False and "Fail connecting" in check["message"], body
+    finally:
+        registry.clear()

@@ -21,10 +21,15 @@ pytestmark = pytest.mark.django_db
 NO_FILTER = compile_filters(None).sql
 
 
+_built: dict[str, VectorIndex] = {}  # one per run: Milvus Lite starts once
+
+
 @pytest.fixture(params=[backend.name for backend in VECTOR_INDEXES])
 def index(request) -> VectorIndex:
-    (backend,) = [backend for backend in VECTOR_INDEXES if backend.name == request.param]
-    return backend.build(store_tables())
+    if request.param not in _built:
+        (backend,) = [backend for backend in VECTOR_INDEXES if backend.name == request.param]
+        _built[request.param] = backend.build(store_tables())
+    return _built[request.param]
 
 
 def rows_of(document, version: KnowledgeBaseVersion, vectors: list[np.ndarray]) -> list[ChunkRow]:

@@ -7,7 +7,7 @@ import pytest
 
 from engines import lexical_filter as lf
 from retrieval.filters import compile_filters
-from retrieval.keyword_filter import keyword_filter
+from retrieval.keyword_filter import exact_field_filter, keyword_filter
 
 
 def translated(filters):
@@ -73,3 +73,15 @@ def test_a_readers_check_translates_only_into_an_index_that_carries_acl_terms():
 def test_a_chunks_acl_travels_with_its_index_entry_as_terms():
     fields = lf.filter_fields("txt", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), ["a"], {}, ["group:hr", "user:7"])
     assert {"acl=group:hr", "acl=user:7"} <= set(fields.terms)
+
+
+def test_the_exact_filter_is_all_or_nothing_and_carries_the_readers_check():
+    """For an index that filters without a check against SQL after (Milvus): a part that does not translate
+    leaves no filter at all (the index refuses the search), never a wider one."""
+    acl = lf.Terms(("acl=*", "acl=group:hr"))
+    assert exact_field_filter(compile_filters(None)) is None
+    assert exact_field_filter(compile_filters({"tags": "a"})) == lf.Terms(("tag=a",))
+    assert exact_field_filter(compile_filters({"metadata.price": {"gt": 5}, "tags": "a"})) is None
+    assert exact_field_filter(compile_filters(None, ("*", "group:hr"))) == acl
+    both = exact_field_filter(compile_filters({"doc_type": "faq"}, ("*", "group:hr")))
+    assert both == lf.And((lf.Terms(("doc_type=faq",)), acl))

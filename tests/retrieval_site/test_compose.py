@@ -145,3 +145,20 @@ def test_docker_compose_config_validates():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_the_milvus_profile_runs_the_server_of_the_pinned_client(compose):
+    """``docker compose --profile milvus``: Milvus standalone, its major version the client's, data on a
+    volume; the web containers reach it when .env sets VECTOR_BACKEND=milvus (pgvector otherwise)."""
+    from importlib.metadata import version
+
+    milvus = compose["services"]["milvus"]
+    assert milvus["profiles"] == ["milvus"] and milvus["command"] == ["milvus", "run", "standalone"]
+    server = milvus["image"].removeprefix("milvusdb/milvus:v")
+    assert server.split(".")[0] == version("pymilvus").split(".")[0]
+    assert "healthz" in " ".join(milvus["healthcheck"]["test"]) and milvus["healthcheck"]["retries"] >= 3
+    volume = next(v.split(":")[0] for v in milvus["volumes"] if v.endswith(":/var/lib/milvus"))
+    assert volume in compose["volumes"]
+    environment = compose["services"]["web"]["environment"]
+    assert environment["MILVUS_URI"] == "http://milvus:19530"
+    assert environment["VECTOR_BACKEND"] == "${VECTOR_BACKEND:-pgvector}"
