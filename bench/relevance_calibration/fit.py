@@ -129,6 +129,40 @@ def main() -> None:
             f"prec@0.5 {b['precision_at_0.5']} -> {m['precision_at_0.5']}  "
             f"ndcg {entry['ndcg@10_before']} -> {entry.get('ndcg@10_after')}"
         )
+    print(markdown(result))
+
+
+NAMES = {"scifact": "SciFact", "xquad-en": "XQuAD-en", "xquad-zh": "XQuAD-zh", "cmrc2018": "CMRC 2018", "drcd": "DRCD"}
+
+
+def markdown(result: dict) -> str:
+    """The two tables of docs/BENCHMARKS.md, "The relevance scale, calibrated"."""
+    lines = [
+        (
+            "| set (split, relevant / other top-10 hits) | keep-90 % threshold | relevant kept at 0.5 "
+            "| precision at ≥ 0.5 | hybrid nDCG@10 |"
+        ),
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, entry in result["sets"].items():
+        b, a = entry["before"], entry.get("after", entry["after_mapped"])
+        lines.append(
+            f"| {NAMES[name]} ({'train' if name == 'scifact' else 'dev'}, {b['relevant_hits']:,} / {b['other_hits']:,}) "
+            f"| {b['threshold_keeping_90']:.4f} → {a['threshold_keeping_90']:.4f} "
+            f"| {b['relevant_kept_at_0.5']:.3f} → {a['relevant_kept_at_0.5']:.3f} "
+            f"| {b['precision_at_0.5']:.3f} → {a['precision_at_0.5']:.3f} "
+            f"| {entry['ndcg@10_before']:.4f} → {entry.get('ndcg@10_after', float('nan')):.4f} |"
+        )
+    lines += [
+        "",
+        "| set, scale | " + " | ".join(f"{t}" for t in THRESHOLDS) + " |",
+        "|---|" + "---:|" * len(THRESHOLDS),
+    ]
+    for name, entry in result["sets"].items():
+        for label, key in (("raw", "before"), ("calibrated", "after" if "after" in entry else "after_mapped")):
+            cells = [f"{p['relevant_kept']:.2f} / {p['others_dropped']:.2f}" for p in entry[key]["curve"]]
+            lines.append(f"| {NAMES[name]}, {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
