@@ -111,6 +111,12 @@ def main() -> None:
         "docs/BENCHMARKS.md, 'The relevance scale, calibrated'.",
         "run": run_info(),
         "mode": args.mode,
+        "collected": {
+            label: {key: json.loads(path.read_text())[key] for key in ("started", "finished")}
+            | {"command": f".venv/bin/python -m bench.relevance_calibration.collect --output {path}"}
+            for label, path in (("before", args.before), ("after", args.after))
+            if path
+        },
         "mapping": {
             "form": "1 / (1 + exp(-(slope * raw + intercept))), 0 for raw 0",
             "slope": round(slope, 4),
