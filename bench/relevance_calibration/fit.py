@@ -23,6 +23,7 @@ from bench.harness.results import run_info
 
 THRESHOLDS = [round(0.1 * step, 1) for step in range(1, 10)]
 OUTPUT = Path("docs/benchmarks/results/relevance-calibration.json")
+CHARTS = Path("docs/benchmarks/charts")
 
 
 def fit_platt(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
@@ -136,6 +137,9 @@ def main() -> None:
             f"ndcg {entry['ndcg@10_before']} -> {entry.get('ndcg@10_after')}"
         )
     print(markdown(result))
+    for name, entry in sets.items():
+        CHARTS.mkdir(parents=True, exist_ok=True)
+        (CHARTS / f"relevance-calibration-{name}.svg").write_text(chart(name, entry) + "\n")
 
 
 NAMES = {"scifact": "SciFact", "xquad-en": "XQuAD-en", "xquad-zh": "XQuAD-zh", "cmrc2018": "CMRC 2018", "drcd": "DRCD"}
@@ -169,6 +173,32 @@ def markdown(result: dict) -> str:
             cells = [f"{p['relevant_kept']:.2f} / {p['others_dropped']:.2f}" for p in entry[key]["curve"]]
             lines.append(f"| {NAMES[name]}, {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def chart(name: str, entry: dict) -> str:
+    """One set's threshold curves, raw and calibrated, as the console draws its charts (``core.charts``)."""
+    from core.charts import Series, line_chart
+
+    after = entry.get("after", entry["after_mapped"])
+
+    def series(label: str, figures: dict, key: str) -> Series:
+        return Series(label, [(p["threshold"], p[key]) for p in figures["curve"]])
+
+    return str(
+        line_chart(
+            [
+                series("relevant kept, raw", entry["before"], "relevant_kept"),
+                series("others dropped, raw", entry["before"], "others_dropped"),
+                series("relevant kept, calibrated", after, "relevant_kept"),
+                series("others dropped, calibrated", after, "others_dropped"),
+            ],
+            chart_id=f"relevance-calibration-{name}",
+            title=f"{NAMES[name]}: top-10 hits a relevance threshold keeps and drops, raw and calibrated",
+            x_label=f"{NAMES[name]}: relevance threshold",
+            x_ticks=[(t, str(t)) for t in THRESHOLDS],
+            marker=(0.5, "0.5"),
+        )
+    )
 
 
 if __name__ == "__main__":
