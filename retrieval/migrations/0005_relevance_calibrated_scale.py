@@ -1,6 +1,7 @@
 """Carry what was stored on the raw ``relevance`` scale over to the calibrated one
-(``retrieval.relevance_calibration``): the KBs' and versions' default ``score_threshold`` and the
-search log's best relevance (what the analytics' low-relevance list compares). The mapping is monotone,
+(``retrieval.relevance_calibration``): the KBs' and versions' default ``score_threshold``, the
+search log's best relevance (what the analytics' low-relevance list compares) and the thresholds of
+the evaluation runs' summaries (their recommended threshold can become a KB's default). The mapping is monotone,
 so a migrated threshold keeps exactly the hits it kept before. Its constants are written here, not
 imported, so that this migration means the same after a later re-fit."""
 
@@ -30,9 +31,31 @@ def _convert(apps, schema_editor, convert, log_sql, params):
             if isinstance(value, int | float):
                 row.search_settings["score_threshold"] = min(1.0, max(0.0, convert(float(value))))
                 row.save(update_fields=["search_settings"])
+    for run in apps.get_model("retrieval", "EvaluationRun").objects.exclude(summary={}).only("pk", "summary"):
+        if _convert_summary(run.summary, convert):
+            run.save(update_fields=["summary"])
     SearchLog = apps.get_model("retrieval", "SearchLog")
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(log_sql.format(table=schema_editor.quote_name(SearchLog._meta.db_table)), params)
+
+
+def _convert_summary(summary, convert):
+    """The thresholds of a run's summary (``RunResult.summary`` and its ``kb_threshold``); the shares
+    they keep do not change. True when it held any."""
+    curve = summary.get("relevance_threshold")
+    kb_threshold = summary.get("kb_threshold")
+    if not isinstance(curve, dict) and not isinstance(kb_threshold, dict):
+        return False
+    if isinstance(curve, dict):
+        if isinstance(curve.get("threshold_keeping_90"), int | float):  # floored: it keeps what it says
+            curve["threshold_keeping_90"] = math.floor(convert(curve["threshold_keeping_90"]) * 1e4) / 1e4
+        if isinstance(curve.get("threshold_dropping_half_of_others"), int | float):
+            curve["threshold_dropping_half_of_others"] = round(convert(curve["threshold_dropping_half_of_others"]), 4)
+        for point in curve.get("curve") or []:
+            point["threshold"] = round(convert(point["threshold"]), 4)
+    if isinstance(kb_threshold, dict) and isinstance(kb_threshold.get("threshold"), int | float):
+        kb_threshold["threshold"] = round(convert(kb_threshold["threshold"]), 6)
+    return True
 
 
 def forward(apps, schema_editor):
