@@ -59,6 +59,8 @@ def test_relevance_is_comparable_across_queries_and_thresholds_hits(sample_kb):
     assert all(0.0 <= hit.relevance <= 1.0 for hit in matching + unrelated)
     # A search always returns its best passages; relevance says the second query's are poor.
     assert matching[0].relevance > 2 * unrelated[0].relevance
+    # calibrated: the datasheet that answers is more likely relevant than not, the best unrelated hit far from it
+    assert matching[0].relevance > 0.5 and unrelated[0].relevance < OFF_TOPIC_CEILING
     sample = passage_sample(sample_kb.active_version_id, sample_kb.active_version.revision)
     vector = get_embedder(sample_kb.embedding_model).embed_queries(["How should I store the lithium battery pack?"])[0]
     background = query_background(vector, sample)
