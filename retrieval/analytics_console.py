@@ -19,9 +19,9 @@ from tenants.models import Tenant
 from tenants.requests import ConsoleRequest
 from tenants.selectors import tenants_visible_to
 
-# Best ``relevance`` under this is a weak answer: the off-topic bound relevance is calibrated to
-# (retrieval.relevance); a curator lowers or raises it on the page.
-DEFAULT_THRESHOLD = 0.3
+# Best ``relevance`` under this is a weak answer: the off-topic bound (a raw 0.3, retrieval.relevance) on
+# the calibrated scale (retrieval.relevance_calibration: 0.13); a curator lowers or raises it on the page.
+DEFAULT_THRESHOLD = 0.13
 
 
 class AnalyticsForm(forms.Form):

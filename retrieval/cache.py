@@ -46,7 +46,7 @@ from core.background import BackgroundWriter
 from core.metrics import record_search_cache_write_dropped
 from core.redis import REDIS_ERRORS, warn_redis_unavailable
 from knowledge.selectors.search import SearchedKnowledge, searched_knowledge
-from retrieval import semantic_cache
+from retrieval import relevance_calibration, semantic_cache
 from retrieval.models import SemanticCacheEntry
 from retrieval.search_log import FACTS, answer_facts, record_search
 from retrieval.semantic_cache import SemanticHit
@@ -239,6 +239,8 @@ def _service_material() -> str:
             "settings": {name: getattr(settings, name) for name in settings.RANKING_SETTINGS},
             "shape": _SHAPE,
             "stored_as": _STORED_AS,
+            # the scale ``relevance`` is shown and thresholded on: a re-fit must not serve the old one's
+            "relevance_scale": [relevance_calibration.SLOPE, relevance_calibration.INTERCEPT],
         },
         sort_keys=True,
         default=str,

@@ -27,6 +27,8 @@ depend on the other hits of the query:
 
 A hit's relevance is the strongest of these (a passage strongly matched by any retriever is worth
 showing); a reranked hit keeps the same definition, so thresholds do not change with reranking.
+This is the raw score that fusion and the per-query weights read; what a hit shows, and a threshold
+compares, is it mapped onto the chance of being judged relevant (``retrieval.relevance_calibration``).
 """
 
 from __future__ import annotations

@@ -262,7 +262,10 @@ class SearchInput(ShallowFieldsSerializer):
         f"else {DEFAULT_GROUP_BY}",
     )
     score_threshold = StrictFloatField(
-        min_value=0, max_value=1, default=0.0, help_text="drop hits whose relevance is below this (0 to 1)"
+        min_value=0,
+        max_value=1,
+        default=0.0,
+        help_text="drop hits whose relevance (the calibrated chance a hit is judged relevant) is below this (0 to 1)",
     )
     feedback_docs = StrictIntegerField(
         min_value=0,
@@ -372,8 +375,9 @@ class SearchHitOutput(serializers.Serializer[Any]):
         "null without headings",
     )
     relevance = serializers.FloatField(
-        help_text="0 to 1, comparable across queries of a knowledge base: the stronger of the BM25 score over "
-        "the query's highest possible one and the cosine above the query's own background (its 95th-percentile "
+        help_text="0 to 1, comparable across queries of a knowledge base: the chance that such a hit is judged "
+        "relevant (0.5: more likely relevant than not), calibrated from the stronger of the BM25 score over the "
+        "query's highest possible one and the cosine above the query's own background (its 95th-percentile "
         "cosine to a fixed sample of the KB's passages)"
     )
     fused_score = serializers.FloatField()

@@ -154,3 +154,57 @@ def test_a_new_tenants_rows_are_read_by_id_before_the_statistics_know_the_tenant
         cursor.execute("DROP INDEX chunk_tenant_id")  # the control (rolled back with the test)
         cursor.execute("CREATE INDEX chunk_tenant_only ON knowledge_chunk (tenant_id)")
         assert rows_read_beyond_the_ids() > 400
+
+
+@pytest.mark.django_db
+def test_relevance_calibration_migration_carries_stored_thresholds_over_to_the_calibrated_scale():
+    """retrieval 0005: a KB's default ``score_threshold``, the search log's best relevance and an evaluation
+    run's thresholds, stored on the raw scale, are mapped as ``relevance`` now is, so a threshold keeps the hits it kept; and back."""
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    from retrieval.models import EvaluationRun, SearchLog
+    from retrieval.relevance_calibration import calibrated
+    from tests.factories import KnowledgeBaseFactory, SearchLogFactory
+
+    migration = importlib.import_module("retrieval.migrations.0005_relevance_calibrated_scale")
+    editor = SimpleNamespace(connection=connection, quote_name=connection.ops.quote_name)
+    kb = KnowledgeBaseFactory(search_settings={"score_threshold": 0.3, "fusion": "rrf"})
+    other = KnowledgeBaseFactory(search_settings={"fusion": "rrf"})
+    logs = [SearchLogFactory(best_relevance=value) for value in (0.0, 0.25, 0.6)] + [
+        SearchLogFactory(best_relevance=None)
+    ]
+    curve = {
+        "threshold_keeping_90": 0.2812,
+        "threshold_dropping_half_of_others": 0.1258,
+        "curve": [{"threshold": 0.0, "relevant_kept": 1.0, "others_dropped": 0.0}],
+    }
+    run = EvaluationRun.objects.create(
+        tenant=kb.tenant,
+        knowledge_base=kb,
+        summary={"relevance_threshold": curve, "kb_threshold": {"threshold": 0.3, "relevant_kept": 0.9}},
+    )
+
+    migration.forward(apps, editor)
+    run.refresh_from_db()
+    assert run.summary["relevance_threshold"]["threshold_keeping_90"] <= calibrated(0.2812)  # still keeps 90 %
+    assert run.summary["relevance_threshold"]["threshold_keeping_90"] == pytest.approx(calibrated(0.2812), abs=1e-4)
+    assert run.summary["relevance_threshold"]["curve"][0]["threshold"] == 0.0
+    assert run.summary["kb_threshold"] == {"threshold": pytest.approx(calibrated(0.3), abs=1e-6), "relevant_kept": 0.9}
+    kb.refresh_from_db()
+    other.refresh_from_db()
+    assert kb.search_settings == {"score_threshold": pytest.approx(calibrated(0.3), abs=1e-6), "fusion": "rrf"}
+    assert other.search_settings == {"fusion": "rrf"}
+    migrated = [SearchLog.objects.get(pk=log.pk).best_relevance for log in logs]
+    assert migrated[0] == 0.0 and migrated[3] is None
+    assert migrated[1:3] == [pytest.approx(calibrated(0.25), abs=1e-6), pytest.approx(calibrated(0.6), abs=1e-6)]
+
+    migration.backward(apps, editor)
+    kb.refresh_from_db()
+    assert kb.search_settings["score_threshold"] == pytest.approx(0.3, abs=1e-5)
+    assert [SearchLog.objects.get(pk=log.pk).best_relevance for log in logs[1:3]] == [
+        pytest.approx(0.25, abs=1e-5),
+        pytest.approx(0.6, abs=1e-5),
+    ]

@@ -28,8 +28,8 @@ from retrieval.types import MODES
 
 EVALUATE_TASK = "retrieval.tasks.evaluate_knowledge_base"
 # A KB's relevance threshold when it sets none (``search_settings.score_threshold``): the bound the
-# search analytics call a weak answer.
-FALLBACK_THRESHOLD = 0.3
+# search analytics call a weak answer (``retrieval.analytics_console``).
+FALLBACK_THRESHOLD = 0.13
 SETTING_KEYS = ("mode", "fusion", "weights", "rerank", "candidates", "rrf_k", "version")
 
 

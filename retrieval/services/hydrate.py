@@ -6,6 +6,7 @@ from retrieval import selectors
 from retrieval.fusion_functions import FusedCandidate
 from retrieval.grouping import Grouped
 from retrieval.relevance import RelevanceScales
+from retrieval.relevance_calibration import calibrated
 from retrieval.services.parents import Parents
 from retrieval.types import LegResult, SearchHit, SearchRequest
 from tenants.models import Tenant
@@ -23,8 +24,8 @@ def hydrate(
     fused: list[FusedCandidate],
     parents: Parents,
 ) -> list[SearchHit]:
-    """The hits, those under the request's ``relevance`` threshold left out. One retriever and one
-    query: its raw score (cosine or BM25) is the most useful score to show. A hit's ``retrievers``
+    """The hits, those under the request's ``relevance`` threshold left out (``relevance`` calibrated:
+    ``retrieval.relevance_calibration``). One retriever and one query: its raw score (cosine or BM25) is the most useful score to show. A hit's ``retrievers``
     entry carries what its leg explains (the graph: its path); grouped by document, its passages; a
     child chunk's hit, its parent passage as content and the children that matched."""
     single_list = sum(len(leg.lists) for leg in legs) == 1
@@ -39,7 +40,8 @@ def hydrate(
         chunk = by_id.get(candidate.chunk_id)
         if chunk is None:  # replaced by a concurrent re-ingest between two reads
             continue
-        relevance = round(scales.relevance(candidate, chunk.kb_version_id), 6)  # as shown, as thresholded
+        # calibrated after ranking (fusion read the raw scores), rounded as shown, as thresholded
+        relevance = round(calibrated(scales.relevance(candidate, chunk.kb_version_id)), 6)
         if relevance < request.score_threshold:
             continue
         rerank_score = rerank_scores.get(candidate.chunk_id) if rerank_scores else None

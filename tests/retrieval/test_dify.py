@@ -19,6 +19,8 @@ from retrieval import tuning
 from retrieval.dify import OPERATORS, filters_from_metadata_condition
 from retrieval.errors import InvalidFilter
 from retrieval.filters import compile_filters
+from retrieval.relevance import lexical_relevance
+from retrieval.relevance_calibration import calibrated
 from tenants.models import RateTier
 from tenants.services import create_api_key, revoke_api_key
 from tests.conftest import client_for, client_with_key, corrupt_keyword_index
@@ -151,7 +153,7 @@ def test_keyword_only_hits_score_against_the_querys_highest_possible_bm25(dify, 
     assert hits and all(set(hit["retrievers"]) == {"bm25"} for hit in hits)
     tokens = analyzer_for_tenant(sample_kb.tenant_id).tokens(query)
     ceiling = get_lexical_index().max_score(sample_kb.active_version_id, tokens)
-    expected = [round(hit["retrievers"]["bm25"]["score"] / ceiling, 6) for hit in hits]
+    expected = [round(calibrated(lexical_relevance(hit["retrievers"]["bm25"]["score"], ceiling)), 6) for hit in hits]
     assert [r["score"] for r in records] == pytest.approx(expected, abs=2e-6)
     assert 0 < records[-1]["score"] <= records[0]["score"] < 1.0
 

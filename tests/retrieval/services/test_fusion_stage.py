@@ -15,6 +15,7 @@ from knowledge.knowledge_bases import create_knowledge_base
 from knowledge.selectors.search import analyzer_for_tenant
 from retrieval.fusion_functions import RankedList
 from retrieval.relevance import dense_relevance, lexical_relevance, passage_sample, query_background
+from retrieval.relevance_calibration import calibrated as shown
 from retrieval.services.fusion_stage import fuse, gate_graph
 from tests.retrieval.services.conftest import fusion_settings, names, run
 
@@ -153,7 +154,8 @@ def test_relevance_fusion_adds_each_legs_calibrated_relevance_by_its_weight(samp
     for hit in response.results:
         legs = calibrated(sample_kb, hit, query)
         assert hit.fused_score == pytest.approx(0.5 * legs.get("vector", 0) + legs.get("bm25", 0), abs=1e-5)
-        assert hit.relevance == pytest.approx(max(legs.values()), abs=1e-5)  # relevance itself is unchanged
+        # fusion sums the raw relevances; what the hit shows is the stronger one, calibrated
+        assert hit.relevance == pytest.approx(shown(max(legs.values())), abs=1e-5)
     assert [hit.score for hit in response.results] == sorted((hit.score for hit in response.results), reverse=True)
     rrf = run(sample_kb, query, mode="hybrid", top_k=10, fusion="rrf", weights={"vector": 0.5})
     assert [hit.fused_score for hit in response.results] != [hit.fused_score for hit in rrf.results]
