@@ -90,9 +90,11 @@ def speed_rows(latency: dict, ingestion: dict) -> list[str]:
         f"| latency over HTTP at 100k chunks, client p50 (p95) | {modes} | {when} |",
         f"| cache hit over HTTP at 100k chunks, client p50 (p95) | {hit['p50_ms']:.1f} ({hit['p95_ms']:.1f}) ms | {when} |",
         f"| throughput at 100k chunks, 4 clients | {served} requests/s | {when} |",
-        f"| ingestion end to end ({corpus['dataset']}, {corpus['chunks']} chunks) | "
-        f"{corpus['summary']['ingest_chunks_per_s']:.1f} chunks/s ({corpus['model']}), {other:.1f} ({compared}) "
-        f"| {ingested} |",
+        (
+            f"| ingestion end to end ({corpus['dataset']}, {corpus['chunks']} chunks) | "
+            f"{corpus['summary']['ingest_chunks_per_s']:.1f} chunks/s ({corpus['model']}), {other:.1f} ({compared}) "
+            f"| {ingested} |"
+        ),
     ]
 
 
