@@ -171,6 +171,8 @@ NOT_RANKING = {
     "ELASTICSEARCH_INDEX_PREFIX": "index names",
     "NEO4J_URL": "which engine keeps the graph; both walk it alike (tests/production/test_graph_parity.py)",
     "NEO4J_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
+    "MILVUS_URI": "which Milvus server keeps the vectors (VECTOR_BACKEND, which ranks, picks Milvus at all)",
+    "MILVUS_TIMEOUT_S": "a timeout degrades the answer, and degraded answers are not cached",
     "EMBEDDING_MODEL": "the model of new KBs; a KB searches with the model it records",
     "EMBEDDING_API_KEY": "credentials",
     "EMBEDDING_BATCH_SIZE": "batching of the same computation",
