@@ -63,7 +63,12 @@ class MilvusVectorIndex(VectorIndex[None]):
         with self._lock:
             if self._client is None:
                 try:
-                    self._client = MilvusClient(self.uri, timeout=self.timeout_s)
+                    try:
+                        self._client = MilvusClient(self.uri, timeout=self.timeout_s)
+                    except MilvusException:
+                        # pymilvus reuses a cached connection to the URI; one to a Milvus Lite server that
+                        # has since stopped fails once and is dropped, and the next connect starts it again
+                        self._client = MilvusClient(self.uri, timeout=self.timeout_s)
                 except MilvusException as error:
                     # Milvus Lite serves the process that opened its file first, and no other.
                     lite = "" if "://" in self.uri else " (a Milvus Lite file serves one process only)"
