@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -66,5 +67,14 @@ def _trend_charts(daily: list[dict[str, Any]]) -> dict[str, Any]:
                             title="share of searches answered from the cache"),
         "latency": days_chart([Series("p50 ms", p50, "latency-p50"), Series("p95 ms", p95, "latency-p95")],
                               chart_id="daily-latency", title="search latency per day (ms, server side)",
-                              y_range=(0.0, max(slowest, 1.0))),
+                              y_range=(0.0, _axis_top(slowest))),
     }  # fmt: skip
+
+
+def _axis_top(value: float) -> float:
+    """The least 1, 2 or 5 times a power of ten at or above ``value`` (1 for none): an axis's top, and
+    its middle tick, that read at a glance."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)

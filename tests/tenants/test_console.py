@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.template.defaultfilters import floatformat
 
+from tenants.console import _axis_top
 from tests.conftest import client_for
 from tests.factories import ChunkFactory
 
@@ -71,3 +72,7 @@ def test_searches_through_the_api_show_on_the_dashboard(admin_client):
 def test_staff_without_the_tenant_permission_get_a_404(client, tenant):
     client.force_login(User.objects.create_user("curator", is_staff=True))
     assert dashboard(client, tenant).status_code == 404
+
+
+def test_the_latency_axis_tops_at_a_round_figure_over_the_slowest_day():
+    assert [_axis_top(ms) for ms in (0.0, 0.3, 1.0, 44.95, 120.0, 5000.0)] == [1.0, 0.5, 1.0, 50.0, 200.0, 5000.0]
