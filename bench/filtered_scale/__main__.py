@@ -17,7 +17,9 @@ and a tag ``in`` (2 %), plus none. For each:
 * the vector engine (``PgVectorIndex.search`` at the service's depth, top 10 kept): p50/p95 and recall@10
   against the exact top-10 computed in numpy from the same vectors, for the defaults and each
   ``--variant`` (the levers: ``filter_sizing=estimate``, ``iterative_scan=strict_order``,
-  ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``;
+  ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``
+  (``,ef_search=N``: searched with that setting, e.g. the previous defaults m 16 / 64 / 100 beside today's
+  choice from the rows; ``--build-http``: also over HTTP while that build is the live index);
 * rows touched: ``EXPLAIN (ANALYZE, BUFFERS)`` of the engine's count and nearest-rows statements (one query);
 * where the time goes (``bench.harness.postgres``): per query, the nearest-rows statement's planning and
   execution in PostgreSQL against the whole engine call, and over HTTP each response's critical path by
@@ -25,6 +27,10 @@ and a tag ``in`` (2 %), plus none. For each:
 * ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
+* ``--acl 10,1``, after the service's other parts: document ACLs that admit 10 % and 1 % of the chunks
+  to a reader each and no row to everyone (``bench.filtered_scale.acl``); per reader the engine's p50 and
+  recall@10 against the exact ACL-filtered top 10, and ``vector`` / ``hybrid`` over HTTP as that reader,
+  as ratios to the unfiltered p50.
 
 ``--storage external`` (or main, plain) gives the vector column that storage before the load (the
 service's default, main, keeps each vector in its row; external, pgvector's own, moves it to TOAST), so

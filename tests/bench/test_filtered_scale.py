@@ -116,3 +116,38 @@ def test_written_acls_select_the_rows_of_the_numpy_masks_in_sql_and_in_the_keywo
             field_filter=keyword_filter(compiled, acl_terms=True),
         )
         assert {row_of[hit.chunk_id] for hit in hits} == expected
+
+
+def test_the_report_gives_each_reader_and_each_build_as_ratios_to_the_unfiltered_p50():
+    from bench.filtered_scale import report
+
+    def cell(p50):
+        return {"p50_ms": p50, "p95_ms": p50 * 2, "recall_at_10": 0.97}
+
+    unfiltered = {"vector | none": cell(20.0), "hybrid | none": cell(40.0)}
+    result = {
+        "http": {"scenarios": unfiltered},
+        "acl": {
+            "update_s": 1.0,
+            "documents": {},
+            "vacuum_s": 0.5,
+            "service_index": {"build_s": 3.0},
+            "matching_rows": {"acl 10 %": 10_000},
+            "engine": {"none": cell(2.0), "acl 10 %": cell(3.0)},
+            "http": {"scenarios": {"vector | acl 10 %": cell(25.0), "hybrid | acl 10 %": cell(60.0)}},
+        },
+        "builds": {"m=16 ef_construction=64 ef_search=100": {"http": {"scenarios": {"vector | none": cell(10.0)}}}},
+    }
+    acl_row = next(line for line in report._acl_lines(result) if line.startswith("| acl 10 %"))
+    assert acl_row.split(" | ")[1:] == [
+        "10,000",
+        "3.0 (6.0)",
+        "0.970",
+        "1.50x",
+        "25.0 (50.0)",
+        "1.25x",
+        "60.0 (120.0)",
+        "1.50x |",
+    ]
+    build_row = next(line for line in report._build_http_lines(result, ["none"]) if line.startswith("| vector, none"))
+    assert build_row.endswith("| 20.0 (40.0) | 10.0 (20.0), 0.50x |")
