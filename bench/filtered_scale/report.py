@@ -112,7 +112,7 @@ def render_markdown(result: dict) -> str:
     lines += _time_lines(result, filters)
     if len(result["variants"]) > 1 or result.get("builds"):
         index = result.get("service_index") or {}
-        built = f" (build {index['build_s']} s, {index['index_mb']} MB)" if index and result.get("builds") else ""
+        built = f" ({_built(index)})" if index and result.get("builds") else ""
         rows = [
             [
                 f"`{name}`{built if name == 'defaults' else ''}",
@@ -122,7 +122,7 @@ def render_markdown(result: dict) -> str:
         ]
         rows += [
             [
-                f"`{name}` (build {b['build_s']} s, {b['index_mb']} MB)",
+                f"`{name}` ({_built(b)})",
                 *(f"{b['search'][f]['p50_ms']:,.1f} ms, {_r(b['search'][f]['recall_at_10'])}" for f in filters),
             ]
             for name, b in result.get("builds", {}).items()
@@ -148,6 +148,14 @@ def render_markdown(result: dict) -> str:
     if result.get("growth"):
         lines += ["", *_growth_lines(result["growth"], modes)]
     return "\n".join(lines) + "\n"
+
+
+def _built(index: dict) -> str:
+    """An index's build as the levers table names it: what it was built and searched with, its cost."""
+    return (
+        f"m {index.get('m')} / ef_construction {index.get('ef_construction')}, ef_search "
+        f"{index.get('ef_search_at_depth_100')} at depth 100; build {index['build_s']} s, {index['index_mb']} MB"
+    )
 
 
 def _time_lines(result: dict, filters: list[str]) -> list[str]:
