@@ -423,10 +423,18 @@ def main() -> int:
             result["acl"] = acl.run(
                 args,
                 percents,
-                (tenant, kb),
-                (execute, build_service_index, measure_engine),
-                (all_vectors, queries, filter_cases["none"]),
-                (http_search, (result.get("http") or {}).get("scenarios", {}), http_queries, workdir),
+                tenant=tenant,
+                kb=kb,
+                execute=execute,
+                build_index=build_service_index,
+                measure_engine=measure_engine,
+                vectors=all_vectors,
+                queries=queries,
+                unfiltered=filter_cases["none"],
+                http_search=http_search,
+                http_unfiltered=(result.get("http") or {}).get("scenarios", {}),
+                http_queries=http_queries,
+                workdir=workdir,
             )
             result["service_index_rebuilt"] = result["acl"].pop("service_index")
             print(f"  acl: {result['acl']}", flush=True)

@@ -109,12 +109,30 @@ def write_acls(execute, tenant_id: int, document_ids: list[int], percents: tuple
     }
 
 
-def run(args, percents: tuple[float, ...], owner, steps, data, http_parts) -> dict:
+def run(
+    args,
+    percents: tuple[float, ...],
+    *,
+    tenant,
+    kb,
+    execute,
+    build_index,
+    measure_engine,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    unfiltered: tuple,
+    http_search,
+    http_unfiltered: dict,
+    http_queries: list[str],
+    workdir,
+) -> dict:
     """``--acl``: the HNSW index dropped, each document's ACL written (``bench.filtered_scale.acl``), the
     service's index and keyword index rebuilt; then per reader the engine's p50 and recall@10 against the
     exact top 10 of the rows it may read (the unfiltered case beside it, on the same index), and over HTTP
     ``vector`` and ``hybrid`` as each reader (a key with ``act_as`` sending ``principals``), with ratios to
-    the unfiltered p50 (over HTTP: this run's earlier ``none`` scenarios, when every row was open to all)."""
+    the unfiltered p50 (over HTTP: this run's earlier ``none`` scenarios, ``http_unfiltered``, taken when
+    every row was open to all). ``unfiltered``: the engine's unfiltered case (filter, exact filter, exact
+    top 10); ``build_index``, ``measure_engine`` and ``http_search``: the bench's own steps."""
     from django.urls import reverse
 
     from engines.pgvector_index import hnsw_index_name
@@ -125,8 +143,6 @@ def run(args, percents: tuple[float, ...], owner, steps, data, http_parts) -> di
     from tenants.principals import reader_of
     from tenants.services import create_api_key
 
-    (tenant, kb), (execute, build_index, measure_engine) = owner, steps
-    (vectors, queries, unfiltered), (http_search, http_unfiltered, http_queries, workdir) = data, http_parts
     document_ids = list(Document.objects.filter(knowledge_base=kb).order_by("id").values_list("id", flat=True))
     if len(document_ids) != args.rows // CHUNKS_PER_DOC:
         raise RuntimeError(f"{len(document_ids)} documents for {args.rows:,} rows")
