@@ -62,7 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     project.setup_django()
+    import logging
+
     from elasticsearch import Elasticsearch
+
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # a line per request otherwise
 
     from tests.servers import elasticsearch
 
@@ -73,10 +77,14 @@ def main() -> int:
     result: dict[str, Any] = {"config": vars(args), "machine": results.machine_info()}
     try:
         client = Elasticsearch(url, request_timeout=60)
-        info = client.info()
+        # The test distribution answers no GET / (its main action is missing): the version from the nodes API.
+        nodes = client.nodes.info(filter_path="nodes.*.version,nodes.*.build_flavor,nodes.*.modules.name")["nodes"]
+        node_info = next(iter(nodes.values()))
+        modules = sorted(module["name"] for module in node_info.get("modules", []))
         result["elasticsearch"] = {
-            "version": info["version"]["number"],
-            "build_flavor": info["version"].get("build_flavor"),
+            "version": node_info["version"],
+            "build_flavor": node_info.get("build_flavor"),
+            "x_pack_modules": [name for name in modules if name.startswith("x-pack")],
         }
         forms = [form for form in FORMS if form != "es_rrf_retriever"]
         missing = rrf_retriever_missing(client)
