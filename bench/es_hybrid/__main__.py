@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--vector-index", default="hnsw", choices=("hnsw", "int8_hnsw"),
         help="dense_vector index_options type (hnsw: float vectors, as pgvector's HNSW)",
     )  # fmt: skip
+    results.add_wait_quiet(parser)
     return parser.parse_args(argv)
 
 
@@ -107,6 +108,7 @@ def main() -> int:
         if "latency" in parts:
             from bench.es_hybrid import latency
 
+            result["loadavg_1m_before_latency"] = round(results.wait_for_quiet(args.wait_quiet), 2)
             result["scale"] = latency.measure(client, forms, args)
             print(json.dumps(result["scale"], indent=1), flush=True)
     finally:
