@@ -25,6 +25,7 @@ import json
 import sys
 from typing import Any
 
+from bench.es_hybrid import report
 from bench.es_hybrid.es import FORMS
 from bench.harness import project, results
 
@@ -114,6 +115,7 @@ def main() -> int:
     finally:
         if node is not None:
             node.stop()
+        print(report.tables(result))
         print(f"wrote {results.write_result('es_hybrid', result)}")
     return 0
 

@@ -74,7 +74,7 @@ def measure(client: Any, forms: list[str], args: Any) -> dict[str, Any]:
         out["latency"] = sequential(calls, queries, args.requests, args.warmup)
         if args.throughput_s > 0:
             texts = list(dict.fromkeys(" ".join(passage.split()[:12]) for passage in passages))
-            out["throughput_rps"] = throughput(calls, texts, args.clients, args.throughput_s)
+            out["throughput"] = throughput(calls, texts, args.clients, args.throughput_s)
         out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         http.close()
         return out
@@ -102,9 +102,12 @@ def sequential(calls: dict[str, Callable[[str], object]], queries: list[str], re
 
 def throughput(calls: dict[str, Callable[[str], object]], texts: list[str], clients: int, seconds: float) -> dict:
     """Requests per second of ``clients`` threads calling back to back, each scenario in turn in four
-    slices of ``seconds / 4`` (so each sees the machine's load over the same stretch of time)."""
+    slices of ``seconds / 4`` (so each sees the machine's load over the same stretch of time); a failed
+    request is counted in ``errors``, not in the rate."""
     done = {name: [0, 0.0] for name in calls}
     sent = {name: iter(range(10**9)) for name in calls}
+    errors: dict[str, int] = {}
+    first_error: dict[str, str] = {}
     lock = threading.Lock()
     for round_ in range(4):
         order = list(calls) if round_ % 2 == 0 else list(calls)[::-1]
@@ -116,7 +119,13 @@ def throughput(calls: dict[str, Callable[[str], object]], texts: list[str], clie
                 while time.perf_counter() < stop:
                     with lock:
                         text = texts[next(sent[name]) % len(texts)]
-                    calls[name](text)
+                    try:
+                        calls[name](text)
+                    except Exception as exc:  # counted, not a completed request; the first one is kept
+                        with lock:
+                            errors[name] = errors.get(name, 0) + 1
+                            first_error.setdefault(name, repr(exc)[:300])
+                        continue
                     with lock:
                         count[0] += 1
 
@@ -128,4 +137,5 @@ def throughput(calls: dict[str, Callable[[str], object]], texts: list[str], clie
                 thread.join()
             done[name][0] += count[0]
             done[name][1] += time.perf_counter() - started
-    return {name: round(n / s, 1) for name, (n, s) in done.items()}
+    rps = {name: round(n / s, 1) for name, (n, s) in done.items()}
+    return {"rps": rps, "errors": errors, "first_error": first_error}

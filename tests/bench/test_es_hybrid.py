@@ -60,3 +60,31 @@ def test_the_defaults_are_the_full_run_the_docs_name():
     args = es_hybrid.parse_args([])
     assert (args.rows, args.clients, args.top_k) == (100_000, 4, 10)
     assert args.datasets == "scifact:train,xquad-en:dev"
+
+
+def test_the_tables_are_the_docs_rows():
+    from bench.es_hybrid.report import tables
+
+    result = {
+        "relevance": [{"set": "scifact (train)", "queries": 809, "ndcg@10": {"service_hybrid": 0.71, "es_sum": 0.6}}],
+        "scale": {
+            "rows": 100_000,
+            "top_k": 10,
+            "clients": 4,
+            "latency": {
+                "service_hybrid": {"p50_ms": 20.04, "p95_ms": 31.0},
+                "es_sum": {"p50_ms": 12.0, "p95_ms": 18.0},
+            },
+            "throughput": {"rps": {"service_hybrid": 80.0}},
+        },
+    }
+    assert tables(result).splitlines() == [
+        "| set | queries | service hybrid | ES query + knn |",
+        "|---|---:|---:|---:|",
+        "| scifact (train) | 809 | 0.7100 | 0.6000 |",
+        "",
+        "| at 100,000 chunks, top 10 | p50 ms | p95 ms | req/s, 4 clients |",
+        "|---|---:|---:|---:|",
+        "| service hybrid | 20.0 | 31.0 | 80.0 |",
+        "| ES query + knn | 12.0 | 18.0 | - |",
+    ]
