@@ -25,14 +25,13 @@ SERVICE = "service_hybrid"
 def measure(client: Any, forms: list[str], args: Any) -> dict[str, Any]:
     """Loads the rows, times every scenario, and always removes the rows, the index and the server."""
     import httpx
-    import torch
+    from django.test import override_settings
 
     from bench.hybrid_ab import tree
-    from engines.embedders import get_embedder
+    from engines import embedders
     from knowledge.models import KnowledgeBase
     from knowledge.selectors.search import analyzer_for_tenant
 
-    torch.set_num_threads(1)  # the server's TORCH_THREADS: one thread per query embedding on both sides
     out: dict[str, Any] = {"rows": args.rows, "top_k": args.top_k, "clients": args.clients}
     started = time.perf_counter()
     state = tree.prepare(project.REPO_ROOT, args.rows, args.docs, args.seed, "")
@@ -47,8 +46,12 @@ def measure(client: Any, forms: list[str], args: Any) -> dict[str, Any]:
             client, index, chunks.version_entries(version), version.embedding_dim, args.vector_index
         )
         out["es_load_s"] = round(time.perf_counter() - started, 1)
+        # The client's own model, on one thread per query as the server's (TORCH_THREADS=1 below): not the
+        # process's cached one, which ingestion made with every core.
+        with override_settings(TORCH_THREADS=1, ONNX_THREADS=1):
+            query_embedder = embedders._load(version.embedding_model)
         es = EsHybrid(
-            client, index, get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id),
+            client, index, query_embedder, analyzer_for_tenant(kb.tenant_id),
             num_candidates=args.num_candidates,
         )  # fmt: skip
         port = server.free_port()
