@@ -65,19 +65,22 @@ def compare(
 
     index = f"bench-es-hybrid-{name}".lower()
     started = time.perf_counter()
-    count = build_index(client, index, chunks.version_entries(version), version.embedding_dim, vector_index)
-    indexed_s = time.perf_counter() - started
-    uris = chunks.source_uris(version)
-    es = EsHybrid(
-        client, index, get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id),
-        num_candidates=num_candidates,
-    )  # fmt: skip
-    for form in forms:
-        ndcg[form] = []
-        for qid in query_ids:
-            ranking = [corpus_id_from_uri(uris[c]) for c in es.search(form, dataset.queries[qid], variant.top_k)]
-            ndcg[form].append(score_query(ranking, dataset.qrels[qid])["ndcg@10"])
-    client.options(ignore_status=404).indices.delete(index=index)
+    try:
+        count = build_index(client, index, chunks.version_entries(version), version.embedding_dim, vector_index)
+        indexed_s = time.perf_counter() - started
+        uris = chunks.source_uris(version)
+        es = EsHybrid(
+            client, index, get_embedder(version.embedding_model), analyzer_for_tenant(kb.tenant_id),
+            num_candidates=num_candidates,
+        )  # fmt: skip
+        for form in forms:
+            ndcg[form] = []
+            for qid in query_ids:
+                hits = es.search(form, dataset.queries[qid], variant.top_k)
+                ranking = [corpus_id_from_uri(uris[chunk_id]) for chunk_id in hits]
+                ndcg[form].append(score_query(ranking, dataset.qrels[qid])["ndcg@10"])
+    finally:
+        client.options(ignore_status=404).indices.delete(index=index)
     return {
         "set": f"{name} ({split})",
         "queries": len(query_ids),
