@@ -24,9 +24,11 @@ from engines.analysis import normalize
 from graph import curation, selectors
 from graph.selectors import BrowsedEntity
 from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphEntityRule, KnowledgeBaseVersion
-from knowledge.views import ID_PATTERN
 
 CURATE_PERMISSION = "knowledge.add_graphentityrule"
+# an entity's id: a row's on PostgreSQL, a 63-bit hash on Neo4j (``engines.neo4j_graph.entity_id``)
+ENTITY_ID_PATTERN = "[0-9]{1,19}"
+MAX_ENTITY_ID = 2**63 - 1
 KINDS = ["person", "place", "organisation", "proper", "noun", "code", "name", "phrase", "term"]
 
 
@@ -64,7 +66,7 @@ class GraphEntityAdmin(GraphBrowserAdmin):
     def get_urls(self) -> list[URLPattern]:
         curate = self.admin_site.admin_view(self.curate_view)
         return [
-            re_path(rf"^(?P<entity_id>{ID_PATTERN})/curate/$", curate, name="knowledge_graphentity_curate"),
+            re_path(rf"^(?P<entity_id>{ENTITY_ID_PATTERN})/curate/$", curate, name="knowledge_graphentity_curate"),
             *super().get_urls(),
         ]
 
@@ -97,7 +99,7 @@ class GraphEntityAdmin(GraphBrowserAdmin):
         })  # fmt: skip
 
     def _entity(self, request: HttpRequest, object_id: str) -> BrowsedEntity:
-        if not object_id.isdigit():
+        if not object_id.isdigit() or int(object_id) > MAX_ENTITY_ID:
             raise Http404("no such entity")
         entity = selectors.find_entity(request.user, int(object_id), request.GET.get("version"))
         if entity is None:
