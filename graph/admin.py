@@ -5,7 +5,7 @@ the graph; a curator merges, renames or deletes an entity on its curate page, th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString, mark_safe
 from core.admin import ReadOnlyAdminMixin
 from core.errors import DomainError
 from engines.analysis import normalize
+from engines.base import GraphStoreError
 from graph import curation, selectors
 from graph.selectors import BrowsedEntity
 from knowledge.models import Chunk, GraphCommunity, GraphEntity, GraphEntityRule, KnowledgeBaseVersion
@@ -45,11 +46,21 @@ def entity_url(entity_id: int, version_id: int) -> str:
 class GraphBrowserAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Any]):
     """A browser of one KB version's graph at a time (``?version=``; the first KB's active one by default)."""
 
-    def _page(self, request: HttpRequest, template: str, context: dict[str, Any]) -> TemplateResponse:
+    def _page(
+        self, request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
+    ) -> TemplateResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         page = {**self.admin_site.each_context(request), "opts": self.opts, **context}
-        return TemplateResponse(request, template, page)
+        return TemplateResponse(request, template, page, status=status)
+
+    def _answer(self, request: HttpRequest, build: Callable[[], HttpResponse]) -> HttpResponse:
+        """The page, or why the graph store cannot serve it (Neo4j down): a 503 page, never a 500."""
+        try:
+            return build()
+        except GraphStoreError as exc:
+            context = {"title": "The graph store did not answer", "cause": exc.cause, "message": exc.message}
+            return self._page(request, "admin/graph/unavailable.html", context, status=503)
 
     def _version(self, request: HttpRequest) -> tuple[list[KnowledgeBaseVersion], KnowledgeBaseVersion | None]:
         asked = request.GET.get("version")
@@ -71,6 +82,9 @@ class GraphEntityAdmin(GraphBrowserAdmin):
         ]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return self._answer(request, lambda: self._entities(request))
+
+    def _entities(self, request: HttpRequest) -> HttpResponse:
         versions, version = self._version(request)
         contains, kind = request.GET.get("q", ""), request.GET.get("kind", "")
         asked_page = request.GET.get("p", "1")
@@ -91,6 +105,9 @@ class GraphEntityAdmin(GraphBrowserAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        return self._answer(request, lambda: self._entity_page(request, object_id))
+
+    def _entity_page(self, request: HttpRequest, object_id: str) -> HttpResponse:
         entity = self._entity(request, object_id)
         return self._page(request, "admin/graph/entity.html", {
             "title": entity.label, "entity": entity, "neighbours": self.neighbours(entity),
@@ -110,6 +127,9 @@ class GraphEntityAdmin(GraphBrowserAdmin):
         """Merge, rename or delete an entity (its tenant must be one the user may see)."""
         if not request.user.has_perm(CURATE_PERMISSION):
             raise PermissionDenied
+        return self._answer(request, lambda: self._curate_page(request, entity_id))
+
+    def _curate_page(self, request: HttpRequest, entity_id: str) -> HttpResponse:
         entity = self._entity(request, entity_id)
         form = CurateForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
@@ -181,6 +201,9 @@ class GraphCommunityAdmin(GraphBrowserAdmin):
     page is ``<level>-<number>/change/?version=``: the stores number communities per version and level."""
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return self._answer(request, lambda: self._communities(request))
+
+    def _communities(self, request: HttpRequest) -> HttpResponse:
         versions, version = self._version(request)
         level = request.GET.get("level__exact", "")
         communities = selectors.version_communities(version, int(level) if level.isdigit() else None) if version else []
@@ -193,6 +216,9 @@ class GraphCommunityAdmin(GraphBrowserAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        return self._answer(request, lambda: self._community_page(request, object_id))
+
+    def _community_page(self, request: HttpRequest, object_id: str) -> HttpResponse:
         _, version = self._version(request)
         level, _, number = object_id.partition("-")
         found = (

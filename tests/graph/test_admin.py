@@ -127,3 +127,22 @@ def test_curating_needs_the_permission_and_a_visible_tenant(client, curated_kb):
     staff.user_permissions.add(Permission.objects.get(codename="view_tenant"))
     client.force_login(User.objects.get(pk=staff.pk))
     assert client.get(url).status_code == 200
+
+
+def test_the_graph_pages_say_when_the_graph_store_does_not_answer(admin_client, sample_kb, settings):
+    from engines import registry
+
+    settings.NEO4J_URL = "bolt://127.0.0.1:1"  # nothing listens there
+    registry.graph_store.cache_clear()
+    try:
+        version = sample_kb.active_version_id
+        for url in (
+            f"/admin/knowledge/graphentity/?version={version}",
+            f"/admin/knowledge/graphentity/1/change/?version={version}",
+            f"/admin/knowledge/graphcommunity/?version={version}",
+        ):
+            page = admin_client.get(url)
+            assert page.status_code == 503 and "graph_unavailable" in page.content.decode(), url
+    finally:
+        settings.NEO4J_URL = ""
+        registry.graph_store.cache_clear()
