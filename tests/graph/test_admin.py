@@ -146,3 +146,24 @@ def test_the_graph_pages_say_when_the_graph_store_does_not_answer(admin_client, 
     finally:
         settings.NEO4J_URL = ""
         registry.graph_store.cache_clear()
+
+
+def test_the_graph_pages_show_only_versions_of_tenants_the_user_may_see(client, sample_kb):
+    from django.contrib.auth.models import Permission, User
+
+    from knowledge.models import GraphEntity
+
+    staff = User.objects.create_user("browser", password="x", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_graphentity", "view_graphcommunity"]))
+    client.force_login(staff)
+    version = sample_kb.active_version_id
+    entity = GraphEntity.objects.get(kb_version=sample_kb.active_version, name="ppr-9087")
+    listing = client.get("/admin/knowledge/graphentity/")
+    assert listing.status_code == 200 and "PPR-9087" not in listing.content.decode()  # no tenant to see
+    assert client.get("/admin/knowledge/graphentity/", {"version": version}).status_code == 404
+    assert client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").status_code == 404
+    assert client.get("/admin/knowledge/graphcommunity/", {"version": version}).status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client.force_login(User.objects.get(pk=staff.pk))
+    assert "PPR-9087" in client.get("/admin/knowledge/graphentity/", {"version": version, "q": "ppr"}).content.decode()
+    assert client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").status_code == 200
