@@ -325,14 +325,15 @@ def test_a_curator_merges_an_entity_on_the_graph_page_and_it_holds_through_reing
     kb = create_knowledge_base(tenant=create_tenant("locks"), name="locks", chunk_size=120, chunk_overlap=0)
     Ingester(kb).ingest(discover_files([folder]))
     page = logged_in
-    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=ppr-9087")
+    graph_page = f"{live_server.url}/admin/knowledge/graphentity/?version={kb.active_version_id}"
+    page.goto(f"{graph_page}&q=ppr-9087")
     page.get_by_role("link", name="PPR-9087", exact=True).click()
     page.click("a.curate-link")
     expect(page.locator("#entity-summary .entity-kind")).to_have_text("code")
     expect(page.locator("#relations tr").filter(has_text="Skyline Home").locator("td.relation")).to_have_text("made_by")
     screenshot(page, "graph-entity-curate")
 
-    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=skyline+homes")
+    page.goto(f"{graph_page}&q=skyline+homes")
     page.get_by_role("link", name="Skyline Homes", exact=True).click()
     page.click("a.curate-link")
     page.fill("#id_into", "Skyline Home")
