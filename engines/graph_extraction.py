@@ -116,6 +116,7 @@ class _Mention:
     label: str
     kind: str
     position: int
+    marked: bool = False  # found by engines.marked_names only
 
 
 class EntityExtractor:
@@ -151,7 +152,10 @@ class EntityExtractor:
                 if mention.name not in dropped and (mention.kind == "term" or mention.name not in self.common)
             ]
         counts = Counter(mention.name for mention in mentions)
-        kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
+        # the most frequent; among as frequent ones, a name other rules find before one only the text marks
+        # (a passage listing works in 《》 keeps its places), then the first
+        marked = {m.name for m in mentions if m.marked} - {m.name for m in mentions if not m.marked}
+        kept = set(sorted(counts, key=lambda name: (-counts[name], name in marked))[:MAX_ENTITIES_PER_PASSAGE])
         first: dict[str, _Mention] = {}
         for mention in mentions:
             if mention.name in kept:
@@ -246,7 +250,7 @@ class EntityExtractor:
         """Names the text marks (engines.marked_names); where the dictionary's rules name the same words,
         theirs is the kind kept."""
         return [
-            _Mention(self._resolve(name), name, kind, offset)  # folded: normalized already
+            _Mention(self._resolve(name), name, kind, offset, marked=True)  # folded: normalized already
             for offset, name, kind in marked_names(folded, tagged)
             if name not in self._stopwords
         ]
