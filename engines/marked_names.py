@@ -61,6 +61,9 @@ _RECIPE = re.compile(
     r"(?:^|(?<=[\s,.;:!?，。；：！？、]))([\u3400-\u9fff]{2,5}?)用[\u3400-\u9fff、]{1,20}?[做作]"
     r"(?:浇头|馅料|馅儿|馅|汤底|汤头|底料|面码|卤子|酱汁)"
 )
+_ANY_TITLE = re.compile("|".join(sorted(PERSON_TITLES)))
+_ANY_SIGNATURE = re.compile("|".join(sorted(_SIGNATURE_MARKS)))
+_ANY_QUOTE = re.compile("[《「『“【]")
 _QUOTED_CHARS = re.compile(r"[\w·\-. ]+")  # a name's characters: no comma, no sentence's punctuation
 _HAN = re.compile(r"[\u3400-\u9fff]")
 
@@ -68,8 +71,17 @@ _HAN = re.compile(r"[\u3400-\u9fff]")
 def marked_names(folded: str, tagged: Tagged) -> list[tuple[int, str, str]]:
     """(offset, name, kind) of the names the text marks, in text order; ``tagged`` are its jieba
     words (``engines.han_names.tagged_words``) and ``folded`` the normalized text they point into."""
-    found = [*_titled_persons(tagged), *_agents_and_subjects(tagged), *_signature_dishes(tagged)]
-    found += [*_recipe_dishes(folded), *_quoted(folded, tagged)]
+    found = []  # each rule only where its mark's characters occur: most passages have none of them
+    if _ANY_TITLE.search(folded):
+        found += _titled_persons(tagged)
+    if "由" in folded:
+        found += _agents_and_subjects(tagged)
+    if _ANY_SIGNATURE.search(folded):
+        found += _signature_dishes(tagged)
+    if "用" in folded:
+        found += _recipe_dishes(folded)
+    if _ANY_QUOTE.search(folded):
+        found += _quoted(folded, tagged)
     return sorted(set(found))
 
 
