@@ -1,0 +1,44 @@
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from engines import chunk_partitions
+from knowledge.models import Chunk
+from tenants.models import Tenant
+
+
+class Command(BaseCommand):
+    help = (
+        "Partition the chunk table by tenant (LIST on tenant_id), so a tenant's vector search walks only its "
+        "partition's HNSW graphs. Without options: convert the table in place, its rows becoming the DEFAULT "
+        "partition of small tenants (a short lock: catalog changes only), or list the partitions when it is "
+        "partitioned already. --own gives a large tenant a partition of its own; --detach takes a tenant's own "
+        "partition out of the table, to dump (a move) or drop, without rewriting the others."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        steps = parser.add_mutually_exclusive_group()
+        steps.add_argument("--own", type=int, metavar="TENANT_ID", help="move this tenant into a partition of its own")
+        steps.add_argument("--detach", type=int, metavar="TENANT_ID", help="detach this tenant's own partition")
+
+    def handle(self, *args: object, own: int | None, detach: int | None, **options: object) -> None:
+        table = Chunk._meta.db_table
+        try:
+            if own is not None:
+                if not Tenant.objects.filter(pk=own).exists():
+                    raise CommandError(f"no tenant {own}")
+                moved, seconds = chunk_partitions.own(table, own)
+                name = chunk_partitions.tenant_partition(table, own)
+                self.stdout.write(f"tenant {own}: {moved} chunks moved to {name} in {seconds:.3f} s")
+            elif detach is not None:
+                name = chunk_partitions.detach(table, detach)
+                self.stdout.write(
+                    f"tenant {detach}: its chunks are in table {name}, detached and no longer searched: "
+                    f"pg_dump --table={name} to move them, DROP TABLE {name} to drop them"
+                )
+            elif not chunk_partitions.is_partitioned(table):
+                locked = chunk_partitions.convert(table)
+                self.stdout.write(f"{table} is partitioned by tenant; it was locked for {locked:.3f} s")
+            for partition in chunk_partitions.partitions(table):
+                tenants = ", ".join(map(str, partition.tenant_ids)) or "DEFAULT"
+                self.stdout.write(f"{partition.name}: tenants {tenants}, about {partition.rows} rows")
+        except chunk_partitions.PartitionError as error:
+            raise CommandError(str(error)) from error

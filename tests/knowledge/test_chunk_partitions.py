@@ -1,0 +1,232 @@
+"""The chunk table partitioned by tenant (``manage.py partition_chunks``) on the real embedded
+PostgreSQL: the conversion keeps every chunk and every search answer, a tenant's vector search walks
+only its partition's HNSW graph, a large tenant gets a partition of its own and can be detached, and
+ingestion, deletes and version switches keep working. The conversion is transactional DDL, so these
+tests roll it back with their transaction (test_chunk_partitions_rebuild.py commits one)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from engines import chunk_partitions
+from engines.base import SearchScope, SqlFilter
+from engines.pgvector_index import PgVectorIndex, register_vector_type
+from knowledge.documents import delete_document
+from knowledge.knowledge_bases import create_knowledge_base, delete_tenant
+from knowledge.models import Chunk, GraphMention
+from knowledge.versions import activate_version, fill_version, start_version_build, version_build_files
+from tests.conftest import client_for
+from tests.engines.pgvector_rows import graph_walk_only
+from tests.factories import TenantFactory, give_unlimited_rate_tier
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+CHUNKS = Chunk._meta.db_table
+TEXTS = {  # proper names, so the graph has entities and mentions
+    "kettle.txt": "Sheffield Steelworks makes the Vortex kettle: it boils 1.7 litres of water in two minutes.",
+    "bicycle.txt": "Harbour Cycles builds the Marlin bicycle with eleven gears and hydraulic disc brakes.",
+    "garden.txt": "Kew Gardens says tomato seedlings need six hours of direct sunlight every day.",
+}
+QUERIES = ["Sheffield Steelworks kettle", "Harbour Cycles bicycle gears", "Kew Gardens tomato sunlight"]
+MODES = ("vector", "bm25", "hybrid", "graph")
+
+
+def ingest(kb, tmp_path, texts: dict[str, str]) -> None:
+    folder = tmp_path / f"kb{kb.pk}"
+    folder.mkdir(parents=True)
+    for name, text in texts.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    call_command("ingest", str(folder), tenant=kb.tenant.name, kb=kb.name, no_progress=True, stdout=io.StringIO())
+
+
+@pytest.fixture
+def tenants(embedder, tmp_path):
+    """Three tenants, each with a KB of the same documents (their originals kept, for version builds)."""
+    found = []
+    for _ in range(3):
+        tenant = TenantFactory()
+        give_unlimited_rate_tier(tenant)
+        kb = create_knowledge_base(tenant=tenant, name="manuals")
+        ingest(kb, tmp_path, TEXTS)
+        found.append((tenant, kb))
+    return found
+
+
+def answers(tenant, kb) -> dict:
+    """Every mode's ranked hits (chunk id, score) for each query, with and without a filter."""
+    client = client_for(tenant)
+    found = {}
+    for mode in MODES:
+        for query in QUERIES:
+            for filters in (None, {"doc_type": "txt"}, {"not": {"doc_type": "txt"}}):
+                body = {"query": query, "mode": mode, "kb_ids": [kb.pk], "top_k": 3}
+                if filters is not None:
+                    body["filters"] = filters
+                response = client.post("/api/v1/retrieval/search", json.dumps(body), content_type="application/json")
+                assert response.status_code == 200, response.content
+                answer = response.json()
+                hits = [(hit["chunk_id"], round(hit["score"], 5)) for hit in answer["results"]]
+                found[mode, query, json.dumps(filters)] = (hits, answer["degraded"])
+    return found
+
+
+def partition_chunks(*args: str) -> str:
+    out = io.StringIO()
+    call_command("partition_chunks", *args, stdout=out)
+    return out.getvalue()
+
+
+def rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, tenant_id, kb_version_id, content_hash, embedding::text FROM {CHUNKS} ORDER BY id")
+        return cursor.fetchall()
+
+
+def test_the_conversion_keeps_every_chunk_and_every_answer(tenants):
+    before_rows = rows()
+    before = {tenant.pk: answers(tenant, kb) for tenant, kb in tenants}
+    assert all(before[tenants[0][0].pk][mode, QUERIES[0], "null"][0] for mode in MODES)
+
+    output = partition_chunks()
+
+    assert chunk_partitions.is_partitioned(CHUNKS)
+    assert "locked for" in output and f"{CHUNKS}_default: tenants DEFAULT" in output
+    assert rows() == before_rows
+    assert {tenant.pk: answers(tenant, kb) for tenant, kb in tenants} == before
+
+    large = tenants[1][0]
+    output = partition_chunks("--own", str(large.pk))
+
+    moved = Chunk.objects.filter(tenant=large).count()
+    assert f"tenant {large.pk}: {moved} chunks moved to {CHUNKS}_t{large.pk}" in output
+    assert [(p.name, p.tenant_ids) for p in chunk_partitions.partitions(CHUNKS)] == [
+        (f"{CHUNKS}_default", ()),
+        (f"{CHUNKS}_t{large.pk}", (large.pk,)),
+    ]
+    assert rows() == before_rows
+    assert {tenant.pk: answers(tenant, kb) for tenant, kb in tenants} == before
+
+
+def scanned(kb) -> list[tuple[str, str]]:
+    """(node type, index or relation) of each scan in the plan of the KB's HNSW walk."""
+    engine = PgVectorIndex(CHUNKS, exact_scan_threshold=0)
+    scope = SearchScope(tenant_id=kb.tenant_id, version_ids=(kb.active_version_id,), embedding_dim=kb.embedding_dim)
+    where, params = engine._where(scope, SqlFilter())
+    vector = np.asarray(Chunk.objects.filter(kb_version=kb.active_version).first().embedding, dtype=np.float32)
+    register_vector_type()
+    with connection.cursor() as cursor, graph_walk_only():
+        query, arguments = engine._nearest(cursor, scope.embedding_dim, where, params, vector, 3, False)
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {query}", arguments)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    nodes, found = [plan], []
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if "Scan" in node["Node Type"]:
+            found.append((node["Node Type"], node.get("Index Name") or node["Relation Name"]))
+    return found
+
+
+def hnsw_of(partition: str, dimension: int) -> str:
+    """The partition's graph of the dimension: the child of the partitioned HNSW index on it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.inhrelid::regclass::text FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%s) AND x.indrelid = to_regclass(%s)",
+            [f"chunk_embedding_hnsw_{dimension}", partition],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_tenants_vector_search_walks_only_its_partitions_graph(tenants):
+    partition_chunks()
+    (_, small_kb), (large, large_kb) = tenants[0], tenants[1]
+    partition_chunks("--own", str(large.pk))
+    dimension = large_kb.embedding_dim
+
+    own_graph = hnsw_of(f"{CHUNKS}_t{large.pk}", dimension)
+    default_graph = hnsw_of(f"{CHUNKS}_default", dimension)
+    assert own_graph != default_graph
+    assert scanned(large_kb) == [("Index Scan", own_graph)]
+    assert scanned(small_kb) == [("Index Scan", default_graph)]
+
+
+def test_a_tenants_own_partition_is_detached_without_touching_the_others(tenants):
+    partition_chunks()
+    (large, _), others = tenants[1], [tenants[0], tenants[2]]
+    before = {tenant.pk: answers(tenant, kb) for tenant, kb in others}
+    large_rows = Chunk.objects.filter(tenant=large).count()
+    partition_chunks("--own", str(large.pk))
+
+    output = partition_chunks("--detach", str(large.pk))
+
+    detached = f"{CHUNKS}_t{large.pk}"
+    assert f"its chunks are in table {detached}, detached" in output
+    assert [p.name for p in chunk_partitions.partitions(CHUNKS)] == [f"{CHUNKS}_default"]
+    assert Chunk.objects.filter(tenant=large).count() == 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {detached}")
+        assert cursor.fetchone()[0] == large_rows
+        cursor.execute(f"DROP TABLE {detached}")
+    assert {tenant.pk: answers(tenant, kb) for tenant, kb in others} == before
+    tenant_id = large.pk
+    delete_tenant(large)  # what the tenant had outside the chunk table goes the usual way
+    assert not GraphMention.objects.filter(tenant_id=tenant_id).exists()
+
+
+def test_steps_out_of_order_are_refused_with_their_reason(tenants):
+    tenant = tenants[0][0]
+    with pytest.raises(CommandError, match="not partitioned"):
+        partition_chunks("--own", str(tenant.pk))
+    partition_chunks()
+    assert "tenants DEFAULT" in partition_chunks()  # again: lists the partitions
+    with pytest.raises(CommandError, match="no partition of its own"):
+        partition_chunks("--detach", str(tenant.pk))
+    partition_chunks("--own", str(tenant.pk))
+    with pytest.raises(CommandError, match="partition of its own already"):
+        partition_chunks("--own", str(tenant.pk))
+    with pytest.raises(CommandError, match="no tenant"):
+        partition_chunks("--own", "999999")
+
+
+def test_ingestion_deletes_and_a_version_switch_work_on_the_partitioned_table(tenants, tmp_path, monkeypatch):
+    partition_chunks()
+    (small, small_kb), (large, large_kb) = tenants[0], tenants[1]
+    partition_chunks("--own", str(large.pk))
+
+    for tenant, kb in (small, small_kb), (large, large_kb):
+        ingest(kb, tmp_path / f"more{kb.pk}", {"lamp.txt": "The Lumen desk lamp has a dimmable warm white LED."})
+        client = client_for(tenant)
+        body = {"query": "dimmable desk lamp", "mode": "vector", "kb_ids": [kb.pk], "top_k": 1}
+        response = client.post("/api/v1/retrieval/search", json.dumps(body), content_type="application/json")
+        assert response.json()["results"][0]["source_uri"].endswith("lamp.txt")
+        assert {row.tenant_id for row in Chunk.objects.filter(kb_version=kb.active_version)} == {tenant.pk}
+
+        kettle = kb.documents.get(source_uri__endswith="kettle.txt")
+        chunk_ids = list(Chunk.objects.filter(document=kettle).values_list("pk", flat=True))
+        assert GraphMention.objects.filter(chunk_id__in=chunk_ids).exists()
+        delete_document(kettle)  # the mentions' key to a chunk is no longer checked: the ORM still cascades
+        assert not Chunk.objects.filter(pk__in=chunk_ids).exists()
+        assert not GraphMention.objects.filter(chunk_id__in=chunk_ids).exists()
+
+    monkeypatch.setattr("knowledge.versions.queue_task", lambda *args: None)  # built here, not by a worker
+    version, _ = start_version_build(large_kb, activate=False, chunk_size=64)
+    fill_version(version, version_build_files(version), on_progress=lambda done: None)
+    version.refresh_from_db()
+    assert version.status == version.Status.READY, version.error
+    activate_version(version)
+    assert Chunk.objects.filter(kb_version=version).count() > 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {CHUNKS} WHERE kb_version_id = %s", [version.pk])
+        assert cursor.fetchall() == [(f"{CHUNKS}_t{large.pk}",)]
+    body = {"query": "bicycle gears", "mode": "hybrid", "kb_ids": [large_kb.pk], "top_k": 1}
+    response = client_for(large).post("/api/v1/retrieval/search", json.dumps(body), content_type="application/json")
+    answer = response.json()
+    assert answer["results"][0]["source_uri"].endswith("bicycle.txt") and answer["degraded"] == []
