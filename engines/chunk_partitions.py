@@ -15,7 +15,8 @@ row is copied and no index rebuilt under the lock. PostgreSQL's rules shape it:
   old sequence.
 
 :func:`own` moves a tenant out of the DEFAULT partition into one of its own (its rows copied and its
-indexes built before the attach); :func:`detach` takes a tenant's partition out of the table.
+indexes built before the attach); :func:`detach` takes a tenant's partition out of the table;
+:func:`merge` is the way back to one plain table.
 """
 
 from __future__ import annotations
@@ -130,8 +131,7 @@ def _swap_in_partitioned(cursor: CursorWrapper, table: str, default: str, unique
     referenced_by = cursor.fetchall()
     cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
     sequence = cursor.fetchone()[0]
-    cursor.execute("SELECT coalesce(pg_sequence_last_value(%s::regclass) + 1, 1)", [sequence])
-    next_id = cursor.fetchone()[0]
+    next_id = _next_id(cursor, table)
     cursor.execute("SELECT attidentity FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'id'", [table])
     identity = cursor.fetchone()[0]
 
@@ -159,7 +159,7 @@ def _swap_in_partitioned(cursor: CursorWrapper, table: str, default: str, unique
             sql.Identifier(unique),
         ),
     )
-    if not identity:  # a serial column: its sequence stays, owned by the new table's column
+    if not identity:  # a serial column: its sequence goes too; the parent's identity continues it
         _execute(cursor, sql.SQL("DROP SEQUENCE {}").format(sql.SQL(sequence)))
     _execute(
         cursor,
@@ -193,6 +193,16 @@ def _swap_in_partitioned(cursor: CursorWrapper, table: str, default: str, unique
         cursor,
         sql.SQL("ALTER TABLE {} ATTACH PARTITION {} DEFAULT").format(sql.Identifier(table), sql.Identifier(default)),
     )
+
+
+def _next_id(cursor: CursorWrapper, table: str) -> int:
+    """The id the table's sequence hands out next."""
+    cursor.execute(
+        "SELECT coalesce(s.last_value + s.increment_by, s.start_value) FROM pg_sequences s "
+        "WHERE format('%%I.%%I', s.schemaname, s.sequencename)::regclass = pg_get_serial_sequence(%s, 'id')::regclass",
+        [table],
+    )
+    return cast(int, cursor.fetchone()[0])
 
 
 def own(table: str, tenant_id: int) -> tuple[int, float]:
@@ -287,6 +297,63 @@ def detach(table: str, tenant_id: int) -> str:
             sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(table), sql.Identifier(name)),
         )
     return name
+
+
+def merge(table: str) -> float:
+    """The way back: every partition's rows in one plain table again, the DEFAULT partition becoming it
+    (own partitions' rows are copied into it, its key rebuilt on ``id`` alone), under an exclusive lock.
+    The foreign keys to the table that :func:`convert` dropped are the caller's to add back. Returns
+    the seconds the table was locked."""
+    found = partitions(table)
+    if not found:
+        raise PartitionError(f"{table} is not partitioned")
+    default = default_partition(table)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        _execute(cursor, sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
+        started = time.monotonic()
+        for partition in found:
+            if partition.tenant_ids:
+                name = sql.Identifier(partition.name)
+                _execute(cursor, sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(table), name))
+                _execute(cursor, sql.SQL("INSERT INTO {} SELECT * FROM {}").format(sql.Identifier(table), name))
+                _execute(cursor, sql.SQL("DROP TABLE {}").format(name))
+        cursor.execute(
+            "SELECT c.relname, p.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_index x ON x.indexrelid = c.oid "
+            "WHERE x.indrelid = %s::regclass AND NOT x.indisprimary",
+            [default],
+        )
+        names = cursor.fetchall()  # each index of the DEFAULT partition, and its parent's name
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p' "
+            "UNION ALL SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            [table, default],
+        )
+        primary_key, default_key = (row[0] for row in cursor.fetchall())
+        next_id = _next_id(cursor, table)
+        _execute(
+            cursor,
+            sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(table), sql.Identifier(default)),
+        )
+        _execute(cursor, sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+        _execute(cursor, sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier(default), sql.Identifier(table)))
+        for child, parent in names:
+            rename = sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(child), sql.Identifier(parent))
+            _execute(cursor, rename)
+        cursor.execute("SELECT attidentity FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'id'", [table])
+        if cursor.fetchone()[0]:
+            _execute(cursor, sql.SQL("ALTER TABLE {} ALTER COLUMN id DROP IDENTITY").format(sql.Identifier(table)))
+        _execute(
+            cursor,
+            sql.SQL(
+                "ALTER TABLE {} DROP CONSTRAINT {}, ADD CONSTRAINT {} PRIMARY KEY (id), "
+                "ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (START WITH {})"
+            ).format(
+                sql.Identifier(table), sql.Identifier(default_key), sql.Identifier(primary_key), sql.Literal(next_id)
+            ),
+        )
+        return time.monotonic() - started
 
 
 def partition_of(table: str, tenant_id: int) -> str | None:

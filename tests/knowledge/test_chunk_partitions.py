@@ -230,3 +230,43 @@ def test_ingestion_deletes_and_a_version_switch_work_on_the_partitioned_table(te
     response = client_for(large).post("/api/v1/retrieval/search", json.dumps(body), content_type="application/json")
     answer = response.json()
     assert answer["results"][0]["source_uri"].endswith("bicycle.txt") and answer["degraded"] == []
+
+
+def schema() -> dict:
+    """The chunk table's columns, indexes and constraints, and the keys of other tables to it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull, attidentity FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            [CHUNKS],
+        )
+        columns = cursor.fetchall()
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s ORDER BY 1", [CHUNKS])
+        indexes = cursor.fetchall()
+        cursor.execute(
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE (conrelid = %s::regclass OR confrelid = %s::regclass) AND contype <> 'n' ORDER BY 1, 2",
+            [CHUNKS, CHUNKS],
+        )
+        return {"columns": columns, "indexes": indexes, "constraints": cursor.fetchall()}
+
+
+def test_merge_is_the_way_back_to_the_same_plain_table(tenants, tmp_path):
+    before_schema, before_rows = schema(), rows()
+    before = {tenant.pk: answers(tenant, kb) for tenant, kb in tenants[:2]}
+    partition_chunks()
+    partition_chunks("--own", str(tenants[1][0].pk))
+    assert schema() != before_schema
+
+    assert "one table again" in partition_chunks("--merge")
+
+    assert not chunk_partitions.is_partitioned(CHUNKS)
+    after = schema()
+    assert set(after["constraints"]) - set(before_schema["constraints"]) == set()
+    assert set(before_schema["constraints"]) - set(after["constraints"]) == set()
+    assert after == before_schema
+    assert rows() == before_rows
+    assert {tenant.pk: answers(tenant, kb) for tenant, kb in tenants[:2]} == before
+    kb = tenants[0][1]
+    ingest(kb, tmp_path / "more", {"lamp.txt": "The Lumen desk lamp dims."})  # ids go on from the table's
+    assert Chunk.objects.filter(kb_version=kb.active_version).order_by("pk").last().pk > before_rows[-1][0]

@@ -1,4 +1,7 @@
+from typing import Any, cast
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection, transaction
 
 from engines import chunk_partitions
 from knowledge.models import Chunk
@@ -18,8 +21,11 @@ class Command(BaseCommand):
         steps = parser.add_mutually_exclusive_group()
         steps.add_argument("--own", type=int, metavar="TENANT_ID", help="move this tenant into a partition of its own")
         steps.add_argument("--detach", type=int, metavar="TENANT_ID", help="detach this tenant's own partition")
+        steps.add_argument(
+            "--merge", action="store_true", help="the way back: every partition's rows in one plain table again"
+        )
 
-    def handle(self, *args: object, own: int | None, detach: int | None, **options: object) -> None:
+    def handle(self, *args: object, own: int | None, detach: int | None, merge: bool, **options: object) -> None:
         table = Chunk._meta.db_table
         try:
             if own is not None:
@@ -34,6 +40,11 @@ class Command(BaseCommand):
                     f"tenant {detach}: its chunks are in table {name}, detached and no longer searched: "
                     f"pg_dump --table={name} to move them, DROP TABLE {name} to drop them"
                 )
+            elif merge:
+                with transaction.atomic():
+                    locked = chunk_partitions.merge(table)
+                    add_foreign_keys_to_chunks()
+                self.stdout.write(f"{table} is one table again; it was locked for {locked:.3f} s")
             elif not chunk_partitions.is_partitioned(table):
                 locked = chunk_partitions.convert(table)
                 self.stdout.write(f"{table} is partitioned by tenant; it was locked for {locked:.3f} s")
@@ -42,3 +53,15 @@ class Command(BaseCommand):
                 self.stdout.write(f"{partition.name}: tenants {tenants}, about {partition.rows} rows")
         except chunk_partitions.PartitionError as error:
             raise CommandError(str(error)) from error
+
+
+def add_foreign_keys_to_chunks() -> None:
+    """The keys to a chunk (graph mentions, passage relations) that a partitioned table cannot have,
+    checked by the database again, under the names Django's migrations give them."""
+    with connection.schema_editor() as editor:
+        for relation in Chunk._meta.get_fields(include_hidden=True):  # the keys named "+" are hidden
+            field = getattr(relation, "field", None)
+            if field is not None and relation.auto_created and not relation.concrete and field.db_constraint:
+                # the statement and name Django's own AddField gives a foreign key (PostgreSQL's editor)
+                create = cast(Any, editor)._create_fk_sql(field.model, field, "_fk_%(to_table)s_%(to_column)s")
+                editor.execute(create)
