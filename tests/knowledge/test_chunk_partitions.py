@@ -286,3 +286,24 @@ def test_merge_is_the_way_back_to_the_same_plain_table(tenants, tmp_path):
     kb = tenants[0][1]
     ingest(kb, tmp_path / "more", {"lamp.txt": "The Lumen desk lamp dims."})  # ids go on from the table's
     assert Chunk.objects.filter(kb_version=kb.active_version).order_by("pk").last().pk > before_rows[-1][0]
+
+
+def test_a_new_dimensions_index_and_the_vector_columns_storage_reach_every_partition(tenants):
+    partition_chunks()
+    partition_chunks("--own", str(tenants[1][0].pk))
+    partitions = {f"{CHUNKS}_default", f"{CHUNKS}_t{tenants[1][0].pk}"}
+    engine = PgVectorIndex(CHUNKS)
+
+    engine.ensure_index(8)  # a KB of a new model's dimension: one graph per partition
+    assert engine.built_with(8) is not None
+    assert len({hnsw_of(name, 8) for name in partitions}) == 2  # each partition's own graph
+
+    storage = "main" if engine.column_storage() != "main" else "external"
+    assert engine.set_column_storage(storage) is True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "WHERE c.relname = ANY(%s) AND a.attname = 'embedding'",
+            [sorted(partitions)],
+        )
+        assert dict(cursor.fetchall()) == dict.fromkeys(partitions, storage[0])
