@@ -30,6 +30,9 @@ from django.db.backends.utils import CursorWrapper
 from psycopg import sql
 
 DEFAULT_SUFFIX = "_default"
+# How long a step waits for its lock before giving up (a retry later does no harm): an exclusive lock
+# waiting behind a long query would hold up every query queued behind it meanwhile.
+LOCK_TIMEOUT_S = 10.0
 _VALUES = re.compile(r"FOR VALUES IN \((.*)\)")
 
 
@@ -75,11 +78,18 @@ def partitions(table: str) -> list[Partition]:
     return sorted(found, key=lambda partition: (bool(partition.tenant_ids), partition.name))
 
 
+def _prepare(cursor: CursorWrapper, lock_timeout_s: float) -> None:
+    """A step's transaction: no ALTER TABLE runs with deferred key checks pending, and no lock is waited
+    for longer than ``lock_timeout_s`` (PostgreSQL's lock_timeout, for this transaction only)."""
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{round(lock_timeout_s * 1000)}ms"])
+
+
 def _execute(cursor: CursorWrapper, statement: sql.Composable, params: list[int] | None = None) -> None:
     cursor.execute(statement.as_string(cursor.cursor), params)
 
 
-def convert(table: str) -> float:
+def convert(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
     """Make ``table`` partitioned by LIST (tenant_id), its rows the DEFAULT partition. Returns the
     seconds the table was locked (ACCESS EXCLUSIVE: catalog changes only, no row is read)."""
     if is_partitioned(table):
@@ -98,7 +108,7 @@ def convert(table: str) -> float:
             ),
         )
         with transaction.atomic():
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no ALTER TABLE with deferred checks pending
+            _prepare(cursor, lock_timeout_s)
             _execute(cursor, sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
             started = time.monotonic()
             _swap_in_partitioned(cursor, table, default, unique)
@@ -205,7 +215,7 @@ def _next_id(cursor: CursorWrapper, table: str) -> int:
     return cast(int, cursor.fetchone()[0])
 
 
-def own(table: str, tenant_id: int) -> tuple[int, float]:
+def own(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[int, float]:
     """Move a tenant's rows from the DEFAULT partition into a partition of its own. Its rows are copied
     and its indexes built while the DEFAULT partition takes reads but no writes; the attach then checks
     the DEFAULT partition holds none of its rows (a scan under an exclusive lock). Returns the rows moved
@@ -218,7 +228,7 @@ def own(table: str, tenant_id: int) -> tuple[int, float]:
     default, own_partition = default_partition(table), tenant_partition(table, tenant_id)
     started = time.monotonic()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        _prepare(cursor, lock_timeout_s)
         _execute(cursor, sql.SQL("LOCK TABLE {} IN SHARE MODE").format(sql.Identifier(default)))
         _execute(
             cursor,
@@ -280,7 +290,7 @@ def _build_parent_indexes_on(cursor: CursorWrapper, table: str, partition: str) 
         cursor.execute(f"CREATE {unique}INDEX ON {target} USING {rest}")
 
 
-def detach(table: str, tenant_id: int) -> str:
+def detach(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> str:
     """Take a tenant's own partition out of the table (a catalog change under a short exclusive lock;
     CONCURRENTLY is not allowed beside a DEFAULT partition). Its rows stay in the returned table,
     no longer searched, to dump or drop."""
@@ -291,7 +301,7 @@ def detach(table: str, tenant_id: int) -> str:
         )
     name = found[0].name
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        _prepare(cursor, lock_timeout_s)
         _execute(
             cursor,
             sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(table), sql.Identifier(name)),
@@ -299,7 +309,7 @@ def detach(table: str, tenant_id: int) -> str:
     return name
 
 
-def merge(table: str) -> float:
+def merge(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
     """The way back: every partition's rows in one plain table again, the DEFAULT partition becoming it
     (own partitions' rows are copied into it, its key rebuilt on ``id`` alone), under an exclusive lock.
     The foreign keys to the table that :func:`convert` dropped are the caller's to add back. Returns
@@ -309,7 +319,7 @@ def merge(table: str) -> float:
         raise PartitionError(f"{table} is not partitioned")
     default = default_partition(table)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        _prepare(cursor, lock_timeout_s)
         _execute(cursor, sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
         started = time.monotonic()
         for partition in found:

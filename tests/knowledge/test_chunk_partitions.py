@@ -10,6 +10,7 @@ import io
 import json
 
 import numpy as np
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -307,3 +308,19 @@ def test_a_new_dimensions_index_and_the_vector_columns_storage_reach_every_parti
             [sorted(partitions)],
         )
         assert dict(cursor.fetchall()) == dict.fromkeys(partitions, storage[0])
+
+
+def test_a_step_that_cannot_have_its_lock_in_time_changes_nothing(tenants):
+    """A long query holds the table (another connection's open read): the conversion gives up after its
+    lock timeout, with the reason, rather than hold up every query queued behind its lock."""
+    params = connection.get_connection_params()
+    reader = psycopg.connect(
+        **{key: value for key, value in params.items() if key in {"host", "port", "dbname", "user", "password"}}
+    )
+    try:
+        reader.execute(f"SELECT count(*) FROM {CHUNKS}")  # its transaction holds the table until it ends
+        with pytest.raises(CommandError, match="not had within 0.2 s"):
+            partition_chunks("--lock-timeout", "0.2")
+    finally:
+        reader.close()
+    assert not chunk_partitions.is_partitioned(CHUNKS)

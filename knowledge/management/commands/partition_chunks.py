@@ -1,11 +1,13 @@
 from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from engines import chunk_partitions
 from knowledge.models import Chunk
 from tenants.models import Tenant
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's lock_timeout
 
 
 class Command(BaseCommand):
@@ -18,6 +20,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--lock-timeout",
+            type=float,
+            default=chunk_partitions.LOCK_TIMEOUT_S,
+            metavar="SECONDS",
+            help="give up (nothing changed; run it again later) when a lock is not had within this time",
+        )
         steps = parser.add_mutually_exclusive_group()
         steps.add_argument("--own", type=int, metavar="TENANT_ID", help="move this tenant into a partition of its own")
         steps.add_argument("--detach", type=int, metavar="TENANT_ID", help="detach this tenant's own partition")
@@ -25,34 +34,42 @@ class Command(BaseCommand):
             "--merge", action="store_true", help="the way back: every partition's rows in one plain table again"
         )
 
-    def handle(self, *args: object, own: int | None, detach: int | None, merge: bool, **options: object) -> None:
+    def handle(
+        self, *args: object, own: int | None, detach: int | None, merge: bool, lock_timeout: float, **options: object
+    ) -> None:
         table = Chunk._meta.db_table
         try:
             if own is not None:
                 if not Tenant.objects.filter(pk=own).exists():
                     raise CommandError(f"no tenant {own}")
-                moved, seconds = chunk_partitions.own(table, own)
+                moved, seconds = chunk_partitions.own(table, own, lock_timeout)
                 name = chunk_partitions.tenant_partition(table, own)
                 self.stdout.write(f"tenant {own}: {moved} chunks moved to {name} in {seconds:.3f} s")
             elif detach is not None:
-                name = chunk_partitions.detach(table, detach)
+                name = chunk_partitions.detach(table, detach, lock_timeout)
                 self.stdout.write(
                     f"tenant {detach}: its chunks are in table {name}, detached and no longer searched: "
                     f"pg_dump --table={name} to move them, DROP TABLE {name} to drop them"
                 )
             elif merge:
                 with transaction.atomic():
-                    locked = chunk_partitions.merge(table)
+                    locked = chunk_partitions.merge(table, lock_timeout)
                     add_foreign_keys_to_chunks()
                 self.stdout.write(f"{table} is one table again; it was locked for {locked:.3f} s")
             elif not chunk_partitions.is_partitioned(table):
-                locked = chunk_partitions.convert(table)
+                locked = chunk_partitions.convert(table, lock_timeout)
                 self.stdout.write(f"{table} is partitioned by tenant; it was locked for {locked:.3f} s")
             for partition in chunk_partitions.partitions(table):
                 tenants = ", ".join(map(str, partition.tenant_ids)) or "DEFAULT"
                 self.stdout.write(f"{partition.name}: tenants {tenants}, about {partition.rows} rows")
         except chunk_partitions.PartitionError as error:
             raise CommandError(str(error)) from error
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            raise CommandError(
+                f"a lock was not had within {lock_timeout:g} s (busy queries hold it): nothing changed, run it again"
+            ) from error
 
 
 def add_foreign_keys_to_chunks() -> None:
