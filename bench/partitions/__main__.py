@@ -3,8 +3,8 @@
 again after ``manage.py partition_chunks`` (the largest tenant, or with ``--own all`` every tenant, in a
 partition of its own) and ``rebuild_vector_index``.
 
-Per tenant, on both: recall@10 of the service's vector search against exact and its p50 / p95 (engine
-calls, no HTTP), and the time to build an HNSW graph over the rows a search walks (the whole table, or
+Per tenant, on both: recall@10 of the service's vector search (to its depth, ``SEARCH_CANDIDATES``)
+against exact and its p50 / p95 (engine calls, no HTTP), and the time to build an HNSW graph over the rows a search walks (the whole table, or
 the tenant's partition: a scratch index, dropped again). Also the conversion's lock time and each
 ``--own`` step's time. Costs: the load (minutes at 1M), two builds of every graph, the searches.
 The tenants are deleted and the table merged back (``partition_chunks --merge``) at the end, unless
@@ -51,6 +51,7 @@ def main() -> int:
         raise SystemExit("--tenants must be 2 or more")
 
     project.setup_django()
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
 
@@ -63,6 +64,7 @@ def main() -> int:
     from tenants.services import create_tenant
 
     table = Chunk._meta.db_table
+    depth = settings.SEARCH_CANDIDATES
     if chunk_partitions.is_partitioned(table):
         raise SystemExit(f"{table} is partitioned already: run partition_chunks --merge first")
 
@@ -116,7 +118,9 @@ def main() -> int:
         engine.ensure_index(DIM)
         execute(f"ANALYZE {table}")
         single: dict = {"index_build_s": round(time.perf_counter() - started, 1), "build": list(build)}
-        single["tenants"] = measure.search_tenants(PgVectorIndex(table), scopes, truth, query_vectors, args.top_k)
+        single["tenants"] = measure.search_tenants(
+            PgVectorIndex(table), scopes, truth, query_vectors, args.top_k, depth
+        )
         result["single_table"] = single
         print(f"single table: {single}", flush=True)
 
@@ -132,7 +136,9 @@ def main() -> int:
         partitioned["graph_build_s"] = {
             p.name: measure.build_seconds(p.name, DIM, *build) for p in chunk_partitions.partitions(table)
         }
-        partitioned["tenants"] = measure.search_tenants(PgVectorIndex(table), scopes, truth, query_vectors, args.top_k)
+        partitioned["tenants"] = measure.search_tenants(
+            PgVectorIndex(table), scopes, truth, query_vectors, args.top_k, depth
+        )
         result["partitioned"] = partitioned
         print(f"partitioned: {partitioned}", flush=True)
     finally:

@@ -9,9 +9,12 @@ import time
 import numpy as np
 
 
-def search_tenants(engine, scopes: dict[int, object], truth: dict[int, list[np.ndarray]], queries, top_k: int) -> dict:
-    """Per tenant: recall@top_k of ``engine.search`` against ``truth`` (each query's exact top chunk
-    ids) and the p50 / p95 of its calls in milliseconds."""
+def search_tenants(
+    engine, scopes: dict[int, object], truth: dict[int, list[np.ndarray]], queries, top_k: int, depth: int
+) -> dict:
+    """Per tenant: recall@top_k of the first ``top_k`` of ``engine.search`` to ``depth`` (the service
+    searches to its candidates' depth, which sizes ef_search) against ``truth`` (each query's exact top
+    chunk ids), and the p50 / p95 of its calls in milliseconds."""
     from engines.base import SqlFilter
 
     found = {}
@@ -19,7 +22,7 @@ def search_tenants(engine, scopes: dict[int, object], truth: dict[int, list[np.n
         latencies, recalls = [], []
         for query, expected in zip(queries, truth[tenant_id], strict=True):
             started = time.perf_counter()
-            hits = engine.search(scope, query, top_k, SqlFilter())
+            hits = engine.search(scope, query, depth, SqlFilter())[:top_k]
             latencies.append((time.perf_counter() - started) * 1000)
             recalls.append(len({hit.chunk_id for hit in hits} & set(expected.tolist())) / top_k)
         latencies.sort()

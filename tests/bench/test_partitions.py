@@ -41,8 +41,8 @@ def test_recall_is_measured_against_the_exact_ids_on_the_partitioned_table():
     scopes = {kb.tenant_id: scope_of(kb) for kb in kbs}
     engine = PgVectorIndex(CHUNKS)
 
-    found = measure.search_tenants(engine, scopes, truth, queries, 5)
+    found = measure.search_tenants(engine, scopes, truth, queries, 5, 20)
     assert {tenant_id: entry["recall"] for tenant_id, entry in found.items()} == dict.fromkeys(scopes, 1.0)
-    missed = measure.search_tenants(engine, scopes, wrong, queries, 5)
+    missed = measure.search_tenants(engine, scopes, wrong, queries, 5, 20)
     assert {tenant_id: entry["recall"] for tenant_id, entry in missed.items()} == dict.fromkeys(scopes, 0.0)
     assert measure.build_seconds(f"{CHUNKS}_t{kbs[0].tenant_id}", DIMENSION, 8, 32) >= 0
