@@ -26,6 +26,10 @@ from knowledge.versions import activate_version, fill_version, start_version_bui
 from tests.conftest import client_for
 from tests.engines.pgvector_rows import graph_walk_only
 from tests.factories import TenantFactory, give_unlimited_rate_tier
+from tests.retrieval.test_permissions import (
+    corpus,  # noqa: F401 (the leak matrix's corpus)
+    leak_matrix,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -324,3 +328,11 @@ def test_a_step_that_cannot_have_its_lock_in_time_changes_nothing(tenants):
     finally:
         reader.close()
     assert not chunk_partitions.is_partitioned(CHUNKS)
+
+
+def test_the_leak_matrix_holds_after_a_populated_table_is_converted(corpus):  # noqa: F811
+    tenant, _ = corpus
+    partition_chunks()
+    assert leak_matrix(corpus) == 6 * 2 * 5 * 3 * 2
+    partition_chunks("--own", str(tenant.pk))
+    assert leak_matrix(corpus) == 6 * 2 * 5 * 3 * 2
