@@ -127,7 +127,7 @@ def build_keyword_index(version) -> int:
 
     rows = Chunk.objects.filter(kb_version=version, tenant_id=tenant_id).values_list(
         "id", "document_id", "document__context", "metadata__section", "content", "doc_type", "created_at", "tags",
-        "metadata",
+        "metadata", "acl",
     )  # fmt: skip
     for _, _, context, section, content, *_ in rows[:300]:
         if analyzed(context, section, content) != analyzer.analyze(contextual_text(context, content, section)):
@@ -135,9 +135,9 @@ def build_keyword_index(version) -> int:
     documents = (
         LexicalDocument(
             chunk_id, doc_id, tenant_id, analyzed(context, section, content),
-            filter_fields(doc_type, created_at, tags, metadata),
+            filter_fields(doc_type, created_at, tags, metadata, acl),
         )
-        for chunk_id, doc_id, context, section, content, doc_type, created_at, tags, metadata in rows.iterator(
+        for chunk_id, doc_id, context, section, content, doc_type, created_at, tags, metadata, acl in rows.iterator(
             chunk_size=5000
         )
     )  # fmt: skip

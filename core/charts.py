@@ -42,13 +42,17 @@ def line_chart(
     title: str,
     x_label: str,
     y_range: tuple[float, float] = (0.0, 1.0),
+    x_range: tuple[float, float] | None = None,
     x_ticks: Sequence[tuple[float, str]] = (),
     marker: tuple[float, str] | None = None,
+    max_step: float | None = None,
 ) -> SafeString:
     """Lines with a dot per point (``<circle class="point" data-series data-x data-y>``); ``marker``: a
-    vertical rule at an x (``<line class="marker" data-x>``), e.g. a recommended threshold."""
+    vertical rule at an x (``<line class="marker" data-x>``), e.g. a recommended threshold. ``x_range``:
+    the x axis's span when it is not the points' (e.g. every day, some of them without a point);
+    ``max_step``: points further apart in x are not joined (a gap, e.g. over days without data)."""
     xs = [x for line in series for x, _ in line.points] + ([marker[0]] if marker else [])
-    low_x, high_x = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    low_x, high_x = x_range or ((min(xs), max(xs)) if xs else (0.0, 1.0))
     low_y, high_y = y_range
     parts = [
         (
@@ -73,9 +77,17 @@ def line_chart(
     for index, line in enumerate(series):
         color = palette[index % len(palette)]
         coords = [(_x(x, low_x, high_x), _y(y, low_y, high_y)) for x, y in line.points]
-        if len(coords) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(f'<polyline class="line" fill="none" stroke="{color}" stroke-width="2" points="{path}"/>')
+        runs: list[list[tuple[float, float]]] = []  # the points one polyline joins, each
+        last_x: float | None = None
+        for (value_x, _), coord in zip(line.points, coords, strict=True):
+            if last_x is None or (max_step is not None and value_x - last_x > max_step):
+                runs.append([])
+            runs[-1].append(coord)
+            last_x = value_x
+        for run in runs:
+            if len(run) > 1:
+                path = " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
+                parts.append(f'<polyline class="line" fill="none" stroke="{color}" stroke-width="2" points="{path}"/>')
         for (x, y), (vx, vy) in zip(coords, line.points, strict=True):
             parts.append(
                 f'<circle class="point {escape(line.css_class)}" data-series="{escape(line.name)}" data-x="{vx}" '

@@ -4,7 +4,8 @@ top queries and those with no result, the current rate-limit window's searches p
 units each day's requests and ingestions consumed (``core.cost``).
 
 Every structure is bounded: daily hashes expire after ``DAYS_KEPT`` (cost days after ``COST_DAYS_KEPT``), window hashes after two
-windows, latencies keep the latest ``LATENCIES_KEPT``, each query ranking its ``QUERIES_KEPT`` most
+windows, latencies keep the latest ``LATENCIES_KEPT`` (and each day a histogram of its searches' latencies, buckets
+``LATENCY_BUCKET_GROWTH`` apart, for the day's percentiles), each query ranking its ``QUERIES_KEPT`` most
 frequent (the rarest drop out). They count from when that Redis started (the embedded one keeps
 nothing on disk). With Redis down a search is served uncounted and the readers answer None.
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +37,10 @@ COST_DAYS_KEPT = 400  # a year of daily cost rows per tenant, and a month to bil
 LATENCIES_KEPT = 1000
 QUERIES_KEPT = 500
 QUERY_CHARS_KEPT = 200
+# A day's latency histogram: bucket i holds (GROWTH**(i-1), GROWTH**i] ms, so a day's percentile read from it
+# (its bucket's upper bound) is at most 5 % above the exact one, in at most ~190 buckets from 1 ms to 10 s.
+LATENCY_BUCKET_GROWTH = 1.05
+LATENCY_FLOOR_MS = 0.01  # shorter ones count in this one's bucket
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,12 @@ def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None
         return cache.make_key(_key(tenant_id, name))
 
     daily, window = key(f"daily:{_day(now)}"), key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}")
-    latency = key("latency")
+    latency, daily_latency = key("latency"), key(f"daily_latency:{_day(now)}")
     query = " ".join(served.query.split()).casefold()[:QUERY_CHARS_KEPT]
     # INCR starts a missing counter at 0, and django-redis stores integers as plain Redis integers,
     # so cache.get_many reads them back.
     commands = [("incrby", key("queries"), None), ("hincrby", daily, served.mode), ("hincrby", window, served.mode)]
+    commands.append(("hincrby", daily_latency, str(latency_bucket(served.latency_ms))))
     if served.cached:
         commands += [("incrby", key("cache_hits"), None), ("hincrby", daily, "cache_hits")]
     commands += [("hincrby", key("degraded"), stage) for stage in served.degraded_stages]
@@ -89,7 +97,7 @@ def count_query(tenant_id: int, served: ServedQuery, *, now: float | None = None
     commands += [("zincrby", ranking, query) for ranking in rankings]
     with _pending_lock:
         _pending.increments.update(commands)
-        _pending.expiries[daily] = DAYS_KEPT * 86400
+        _pending.expiries[daily] = _pending.expiries[daily_latency] = DAYS_KEPT * 86400
         _pending.expiries[window] = 2 * settings.RATE_LIMIT_WINDOW_S
         _pending.latencies.setdefault(latency, []).append(round(served.latency_ms, 3))
         _pending.rankings.update(rankings)
@@ -175,7 +183,8 @@ def query_counts(tenant_id: int) -> dict[str, Any] | None:
 
 
 def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | None = None) -> dict[str, Any] | None:
-    """The dashboard's numbers: ``daily`` (oldest first: date, per-mode counts, cache hit ratio),
+    """The dashboard's numbers: ``daily`` (oldest first: date, per-mode counts, cache hit ratio, and
+    ``latency_ms``: the day's p50/p95 from its histogram, None on a day without searches),
     ``latency_ms`` (p50/p95 over the latest searches), ``degraded`` (stage -> count), ``top_queries``
     and ``no_result_queries`` ((query, count), most frequent first), ``window`` (mode -> searches in
     the current rate-limit window)."""
@@ -190,17 +199,21 @@ def query_usage(tenant_id: int, *, days: int = 14, top: int = 10, now: float | N
         pipeline = get_redis_connection("default").pipeline(transaction=False)
         for date in dates:
             pipeline.hgetall(key(f"daily:{date}"))
+            pipeline.hgetall(key(f"daily_latency:{date}"))
         pipeline.lrange(key("latency"), 0, -1)
         pipeline.hgetall(key("degraded"))
         pipeline.zrevrange(key("top"), 0, top - 1, withscores=True)
         pipeline.zrevrange(key("no_result"), 0, top - 1, withscores=True)
         pipeline.hgetall(key(f"window:{int(now // settings.RATE_LIMIT_WINDOW_S)}"))
-        *daily, latencies, degraded, top_queries, no_result, window = pipeline.execute()
+        *days_read, latencies, degraded, top_queries, no_result, window = pipeline.execute()
     except REDIS_ERRORS as exc:
         warn_redis_unavailable("query counters", exc)
         return None
     return {
-        "daily": [_daily_row(date, _ints(counts)) for date, counts in zip(dates, daily, strict=True)],
+        "daily": [
+            _daily_row(date, _ints(counts), _ints(buckets))
+            for date, counts, buckets in zip(dates, days_read[::2], days_read[1::2], strict=True)
+        ],
         "latency_ms": _percentiles(sorted(float(value) for value in latencies)),
         "degraded": _ints(degraded),
         "top_queries": [(query.decode(), int(count)) for query, count in top_queries],
@@ -253,10 +266,36 @@ def _ratio(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def _daily_row(date: str, counts: dict[str, int]) -> dict[str, object]:
+def _daily_row(date: str, counts: dict[str, int], latency_buckets: dict[str, int]) -> dict[str, object]:
     cache_hits = counts.pop("cache_hits", 0)
     total = sum(counts.values())
-    return {"date": date, "modes": counts, "total": total, "cache_hit_ratio": _ratio(cache_hits, total)}
+    return {
+        "date": date, "modes": counts, "total": total, "cache_hit_ratio": _ratio(cache_hits, total),
+        "latency_ms": _histogram_percentiles({int(bucket): n for bucket, n in latency_buckets.items()}),
+    }  # fmt: skip
+
+
+def latency_bucket(latency_ms: float) -> int:
+    """The histogram bucket of a latency: the least i with ``LATENCY_BUCKET_GROWTH**i >= latency_ms``."""
+    return math.ceil(math.log(max(latency_ms, LATENCY_FLOOR_MS)) / math.log(LATENCY_BUCKET_GROWTH))
+
+
+def _histogram_percentiles(buckets: dict[int, int]) -> dict[str, float] | None:
+    """Nearest-rank p50/p95 of a day's histogram, as their buckets' upper bounds (ms, to 0.01); None
+    when the day had no search."""
+    searches = sum(buckets.values())
+    if not searches:
+        return None
+
+    ordered = sorted(buckets.items())
+    seen = list(itertools.accumulate(count for _, count in ordered))  # searches up to each bucket
+
+    def rank(share: int) -> float:
+        wanted = -(-searches * share // 100)
+        bucket = next(bucket for (bucket, _), upto in zip(ordered, seen, strict=True) if upto >= wanted)
+        return round(LATENCY_BUCKET_GROWTH**bucket, 2)
+
+    return {"p50": rank(50), "p95": rank(95)}
 
 
 def _percentiles(latencies: list[float]) -> dict[str, float | int]:

@@ -401,6 +401,18 @@ class PassageBridge:
     chunk_id: int  # the passage reached
 
 
+@dataclass(frozen=True)
+class GraphNeighbour:
+    """An entity related to another (the console's entity page): its relations summed over passages."""
+
+    entity_id: int
+    label: str
+    kind: str
+    weight: float  # summed over the passages and relation kinds relating the two
+    passages: int  # (passage, relation kind) pairs relating the two
+    relations: tuple[tuple[str, bool], ...]  # typed ones as (kind, reversed: read from its tail), sorted
+
+
 class GraphStoreError(ComponentError):
     """The graph backend cannot serve; ``cause`` is for ``degraded``."""
 
@@ -453,6 +465,19 @@ class GraphStore(ABC):
     @abstractmethod
     def entities(self, scope: GraphScope, entity_ids: list[int]) -> list[GraphNode]:
         """The entities in scope with these ids."""
+
+    @abstractmethod
+    def browse(
+        self, scope: GraphScope, *, contains: str = "", kind: str = "", offset: int = 0, limit: int = 100
+    ) -> tuple[int, list[GraphNode]]:
+        """For the console: the entities in scope whose name or label contains ``contains`` (lowercased;
+        any when "") and of ``kind`` (any when ""), as (how many match, those from ``offset`` on, at most
+        ``limit``), the most mentioned first, then by id."""
+
+    @abstractmethod
+    def neighbours(self, scope: GraphScope, entity_id: int, limit: int) -> list[GraphNeighbour]:
+        """For the console: an entity's ``limit`` neighbours with the greatest summed weight (then by id).
+        A typed relation is read from the entity's side: ``reversed`` when the entity is its tail."""
 
     @abstractmethod
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:

@@ -39,6 +39,7 @@ from engines.base import Entity, Extraction, Relations
 from engines.graph_relations import Span, stated_relations
 from engines.han_names import Tagged, han_names, tagged_words
 from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
+from engines.marked_names import marked_names
 
 # What the extraction produces: a KB version's graph records it (``KnowledgeBaseVersion.graph_extractor``);
 # the graph leg notes an older graph until ``manage.py rebuild_graph``. Bump it with any change of the entities.
@@ -66,7 +67,10 @@ from engines.latin_names import FUNCTION_WORDS, capitalized_names, codes
 # 10: Latin names go on over a middle initial (Franklin D. Roosevelt); two codes joined by a hyphen are two codes
 # (HMGB1-TLR4); a word run into a code is none of it (expressionSatb1); a word with a footnote (Kingdom.3) or a time
 # (mid-1990s) is no code.
-EXTRACTOR_VERSION = "10"
+# 11: names the text marks (engines.marked_names): a surname and a title (张师傅), the agent of 由…掌勺 / 由…生产
+# and what a chef cooks, a shop's signature dishes (招牌菜鱼香肉丝), names in 《》 and, read as names, in quotation
+# marks or brackets; their kind wins over the dictionary's for the same words.
+EXTRACTOR_VERSION = "11"
 
 # A name in more than this share of a KB version's passages is no entity of it (a hub, not a bridge);
 # below COMMON_MIN_PASSAGES passages a share is a handful of passages, what a bridge is, and none is common.
@@ -112,6 +116,7 @@ class _Mention:
     label: str
     kind: str
     position: int
+    marked: bool = False  # found by engines.marked_names only
 
 
 class EntityExtractor:
@@ -147,7 +152,10 @@ class EntityExtractor:
                 if mention.name not in dropped and (mention.kind == "term" or mention.name not in self.common)
             ]
         counts = Counter(mention.name for mention in mentions)
-        kept = {name for name, _ in counts.most_common(MAX_ENTITIES_PER_PASSAGE)}
+        # the most frequent; among as frequent ones, a name other rules find before one only the text marks
+        # (a passage listing works in 《》 keeps its places), then the first
+        marked = {m.name for m in mentions if m.marked} - {m.name for m in mentions if not m.marked}
+        kept = set(sorted(counts, key=lambda name: (-counts[name], name in marked))[:MAX_ENTITIES_PER_PASSAGE])
         first: dict[str, _Mention] = {}
         for mention in mentions:
             if mention.name in kept:
@@ -203,6 +211,7 @@ class EntityExtractor:
         folded = normalize(text)
         tagged = tagged_words(folded)
         mentions = [*self._protected(folded), *self._synonym_terms(folded), *self._han(tagged), *self._codes(text)]
+        mentions += self._marked(folded, tagged)
         mentions += self._names(text, query)
         if query:
             mentions += self._key_phrases(folded)
@@ -234,6 +243,15 @@ class EntityExtractor:
         return [
             _Mention(self._resolve(name), name, kind, offset)  # folded: normalized already
             for offset, name, kind in han_names(tagged)
+            if name not in self._stopwords
+        ]
+
+    def _marked(self, folded: str, tagged: Tagged) -> list[_Mention]:
+        """Names the text marks (engines.marked_names); where the dictionary's rules name the same words,
+        theirs is the kind kept."""
+        return [
+            _Mention(self._resolve(name), name, kind, offset, marked=True)  # folded: normalized already
+            for offset, name, kind in marked_names(folded, tagged)
             if name not in self._stopwords
         ]
 

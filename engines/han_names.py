@@ -108,6 +108,11 @@ def han_names(tagged: Tagged) -> list[tuple[int, str, str]]:
     return found
 
 
+def is_surname(text: str) -> bool:
+    """Whether ``text`` is a common surname (王) or a compound one (欧阳)."""
+    return text in _SURNAMES or text in _COMPOUND_SURNAMES
+
+
 def tagged_words(folded: str) -> Tagged:
     """(offset, word, tag) of the jieba words of the text's Han runs, in order."""
     found = []

@@ -25,6 +25,7 @@ from neomodel import IntegerProperty, StringProperty, StructuredNode, db
 from engines.base import (
     Community,
     Extraction,
+    GraphNeighbour,
     GraphNode,
     GraphScope,
     GraphStore,
@@ -145,6 +146,22 @@ class Neo4jGraphStore(GraphStore):
             for node in self._nodes(_FIND_FUZZY, {**_params(scope), "query": query}):
                 found.setdefault(node.entity_id, node)
         return [found[entity] for entity in sorted(found)]
+
+    def browse(
+        self, scope: GraphScope, *, contains: str = "", kind: str = "", offset: int = 0, limit: int = 100
+    ) -> tuple[int, list[GraphNode]]:
+        params = {**_params(scope), "contains": contains.lower(), "kind": kind, "offset": offset, "limit": limit}
+        total = cast(int, self._run(_BROWSE_COUNT, params)[0][0])
+        return total, self._nodes(_BROWSE, params) if total > offset else []
+
+    def neighbours(self, scope: GraphScope, entity_id: int, limit: int) -> list[GraphNeighbour]:
+        """Each passage's relation is an edge either way: the entity's outgoing ones count each once."""
+        rows = self._run(_NEIGHBOURS, {**_params(scope), "entity": entity_id, "limit": limit})
+        return [
+            GraphNeighbour(neighbour, label, kind, float(weight), int(passages),
+                           tuple(sorted({(relation, not forward) for relation, forward in relations if relation})))
+            for neighbour, label, kind, weight, passages, relations in rows
+        ]  # fmt: skip
 
     def mentions(self, scope: GraphScope, entity_ids: list[int], per_entity: int) -> list[tuple[int, int, int]]:
         rows = self._run(_MENTIONS, {**_params(scope), "ids": entity_ids, "per": per_entity})
@@ -324,6 +341,23 @@ _FIND = """
 MATCH (n:GraphEntity {tenant_id: $tenant})
 WHERE n.version_id IN $versions AND ($names IS NULL OR n.name IN $names) AND ($ids IS NULL OR n.entity_id IN $ids)
 RETURN n.entity_id, n.version_id, n.name, n.label, n.kind, n.chunk_count ORDER BY n.entity_id
+"""
+_BROWSE_MATCH = """
+MATCH (n:GraphEntity {tenant_id: $tenant})
+WHERE n.version_id IN $versions AND ($kind = '' OR n.kind = $kind)
+  AND ($contains = '' OR toLower(n.name) CONTAINS $contains OR toLower(n.label) CONTAINS $contains)
+"""
+_BROWSE_COUNT = _BROWSE_MATCH + "RETURN count(n)"
+_BROWSE = (
+    _BROWSE_MATCH
+    + """RETURN n.entity_id, n.version_id, n.name, n.label, n.kind, n.chunk_count
+ORDER BY n.chunk_count DESC, n.entity_id SKIP $offset LIMIT $limit"""
+)
+_NEIGHBOURS = """
+MATCH (s:GraphEntity {tenant_id: $tenant, entity_id: $entity})-[r:RELATED {tenant_id: $tenant}]->(t:GraphEntity)
+WHERE s.version_id IN $versions AND r.version_id IN $versions AND t.tenant_id = $tenant
+WITH t, sum(r.weight) AS weight, count(r) AS passages, collect([r.kind, coalesce(r.forward, true)]) AS relations
+RETURN t.entity_id, t.label, t.kind, weight, passages, relations ORDER BY weight DESC, t.entity_id LIMIT $limit
 """
 _STRONGEST = """
 MATCH (s:GraphEntity {tenant_id: $tenant})-[r:RELATED {tenant_id: $tenant}]->(t:GraphEntity {tenant_id: $tenant})

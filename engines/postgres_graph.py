@@ -40,6 +40,7 @@ from engines.base import (
     Relations,
 )
 from engines.database import read_connection
+from engines.postgres_graph_browse import PostgresGraphBrowsing
 
 MAX_NAME_CHARS = 200  # the entity table's name and label columns
 _Params = list[Any] | dict[str, Any]  # a statement's parameters, by position or by name
@@ -48,7 +49,7 @@ _Numbers = Iterable[int | float] | np.ndarray
 _GRAPH_WRITE_LOCK_CLASS = 15_003
 
 
-class PostgresGraphStore(GraphStore):
+class PostgresGraphStore(PostgresGraphBrowsing, GraphStore):
     name = "postgres"
 
     def __init__(

@@ -9,6 +9,8 @@ replaced (``graph.build.reextract_chunks``); the versions' communities are recom
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from django.db import transaction
 
 from engines.analysis import normalize
@@ -16,23 +18,37 @@ from engines.base import GraphScope
 from graph.build import reextract_chunks
 from graph.extraction import graph_curation, triple_extractor
 from knowledge.errors import VersionConflict
-from knowledge.models import GraphEntity, GraphEntityRule, KnowledgeBaseVersion
+from knowledge.models import GraphEntityRule, KnowledgeBaseVersion
 from knowledge.queue import enqueue
 from knowledge.stores import graph_store
 
 MAX_NAME_CHARS = 200  # GraphEntityRule's columns
 
 
-def merge_entity(entity: GraphEntity, into: GraphEntity) -> GraphEntityRule:
+class CuratedEntity(Protocol):
+    """An entity of one KB version, wherever the graph lives: a PostgreSQL row (``GraphEntity``) or what
+    the console reads from the graph store (``graph.selectors.BrowsedEntity``)."""
+
+    @property
+    def tenant_id(self) -> int: ...
+    @property
+    def kb_version_id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+
+
+def merge_entity(entity: CuratedEntity, into: CuratedEntity) -> GraphEntityRule:
     """From now on ``entity`` is ``into``: its passages mention ``into``, its relations are ``into``'s."""
-    if into.tenant_id != entity.tenant_id or into.kb_version.knowledge_base_id != _kb_id(entity):
+    if into.tenant_id != entity.tenant_id or _kb_id(into) != _kb_id(entity):
         raise VersionConflict("an entity merges only into another entity of its own knowledge base")
-    if into.pk == entity.pk or graph_curation([_kb_id(entity)]).resolve(into.name) == entity.name:
+    if into.name == entity.name or graph_curation([_kb_id(entity)]).resolve(into.name) == entity.name:
         raise VersionConflict(f"{entity.label!r} cannot merge into itself")
     return _apply(entity, GraphEntityRule.Action.MERGE, target=into.name, names=[entity.name, into.name])
 
 
-def rename_entity(entity: GraphEntity, label: str) -> GraphEntityRule:
+def rename_entity(entity: CuratedEntity, label: str) -> GraphEntityRule:
     """From now on ``entity`` is shown as ``label`` and found by it (its name is ``label`` normalized)."""
     label = " ".join(label.split())[:MAX_NAME_CHARS]
     new_name = normalize(label).strip()
@@ -41,16 +57,18 @@ def rename_entity(entity: GraphEntity, label: str) -> GraphEntityRule:
     return _apply(entity, GraphEntityRule.Action.RENAME, target=new_name, label=label, names=[entity.name])
 
 
-def delete_entity(entity: GraphEntity) -> GraphEntityRule:
+def delete_entity(entity: CuratedEntity) -> GraphEntityRule:
     """From now on no passage of the KB mentions ``entity``: it and its relations are gone for good."""
     return _apply(entity, GraphEntityRule.Action.DELETE, names=[entity.name])
 
 
-def _kb_id(entity: GraphEntity) -> int:
+def _kb_id(entity: CuratedEntity) -> int:
     return KnowledgeBaseVersion.objects.values_list("knowledge_base_id", flat=True).get(pk=entity.kb_version_id)
 
 
-def _apply(entity: GraphEntity, action: str, *, names: list[str], target: str = "", label: str = "") -> GraphEntityRule:
+def _apply(
+    entity: CuratedEntity, action: str, *, names: list[str], target: str = "", label: str = ""
+) -> GraphEntityRule:
     """Keep the rule, then re-extract the passages mentioning ``names`` in each version of the KB."""
     if triple_extractor() is not None:  # re-extraction would replace the passages' LLM relations
         raise VersionConflict(

@@ -17,7 +17,9 @@ and a tag ``in`` (2 %), plus none. For each:
 * the vector engine (``PgVectorIndex.search`` at the service's depth, top 10 kept): p50/p95 and recall@10
   against the exact top-10 computed in numpy from the same vectors, for the defaults and each
   ``--variant`` (the levers: ``filter_sizing=estimate``, ``iterative_scan=strict_order``,
-  ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``;
+  ``max_scan_tuples=N``, ``ef_search=N``, ``exact_scan_threshold=N``) and each ``--build m=..,ef_construction=..``
+  (``,ef_search=N``: searched with that setting, e.g. the previous defaults m 16 / 64 / 100 beside today's
+  choice from the rows; ``--build-http``: also over HTTP while that build is the live index);
 * rows touched: ``EXPLAIN (ANALYZE, BUFFERS)`` of the engine's count and nearest-rows statements (one query);
 * where the time goes (``bench.harness.postgres``): per query, the nearest-rows statement's planning and
   execution in PostgreSQL against the whole engine call, and over HTTP each response's critical path by
@@ -25,6 +27,10 @@ and a tag ``in`` (2 %), plus none. For each:
 * ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
+* ``--acl 10,1``, after the service's other parts: document ACLs that admit 10 % and 1 % of the chunks
+  to a reader each and no row to everyone (``bench.filtered_scale.acl``); per reader the engine's p50 and
+  recall@10 against the exact ACL-filtered top 10, and ``vector`` / ``hybrid`` over HTTP as that reader,
+  as ratios to the unfiltered p50.
 
 ``--storage external`` (or main, plain) gives the vector column that storage before the load (the
 service's default, main, keeps each vector in its row; external, pgvector's own, moves it to TOAST), so
@@ -49,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import synthetic
-from bench.filtered_scale import growth, peers, report
+from bench.filtered_scale import acl, growth, peers, report
 from bench.filtered_scale.measure import searched_with, storage_ab
 from bench.filtered_scale.peers import MODES
 from bench.filtered_scale.rows import load_rows, real_texts
@@ -99,7 +105,25 @@ def main() -> int:
     parser.add_argument(
         "--variant", action="append", default=[], help=f"engine levers key=value,...: {', '.join(LEVERS)}"
     )
-    parser.add_argument("--build", action="append", default=[], help="another service index: m=N,ef_construction=N")
+    parser.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        help="another service index: m=N,ef_construction=N[,ef_search=N] (ef_search: the setting HNSW_EF_SEARCH "
+        "its searches use; unset: chosen from the rows), e.g. the previous defaults m=16,ef_construction=64,ef_search=100",
+    )
+    parser.add_argument(
+        "--build-http",
+        action="store_true",
+        help="each --build also served over HTTP (vector and hybrid, every filter) while it is the live index",
+    )
+    parser.add_argument(
+        "--acl",
+        default="",
+        help="percentages, e.g. 10,1: after the rest, document ACLs admitting that share of the chunks to a reader "
+        "each (bench.filtered_scale.acl); the engine's recall@10 against the exact ACL-filtered top 10 and p50 "
+        "over HTTP as each reader, as ratios to the unfiltered p50",
+    )
     parser.add_argument(
         "--storage", choices=["external", "extended", "main", "plain"], help="vector column storage for the load"
     )
@@ -147,7 +171,8 @@ def main() -> int:
     if args.peers_path:
         project.add_packages(args.peers_path)
     variants = {"defaults": {}} | {text: parse_levers(text, LEVERS) for text in args.variant}
-    builds = [parse_levers(text, {"m": int, "ef_construction": int}) for text in args.build]
+    builds = [parse_levers(text, {"m": int, "ef_construction": int, "ef_search": int}) for text in args.build]
+    percents = acl.parse_percents(args.acl) if args.acl else ()
 
     project.setup_django()
     from django.conf import settings
@@ -287,19 +312,21 @@ def main() -> int:
             synthetic.build_keyword_index(version)
             result["lexical_rebuild_s"] = round(time.perf_counter() - t0, 1)
 
-        def measure_engine(engine) -> dict:
+        def measure_engine(engine, cases: dict | None = None) -> dict:
+            """Per case (default: the filters) p50/p95 and recall@10 against its exact top 10."""
             out = {}
-            for flt in peers.FILTERS:
-                sql_filter = compiled[flt.name].sql
+            for name, (filters, exact_filter, exact_top) in (cases or filter_cases).items():
                 stats, hits = timed(
-                    lambda q, name=flt.name: [
+                    lambda q, filters=filters, exact_filter=exact_filter: [
                         ids.searchsorted(h.chunk_id)
-                        for h in engine.search(scope, q, depth, sql_filter, None, exact[name])[:10]
+                        for h in engine.search(scope, q, depth, filters.sql, None, exact_filter)[:10]
                     ],
                     list(queries),
                 )
-                out[flt.name] = {**stats, "recall_at_10": recall(hits, truth[flt.name], 10)}
+                out[name] = {**stats, "recall_at_10": recall(hits, exact_top, 10)}
             return out
+
+        filter_cases = {flt.name: (compiled[flt.name], exact[flt.name], truth[flt.name]) for flt in peers.FILTERS}
 
         result["service_index"] = build_service_index(engine_default)
         result["table"] = {
@@ -373,18 +400,44 @@ def main() -> int:
             measure_engine(engine)  # untimed, as above
             entry["search"] = measure_engine(engine)
             entry["variants"] = {  # the search levers on this build too: recall at m x ef_search
-                name: measure_engine(PgVectorIndex(Chunk._meta.db_table, **build_levers, **levers))
+                name: measure_engine(PgVectorIndex(Chunk._meta.db_table, **{**build_levers, **levers}))
                 for name, levers in variants.items()
                 if levers
             }
-            result["builds"][f"m={entry['m']} ef_construction={entry['ef_construction']}"] = entry
+            if args.build_http and not args.no_http and not args.no_keyword:  # this build is the live index now
+                ef_search = {"HNSW_EF_SEARCH": str(build_levers["ef_search"])} if "ef_search" in build_levers else {}
+                entry["http"] = http_search(args, key, http_queries, workdir, ef_search, modes=("vector", "hybrid"))
+            name = f"m={entry['m']} ef_construction={entry['ef_construction']}"
+            if "ef_search" in build_levers:
+                name += f" ef_search={build_levers['ef_search']}"
+            result["builds"][name] = entry
             print(f"  build {entry}", flush=True)
-        if builds:
+        if builds and not percents:  # --acl drops and rebuilds the service index itself
             result["service_index_rebuilt"] = build_service_index(engine_default)
 
         if args.milvus:
             result["milvus"] = milvus_run(args, tenant, scope, measure_engine, key, http_queries, workdir)
             print(f"  milvus: {result['milvus']}", flush=True)
+
+        if percents:  # last of the service's parts: from here no row is open to everyone (`*`)
+            result["acl"] = acl.run(
+                args,
+                percents,
+                tenant=tenant,
+                kb=kb,
+                execute=execute,
+                build_index=build_service_index,
+                measure_engine=measure_engine,
+                vectors=all_vectors,
+                queries=queries,
+                unfiltered=filter_cases["none"],
+                http_search=http_search,
+                http_unfiltered=(result.get("http") or {}).get("scenarios", {}),
+                http_queries=http_queries,
+                workdir=workdir,
+            )
+            result["service_index_rebuilt"] = result["acl"].pop("service_index")
+            print(f"  acl: {result['acl']}", flush=True)
 
         result["peers"] = {}
         for name in filter(None, args.peers.split(",")):
@@ -475,18 +528,28 @@ def milvus_run(args, tenant, scope, measure_engine, key: str, queries: list[str]
             milvus.drop_version(version_id)
 
 
-def http_search(args, key: str, queries: list[str], workdir: Path, environment: dict[str, str] | None = None) -> dict:
-    """Every mode x filter over HTTP on one gunicorn as ``./run serve`` starts it (result cache off)."""
+def http_search(
+    args,
+    key: str,
+    queries: list[str],
+    workdir: Path,
+    environment: dict[str, str] | None = None,
+    *,
+    modes: tuple[str, ...] = MODES,
+    scenarios: list[http.Scenario] | None = None,
+) -> dict:
+    """Every mode x filter (or ``scenarios``) over HTTP on one gunicorn as ``./run serve`` starts it
+    (result cache off)."""
     from django.urls import reverse
 
-    scenarios = [
+    scenarios = scenarios or [
         http.Scenario(
             f"{mode} | {flt.name}",
             reverse(f"retrieval-{mode}"),
             {"rerank": False, **({"filters": flt.service} if flt.service else {})},
         )
         for flt in peers.FILTERS
-        for mode in MODES
+        for mode in modes
     ]
     with server.gunicorn(workdir / "gunicorn.log", {"SEARCH_CACHE_TTL_S": "0", **(environment or {})}) as (
         base_url,

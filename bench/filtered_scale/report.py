@@ -111,13 +111,18 @@ def render_markdown(result: dict) -> str:
 
     lines += _time_lines(result, filters)
     if len(result["variants"]) > 1 or result.get("builds"):
+        index = result.get("service_index") or {}
+        built = f" ({_built(index)})" if index and result.get("builds") else ""
         rows = [
-            [f"`{name}`", *(f"{v[f]['p50_ms']:,.1f} ms, {_r(v[f]['recall_at_10'])}" for f in filters)]
+            [
+                f"`{name}`{built if name == 'defaults' else ''}",
+                *(f"{v[f]['p50_ms']:,.1f} ms, {_r(v[f]['recall_at_10'])}" for f in filters),
+            ]
             for name, v in result["variants"].items()
         ]
         rows += [
             [
-                f"`{name}` (build {b['build_s']} s, {b['index_mb']} MB)",
+                f"`{name}` ({_built(b)})",
                 *(f"{b['search'][f]['p50_ms']:,.1f} ms, {_r(b['search'][f]['recall_at_10'])}" for f in filters),
             ]
             for name, b in result.get("builds", {}).items()
@@ -128,6 +133,8 @@ def render_markdown(result: dict) -> str:
             for variant, v in b.get("variants", {}).items()
         ]
         lines += ["Levers, engine p50 and recall@10:", "", *markdown_table(["variant", *filters], rows), ""]
+    lines += _build_http_lines(result, filters)
+    lines += _acl_lines(result)
     memory = {
         k: v
         for k, v in (
@@ -141,6 +148,14 @@ def render_markdown(result: dict) -> str:
     if result.get("growth"):
         lines += ["", *_growth_lines(result["growth"], modes)]
     return "\n".join(lines) + "\n"
+
+
+def _built(index: dict) -> str:
+    """An index's build as the levers table names it: what it was built and searched with, its cost."""
+    return (
+        f"m {index.get('m')} / ef_construction {index.get('ef_construction')}, ef_search "
+        f"{index.get('ef_search_at_depth_100')} at depth 100; build {index['build_s']} s, {index['index_mb']} MB"
+    )
 
 
 def _time_lines(result: dict, filters: list[str]) -> list[str]:
@@ -189,6 +204,67 @@ def _time_lines(result: dict, filters: list[str]) -> list[str]:
     return [
         "Where a vector search's time goes (medians, ms; HTTP: the critical path's stages and the time outside",
         "the pipeline; engine: the nearest-rows statement, no count):",
+        "",
+        *markdown_table(headers, rows),
+        "",
+    ]
+
+
+def _build_http_lines(result: dict, filters: list[str]) -> list[str]:
+    """``--build-http``: each build's p50 over HTTP beside the service index's (the ``defaults``)."""
+    builds = {name: b["http"]["scenarios"] for name, b in result.get("builds", {}).items() if b.get("http")}
+    http = (result.get("http") or {}).get("scenarios", {})
+    if not builds or not http:
+        return []
+    rows = []
+    for mode in ("vector", "hybrid"):
+        for name in filters:
+            scenario = f"{mode} | {name}"
+            after = http.get(scenario)
+            cells = [builds[build].get(scenario) for build in builds]
+            rows.append(
+                [
+                    f"{mode}, {name}",
+                    _ms(after),
+                    *(f"{_ms(cell)}, {_ratio(cell and cell['p50_ms'], after and after['p50_ms'])}" for cell in cells),
+                ]
+            )
+    headers = ["HTTP p50 (p95) ms", "defaults", *(f"`{build}`, ratio to defaults" for build in builds)]
+    return ["Each build served over HTTP while it was the live index:", "", *markdown_table(headers, rows), ""]
+
+
+def _acl_lines(result: dict) -> list[str]:
+    """``--acl``: per reader the rows it may read, the engine's p50 and recall@10 against the exact
+    ACL-filtered top 10, and p50 over HTTP, each as a ratio to the unfiltered p50."""
+    run = result.get("acl")
+    if not run:
+        return []
+    engine, http = run["engine"], (run.get("http") or {}).get("scenarios", {})
+    unfiltered = (result.get("http") or {}).get("scenarios", {})
+    rows = []
+    for name, admitted in run["matching_rows"].items():
+        row = [
+            name,
+            f"{admitted:,}",
+            _ms(engine[name]),
+            _r(engine[name]["recall_at_10"]),
+            _ratio(engine[name]["p50_ms"], engine["none"]["p50_ms"]),
+        ]
+        for mode in ("vector", "hybrid"):
+            cell, base = http.get(f"{mode} | {name}"), unfiltered.get(f"{mode} | none")
+            row += [_ms(cell), _ratio(cell and cell["p50_ms"], base and base["p50_ms"])]
+        rows.append(row)
+    headers = ["reader", "rows", "engine p50 (p95) ms", "recall@10", "engine / unfiltered"]
+    headers += ["HTTP vector", "/ unfiltered", "HTTP hybrid", "/ unfiltered"]
+    index = run.get("service_index") or result.get("service_index_rebuilt") or {}
+    return [
+        (
+            f"Permissions: document ACLs written in {run['update_s']} s ({run['documents']}), vacuum "
+            f"{run['vacuum_s']} s, the service index rebuilt ({index.get('build_s')} s), keyword index "
+            f"{run.get('lexical_rebuild_s', '-')} s. Engine unfiltered on that index: {_ms(engine['none'])} ms, "
+            f"recall {_r(engine['none']['recall_at_10'])}; HTTP ratios are to this run's unfiltered p50 above, "
+            "taken before the ACLs were written (goal: within 1.3x, recall@10 ≥ 0.95):"
+        ),
         "",
         *markdown_table(headers, rows),
         "",

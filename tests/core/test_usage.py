@@ -42,6 +42,30 @@ def test_latency_percentiles_degradations_and_query_rankings(settings):
     assert query_usage(1, now=later)["window"] == {}  # a later window starts at zero
 
 
+def nearest_rank(latencies, share):
+    ordered = sorted(latencies)
+    return ordered[-(-len(ordered) * share // 100) - 1]
+
+
+def test_each_day_has_its_own_latency_percentiles_within_a_bucket_of_the_exact_ones():
+    yesterday = [0.004, 3.5, 7.25, 12.0, 250.0]  # 4 µs: under the floor, counted in its bucket
+    today = [float(ms) for ms in range(1, 101)] + [1234.5]
+    for latency in yesterday:
+        count_query(1, served(latency_ms=latency), now=NOW - DAY)
+    for latency in today:
+        count_query(1, served(latency_ms=latency, cached=latency < 10), now=NOW)
+    count_query(2, served(latency_ms=5000.0), now=NOW)  # another tenant's
+    daily = query_usage(1, days=3, now=NOW)["daily"]
+    assert daily[0]["latency_ms"] is None  # no search that day: no figure, not a zero
+    for row, latencies in ((daily[1], yesterday), (daily[2], today)):
+        for share in (50, 95):
+            exact, drawn = nearest_rank(latencies, share), row["latency_ms"][f"p{share}"]
+            assert exact - 0.005 <= drawn <= max(exact, usage.LATENCY_FLOOR_MS) * usage.LATENCY_BUCKET_GROWTH + 0.005
+    assert daily[2]["latency_ms"] == {"p50": 52.04, "p95": 98.13}  # exact: 51 and 96 ms; their buckets end there
+    ttl = cache.ttl(usage._key(1, "daily_latency:2026-05-28"))
+    assert usage.DAYS_KEPT * DAY - 60 < ttl <= usage.DAYS_KEPT * DAY
+
+
 def test_rankings_and_latencies_stay_bounded(monkeypatch):
     monkeypatch.setattr(usage, "QUERIES_KEPT", 3)
     monkeypatch.setattr(usage, "LATENCIES_KEPT", 4)

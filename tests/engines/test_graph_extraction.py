@@ -180,3 +180,59 @@ def test_extraction_cuts_no_han_run_again_that_analysis_cut_while_the_next_group
     for passage in group:
         extractor.extract(passage)
     assert analysis._han_words.cache_info().misses == misses
+
+
+# --- Names the text marks (engines.marked_names), in a KB with no curated vocabulary -------------------
+
+
+@pytest.fixture
+def uncurated() -> EntityExtractor:
+    return EntityExtractor(Analyzer())
+
+
+def marked(extractor, text) -> dict[str, str]:
+    return {name: kind for name, (kind, _) in entities(extractor, text).items()}
+
+
+def test_a_surname_and_a_title_name_a_person(uncurated):
+    found = marked(uncurated, "店里新请了李经理，吴主厨做的菜要请钱老板尝。")
+    assert found["李经理"] == found["吴主厨"] == found["钱老板"] == "person"  # jieba: 吴 + 主厨, 钱 + 老板
+    assert not {"李经理", "向医生", "总经理", "医生"} & marked(uncurated, "身体不适请向医生咨询，总经理已同意。").keys()
+    assert "华教授" not in marked(uncurated, "副院长王霖华教授派遣至韶关市法院挂职。")  # a given name's end
+
+
+def test_the_agent_of_a_kitchen_or_a_makers_verb_is_a_name(uncurated):
+    found = marked(uncurated, "TH-15 温湿度探头由深蓝传感出品，这道东坡肉由张师傅掌勺。")
+    assert found["深蓝传感"] == "organisation"  # jieba cuts it 深蓝 + 传感: no dictionary name
+    assert found["张师傅"] == "person" and found["东坡肉"] == "proper"  # what the chef cooks
+    assert marked(uncurated, "这款电饭煲由日立生产。")["日立"] == "organisation"
+    not_names = marked(
+        uncurated, "产品由厂家统一生产，蛋糕由我们制作，雕塑由黏土制作，由阜阳雨润肉类加工有限公司供货。"
+    )
+    assert not {"厂家", "厂家统一", "我们", "黏土", "阜阳雨润肉类"} & not_names.keys()
+
+
+def test_a_shops_signature_dishes_are_names(uncurated):
+    assert marked(uncurated, "招牌菜鱼香肉丝售价 38 元。")["鱼香肉丝"] == "proper"
+    found = marked(uncurated, "粤海茶楼的早茶招牌是虾饺和叉烧包。")
+    assert found["虾饺"] == found["叉烧包"] == "proper"  # a list after the mark
+    assert marked(uncurated, "湘味坊在长沙，剁椒鱼头是镇店之宝。")["剁椒鱼头"] == "proper"  # jieba: 剁 + 椒 + 鱼头
+    assert not {"服务", "这", "虾饺"} & marked(uncurated, "这家店的招牌是服务，这是镇店之宝，虾饺卖完了。").keys()
+
+
+def test_the_dish_of_a_recipes_clause_is_a_name(uncurated):
+    assert marked(uncurated, "江南面馆在杭州，片儿川用雪菜、笋片和肉片做浇头。")["片儿川"] == "proper"
+    assert not {"我们", "厨师"} & marked(uncurated, "我们用猪肉做馅。厨师用面粉做面包。").keys()
+
+
+def test_book_title_marks_name_a_work_and_quotation_marks_a_name_the_text_says_is_one(uncurated):
+    assert marked(uncurated, "复兴社还出版《中国革命》、《前途》等杂志。").keys() >= {"中国革命", "前途"}
+    found = marked(uncurated, "这家仪表厂的品牌名为“深蓝传感”，附近的“海底捞”火锅店也用它。")
+    assert found["深蓝传感"] == found["海底捞"] == "proper"
+    stressed = marked(uncurated, "他说“个位”很重要，【注意】请勿拆机，店名叫「我们的家」。")
+    assert not {"个位", "注意", "我们的家"} & stressed.keys()  # a word stressed, a label, a phrase
+
+
+def test_a_marked_name_keeps_the_kind_the_dictionarys_rules_gave_the_same_words(uncurated):
+    found = marked(uncurated, "《纽约时报》报道了此事。")
+    assert found["纽约时报"] == "organisation"

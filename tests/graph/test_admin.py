@@ -14,13 +14,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 def test_the_entity_browser_finds_an_entity_and_shows_its_passages_and_neighbours(admin_client, sample_kb):
     from knowledge.models import GraphEdge, GraphEntity
 
-    listing = admin_client.get("/admin/knowledge/graphentity/", {"q": "ppr-9087"})
-    assert listing.status_code == 200 and "PPR-9087" in listing.content.decode()
+    version = sample_kb.active_version_id
+    listing = admin_client.get("/admin/knowledge/graphentity/", {"q": "ppr-9087", "version": version})
     entity = GraphEntity.objects.get(kb_version=sample_kb.active_version, name="ppr-9087")
+    assert listing.status_code == 200 and "PPR-9087" in listing.content.decode()
+    assert f"/admin/knowledge/graphentity/{entity.pk}/change/?version={version}" in listing.content.decode()
     page = admin_client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").content.decode()
     strongest = GraphEdge.objects.filter(Q(source=entity) | Q(target=entity)).order_by("-weight").first()
     neighbour = strongest.target_id if strongest.source_id == entity.pk else strongest.source_id
-    assert f"/admin/knowledge/graphentity/{neighbour}/change/" in page
+    assert f"/admin/knowledge/graphentity/{neighbour}/change/?version={version}" in page
     mention = entity.mentions.select_related("chunk").first()
     assert f"/admin/knowledge/chunk/{mention.chunk_id}/change/" in page
     assert admin_client.post(f"/admin/knowledge/graphentity/{entity.pk}/delete/").status_code == 403  # read-only
@@ -44,9 +46,12 @@ def test_the_community_browser_lists_summaries_and_shows_supporting_passages(adm
     from knowledge.models import GraphCommunity
 
     community = GraphCommunity.objects.filter(kb_version=sample_kb.active_version, level=0).first()
-    listing = admin_client.get("/admin/knowledge/graphcommunity/", {"level__exact": 0}).content.decode()
-    assert escape(str(community)) in listing
-    page = admin_client.get(f"/admin/knowledge/graphcommunity/{community.pk}/change/").content.decode()
+    version = sample_kb.active_version_id
+    listing = admin_client.get("/admin/knowledge/graphcommunity/", {"level__exact": 0, "version": version})
+    assert escape(str(community)) in listing.content.decode()
+    url = f"/admin/knowledge/graphcommunity/0-{community.number}/change/?version={version}"
+    assert url in listing.content.decode()
+    page = admin_client.get(url).content.decode()
     assert escape(community.summary) in page
     for chunk_id in community.chunk_ids:
         assert f"/admin/knowledge/chunk/{chunk_id}/change/" in page
@@ -78,7 +83,7 @@ def test_the_curate_page_shows_the_entitys_kind_and_typed_relations(admin_client
 
     lock = GraphEntity.objects.get(kb_version=curated_kb.active_version, name="ppr-9087")
     change = admin_client.get(f"/admin/knowledge/graphentity/{lock.pk}/change/").content.decode()
-    assert f"/admin/knowledge/graphentity/{lock.pk}/curate/" in change and "made_by" in change
+    assert f"/admin/knowledge/graphentity/{lock.pk}/curate/?version=" in change and "made_by" in change
     page = admin_client.get(curate_url(curated_kb, "ppr-9087")).content.decode()
     assert '<span class="entity-kind">code</span>' in page
     assert '<td class="relation">made_by</td>' in page  # from the lock to its maker
@@ -93,7 +98,8 @@ def test_a_curator_merges_renames_and_deletes_from_the_console(admin_client, cur
 
     merged = admin_client.post(curate_url(curated_kb, "skyline homes"), {"action": "merge", "into": "Skyline Home"})
     target = GraphEntity.objects.get(kb_version=curated_kb.active_version, name="skyline home")
-    assert merged.status_code == 302 and merged["Location"].endswith(f"/{target.pk}/change/")
+    assert merged.status_code == 302
+    assert merged["Location"].endswith(f"/{target.pk}/change/?version={curated_kb.active_version_id}")
     assert "skyline homes" not in graph_names(curated_kb)
     admin_client.post(curate_url(curated_kb, "skyline home"), {"action": "rename", "label": "Skyline Home Ltd"})
     assert GraphEntity.objects.get(kb_version=curated_kb.active_version, name="skyline home ltd").chunk_count == 2
@@ -121,3 +127,43 @@ def test_curating_needs_the_permission_and_a_visible_tenant(client, curated_kb):
     staff.user_permissions.add(Permission.objects.get(codename="view_tenant"))
     client.force_login(User.objects.get(pk=staff.pk))
     assert client.get(url).status_code == 200
+
+
+def test_the_graph_pages_say_when_the_graph_store_does_not_answer(admin_client, sample_kb, settings):
+    from engines import registry
+
+    settings.NEO4J_URL = "bolt://127.0.0.1:1"  # nothing listens there
+    registry.graph_store.cache_clear()
+    try:
+        version = sample_kb.active_version_id
+        for url in (
+            f"/admin/knowledge/graphentity/?version={version}",
+            f"/admin/knowledge/graphentity/1/change/?version={version}",
+            f"/admin/knowledge/graphcommunity/?version={version}",
+        ):
+            page = admin_client.get(url)
+            assert page.status_code == 503 and "graph_unavailable" in page.content.decode(), url
+    finally:
+        settings.NEO4J_URL = ""
+        registry.graph_store.cache_clear()
+
+
+def test_the_graph_pages_show_only_versions_of_tenants_the_user_may_see(client, sample_kb):
+    from django.contrib.auth.models import Permission, User
+
+    from knowledge.models import GraphEntity
+
+    staff = User.objects.create_user("browser", password="x", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_graphentity", "view_graphcommunity"]))
+    client.force_login(staff)
+    version = sample_kb.active_version_id
+    entity = GraphEntity.objects.get(kb_version=sample_kb.active_version, name="ppr-9087")
+    listing = client.get("/admin/knowledge/graphentity/")
+    assert listing.status_code == 200 and "PPR-9087" not in listing.content.decode()  # no tenant to see
+    assert client.get("/admin/knowledge/graphentity/", {"version": version}).status_code == 404
+    assert client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").status_code == 404
+    assert client.get("/admin/knowledge/graphcommunity/", {"version": version}).status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    client.force_login(User.objects.get(pk=staff.pk))
+    assert "PPR-9087" in client.get("/admin/knowledge/graphentity/", {"version": version, "q": "ppr"}).content.decode()
+    assert client.get(f"/admin/knowledge/graphentity/{entity.pk}/change/").status_code == 200

@@ -49,6 +49,25 @@ def test_chinese_entities_hop_to_the_award(kb):
     assert "award.txt" in ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=2)
 
 
+# A KB nobody has curated: the dish is no dictionary name (鱼香肉丝 is tagged a person, and no surname
+# starts it), but the menu marks it a signature dish and the chef by the kitchen he runs (由…掌勺).
+UNCURATED = {
+    "menu.txt": "蜀香小馆的招牌菜是鱼香肉丝，由王师傅掌勺。",
+    "award.txt": "王师傅在成都美食节获得金奖。",
+    "noise.txt": "Tomato seedlings need six hours of direct sunlight every day.",
+}
+
+
+def test_without_a_vocabulary_the_marked_dish_and_chef_reach_the_chefs_award(tmp_path, embedder):
+    from knowledge.models import GraphEntity
+
+    kb = small_kb(tmp_path, UNCURATED, "uncurated")  # no protected term, no synonym
+    names = set(GraphEntity.objects.filter(kb_version_id=kb.active_version_id).values_list("name", flat=True))
+    assert {"鱼香肉丝", "王师傅"} <= names
+    assert "award.txt" not in ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=0)
+    assert ranked_files(kb, "鱼香肉丝的厨师得过什么奖", hops=2)[:2] == ["menu.txt", "award.txt"]
+
+
 def explanations(ranking) -> list[dict]:
     return [ranking.explanation(chunk_id) for chunk_id, _ in ranking.hits]
 

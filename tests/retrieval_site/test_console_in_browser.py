@@ -125,10 +125,12 @@ def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, liv
     message = page.locator(".messagelist").inner_text()
     raw_key = re.search(r"shown this once \(copy it now\): (rk_[0-9a-f]+_\S+)", message).group(1)
     screenshot(page, "api-keys")
+    latencies = []  # the server's, as each answer says
     for query in (ORDER_QUERY, ORDER_QUERY, "firmware update failed", "consignment"):
         search = page.request.post(f"{live_server.url}/api/v1/retrieval/bm25", data={"query": query},
                                    headers={"Authorization": f"Bearer {raw_key}"})  # fmt: skip
         assert search.ok, search.text()
+        latencies.append(search.json()["latency_ms"])
 
     page.goto(f"{live_server.url}/admin/tenants/tenant/")
     page.click("a.dashboard-link")
@@ -137,6 +139,24 @@ def test_an_api_key_is_created_and_the_other_console_pages_render(logged_in, liv
     assert page.locator("#top-queries tr").first.inner_text().split("\t") == [ORDER_QUERY.casefold(), "2"]
     assert page.locator("#no-result-queries").inner_text().split("\t") == ["consignment", "1"]
     expect(page.locator("h2", has_text="Rate tier")).to_contain_text(order_kb.tenant.rate_tier.name)
+    # The latency chart draws today's p50 and p95 (the 2nd and 4th of the four answers' latencies, within
+    # the day's histogram's 5 % buckets), one point each: the 13 days before had no search.
+    chart = page.locator("svg#daily-latency")
+    expect(chart).to_be_visible()
+    drawn = {
+        share: chart.locator(f"circle.latency-{share}").evaluate_all(
+            "marks => marks.map(m => [m.dataset.x, m.dataset.y])"
+        )
+        for share in ("p50", "p95")
+    }
+    assert {share: [float(x) for x, _ in points] for share, points in drawn.items()} == {"p50": [13.0], "p95": [13.0]}
+    ordered = sorted(latencies)
+    for share, exact in (("p50", ordered[1]), ("p95", ordered[3])):
+        assert exact - 0.01 <= float(drawn[share][0][1]) <= exact * 1.05 + 0.01, (share, latencies, drawn)
+    shown = re.fullmatch(r"([\d.]+) / ([\d.]+) ms", page.locator("#daily tr").last.locator("td.latency").inner_text())
+    assert [float(shown.group(i)) for i in (1, 2)] == pytest.approx(
+        [float(drawn[s][0][1]) for s in ("p50", "p95")], abs=0.051
+    )  # the table's, to 0.1 ms
     screenshot(page, "tenant-dashboard")
 
     page.goto(f"{live_server.url}/admin/knowledge/knowledgebase/")
@@ -305,14 +325,15 @@ def test_a_curator_merges_an_entity_on_the_graph_page_and_it_holds_through_reing
     kb = create_knowledge_base(tenant=create_tenant("locks"), name="locks", chunk_size=120, chunk_overlap=0)
     Ingester(kb).ingest(discover_files([folder]))
     page = logged_in
-    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=ppr-9087")
+    graph_page = f"{live_server.url}/admin/knowledge/graphentity/?version={kb.active_version_id}"
+    page.goto(f"{graph_page}&q=ppr-9087")
     page.get_by_role("link", name="PPR-9087", exact=True).click()
     page.click("a.curate-link")
     expect(page.locator("#entity-summary .entity-kind")).to_have_text("code")
     expect(page.locator("#relations tr").filter(has_text="Skyline Home").locator("td.relation")).to_have_text("made_by")
     screenshot(page, "graph-entity-curate")
 
-    page.goto(f"{live_server.url}/admin/knowledge/graphentity/?q=skyline+homes")
+    page.goto(f"{graph_page}&q=skyline+homes")
     page.get_by_role("link", name="Skyline Homes", exact=True).click()
     page.click("a.curate-link")
     page.fill("#id_into", "Skyline Home")
