@@ -99,6 +99,10 @@ def convert(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
     online = not connection.in_atomic_block  # CONCURRENTLY needs its own transactions
     with connection.cursor() as cursor:
         concurrently = sql.SQL("CONCURRENTLY" if online else "")
+        if not online:
+            # inside a transaction that wrote chunks, their deferred key checks are pending trigger events,
+            # and PostgreSQL builds no index on a table that has them: run the checks now
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         # a build that failed half-way leaves an invalid index under the name
         _execute(cursor, sql.SQL("DROP INDEX {} IF EXISTS {}").format(concurrently, sql.Identifier(unique)))
         _execute(
