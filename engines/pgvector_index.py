@@ -40,6 +40,7 @@ from psycopg import Connection, sql
 from psycopg.types.json import Jsonb
 
 from engines.base import ChunkRow, SearchScope, SqlFilter, VectorHit, VectorIndex
+from engines.chunk_partitions import is_partitioned, partitions
 from engines.database import read_connection
 from engines.hnsw_parameters import (
     EF_SEARCH_LIMIT,
@@ -193,6 +194,9 @@ class PgVectorIndex(VectorIndex[int]):
             build = self.build_parameters(dimension)
             if self._built_with(cursor, name) == tuple(build):
                 return False
+            if is_partitioned(self.table):
+                self._rebuild_partitioned(cursor, name, building, dimension, build)
+                return True
             # a rebuild that failed half-way leaves an invalid index under the building name
             cursor.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(building)))
             cursor.execute(self._create_index(cursor, building, dimension, concurrently=True, build=build))
@@ -202,6 +206,36 @@ class PgVectorIndex(VectorIndex[int]):
                     sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
                 )
         return True
+
+    def _rebuild_partitioned(
+        self, cursor: CursorWrapper, name: str, building: str, dimension: int, build: BuildParameters
+    ) -> None:
+        """A partitioned table's rebuild: CONCURRENTLY is not allowed on its parent, so the new parent
+        index is made ON ONLY the parent (invalid until complete), each partition's graph is built
+        CONCURRENTLY and attached to it, then the new index takes the old one's name (and each
+        partition's graph a name of its partition) in one short transaction."""
+        cursor.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(building)).as_string(cursor.cursor))
+        cursor.execute(self._create_index(cursor, building, dimension, concurrently=False, build=build, only=True))
+        children = []
+        for partition in partitions(self.table):
+            cursor.execute("SELECT to_regclass(%s)::oid", [partition.name])
+            child = f"{building}_{cursor.fetchone()[0]}"
+            drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(child))
+            cursor.execute(drop.as_string(cursor.cursor))
+            cursor.execute(
+                self._create_index(cursor, child, dimension, concurrently=True, build=build, table=partition.name)
+            )
+            attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
+                sql.Identifier(building), sql.Identifier(child)
+            )
+            cursor.execute(attach.as_string(cursor.cursor))
+            children.append(child)
+        with transaction.atomic():
+            cursor.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)).as_string(cursor.cursor))
+            renames = [(building, name)] + [(child, name + child.removeprefix(building)) for child in children]
+            for old, new in renames:
+                rename = sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(old), sql.Identifier(new))
+                cursor.execute(rename.as_string(cursor.cursor))
 
     def build_parameters(self, dimension: int, rows: int | None = None) -> BuildParameters:
         """m and ef_construction of a build of the dimension's index now: the settings', or where unset
@@ -227,7 +261,7 @@ class PgVectorIndex(VectorIndex[int]):
         built = self.built_with(dimension)
         if built is None:
             return None
-        rows = _rows_in_index(dimension)
+        rows = _rows_in_index(dimension, None, self.table)
         wanted = self.build_parameters(dimension, rows)
         return RebuildAdvice(dimension, rows, built, wanted) if needs_rebuild(built, wanted) else None
 
@@ -240,12 +274,13 @@ class PgVectorIndex(VectorIndex[int]):
             cursor.execute(statement.as_string(cursor.cursor), [dimension])
             return cast(int, cursor.fetchone()[0])
 
-    def search_list_size(self, dimension: int, top_k: int) -> int:
+    def search_list_size(self, dimension: int, top_k: int, tenant_id: int | None = None) -> int:
         """``hnsw.ef_search`` of a walk to ``top_k`` rows: the larger of the setting and twice the depth,
-        or (unset) chosen from the index's rows and the depth."""
+        or (unset) chosen from the rows of the graph it walks (on a partitioned table: the graph of the
+        tenant's partition) and the depth."""
         if self.ef_search is not None:
             return min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT)
-        return ef_search_for(_rows_in_index(dimension), top_k)
+        return ef_search_for(_rows_in_index(dimension, tenant_id, self.table), top_k)
 
     @staticmethod
     def _index_name(dimension: int) -> str:
@@ -269,16 +304,27 @@ class PgVectorIndex(VectorIndex[int]):
         return m, ef_construction
 
     def _create_index(
-        self, cursor: CursorWrapper, name: str, dimension: int, *, concurrently: bool, build: BuildParameters
+        self,
+        cursor: CursorWrapper,
+        name: str,
+        dimension: int,
+        *,
+        concurrently: bool,
+        build: BuildParameters,
+        only: bool = False,
+        table: str | None = None,
     ) -> str:
+        """The index on the table (or one of its partitions: ``table``; ``only``: a partitioned table's
+        own index, without its partitions')."""
         statement = sql.SQL(
-            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} USING hnsw "
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {only} {table} USING hnsw "
             "((embedding::halfvec({dim})) halfvec_cosine_ops) "
             "WITH (m = {m}, ef_construction = {ef_construction}) WHERE embedding_dim = {dim}"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
             name=sql.Identifier(name),
-            table=sql.Identifier(self.table),
+            only=sql.SQL("ONLY" if only else ""),
+            table=sql.Identifier(table or self.table),
             dim=sql.Literal(dimension),
             m=sql.Literal(build.m),
             ef_construction=sql.Literal(build.ef_construction),
@@ -330,7 +376,9 @@ class PgVectorIndex(VectorIndex[int]):
             return cast(int, cursor.fetchone()[0])
 
     def _exact_scan_limit(self, scope: SearchScope) -> int:
-        return exact_scan_limit(self.exact_scan_threshold, _rows_in_index(scope.embedding_dim))
+        return exact_scan_limit(
+            self.exact_scan_threshold, _rows_in_index(scope.embedding_dim, scope.tenant_id, self.table)
+        )
 
     def search(
         self,
@@ -354,7 +402,7 @@ class PgVectorIndex(VectorIndex[int]):
         guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
         with guard, database.cursor() as cursor:
             nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
-            ef_search = self.search_list_size(scope.embedding_dim, top_k)
+            ef_search = self.search_list_size(scope.embedding_dim, top_k, scope.tenant_id)
             rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search, database=database)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.
@@ -470,11 +518,25 @@ class RebuildAdvice(NamedTuple):
         )
 
 
-@cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda dimension: dimension, lock=threading.Lock())
-def _rows_in_index(dimension: int) -> int:
+@cached(TTLCache(maxsize=1_000, ttl=INDEX_ROWS_TTL_S), key=lambda *args: args, lock=threading.Lock())
+def _rows_in_index(dimension: int, tenant_id: int | None = None, table: str = "knowledge_chunk") -> int:
     """The rows of a dimension's HNSW index as PostgreSQL last counted them (``reltuples``: updated by
-    CREATE INDEX, VACUUM and ANALYZE; 0 before), read at most every ``INDEX_ROWS_TTL_S`` per process."""
+    CREATE INDEX, VACUUM and ANALYZE; 0 before), read at most every ``INDEX_ROWS_TTL_S`` per process.
+    On a partitioned table, the rows of the graph of the partition holding ``tenant_id``'s rows (no
+    tenant: of every partition's graph)."""
     with read_connection().cursor() as cursor:
-        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [hnsw_index_name(dimension)])
+        cursor.execute(
+            sql.SQL(
+                "SELECT CASE WHEN c.relkind = 'I' AND %s::bigint IS NULL THEN (SELECT sum(p.reltuples) "
+                "FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhrelid WHERE i.inhparent = c.oid) "
+                "WHEN c.relkind = 'I' THEN (SELECT p.reltuples FROM pg_inherits i "
+                "JOIN pg_index x ON x.indexrelid = i.inhrelid JOIN pg_class p ON p.oid = i.inhrelid "
+                "WHERE i.inhparent = c.oid AND x.indrelid = (SELECT tableoid FROM {table} WHERE tenant_id = %s LIMIT 1)) "
+                "ELSE c.reltuples END FROM pg_class c WHERE c.oid = to_regclass(%s)"
+            )
+            .format(table=sql.Identifier(table))
+            .as_string(cursor.cursor),
+            [tenant_id, tenant_id, hnsw_index_name(dimension)],
+        )
         row = cursor.fetchone()
-    return max(int(row[0]), 0) if row else 0
+    return max(int(row[0]), 0) if row and row[0] is not None else 0

@@ -1,0 +1,1 @@
+"""Tenant partitions of the chunk table at scale (``python -m bench.partitions``)."""
