@@ -33,6 +33,10 @@ DEFAULT_SUFFIX = "_default"
 # How long a step waits for its lock before giving up (a retry later does no harm): an exclusive lock
 # waiting behind a long query would hold up every query queued behind it meanwhile.
 LOCK_TIMEOUT_S = 10.0
+# Own partitions holding more rows than this are merged back without the HNSW graphs: a row copied into a
+# graph is one insert into it, under the merge's exclusive lock, where a build after the lock takes a
+# fraction of the time and blocks no query (BENCHMARKS.md, "Tenant partitions at 1M").
+MERGE_REBUILD_ROWS = 10_000
 _VALUES = re.compile(r"FOR VALUES IN \((.*)\)")
 
 
@@ -40,6 +44,11 @@ class Partition(NamedTuple):
     name: str
     tenant_ids: tuple[int, ...]  # empty: the DEFAULT partition
     rows: int  # as PostgreSQL last counted them
+
+
+class Merged(NamedTuple):
+    locked_s: float
+    graphs: tuple[str, ...]  # the HNSW indexes dropped to copy the rows, to build again (:func:`build_graphs`)
 
 
 class PartitionError(Exception):
@@ -270,7 +279,29 @@ def own(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> t
                 sql.Identifier(own_partition), sql.Identifier(f"{own_partition}_tenant")
             ),
         )
+    if not connection.in_atomic_block:
+        _rebuild_graphs(default)
     return moved, time.monotonic() - started
+
+
+def _graphs(cursor: CursorWrapper, table: str) -> list[str]:
+    """The names of the table's HNSW indexes."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid JOIN pg_am a ON a.oid = c.relam "
+        "WHERE x.indrelid = %s::regclass AND a.amname = 'hnsw' ORDER BY 1",
+        [table],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def _rebuild_graphs(partition: str) -> None:
+    """The partition's HNSW graphs without the rows just moved out, online: pgvector's advice (REINDEX
+    CONCURRENTLY, then VACUUM) for a graph that lost many rows, since a vacuum alone repairs the graph
+    around every deleted row, which takes longer than a build once they are many."""
+    with connection.cursor() as cursor:
+        for name in _graphs(cursor, partition):
+            _execute(cursor, sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier(name)))
+        _execute(cursor, sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(partition)))
 
 
 def _build_parent_indexes_on(cursor: CursorWrapper, table: str, partition: str) -> None:
@@ -313,11 +344,12 @@ def detach(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -
     return name
 
 
-def merge(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
+def merge(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> Merged:
     """The way back: every partition's rows in one plain table again, the DEFAULT partition becoming it
     (own partitions' rows are copied into it, its key rebuilt on ``id`` alone), under an exclusive lock.
-    The foreign keys to the table that :func:`convert` dropped are the caller's to add back. Returns
-    the seconds the table was locked."""
+    When the own partitions hold more than MERGE_REBUILD_ROWS rows, the HNSW graphs are dropped before
+    the copy (searches scan exactly until :func:`build_graphs` has built them again, after the commit).
+    The foreign keys to the table that :func:`convert` dropped are the caller's to add back."""
     found = partitions(table)
     if not found:
         raise PartitionError(f"{table} is not partitioned")
@@ -326,6 +358,12 @@ def merge(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
         _prepare(cursor, lock_timeout_s)
         _execute(cursor, sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(table)))
         started = time.monotonic()
+        graphs: list[str] = []
+        if sum(partition.rows for partition in found if partition.tenant_ids) > MERGE_REBUILD_ROWS:
+            for graph in _graphs(cursor, table):
+                cursor.execute("SELECT pg_get_indexdef(%s::regclass)", [graph])
+                graphs.append(cast(str, cursor.fetchone()[0]).replace(" ON ONLY ", " ON ", 1))
+                _execute(cursor, sql.SQL("DROP INDEX {}").format(sql.Identifier(graph)))
         for partition in found:
             if partition.tenant_ids:
                 name = sql.Identifier(partition.name)
@@ -367,7 +405,17 @@ def merge(table: str, lock_timeout_s: float = LOCK_TIMEOUT_S) -> float:
                 sql.Identifier(table), sql.Identifier(default_key), sql.Identifier(primary_key), sql.Literal(next_id)
             ),
         )
-        return time.monotonic() - started
+        return Merged(time.monotonic() - started, tuple(graphs))
+
+
+def build_graphs(definitions: tuple[str, ...]) -> None:
+    """The HNSW indexes :func:`merge` dropped, built again from their definitions: CONCURRENTLY (no write
+    waits) unless inside a transaction."""
+    with connection.cursor() as cursor:
+        for definition in definitions:
+            if not connection.in_atomic_block:
+                definition = definition.replace("CREATE INDEX ", "CREATE INDEX CONCURRENTLY ", 1)
+            cursor.execute(definition)
 
 
 def partition_of(table: str, tenant_id: int) -> str | None:

@@ -82,3 +82,60 @@ def test_ef_search_is_sized_from_the_graph_of_the_tenants_partition(partitioned)
     assert pgvector_index._rows_in_index(DIMENSION, large_kb.tenant_id, CHUNKS) == 40
     assert pgvector_index._rows_in_index(DIMENSION, small_kb.tenant_id, CHUNKS) == default_rows
     assert pgvector_index._rows_in_index(DIMENSION, None, CHUNKS) == 40 + default_rows  # the rebuild advice's
+
+
+def default_graph() -> tuple[int, bool, object]:
+    """The DEFAULT partition's graph: (its index's oid, valid), and when the partition was last vacuumed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT x.indexrelid, x.indisvalid, s.last_vacuum FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
+            "JOIN pg_am a ON a.oid = c.relam JOIN pg_stat_user_tables s ON s.relid = x.indrelid "
+            "WHERE x.indrelid = %s::regclass AND a.amname = 'hnsw'",
+            [f"{CHUNKS}_default"],
+        )
+        return cursor.fetchone()
+
+
+def test_own_builds_the_default_partitions_graph_again_without_the_rows_moved_out(partitioned):
+    """A vacuum repairs an HNSW graph around each deleted row, which at 1M took longer than a build
+    (BENCHMARKS.md, "Tenant partitions at 1M"): the rows moved out leave the graph by a REINDEX."""
+    large_kb, small_kb = KnowledgeBaseFactory(), KnowledgeBaseFactory()
+    add_chunks(DocumentFactory(knowledge_base=large_kb), [fresh_query() for _ in range(40)])
+    small = add_chunks(DocumentFactory(knowledge_base=small_kb), [fresh_query() for _ in range(20)])
+    before, _, _ = default_graph()
+
+    call_command("partition_chunks", "--own", str(large_kb.tenant_id), stdout=io.StringIO())
+
+    after, valid, vacuumed = default_graph()
+    assert after != before and valid and vacuumed is not None
+    with graph_walk_only():
+        hits = PgVectorIndex(CHUNKS, exact_scan_threshold=0).search(
+            scope_of(small_kb), small[3].embedding, 5, NO_FILTER
+        )
+    assert hits[0].chunk_id == small[3].pk
+
+
+def test_a_merge_of_large_own_partitions_builds_the_graph_after_the_copy(partitioned, monkeypatch):
+    large_kb, small_kb = KnowledgeBaseFactory(), KnowledgeBaseFactory()
+    large = add_chunks(DocumentFactory(knowledge_base=large_kb), [fresh_query() for _ in range(40)])
+    small = add_chunks(DocumentFactory(knowledge_base=small_kb), [fresh_query() for _ in range(20)])
+    call_command("partition_chunks", "--own", str(large_kb.tenant_id), stdout=io.StringIO())
+    monkeypatch.setattr(chunk_partitions, "MERGE_REBUILD_ROWS", 39)  # the own partition's 40 rows are more
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_indexdef(%s::regclass)", [HNSW_INDEX])
+        definition = cursor.fetchone()[0].replace(" ON ONLY ", " ON ")
+    out = io.StringIO()
+
+    call_command("partition_chunks", "--merge", stdout=out)
+
+    assert "building its HNSW graphs again" in out.getvalue() and f"built {HNSW_INDEX}" in out.getvalue()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_indexdef(x.indexrelid), x.indisvalid FROM pg_index x WHERE x.indexrelid = %s::regclass",
+            [HNSW_INDEX],
+        )
+        assert cursor.fetchone() == (definition, True)
+    for kb, chunks in (large_kb, large), (small_kb, small):
+        with graph_walk_only():
+            hits = PgVectorIndex(CHUNKS, exact_scan_threshold=0).search(scope_of(kb), chunks[5].embedding, 5, NO_FILTER)
+        assert hits[0].chunk_id == chunks[5].pk

@@ -53,9 +53,13 @@ class Command(BaseCommand):
                 )
             elif merge:
                 with transaction.atomic():
-                    locked = chunk_partitions.merge(table, lock_timeout)
+                    merged = chunk_partitions.merge(table, lock_timeout)
                     add_foreign_keys_to_chunks()
-                self.stdout.write(f"{table} is one table again; it was locked for {locked:.3f} s")
+                self.stdout.write(f"{table} is one table again; it was locked for {merged.locked_s:.3f} s")
+                if merged.graphs:
+                    self.stdout.write("building its HNSW graphs again (searches scan exactly until they are built)")
+                    chunk_partitions.build_graphs(merged.graphs)
+                    self.stdout.write(f"built {', '.join(definition.split()[2] for definition in merged.graphs)}")
             elif not chunk_partitions.is_partitioned(table):
                 locked = chunk_partitions.convert(table, lock_timeout)
                 self.stdout.write(f"{table} is partitioned by tenant; it was locked for {locked:.3f} s")
