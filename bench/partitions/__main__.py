@@ -8,7 +8,8 @@ against exact and its p50 / p95 (engine calls, no HTTP), and the time to build a
 the tenant's partition: a scratch index, dropped again). Also the conversion's lock time and each
 ``--own`` step's time. Costs: the load (minutes at 1M), two builds of every graph, the searches.
 The tenants are deleted and the table merged back (``partition_chunks --merge``) at the end, unless
-``--keep``. Writes bench/results/partitions-<date>.json."""
+``--keep`` (it starts from a plain table, so every own partition is one of its tenants'). Writes
+bench/results/partitions-<date>.json."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=100, help="queries per tenant (SciFact's, embedded)")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--seed", type=int, default=20261207)
+    parser.add_argument("--maintenance-work-mem", default="4GB", help="for every HNSW build (the session's)")
     parser.add_argument("--keep", action="store_true", help="leave the tenants and the partitioned table")
     args = parser.parse_args()
     if args.tenants < 2:
@@ -72,6 +74,11 @@ def main() -> int:
         with connection.cursor() as cursor:
             cursor.execute(statement, params)
             return cursor.fetchall() if cursor.description else None
+
+    # the builds as docs/operations.md sizes them: the graph in memory, both cores (pgvector's build slows
+    # many times over once the graph overflows maintenance_work_mem, the server's 64MB by default)
+    execute("SELECT set_config('maintenance_work_mem', %s, false)", [args.maintenance_work_mem])
+    execute("SET max_parallel_maintenance_workers = 2")
 
     passages, queries = datasets.scifact_passages_and_queries()
     embedder = get_embedder()
@@ -148,10 +155,18 @@ def main() -> int:
         print(f"partitioned: {partitioned}", flush=True)
     finally:
         if not args.keep:
-            if chunk_partitions.is_partitioned(table):
-                call_command("partition_chunks", "--merge")
+            # the tenants' own partitions dropped and their rows deleted before the merge (which then
+            # copies none), and the deleted rows out of the graph by a REINDEX: a vacuum repairing it
+            # around a million deleted rows takes far longer (pgvector's advice, as partition_chunks --own)
+            for partition in chunk_partitions.partitions(table):
+                for tenant_id in partition.tenant_ids:
+                    execute(f"DROP TABLE {chunk_partitions.detach(table, tenant_id)}")
             for tenant in tenants:
                 delete_tenant(tenant)
+            if chunk_partitions.is_partitioned(table):
+                call_command("partition_chunks", "--merge")
+            execute(f"REINDEX INDEX {hnsw_index_name(DIM)}")
+            execute(f"VACUUM (ANALYZE) {table}")
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print(f"wrote {results.write_result('partitions', result)}", flush=True)
     return 0
