@@ -231,8 +231,9 @@ def _next_id(cursor: CursorWrapper, table: str) -> int:
 def own(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> tuple[int, float]:
     """Move a tenant's rows from the DEFAULT partition into a partition of its own. Its rows are copied
     and its indexes built while the DEFAULT partition takes reads but no writes; the attach then checks
-    the DEFAULT partition holds none of its rows (a scan under an exclusive lock). Returns the rows moved
-    and the seconds of the whole step."""
+    the DEFAULT partition holds none of its rows (a scan under an exclusive lock). Outside a transaction,
+    the DEFAULT partition's graphs are then built again without the rows moved out (:func:`_rebuild_graphs`).
+    Returns the rows moved and the seconds of the whole step."""
     found = partitions(table)
     if not found:
         raise PartitionError(f"{table} is not partitioned: run partition_chunks first")
