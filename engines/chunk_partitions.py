@@ -232,7 +232,7 @@ def own(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> t
     """Move a tenant's rows from the DEFAULT partition into a partition of its own. Its rows are copied
     and its indexes built while the DEFAULT partition takes reads but no writes; the attach then checks
     the DEFAULT partition holds none of its rows (a scan under an exclusive lock). Outside a transaction,
-    the DEFAULT partition's graphs are then built again without the rows moved out (:func:`_rebuild_graphs`).
+    the DEFAULT partition's graphs are then built again without the rows moved out (:func:`rebuild_graphs`).
     Returns the rows moved and the seconds of the whole step."""
     found = partitions(table)
     if not found:
@@ -281,7 +281,7 @@ def own(table: str, tenant_id: int, lock_timeout_s: float = LOCK_TIMEOUT_S) -> t
             ),
         )
     if not connection.in_atomic_block:
-        _rebuild_graphs(default)
+        rebuild_graphs(default)
     return moved, time.monotonic() - started
 
 
@@ -295,8 +295,8 @@ def _graphs(cursor: CursorWrapper, table: str) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def _rebuild_graphs(partition: str) -> None:
-    """The partition's HNSW graphs without the rows just moved out, online: pgvector's advice (REINDEX
+def rebuild_graphs(partition: str) -> None:
+    """The table's (or partition's) HNSW graphs without the rows just moved out or deleted, online: pgvector's advice (REINDEX
     CONCURRENTLY, then VACUUM) for a graph that lost many rows, since a vacuum alone repairs the graph
     around every deleted row, which takes longer than a build once they are many."""
     with connection.cursor() as cursor:

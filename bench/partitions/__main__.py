@@ -156,8 +156,7 @@ def main() -> int:
     finally:
         if not args.keep:
             # the tenants' own partitions dropped and their rows deleted before the merge (which then
-            # copies none), and the deleted rows out of the graph by a REINDEX: a vacuum repairing it
-            # around a million deleted rows takes far longer (pgvector's advice, as partition_chunks --own)
+            # copies none), and the deleted rows out of the graph as partition_chunks --own does it
             for partition in chunk_partitions.partitions(table):
                 for tenant_id in partition.tenant_ids:
                     execute(f"DROP TABLE {chunk_partitions.detach(table, tenant_id)}")
@@ -165,8 +164,7 @@ def main() -> int:
                 delete_tenant(tenant)
             if chunk_partitions.is_partitioned(table):
                 call_command("partition_chunks", "--merge")
-            execute(f"REINDEX INDEX {hnsw_index_name(DIM)}")
-            execute(f"VACUUM (ANALYZE) {table}")
+            chunk_partitions.rebuild_graphs(table)
         result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print(f"wrote {results.write_result('partitions', result)}", flush=True)
     return 0
