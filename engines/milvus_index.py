@@ -6,6 +6,12 @@ Milvus, one collection per embedding dimension with the tenant as its partition 
 embedded Milvus the tests run: it serves the one process that opened the file, so a service with web
 workers and a Celery worker needs a server. Every call carries the deadline ``MILVUS_TIMEOUT_S``.
 
+Small scopes: a search whose scope and filter keep few rows (up to the exact-scan limit, counted in the
+chunk table as pgvector counts them: :meth:`PgVectorIndex.plan`) is answered by an exact scan of those
+rows in PostgreSQL, which holds them. A graph walk that skips the rows a selective filter excludes
+misses true neighbours (Milvus Lite walks FAISS's HNSW so: docs/BENCHMARKS.md, "Milvus against
+pgvector"), and the scan of a few rows costs less than the walk; Milvus answers every larger scope.
+
 Filters: Milvus cannot run SQL, so a filtered search needs the filter as plain data
 (``engines.lexical_filter``, the tree the keyword index applies), given exactly; each entity carries the
 same terms the keyword index stores (its doc type, tags, scalar metadata values and ACL principals) and
@@ -41,17 +47,27 @@ class VectorIndexError(ComponentError):
     """The vector index cannot answer (down, over its deadline, or a filter it cannot apply exactly)."""
 
 
-class MilvusVectorIndex(VectorIndex[None]):
-    """Vectors in Milvus; the chunk rows written into ``table`` by pgvector's COPY first, for their ids."""
+class MilvusVectorIndex(VectorIndex[int]):
+    """Vectors in Milvus; the chunk rows written into ``table`` by pgvector's COPY first, for their ids.
+    The plan is pgvector's: the rows in scope, counted up to one past the exact-scan limit."""
 
     name = "milvus"
 
-    def __init__(self, table: str, uri: str, *, timeout_s: float, prefix: str = "chunks"):
+    def __init__(
+        self,
+        table: str,
+        uri: str,
+        *,
+        timeout_s: float,
+        prefix: str = "chunks",
+        exact_scan_threshold: int | None = None,
+    ):
         self.table = table
         self.uri = uri
         self.timeout_s = timeout_s
         self.prefix = prefix
-        self.rows = PgVectorIndex(table)  # the chunk rows' writer (one binary COPY)
+        # the chunk rows' writer (one binary COPY), and the exact scan of small scopes
+        self.rows = PgVectorIndex(table, exact_scan_threshold=exact_scan_threshold)
         self._client: MilvusClient | None = None
         self._lock = threading.Lock()
         self._ready: set[int] = set()  # dimensions whose collection exists and is loaded
@@ -189,22 +205,39 @@ class MilvusVectorIndex(VectorIndex[None]):
 
     # --- search -----------------------------------------------------------------------------------
 
+    def plan(self, scope: SearchScope, filters: SqlFilter) -> int:
+        return self.rows.plan(scope, filters)
+
     def search(
         self,
         scope: SearchScope,
         query_vector: np.ndarray,
         top_k: int,
         filters: SqlFilter,
-        plan: None = None,
+        plan: int | None = None,
         field_filter: lf.LexicalFilter | None = None,
     ) -> list[VectorHit]:
-        """The ``top_k`` nearest in scope passing ``field_filter``; ``filters`` (SQL) alone is refused."""
+        """The ``top_k`` nearest in scope passing the filter: a walk of Milvus's graph with ``field_filter``,
+        or below the exact-scan limit PostgreSQL's exact scan with ``filters``, the same filter as SQL.
+        ``filters`` without ``field_filter`` is refused at any size, so that a filter's support does not
+        depend on how many rows it keeps."""
         if filters and field_filter is None:
             raise VectorIndexError(
                 "vector_filter_unsupported",
                 "this filter has no exact Milvus expression (metadata ranges, exists and string matches): "
                 "Milvus searches only filters it can apply exactly",
             )
+        matching = plan if plan is not None else self.plan(scope, filters)
+        if matching == 0:
+            return []
+        if matching <= self.rows.exact_limit(scope):
+            return self.rows.exact_search(scope, query_vector, top_k, filters)
+        return self.walk(scope, query_vector, top_k, field_filter)
+
+    def walk(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, field_filter: lf.LexicalFilter | None
+    ) -> list[VectorHit]:
+        """Milvus's own answer, whatever the scope's size: its graph walked with the filter inside it."""
         name = self.ensure_collection(scope.embedding_dim)
         expression = _scope_expression(scope)
         if field_filter is not None:

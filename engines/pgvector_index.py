@@ -360,7 +360,7 @@ class PgVectorIndex(VectorIndex[int]):
         "estimate") the planner's estimate of them, which reads no row but is only as good as the
         statistics. A wrong estimate costs time, not rows: a walk that finds too few falls back to exact."""
         where, params = self._where(scope, filters)
-        limit = self._exact_scan_limit(scope) + 1
+        limit = self.exact_limit(scope) + 1
         with read_connection().cursor() as cursor:
             if self.filter_sizing == "estimate":
                 statement = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {where}").format(
@@ -375,7 +375,8 @@ class PgVectorIndex(VectorIndex[int]):
             cursor.execute(statement.as_string(cursor.cursor), [*params, limit])
             return cast(int, cursor.fetchone()[0])
 
-    def _exact_scan_limit(self, scope: SearchScope) -> int:
+    def exact_limit(self, scope: SearchScope) -> int:
+        """Up to how many matching rows a search of ``scope`` scans them exactly (:func:`exact_scan_limit`)."""
         return exact_scan_limit(
             self.exact_scan_threshold, _rows_in_index(scope.embedding_dim, scope.tenant_id, self.table)
         )
@@ -392,7 +393,18 @@ class PgVectorIndex(VectorIndex[int]):
         matching = plan if plan is not None else self.plan(scope, filters)
         if matching == 0:
             return []
-        exact = matching <= self._exact_scan_limit(scope)
+        return self._nearest_hits(scope, query_vector, top_k, filters, exact=matching <= self.exact_limit(scope))
+
+    def exact_search(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter
+    ) -> list[VectorHit]:
+        """The true ``top_k`` by a scan of the rows passing ``filters`` (no graph): what ``search`` does
+        below the exact-scan limit, for an index outside the database whose scope is that small."""
+        return self._nearest_hits(scope, query_vector, top_k, filters, exact=True)
+
+    def _nearest_hits(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, *, exact: bool
+    ) -> list[VectorHit]:
         where, params = self._where(scope, filters)
         vector = np.asarray(query_vector, dtype=np.float32)
         database = read_connection()  # a search's reads: a replica's, or the primary's
