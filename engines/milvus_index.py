@@ -6,11 +6,12 @@ Milvus, one collection per embedding dimension with the tenant as its partition 
 embedded Milvus the tests run: it serves the one process that opened the file, so a service with web
 workers and a Celery worker needs a server. Every call carries the deadline ``MILVUS_TIMEOUT_S``.
 
-Small scopes: a search whose scope and filter keep few rows (up to the exact-scan limit, counted in the
-chunk table as pgvector counts them: :meth:`PgVectorIndex.plan`) is answered by an exact scan of those
-rows in PostgreSQL, which holds them. A graph walk that skips the rows a selective filter excludes
+Small scopes, and scores by id: a search whose scope and filter keep few rows (up to the exact-scan
+limit, counted in the chunk table as pgvector counts them: :meth:`PgVectorIndex.plan`) is answered by
+an exact scan of those rows in PostgreSQL, which holds them. A graph walk that skips the rows a selective filter excludes
 misses true neighbours (Milvus Lite walks FAISS's HNSW so: docs/BENCHMARKS.md, "Milvus against
 pgvector"), and the scan of a few rows costs less than the walk; Milvus answers every larger scope.
+The dense scores of passages another retriever found (``similarities``) are read by id there too.
 
 Filters: Milvus cannot run SQL, so a filtered search needs the filter as plain data
 (``engines.lexical_filter``, the tree the keyword index applies), given exactly; each entity carries the
@@ -255,23 +256,9 @@ class MilvusVectorIndex(VectorIndex[int]):
         return hits
 
     def similarities(self, scope: SearchScope, query_vector: np.ndarray, chunk_ids: list[int]) -> list[VectorHit]:
-        """The chunks' vectors read by id, the cosine computed here (full precision, as Milvus stores them)."""
-        if not chunk_ids:
-            return []
-        name = self.ensure_collection(scope.embedding_dim)
-        ids = ", ".join(str(int(chunk_id)) for chunk_id in chunk_ids)
-        rows = self._call(
-            "query", self.client.query, name, filter=f"({_scope_expression(scope)}) and id in [{ids}]",
-            output_fields=["id", "embedding", "content_hash"],
-        )  # fmt: skip
-        query = np.asarray(query_vector, dtype=np.float32)
-        query = query / (np.linalg.norm(query) or 1.0)
-        hits = []
-        for row in rows:
-            vector = np.asarray(row["embedding"], dtype=np.float32)
-            cosine = float(np.dot(query, vector) / (np.linalg.norm(vector) or 1.0))
-            hits.append(VectorHit(int(row["id"]), cosine, row.get("content_hash")))
-        return hits
+        """Read by id from the chunk rows, which hold the same full-precision vectors: a lookup by key,
+        which needs no graph and no round trip to Milvus (pgvector's ``similarities``)."""
+        return self.rows.similarities(scope, query_vector, chunk_ids)
 
 
 def _entity(chunk_id: int, row: ChunkRow, vector: np.ndarray) -> dict[str, Any]:
