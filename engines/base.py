@@ -38,6 +38,9 @@ class SqlFilter:
 
     sql: str = ""
     params: tuple[object, ...] = ()
+    # the reader's principals when ``sql`` holds their ACL check (a search may walk their reader graphs:
+    # engines.principal_graphs); a hint only, never needed for the filter to hold
+    principals: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.sql)

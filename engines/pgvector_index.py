@@ -50,6 +50,7 @@ from engines.hnsw_parameters import (
     needs_rebuild,
 )
 from engines.lexical_filter import LexicalFilter
+from engines.principal_graphs import graphs_for, split
 
 MAX_HNSW_DIMENSIONS = 4000  # pgvector's limit for an HNSW index on `halfvec`
 # VECTOR_EXACT_SCAN_THRESHOLD is the break-even at this many rows in the HNSW index (see exact_scan_limit).
@@ -359,10 +360,13 @@ class PgVectorIndex(VectorIndex[int]):
         """How many rows are in scope: counted up to one past the exact-scan limit, or (``filter_sizing``
         "estimate") the planner's estimate of them, which reads no row but is only as good as the
         statistics. A wrong estimate costs time, not rows: a walk that finds too few falls back to exact."""
+        return self._size(scope, filters, estimate=self.filter_sizing == "estimate")
+
+    def _size(self, scope: SearchScope, filters: SqlFilter, *, estimate: bool) -> int:
         where, params = self._where(scope, filters)
         limit = self.exact_limit(scope) + 1
         with read_connection().cursor() as cursor:
-            if self.filter_sizing == "estimate":
+            if estimate:
                 statement = sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE {where}").format(
                     table=sql.Identifier(self.table), where=where
                 )
@@ -393,7 +397,26 @@ class PgVectorIndex(VectorIndex[int]):
         matching = plan if plan is not None else self.plan(scope, filters)
         if matching == 0:
             return []
-        return self._nearest_hits(scope, query_vector, top_k, filters, exact=matching <= self.exact_limit(scope))
+        exact = matching <= self.exact_limit(scope)
+        graphed = {} if exact else graphs_for(self.table, scope.tenant_id, scope.embedding_dim, filters.principals)
+        if graphed:
+            return self._search_reader_graphs(scope, query_vector, top_k, filters, graphed)
+        return self._nearest_hits(scope, query_vector, top_k, filters, exact=exact)
+
+    def _search_reader_graphs(
+        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, graphed: dict[str, int]
+    ) -> list[VectorHit]:
+        """The search as the parts :func:`engines.principal_graphs.split` gives, each sized by the
+        planner's estimate (counting them would add a round trip each after the query embeds; a low
+        estimate costs time, not rows) and each walking its principal's graph or the main one."""
+        best: dict[int, VectorHit] = {}
+        for part, principal in split(filters, list(graphed)):
+            matching = self._size(scope, part, estimate=True)
+            exact = matching <= self.exact_limit(scope)
+            graph_rows = graphed[principal] if principal is not None else None
+            for hit in self._nearest_hits(scope, query_vector, top_k, part, exact=exact, graph_rows=graph_rows):
+                best.setdefault(hit.chunk_id, hit)
+        return sorted(best.values(), key=lambda hit: -hit.score)[:top_k]
 
     def exact_search(
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter
@@ -403,7 +426,14 @@ class PgVectorIndex(VectorIndex[int]):
         return self._nearest_hits(scope, query_vector, top_k, filters, exact=True)
 
     def _nearest_hits(
-        self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, *, exact: bool
+        self,
+        scope: SearchScope,
+        query_vector: np.ndarray,
+        top_k: int,
+        filters: SqlFilter,
+        *,
+        exact: bool,
+        graph_rows: int | None = None,  # the rows of the graph the walk takes, when not the main one's
     ) -> list[VectorHit]:
         where, params = self._where(scope, filters)
         vector = np.asarray(query_vector, dtype=np.float32)
@@ -414,7 +444,11 @@ class PgVectorIndex(VectorIndex[int]):
         guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
         with guard, database.cursor() as cursor:
             nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
-            ef_search = self.search_list_size(scope.embedding_dim, top_k, scope.tenant_id)
+            ef_search = (
+                self.search_list_size(scope.embedding_dim, top_k, scope.tenant_id)
+                if graph_rows is None or self.ef_search is not None
+                else ef_search_for(graph_rows, top_k)
+            )
             rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search, database=database)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.

@@ -115,7 +115,7 @@ class CompiledFilter:
         compiler = query.get_compiler(using=DEFAULT_DB_ALIAS)
         compiler.pre_sql_setup()
         where, params = compiler.compile(query.where)
-        return SqlFilter(where, tuple(params))
+        return SqlFilter(where, tuple(params), self.reader or ())
 
 
 def compile_filters(filters: Any, reader: tuple[str, ...] | None = None) -> CompiledFilter:

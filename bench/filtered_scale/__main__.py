@@ -27,7 +27,7 @@ and a tag ``in`` (2 %), plus none. For each:
 * ``search()`` in process and gunicorn over HTTP, in ``vector``, ``bm25`` and ``hybrid`` modes (result cache
   off, query embedding included, scenarios interleaved query by query);
 * each ``--peers`` engine with the same query vectors, filters and k (their p50 and recall as ratios).
-* ``--acl 10,1``, after the service's other parts: document ACLs that admit 10 % and 1 % of the chunks
+* ``--acl 10,1`` (``--reader-graphs 10``: then with graphs of their own), after the service's other parts: document ACLs that admit 10 % and 1 % of the chunks
   to a reader each and no row to everyone (``bench.filtered_scale.acl``); per reader the engine's p50 and
   recall@10 against the exact ACL-filtered top 10, and ``vector`` / ``hybrid`` over HTTP as that reader,
   as ratios to the unfiltered p50.
@@ -123,6 +123,12 @@ def main() -> int:
         help="percentages, e.g. 10,1: after the rest, document ACLs admitting that share of the chunks to a reader "
         "each (bench.filtered_scale.acl); the engine's recall@10 against the exact ACL-filtered top 10 and p50 "
         "over HTTP as each reader, as ratios to the unfiltered p50",
+    )
+    parser.add_argument(
+        "--reader-graphs",
+        default="",
+        help="percentages among --acl's, e.g. 10: then those readers' principals get graphs of their own "
+        "(manage.py reader_graph) and their figures are taken again",
     )
     parser.add_argument(
         "--storage", choices=["external", "extended", "main", "plain"], help="vector column storage for the load"
@@ -435,6 +441,7 @@ def main() -> int:
                 http_unfiltered=(result.get("http") or {}).get("scenarios", {}),
                 http_queries=http_queries,
                 workdir=workdir,
+                graphs=acl.parse_percents(args.reader_graphs) if args.reader_graphs else (),
             )
             result["service_index_rebuilt"] = result["acl"].pop("service_index")
             print(f"  acl: {result['acl']}", flush=True)

@@ -125,6 +125,7 @@ def run(
     http_unfiltered: dict,
     http_queries: list[str],
     workdir,
+    graphs: tuple[float, ...] = (),
 ) -> dict:
     """``--acl``: the HNSW index dropped, each document's ACL written (``bench.filtered_scale.acl``), the
     service's index and keyword index rebuilt; then per reader the engine's p50 and recall@10 against the
@@ -190,4 +191,56 @@ def run(
                 now, before = out["http"]["scenarios"].get(f"{mode} | {name}"), http_unfiltered.get(f"{mode} | none")
                 if now and before:
                     ratios[f"http {mode}"] = round(now["p50_ms"] / before["p50_ms"], 2)
+    if graphs:
+        out["reader_graphs"] = _with_reader_graphs(
+            args, graphs, tenant, engine, measure_engine, cases, http_search, http_unfiltered, http_queries, workdir
+        )
+    return out
+
+
+def _with_reader_graphs(
+    args, graphs, tenant, engine, measure_engine, cases, http_search, http_unfiltered, http_queries, workdir
+) -> dict:
+    """``--reader-graphs``: each named reader's principal given its own graph (``manage.py reader_graph``),
+    then the engine and HTTP figures again, with ratios to the same unfiltered p50s as above."""
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    from engines import principal_graphs
+    from knowledge.models import Chunk
+    from tenants.services import create_api_key
+
+    out: dict = {"build_s": {}, "graphs": {}}
+    for percent in graphs:
+        t0 = time.perf_counter()
+        call_command("reader_graph", tenant=tenant.pk, principal=principal(percent))
+        out["build_s"][scenario(percent)] = round(time.perf_counter() - t0, 1)
+    for graph in principal_graphs.listed(Chunk._meta.db_table):
+        out["graphs"][graph.principal] = {"rows": graph.rows, "valid": graph.valid}
+    measure_engine(engine, cases)  # untimed: the graphs just built are read into memory
+    out["engine"] = measure_engine(engine, cases)
+    base = out["engine"]["none"]["p50_ms"]
+    out["ratios"] = {
+        name: {"engine": round(out["engine"][name]["p50_ms"] / base, 2)} for name in cases if name != "none"
+    }
+    if not args.no_http and not args.no_keyword:
+        key = create_api_key(tenant=tenant, name="bench-act-as-graphs", scopes=["search", "act_as"]).raw_key
+        scenarios = [
+            http.Scenario(
+                f"{mode} | {scenario(p)}", reverse(f"retrieval-{mode}"), {"rerank": False, "principals": [principal(p)]}
+            )
+            for p in graphs
+            for mode in MODES
+        ]
+        out["http"] = http_search(args, key, http_queries, workdir, scenarios=scenarios)
+        for p in graphs:
+            for mode in MODES:
+                now, before = (
+                    out["http"]["scenarios"].get(f"{mode} | {scenario(p)}"),
+                    http_unfiltered.get(f"{mode} | none"),
+                )
+                if now and before:
+                    out["ratios"][scenario(p)][f"http {mode}"] = round(now["p50_ms"] / before["p50_ms"], 2)
+    for percent in graphs:
+        call_command("reader_graph", tenant=tenant.pk, principal=principal(percent), drop=True)
     return out

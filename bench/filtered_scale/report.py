@@ -239,21 +239,28 @@ def _acl_lines(result: dict) -> list[str]:
     run = result.get("acl")
     if not run:
         return []
-    engine, http = run["engine"], (run.get("http") or {}).get("scenarios", {})
     unfiltered = (result.get("http") or {}).get("scenarios", {})
     rows = []
-    for name, admitted in run["matching_rows"].items():
-        row = [
-            name,
-            f"{admitted:,}",
-            _ms(engine[name]),
-            _r(engine[name]["recall_at_10"]),
-            _ratio(engine[name]["p50_ms"], engine["none"]["p50_ms"]),
-        ]
-        for mode in ("vector", "hybrid"):
-            cell, base = http.get(f"{mode} | {name}"), unfiltered.get(f"{mode} | none")
-            row += [_ms(cell), _ratio(cell and cell["p50_ms"], base and base["p50_ms"])]
-        rows.append(row)
+    graphs = run.get("reader_graphs") or {}
+    for part, suffix in ((run, ""), (graphs, ", its own graph")):
+        if not part:
+            continue
+        engine, http = part["engine"], (part.get("http") or {}).get("scenarios", {})
+        for name, admitted in run["matching_rows"].items():
+            if suffix and not http.get(f"vector | {name}"):
+                continue  # a reader without a graph: as above
+            row = [
+                name + suffix,
+                f"{admitted:,}",
+                _ms(engine[name]),
+                _r(engine[name]["recall_at_10"]),
+                _ratio(engine[name]["p50_ms"], engine["none"]["p50_ms"]),
+            ]
+            for mode in ("vector", "hybrid"):
+                cell, base = http.get(f"{mode} | {name}"), unfiltered.get(f"{mode} | none")
+                row += [_ms(cell), _ratio(cell and cell["p50_ms"], base and base["p50_ms"])]
+            rows.append(row)
+    engine = run["engine"]
     headers = ["reader", "rows", "engine p50 (p95) ms", "recall@10", "engine / unfiltered"]
     headers += ["HTTP vector", "/ unfiltered", "HTTP hybrid", "/ unfiltered"]
     index = run.get("service_index") or result.get("service_index_rebuilt") or {}
