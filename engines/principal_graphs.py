@@ -10,9 +10,10 @@ principal whose readers search a large share that is still much smaller than the
 
 A search whose reader holds principals with graphs runs as several searches whose union is exactly
 the filter's rows (:func:`split`): the filter AND ``acl && '{p}'`` for each such principal ``p`` (the
-planner proves the partial index's predicate from that clause and walks it), and the filter AND NOT
-``acl && graphed`` for the rest. Each part is a subset of the filter, so no part can return a row the
-filter excludes, whatever the principals are; a chunk several parts find is kept once, with its score.
+planner proves the partial index's predicate from that clause and walks it), and the filter AND
+``acl && others`` AND NOT ``acl && graphed`` for the reader's other principals. Each part is a subset of
+the filter, so no part can return a row the filter excludes, whatever the principals say; a chunk
+several parts find is kept once, with its score.
 
 The graphs are found in the catalog by their comment (JSON: tenant, principal, dimension), read at most
 every ``GRAPHS_TTL_S`` per process; only valid indexes count (a failed concurrent build leaves an
@@ -155,11 +156,16 @@ def graphs_for(table: str, tenant_id: int, dimension: int, principals: tuple[str
 
 def split(filters: SqlFilter, graphed: list[str]) -> list[tuple[SqlFilter, str | None]]:
     """The filter as parts whose union is exactly its rows: one per graphed principal (with that
-    principal, whose graph walks it), then the rows no graphed principal admits (None: the main graph)."""
+    principal, whose graph walks it), then (None: the main graph) the rows the reader's other principals
+    admit and no graphed one does. Those other principals are named in that part, so that PostgreSQL
+    finds its rows by them (often few: a count or scan of the filter's rows would read the graphed ones)."""
     where = f"({filters.sql})" if filters else "TRUE"
     parts: list[tuple[SqlFilter, str | None]] = [
         (SqlFilter(f"{where} AND acl && %s::varchar[]", (*filters.params, [principal])), principal)
         for principal in graphed
     ]
-    parts.append((SqlFilter(f"{where} AND NOT (acl && %s::varchar[])", (*filters.params, list(graphed))), None))
+    others = [principal for principal in filters.principals if principal not in graphed]
+    if others:
+        rest = f"{where} AND acl && %s::varchar[] AND NOT (acl && %s::varchar[])"
+        parts.append((SqlFilter(rest, (*filters.params, others, list(graphed))), None))
     return parts

@@ -147,3 +147,6 @@ def test_the_parts_of_a_split_are_exactly_the_filters_rows(kb):
             found += [row[0] for row in cursor.fetchall()]
     expected = {c.pk for c in readable(chunks, ("*", "group:ten", "group:x"), shop=2)}
     assert set(found) == expected and len(found) > len(expected)  # group:x's rows are in two parts
+    # every principal of the reader graphed: no rest to search
+    only = principal_graphs.split(compile_filters(None, ("group:ten",)).sql, ["group:ten"])
+    assert [principal for _, principal in only] == ["group:ten"]
