@@ -406,13 +406,14 @@ class PgVectorIndex(VectorIndex[int]):
     def _search_reader_graphs(
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, graphed: dict[str, int]
     ) -> list[VectorHit]:
-        """The search as the parts :func:`engines.principal_graphs.split` gives, each sized by the
-        planner's estimate (counting them would add a round trip each after the query embeds; a low
-        estimate costs time, not rows) and each walking its principal's graph or the main one."""
+        """The search as the parts :func:`engines.principal_graphs.split` gives: a graphed principal's
+        part walks its graph (the search is a walk: its rows are over the exact-scan limit; a walk that
+        finds too few rows falls back to exact); the rest, sized by the planner's estimate (a count would
+        add a round trip after the query embeds; a low estimate costs time, not rows), walks the main
+        graph or is scanned exactly."""
         best: dict[int, VectorHit] = {}
         for part, principal in split(filters, list(graphed)):
-            matching = self._size(scope, part, estimate=True)
-            exact = matching <= self.exact_limit(scope)
+            exact = principal is None and self._size(scope, part, estimate=True) <= self.exact_limit(scope)
             graph_rows = graphed[principal] if principal is not None else None
             for hit in self._nearest_hits(scope, query_vector, top_k, part, exact=exact, graph_rows=graph_rows):
                 best.setdefault(hit.chunk_id, hit)
