@@ -69,6 +69,8 @@ def create(
     comment = json.dumps({"tenant_id": tenant_id, "principal": principal, "dimension": dimension})
     online = sql.SQL("CONCURRENTLY" if concurrently else "")
     with connection.cursor() as cursor:
+        if not concurrently:  # CREATE INDEX refuses to run while deferred FK checks of this transaction are pending
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(
             sql.SQL("DROP INDEX {} IF EXISTS {}").format(online, sql.Identifier(name)).as_string(cursor.cursor)
         )
