@@ -296,7 +296,9 @@ class Chunk(models.Model):
             # next vacuum, 10-15 ms after a bulk ingestion (docs/benchmarks/decisions.md, "GIN pending lists").
             GinIndex(fields=["metadata"], name="chunk_metadata_gin", opclasses=["jsonb_path_ops"], fastupdate=False),
             GinIndex(fields=["tags"], name="chunk_tags_gin", fastupdate=False),
-            GinIndex(fields=["acl"], name="chunk_acl_gin", fastupdate=False),
+            # The tenant first (btree_gin): a reader's ACL check reads only its tenant's rows, not every
+            # tenant's public ones (docs/BENCHMARKS.md, "A graph of its own for the 10 % reader").
+            GinIndex(fields=["tenant", "acl"], name="chunk_tenant_acl_gin", fastupdate=False),
             # The few chunks not open to everyone: a search learns from it at once whether its versions
             # hold any (none: the ACL check is a no-op and is left out; knowledge.selectors.search.restricted_versions).
             models.Index(
