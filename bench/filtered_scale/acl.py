@@ -134,7 +134,6 @@ def run(
     the unfiltered p50 (over HTTP: this run's earlier ``none`` scenarios, ``http_unfiltered``, taken when
     every row was open to all). ``unfiltered``: the engine's unfiltered case (filter, exact filter, exact
     top 10); ``build_index``, ``measure_engine`` and ``http_search``: the bench's own steps."""
-    from django.urls import reverse
 
     from engines.pgvector_index import hnsw_index_name
     from knowledge.models import Chunk, Document
@@ -142,7 +141,6 @@ def run(
     from retrieval.filters import compile_filters
     from retrieval.keyword_filter import exact_field_filter
     from tenants.principals import reader_of
-    from tenants.services import create_api_key
 
     document_ids = list(Document.objects.filter(knowledge_base=kb).order_by("id").values_list("id", flat=True))
     if len(document_ids) != args.rows // CHUNKS_PER_DOC:
@@ -168,47 +166,35 @@ def run(
         t0 = time.perf_counter()
         synthetic.build_keyword_index(kb.active_version)  # its entries carry the ACL terms
         out["lexical_rebuild_s"] = round(time.perf_counter() - t0, 1)
-    measure_engine(engine, cases)  # untimed: the index just built is read into memory
-    out["engine"] = measure_engine(engine, cases)
-    base = out["engine"]["none"]["p50_ms"]
-    out["ratios"] = {
-        name: {"engine": round(out["engine"][name]["p50_ms"] / base, 2)} for name in cases if name != "none"
-    }
-    if not args.no_http and not args.no_keyword:
-        key = create_api_key(tenant=tenant, name="bench-act-as", scopes=["search", "act_as"]).raw_key
-        scenarios = [
-            http.Scenario(
-                f"{mode} | {scenario(p)}",
-                reverse(f"retrieval-{mode}"),
-                {"rerank": False, "principals": [principal(p)]},
-            )
-            for p in percents
-            for mode in MODES
-        ]
-        out["http"] = http_search(args, key, http_queries, workdir, scenarios=scenarios)
-        for name, ratios in out["ratios"].items():
-            for mode in MODES:
-                now, before = out["http"]["scenarios"].get(f"{mode} | {name}"), http_unfiltered.get(f"{mode} | none")
-                if now and before:
-                    ratios[f"http {mode}"] = round(now["p50_ms"] / before["p50_ms"], 2)
-    if graphs:
-        out["reader_graphs"] = _with_reader_graphs(
-            args, graphs, tenant, engine, measure_engine, cases, http_search, http_unfiltered, http_queries, workdir
+
+    def measure(readers: tuple[float, ...], key_name: str) -> dict:
+        return _measure(
+            args,
+            readers,
+            key_name,
+            tenant,
+            engine,
+            measure_engine,
+            cases,
+            http_search,
+            http_unfiltered,
+            http_queries,
+            workdir,
         )
+
+    out.update(measure(percents, "bench-act-as"))
+    if graphs:
+        out["reader_graphs"] = _with_reader_graphs(graphs, tenant, measure)
     return out
 
 
-def _with_reader_graphs(
-    args, graphs, tenant, engine, measure_engine, cases, http_search, http_unfiltered, http_queries, workdir
-) -> dict:
+def _with_reader_graphs(graphs: tuple[float, ...], tenant, measure) -> dict:
     """``--reader-graphs``: each named reader's principal given its own graph (``manage.py reader_graph``),
-    then the engine and HTTP figures again, with ratios to the same unfiltered p50s as above."""
+    then the engine and HTTP figures again (``measure``), with ratios to the same unfiltered p50s as above."""
     from django.core.management import call_command
-    from django.urls import reverse
 
     from engines import principal_graphs
     from knowledge.models import Chunk
-    from tenants.services import create_api_key
 
     out: dict = {"build_s": {}, "graphs": {}}
     for percent in graphs:
@@ -217,23 +203,39 @@ def _with_reader_graphs(
         out["build_s"][scenario(percent)] = round(time.perf_counter() - t0, 1)
     for graph in principal_graphs.listed(Chunk._meta.db_table):
         out["graphs"][graph.principal] = {"rows": graph.rows, "valid": graph.valid}
-    measure_engine(engine, cases)  # untimed: the graphs just built are read into memory
-    out["engine"] = measure_engine(engine, cases)
+    out.update(measure(graphs, "bench-act-as-graphs"))
+    for percent in graphs:
+        call_command("reader_graph", tenant=tenant.pk, principal=principal(percent), drop=True)
+    return out
+
+
+def _measure(
+    args, percents, key_name, tenant, engine, measure_engine, cases, http_search, http_unfiltered, http_queries, workdir
+) -> dict:
+    """The engine's p50 and recall per case (after an untimed pass that reads the index into memory), and
+    ``vector`` and ``hybrid`` over HTTP as each reader of ``percents`` (a key with ``act_as`` sending
+    ``principals``), with ratios to the unfiltered p50s."""
+    from django.urls import reverse
+
+    from tenants.services import create_api_key
+
+    measure_engine(engine, cases)
+    out: dict = {"engine": measure_engine(engine, cases)}
     base = out["engine"]["none"]["p50_ms"]
     out["ratios"] = {
         name: {"engine": round(out["engine"][name]["p50_ms"] / base, 2)} for name in cases if name != "none"
     }
     if not args.no_http and not args.no_keyword:
-        key = create_api_key(tenant=tenant, name="bench-act-as-graphs", scopes=["search", "act_as"]).raw_key
+        key = create_api_key(tenant=tenant, name=key_name, scopes=["search", "act_as"]).raw_key
         scenarios = [
             http.Scenario(
                 f"{mode} | {scenario(p)}", reverse(f"retrieval-{mode}"), {"rerank": False, "principals": [principal(p)]}
             )
-            for p in graphs
+            for p in percents
             for mode in MODES
         ]
         out["http"] = http_search(args, key, http_queries, workdir, scenarios=scenarios)
-        for p in graphs:
+        for p in percents:
             for mode in MODES:
                 now, before = (
                     out["http"]["scenarios"].get(f"{mode} | {scenario(p)}"),
@@ -241,6 +243,4 @@ def _with_reader_graphs(
                 )
                 if now and before:
                     out["ratios"][scenario(p)][f"http {mode}"] = round(now["p50_ms"] / before["p50_ms"], 2)
-    for percent in graphs:
-        call_command("reader_graph", tenant=tenant.pk, principal=principal(percent), drop=True)
     return out

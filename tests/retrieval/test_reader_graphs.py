@@ -87,3 +87,16 @@ def test_a_principal_no_chunk_names_gets_no_graph(corpus):  # noqa: F811
         call_command("reader_graph", tenant=tenant.pk, principal="group:nobody", stdout=io.StringIO())
     with pytest.raises(CommandError, match="has no graph"):
         call_command("reader_graph", tenant=tenant.pk, principal="group:nobody", drop=True, stdout=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_no_graph_is_built_when_milvus_walks_the_vectors(corpus, settings):  # noqa: F811
+    tenant, _ = corpus
+    settings.VECTOR_BACKEND = "milvus"
+    registry.clear()
+    try:
+        with pytest.raises(CommandError, match="VECTOR_BACKEND=milvus"):
+            call_command("reader_graph", tenant=tenant.pk, principal="group:hr", stdout=io.StringIO())
+    finally:
+        registry.clear()
+    assert principal_graphs.listed(CHUNKS) == []

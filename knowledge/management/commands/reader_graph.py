@@ -4,8 +4,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 
 from engines import principal_graphs
-from engines.pgvector_index import PgVectorIndex
 from knowledge.models import Chunk
+from knowledge.stores import pgvector_index
 from tenants.models import Tenant
 
 
@@ -51,9 +51,14 @@ class Command(BaseCommand):
         )
         if not readable:
             raise CommandError(f"no chunk of tenant {tenant} names {principal!r} in its ACL")
+        index = pgvector_index()
+        if index is None:
+            raise CommandError(
+                "VECTOR_BACKEND=milvus: Milvus walks the vectors, so a PostgreSQL graph would not be used"
+            )
         for row in readable:
             dimension, rows = row["embedding_dim"], row["rows"]
-            build = PgVectorIndex(table).build_parameters(dimension, rows=rows)
+            build = index.build_parameters(dimension, rows=rows)
             try:
                 principal_graphs.create(table, tenant, principal, dimension, build)
             except ValueError as error:
