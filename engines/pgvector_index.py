@@ -275,13 +275,16 @@ class PgVectorIndex(VectorIndex[int]):
             cursor.execute(statement.as_string(cursor.cursor), [dimension])
             return cast(int, cursor.fetchone()[0])
 
-    def search_list_size(self, dimension: int, top_k: int, tenant_id: int | None = None) -> int:
+    def search_list_size(
+        self, dimension: int, top_k: int, tenant_id: int | None = None, graph_rows: int | None = None
+    ) -> int:
         """``hnsw.ef_search`` of a walk to ``top_k`` rows: the larger of the setting and twice the depth,
-        or (unset) chosen from the rows of the graph it walks (on a partitioned table: the graph of the
-        tenant's partition) and the depth."""
+        or (unset) chosen from the rows of the graph it walks (``graph_rows``: a reader graph's; else the
+        dimension's graph, on a partitioned table the graph of the tenant's partition) and the depth."""
         if self.ef_search is not None:
             return min(max(self.ef_search, 2 * top_k), EF_SEARCH_LIMIT)
-        return ef_search_for(_rows_in_index(dimension, tenant_id, self.table), top_k)
+        rows = _rows_in_index(dimension, tenant_id, self.table) if graph_rows is None else graph_rows
+        return ef_search_for(rows, top_k)
 
     @staticmethod
     def _index_name(dimension: int) -> str:
@@ -445,11 +448,7 @@ class PgVectorIndex(VectorIndex[int]):
         guard = transaction.atomic(using=database.alias) if database.in_atomic_block else contextlib.nullcontext()
         with guard, database.cursor() as cursor:
             nearest = self._nearest(cursor, scope.embedding_dim, where, params, vector, top_k, exact)
-            ef_search = (
-                self.search_list_size(scope.embedding_dim, top_k, scope.tenant_id)
-                if graph_rows is None or self.ef_search is not None
-                else ef_search_for(graph_rows, top_k)
-            )
+            ef_search = self.search_list_size(scope.embedding_dim, top_k, scope.tenant_id, graph_rows)
             rows = self._run(cursor, *nearest, exact=exact, ef_search=ef_search, database=database)
             if not exact and len(rows) < top_k:
                 # The graph walk hit its scan budget before finding enough rows; be exact instead.
