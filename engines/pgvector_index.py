@@ -400,18 +400,23 @@ class PgVectorIndex(VectorIndex[int]):
         matching = plan if plan is not None else self.plan(scope, filters)
         if matching == 0:
             return []
-        exact = matching <= self.exact_limit(scope)
-        graphed = {} if exact else graphs_for(self.table, scope.tenant_id, scope.embedding_dim, filters.principals)
-        if graphed:
+        # A reader graph is smaller than the tenant's: its walk beats an exact scan from its own break-even
+        # on, which is below the tenant graph's on a large table.
+        graphed = (
+            graphs_for(self.table, scope.tenant_id, scope.embedding_dim, filters.principals)
+            if matching > self.exact_scan_threshold
+            else {}
+        )
+        if graphed and matching > exact_scan_limit(self.exact_scan_threshold, max(graphed.values())):
             return self._search_reader_graphs(scope, query_vector, top_k, filters, graphed)
-        return self._nearest_hits(scope, query_vector, top_k, filters, exact=exact)
+        return self._nearest_hits(scope, query_vector, top_k, filters, exact=matching <= self.exact_limit(scope))
 
     def _search_reader_graphs(
         self, scope: SearchScope, query_vector: np.ndarray, top_k: int, filters: SqlFilter, graphed: dict[str, int]
     ) -> list[VectorHit]:
         """The search as the parts :func:`engines.principal_graphs.split` gives: a graphed principal's
-        part walks its graph (the search is a walk: its rows are over the exact-scan limit; a walk that
-        finds too few rows falls back to exact); the rest, sized by the planner's estimate (a count would
+        part walks its graph (the search's rows are over the exact-scan limit of a graph that size; a walk
+        that finds too few rows falls back to exact); the rest, sized by the planner's estimate (a count would
         add a round trip after the query embeds; a low estimate costs time, not rows), walks the main
         graph or is scanned exactly."""
         best: dict[int, VectorHit] = {}

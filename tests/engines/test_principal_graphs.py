@@ -94,6 +94,26 @@ def test_a_reader_walks_its_principals_graph_and_gets_the_true_top_10(kb):
         assert ten.name in walked_indexes(captured.captured_queries)
 
 
+def test_a_graph_is_walked_where_the_tenants_graph_would_scan_exactly(kb):
+    """On a large table the exact-scan limit grows with the tenant's graph; a reader graph is walked
+    from its own (smaller) limit on, and a scope under that is still scanned exactly."""
+    kb, chunks, rng = kb
+    ten, _ = graph(kb, "group:ten"), graph(kb, "group:x")
+    index = PgVectorIndex(CHUNKS, exact_scan_threshold=50)  # group:ten reads 100 rows, group:x 50
+    index.exact_limit = lambda scope: 10_000  # type: ignore[method-assign]  # the limit of a graph of ~1.5M rows
+    query = rng.standard_normal(DIMENSION).astype(np.float32)
+    for reader, walked in [(("group:ten",), [ten.name]), (("group:x",), [])]:
+        with CaptureQueriesContext(connection) as captured:
+            hits = index.search(scope_of(kb), query, 10, compile_filters(None, reader).sql)
+        assert_same_ranking(hits, brute_force(readable(chunks, reader), query, 10))
+        assert walked_indexes(captured.captured_queries) == walked
+    principal_graphs.drop(CHUNKS, kb.tenant_id, "group:ten", DIMENSION, concurrently=False)
+    with CaptureQueriesContext(connection) as captured:
+        hits = index.search(scope_of(kb), query, 10, compile_filters(None, ("group:ten",)).sql)
+    assert_same_ranking(hits, brute_force(readable(chunks, ("group:ten",)), query, 10))
+    assert walked_indexes(captured.captured_queries) == []  # without its graph: exact, under the large limit
+
+
 def test_rows_two_graphed_principals_admit_come_once(kb):
     kb, chunks, rng = kb
     graph(kb, "group:ten"), graph(kb, "group:x")
