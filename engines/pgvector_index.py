@@ -508,7 +508,9 @@ class PgVectorIndex(VectorIndex[int]):
 
     @staticmethod
     def _where(scope: SearchScope, filters: SqlFilter) -> tuple[sql.Composable, list[Any]]:
-        where: sql.Composable = sql.SQL("tenant_id = %s AND kb_version_id = ANY(%s) AND embedding_dim = %s")
+        # bigint, as the column: a literal's int4 would be a cross-type comparison, which the (tenant_id, acl)
+        # GIN index does not take, so an ACL check would read every tenant's rows its principals name.
+        where: sql.Composable = sql.SQL("tenant_id = %s::bigint AND kb_version_id = ANY(%s) AND embedding_dim = %s")
         params: list[Any] = [scope.tenant_id, list(scope.version_ids), scope.embedding_dim]
         if filters:
             where = sql.SQL("{} AND ({})").format(where, sql.SQL(filters.sql))

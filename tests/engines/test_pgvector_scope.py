@@ -206,3 +206,33 @@ def test_similarities_leave_out_chunks_outside_the_scope(two_tenants):
     assert [hit.chunk_id for hit in index.similarities(scope_of(kb_a), query, mixed)] == [rows["A"][0].pk]
     other_dimension = SearchScope(kb_a.tenant_id, (kb_a.active_version_id,), 768)
     assert index.similarities(other_dimension, query, mixed) == []
+
+
+def test_a_readers_check_finds_its_rows_by_tenant_and_acl_in_one_index():
+    """The scope's tenant is compared as bigint, so the (tenant_id, acl) GIN index takes both: an int4
+    literal would be a cross-type comparison that index cannot take, and the ACL check would read every
+    tenant's rows its principals name (another tenant's public chunks, for any reader)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    kb = KnowledgeBaseFactory()
+    add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(i) for i in range(3)], acl=[["group:a"]] * 3)
+    index = PgVectorIndex(CHUNKS)
+    with CaptureQueriesContext(connection) as captured:
+        assert index.plan(scope_of(kb), compile_filters(None, ("*", "group:a")).sql) == 3
+    (count,) = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT count(*)")]
+    with connection.cursor() as cursor:
+        # the test's few rows: the btree indexes would win; dropped in the test's transaction (rolled back)
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef LIKE '%%USING btree%%' "
+            "AND indexname <> %s",
+            [CHUNKS, f"{CHUNKS}_pkey"],
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {count}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap Index Scan on chunk_tenant_acl_gin" in plan, plan
+    (condition,) = [line for line in plan.splitlines() if "Index Cond" in line]
+    assert "tenant_id = " in condition and "acl &&" in condition, plan
