@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from engines.base import SearchScope
 from engines.pgvector_index import PgVectorIndex
@@ -212,9 +214,6 @@ def test_a_readers_check_finds_its_rows_by_tenant_and_acl_in_one_index():
     """The scope's tenant is compared as bigint, so the (tenant_id, acl) GIN index takes both: an int4
     literal would be a cross-type comparison that index cannot take, and the ACL check would read every
     tenant's rows its principals name (another tenant's public chunks, for any reader)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     kb = KnowledgeBaseFactory()
     add_chunks(DocumentFactory(knowledge_base=kb), [unit_vector(i) for i in range(3)], acl=[["group:a"]] * 3)
     index = PgVectorIndex(CHUNKS)
